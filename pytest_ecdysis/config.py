@@ -1,0 +1,255 @@
+"""Command-line options, their ini mirrors, and the frozen `EcdysisConfig` read at configure time.
+
+Options are declared once here (DESIGN.md §4) and read into one frozen object; every value is checked
+at configure time and a bad one is a `UsageError` naming the fix. Checks that need other modules
+(harness resolution, pre-flight git checks, endpoint reachability) live with those modules and are
+called from `plugin.pytest_configure`. This module must not import tau2, task suites or harnesses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+SPLITS = ("train", "test", "all")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # without the --ecdysis- prefix
+    help: str
+    default: Any = None
+    type: Any = str
+    action: str | None = None
+    ini: bool = True
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", "task (agent) model; 'sim' or 'sim/<profile>' selects the simulated model "
+           "(default: env ECDYSIS_MODEL, else 'sim')"),
+    Option("base-url", "OpenAI-compatible endpoint for models that are not 'sim...' "
+           "(default: env OPENAI_BASE_URL, else the openai client's default)"),
+    Option("user-model", "user-simulator model (default: the task model)"),
+    Option("diagnosis-model", "model for the FDCR roles and the built-in editor (default: the task model)"),
+    Option("split", "which tasks: train, test or all (default: train)", default="train"),
+    Option("tasks", "only these task ids, comma-separated, within the split (default: all)"),
+    Option("trials", "trials per task (default: 1)", default="1"),
+    Option("test-trials", "trials per task when evolution scores start and frozen harness on test (default: 3)",
+           default="3"),
+    Option("threshold", "failure threshold λ on reward, in [0, 1] (default: 1.0)", default="1.0"),
+    Option("harness", "harness directory, or a name a suite registers such as 'direct' "
+           "(default: example_harness)", default="example_harness"),
+    Option("run-dir", "where runs are written (default: .ecdysis/runs)", default=".ecdysis/runs"),
+    Option("evolve", "run the evolution loop at session end", default=False, action="store_true", ini=False),
+    Option("rounds", "at most R candidate rounds (default: 3)", default="3"),
+    Option("strategy", "ecdysis, ecdysis-nofdcr, self-evolution, harnessfix or self-harness (default: ecdysis)",
+           default="ecdysis"),
+    Option("fdcr-passes", "passes K of Analyst, Critic and Engineer (default: 2)", default="2"),
+    Option("editor", "'builtin', 'sim', or 'cmd:<command template>' "
+           "(default: 'sim' when the diagnosis model is sim, else 'builtin')"),
+    Option("resume", "continue an interrupted evolution run (RUN_ID)", ini=False),
+    Option("save-baseline", "write this run's scores as a baseline to FILE", ini=False),
+    Option("gate", "compare against a baseline; the verdict is the exit status", default=False,
+           action="store_true", ini=False),
+    Option("baseline", "the baseline the gate reads (default: .ecdysis/baseline.json)",
+           default=".ecdysis/baseline.json"),
+    Option("gate-tolerance", "allowed drop of the suite score (default: 0.0)", default="0.0"),
+    Option("gate-max-regressions", "allowed number of tasks solved in the baseline and not now "
+           "(default: not checked)"),
+    Option("sim-latency", "fixed delay in seconds per simulated completion (default: 0)", default="0"),
+    Option("evidence", "which failure records diagnosis sees: 'all' or 'failure-aware:N' (default: all)",
+           default="all"),
+    Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
+           default=None, action="append", ini=False),
+)
+
+
+def add_options(parser: Any) -> None:
+    """Register every option (prefix `--ecdysis-`) and its ini mirror `ecdysis_<name>` on a pytest parser."""
+    group = parser.getgroup("ecdysis", "pytest-ecdysis: evolve and gate LLM agent harnesses")
+    for opt in OPTIONS:
+        dest = "ecdysis_" + opt.name.replace("-", "_")
+        kwargs: dict[str, Any] = {"dest": dest, "help": opt.help}
+        if opt.action:
+            kwargs["action"] = opt.action
+            kwargs["default"] = opt.default if opt.action != "append" else None
+        else:
+            kwargs["default"] = None  # None = not given on the command line; ini/default resolved later
+            kwargs["metavar"] = opt.name.split("-")[-1].upper()
+        group.addoption("--ecdysis-" + opt.name, **kwargs)
+        if opt.ini:
+            parser.addini(dest, help=opt.help, default=None)
+
+
+def is_sim_model(name: str | None) -> bool:
+    """True for 'sim' and 'sim/<profile>'."""
+    return name is not None and (name == "sim" or name.startswith("sim/"))
+
+
+@dataclass(frozen=True)
+class EcdysisConfig:
+    """Every option, resolved and checked. Units: seconds for `sim_latency_s`."""
+
+    model: str
+    base_url: str | None
+    user_model: str
+    diagnosis_model: str
+    split: str
+    tasks: tuple[str, ...] | None
+    trials: int
+    test_trials: int
+    threshold: float
+    harness: str
+    run_dir: Path
+    evolve: bool
+    rounds: int
+    strategy: str
+    fdcr_passes: int
+    editor: str
+    resume: str | None
+    save_baseline: Path | None
+    gate: bool
+    baseline: Path
+    gate_tolerance: float
+    gate_max_regressions: int | None
+    sim_latency_s: float
+    evidence: str
+    evidence_limit: int | None
+    test_models: tuple[str, ...]
+    rootdir: Path
+
+    @property
+    def uses_sim(self) -> bool:
+        return any(is_sim_model(m) for m in (self.model, self.user_model, self.diagnosis_model, *self.test_models))
+
+    def replace(self, **changes: Any) -> EcdysisConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _raw(config: Any, opt: Option) -> Any:
+    dest = "ecdysis_" + opt.name.replace("-", "_")
+    value = config.getoption(dest)
+    if opt.action in ("store_true",):
+        return value
+    if opt.action == "append":
+        return value or []
+    if value is None and opt.ini:
+        ini = config.getini(dest)
+        value = ini if ini not in (None, "", []) else None
+    return opt.default if value is None else value
+
+
+def _int(name: str, value: Any, minimum: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"--ecdysis-{name} must be an integer >= {minimum}, got {value!r}") from None
+    if number < minimum:
+        raise UsageError(f"--ecdysis-{name} must be an integer >= {minimum}, got {number}")
+    return number
+
+
+def _float(name: str, value: Any, lo: float, hi: float | None) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"--ecdysis-{name} must be a number, got {value!r}") from None
+    if number < lo or (hi is not None and number > hi):
+        span = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise UsageError(f"--ecdysis-{name} must be {span}, got {number}")
+    return number
+
+
+def read_config(config: Any) -> EcdysisConfig:
+    """Read and check every option of a pytest `Config`.
+
+    Raises:
+        UsageError: a value is out of range or inconsistent with another; the message names the fix.
+    """
+    raw = {opt.name: _raw(config, opt) for opt in OPTIONS}
+    env = os.environ
+    model = raw["model"] or env.get("ECDYSIS_MODEL") or "sim"
+    base_url = raw["base-url"] or env.get("OPENAI_BASE_URL") or None
+    user_model = raw["user-model"] or model
+    diagnosis_model = raw["diagnosis-model"] or model
+    test_models = tuple(raw["test-model"])
+
+    split = raw["split"]
+    if split not in SPLITS:
+        raise UsageError(f"--ecdysis-split must be one of {', '.join(SPLITS)}, got {split!r}")
+    tasks = None
+    if raw["tasks"]:
+        tasks = tuple(t.strip() for t in str(raw["tasks"]).split(",") if t.strip())
+        if not tasks:
+            raise UsageError("--ecdysis-tasks was given but names no task id; pass e.g. --ecdysis-tasks 0,3,7")
+
+    for name in (model, user_model, diagnosis_model, *test_models):
+        if not is_sim_model(name) and not base_url and not env.get("OPENAI_API_KEY"):
+            raise UsageError(
+                f"model {name!r} is not simulated, and neither --ecdysis-base-url (or OPENAI_BASE_URL) nor "
+                "OPENAI_API_KEY is set: point at your endpoint with --ecdysis-base-url URL, export "
+                "OPENAI_API_KEY, or use --ecdysis-model sim for the simulated model"
+            )
+
+    evidence = str(raw["evidence"])
+    evidence_limit = None
+    if evidence != "all":
+        head, _, n = evidence.partition(":")
+        if head != "failure-aware" or not n:
+            raise UsageError(f"--ecdysis-evidence must be 'all' or 'failure-aware:N', got {evidence!r}")
+        evidence_limit = _int("evidence", n, 1)
+
+    editor = raw["editor"] or ("sim" if is_sim_model(diagnosis_model) else "builtin")
+    if editor not in ("builtin", "sim") and not editor.startswith("cmd:"):
+        raise UsageError(f"--ecdysis-editor must be 'builtin', 'sim' or 'cmd:<command template>', got {editor!r}")
+    if editor.startswith("cmd:") and not editor[4:].strip():
+        raise UsageError("--ecdysis-editor cmd: needs a command template, e.g. 'cmd:aider --yes {spec}'")
+
+    evolve = bool(raw["evolve"]) or bool(raw["resume"])
+    if evolve and split == "test":
+        raise UsageError("--ecdysis-evolve cannot use --ecdysis-split test: the test split is held out; "
+                         "evolve on train (the default) and the loop scores test at the end")
+    if evolve and raw["gate"]:
+        raise UsageError("--ecdysis-evolve and --ecdysis-gate are separate jobs; run them in two sessions")
+
+    from .strategies import available_strategies  # local: strategies may register via entry points
+
+    strategy = raw["strategy"]
+    if strategy not in available_strategies():
+        raise UsageError(f"--ecdysis-strategy must be one of {', '.join(available_strategies())}, got {strategy!r}")
+
+    max_reg = raw["gate-max-regressions"]
+    return EcdysisConfig(
+        model=model,
+        base_url=base_url,
+        user_model=user_model,
+        diagnosis_model=diagnosis_model,
+        split=split,
+        tasks=tasks,
+        trials=_int("trials", raw["trials"], 1),
+        test_trials=_int("test-trials", raw["test-trials"], 1),
+        threshold=_float("threshold", raw["threshold"], 0.0, 1.0),
+        harness=str(raw["harness"]),
+        run_dir=Path(raw["run-dir"]),
+        evolve=evolve,
+        rounds=_int("rounds", raw["rounds"], 1),
+        strategy=strategy,
+        fdcr_passes=_int("fdcr-passes", raw["fdcr-passes"], 1),
+        editor=editor,
+        resume=raw["resume"],
+        save_baseline=Path(raw["save-baseline"]) if raw["save-baseline"] else None,
+        gate=bool(raw["gate"]),
+        baseline=Path(raw["baseline"]),
+        gate_tolerance=_float("gate-tolerance", raw["gate-tolerance"], 0.0, 1.0),
+        gate_max_regressions=None if max_reg in (None, "") else _int("gate-max-regressions", max_reg, 0),
+        sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),
+        evidence=evidence,
+        evidence_limit=evidence_limit,
+        test_models=test_models,
+        rootdir=Path(str(config.rootpath)),
+    )

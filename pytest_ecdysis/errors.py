@@ -1,0 +1,59 @@
+"""One error hierarchy for pytest-ecdysis. Every error says what was wrong and what to do.
+
+    EcdysisError
+    ├── UsageError            bad option, ini value, missing dependency, failed pre-flight check
+    │                         (raised at configure time; pytest shows it as a usage error, exit 4)
+    ├── InfrastructureError   endpoint down, timeout, rate limit after retries: never a failure record
+    │   └── TimeBudgetExceeded   the trial's total time budget ran out
+    ├── EndpointFormatError   the endpoint's reply cannot be used (ends a trial as `endpoint_format_error`)
+    ├── SpecError             a modification spec that does not validate, or names files outside the harness
+    ├── EditorError           an editor failed, timed out, or wrote outside the harness
+    ├── GitError              a git operation the evolution loop needs failed
+    └── RunDirError           a run directory is missing, unreadable, or of another suite
+
+This module must not import anything heavy: it is imported by workers, the scorer and the CLI.
+"""
+
+from __future__ import annotations
+
+
+class EcdysisError(Exception):
+    """Base of every error raised on purpose by pytest-ecdysis."""
+
+
+class UsageError(EcdysisError):
+    """A wrong option, ini value or environment; the message names the fix."""
+
+
+class InfrastructureError(EcdysisError):
+    """The model endpoint failed for reasons that are not the agent's (down, timeout, 429/5xx after retries)."""
+
+    termination_reason = "infrastructure_error"
+
+
+class TimeBudgetExceeded(InfrastructureError):
+    """A trial used up its total wall-clock budget (seconds) across all calls and retries."""
+
+    termination_reason = "time_budget_exceeded"
+
+
+class EndpointFormatError(EcdysisError):
+    """The endpoint answered, but its reply cannot be turned into an agent message."""
+
+    termination_reason = "endpoint_format_error"
+
+
+class SpecError(EcdysisError):
+    """A modification spec that does not validate, or that names files outside the harness."""
+
+
+class EditorError(EcdysisError):
+    """An editor failed, timed out, produced no change, or wrote outside the harness directory."""
+
+
+class GitError(EcdysisError):
+    """A git operation of the evolution loop failed; the user's checkout is left as it was."""
+
+
+class RunDirError(EcdysisError):
+    """A run directory that is missing, unreadable, not writable, or of a different suite."""

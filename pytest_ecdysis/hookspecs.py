@@ -1,0 +1,36 @@
+"""Hook specifications through which task suites register what they offer (DESIGN.md §3).
+
+A suite package exposes a module in the `pytest_ecdysis` entry-point group implementing some of these
+hooks (the τ² suite: `task_suites.tau2.registration`). The plugin package never imports a suite directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("ecdysis")
+hookimpl = pluggy.HookimplMarker("ecdysis")
+
+
+@hookspec
+def ecdysis_harnesses() -> dict[str, str]:
+    """Named harnesses this suite offers: ``{"direct": "/abs/path/to/harness_dir"}``.
+
+    `--ecdysis-harness NAME` resolves a name that is not an existing directory through these.
+    """
+
+
+@hookspec
+def ecdysis_sim_knowledge() -> dict[str, Any]:
+    """What the simulated model knows of this suite's tasks: ``{"tau2-airline": provider, ...}``.
+
+    A provider implements `pytest_ecdysis.sim.knowledge.SimKnowledge` (gold plans, user scenarios).
+    Called lazily, only when a simulated server starts.
+    """
+
+
+@hookspec
+def ecdysis_strategies() -> dict[str, Any]:
+    """Extra evolution strategies: ``{"name": factory}`` (see `pytest_ecdysis.strategies`)."""

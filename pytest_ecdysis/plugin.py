@@ -1,0 +1,186 @@
+"""The pytest plugin: options, configure, fixtures and the hooks that route trial results.
+
+Thin by design (STYLE.md 1): every stage of the pipeline is a plain module. What happens here:
+
+- `pytest_configure`: read and check options (`config.read_config`), resolve the harness, on the
+  controller pick a run id, start the simulated model when a model is `sim...`, run pre-flight checks.
+- `pytest_runtest_makereport`: copy the trial result a suite recorded with `record_trial` onto the
+  report as `report.ecdysis_trial` (JSON-safe builtins; DESIGN.md §7).
+- controller only (`not hasattr(config, "workerinput")`): collect trial results from reports, and
+  after the run loop write the run directory, apply the gate, run evolution.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .config import EcdysisConfig, add_options, read_config
+from .errors import EcdysisError, UsageError
+from .harness import harness_id, resolve_harness
+
+CONFIG_KEY = pytest.StashKey["EcdysisState"]()
+TRIAL_KEY = pytest.StashKey[dict]()
+ENV_RUN_ID = "ECDYSIS_RUN_ID"
+ENV_SIM_URL = "ECDYSIS_SIM_URL"
+
+
+@dataclass
+class EcdysisState:
+    """Per-session state, kept in `config.stash` (never on `config._...`)."""
+
+    cfg: EcdysisConfig
+    harness_dir: Path
+    harness_id: str
+    run_id: str
+    is_controller: bool
+    sim_url: str | None = None
+    sim_server: Any = None
+    trials: dict[str, dict] = field(default_factory=dict)  # nodeid -> TrialResult JSON
+    collected: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    outcome: Any = None  # set by session.finish: summary, gate verdict, evolution result
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def run_path(self) -> Path:
+        return self.cfg.run_dir / self.run_id
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ecdysis_trial: a trial of a task suite (task x trial)")
+    try:
+        cfg = read_config(config)
+        harness_dir = resolve_harness(cfg.harness, cfg.rootdir)
+    except EcdysisError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    is_controller = not hasattr(config, "workerinput")
+    run_id = os.environ.get(ENV_RUN_ID) if not is_controller else None
+    if is_controller:
+        run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
+        os.environ[ENV_RUN_ID] = run_id  # inherited by xdist workers, which start after configure
+    state = EcdysisState(
+        cfg=cfg,
+        harness_dir=harness_dir,
+        harness_id=harness_id(harness_dir),
+        run_id=run_id or "unknown",
+        is_controller=is_controller,
+        sim_url=os.environ.get(ENV_SIM_URL),
+    )
+    config.stash[CONFIG_KEY] = state
+    if not is_controller:
+        return
+    config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
+    try:
+        if cfg.evolve:
+            from .evolve import preflight
+
+            preflight(cfg, harness_dir)
+        if cfg.uses_sim and not state.sim_url:
+            from .sim.server import start_background
+
+            state.sim_server = start_background(latency_s=cfg.sim_latency_s)
+            state.sim_url = state.sim_server.url
+            os.environ[ENV_SIM_URL] = state.sim_url
+            config.get_terminal_writer().line(
+                f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}"
+            )
+    except EcdysisError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(CONFIG_KEY, None)
+    if state is not None and state.sim_server is not None:
+        state.sim_server.stop()
+        if os.environ.get(ENV_SIM_URL) == state.sim_url:
+            del os.environ[ENV_SIM_URL]
+
+
+def get_state(config: pytest.Config) -> EcdysisState:
+    return config.stash[CONFIG_KEY]
+
+
+def record_trial(item: pytest.Item, result: Any) -> None:
+    """Called by a suite's test with its `TrialResult` (or its JSON dict) for this case."""
+    data = result.model_dump(mode="json") if hasattr(result, "model_dump") else dict(result)
+    item.stash[TRIAL_KEY] = data
+
+
+@pytest.fixture
+def ecdysis(request: pytest.FixtureRequest) -> EcdysisState:
+    """The session's resolved options, harness and run id (read-only use)."""
+    return get_state(request.config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    report = yield
+    data = item.stash.get(TRIAL_KEY, None)
+    if data is not None and (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
+        report.ecdysis_trial = data
+    return report
+
+
+class TrialCollector:
+    """Controller-side plugin object: remembers collected trial cases and the results their reports carry."""
+
+    def __init__(self, state: EcdysisState) -> None:
+        self.state = state
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.state.collected = [i.nodeid for i in items if i.get_closest_marker("ecdysis_trial")]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "ecdysis_trial", None)
+        if data is not None:
+            self.state.trials[report.nodeid] = data
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Any:
+    result = yield
+    state = session.config.stash.get(CONFIG_KEY, None)
+    if state is not None and state.is_controller and (state.collected or state.trials):
+        from .session import finish
+
+        try:
+            finish(session, state)
+        except UsageError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return result
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(CONFIG_KEY, None)
+    if state is not None and state.is_controller and state.outcome is not None:
+        from .session import exit_status
+
+        status = exit_status(state, int(exitstatus))
+        if status is not None:
+            session.exitstatus = status
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(CONFIG_KEY, None)
+    if state is not None and state.is_controller and state.outcome is not None:
+        from .session import terminal_summary
+
+        terminal_summary(terminalreporter, state)

@@ -1,0 +1,177 @@
+"""The pipeline's nouns: trial results, failure records, pattern groups, modification specs, rounds.
+
+These are the shapes other parts, the run directory files and users' scripts rely on (DESIGN.md §4).
+All are pydantic models so JSON goes in and out validated; field names carry units (`wall_s`,
+`cost_usd`). This module must not import tau2, the task suites or any harness.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+#: τ²'s own termination reasons plus the ones pytest-ecdysis adds (DESIGN.md §4).
+TerminationReason = Literal[
+    "user_stop",
+    "agent_stop",
+    "max_steps",
+    "too_many_errors",
+    "agent_error",
+    "user_error",
+    "judge_stop",
+    "infrastructure_error",
+    "endpoint_format_error",
+    "time_budget_exceeded",
+]
+
+#: Termination reasons that are never the agent's fault: never a failure record, never evidence.
+INFRA_REASONS = frozenset({"infrastructure_error", "time_budget_exceeded"})
+
+#: Reward components of τ²'s evaluator (one evaluator file per component; reward = product).
+RewardComponent = Literal["db", "communicate", "action", "env_assertion", "nl_assertion"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=False)
+
+
+class ToolCallRecord(_Model):
+    """One tool call of the agent and what came back."""
+
+    name: str
+    arguments: Annotated[dict[str, Any], Field(description="arguments as sent to the environment")]
+    result: Annotated[str | None, Field(description="tool result content; None when the call had no result")] = None
+    error: Annotated[bool, Field(description="the environment reported an error")] = False
+    step: Annotated[int | None, Field(description="index of the message in the trajectory")] = None
+
+
+class TrialResult(_Model):
+    """One trial (one task run once) as the worker reports it to the controller.
+
+    Carried on the pytest call report as `report.ecdysis_trial` (a JSON-safe dict made with
+    `model_dump(mode="json")`), never only in `config.workeroutput` (DESIGN.md §7).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    suite: Annotated[str, Field(description="e.g. 'tau2-airline'")]
+    task_id: str
+    trial: Annotated[int, Field(ge=0, description="0-based trial index")]
+    nodeid: str = ""
+    reward: Annotated[float | None, Field(description="in [0, 1]; None for infrastructure errors")] = None
+    components: Annotated[
+        dict[str, float], Field(description="reward per component, e.g. {'db': 1.0, 'communicate': 0.0}")
+    ] = Field(default_factory=dict)
+    termination_reason: TerminationReason
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    steps: Annotated[int, Field(description="messages in the trajectory")] = 0
+    tokens: Annotated[dict[str, int], Field(description="{'prompt', 'completion', 'total'}")] = Field(
+        default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0}
+    )
+    wall_s: float = 0.0
+    harness_id: str = ""
+    model: str = ""
+    suspect: Annotated[bool, Field(description="the task's gold data is known to be inconsistent")] = False
+    messages: Annotated[
+        list[dict[str, Any]], Field(description="the conversation as {role, content, tool_calls?} dicts")
+    ] = Field(default_factory=list)
+    harness_notes: Annotated[
+        list[dict[str, Any]],
+        Field(description="recorded harness decisions, e.g. repaired endpoint replies: {'kind', 'detail', 'step'}"),
+    ] = Field(default_factory=list)
+    error: Annotated[str | None, Field(description="infrastructure or endpoint error text")] = None
+
+    @property
+    def is_infra_error(self) -> bool:
+        return self.termination_reason in INFRA_REASONS
+
+
+class FailureRecord(_Model):
+    """One failed trial (reward < λ, not an infrastructure error), as evidence for diagnosis."""
+
+    suite: str
+    task_id: str
+    trial: int
+    reward: float
+    termination_reason: TerminationReason
+    failed_components: list[RewardComponent] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    first_tool_error: Annotated[dict[str, Any] | None, Field(description="{'name', 'arguments', 'result', 'step'}")] = None
+    pending_tool_call: Annotated[bool, Field(description="the trial ended with a tool call that got no result")] = False
+    excerpt: Annotated[list[dict[str, Any]], Field(description="bounded slice of the conversation")] = Field(
+        default_factory=list
+    )
+    harness_notes: list[dict[str, Any]] = Field(default_factory=list)
+    suspect: bool = False
+    harness_id: str = ""
+
+
+class PatternGroup(_Model):
+    """Failure records sharing a deterministic signature (DESIGN.md §4 `groups.json`)."""
+
+    signature: str
+    cross_task: bool
+    tasks: list[str]
+    records: Annotated[list[str], Field(description="record keys '<suite>/<task_id>/t<trial>'")]
+    termination_reason: str = ""
+    failed_components: list[str] = Field(default_factory=list)
+    tool: str | None = None
+    error_class: str | None = None
+
+
+class SpecChange(_Model):
+    """One change a modification spec asks for."""
+
+    component: Literal["policy_prompt", "tool_interface", "environment_contract", "trajectory_regulation", "skills"]
+    files: Annotated[list[str], Field(description="paths relative to the harness directory")]
+    description: str
+    trigger: Annotated[str, Field(description="when the changed behaviour applies")] = ""
+    addresses: Annotated[list[str], Field(description="pattern group signatures")] = Field(default_factory=list)
+    expected_effect: str = ""
+    risks: list[str] = Field(default_factory=list)
+    guards: list[str] = Field(default_factory=list)
+    parameters: Annotated[
+        dict[str, Any],
+        Field(description="machine-readable parameters, e.g. {'knob': 'max_model_calls', 'value': 40}"),
+    ] = Field(default_factory=dict)
+
+
+class LeftAlone(_Model):
+    signature: str
+    reason: str
+
+
+class ModificationSpec(_Model):
+    """The Moderator's structured output (`spec.json`)."""
+
+    schema_version: int = SCHEMA_VERSION
+    summary: str
+    changes: list[SpecChange] = Field(default_factory=list)
+    left_alone: list[LeftAlone] = Field(default_factory=list)
+    watch_tasks: list[str] = Field(default_factory=list)
+
+
+RoundOutcome = Literal[
+    "accepted", "rejected", "no_failures", "no_spec", "no_change", "guard_rejected", "broken_candidate"
+]
+
+
+class RoundResult(_Model):
+    """One round of evolution as written to `evolution.json` (DESIGN.md §4)."""
+
+    round: int
+    strategy: str
+    score_before: float
+    score_after: float | None = None
+    accepted: bool = False
+    editor_calls: int = 0
+    tokens: dict[str, int] = Field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
+    wall_s: float = 0.0
+    flips: dict[str, list[str]] = Field(default_factory=lambda: {"solved_to_failed": [], "failed_to_solved": []})
+    outcome: RoundOutcome
+    reason: str = ""
+    harness_id_before: str = ""
+    harness_id_after: str | None = None
+    spec_summary: str | None = None

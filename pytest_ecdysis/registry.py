@@ -1,0 +1,50 @@
+"""Lookup of what suites register through the `pytest_ecdysis` entry-point group (see `hookspecs`).
+
+Registries look things up by name and reject duplicates with a clear error. Loading is lazy: nothing
+is imported until a name is asked for, so workers that do not need the simulated model's knowledge
+never import it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import UsageError
+
+ENTRY_POINT_GROUP = "pytest_ecdysis"
+
+
+@functools.lru_cache(maxsize=1)
+def plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("ecdysis")
+    pm.add_hookspecs(hookspecs)
+    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    return pm
+
+
+def _merged(results: list[dict[str, Any] | None], what: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for result in results:
+        for name, value in (result or {}).items():
+            if name in merged and merged[name] != value:
+                raise UsageError(f"two suites register the {what} {name!r}; uninstall one of them")
+            merged[name] = value
+    return merged
+
+
+def registered_harnesses() -> dict[str, str]:
+    """Named harnesses of every installed suite: ``{name: directory}``."""
+    return _merged(plugin_manager().hook.ecdysis_harnesses(), "harness")
+
+
+def sim_knowledge() -> dict[str, Any]:
+    """The simulated model's knowledge of every installed suite: ``{suite: provider}``."""
+    return _merged(plugin_manager().hook.ecdysis_sim_knowledge(), "suite")
+
+
+def registered_strategies() -> dict[str, Any]:
+    return _merged(plugin_manager().hook.ecdysis_strategies(), "strategy")
