@@ -92,6 +92,10 @@ def pytest_configure(config: pytest.Config) -> None:
             from .evolve import preflight
 
             preflight(cfg, harness_dir)
+        if cfg.gate:
+            from .gate import preflight as gate_preflight
+
+            gate_preflight(cfg)
         if cfg.uses_sim and not state.sim_url:
             from .sim.server import start_background
 
@@ -134,7 +138,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     data = item.stash.get(TRIAL_KEY, None)
     if data is not None and (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
-        report.ecdysis_trial = data
+        from .session import json_safe_trial
+
+        report.ecdysis_trial = json_safe_trial(data, item.nodeid)
     return report
 
 
@@ -151,13 +157,23 @@ class TrialCollector:
         data = getattr(report, "ecdysis_trial", None)
         if data is not None:
             self.state.trials[report.nodeid] = data
+        from .session import note_report
+
+        note_report(self.state, report)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """Under xdist the controller collects nothing: learn the collected ids from the workers."""
+        from .session import note_collection
+
+        note_collection(self.state, ids)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
     result = yield
     state = session.config.stash.get(CONFIG_KEY, None)
-    if state is not None and state.is_controller and (state.collected or state.trials):
+    if state is not None and state.is_controller:  # finish() writes nothing for a session without trials
         from .session import finish
 
         try:

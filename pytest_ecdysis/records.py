@@ -106,6 +106,9 @@ class FailureRecord(_Model):
     harness_notes: list[dict[str, Any]] = Field(default_factory=list)
     suspect: bool = False
     harness_id: str = ""
+    endpoint_problem: Annotated[
+        bool, Field(description="ended as endpoint_format_error: the endpoint's reply was unusable")
+    ] = False
 
 
 class PatternGroup(_Model):
@@ -119,6 +122,7 @@ class PatternGroup(_Model):
     failed_components: list[str] = Field(default_factory=list)
     tool: str | None = None
     error_class: str | None = None
+    endpoint_problem: Annotated[bool, Field(description="records ended as endpoint_format_error")] = False
 
 
 class SpecChange(_Model):

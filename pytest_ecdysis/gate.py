@@ -1,0 +1,176 @@
+"""Baselines and the regression gate (issue 7 parts 1-2).
+
+`--ecdysis-save-baseline FILE` writes a run's scores (`save_baseline`); `--ecdysis-gate` compares a run
+with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
+
+- the run is not comparable: nothing collected, cases that never reported, infrastructure errors
+  (xdist can print "no tests ran" and exit 0, DESIGN.md §7: the gate checks coverage itself);
+- the suite score is below the baseline's by more than `--ecdysis-gate-tolerance`;
+- more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
+  that option is given); "solved" = every trial of the task succeeded (DESIGN.md §4).
+
+A baseline of another suite, split, trial count or model is refused, not compared: at configure time
+(`preflight`, a usage error) for what the options tell, at the end for the collected suites.
+It passes otherwise, even with trials below λ. No pytest here; the plugin maps the verdict to the exit
+status (0 pass, 1 fail).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RunDirError, UsageError
+from .records import SCHEMA_VERSION
+
+#: fields of a baseline that must equal the run's for a comparison to mean anything.
+MATCH_FIELDS = ("suite", "split", "trials", "model")
+
+
+def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The baseline document for a run summary (what `--ecdysis-save-baseline` writes).
+
+    Shape: `{schema_version, suite, split, trials, model, threshold, harness_id, run_id, suite_score,
+    pass_hat_k, n_tasks, tasks: {"<suite>/<task_id>": {"n", "successes", "solved"}}}`.
+    """
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "ecdysis-baseline",
+        **{k: summary.get(k) for k in (*MATCH_FIELDS, "threshold", "harness_id", "run_id", "suite_score",
+                                        "pass_hat_k", "n_tasks")},
+        "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"]}
+                  for k, v in summary.get("tasks", {}).items()},
+    }
+
+
+def save_baseline(summary: dict[str, Any], path: Path) -> Path:
+    """Write the baseline of `summary` to `path` (parents created). Raises RunDirError if not writable."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(baseline_from_summary(summary), indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise RunDirError(f"cannot write the baseline to {path}: {exc.strerror or exc}; "
+                          "pass a writable --ecdysis-save-baseline FILE") from None
+    return path
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    """Read a baseline file. Raises UsageError naming the file and how to make one."""
+    if not path.is_file():
+        raise UsageError(f"--ecdysis-gate: no baseline at {path}; create one with a run on the target "
+                         f"branch and --ecdysis-save-baseline {path}, or point --ecdysis-baseline at it")
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or "suite_score" not in data or "tasks" not in data:
+            raise ValueError("missing suite_score or tasks")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--ecdysis-gate: baseline {path} is not a pytest-ecdysis baseline ({exc}); "
+                         "write it again with --ecdysis-save-baseline") from None
+    return data
+
+
+def mismatches(baseline: dict[str, Any], run: dict[str, Any], fields: tuple[str, ...] = MATCH_FIELDS) -> list[str]:
+    """Human-readable differences of the fields that must match (empty when comparable)."""
+    out = []
+    for name in fields:
+        if name in run and baseline.get(name) != run.get(name):
+            out.append(f"{name}: baseline {baseline.get(name)!r}, this run {run.get(name)!r}")
+    return out
+
+
+def preflight(cfg: Any) -> None:
+    """Configure-time check of `--ecdysis-gate`: the baseline exists and matches split, trials and model.
+
+    Raises:
+        UsageError: missing or unreadable baseline, or one made with other options.
+    """
+    baseline = load_baseline(cfg.baseline)
+    diff = mismatches(baseline, {"split": cfg.split, "trials": cfg.trials, "model": cfg.model})
+    if diff:
+        raise UsageError(f"--ecdysis-gate refuses baseline {cfg.baseline}: it was made with other options "
+                         f"({'; '.join(diff)}); scores are only comparable for the same suite, split, trials "
+                         "and model. Run with those options, or save a new baseline.")
+
+
+@dataclass
+class GateVerdict:
+    """The gate's decision. `reasons` say why it failed (empty when it passed)."""
+
+    passed: bool
+    score: float | None
+    baseline_score: float | None
+    tolerance: float
+    regressions: list[str] = field(default_factory=list)
+    max_regressions: int | None = None
+    reasons: list[str] = field(default_factory=list)
+    refused: bool = False
+    baseline_path: str = ""
+
+    @property
+    def delta(self) -> float | None:
+        if self.score is None or self.baseline_score is None:
+            return None
+        return self.score - self.baseline_score
+
+    def headline(self) -> str:
+        """One line: PASSED/FAILED, the score against the baseline and by how much."""
+        word = "PASSED" if self.passed else ("REFUSED" if self.refused else "FAILED")
+        if self.delta is None:
+            return f"gate {word}: " + "; ".join(self.reasons or ["no score"])
+        margin = self.delta + self.tolerance
+        how = (f"{margin:.3f} above the lowest allowed score" if self.passed
+               else f"{-margin:.3f} below the lowest allowed score" if margin < 0 else "")
+        line = (f"gate {word}: suite score {self.score:.3f} vs baseline {self.baseline_score:.3f} "
+                f"({self.delta:+.3f}, tolerance {self.tolerance:.3f}{'; ' + how if how else ''})")
+        if self.max_regressions is not None or self.regressions:
+            limit = "not checked" if self.max_regressions is None else f"at most {self.max_regressions}"
+            line += f"; {len(self.regressions)} regressed task(s), {limit}"
+        return line
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "refused": self.refused, "score": self.score,
+                "baseline_score": self.baseline_score, "delta": self.delta, "tolerance": self.tolerance,
+                "regressions": self.regressions, "max_regressions": self.max_regressions,
+                "reasons": self.reasons, "baseline": self.baseline_path, "headline": self.headline()}
+
+
+def regressions(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
+    """Tasks solved in the baseline and not solved now (absent now counts as not solved)."""
+    return sorted(k for k, v in baseline_tasks.items()
+                  if v.get("solved") and not run_tasks.get(k, {}).get("solved", False))
+
+
+def verdict(
+    summary: dict[str, Any], baseline: dict[str, Any], *, tolerance: float, max_regressions: int | None,
+    missing: list[str], n_collected: int, baseline_path: str = "",
+) -> GateVerdict:
+    """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons."""
+    v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),
+                    tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path)
+    diff = mismatches(baseline, summary)
+    if diff:
+        v.refused = True
+        v.reasons.append("baseline refused, not compared (" + "; ".join(diff) + "); save a baseline for "
+                         "this suite, split, trials and model")
+        return v
+    if n_collected == 0:
+        v.reasons.append("no trial case was collected: check the test paths and --ecdysis-tasks")
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        v.reasons.append(f"{len(missing)} collected case(s) never reported a result: {shown}")
+    if summary.get("n_infra_errors"):
+        v.reasons.append(f"{summary['n_infra_errors']} trial(s) ended with an infrastructure error; "
+                         "the score is not comparable (check the endpoint and rerun)")
+    if v.score is None:
+        v.reasons.append("no trial was scored")
+    elif v.baseline_score is not None and v.score < v.baseline_score - tolerance - 1e-9:
+        v.reasons.append(f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
+                         f"{v.baseline_score:.3f} (tolerance {tolerance:.3f})")
+    v.regressions = regressions(baseline.get("tasks", {}), summary.get("tasks", {}))
+    if max_regressions is not None and len(v.regressions) > max_regressions:
+        v.reasons.append(f"{len(v.regressions)} task(s) solved in the baseline are not solved now "
+                         f"(allowed {max_regressions}): {', '.join(v.regressions[:10])}")
+    v.passed = not v.reasons
+    return v

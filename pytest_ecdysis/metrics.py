@@ -1,0 +1,189 @@
+"""Scores of a run: suite score, pass@k, pass^k, per-task success counts, tokens, wall-clock and cost.
+
+Pure functions over `TrialResult`s (no pytest, no files except the price table). Definitions:
+
+- *suite score*: mean reward over the scored trials (the paper's "average accuracy"); trials that ended
+  with an infrastructure error have no reward and are counted apart (`n_infra_errors`), never as 0.
+- *success*: reward >= λ (τ² uses reward == 1 within 1e-6, the same as λ = 1.0).
+- *pass^k* (τ²-bench, `tau2/metrics/agent_metrics.py::pass_hat_k`, after arXiv:2406.12045): per task
+  with n scored trials of which c succeeded, C(c, k) / C(n, k); averaged over tasks. It is the chance
+  that k trials drawn without replacement all succeed.
+- *pass@k* (the unbiased estimator of Chen et al. 2021, arXiv:2107.03374): per task 1 - C(n-c, k) / C(n, k),
+  averaged over tasks: the chance that at least one of k drawn trials succeeds.
+- k runs from 1 to the configured trials; like τ²'s `get_metrics_df`, a k larger than the fewest scored
+  trials of any task has no value (None), instead of mixing tasks with different n.
+- *solved* (DESIGN.md §4): every trial of the task succeeded (and it has at least one scored trial).
+
+Cost: tokens x a price table (`prices.json` beside this module, USD per million tokens), merged with a
+user's `.ecdysis/prices.json` in the rootdir when present. An unknown model's cost is None (unknown),
+never 0; a simulated model (`sim`, `sim/<profile>`) costs 0 and is labelled "simulated".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import is_sim_model
+from .errors import UsageError
+from .records import TrialResult
+
+#: reward >= λ - EPS counts as success (τ²'s `is_successful` tolerance).
+EPS = 1e-6
+PRICES_FILE = Path(__file__).with_name("prices.json")
+
+
+def task_key(trial: TrialResult) -> str:
+    """`<suite>/<task_id>`: task ids repeat across suites (airline 3 and retail 3)."""
+    return f"{trial.suite}/{trial.task_id}"
+
+
+def is_success(reward: float | None, threshold: float) -> bool:
+    return reward is not None and reward >= threshold - EPS
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """τ²'s pass^k for one task: C(c, k) / C(n, k). Raises ValueError when n < k."""
+    if n < k:
+        raise ValueError(f"number of trials {n} is less than k {k}")
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """pass@k for one task: 1 - C(n - c, k) / C(n, k). Raises ValueError when n < k."""
+    if n < k:
+        raise ValueError(f"number of trials {n} is less than k {k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    """Per task: scored trials `n`, successes `c`, infrastructure errors."""
+
+    n: int
+    c: int
+    infra: int
+
+    @property
+    def solved(self) -> bool:
+        return self.n > 0 and self.c == self.n and self.infra == 0
+
+
+def task_counts(trials: Iterable[TrialResult], threshold: float) -> dict[str, TaskCounts]:
+    """`{"<suite>/<task_id>": TaskCounts}`, sorted by key."""
+    n: dict[str, int] = defaultdict(int)
+    c: dict[str, int] = defaultdict(int)
+    infra: dict[str, int] = defaultdict(int)
+    for t in trials:
+        key = task_key(t)
+        if t.is_infra_error or t.reward is None:
+            infra[key] += 1
+            n[key] += 0
+        else:
+            n[key] += 1
+            c[key] += is_success(t.reward, threshold)
+    return {k: TaskCounts(n[k], c[k], infra[k]) for k in sorted(n, key=_natural)}
+
+
+def _natural(key: str) -> tuple:
+    """Sort `tau2-airline/10` after `tau2-airline/9`."""
+    suite, _, task = key.rpartition("/")
+    return (suite, int(task) if task.isdigit() else math.inf, task)
+
+
+def pass_k_table(counts: dict[str, TaskCounts], trials: int) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """(pass@k, pass^k) keyed "1".."trials"; None where some task has fewer than k scored trials."""
+    at: dict[str, float | None] = {}
+    hat: dict[str, float | None] = {}
+    scored = [tc for tc in counts.values() if tc.n > 0]
+    min_n = min((tc.n for tc in scored), default=0)
+    for k in range(1, trials + 1):
+        if not scored or k > min_n:
+            at[str(k)] = hat[str(k)] = None
+            continue
+        at[str(k)] = sum(pass_at_k(tc.n, tc.c, k) for tc in scored) / len(scored)
+        hat[str(k)] = sum(pass_hat_k(tc.n, tc.c, k) for tc in scored) / len(scored)
+    return at, hat
+
+
+def load_prices(rootdir: Path | None = None) -> dict[str, dict[str, float]]:
+    """The price table: `{model: {"prompt_per_mtok": USD, "completion_per_mtok": USD}}`.
+
+    Raises:
+        UsageError: a price file that is not valid JSON of that shape (names the file).
+    """
+    table: dict[str, dict[str, float]] = {}
+    paths = [PRICES_FILE] + ([rootdir / ".ecdysis" / "prices.json"] if rootdir else [])
+    for path in paths:
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+            models = data["models"]
+            for name, price in models.items():
+                table[name] = {"prompt_per_mtok": float(price["prompt_per_mtok"]),
+                               "completion_per_mtok": float(price["completion_per_mtok"])}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(
+                f"price table {path} is not valid: {exc!r}; expected "
+                '{"models": {"<model>": {"prompt_per_mtok": 2.5, "completion_per_mtok": 10.0}}}'
+            ) from None
+    return table
+
+
+def cost_usd(model: str, tokens: dict[str, int], prices: dict[str, dict[str, float]]) -> tuple[float | None, str]:
+    """(cost in USD or None when unknown, a note: "simulated", "priced" or "unknown model <name>")."""
+    if is_sim_model(model):
+        return 0.0, "simulated"
+    price = prices.get(model) or prices.get(model.rsplit("/", 1)[-1])
+    if price is None:
+        return None, f"unknown model {model!r}: add it to .ecdysis/prices.json"
+    cost = (tokens.get("prompt", 0) * price["prompt_per_mtok"]
+            + tokens.get("completion", 0) * price["completion_per_mtok"]) / 1e6
+    return cost, "priced"
+
+
+def sum_tokens(trials: Iterable[TrialResult]) -> dict[str, int]:
+    total = {"prompt": 0, "completion": 0, "total": 0}
+    for t in trials:
+        for key in total:
+            total[key] += int(t.tokens.get(key, 0))
+    return total
+
+
+def score_block(
+    trials: list[TrialResult], *, threshold: float, n_trials_cfg: int, model: str,
+    prices: dict[str, dict[str, float]],
+) -> dict[str, Any]:
+    """The figures `summary.json` holds for one suite (or all of them): see DESIGN.md §4.
+
+    `n_trials_cfg` is the configured trials per task (k runs 1..that). Shape:
+    `{n_tasks, n_trials, n_scored, suite_score, pass_at_k, pass_hat_k, n_solved, n_infra_errors,
+    tasks: {key: {"n", "successes", "infra_errors", "solved"}}, tokens, cost_usd, cost_note, trials_wall_s}`.
+    """
+    counts = task_counts(trials, threshold)
+    rewards = [t.reward for t in trials if t.reward is not None and not t.is_infra_error]
+    at, hat = pass_k_table(counts, n_trials_cfg)
+    tokens = sum_tokens(trials)
+    cost, note = cost_usd(model, tokens, prices)
+    return {
+        "n_tasks": len(counts),
+        "n_trials": len(trials),
+        "n_scored": len(rewards),
+        "suite_score": (sum(rewards) / len(rewards)) if rewards else None,
+        "pass_at_k": at,
+        "pass_hat_k": hat,
+        "n_solved": sum(tc.solved for tc in counts.values()),
+        "n_infra_errors": sum(tc.infra for tc in counts.values()),
+        "tasks": {k: {"n": tc.n, "successes": tc.c, "infra_errors": tc.infra, "solved": tc.solved}
+                  for k, tc in counts.items()},
+        "tokens": tokens,
+        "cost_usd": cost,
+        "cost_note": note,
+        "trials_wall_s": round(sum(t.wall_s for t in trials), 3),
+    }

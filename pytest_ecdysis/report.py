@@ -1,0 +1,306 @@
+"""Renderings of a run: `junit.xml`, the `ecdysis` terminal section, Markdown summaries and PR bodies.
+
+Everything here reads plain data (summary dicts, TrialResults, groups, run directories) and returns
+text or writes one file; no pytest imports. Used by `session` at the end of a run, by the `ecdysis`
+CLI, by the gate workflow (job summary) and by the evolution loop (`render_pr_body`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from junitparser import Error, Failure, JUnitXml, Properties, Property, TestCase, TestSuite
+
+from .errors import RunDirError
+from .metrics import is_success
+from .records import TrialResult
+
+TOP_GROUPS = 5
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _cost(summary: dict[str, Any]) -> str:
+    if summary.get("cost_note") == "simulated":
+        return "0 (simulated model)"
+    if summary.get("cost_usd") is None:
+        return "unknown"
+    return f"${summary['cost_usd']:.4f}"
+
+
+# --------------------------------------------------------------------------- junit.xml
+
+
+def write_junit(path: Path, trials: list[TrialResult], missing: list[str], threshold: float) -> Path:
+    """`junit.xml`: one `<testsuite>` per suite, one `<testcase>` per trial with properties
+    `reward`, `termination_reason`, `task_id`, `trial`, `suite`, `harness_id`; failures for reward < λ,
+    errors for infrastructure errors and for missing cases (suite `missing`)."""
+    xml = JUnitXml(name="pytest-ecdysis")
+    suites: dict[str, TestSuite] = {}
+    for t in trials:
+        ts = suites.get(t.suite)
+        if ts is None:
+            ts = suites[t.suite] = TestSuite(t.suite)
+        module, _, name = (t.nodeid or f"{t.suite}::{t.task_id}-t{t.trial}").rpartition("::")
+        case = TestCase(name or t.nodeid, classname=module.replace("/", ".").removesuffix(".py"), time=t.wall_s)
+        props = Properties()
+        for key, value in (("reward", "" if t.reward is None else f"{t.reward:g}"),
+                           ("termination_reason", t.termination_reason), ("task_id", t.task_id),
+                           ("trial", str(t.trial)), ("suite", t.suite), ("harness_id", t.harness_id)):
+            props.add_property(Property(key, value))
+        case.append(props)
+        if t.is_infra_error:
+            case.result = [Error(t.error or t.termination_reason, t.termination_reason)]
+        elif not is_success(t.reward, threshold):
+            comps = ", ".join(f"{k}={v:g}" for k, v in t.components.items()) or "none"
+            case.result = [Failure(f"reward {_fmt(t.reward)} < λ {threshold:g}; components {comps}; "
+                                   f"termination {t.termination_reason}", "below_threshold")]
+        ts.add_testcase(case)
+    if missing:
+        ts = suites["missing"] = TestSuite("missing")
+        for nodeid in missing:
+            module, _, name = nodeid.rpartition("::")
+            case = TestCase(name or nodeid, classname=module.replace("/", ".").removesuffix(".py"))
+            case.result = [Error("the case was collected but never reported a result "
+                                 "(crashed worker or unserialisable report)", "missing")]
+            ts.add_testcase(case)
+    for ts in suites.values():
+        ts.update_statistics()
+        xml.add_testsuite(ts)
+    xml.update_statistics()
+    xml.write(str(path), pretty=True)
+    return path
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def score_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, figures) rows: one per suite, then 'all' when more than one suite."""
+    by_suite = summary.get("by_suite") or {}
+    rows = list(by_suite.items())
+    if len(rows) != 1:
+        rows.append(("all", summary))
+    return rows
+
+
+def _ks(summary: dict[str, Any]) -> list[str]:
+    return sorted((summary.get("pass_hat_k") or {}).keys(), key=int)
+
+
+def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: dict[str, Any] | None = None,
+                  problems: list[str] | None = None) -> list[str]:
+    """The plain-text summary the terminal section and `ecdysis show` print."""
+    ks = _ks(summary)
+    head = f"{'suite':<28}{'tasks':>6}{'trials':>7}{'score':>7}" + "".join(f"{'pass^' + k:>8}" for k in ks)
+    head += f"{'solved':>7}{'infra':>6}"
+    lines = [f"run {summary.get('run_id')}  split {summary.get('split')}  model {summary.get('model')}  "
+             f"harness {summary.get('harness_id')}", head]
+    for label, s in score_rows(summary):
+        row = f"{label:<28}{s.get('n_tasks', 0):>6}{s.get('n_trials', 0):>7}{_fmt(s.get('suite_score')):>7}"
+        row += "".join(f"{_fmt((s.get('pass_hat_k') or {}).get(k)):>8}" for k in ks)
+        row += f"{s.get('n_solved', 0):>7}{s.get('n_infra_errors', 0):>6}"
+        lines.append(row)
+    tok = summary.get("tokens") or {}
+    lines.append(f"failures {summary.get('n_failures', 0)}  tokens {tok.get('total', 0)} "
+                 f"(prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)})  "
+                 f"cost {_cost(summary)}  wall {summary.get('wall_s', 0):.1f} s")
+    if summary.get("suspect_tasks"):
+        lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")
+    if groups:
+        lines.append(f"top failure groups ({len(groups)} in all, cross-task first):")
+        for g in groups[:TOP_GROUPS]:
+            tag = "cross-task" if g.get("cross_task") else "single    "
+            lines.append(f"  {tag} {len(g['records']):>3} rec {len(g['tasks']):>3} tasks  {g['signature']}")
+    for p in problems or []:
+        lines.append(f"PROBLEM: {p}")
+    if gate:
+        lines.append(gate["headline"])
+        lines.extend(f"  - {r}" for r in gate.get("reasons", []) if not gate.get("passed"))
+    return lines
+
+
+def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate: dict[str, Any] | None = None,
+                     problems: list[str] | None = None) -> str:
+    """The Markdown summary (GitHub job summary): score table, top groups, problems, gate verdict."""
+    ks = _ks(summary)
+    out = [f"## pytest-ecdysis run `{summary.get('run_id')}`", ""]
+    if gate:
+        out += [f"**{gate['headline']}**", ""]
+        out += [f"- {r}" for r in gate.get("reasons", []) if not gate.get("passed")]
+        out.append("")
+    out.append(f"split `{summary.get('split')}` · model `{summary.get('model')}` · harness "
+               f"`{summary.get('harness_id')}` · λ {summary.get('threshold')}")
+    if str(summary.get("model", "")).startswith("sim"):
+        out.append("\n_Simulated model (no real LLM): figures show the pipeline, not a model's quality._")
+    out += ["", "| suite | tasks | trials | score | " + " | ".join(f"pass^{k}" for k in ks) + " | solved | infra |",
+            "|---|---:|---:|---:|" + "---:|" * len(ks) + "---:|---:|"]
+    for label, s in score_rows(summary):
+        out.append(f"| {label} | {s.get('n_tasks', 0)} | {s.get('n_trials', 0)} | {_fmt(s.get('suite_score'))} | "
+                   + " | ".join(_fmt((s.get('pass_hat_k') or {}).get(k)) for k in ks)
+                   + f" | {s.get('n_solved', 0)} | {s.get('n_infra_errors', 0)} |")
+    tok = summary.get("tokens") or {}
+    out += ["", f"failures {summary.get('n_failures', 0)} · tokens {tok.get('total', 0)} · cost {_cost(summary)} · "
+            f"wall {summary.get('wall_s', 0):.1f} s"]
+    if groups:
+        out += ["", "| failure group | cross-task | records | tasks |", "|---|---|---:|---:|"]
+        out += [f"| `{g['signature']}` | {'yes' if g.get('cross_task') else 'no'} | {len(g['records'])} | "
+                f"{len(g['tasks'])} |" for g in groups[:TOP_GROUPS]]
+    if problems:
+        out += [""] + [f"> **Problem:** {p}" for p in problems]
+    return "\n".join(out) + "\n"
+
+
+def append_step_summary(markdown: str) -> Path | None:
+    """Append to `$GITHUB_STEP_SUMMARY` when set; returns its path (None when unset)."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(markdown + "\n")
+    return Path(target)
+
+
+# --------------------------------------------------------------------------- run directories
+
+
+def read_json(path: Path) -> Any:
+    """Read a run-directory JSON file. Raises RunDirError naming the file."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunDirError(f"{path} does not exist: is {path.parent} a pytest-ecdysis run directory?") from None
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"cannot read {path}: {exc}") from None
+
+
+def read_run(run_path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(summary, groups) of a run directory."""
+    summary = read_json(Path(run_path) / "summary.json")
+    groups_file = Path(run_path) / "groups.json"
+    groups = read_json(groups_file).get("groups", []) if groups_file.exists() else []
+    return summary, groups
+
+
+def flips(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[str]]:
+    """Per-task flips between two summaries' `tasks` (solved -> failed, failed -> solved)."""
+    a, b = before.get("tasks", {}), after.get("tasks", {})
+    common = sorted(set(a) & set(b))
+    return {"solved_to_failed": [k for k in common if a[k]["solved"] and not b[k]["solved"]],
+            "failed_to_solved": [k for k in common if not a[k]["solved"] and b[k]["solved"]],
+            "only_before": sorted(set(a) - set(b)), "only_after": sorted(set(b) - set(a))}
+
+
+# --------------------------------------------------------------------------- PR body
+
+
+def _score_of(value: Any) -> tuple[float | None, dict[str, Any]]:
+    """(suite score, pass^k) of an `evolution.json` test entry: a number, a summary dict or a run path."""
+    if isinstance(value, (int, float)):
+        return float(value), {}
+    if isinstance(value, dict):
+        return value.get("suite_score"), value.get("pass_hat_k") or {}
+    return None, {}
+
+
+def _spec_markdown(spec: dict[str, Any]) -> list[str]:
+    out = [f"> {spec.get('summary', '').strip()}", ""]
+    for ch in spec.get("changes", []):
+        out.append(f"- **{ch.get('component')}** (`{'`, `'.join(ch.get('files', []))}`): {ch.get('description')}")
+        if ch.get("trigger"):
+            out.append(f"  - trigger: {ch['trigger']}")
+        if ch.get("addresses"):
+            out.append(f"  - addresses: {', '.join('`' + a + '`' for a in ch['addresses'])}")
+        if ch.get("expected_effect"):
+            out.append(f"  - expected effect: {ch['expected_effect']}")
+        if ch.get("risks"):
+            out.append(f"  - risks: {'; '.join(ch['risks'])}")
+        if ch.get("guards"):
+            out.append(f"  - guards: {'; '.join(ch['guards'])}")
+    for la in spec.get("left_alone", []):
+        out.append(f"- left alone: `{la.get('signature')}`: {la.get('reason')}")
+    if spec.get("watch_tasks"):
+        out.append(f"- watch tasks: {', '.join(spec['watch_tasks'])}")
+    return out
+
+
+def render_pr_body(run_path: Path | str) -> str:
+    """Markdown PR body from an evolution run directory (`evolution.json`, `rounds/<n>/spec.json`).
+
+    Sections: held-out test score before/after with pass^k, one row per round (score before -> after,
+    outcome), per-task flips of accepted rounds, the spec of each accepted round, tokens and cost.
+
+    Raises:
+        RunDirError: no readable `evolution.json` in `run_path`.
+    """
+    run_path = Path(run_path)
+    evo = read_json(run_path / "evolution.json")
+    summary_file = run_path / "summary.json"
+    summary = read_json(summary_file) if summary_file.exists() else {}
+    rounds = evo.get("rounds", [])
+    accepted = [r for r in rounds if r.get("accepted")]
+    out = ["## pytest-ecdysis: harness evolution", ""]
+    model = summary.get("model") or ""
+    out.append(f"run `{run_path.name}` · model `{model or '?'}` · harness `{summary.get('harness_id', '?')}` · "
+               f"{len(accepted)} of {len(rounds)} round(s) accepted · branch `{evo.get('branch') or 'none'}`")
+    if model.startswith("sim"):
+        out += ["", "_Simulated model (no real LLM): the figures show the loop working, not a model's quality._"]
+
+    test = evo.get("test") or {}
+    if test:
+        (s0, p0), (s1, p1) = _score_of(test.get("start")), _score_of(test.get("frozen"))
+        ks = sorted(set(p0) | set(p1), key=int)
+        out += ["", f"### Held-out test split ({test.get('trials', '?')} trial(s) per task)", "",
+                "| harness | score | " + " | ".join(f"pass^{k}" for k in ks) + " |",
+                "|---|---:|" + "---:|" * len(ks)]
+        out.append("| before (start) | " + _fmt(s0) + " | " + " | ".join(_fmt(p0.get(k)) for k in ks) + " |")
+        out.append("| after (frozen) | " + _fmt(s1) + " | " + " | ".join(_fmt(p1.get(k)) for k in ks) + " |")
+        if s0 is not None and s1 is not None:
+            out += ["", f"change on test: {s1 - s0:+.3f}"]
+        for name, entry in (test.get("transfer") or {}).items():
+            (t0, _), (t1, _) = _score_of((entry or {}).get("start")), _score_of((entry or {}).get("frozen"))
+            out.append(f"- transfer to `{name}`: {_fmt(t0)} -> {_fmt(t1)}")
+
+    out += ["", "### Rounds (train split)", "", "| round | strategy | score before | score after | outcome | "
+            "editor calls | tokens | wall s |", "|---:|---|---:|---:|---|---:|---:|---:|"]
+    for r in rounds:
+        out.append(f"| {r.get('round')} | {r.get('strategy')} | {_fmt(r.get('score_before'))} | "
+                   f"{_fmt(r.get('score_after'))} | {r.get('outcome')} | {r.get('editor_calls', 0)} | "
+                   f"{(r.get('tokens') or {}).get('total', 0)} | {r.get('wall_s', 0):.1f} |")
+
+    for r in accepted:
+        n = r.get("round")
+        fl = r.get("flips") or {}
+        out += ["", f"### Round {n} (accepted)", ""]
+        out.append(f"- failed -> solved: {', '.join(fl.get('failed_to_solved', [])) or 'none'}")
+        out.append(f"- solved -> failed: {', '.join(fl.get('solved_to_failed', [])) or 'none'}")
+        spec_file = run_path / "rounds" / str(n) / "spec.json"
+        if spec_file.exists():
+            out += ["", "Modification spec:", ""] + _spec_markdown(read_json(spec_file))
+        else:
+            out.append(f"- (no spec.json recorded in rounds/{n}/)")
+
+    tokens = {"prompt": 0, "completion": 0, "total": 0}
+    for r in rounds:
+        for k in tokens:
+            tokens[k] += int((r.get("tokens") or {}).get(k, 0))
+    from .metrics import cost_usd, load_prices
+
+    diag_model = summary.get("diagnosis_model") or model
+    cost, note = cost_usd(diag_model, tokens, load_prices()) if diag_model else (None, "unknown model")
+    cost_text = "0 (simulated model)" if note == "simulated" else ("unknown" if cost is None else f"${cost:.4f}")
+    out += ["", "### Cost", "",
+            f"diagnosis and editing tokens {tokens['total']} (prompt {tokens['prompt']}, completion "
+            f"{tokens['completion']}) · estimated cost {cost_text} · evolution wall-clock "
+            f"{evo.get('wall_s', 0):.1f} s"]
+    if summary.get("cost_usd") is not None or summary.get("cost_note"):
+        out.append(f"task runs of the starting harness: tokens {(summary.get('tokens') or {}).get('total', 0)} · "
+                   f"cost {_cost(summary)}")
+    out += ["", "_Generated by pytest-ecdysis. Review the diff like any other change; the score is noisy "
+            "(reruns of an unchanged harness move by several points)._"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,307 @@
+"""End of a run on the controller: coverage check, run directory, baseline, gate, evolution hand-off.
+
+The plugin calls, on the controller only:
+
+- `note_collection(state, ids)` for every xdist worker's collection (the controller collects nothing
+  under xdist) and `note_report(state, report)` for every test report;
+- `finish(session, state)` after the run loop: turn `state.trials` (nodeid -> TrialResult JSON) into the
+  run directory `<run-dir>/<run-id>/` (`summary.json`, `trials.jsonl`, `failures.jsonl`, `groups.json`,
+  `junit.xml`; DESIGN.md §4), name every collected case that never reported (a crashed worker, a report
+  xdist could not serialise), then save the baseline, compute the gate verdict, run evolution;
+- `exit_status(state, exitstatus)` in `pytest_sessionfinish`: the gate's verdict is the exit status;
+- `terminal_summary(terminalreporter, state)`: the `ecdysis` section.
+
+A session that collected no trial case and was asked for no gate or baseline writes nothing: the plugin
+stays out of the way of ordinary test runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import failures, gate, metrics, patterns, report
+from .errors import EcdysisError, RunDirError
+from .records import SCHEMA_VERSION, TrialResult
+
+#: how many missing node ids a message names before "and N more".
+SHOW_MISSING = 10
+
+
+@dataclass
+class Coverage:
+    """What the controller learnt about collection and reports (filled by the plugin's hooks)."""
+
+    xdist_ids: set[str] = field(default_factory=set)  # union of the workers' collections
+    reported: set[str] = field(default_factory=set)  # node ids with any report
+    non_trial: set[str] = field(default_factory=set)  # reported, without the ecdysis_trial marker
+    crashed: list[str] = field(default_factory=list)  # xdist "worker crashed while running" reports
+
+
+@dataclass
+class RunOutcome:
+    """What `finish` did; kept in `state.outcome` for the exit status and the terminal summary."""
+
+    summary: dict[str, Any]
+    groups: list[dict[str, Any]]
+    missing: list[str]
+    problems: list[str]
+    run_path: Path | None  # None when the run directory could not be written
+    gate: gate.GateVerdict | None = None
+    baseline_written: Path | None = None
+    evolution: Any = None
+    evolution_error: str | None = None
+
+
+def coverage(state: Any) -> Coverage:
+    cov = getattr(state, "_ecdysis_coverage", None)
+    if cov is None:
+        cov = Coverage()
+        state._ecdysis_coverage = cov
+    return cov
+
+
+def note_collection(state: Any, ids: list[str] | tuple[str, ...]) -> None:
+    """Record one xdist worker's collected node ids (`pytest_xdist_node_collection_finished`)."""
+    coverage(state).xdist_ids.update(ids)
+
+
+def note_report(state: Any, report: Any) -> None:
+    """Record a test report: which node ids reported, which are not trials, which crashed a worker."""
+    cov = coverage(state)
+    if report.when == "???":  # xdist's handle_crashitem report
+        cov.crashed.append(report.nodeid)
+        return
+    cov.reported.add(report.nodeid)
+    if getattr(report, "ecdysis_trial", None) is None and "ecdysis_trial" not in (report.keywords or {}):
+        cov.non_trial.add(report.nodeid)
+
+
+def json_safe_trial(data: dict, nodeid: str) -> dict:
+    """`data` when JSON can carry it, else a JSON-safe marker the controller reports as a problem.
+
+    Runs on workers before the report is serialised: an attribute xdist cannot serialise makes it crash
+    or print "no tests ran" (DESIGN.md §7), and the case's result would vanish without a word.
+    """
+    try:
+        json.dumps(data)
+    except (TypeError, ValueError) as exc:
+        return {"ecdysis_error": f"the trial result of {nodeid} is not JSON-serialisable ({exc}); pass "
+                                 "record_trial a TrialResult or a dict of JSON-safe builtins"}
+    return data
+
+
+def expected_cases(state: Any) -> set[str]:
+    """Trial node ids that should have reported a result.
+
+    Without xdist: the items marked `ecdysis_trial`. With xdist (the controller sees only ids): every id
+    the workers collected, minus the ones whose reports show they are not trials; an id that never
+    reported stays expected, so a crashed or silent case is named rather than dropped.
+    """
+    cov = coverage(state)
+    if cov.xdist_ids:
+        return (cov.xdist_ids - cov.non_trial) | set(state.trials)
+    return set(state.collected) | set(state.trials)
+
+
+def _parse_trials(raw: dict[str, dict], problems: list[str]) -> list[TrialResult]:
+    out = []
+    for nodeid, data in raw.items():
+        if isinstance(data, dict) and "ecdysis_error" in data:
+            problems.append(data["ecdysis_error"])
+            continue
+        try:
+            t = TrialResult.model_validate(data)
+        except ValidationError as exc:
+            problems.append(f"{nodeid}: its trial result is not a valid TrialResult ({exc.error_count()} "
+                            f"error(s), first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}); left out")
+            continue
+        t.nodeid = nodeid  # the report's node id is what coverage is checked against
+        out.append(t)
+    out.sort(key=lambda t: (*metrics._natural(metrics.task_key(t)), t.trial))
+    return out
+
+
+def aggregate(
+    trials: list[TrialResult], *, threshold: float, trials_per_task: int, model: str,
+    prices: dict[str, dict[str, float]],
+) -> tuple[dict[str, Any], failures.Triage, list[Any]]:
+    """(summary figures, triage, groups) of a list of trials: the pure core of `finish` (benchmarked)."""
+    suites = sorted({t.suite for t in trials})
+    block = metrics.score_block(trials, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
+                                prices=prices)
+    by_suite = {}
+    for s in suites:
+        sub = [t for t in trials if t.suite == s]
+        by_suite[s] = metrics.score_block(sub, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
+                                          prices=prices)
+        by_suite[s].pop("tasks")
+    tri = failures.triage(trials, threshold)
+    groups = patterns.group(tri.records)
+    block.update(
+        suite="+".join(suites) or "none",
+        by_suite=by_suite,
+        n_failures=len(tri.records),
+        n_evidence=len(tri.evidence),
+        n_groups=len(groups),
+        n_cross_task_groups=sum(g.cross_task for g in groups),
+        suspect_tasks=sorted({metrics.task_key(t) for t in trials if t.suspect}, key=metrics._natural),
+    )
+    return block, tri, groups
+
+
+def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialResult], tri: failures.Triage,
+                  groups: list[Any], missing: list[str], threshold: float) -> None:
+    """Write the five files of DESIGN.md §4. Raises RunDirError when the directory is not writable."""
+    try:
+        run_path.mkdir(parents=True, exist_ok=True)
+        with open(run_path / "trials.jsonl", "w", encoding="utf-8") as fh:
+            for t in trials:
+                fh.write(json.dumps(t.model_dump(mode="json"), ensure_ascii=False) + "\n")
+        with open(run_path / "failures.jsonl", "w", encoding="utf-8") as fh:
+            for r in tri.records:
+                fh.write(json.dumps(r.model_dump(mode="json"), ensure_ascii=False) + "\n")
+        (run_path / "groups.json").write_text(json.dumps(
+            {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]}, indent=1))
+        report.write_junit(run_path / "junit.xml", trials, missing, threshold)
+        (run_path / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    except OSError as exc:
+        raise RunDirError(f"cannot write the run directory {run_path}: {exc.strerror or exc}; pass a writable "
+                          "--ecdysis-run-dir (results are printed below)") from None
+
+
+def _name(ids: list[str]) -> str:
+    more = len(ids) - SHOW_MISSING
+    return ", ".join(ids[:SHOW_MISSING]) + (f" and {more} more" if more > 0 else "")
+
+
+def finish(session: Any, state: Any) -> RunOutcome | None:
+    """Aggregate the run, write its directory, then baseline / gate / evolution as configured.
+
+    Stores and returns a `RunOutcome` (None for a session with no trial case and no gate or baseline).
+    Problems with the run (missing cases, unwritable directory, invalid results) become messages in
+    `outcome.problems`, never exceptions; missing cases also count as failed tests.
+    """
+    cfg = state.cfg
+    problems: list[str] = []
+    trials = _parse_trials(state.trials, problems)  # invalid results are named, then counted as missing
+    expected = expected_cases(state)
+    if not expected and not trials and not (cfg.gate or cfg.save_baseline):
+        return None
+    cov = coverage(state)
+    missing = sorted(expected - {t.nodeid for t in trials})
+    if missing:
+        problems.append(f"{len(missing)} collected case(s) never reported a valid trial result: {_name(missing)}")
+        if cov.crashed:
+            problems.append(f"xdist worker(s) crashed while running: {_name(sorted(set(cov.crashed)))}")
+        if not state.trials and cov.xdist_ids:
+            problems.append("no case reported at all: a report attribute that xdist cannot serialise makes it "
+                            "print 'no tests ran' and exit 0; trial results must be JSON-safe "
+                            "(record_trial(item, TrialResult(...)))")
+        session.testsfailed += len(missing)
+    if not expected and not trials:
+        problems.append("no trial case was collected (no test marked ecdysis_trial): check the test paths "
+                        "and --ecdysis-tasks")
+
+    per_task = max([cfg.trials, *Counter(metrics.task_key(t) for t in trials).values()])
+    summary, tri, groups = aggregate(trials, threshold=cfg.threshold, trials_per_task=per_task,
+                                     model=cfg.model, prices=metrics.load_prices(cfg.rootdir))
+    summary = {
+        "schema_version": SCHEMA_VERSION, "run_id": state.run_id,
+        "suite": summary.pop("suite"), "by_suite": summary.pop("by_suite"),
+        "split": cfg.split, "trials": cfg.trials, "threshold": cfg.threshold,
+        **summary,
+        "wall_s": round(time.time() - state.started, 3),
+        "harness_id": state.harness_id, "model": cfg.model, "user_model": cfg.user_model,
+        "diagnosis_model": cfg.diagnosis_model, "n_collected": len(expected), "missing": missing,
+        "problems": problems,
+    }
+    outcome = RunOutcome(summary=summary, groups=[g.model_dump(mode="json") for g in groups], missing=missing,
+                         problems=problems, run_path=state.run_path)
+    state.outcome = outcome
+    try:
+        write_run_dir(state.run_path, summary, trials, tri, groups, missing, cfg.threshold)
+    except RunDirError as exc:
+        outcome.run_path = None
+        problems.append(str(exc))
+
+    if cfg.save_baseline:
+        if missing or summary["n_infra_errors"] or not trials:
+            problems.append(f"baseline not written to {cfg.save_baseline}: the run is incomplete (missing cases, "
+                            "infrastructure errors or no trial); rerun when the endpoint is healthy")
+        else:
+            try:
+                outcome.baseline_written = gate.save_baseline(summary, cfg.save_baseline)
+            except RunDirError as exc:
+                problems.append(str(exc))
+    if cfg.gate:
+        baseline = gate.load_baseline(cfg.baseline)  # checked at configure time; UsageError if it vanished
+        outcome.gate = gate.verdict(summary, baseline, tolerance=cfg.gate_tolerance,
+                                    max_regressions=cfg.gate_max_regressions, missing=missing,
+                                    n_collected=len(expected), baseline_path=str(cfg.baseline))
+    summary["gate"] = outcome.gate.as_dict() if outcome.gate else None
+    if outcome.run_path is not None and cfg.gate:
+        (outcome.run_path / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    try:
+        report.append_step_summary(report.summary_markdown(summary, outcome.groups, summary["gate"], problems))
+    except OSError as exc:
+        problems.append(f"cannot append to $GITHUB_STEP_SUMMARY: {exc}")
+
+    if cfg.evolve:
+        _evolve(session, state, outcome)
+    return outcome
+
+
+def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:
+    try:
+        from .evolve import run_evolution
+    except ImportError as exc:
+        outcome.evolution_error = (f"--ecdysis-evolve: the evolution loop is not available ({exc}); "
+                                   "pytest_ecdysis.evolve.run_evolution is missing from this installation")
+        return
+    if outcome.run_path is None:
+        outcome.evolution_error = "--ecdysis-evolve: not run, the run directory could not be written"
+        return
+    try:
+        outcome.evolution = run_evolution(session, state, outcome.summary)
+    except EcdysisError as exc:
+        outcome.evolution_error = f"--ecdysis-evolve stopped: {exc}"
+
+
+def exit_status(state: Any, exitstatus: int) -> int | None:
+    """The exit status DESIGN.md §4 asks for, or None to keep pytest's.
+
+    Interrupted, internal and usage errors (2, 3, 4) are kept. `--ecdysis-gate`: 0 when the gate passed,
+    1 when it failed. `--ecdysis-evolve`: 0 when the loop ran to the end, 1 when it stopped on an error.
+    """
+    outcome: RunOutcome | None = state.outcome
+    if outcome is None or exitstatus in (2, 3, 4):
+        return None
+    if outcome.gate is not None:
+        return 0 if outcome.gate.passed else 1
+    if state.cfg.evolve:
+        return 1 if outcome.evolution_error else 0
+    return None
+
+
+def terminal_summary(terminalreporter: Any, state: Any) -> None:
+    """The `ecdysis` section: score table, top groups, problems, gate verdict, where the files are."""
+    outcome: RunOutcome = state.outcome
+    tr = terminalreporter
+    tr.write_sep("=", "ecdysis")
+    for line in report.summary_lines(outcome.summary, outcome.groups, outcome.summary.get("gate"),
+                                      outcome.problems):
+        red = line.startswith("PROBLEM") or line.startswith("gate FAILED") or line.startswith("gate REFUSED")
+        tr.write_line(line, red=red, green=line.startswith("gate PASSED"))
+    if outcome.run_path is not None:
+        tr.write_line(f"run directory: {outcome.run_path}")
+    if outcome.baseline_written:
+        tr.write_line(f"baseline written: {outcome.baseline_written}")
+    if outcome.evolution_error:
+        tr.write_line(outcome.evolution_error, red=True)
