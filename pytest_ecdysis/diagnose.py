@@ -1,0 +1,270 @@
+"""Diagnosis: a round's failure evidence -> a modification spec, through the chosen strategy.
+
+    d = diagnose(records=..., groups=..., harness_dir=..., history=..., solved_tasks=..., cfg=cfg,
+                 round_dir=run_path / "rounds" / "1")
+    d.spec        # ModificationSpec with at least one change, or None (d.reason says why)
+
+FDCR (`ecdysis`, DESIGN.md §1 step 4): Analyst, Critic and Engineer share one transcript for K passes
+(`cfg.fdcr_passes`), then the Moderator writes the spec: 3K+1 calls. `ecdysis-nofdcr`: one analyst
+call writes the spec: 1 call. Other strategies live in `pytest_ecdysis.strategies`.
+
+Structured output: the spec-writing call asks for JSON mode; the answer is parsed as JSON, else from a
+fenced block or the first object in the text (`evidence.extract_json`); an answer that does not validate
+against `ModificationSpec`, or that names files outside the harness, gets **one** repair call with the
+error; if that fails too, the spec is None with the reason. Written to `round_dir`: `transcript.jsonl`
+(one line per role turn, appended as they happen, so it is kept whatever goes wrong) and `spec.json`
+(with `schema_version`) when a spec validated. Endpoint failures propagate as `InfrastructureError`.
+No usable failure records -> no call at all, `reason == "no_failures"`.
+This module must not import tau2, task suites or harness code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .errors import SpecError
+from .evidence import Evidence, build_evidence, extract_json, render_turn, usable_records
+from .llm import Completion, RoleClient, add_tokens
+from .records import SCHEMA_VERSION, FailureRecord, ModificationSpec, PatternGroup
+
+ROLES = ("analyst", "critic", "engineer")
+#: What each role is asked to answer with (the `format` of the `<respond .../>` marker).
+FORMATS = {"analyst": "proposal", "critic": "verdicts", "engineer": "ledger", "moderator": "spec"}
+
+
+@dataclass
+class Diagnosis:
+    """The outcome of one round's diagnosis.
+
+    `spec` is None unless a spec validated and has at least one change; `reason` then says why:
+    `no_failures`, `no_spec` (the roles proposed nothing), `invalid_spec` (did not validate after one
+    repair) or `outside_harness` (it named files outside the harness); `detail` is the human message.
+    `specs` holds every spec for instance-level strategies (`self-evolution`), else `[spec]` or `[]`.
+    `tokens` sums all role calls (`prompt`, `completion`, `total`); `wall_s` is seconds of the whole call.
+    """
+
+    spec: ModificationSpec | None
+    reason: str = ""
+    detail: str = ""
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
+    wall_s: float = 0.0
+    calls: int = 0
+    specs: list[ModificationSpec] = field(default_factory=list)
+    instance_level: bool = False
+    n_records: int = 0
+    evidence_chars: int = 0
+
+
+def load_prompt(name: str) -> str:
+    """The text of `prompts/<name>.md` (the shared principles are prepended to every role prompt)."""
+    base = resources.files("pytest_ecdysis.prompts")
+    return (base / "_common.md").read_text(encoding="utf-8") + "\n" + (base / f"{name}.md").read_text(
+        encoding="utf-8")
+
+
+class Transcript:
+    """The shared transcript: kept in memory and appended to `round_dir/transcript.jsonl` turn by turn."""
+
+    def __init__(self, round_dir: Path | None) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.tokens = {"prompt": 0, "completion": 0, "total": 0}
+        self.path = None if round_dir is None else Path(round_dir) / "transcript.jsonl"
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("", encoding="utf-8")
+
+    def add(self, role: str, pass_: int | None, reply: Completion, **extra: Any) -> None:
+        line = {"role": role, "pass": pass_, "content": reply.text, "tokens": reply.tokens,
+                "wall_s": round(reply.wall_s, 4), **extra}
+        self.lines.append(line)
+        self.tokens = add_tokens(self.tokens, reply.tokens)
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+
+def role_messages(role: str, prompt: str, pass_: int | None, passes: int, evidence_text: str,
+                  turns: Sequence[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+    """The chat messages of one role turn: the role prompt, then evidence + shared transcript + marker."""
+    parts = [evidence_text]
+    if turns:
+        parts.append("The discussion so far (shared transcript):\n<transcript>\n"
+                     + "\n".join(render_turn(t["role"], t["pass"], t["content"]) for t in turns)
+                     + "\n</transcript>")
+    where = "final" if pass_ is None else f"pass {pass_} of {passes}"
+    parts.append(f"You are the {role.capitalize()} ({where}). Answer as your instructions say.\n"
+                 f'<respond role="{role}" pass="{"final" if pass_ is None else pass_}" passes="{passes}" '
+                 f'format="{fmt}"/>')
+    return [{"role": "system", "content": prompt}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def validate_spec(value: Any, harness_dir: Path | None) -> ModificationSpec:
+    """A parsed answer as a `ModificationSpec` whose files all lie inside `harness_dir`.
+
+    A leading `<harness dir name>/` on a path is dropped (models often write it).
+
+    Raises:
+        SpecError: no JSON object, a schema mismatch (the pydantic errors, shortened), or a file path that
+            is absolute or leaves the harness directory.
+    """
+    if not isinstance(value, Mapping):
+        raise SpecError("the answer holds no JSON object; answer with one JSON object of the spec's shape")
+    try:
+        spec = ModificationSpec.model_validate(value)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:8])
+        raise SpecError(f"the JSON does not match the modification spec schema: {problems}") from None
+    if harness_dir is None:
+        return spec
+    root = Path(harness_dir).resolve()
+    outside = []
+    for i, change in enumerate(spec.changes):
+        files = []
+        for name in change.files:
+            rel = name.strip()
+            if rel.startswith(root.name + "/") and not (root / rel).exists():
+                rel = rel[len(root.name) + 1:]
+            target = (root / rel).resolve()
+            if Path(rel).is_absolute() or (target != root and root not in target.parents) or not rel:
+                outside.append(f"{name!r} (change {i + 1})")
+            files.append(rel)
+        change.files = files
+    if outside:
+        raise SpecError(f"the spec names files outside the harness directory {root}: {', '.join(outside)}; "
+                        "a spec may only name paths relative to the harness directory")
+    return spec
+
+
+def write_spec(round_dir: Path | None, spec: ModificationSpec, name: str = "spec.json") -> None:
+    if round_dir is None:
+        return
+    Path(round_dir).mkdir(parents=True, exist_ok=True)
+    data = spec.model_dump(mode="json")
+    data["schema_version"] = SCHEMA_VERSION
+    (Path(round_dir) / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def spec_call(client: RoleClient, role: str, messages: list[dict[str, Any]], tx: Transcript,
+              pass_: int | None, harness_dir: Path | None) -> tuple[ModificationSpec | None, str, str]:
+    """Ask `role` for a spec; parse, validate, and repair once. Returns `(spec, reason, detail)`."""
+    reply = client.complete(role, messages, json_mode=True)
+    tx.add(role, pass_, reply)
+    try:
+        return validate_spec(extract_json(reply.text), harness_dir), "", ""
+    except SpecError as exc:
+        error = str(exc)
+    repair = messages + [
+        {"role": "assistant", "content": reply.text},
+        {"role": "user", "content": f"Your answer could not be used: {error}. Answer again with only the "
+                                    "corrected JSON object of the modification spec."},
+    ]
+    reply = client.complete(role, repair, json_mode=True)
+    tx.add(role, pass_, reply, repair=True)
+    try:
+        return validate_spec(extract_json(reply.text), harness_dir), "", ""
+    except SpecError as exc:
+        reason = "outside_harness" if "outside the harness" in str(exc) else "invalid_spec"
+        return None, reason, f"{role} answer unusable after one repair: {exc}"
+
+
+def run_fdcr(evidence: Evidence, client: RoleClient, passes: int, tx: Transcript,
+             harness_dir: Path | None) -> tuple[ModificationSpec | None, str, str]:
+    """K passes of Analyst, Critic, Engineer over one shared transcript, then the Moderator (3K+1 calls)."""
+    text = evidence.render()
+    prompts = {role: load_prompt(role) for role in (*ROLES, "moderator")}
+    turns: list[dict[str, Any]] = []
+    for pass_ in range(1, passes + 1):
+        for role in ROLES:
+            reply = client.complete(role, role_messages(role, prompts[role], pass_, passes, text, turns,
+                                                        FORMATS[role]))
+            tx.add(role, pass_, reply)
+            turns.append({"role": role, "pass": pass_, "content": reply.text or "(no answer)"})
+    messages = role_messages("moderator", prompts["moderator"], None, passes, text, turns, "spec")
+    return spec_call(client, "moderator", messages, tx, None, harness_dir)
+
+
+def run_single_analyst(evidence: Evidence, client: RoleClient, tx: Transcript,
+                       harness_dir: Path | None) -> tuple[ModificationSpec | None, str, str]:
+    """One analyst call that writes the spec directly (no review): 1 call (2 with a repair)."""
+    messages = role_messages("analyst", load_prompt("analyst_nofdcr"), 1, 1, evidence.render(), [], "spec")
+    return spec_call(client, "analyst", messages, tx, 1, harness_dir)
+
+
+def finish(spec: ModificationSpec | None, reason: str, detail: str, tx: Transcript, round_dir: Path | None,
+           start: float, evidence: Evidence, client: RoleClient | None) -> Diagnosis:
+    """A `Diagnosis` from one spec (written to `spec.json` when it validated, even with no change)."""
+    if spec is not None:
+        write_spec(round_dir, spec)
+        if not spec.changes:
+            reason = "no_spec"
+            detail = f"the spec proposes no change ({len(spec.left_alone)} group(s) left alone)"
+            spec = None
+    return Diagnosis(spec=spec, reason=reason, detail=detail, transcript=tx.lines, tokens=tx.tokens,
+                     wall_s=time.monotonic() - start, calls=len(tx.lines), specs=[spec] if spec else [],
+                     n_records=evidence.n_records, evidence_chars=len(evidence.render()))
+
+
+def diagnose(
+    *,
+    records: Sequence[FailureRecord],
+    groups: Sequence[PatternGroup],
+    harness_dir: Path | None,
+    history: Iterable[Any] = (),
+    solved_tasks: Iterable[str] | Mapping[str, Any] = (),
+    cfg: Any,
+    round_dir: Path | None,
+    strategy: str = "ecdysis",
+    client: RoleClient | None = None,
+) -> Diagnosis:
+    """Turn one round's failure records and groups into a modification spec with the named strategy.
+
+    Args:
+        records, groups: the round's `FailureRecord`s and `PatternGroup`s (suspect and infrastructure
+            records are dropped; `cfg.evidence_limit` applies the failure-aware selection).
+        harness_dir: the incumbent harness (mapped for the roles; spec files must lie inside it).
+        history: earlier rounds (`evidence.PastRound` or dicts with `round`, `outcome`, `score_before`,
+            `score_after`, `spec`), so a rejected idea is not proposed unchanged.
+        solved_tasks: task ids the incumbent solves in every trial (or `{task_id: tools used}`).
+        cfg: an `EcdysisConfig` (uses `diagnosis_model`, `base_url`, `fdcr_passes`, `evidence_limit`).
+        round_dir: where `transcript.jsonl` and `spec.json` go (None: nothing written).
+        strategy: a name of `pytest_ecdysis.strategies` (`ecdysis`, `ecdysis-nofdcr`, ...).
+        client: a ready `RoleClient` (tests); default `RoleClient.from_config(cfg)`, built only when needed.
+
+    Raises:
+        InfrastructureError: the diagnosis endpoint failed after retries (the transcript so far is kept).
+        UsageError: an unknown strategy, or a diagnosis model without an endpoint.
+    """
+    from .strategies.base import RoundInput, get_strategy
+
+    start = time.monotonic()
+    impl = get_strategy(strategy)
+    if not usable_records(records):
+        return Diagnosis(spec=None, reason="no_failures",
+                         detail="no failure records to diagnose (suspect tasks and infrastructure errors "
+                                "are never evidence): the round stops without a diagnosis call",
+                         wall_s=time.monotonic() - start)
+    round_input = RoundInput(records=list(records), groups=list(groups),
+                             harness_dir=None if harness_dir is None else Path(harness_dir),
+                             history=list(history), solved_tasks=solved_tasks, cfg=cfg,
+                             round_dir=None if round_dir is None else Path(round_dir))
+    client = client or RoleClient.from_config(cfg)
+    diagnosis = impl.propose(round_input, client)
+    diagnosis.wall_s = time.monotonic() - start
+    return diagnosis
+
+
+def evidence_for(round_input: Any, **kwargs: Any) -> Evidence:
+    """The bounded evidence of a `RoundInput` (`cfg.evidence_limit` applied)."""
+    return build_evidence(records=round_input.records, groups=round_input.groups,
+                          harness_dir=round_input.harness_dir, history=round_input.history,
+                          solved_tasks=round_input.solved_tasks,
+                          limit=getattr(round_input.cfg, "evidence_limit", None), **kwargs)

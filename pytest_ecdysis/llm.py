@@ -1,0 +1,169 @@
+"""The role client: one small seam over the `openai` client for the FDCR roles and the built-in editor.
+
+    client = RoleClient.from_config(cfg)            # or RoleClient("sim", ...) in tests
+    reply = client.complete("analyst", messages)    # -> Completion(text, tokens, wall_s)
+
+Endpoint resolution (DESIGN.md §4): a `sim...` diagnosis model is always served by the simulated
+server at `$ECDYSIS_SIM_URL/v1` with api key "sim"; any other model goes to `--ecdysis-base-url`
+(or `OPENAI_BASE_URL`, else the openai client's default) with the key from `OPENAI_API_KEY` (never
+written anywhere). Every request carries the header `X-Ecdysis-Role: <role>`, which the simulated
+server routes on and real endpoints ignore.
+
+Timeouts and retries are explicit (`timeout_s` per attempt, `max_retries` by the openai client).
+Endpoint failures after retries (down, timeout, 429/5xx, a rejected request) are raised as
+`InfrastructureError`: a diagnosis that could not run is never mistaken for "no spec".
+This module must not import tau2, task suites or harness code.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from .config import is_sim_model
+from .errors import InfrastructureError, UsageError
+
+#: Seconds per attempt of one role call (roles read long prompts; local models are slow).
+DEFAULT_TIMEOUT_S = 180.0
+#: Retries by the openai client on connection errors, 408/409/429 and 5xx (exponential backoff).
+DEFAULT_MAX_RETRIES = 2
+#: Completion tokens asked for per role turn.
+DEFAULT_MAX_TOKENS = 4096
+
+ROLE_HEADER = "X-Ecdysis-Role"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One role turn: the reply text, its token counts (`prompt`, `completion`, `total`) and wall seconds."""
+
+    text: str
+    tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
+    wall_s: float = 0.0
+
+
+def resolve_endpoint(model: str, base_url: str | None = None) -> tuple[str | None, str]:
+    """`(base_url, api_key)` for a model, per DESIGN.md §4.
+
+    Raises:
+        UsageError: a `sim...` model without `ECDYSIS_SIM_URL` (no simulated server is running), or a
+            real model with neither a base URL nor `OPENAI_API_KEY`.
+    """
+    if is_sim_model(model):
+        sim_url = os.environ.get("ECDYSIS_SIM_URL")
+        if not sim_url:
+            raise UsageError(
+                f"diagnosis model {model!r} is simulated but ECDYSIS_SIM_URL is not set: run inside a pytest "
+                "session with the plugin (it starts the simulated server), or start one with "
+                "`python -m pytest_ecdysis.sim --port N` and export ECDYSIS_SIM_URL=http://127.0.0.1:N"
+            )
+        return sim_url.rstrip("/") + "/v1", "sim"
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    key = os.environ.get("OPENAI_API_KEY")
+    if not key and not base_url:
+        raise UsageError(
+            f"diagnosis model {model!r} is not simulated, and neither --ecdysis-base-url (or OPENAI_BASE_URL) "
+            "nor OPENAI_API_KEY is set: point at your endpoint or use --ecdysis-diagnosis-model sim"
+        )
+    # Local OpenAI-compatible servers (vLLM, Ollama, llama.cpp) accept any key; the client needs one.
+    return base_url, key or "unused"
+
+
+class RoleClient:
+    """Chat completions for the diagnosis roles through one `openai.OpenAI` client.
+
+    Args:
+        model: the model name sent (`sim`, `sim/<profile>`, or a real model).
+        base_url: endpoint for real models (ignored for `sim...`).
+        timeout_s: seconds per attempt.
+        max_retries: retries by the openai client before an `InfrastructureError`.
+        client: a ready `openai.OpenAI` (tests pass one over `httpx2.MockTransport`); when given,
+            endpoint resolution is skipped.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        client: openai.OpenAI | None = None,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self._json_mode_ok = True
+        if client is None:
+            url, key = resolve_endpoint(model, base_url)
+            client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout_s, max_retries=max_retries)
+        else:
+            client = client.with_options(timeout=timeout_s, max_retries=max_retries)
+        self._client = client
+        self.calls = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any, **kwargs: Any) -> RoleClient:
+        """A client for `cfg.diagnosis_model` (an `EcdysisConfig`)."""
+        return cls(cfg.diagnosis_model, base_url=cfg.base_url, **kwargs)
+
+    def complete(self, role: str, messages: list[dict[str, Any]], *, json_mode: bool = False) -> Completion:
+        """One chat completion for `role`; returns the reply text (possibly empty), tokens and wall seconds.
+
+        `json_mode` asks for `response_format={"type": "json_object"}`; an endpoint that rejects that
+        parameter (HTTP 400 naming it) is asked again without it, once, and never again by this client.
+
+        Raises:
+            InfrastructureError: connection failure, timeout, rate limit or server error after retries, or
+                an endpoint that rejects the request (HTTP 4xx); the message names the endpoint's reason.
+        """
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "extra_headers": {ROLE_HEADER: role},
+        }
+        if json_mode and self._json_mode_ok:
+            kwargs["response_format"] = {"type": "json_object"}
+        start = time.monotonic()
+        try:
+            try:
+                response = self._client.chat.completions.create(**kwargs)
+            except openai.BadRequestError as exc:
+                if "response_format" not in kwargs or "response_format" not in str(exc):
+                    raise
+                self._json_mode_ok = False
+                kwargs.pop("response_format")
+                response = self._client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError as exc:
+            raise InfrastructureError(f"{role} call to {self.model!r} timed out after retries: {exc}") from exc
+        except openai.APIConnectionError as exc:
+            raise InfrastructureError(f"{role} call to {self.model!r}: endpoint unreachable: {exc}") from exc
+        except openai.APIStatusError as exc:
+            raise InfrastructureError(
+                f"{role} call to {self.model!r} failed with HTTP {exc.status_code}: {exc.message}"
+            ) from exc
+        except openai.APIError as exc:
+            raise InfrastructureError(f"{role} call to {self.model!r} failed: {exc}") from exc
+        wall_s = time.monotonic() - start
+        self.calls += 1
+        text = ""
+        choices = getattr(response, "choices", None) or []
+        if choices and choices[0].message is not None:
+            text = choices[0].message.content or ""
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        total = int(getattr(usage, "total_tokens", 0) or 0) or prompt + completion
+        return Completion(text=text, tokens={"prompt": prompt, "completion": completion, "total": total},
+                          wall_s=wall_s)
+
+
+def add_tokens(total: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    """`total` + `more`, key by key over `prompt`, `completion`, `total` (a new dict)."""
+    return {k: int(total.get(k, 0)) + int(more.get(k, 0)) for k in ("prompt", "completion", "total")}
