@@ -217,10 +217,10 @@ def read_config(config: Any) -> EcdysisConfig:
     if evolve and raw["gate"]:
         raise UsageError("--ecdysis-evolve and --ecdysis-gate are separate jobs; run them in two sessions")
 
-    from .strategies import available_strategies  # local: strategies may register via entry points
+    from .strategies import BUILTIN_STRATEGIES, available_strategies
 
     strategy = raw["strategy"]
-    if strategy not in available_strategies():
+    if strategy not in BUILTIN_STRATEGIES and strategy not in available_strategies():
         raise UsageError(f"--ecdysis-strategy must be one of {', '.join(available_strategies())}, got {strategy!r}")
 
     max_reg = raw["gate-max-regressions"]

@@ -8,6 +8,7 @@ never import it.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 from typing import Any
 
 import pluggy
@@ -22,7 +23,16 @@ ENTRY_POINT_GROUP = "pytest_ecdysis"
 def plugin_manager() -> pluggy.PluginManager:
     pm = pluggy.PluginManager("ecdysis")
     pm.add_hookspecs(hookspecs)
-    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise UsageError(
+                f"the suite plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}; "
+                "reinstall it (pip install -e '.[tau2]') or uninstall the distribution that declares it"
+            ) from exc
+        if pm.get_plugin(ep.name) is None:
+            pm.register(plugin, name=ep.name)
     return pm
 
 

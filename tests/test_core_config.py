@@ -1,0 +1,69 @@
+"""Options are checked at configure time: a bad value is one usage error that names the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ecdysis.harness import harness_id, resolve_harness
+from pytest_ecdysis.errors import UsageError
+
+BAD_OPTIONS = [
+    (["--ecdysis-split", "dev"], "--ecdysis-split must be one of train, test, all"),
+    (["--ecdysis-threshold", "1.5"], "--ecdysis-threshold must be in [0.0, 1.0]"),
+    (["--ecdysis-threshold", "x"], "--ecdysis-threshold must be a number"),
+    (["--ecdysis-trials", "0"], "--ecdysis-trials must be an integer >= 1"),
+    (["--ecdysis-evidence", "some"], "--ecdysis-evidence must be 'all' or 'failure-aware:N'"),
+    (["--ecdysis-editor", "vim"], "--ecdysis-editor must be 'builtin', 'sim' or 'cmd:"),
+    (["--ecdysis-strategy", "magic"], "--ecdysis-strategy must be one of"),
+    (["--ecdysis-harness", "no_such_harness"], "is neither a directory nor a registered harness name"),
+    (["--ecdysis-evolve", "--ecdysis-split", "test"], "the test split is held out"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_OPTIONS)
+def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    """Each bad value stops the session at configure time with exit 4 and a message naming the fix."""
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_real_model_without_endpoint_is_a_usage_error(pytester: pytest.Pytester, monkeypatch) -> None:
+    """A model that is not sim... with neither a base URL nor OPENAI_API_KEY is refused."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess("--ecdysis-model", "gpt-4o-mini")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*not simulated*--ecdysis-base-url*OPENAI_API_KEY*"])
+
+
+def test_ini_mirror_is_read(pytester: pytest.Pytester) -> None:
+    """An ini key ecdysis_<name> sets the option; a bad ini value is also a usage error."""
+    pytester.makeini("[pytest]\necdysis_trials = 0\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ecdysis-trials must be an integer >= 1, got 0*"])
+
+
+def test_harness_id_changes_with_content(tmp_path) -> None:
+    """The harness id is name@12 hex over paths and bytes: same files same id, one byte more a new id."""
+    h = tmp_path / "my_harness"
+    h.mkdir()
+    (h / "__init__.py").write_text("def build_agent(**kw): ...\n")
+    first = harness_id(h)
+    assert first.startswith("my_harness@") and len(first.split("@")[1]) == 12
+    (h / "__pycache__").mkdir()
+    (h / "__pycache__" / "x.pyc").write_bytes(b"cache")
+    assert harness_id(h) == first
+    (h / "__init__.py").write_text("def build_agent(**kw): ...\n# edit\n")
+    assert harness_id(h) != first
+
+
+def test_harness_directory_without_package_is_refused(tmp_path) -> None:
+    """A directory that is not a Python package cannot provide an agent."""
+    (tmp_path / "h").mkdir()
+    with pytest.raises(UsageError, match="no __init__.py"):
+        resolve_harness(str(tmp_path / "h"), tmp_path)
