@@ -25,6 +25,11 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+def _cell(text: str) -> str:
+    """Escape a table cell's pipes (GitHub Markdown splits cells on them, even in code spans)."""
+    return text.replace("|", "\\|")
+
+
 def _cost(summary: dict[str, Any]) -> str:
     if summary.get("cost_note") == "simulated":
         return "0 (simulated model)"
@@ -149,7 +154,7 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
             f"wall {summary.get('wall_s', 0):.1f} s"]
     if groups:
         out += ["", "| failure group | cross-task | records | tasks |", "|---|---|---:|---:|"]
-        out += [f"| `{g['signature']}` | {'yes' if g.get('cross_task') else 'no'} | {len(g['records'])} | "
+        out += [f"| `{_cell(g['signature'])}` | {'yes' if g.get('cross_task') else 'no'} | {len(g['records'])} | "
                 f"{len(g['tasks'])} |" for g in groups[:TOP_GROUPS]]
     if problems:
         out += [""] + [f"> **Problem:** {p}" for p in problems]

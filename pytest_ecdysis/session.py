@@ -173,7 +173,7 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
         (run_path / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     except OSError as exc:
         raise RunDirError(f"cannot write the run directory {run_path}: {exc.strerror or exc}; pass a writable "
-                          "--ecdysis-run-dir (results are printed below)") from None
+                          "--ecdysis-run-dir (the results are still in the terminal summary)") from None
 
 
 def _name(ids: list[str]) -> str:
@@ -191,6 +191,8 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
     cfg = state.cfg
     problems: list[str] = []
     trials = _parse_trials(state.trials, problems)  # invalid results are named, then counted as missing
+    for t in trials:
+        t.harness_id = t.harness_id or state.harness_id
     expected = expected_cases(state)
     if not expected and not trials and not (cfg.gate or cfg.save_baseline):
         return None

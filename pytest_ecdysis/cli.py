@@ -1,0 +1,97 @@
+"""The `ecdysis` command: read run directories back.
+
+    ecdysis show RUN_DIR              the summary the terminal section printed (score table, groups, gate)
+    ecdysis compare RUN_A RUN_B       per-task flips from A to B (solved -> failed, failed -> solved)
+    ecdysis pr-body RUN_DIR           the Markdown PR body of an evolution run (stdout)
+    ecdysis summary-md RUN_DIR        the Markdown job summary of a run (stdout)
+
+Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, runs of different
+suites), with one line on stderr saying what to do. No pytest, no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import report
+from .errors import EcdysisError, RunDirError
+
+
+def _show(args: argparse.Namespace) -> int:
+    summary, groups = report.read_run(args.run_dir)
+    print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"))))
+    return 0
+
+
+def _summary_md(args: argparse.Namespace) -> int:
+    summary, groups = report.read_run(args.run_dir)
+    print(report.summary_markdown(summary, groups, summary.get("gate"), summary.get("problems")), end="")
+    return 0
+
+
+def compare_lines(a: Path, b: Path) -> list[str]:
+    """The `compare` report. Raises RunDirError for runs of different suites, splits or thresholds."""
+    sa, _ = report.read_run(a)
+    sb, _ = report.read_run(b)
+    for key in ("suite", "split", "threshold"):
+        if sa.get(key) != sb.get(key):
+            raise RunDirError(f"cannot compare runs of a different {key}: {a} has {sa.get(key)!r}, {b} has "
+                              f"{sb.get(key)!r}; compare two runs of the same suite, split and λ")
+    fl = report.flips(sa, sb)
+    out = [f"{a.name} -> {b.name}  suite {sa.get('suite')}  split {sa.get('split')}"]
+    if sa.get("trials") != sb.get("trials"):
+        out.append(f"note: trials per task differ ({sa.get('trials')} vs {sb.get('trials')}); "
+                   "'solved' means every trial succeeded")
+    sc_a, sc_b = sa.get("suite_score"), sb.get("suite_score")
+    if sc_a is not None and sc_b is not None:
+        out.append(f"suite score {sc_a:.3f} -> {sc_b:.3f} ({sc_b - sc_a:+.3f})")
+    out.append(f"solved -> failed ({len(fl['solved_to_failed'])}): {', '.join(fl['solved_to_failed']) or 'none'}")
+    out.append(f"failed -> solved ({len(fl['failed_to_solved'])}): {', '.join(fl['failed_to_solved']) or 'none'}")
+    if fl["only_before"] or fl["only_after"]:
+        out.append(f"tasks only in {a.name}: {', '.join(fl['only_before']) or 'none'}; only in {b.name}: "
+                   f"{', '.join(fl['only_after']) or 'none'}")
+    return out
+
+
+def _compare(args: argparse.Namespace) -> int:
+    print("\n".join(compare_lines(args.run_a, args.run_b)))
+    return 0
+
+
+def _pr_body(args: argparse.Namespace) -> int:
+    print(report.render_pr_body(args.run_dir), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ecdysis", description="Read pytest-ecdysis run directories.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("show", help="print a run's summary")
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(func=_show)
+    p = sub.add_parser("compare", help="per-task flips between two runs of the same suite")
+    p.add_argument("run_a", type=Path)
+    p.add_argument("run_b", type=Path)
+    p.set_defaults(func=_compare)
+    p = sub.add_parser("pr-body", help="Markdown PR body of an evolution run")
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(func=_pr_body)
+    p = sub.add_parser("summary-md", help="Markdown job summary of a run")
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(func=_summary_md)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except EcdysisError as exc:
+        print(f"ecdysis: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
