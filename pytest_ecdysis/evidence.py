@@ -164,7 +164,7 @@ def record_view(record: FailureRecord) -> dict[str, Any]:
         "failed_components": list(record.failed_components),
         "reward": record.reward,
     }
-    if record.termination_reason == "endpoint_format_error":
+    if record.termination_reason == "endpoint_format_error" or getattr(record, "endpoint_problem", False):
         view["label"] = ("endpoint_format_error: the endpoint's reply could not be used (not valid tool-call or "
                          "message format); weigh it as an endpoint/robustness problem, not as agent reasoning")
     view["n_tool_calls"] = len(calls)
@@ -183,8 +183,10 @@ def record_view(record: FailureRecord) -> dict[str, Any]:
     if record.pending_tool_call:
         view["pending_tool_call"] = True
     if record.harness_notes:
+        notes = record.harness_notes if len(record.harness_notes) <= 6 else (
+            record.harness_notes[:3] + record.harness_notes[-3:])
         view["harness_notes"] = [{k: cut(v, 160) if isinstance(v, str) else v for k, v in n.items()}
-                                 for n in record.harness_notes[:6]]
+                                 for n in notes]
     excerpt = list(record.excerpt)
     if len(excerpt) > MAX_EXCERPT:
         excerpt = excerpt[:2] + excerpt[-(MAX_EXCERPT - 2):]
@@ -338,13 +340,13 @@ def build_evidence(
         if not members:
             continue
         seen.update(record_key(m) for m in members)
-        tasks = sorted({m.task_id for m in members})
+        tasks = sorted({f"{m.suite}/{m.task_id}" for m in members})
         view = group.model_copy(update={"tasks": tasks, "cross_task": len(tasks) >= 2,
                                         "records": [record_key(m) for m in members]})
         grouped.append((view, members))
     rest = [r for r in selected if record_key(r) not in seen]
     if rest:
-        tasks = sorted({r.task_id for r in rest})
+        tasks = sorted({f"{r.suite}/{r.task_id}" for r in rest})
         grouped.append((PatternGroup(signature="ungrouped", cross_task=len(tasks) >= 2, tasks=tasks,
                                      records=[record_key(r) for r in rest]), rest))
     grouped.sort(key=lambda gm: _group_order(gm[0], len(gm[1])))
