@@ -117,7 +117,7 @@ class GateVerdict:
     def headline(self) -> str:
         """One line: PASSED/FAILED, the score against the baseline and by how much."""
         word = "PASSED" if self.passed else ("REFUSED" if self.refused else "FAILED")
-        if self.delta is None:
+        if self.delta is None or self.refused:
             return f"gate {word}: " + "; ".join(self.reasons or ["no score"])
         margin = self.delta + self.tolerance
         how = (f"{margin:.3f} above the lowest allowed score" if self.passed

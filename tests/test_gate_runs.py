@@ -1,0 +1,109 @@
+"""The regression gate as CI runs it: save a baseline, then gate later runs against it (issue 7)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_records_pipeline import env, run, write_suite  # noqa: F401  (env: the fixture, used below)
+
+from pytest_ecdysis import gate
+
+pytestmark = pytest.mark.usefixtures("env")
+
+BASE = {"syn-air": {"1": [1.0, 1.0], "2": [1.0, 0.0], "3": [0.0, 0.0], "4": [1.0, 1.0]}}  # score 5/8
+
+
+def save_baseline(pytester: pytest.Pytester, plan: dict = BASE) -> dict:
+    write_suite(pytester, plan)
+    result = run(pytester, "--ecdysis-trials", "2", "--ecdysis-save-baseline", ".ecdysis/baseline.json")
+    result.stdout.fnmatch_lines(["baseline written: .ecdysis/baseline.json"])
+    return json.loads((pytester.path / ".ecdysis" / "baseline.json").read_text())
+
+
+def gate_run(pytester: pytest.Pytester, plan: dict, *args: str) -> pytest.RunResult:
+    write_suite(pytester, plan)
+    return run(pytester, "--ecdysis-trials", "2", "--ecdysis-gate", "-n", "2", *args)
+
+
+def test_gate_passes_with_exit_0_even_with_failing_trials(pytester: pytest.Pytester,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same score as the baseline: exit 0 although trials are below λ, says by how much, writes the job summary."""
+    baseline = save_baseline(pytester)
+    assert baseline["suite_score"] == pytest.approx(5 / 8) and baseline["tasks"]["syn-air/4"]["solved"]
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "step_summary.md"))
+    result = gate_run(pytester, BASE)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*gate PASSED: suite score 0.625 vs baseline 0.625 (+0.000, tolerance 0.000; "
+                                 "0.000 above the lowest allowed score)*"])
+    assert "3 failed" in result.stdout.str()
+    md = (pytester.path / "step_summary.md").read_text()
+    assert "**gate PASSED" in md and "| syn-air | 4 | 8 | 0.625 |" in md
+
+
+def test_gate_fails_on_a_lower_score(pytester: pytest.Pytester) -> None:
+    """A score below the baseline by more than the tolerance: exit 1 and the shortfall stated."""
+    save_baseline(pytester)
+    worse = {**BASE, "syn-air": {**BASE["syn-air"], "4": [1.0, 0.0]}}  # 4/8
+    result = gate_run(pytester, worse)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*gate FAILED: suite score 0.500 vs baseline 0.625 (-0.125*",
+                                 "*suite score 0.500 is 0.125 below the baseline 0.625 (tolerance 0.000)*"])
+    assert gate_run(pytester, worse, "--ecdysis-gate-tolerance", "0.2").ret == 0
+
+
+def test_gate_fails_on_regressions_only_when_asked(pytester: pytest.Pytester) -> None:
+    """Same score but a task solved in the baseline now fails: fails with max-regressions 0, passes unchecked."""
+    save_baseline(pytester)
+    swapped = {"syn-air": {"1": [1.0, 1.0], "2": [1.0, 1.0], "3": [0.0, 0.0], "4": [1.0, 0.0]}}  # still 5/8
+    assert gate_run(pytester, swapped).ret == 0
+    result = gate_run(pytester, swapped, "--ecdysis-gate-max-regressions", "0")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*1 task(s) solved in the baseline are not solved now (allowed 0): syn-air/4*"])
+
+
+def test_gate_fails_on_missing_cases(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crashed worker's case is missing: the gate fails with that reason whatever the score."""
+    save_baseline(pytester)
+    monkeypatch.setenv("SYNTH_CRASH", "syn-air-3-t0")  # a failing trial: the score alone would rise
+    result = gate_run(pytester, BASE)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*gate FAILED*", "*1 collected case(s) never reported a result*syn-air-3-t0*"])
+
+
+def test_gate_fails_when_nothing_is_collected(pytester: pytest.Pytester) -> None:
+    """No trial case at all ('no tests ran'): the gate fails instead of exit 0 or 5."""
+    save_baseline(pytester)
+    result = run(pytester, "--ecdysis-trials", "2", "--ecdysis-gate", "-n", "2", "-k", "nothing_matches")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*no trial case was collected*"])
+
+
+def test_gate_refuses_a_mismatched_baseline(pytester: pytest.Pytester) -> None:
+    """Other trials/model: usage error before any trial; other suite: refused at the end, not compared."""
+    save_baseline(pytester)
+    result = gate_run(pytester, BASE, "--ecdysis-trials", "3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*refuses baseline*trials: baseline 2, this run 3*"])
+    result = gate_run(pytester, {"syn-ret": BASE["syn-air"]})
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*gate REFUSED*suite: baseline 'syn-air', this run 'syn-ret'*"])
+
+
+def test_gate_without_a_baseline_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """--ecdysis-gate with no baseline file says how to make one."""
+    result = gate_run(pytester, BASE)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no baseline at .ecdysis/baseline.json*--ecdysis-save-baseline*"])
+
+
+def test_verdict_on_infra_errors_and_headline() -> None:
+    """Unit: infrastructure errors fail the gate even with a higher score; the headline says by how much."""
+    base = {"suite": "s", "split": "train", "trials": 1, "model": "sim", "suite_score": 0.5,
+            "tasks": {"s/1": {"solved": True}}}
+    run_summary = {**base, "suite_score": 0.6, "n_infra_errors": 2, "tasks": {"s/1": {"solved": True}}}
+    v = gate.verdict(run_summary, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=3)
+    assert not v.passed and "2 trial(s) ended with an infrastructure error" in v.reasons[0]
+    ok = gate.verdict({**run_summary, "n_infra_errors": 0}, base, tolerance=0.05, max_regressions=None,
+                      missing=[], n_collected=3)
+    assert ok.passed and "0.150 above the lowest allowed score" in ok.headline()
