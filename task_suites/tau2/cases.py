@@ -1,0 +1,98 @@
+"""The pytest layer of the τ² suites: parametrisation, the trial fixture, the reward check.
+
+Each task x trial is one case with id `<task_id>-t<trial>` (`test_airline[3-t0]`), marked `ecdysis_trial`,
+parametrised from the session's resolved options (`--ecdysis-split`, `--ecdysis-tasks`, `--ecdysis-trials`).
+The trial runs in the `tau2_trial` fixture (setup phase), so an infrastructure error ends the case as a
+pytest *error*; the test body then checks `reward >= λ` and fails with the components and termination
+reason. `record_trial` is called in every outcome, before the phase ends.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ecdysis.config import is_sim_model
+from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.plugin import get_state, record_trial
+from pytest_ecdysis.records import TrialResult
+
+from . import suite
+
+FIXTURE = "tau2_trial"
+
+
+def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
+    """Parametrise the `tau2_trial` fixture with every (task, trial) of the selected split.
+
+    An unknown task id or split is reported as a collection error whose message names the valid ids.
+    """
+    if FIXTURE not in metafunc.fixturenames:
+        return
+    cfg = get_state(metafunc.config).cfg
+    try:
+        task_ids = suite.select_task_ids(domain, cfg.split, cfg.tasks)
+    except UsageError as exc:
+        raise pytest.Collector.CollectError(f"ecdysis usage error: {exc}") from None
+    params = [
+        pytest.param((domain, task_id, k), id=f"{task_id}-t{k}", marks=pytest.mark.ecdysis_trial)
+        for task_id in task_ids
+        for k in range(cfg.trials)
+    ]
+    metafunc.parametrize(FIXTURE, params, indirect=True)
+
+
+@pytest.fixture
+def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
+    """Run the trial of this case (setup phase) and record its TrialResult on the item."""
+    from .runner import TrialSpec, run_trial
+
+    state = get_state(request.config)
+    cfg = state.cfg
+    domain, task_id, trial = request.param
+    spec = TrialSpec(domain=domain, task_id=task_id, trial=trial, run_id=state.run_id, model=cfg.model,
+                     user_model=cfg.user_model, harness_dir=state.harness_dir, harness_id=state.harness_id,
+                     base_url=cfg.base_url, sim_url=state.sim_url)
+    result = run_trial(spec)
+    result.nodeid = request.node.nodeid
+    record_trial(request.node, result)
+    if is_sim_model(cfg.model) and state.sim_url:
+        record_ground_truth(state, spec.header, result, cfg.threshold)
+    if result.is_infra_error:
+        pytest.fail(f"{result.termination_reason}: {result.error}", pytrace=False)
+    return result
+
+
+def check_trial(result: TrialResult, threshold: float) -> None:
+    """Fail the case when reward < λ, with components and termination reason in the message."""
+    if result.reward is None or result.reward < threshold:
+        parts = ", ".join(f"{k}={v:g}" for k, v in sorted(result.components.items())) or "none scored"
+        detail = f"; {result.error.splitlines()[0]}" if result.error else ""
+        pytest.fail(
+            f"reward {result.reward} < λ={threshold:g} on {result.suite} task {result.task_id} "
+            f"(trial {result.trial}): components {parts}; termination {result.termination_reason}{detail}",
+            pytrace=False,
+        )
+
+
+def record_ground_truth(state, header: str, result: TrialResult, threshold: float) -> None:
+    """Fetch the simulated model's ground truth of this trial and append it to the run directory."""
+    import urllib.parse
+
+    import httpx2
+
+    try:
+        from pytest_ecdysis.sim.client import write_ground_truth
+    except ImportError:  # the simulated model is not installed yet
+        return
+    url = f"{state.sim_url.rstrip('/')}/ecdysis/ground_truth?trial={urllib.parse.quote(header, safe='')}"
+    try:
+        response = httpx2.get(url, timeout=10.0)
+        response.raise_for_status()
+        line = response.json()
+    except (httpx2.HTTPError, ValueError) as exc:
+        result.harness_notes.append({"kind": "ground_truth_unavailable", "detail": str(exc), "step": None})
+        return
+    line["failed"] = bool(result.reward is None or result.reward < threshold)
+    line.setdefault("task_id", result.task_id)
+    line.setdefault("trial", result.trial)
+    write_ground_truth(state.run_path, line)

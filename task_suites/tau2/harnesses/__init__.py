@@ -1,0 +1,1 @@
+"""Named harnesses the τ² suite registers (see `registration.py`)."""

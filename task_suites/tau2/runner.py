@@ -1,0 +1,205 @@
+"""One τ² trial, start to end: environment, harness agent, user simulator, orchestrator, reward.
+
+`run_trial(spec)` is the suite's code path with no pytest in it (the pytest layer in `cases.py` only
+parametrises, calls this, and records the result). It never raises for a trial outcome: every ending is a
+`TrialResult` with a termination reason (DESIGN.md §4):
+
+- τ²'s own (`user_stop`, `agent_stop`, `max_steps`, `too_many_errors`, ...) when the orchestrator ends;
+- `infrastructure_error`: the endpoint refused, timed out, or kept answering 429/5xx after the bounded
+  retries; also a scorer process that fails (never the agent's fault);
+- `time_budget_exceeded`: the trial's total budget (`EndpointSettings.trial_budget_s`) ran out;
+- `endpoint_format_error`: the harness found the endpoint's reply unusable (`EndpointFormatError`);
+- `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure).
+
+The reward comes from the scorer subprocess (`scorer.py`), which never imports harness code. τ² scores 0
+unless a trial ended by user or agent stop, so other endings are not sent to the scorer.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+
+from pytest_ecdysis.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
+from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.records import ToolCallRecord, TrialResult
+
+from . import suite
+from .endpoint import EndpointSettings, TrialBudget, make_client, trial_header
+from .scorer import ScorerClient, ScorerError, scorer_client
+from .tau2lib import load_tau2
+
+STOP_ENDINGS = ("user_stop", "agent_stop")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a trial needs; built from the session's options by `cases.py`."""
+
+    domain: str
+    task_id: str
+    trial: int
+    run_id: str
+    model: str
+    user_model: str
+    harness_dir: Path
+    harness_id: str
+    base_url: str | None = None
+    sim_url: str | None = None
+    max_steps: int | None = None  # None: τ²'s default (200)
+    max_errors: int | None = None  # None: τ²'s default (10)
+
+    @property
+    def suite(self) -> str:
+        return suite.suite_name(self.domain)
+
+    @property
+    def header(self) -> str:
+        return trial_header(self.run_id, self.suite, self.task_id, self.trial)
+
+
+def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
+              agent_transport: httpx2.BaseTransport | None = None,
+              user_transport: httpx2.BaseTransport | None = None,
+              scorer: ScorerClient | None = None) -> TrialResult:
+    """Run one trial and score it. Transports replace the network in tests (`httpx2.MockTransport`)."""
+    t = load_tau2()
+    settings = settings or EndpointSettings.from_env()
+    started = time.monotonic()
+    task = suite.get_task(spec.domain, spec.task_id)
+    environment = suite.get_environment(spec.domain)
+    budget = TrialBudget(settings.trial_budget_s)
+    common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
+    agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, **common)
+    user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
+    max_steps = spec.max_steps or t.DEFAULT_MAX_STEPS
+
+    agent = None
+    orchestrator = None
+    reason, error, reward, components = "agent_error", None, None, {}
+    try:
+        harness = load_harness(spec.harness_dir)
+        agent = harness.build_agent(tools=environment.get_tools(), domain_policy=environment.get_policy(),
+                                    client=agent_client, model=spec.model, max_steps_hint=max_steps)
+        from .user import Tau2User
+
+        user = Tau2User(scenario=task.user_scenario, client=user_client, model=spec.user_model)
+        orchestrator = t.Orchestrator(domain=spec.domain, agent=agent, user=user, environment=environment,
+                                      task=task, max_steps=max_steps,
+                                      max_errors=spec.max_errors or t.DEFAULT_MAX_ERRORS)
+        simulation = orchestrator.run()
+        reason = simulation.termination_reason.value
+    except BaseException as exc:  # noqa: B036 - every ending becomes a TrialResult; KeyboardInterrupt re-raised
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        reason, error = classify(exc, budget, spec)
+        simulation = None
+    trajectory = simulation.messages if simulation is not None else _partial(orchestrator)
+
+    if simulation is not None and reason in STOP_ENDINGS:
+        try:
+            scored = (scorer or scorer_client()).score(spec.domain, spec.task_id, simulation.model_dump_json())
+            reward, components = scored["reward"], scored["components"]
+        except ScorerError as exc:
+            reason, error = "infrastructure_error", f"scorer failed: {exc}"
+    elif reason not in ("infrastructure_error", "time_budget_exceeded"):
+        reward = 0.0  # τ²: a trial that did not end by user or agent stop scores 0
+
+    notes = list(getattr(agent, "harness_notes", []) or [])
+    usage = dict(getattr(agent, "usage", None) or {})
+    tokens = {k: int(usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
+    from .suspect import is_suspect
+
+    return TrialResult(
+        suite=spec.suite,
+        task_id=spec.task_id,
+        trial=spec.trial,
+        reward=reward,
+        components=components,
+        termination_reason=reason,
+        tool_calls=tool_call_records(trajectory, notes),
+        steps=len(trajectory),
+        tokens=tokens,
+        wall_s=round(time.monotonic() - started, 3),
+        harness_id=spec.harness_id,
+        model=spec.model,
+        suspect=is_suspect(spec.domain, spec.task_id),
+        messages=[message_dict(m) for m in trajectory],
+        harness_notes=notes,
+        error=error,
+    )
+
+
+def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[str, str]:
+    """(termination reason, error text) for an exception that ended a trial."""
+    where = spec.sim_url if spec.model.startswith("sim") else (spec.base_url or "the OpenAI API")
+    if isinstance(exc, TimeBudgetExceeded) or budget.exhausted:
+        return "time_budget_exceeded", (f"the trial's time budget of {budget.seconds:g} s ran out "
+                                        f"({budget.attempts} requests, {budget.retries} retries): {exc}")
+    if isinstance(exc, EndpointFormatError):
+        return "endpoint_format_error", str(exc)
+    if isinstance(exc, InfrastructureError):
+        return "infrastructure_error", str(exc)
+    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
+        return "infrastructure_error", (f"model endpoint {where} did not answer ({type(exc).__name__}: {exc}) "
+                                        f"after {budget.retries} retries; is the server running? check "
+                                        "--ecdysis-base-url")
+    if isinstance(exc, openai.APIStatusError):
+        return "infrastructure_error", (f"model endpoint {where} answered HTTP {exc.status_code} "
+                                        f"after {budget.retries} retries: {exc.message}")
+    if isinstance(exc, ScorerError):
+        return "infrastructure_error", f"scorer failed: {exc}"
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
+    return "agent_error", f"the harness raised {type(exc).__name__}: {exc}\n" + "".join(tb[-3:])
+
+
+def _partial(orchestrator: Any) -> list:
+    if orchestrator is None:
+        return []
+    try:
+        return orchestrator.get_trajectory()
+    except Exception:
+        return list(orchestrator.trajectory)
+
+
+def message_dict(message: Any) -> dict[str, Any]:
+    """A τ² message as a plain JSON-safe dict: `{role, content, tool_calls?, id?, error?}`."""
+    data: dict[str, Any] = {"role": message.role, "content": message.content}
+    calls = getattr(message, "tool_calls", None)
+    if calls:
+        data["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+    if message.role == "tool":
+        data["id"] = message.id
+        data["error"] = bool(message.error)
+    return data
+
+
+def tool_call_records(trajectory: list, notes: list[dict]) -> list[ToolCallRecord]:
+    """The agent's tool calls, each with its result (paired by call id), in trajectory order.
+
+    Calls a harness reports as pending in its notes (`pending_tool_calls`: the budget ran out before they
+    could be sent) are appended with `result=None`.
+    """
+    results = {m.id: m for m in trajectory if m.role == "tool" and getattr(m, "requestor", "assistant") == "assistant"}
+    records = []
+    for step, message in enumerate(trajectory):
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        for call in message.tool_calls:
+            result = results.get(call.id)
+            records.append(ToolCallRecord(
+                name=call.name, arguments=call.arguments, step=step,
+                result=result.content if result is not None else None,
+                error=bool(result.error) if result is not None else False,
+            ))
+    for note in notes:
+        for call in note.get("pending_tool_calls", []) or []:
+            records.append(ToolCallRecord(name=call.get("name", ""), arguments=call.get("arguments") or {},
+                                          result=None, step=note.get("step")))
+    return records

@@ -1,0 +1,149 @@
+"""The reward of a trial, computed in a separate process that never imports harness code.
+
+Harness code runs in the trial's process and could patch anything there (DESIGN.md §5), so the worker
+sends the serialised trajectory to a long-lived scorer subprocess (one per worker, started lazily,
+restarted if it dies) over JSON lines on stdin/stdout:
+
+    request:  {"domain": "airline", "task_id": "3", "simulation": <SimulationRun JSON>}
+    response: {"ok": true, "reward": 1.0, "components": {"db": 1.0, "communicate": 1.0},
+               "reward_basis": ["DB", "COMMUNICATE"], "checks": {...}}   or   {"ok": false, "error": "..."}
+
+The task is loaded from τ²'s data inside the scorer, not taken from the worker. The reward is τ²'s
+`evaluate_simulation(..., EvaluationType.ALL, ...)`: DB state x communicate (x action where a task's
+reward basis names it), no LLM judge; τ²'s environment evaluator replays the recorded tool calls on a
+fresh environment. Run as `python -m task_suites.tau2.scorer`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+#: τ²'s RewardType values -> our component names (records.RewardComponent).
+COMPONENTS = {"DB": "db", "ENV_ASSERTION": "env_assertion", "ACTION": "action",
+              "COMMUNICATE": "communicate", "NL_ASSERTION": "nl_assertion"}
+
+
+def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, Any]:
+    """Score one serialised `SimulationRun` (in this process). Shapes as in the module docstring."""
+    from .suite import get_task
+    from .tau2lib import load_tau2
+
+    t = load_tau2()
+    task = get_task(domain, task_id)
+    run = t.SimulationRun.model_validate(simulation)
+    info = t.evaluate_simulation(simulation=run, task=task, evaluation_type=t.EvaluationType.ALL,
+                                 solo_mode=False, domain=domain)
+    components = {}
+    for key, value in (info.reward_breakdown or {}).items():
+        name = COMPONENTS.get(getattr(key, "value", str(key)).upper())
+        if name:
+            components[name] = float(value)
+    checks = {
+        "db_match": info.db_check.db_match if info.db_check else None,
+        "communicate": [{"info": c.info, "met": c.met} for c in info.communicate_checks or []],
+        "actions": [{"name": c.action.name, "match": c.action_match} for c in info.action_checks or []],
+        "note": (info.info or {}).get("note"),
+    }
+    return {"ok": True, "reward": float(info.reward), "components": components,
+            "reward_basis": [getattr(b, "value", str(b)) for b in info.reward_basis or []], "checks": checks}
+
+
+def main() -> None:
+    """Serve requests on stdin until EOF; anything tau2 prints goes to stderr, never into the protocol."""
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            response = score(request["domain"], str(request["task_id"]), request["simulation"])
+        except Exception as exc:  # the worker turns this into an infrastructure error with the text
+            response = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(response) + "\n")
+        out.flush()
+
+
+class ScorerError(RuntimeError):
+    """The scorer process failed, timed out or could not score a trajectory."""
+
+
+class ScorerClient:
+    """A worker's handle on its scorer process: started lazily, restarted once if it died."""
+
+    def __init__(self, timeout_s: float = 300.0) -> None:
+        self.timeout_s = timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+        self.cwd = tempfile.mkdtemp(prefix="ecdysis-scorer-")  # no .env, no harness on the path
+
+    def _start(self) -> subprocess.Popen:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONDONTWRITEBYTECODE="1")
+        env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
+        return subprocess.Popen([sys.executable, "-m", "task_suites.tau2.scorer"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=self.cwd,
+                                env=env)
+
+    def score(self, domain: str, task_id: str, simulation_json: str) -> dict[str, Any]:
+        """Send one trajectory; returns the response dict. Raises ScorerError."""
+        line = json.dumps({"domain": domain, "task_id": task_id, "simulation": json.loads(simulation_json)})
+        with self.lock:
+            for attempt in (1, 2):
+                if self.proc is None or self.proc.poll() is not None:
+                    self.proc = self._start()
+                try:
+                    self.proc.stdin.write(line + "\n")
+                    self.proc.stdin.flush()
+                    ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout_s)
+                    if not ready:
+                        self.close()
+                        raise ScorerError(f"scorer gave no answer within {self.timeout_s:g} s")
+                    answer = self.proc.stdout.readline()
+                    if not answer:
+                        raise BrokenPipeError("scorer exited")
+                except (BrokenPipeError, OSError) as exc:
+                    self.close()
+                    if attempt == 2:
+                        raise ScorerError(f"scorer process died twice: {exc}") from None
+                    continue
+                response = json.loads(answer)
+                if not response.get("ok"):
+                    raise ScorerError(f"scorer could not score task {task_id}: {response.get('error')}")
+                return response
+        raise ScorerError("unreachable")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            except Exception:
+                pass
+            self.proc = None
+
+
+_CLIENT: ScorerClient | None = None
+
+
+def scorer_client() -> ScorerClient:
+    """The worker's scorer (one per process)."""
+    global _CLIENT
+    if _CLIENT is None:
+        _CLIENT = ScorerClient()
+        import atexit
+
+        atexit.register(_CLIENT.close)
+    return _CLIENT
+
+
+if __name__ == "__main__":
+    main()

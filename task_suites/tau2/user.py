@@ -1,0 +1,81 @@
+"""A τ²-style user simulator over the suite's openai client.
+
+The system prompt is τ²'s own: `simulation_guidelines.md` from the installed package plus the task's user
+scenario, in τ²'s `SYSTEM_PROMPT` template. The user ends the conversation with τ²'s stop tokens
+(`###STOP###`, `###TRANSFER###`, `###OUT-OF-SCOPE###`). τ²'s orchestrator calls the user's methods
+synchronously although `BaseUser` declares them `async`, so they are plain methods here.
+
+An empty or unusable reply of the user model is not the agent's fault: it raises `InfrastructureError`
+so it never becomes a failure record. This module must not import harness code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+
+from pytest_ecdysis.errors import InfrastructureError
+
+from .tau2lib import load_tau2
+
+_t = load_tau2()
+
+
+class Tau2User(_t.BaseUser):
+    """τ²'s user simulator behaviour, over an `openai.OpenAI` client (role header `user`)."""
+
+    def __init__(self, *, scenario: Any, client: openai.OpenAI, model: str) -> None:
+        super().__init__(instructions=str(scenario), llm=model)
+        self.client = client
+        self.model = model
+        self.seed: int | None = None
+        self.usage = {"prompt": 0, "completion": 0, "total": 0}
+
+    @property
+    def system_prompt(self) -> str:
+        return _t.USER_SYSTEM_PROMPT.format(
+            global_user_sim_guidelines=_t.get_global_user_sim_guidelines(use_tools=False),
+            instructions=self.instructions,
+        )
+
+    def get_init_state(self, message_history: list | None = None) -> Any:
+        return _t.UserState(
+            system_messages=[_t.SystemMessage(role="system", content=self.system_prompt)],
+            messages=list(message_history or []),
+        )
+
+    @classmethod
+    def is_stop(cls, message: Any) -> bool:
+        content = message.content or ""
+        return any(token in content for token in (_t.STOP, _t.TRANSFER, _t.OUT_OF_SCOPE))
+
+    def set_seed(self, seed: int) -> None:
+        self.seed = seed
+
+    def generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
+        """Answer the agent's last text message as the user; roles are flipped for the model."""
+        if isinstance(message, _t.MultiToolMessage):
+            state.messages.extend(message.tool_messages)
+        else:
+            state.messages.append(message)
+        api_messages = [{"role": "system", "content": state.system_messages[0].content}]
+        for m in state.messages:
+            if isinstance(m, _t.AssistantMessage) and m.has_text_content():
+                api_messages.append({"role": "user", "content": m.content})
+            elif isinstance(m, _t.UserMessage) and m.has_text_content():
+                api_messages.append({"role": "assistant", "content": m.content})
+        try:
+            response = self.client.chat.completions.create(model=self.model, messages=api_messages)
+        except openai.APIError as exc:
+            raise InfrastructureError(f"user simulator model {self.model!r} failed: {exc}") from exc
+        if response.usage is not None:
+            self.usage["prompt"] += response.usage.prompt_tokens or 0
+            self.usage["completion"] += response.usage.completion_tokens or 0
+            self.usage["total"] += response.usage.total_tokens or 0
+        content = response.choices[0].message.content if response.choices else None
+        if not isinstance(content, str) or not content.strip():
+            raise InfrastructureError(f"user simulator model {self.model!r} returned an empty reply")
+        user_message = _t.UserMessage(role="user", content=content)
+        state.messages.append(user_message)
+        return user_message, state
