@@ -1,0 +1,458 @@
+"""The simulated agent policy: follow the task's plan, perturbed by the quirks of a model profile.
+
+One `AgentTrial` per trial holds the model's state (where it is in the plan, what it sent last, the
+quirks drawn), so the server answers correctly even when the harness trimmed its context. Each request
+is read only for what a real model would react to: the tool message answering its last call, the last
+user or check message, and whether a value is still present somewhere in the messages.
+
+Message shapes (τ²'s orchestrator protocol: a message has text OR tool calls, never both):
+
+- a tool call: exactly one per message, arguments as a JSON string (invalid JSON for `malformed_args`);
+- a confirmation question before the first write: contains `Do you confirm (yes/no)?`;
+- a closing text (final answer, early end, giving up): ends with
+  `Is there anything else I can help you with?`; the final answer states the `communicate_info` values.
+
+Cures are read from the request only (docs/internals.md quirk table); nothing here reads a harness's
+system prompt for keywords. The one exception is by design: `blind_spot` is cured only when a system
+message contains the correct value literally (an over-fitted rule). This module must not import tau2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .knowledge import IdBend, SimTask, is_error_text
+from .profiles import QUIRK_ORIGINS, Profile, choose, uniform
+
+CONFIRM_TEXT = "Do you confirm (yes/no)?"
+CLOSING_TEXT = "Is there anything else I can help you with?"
+MAX_REPEATS = 6  # identical repeats of a failing call before the model gives up
+MAX_MALFORMED = 3  # malformed resends when the harness answers nothing
+MAX_REREADS = 2  # extra lookups before each write under verbose_rereads
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of an OpenAI message (string content, or the text parts of a content list)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def request_corpus(messages: list[dict[str, Any]]) -> str:
+    """Everything the model can read in a request: every message's text and tool-call arguments."""
+    parts: list[str] = []
+    for m in messages:
+        parts.append(message_text(m))
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            parts.append(str(fn.get("arguments", "")))
+    return "\n".join(parts)
+
+
+def wrong_value(value: Any, salt: str) -> Any:
+    """A plausible wrong value of the same shape: one digit changed, or a letter changed."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return round(value + 1.0, 2)
+    if isinstance(value, list) and value:
+        return [wrong_value(value[0], salt), *value[1:]]
+    if isinstance(value, str) and value:
+        digits = [i for i, c in enumerate(value) if c.isdigit()]
+        if digits:
+            i = digits[-1]
+            return value[:i] + str((int(value[i]) + 1 + choose(8, salt)) % 10) + value[i + 1:]
+        return value[:-1] + ("x" if value[-1] != "x" else "y")
+    return value
+
+
+def _tokens(path: str) -> list[str | int]:
+    """`flights[0].flight_number` -> ['flights', 0, 'flight_number']."""
+    out: list[str | int] = []
+    for part in path.split("."):
+        name, _, rest = part.partition("[")
+        if name:
+            out.append(name)
+        while rest:
+            index, _, rest = rest.partition("]")
+            out.append(int(index))
+            rest = rest[1:] if rest.startswith("[") else rest
+    return out
+
+
+def _get_path(args: Any, path: str) -> Any:
+    """The value at `name`, `name[i]` or `a[0].b` of an arguments object."""
+    for token in _tokens(path):
+        args = args[token]
+    return args
+
+
+def _set_path(args: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """Copy of `args` with the value at `path` replaced."""
+    out = json.loads(json.dumps(args))
+    tokens = _tokens(path)
+    target: Any = out
+    for token in tokens[:-1]:
+        target = target[token]
+    target[tokens[-1]] = value
+    return out
+
+
+@dataclass
+class Pending:
+    """What the model sent last and is waiting to see answered."""
+
+    kind: str  # call | confirm | early_end | final | giveup
+    call_id: str = ""
+    plan_index: int = -1
+    args: dict[str, Any] = field(default_factory=dict)
+    raw_args: str = ""
+    bend: IdBend | None = None
+    bend_quirk: int | None = None
+    malformed_quirk: int | None = None
+    reread: bool = False
+    repeat_quirk: int | None = None
+    first_error: str | None = None
+    repeats: int = 0
+    quirk: int | None = None  # early_end / forget_communicate index
+    text: str = ""
+
+
+class AgentTrial:
+    """The simulated model's state for one trial of one task, under one profile."""
+
+    def __init__(self, task: SimTask, profile: Profile, trial: int) -> None:
+        self.task = task
+        self.profile = profile
+        self.trial = trial
+        self.pos = 0
+        self.step = 0  # agent requests answered
+        self.calls = 0
+        self.confirmed = False
+        self.pending: Pending | None = None
+        self.quirks: list[dict[str, Any]] = []
+        self.intended: dict[int, dict[str, Any]] = {}  # plan index -> arguments the model means
+        self.reread_queue: list[int] = []
+        self.reread_done: set[int] = set()
+        self.sent: set[int] = set()  # plan indices sent at least once (quirks fire on the first sending)
+        self.early_end_drawn = False
+        self.reached_final = False
+        self.user_texts: set[str] = set()
+        self.last_key: str | None = None
+        self.last_reply: dict[str, Any] | None = None
+        self.verbose = self._draw_trial("verbose_rereads", len(task.plan) >= profile.long_task_min_steps)
+        self.verbose_quirk: int | None = None
+        self._blind = self._blind_spot()
+
+    # -- draws ---------------------------------------------------------------------------------------
+
+    def _u(self, *where: Any) -> float:
+        return uniform(self.profile.seed, self.task.suite, self.task.task_id, self.trial, *where)
+
+    def _fires(self, kind: str, *where: Any) -> bool:
+        rate = self.profile.scaled(kind, self.task.suite, self.task.task_id)
+        return rate > 0 and self._u(kind, *where) < rate
+
+    def _draw_trial(self, kind: str, applicable: bool) -> bool:
+        return applicable and self._fires(kind, "trial")
+
+    def _blind_spot(self) -> tuple[int, str] | None:
+        """(write plan index, argument path) of this task's blind spot, if it has one this trial."""
+        writes = self.task.writes
+        p = self.profile
+        if not writes or p.blind_spot_task_rate <= 0:
+            return None
+        if uniform(p.seed, self.task.suite, self.task.task_id, "blind_spot_task") >= p.blind_spot_task_rate:
+            return None
+        index = writes[choose(len(writes), p.seed, self.task.suite, self.task.task_id, "blind_write")]
+        args = self.task.plan[index].arguments
+        paths = [k for k, v in args.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+        paths += [f"{k}[0]" for k, v in args.items() if isinstance(v, list) and v and isinstance(v[0], (str, int))]
+        if not paths:
+            return None
+        path = sorted(paths)[choose(len(paths), p.seed, self.task.suite, self.task.task_id, "blind_arg")]
+        if not self._fires("blind_spot", "trial"):
+            return None
+        return index, path
+
+    def _quirk(self, kind: str, cured: bool = False, **detail: Any) -> int:
+        self.quirks.append({"kind": kind, "origin": QUIRK_ORIGINS[kind], "step": self.step, "cured": cured,
+                            **detail})
+        return len(self.quirks) - 1
+
+    def _cure(self, index: int | None) -> None:
+        if index is not None:
+            self.quirks[index]["cured"] = True
+
+    # -- the request ---------------------------------------------------------------------------------
+
+    def respond(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The assistant message (OpenAI shape) answering one agent request of this trial."""
+        key = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
+        if key == self.last_key and self.last_reply is not None:
+            return self.last_reply  # a retry of the same request gets the same answer
+        reply = self._next(messages)
+        self.step += 1
+        self.last_key, self.last_reply = key, reply
+        return reply
+
+    def _next(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        p = self.pending
+        if p is None:
+            return self._advance_to_next(messages)
+        if p.kind == "call":
+            return self._after_call(p, messages)
+        last = messages[-1] if messages else {}
+        is_new = last.get("role") in ("user", "system") and bool(message_text(last).strip())
+        from_user = message_text(last).strip() in self.user_texts
+        check = is_new and not from_user and bool(self.user_texts)
+        if p.kind == "confirm":
+            if is_new and not check:
+                self.confirmed = True
+                return self._advance_to_next(messages)
+            return self._text(p.text, p)
+        if p.kind == "early_end":
+            if is_new:
+                if check:
+                    self._cure(p.quirk)
+                return self._advance_to_next(messages)
+            return self._text(p.text, p)
+        if p.kind == "final":
+            if check and p.quirk is not None and not self.quirks[p.quirk]["cured"]:
+                self._cure(p.quirk)
+                return self._final(forget=False)
+            return self._final(forget=p.quirk is not None and not self.quirks[p.quirk]["cured"])
+        return self._text(p.text, p)  # giveup: say it again
+
+    def _find_result(self, call_id: str, messages: list[dict[str, Any]]) -> str | None:
+        for m in reversed(messages):
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id:
+                return message_text(m)
+        return None
+
+    def _after_call(self, p: Pending, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        result = self._find_result(p.call_id, messages)
+        if result is None:
+            if p.malformed_quirk is not None:
+                if p.repeats + 1 >= MAX_MALFORMED:
+                    return self._give_up(f"the {self.task.plan[p.plan_index].name} call could not be sent")
+                return self._emit_call(p.plan_index, p.args, quirk_repeat=p)
+            return self._done_call(p, messages)  # the harness dropped the result: carry on
+        error = is_error_text(result)
+        if p.malformed_quirk is not None:
+            self._cure(p.malformed_quirk)  # the harness answered the malformed call
+            if error:
+                return self._emit_call(p.plan_index, p.args, reread=p.reread)
+            return self._done_call(p, messages)
+        if p.repeat_quirk is not None:
+            if result.strip() != (p.first_error or "").strip():
+                self._cure(p.repeat_quirk)  # the harness flagged the repeat: stop looping
+                return self._handle_error(p, result, messages, after_repeat=True)
+            if p.repeats >= MAX_REPEATS:
+                return self._give_up("the same error kept coming back")
+            return self._repeat(p)
+        if error:
+            return self._handle_error(p, result, messages, after_repeat=False)
+        if p.bend is not None:
+            self._cure(p.bend_quirk)  # the harness normalised the argument
+        return self._done_call(p, messages)
+
+    def _handle_error(self, p: Pending, result: str, messages: list[dict[str, Any]], *,
+                      after_repeat: bool) -> dict[str, Any]:
+        lower = result.lower()
+        if p.bend is not None:
+            if p.bend.arg.lower() in lower and "expected" in lower:
+                self._cure(p.bend_quirk)
+                return self._emit_call(p.plan_index, p.args, reread=p.reread)
+            if not after_repeat and self._fires("repeat_after_error", p.plan_index, self.calls):
+                return self._start_repeat(p, result)
+            return self._give_up(f"no record matches the {p.bend.arg} I have")
+        if not after_repeat and self._fires("repeat_after_error", p.plan_index, self.calls):
+            return self._start_repeat(p, result)
+        return self._done_call(p, messages)
+
+    def _start_repeat(self, p: Pending, result: str) -> dict[str, Any]:
+        p.repeat_quirk = self._quirk("repeat_after_error", tool=self.task.plan[p.plan_index].name)
+        p.first_error = result
+        return self._repeat(p)
+
+    def _repeat(self, p: Pending) -> dict[str, Any]:
+        p.repeats += 1
+        p.call_id = self._call_id()
+        self.pending = p
+        return self._tool_message(p.call_id, self.task.plan[p.plan_index].name, p.raw_args)
+
+    def _done_call(self, p: Pending, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        self.pending = None
+        if p.reread:
+            return self._advance_to_next(messages)
+        step = self.task.plan[p.plan_index]
+        self.pos = p.plan_index + 1
+        writes = self.task.writes
+        if (step.write and not self.early_end_drawn and len(writes) >= 2 and p.plan_index == writes[0]):
+            self.early_end_drawn = True
+            if self._fires("early_end", "trial"):
+                quirk = self._quirk("early_end")
+                text = f"Your request has been taken care of. {CLOSING_TEXT}"
+                self.pending = Pending(kind="early_end", quirk=quirk, text=text)
+                return self._assistant_text(text)
+        return self._advance_to_next(messages)
+
+    # -- choosing what to do next --------------------------------------------------------------------
+
+    def _advance_to_next(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.reread_queue:
+            index = self.reread_queue.pop(0)
+            return self._emit_call(index, dict(self.task.plan[index].arguments), reread=True)
+        if self.pos >= len(self.task.plan):
+            return self._final(forget=self._draw_forget())
+        step = self.task.plan[self.pos]
+        if step.write and not self.confirmed:
+            action = step.name.replace("_", " ")
+            text = f"I can do that for you. Before I proceed with the action ({action}): {CONFIRM_TEXT}"
+            self.pending = Pending(kind="confirm", text=text)
+            return self._assistant_text(text)
+        if step.write and self.verbose and self.pos not in self.reread_done:
+            self.reread_done.add(self.pos)
+            rereads = self._rereads(self.pos)
+            if rereads:
+                if self.verbose_quirk is None:
+                    self.verbose_quirk = self._quirk("verbose_rereads")
+                self.reread_queue = rereads[1:]
+                return self._emit_call(rereads[0], dict(self.task.plan[rereads[0]].arguments), reread=True)
+        return self._emit_call(self.pos, self._intended(self.pos, messages))
+
+    def _rereads(self, index: int) -> list[int]:
+        """Earlier lookups sharing a value with this write (at most MAX_REREADS, latest first)."""
+        values = {json.dumps(v) for v in self.task.plan[index].arguments.values()}
+        found = []
+        for j in range(index - 1, -1, -1):
+            step = self.task.plan[j]
+            if not step.write and values & {json.dumps(v) for v in step.arguments.values()}:
+                found.append(j)
+        if not found:
+            reads = [j for j in range(index) if not self.task.plan[j].write]
+            found = reads[-1:]
+        return sorted(found[:MAX_REREADS])
+
+    def _intended(self, index: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The arguments the model means for a planned call: gold, bent by value-level quirks."""
+        if index in self.intended:
+            return self.intended[index]
+        step = self.task.plan[index]
+        args = json.loads(json.dumps(step.arguments))
+        if step.write and step.dependencies and self._fires("context_loss", index):
+            corpus = request_corpus(messages)
+            missing = [d for d in step.dependencies if d.value not in corpus]
+            self._quirk("context_loss", cured=not missing, tool=step.name,
+                        arg=(missing[0].path if missing else step.dependencies[0].path))
+            for dep in missing:
+                args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"{index}{dep.path}"))
+        if self._blind is not None and self._blind[0] == index:
+            path = self._blind[1]
+            gold = _get_path(step.arguments, path)
+            system = "\n".join(message_text(m) for m in messages if m.get("role") in ("system", "developer"))
+            cured = str(gold) in system
+            self._quirk("blind_spot", cured=cured, tool=step.name, arg=path)
+            if not cured:
+                args = _set_path(args, path, wrong_value(gold, f"blind{index}"))
+        if self._fires("slip", index) and args:
+            paths = sorted(k for k, v in args.items() if isinstance(v, (str, int, list)) and v not in ("", []))
+            if paths:
+                path = paths[choose(len(paths), self.profile.seed, self.task.task_id, self.trial, "slip", index)]
+                self._quirk("slip", tool=step.name, arg=path)
+                args[path] = wrong_value(args[path], f"slip{index}")
+        self.intended[index] = args
+        return args
+
+    def _draw_forget(self) -> bool:
+        return bool(self.task.communicate_info) and self._fires("forget_communicate", "trial")
+
+    # -- emitting --------------------------------------------------------------------------------------
+
+    def _call_id(self) -> str:
+        self.calls += 1
+        digest = hashlib.sha256(f"{self.task.suite}/{self.task.task_id}/{self.trial}".encode()).hexdigest()
+        return f"call_{digest[:10]}_{self.calls}"
+
+    def _emit_call(self, index: int, args: dict[str, Any], *, reread: bool = False,
+                   quirk_repeat: Pending | None = None) -> dict[str, Any]:
+        """Send a planned call; on its first sending, presentation quirks (malformed JSON, id bends) may fire."""
+        step = self.task.plan[index]
+        call_id = self._call_id()
+        pending = Pending(kind="call", call_id=call_id, plan_index=index, args=args, reread=reread)
+        first = quirk_repeat is None and not reread and index not in self.sent
+        raw = json.dumps(args)
+        if quirk_repeat is not None:  # resend the malformed call: the harness answered nothing
+            pending.malformed_quirk = quirk_repeat.malformed_quirk
+            pending.repeats = quirk_repeat.repeats + 1
+            raw = quirk_repeat.raw_args
+        elif first:
+            self.sent.add(index)
+            if self._fires("malformed_args", index):
+                pending.malformed_quirk = self._quirk("malformed_args", tool=step.name)
+                raw = raw[:-1] + ","  # a trailing comma and no closing brace: not JSON
+            else:
+                for bend in step.id_bends:
+                    if bend.kind in self.profile.rates and _get_path(args, bend.arg) == _get_path(
+                            step.arguments, bend.arg) and self._fires(bend.kind, index, bend.arg):
+                        pending.bend = bend
+                        pending.bend_quirk = self._quirk(bend.kind, tool=step.name, arg=bend.arg)
+                        raw = json.dumps(_set_path(args, bend.arg, bend.bent))
+                        break
+        pending.raw_args = raw
+        self.pending = pending
+        return self._tool_message(call_id, step.name, raw)
+
+    def _final(self, *, forget: bool) -> dict[str, Any]:
+        self.reached_final = True
+        prior = self.pending if self.pending is not None and self.pending.kind == "final" else None
+        quirk = prior.quirk if prior is not None else None
+        if prior is None and forget:
+            quirk = self._quirk("forget_communicate")
+        if self.task.writes:
+            body = "Thank you for your patience: I have completed the requested changes."
+        else:
+            body = "Thank you for your patience: I have looked into your request."
+        if self.task.communicate_info and not forget:
+            body += " For your reference: " + "; ".join(self.task.communicate_info) + "."
+        text = f"{body} {CLOSING_TEXT}"
+        self.pending = Pending(kind="final", quirk=quirk, text=text)
+        return self._assistant_text(text)
+
+    def _give_up(self, why: str) -> dict[str, Any]:
+        text = f"I'm sorry, {why}, so I am unable to complete this request. {CLOSING_TEXT}"
+        self.pending = Pending(kind="giveup", text=text)
+        return self._assistant_text(text)
+
+    def _text(self, text: str, pending: Pending) -> dict[str, Any]:
+        self.pending = pending
+        return self._assistant_text(text)
+
+    @staticmethod
+    def _assistant_text(text: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": text}
+
+    @staticmethod
+    def _tool_message(call_id: str, name: str, raw_args: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_args}}]}
+
+    # -- ground truth ----------------------------------------------------------------------------------
+
+    def ground_truth(self) -> dict[str, Any]:
+        """The quirks drawn so far, with `cured` settled for trial-level quirks (read at trial end)."""
+        quirks = [dict(q) for q in self.quirks]
+        if self.verbose_quirk is not None:
+            quirks[self.verbose_quirk]["cured"] = self.reached_final
+        return {"task_id": self.task.task_id, "trial": self.trial, "suite": self.task.suite,
+                "profile": self.profile.name, "agent_requests": self.step, "reached_final": self.reached_final,
+                "quirks": quirks}

@@ -1,0 +1,77 @@
+"""Client side of the simulated model: fetch a trial's ground truth, append it to the run directory.
+
+`write_ground_truth` is called by the suite on xdist workers, several processes at once: each line is
+appended under an exclusive `fcntl.flock` on a lock file beside `ground_truth.jsonl`, so lines never
+interleave. Only the suite and the calibration scripts read the ground truth; no prompt, harness or
+diagnosis may (DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import InfrastructureError
+
+GROUND_TRUTH_FILE = "sim/ground_truth.jsonl"
+
+
+def ground_truth_path(run_path: str | Path) -> Path:
+    """`<run_path>/sim/ground_truth.jsonl`."""
+    return Path(run_path) / GROUND_TRUTH_FILE
+
+
+def write_ground_truth(run_path: str | Path, line: dict[str, Any]) -> Path:
+    """Append one JSON line (`task_id`, `trial`, `failed`, `quirks`, ...) to the run's ground-truth file.
+
+    Safe across processes (an exclusive lock on `ground_truth.jsonl.lock`). Returns the file's path.
+    Raises `TypeError` when `line` is not JSON-serialisable (nothing is written then).
+    """
+    path = ground_truth_path(run_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(line, sort_keys=True) + "\n"
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(data)
+                out.flush()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return path
+
+
+def read_ground_truth(run_path: str | Path) -> list[dict[str, Any]]:
+    """Every line of the run's ground-truth file (empty when there is none)."""
+    path = ground_truth_path(run_path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """GET `<sim_url>/ecdysis/ground_truth?trial=<trial_header>` (sim_url without `/v1`).
+
+    Raises:
+        InfrastructureError: the server is unreachable or answers with an error (its message included).
+    """
+    import httpx2
+
+    url = sim_url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[:-3]
+    try:
+        response = httpx2.get(f"{url}/ecdysis/ground_truth?trial={quote(trial_header, safe='')}", timeout=timeout_s)
+    except httpx2.HTTPError as exc:
+        raise InfrastructureError(f"simulated model at {sim_url} unreachable for ground truth: {exc}") from exc
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:200]
+        raise InfrastructureError(f"simulated model ground truth for {trial_header!r}: HTTP "
+                                  f"{response.status_code}: {message}")
+    return response.json()

@@ -1,0 +1,113 @@
+"""What the simulated model knows of a task suite: the protocol a suite implements, and its nouns.
+
+A suite registers one provider per suite name through the `ecdysis_sim_knowledge` hook
+(`pytest_ecdysis.registry.sim_knowledge()`); the server asks it for a `SimTask` the first time a trial
+of that task is seen. The provider owns everything suite-specific: the gold plan (lookups + gold
+actions, in order), which write arguments take their value from an earlier tool result, how a quirk
+bends a tool call of this suite (which arguments are ids, what a wrong case or a dropped prefix looks
+like), the user scenario and the `communicate_info` values.
+
+This module must not import tau2, the task suites or any harness: it is the plugin side of the seam.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A write argument whose value the model first saw in an earlier tool result.
+
+    `path` is the argument name, or `name[i]` for an element of a list argument; `value` the gold
+    value as a string; `source_step` the index of the plan step whose result first contains it;
+    `offset` the character offset of the value in that result (how far a truncation must reach).
+    """
+
+    path: str
+    value: str
+    source_step: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class IdBend:
+    """How a quirk bends one id argument of a call: `kind` (`id_case` or `id_prefix`), the argument
+    name, and the bent value the model sends instead of the gold one."""
+
+    kind: str
+    arg: str
+    bent: Any
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One tool call of the gold plan. `write` is True for calls that change the environment's state."""
+
+    name: str
+    arguments: dict[str, Any]
+    write: bool = False
+    gold: bool = True  # False for a lookup the provider added (τ² airline gold lists few reads)
+    dependencies: tuple[Dependency, ...] = ()
+    id_bends: tuple[IdBend, ...] = ()
+    result_chars: int = 0  # length of the gold result text (what a harness may truncate)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The user side of a task, in the suite's words (τ²: second person, 'You are ...')."""
+
+    reason_for_call: str
+    known_info: str = ""
+    unknown_info: str = ""
+    task_instructions: str = ""
+    persona: str = ""
+
+
+@dataclass(frozen=True)
+class SimTask:
+    """Everything the simulated agent and user need for one task.
+
+    `plan`: ordered tool calls (lookups and gold actions); `communicate_info`: values the agent must
+    state in its final answer (τ²'s communicate check: case-insensitive substring, commas removed);
+    `extra`: anything else a suite wants to pass to its own policies (not read by the generic server).
+    """
+
+    suite: str
+    task_id: str
+    plan: tuple[PlanStep, ...]
+    scenario: Scenario
+    communicate_info: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def writes(self) -> list[int]:
+        """Indices of the write steps of the plan."""
+        return [i for i, step in enumerate(self.plan) if step.write]
+
+
+@runtime_checkable
+class SimKnowledge(Protocol):
+    """A suite's knowledge provider: one per suite name (e.g. `tau2-airline`).
+
+    `task(task_id)` returns the task's `SimTask` and raises `KeyError` for an unknown id. It may be
+    slow the first time (a provider may replay the gold plan on a fresh environment) and must be
+    cached by the provider; it is called from server threads, so it must be thread-safe.
+    """
+
+    def task(self, task_id: str) -> SimTask: ...
+
+
+def is_error_text(content: str) -> bool:
+    """Whether a tool message reads as an error to the model: it starts with `Error`/`[error`, is a
+    JSON object with an `error` key, or says `not found` near the start. Harness-agnostic on purpose:
+    it reads what the harness sent, whatever wrapper it used."""
+    head = content.lstrip()[:200].lower()
+    return (
+        head.startswith("error")
+        or head.startswith("[error")
+        or head.startswith('{"error"')
+        or "not found" in head
+        or head.startswith("tool error")
+    )

@@ -1,0 +1,193 @@
+"""Model profiles of the simulated model: which quirks it has, at which rates, and its seed.
+
+A profile is a small JSON data file, `pytest_ecdysis/sim/profiles/<name>.json`:
+
+    {"schema_version": 1, "name": "default", "description": "...", "seed": 20260311,
+     "difficulty": {"distribution": "beta", "a": 0.6, "b": 0.6},
+     "long_task_min_steps": 7,
+     "quirks": {"id_case": {"rate": 0.15}, ..., "blind_spot": {"task_rate": 0.15, "rate": 0.85}}}
+
+Every draw is a pure function of `(profile seed, suite, task, trial, what, where)` through sha256, so the
+same inputs give the same trajectory in any process (no `hash()`, no global random state). A per-task
+latent difficulty `d ~ Beta(a, b)` multiplies every rate except `blind_spot` by `2*d` (mean 1): trials
+of one task are correlated, and pass^k falls the way real models' does (shared/data/tau2-failure-modes.md,
+"Consistency across trials"). Extra profiles can live outside the package: `ECDYSIS_SIM_PROFILES`
+names a directory searched first.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+ENV_PROFILE_DIR = "ECDYSIS_SIM_PROFILES"
+
+#: Quirk kinds and their origin (docs/internals.md, "The simulated model's quirks").
+QUIRK_ORIGINS: dict[str, str] = {
+    "id_case": "systematic",
+    "id_prefix": "systematic",
+    "context_loss": "systematic",
+    "verbose_rereads": "systematic",
+    "early_end": "systematic",
+    "forget_communicate": "systematic",
+    "repeat_after_error": "systematic",
+    "malformed_args": "systematic",
+    "blind_spot": "model",
+    "slip": "model",
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A parsed, checked profile. Rates are probabilities in [0, 1] before difficulty scaling."""
+
+    name: str
+    seed: int
+    rates: dict[str, float]
+    blind_spot_task_rate: float = 0.0
+    difficulty_a: float = 1.0
+    difficulty_b: float = 1.0
+    long_task_min_steps: int = 7
+    description: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def rate(self, kind: str) -> float:
+        return self.rates.get(kind, 0.0)
+
+    def difficulty(self, suite: str, task_id: str) -> float:
+        """The task's latent difficulty in [0, 1] (Beta(a, b) drawn from the seed, suite and task)."""
+        return _difficulty(self.seed, self.difficulty_a, self.difficulty_b, suite, task_id)
+
+    def scaled(self, kind: str, suite: str, task_id: str) -> float:
+        """The rate of `kind` on this task: `min(1, rate * 2 * difficulty)` (blind_spot: unscaled)."""
+        base = self.rate(kind)
+        if kind == "blind_spot":
+            return base
+        return min(1.0, base * 2.0 * self.difficulty(suite, task_id))
+
+
+@functools.lru_cache(maxsize=4096)
+def _difficulty(seed: int, a: float, b: float, suite: str, task_id: str) -> float:
+    rng = random.Random(_digest(seed, "difficulty", suite, task_id))
+    return rng.betavariate(a, b)
+
+
+def _digest(*parts: Any) -> int:
+    text = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
+
+
+def uniform(*parts: Any) -> float:
+    """A uniform number in [0, 1) that depends only on `parts` (sha256 of their string forms)."""
+    return _digest(*parts) / 2.0**64
+
+
+def choose(n: int, *parts: Any) -> int:
+    """An index in [0, n) that depends only on `parts`."""
+    return _digest("choose", *parts) % n
+
+
+def _bad(source: str, what: str) -> UsageError:
+    return UsageError(f"simulated-model profile {source}: {what}; see docs/simulated-model.md for the format")
+
+
+def parse_profile(data: Any, source: str = "<data>") -> Profile:
+    """Check and parse a profile's JSON data.
+
+    Raises:
+        UsageError: not an object, missing `name`/`seed`/`quirks`, an unknown quirk kind, or a rate
+            outside [0, 1]; the message names the file and the field.
+    """
+    if not isinstance(data, dict):
+        raise _bad(source, "must be a JSON object")
+    for key in ("name", "seed", "quirks"):
+        if key not in data:
+            raise _bad(source, f"missing field {key!r}")
+    if not isinstance(data["seed"], int):
+        raise _bad(source, "'seed' must be an integer")
+    quirks = data["quirks"]
+    if not isinstance(quirks, dict):
+        raise _bad(source, "'quirks' must be an object {kind: {rate: ...}}")
+    rates: dict[str, float] = {}
+    task_rate = 0.0
+    for kind, spec in quirks.items():
+        if kind not in QUIRK_ORIGINS:
+            raise _bad(source, f"unknown quirk kind {kind!r} (known: {', '.join(QUIRK_ORIGINS)})")
+        if not isinstance(spec, dict) or "rate" not in spec:
+            raise _bad(source, f"quirk {kind!r} needs an object with a 'rate'")
+        for key in ("rate", "task_rate"):
+            if key in spec:
+                value = spec[key]
+                if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                    raise _bad(source, f"quirk {kind!r}: {key!r} must be a number in [0, 1], got {value!r}")
+        rates[kind] = float(spec["rate"])
+        if kind == "blind_spot":
+            task_rate = float(spec.get("task_rate", 0.0))
+    diff = data.get("difficulty", {"a": 1.0, "b": 1.0})
+    if not isinstance(diff, dict):
+        raise _bad(source, "'difficulty' must be an object {distribution: beta, a, b}")
+    a, b = diff.get("a", 1.0), diff.get("b", 1.0)
+    if not all(isinstance(x, (int, float)) and x > 0 for x in (a, b)):
+        raise _bad(source, "'difficulty' a and b must be positive numbers")
+    long_min = data.get("long_task_min_steps", 7)
+    if not isinstance(long_min, int) or long_min < 1:
+        raise _bad(source, "'long_task_min_steps' must be a positive integer")
+    return Profile(
+        name=str(data["name"]),
+        seed=data["seed"],
+        rates=rates,
+        blind_spot_task_rate=task_rate,
+        difficulty_a=float(a),
+        difficulty_b=float(b),
+        long_task_min_steps=long_min,
+        description=str(data.get("description", "")),
+        raw=data,
+    )
+
+
+def _dirs() -> list[Path]:
+    extra = os.environ.get(ENV_PROFILE_DIR)
+    return ([Path(extra)] if extra else []) + [PROFILE_DIR]
+
+
+def known_profiles() -> list[str]:
+    """Names of the profiles found (the `ECDYSIS_SIM_PROFILES` directory first, then the package's)."""
+    names: set[str] = set()
+    for directory in _dirs():
+        if directory.is_dir():
+            names.update(p.stem for p in directory.glob("*.json"))
+    return sorted(names)
+
+
+@functools.lru_cache(maxsize=64)
+def _load(path: str, mtime: float) -> Profile:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise _bad(path, f"cannot be read as JSON ({exc})") from None
+    return parse_profile(data, path)
+
+
+def load_profile(name: str) -> Profile:
+    """The profile called `name`.
+
+    Raises:
+        UsageError: no such profile (the message lists the known ones) or a malformed file.
+    """
+    for directory in _dirs():
+        path = directory / f"{name}.json"
+        if path.is_file():
+            return _load(str(path), path.stat().st_mtime)
+    raise UsageError(
+        f"unknown simulated-model profile {name!r}; known profiles: {', '.join(known_profiles())} "
+        f"(use model 'sim' or 'sim/<profile>')"
+    )

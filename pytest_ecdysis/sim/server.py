@@ -1,0 +1,359 @@
+"""The simulated model's HTTP server: OpenAI chat completions on 127.0.0.1, routed by role and trial.
+
+Endpoints:
+
+- `POST /v1/chat/completions`: OpenAI request body (`model`, `messages`, optional `tools`); the reply
+  has `choices[0].message` (text or one tool call), `finish_reason`, and `usage` in every response.
+- `GET /v1/models`: `sim` and `sim/<profile>` for every known profile.
+- `GET /ecdysis/ground_truth?trial=<X-Ecdysis-Trial value>`: the trial's ground truth (quirks drawn,
+  origin, step, cured). Only the suite reads it, at trial end; no completion ever contains it.
+
+Routing of a completion (header `X-Ecdysis-Role`):
+
+| role | needs `X-Ecdysis-Trial` | answered by |
+| --- | --- | --- |
+| `agent` (or no role header, with a trial header) | yes | `sim.agent.AgentTrial` |
+| `user` | yes | `sim.user.UserTrial` |
+| `analyst`, `critic`, `engineer`, `moderator`, `editor`, or no role and no trial | no | `pytest_ecdysis.sim.roles.answer(role, body) -> str` (role None when no header) |
+
+Other roles can be added to `ROLE_HANDLERS` (name -> callable(role, body) -> str). The trial header is
+`<run-id>/<suite>/<task-id>/<trial>`; the suite must be one a provider knows
+(`pytest_ecdysis.registry.sim_knowledge()`). The profile comes from each request's `model` (`sim` ->
+the server's default profile, `sim/<profile>`). Request errors are HTTP 400 with an OpenAI error body
+`{"error": {"message", "type", "code"}}`; the server stays up for the other workers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from ..errors import UsageError
+from .agent import AgentTrial
+from .knowledge import SimKnowledge
+from .profiles import Profile, known_profiles, load_profile
+from .user import UserTrial
+
+TRIAL_HEADER = "X-Ecdysis-Trial"
+ROLE_HEADER = "X-Ecdysis-Role"
+TRIAL_ROLES = ("agent", "user")
+DIAGNOSIS_ROLES = ("analyst", "critic", "engineer", "moderator", "editor")
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class RequestError(Exception):
+    """A bad request: answered with HTTP `status` and an OpenAI-style error body."""
+
+    def __init__(self, message: str, code: str = "invalid_request", status: int = 400,
+                 type_: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.message, self.code, self.status, self.type = message, code, status, type_
+
+
+def _roles_answer(role: str | None, body: dict[str, Any]) -> str:
+    try:
+        module = importlib.import_module("pytest_ecdysis.sim.roles")
+    except ModuleNotFoundError as exc:
+        if exc.name != "pytest_ecdysis.sim.roles":
+            raise
+        raise RequestError(f"the simulated model has no answers for role {role!r} "
+                           "(pytest_ecdysis.sim.roles is not installed)", code="role_not_supported") from None
+    return module.answer(role, body)
+
+
+#: Roles answered without a trial: name -> callable(role, body) -> reply text. Open for extension.
+ROLE_HANDLERS: dict[str | None, Callable[[str | None, dict[str, Any]], str]] = {
+    name: _roles_answer for name in (*DIAGNOSIS_ROLES, None)
+}
+
+
+@dataclass
+class TrialState:
+    """Everything the server keeps for one trial header: the agent's and the user's state."""
+
+    suite: str
+    task_id: str
+    trial: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    agent: AgentTrial | None = None
+    user: UserTrial | None = None
+    user_texts: set[str] = field(default_factory=set)
+
+
+def parse_trial(value: str) -> tuple[str, str, str, int]:
+    """`<run-id>/<suite>/<task-id>/<trial>` -> (run_id, suite, task_id, trial). Task ids may contain '/'.
+
+    Raises:
+        RequestError: not of that shape, or a trial that is not a non-negative integer.
+    """
+    parts = value.split("/")
+    if len(parts) < 4 or not all(parts[:2]) or not parts[-1].isdigit():
+        raise RequestError(f"{TRIAL_HEADER} must be '<run-id>/<suite>/<task-id>/<trial>' "
+                           f"(trial a non-negative integer), got {value!r}", code="bad_trial_header")
+    return parts[0], parts[1], "/".join(parts[2:-1]), int(parts[-1])
+
+
+class SimModel:
+    """The simulated model behind the HTTP layer (usable without HTTP, e.g. in benchmarks).
+
+    `knowledge`: `{suite: SimKnowledge}`; None loads the installed suites' providers on first use.
+    """
+
+    def __init__(self, *, default_profile: str = "default", latency_s: float = 0.0,
+                 knowledge: dict[str, SimKnowledge] | None = None) -> None:
+        self.default_profile = load_profile(default_profile).name  # UsageError for an unknown one
+        self.latency_s = latency_s
+        self._knowledge = knowledge
+        self._lock = threading.Lock()
+        self._trials: dict[str, TrialState] = {}
+
+    # -- lookups -------------------------------------------------------------------------------------
+
+    def knowledge(self) -> dict[str, SimKnowledge]:
+        with self._lock:
+            if self._knowledge is None:
+                from ..registry import sim_knowledge
+
+                self._knowledge = dict(sim_knowledge())
+            return self._knowledge
+
+    def profile_for(self, model: Any) -> Profile:
+        if not isinstance(model, str) or not model:
+            raise RequestError("'model' is required: 'sim' or 'sim/<profile>'", code="missing_model")
+        if model == "sim":
+            name = self.default_profile
+        elif model.startswith("sim/") and model[4:]:
+            name = model[4:]
+        else:
+            raise RequestError(f"model {model!r} is not served here; use 'sim' or 'sim/<profile>' "
+                               f"(profiles: {', '.join(known_profiles())})", code="model_not_found")
+        try:
+            return load_profile(name)
+        except UsageError as exc:
+            raise RequestError(str(exc), code="model_not_found") from None
+
+    def trial_state(self, header: str | None) -> TrialState:
+        if not header:
+            raise RequestError(f"agent and user requests need the {TRIAL_HEADER} header "
+                               "'<run-id>/<suite>/<task-id>/<trial>' (the suite's client sets it)",
+                               code="missing_trial")
+        with self._lock:
+            state = self._trials.get(header)
+        if state is not None:
+            return state
+        _, suite, task_id, trial = parse_trial(header)
+        self.sim_task(suite, task_id)  # an unknown suite or task is a 400 before any state is kept
+        with self._lock:
+            return self._trials.setdefault(header, TrialState(suite=suite, task_id=task_id, trial=trial))
+
+    def sim_task(self, suite: str, task_id: str) -> Any:
+        providers = self.knowledge()
+        if suite not in providers:
+            known = ", ".join(sorted(providers)) or "none installed"
+            raise RequestError(f"unknown suite {suite!r} in {TRIAL_HEADER}; the simulated model knows: {known}",
+                               code="unknown_suite")
+        try:
+            return providers[suite].task(task_id)
+        except KeyError:
+            raise RequestError(f"unknown task {task_id!r} of suite {suite!r} in {TRIAL_HEADER}",
+                               code="unknown_task") from None
+
+    # -- completions ---------------------------------------------------------------------------------
+
+    def complete(self, body: Any, role: str | None, trial_header: str | None) -> dict[str, Any]:
+        """The chat-completion response for one request body and its two headers.
+
+        Raises:
+            RequestError: a malformed body, an unknown profile, role, suite, task or trial.
+        """
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("stream"):
+            raise RequestError("the simulated model does not stream; call without stream=True",
+                               code="stream_not_supported")
+        model = body.get("model")
+        profile = self.profile_for(model)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty list of messages", code="missing_messages")
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise RequestError("every message must be an object with a 'role'", code="bad_message")
+        role = role.strip().lower() if role else None
+        if role is None and trial_header:
+            role = "agent"
+        if role in TRIAL_ROLES:
+            state = self.trial_state(trial_header)
+            message = self._trial_reply(state, role, profile, messages)
+        elif role in ROLE_HANDLERS:
+            text = ROLE_HANDLERS[role](role, body)
+            message = {"role": "assistant", "content": text}
+        else:
+            known = ", ".join(r for r in (*TRIAL_ROLES, *ROLE_HANDLERS) if r)
+            raise RequestError(f"unknown {ROLE_HEADER} {role!r}; known roles: {known}", code="unknown_role")
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)
+        return _completion(str(model), message, messages)
+
+    def _trial_reply(self, state: TrialState, role: str, profile: Profile,
+                     messages: list[dict[str, Any]]) -> dict[str, Any]:
+        task = self.sim_task(state.suite, state.task_id)
+        with state.lock:
+            if role == "agent":
+                if state.agent is None:
+                    state.agent = AgentTrial(task, profile, state.trial)
+                    state.agent.user_texts = state.user_texts
+                return state.agent.respond(messages)
+            if state.user is None:
+                state.user = UserTrial(task)
+            text = state.user.respond(messages)
+            state.user_texts.add(text.strip())
+            return {"role": "assistant", "content": text}
+
+    def ground_truth(self, header: str | None) -> dict[str, Any]:
+        """The trial's ground truth; an unseen trial of a known task has no quirks.
+
+        Raises:
+            RequestError: no header, or an unknown suite or task.
+        """
+        state = self.trial_state(header)
+        with state.lock:
+            if state.agent is not None:
+                return state.agent.ground_truth()
+        return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None,
+                "agent_requests": 0, "reached_final": False, "quirks": []}
+
+
+def _completion(model: str, message: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    prompt_chars = sum(len(json.dumps(m.get("content") or "")) for m in messages)
+    out = message.get("content") or json.dumps(message.get("tool_calls"))
+    prompt_tokens, completion_tokens = max(1, prompt_chars // 4), max(1, len(out) // 4)
+    return {
+        "id": f"chatcmpl-sim-{time.monotonic_ns():x}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "ecdysis-sim/1"
+    model: SimModel  # set on the subclass made by `make_server`
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: pytest output stays clean
+        pass
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, exc: RequestError) -> None:
+        self._send(exc.status, {"error": {"message": exc.message, "type": exc.type, "code": exc.code}})
+
+    def _guard(self, fn: Callable[[], dict[str, Any]]) -> None:
+        try:
+            self._send(200, fn())
+        except RequestError as exc:
+            self._error(exc)
+        except Exception as exc:  # a bug must not take the server down for the other workers
+            self._error(RequestError(f"simulated model internal error: {type(exc).__name__}: {exc}",
+                                     code="internal_error", status=500, type_="server_error"))
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if url.path.rstrip("/") in ("/v1/models", "/models"):
+            self._guard(lambda: {"object": "list", "data": [
+                {"id": "sim", "object": "model", "owned_by": "pytest-ecdysis"},
+                *({"id": f"sim/{p}", "object": "model", "owned_by": "pytest-ecdysis"} for p in known_profiles()),
+            ]})
+        elif url.path == "/ecdysis/ground_truth":
+            trial = parse_qs(url.query).get("trial", [None])[0]
+            self._guard(lambda: self.model.ground_truth(trial))
+        elif url.path == "/health":
+            self._guard(lambda: {"status": "ok"})
+        else:
+            self._error(RequestError(f"no route GET {url.path}", code="not_found", status=404))
+
+    def do_POST(self) -> None:
+        url = urlparse(self.path)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._error(RequestError("missing or too large Content-Length", code="bad_length"))
+            return
+        raw = self.rfile.read(length)
+        if url.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(RequestError(f"no route POST {url.path}", code="not_found", status=404))
+            return
+
+        def answer() -> dict[str, Any]:
+            try:
+                body = json.loads(raw or b"null")
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RequestError(f"the request body is not valid JSON: {exc}", code="bad_json") from None
+            return self.model.complete(body, self.headers.get(ROLE_HEADER), self.headers.get(TRIAL_HEADER))
+
+        self._guard(answer)
+
+
+class SimServerHandle:
+    """A running server: `.url` is `http://127.0.0.1:PORT` (no `/v1`), `.stop()` shuts it down."""
+
+    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread | None, model: SimModel) -> None:
+        self.httpd, self.thread, self.model = httpd, thread, model
+        self.port = httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+
+def make_server(model: SimModel, port: int = 0) -> ThreadingHTTPServer:
+    """Bind 127.0.0.1:`port` (0 = a free port).
+
+    Raises:
+        UsageError: the port is in use or cannot be bound.
+    """
+    handler = type("SimHandler", (_Handler,), {"model": model})
+    try:
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as exc:
+        raise UsageError(f"cannot serve the simulated model on 127.0.0.1:{port} ({exc.strerror or exc}); "
+                         "pick another --port, or 0 for a free one") from None
+    httpd.daemon_threads = True
+    return httpd
+
+
+def start_background(latency_s: float = 0.0, port: int = 0, default_profile: str = "default",
+                     knowledge: dict[str, SimKnowledge] | None = None) -> SimServerHandle:
+    """Start the server in a daemon thread; returns a handle with `.url` and `.stop()`.
+
+    `latency_s`: fixed delay in seconds added to every completion. Raises `UsageError` for a port in
+    use or an unknown default profile.
+    """
+    model = SimModel(default_profile=default_profile, latency_s=latency_s, knowledge=knowledge)
+    httpd = make_server(model, port)
+    thread = threading.Thread(target=httpd.serve_forever, name="ecdysis-sim", daemon=True)
+    thread.start()
+    return SimServerHandle(httpd, thread, model)

@@ -1,0 +1,81 @@
+"""The simulated user policy: answer the agent as the task's user scenario says, end with τ²'s stop token.
+
+Reads only the agent's latest text (the last message of the request; τ²'s user simulator flips roles,
+so it arrives as a `user` message, but any role is accepted) and the scenario from the suite's
+knowledge. Deterministic; it never reads the system prompt. Turn rules, first match wins:
+
+1. first turn: the reason for the call and the known info (identity), in the first person;
+2. more than `MAX_TURNS` turns: thank and stop (`###STOP###`);
+3. the agent says it transferred the user to a human: `###TRANSFER###`;
+4. the agent closes (`anything else`): "No, that's all. Thank you! ###STOP###";
+5. the agent asks for a confirmation (confirm / proceed / shall I / would you like): "Yes, please go ahead.";
+6. the agent asks for details (id, name, zip, email, order, reservation, number): the known info again;
+7. otherwise: repeat the reason for the call briefly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .agent import message_text
+from .knowledge import SimTask
+
+STOP = "###STOP###"
+TRANSFER = "###TRANSFER###"
+MAX_TURNS = 15
+
+_PRONOUNS = [
+    (r"\bYou are\b", "I am"), (r"\byou are\b", "I am"), (r"\bYou're\b", "I'm"), (r"\byou're\b", "I'm"),
+    (r"\bYou have\b", "I have"), (r"\byou have\b", "I have"), (r"\bYour\b", "My"), (r"\byour\b", "my"),
+    (r"\bYourself\b", "Myself"), (r"\byourself\b", "myself"), (r"\bYou\b", "I"), (r"\byou\b", "I"),
+]
+_CONFIRM = ("confirm", "proceed", "shall i", "would you like me", "do you want me", "go ahead")
+_DETAILS = ("user id", "your id", "name", "zip", "email", "order", "reservation", "number", "identify", "verify")
+
+
+def first_person(text: str) -> str:
+    """τ² scenarios are written to the user ('You are Emma Kim.'); say them as the user would."""
+    out = " ".join(text.split())
+    for pattern, repl in _PRONOUNS:
+        out = re.sub(pattern, repl, out)
+    return out
+
+
+class UserTrial:
+    """The simulated user's state for one trial: turns taken and everything it said (so the agent side
+    can tell a harness's check message from the user's own words)."""
+
+    def __init__(self, task: SimTask) -> None:
+        self.task = task
+        self.turns = 0
+        self.texts: list[str] = []
+
+    def respond(self, messages: list[dict[str, Any]]) -> str:
+        agent_text = message_text(messages[-1]) if messages else ""
+        text = self._reply(agent_text.lower())
+        self.turns += 1
+        self.texts.append(text)
+        return text
+
+    def _known(self) -> str:
+        return first_person(self.task.scenario.known_info) or "I don't have more details, sorry."
+
+    def _reply(self, said: str) -> str:
+        scenario = self.task.scenario
+        if self.turns == 0:
+            opening = first_person(scenario.reason_for_call)
+            known = first_person(scenario.known_info)
+            return f"Hi! {opening} {known}".strip()
+        if self.turns >= MAX_TURNS:
+            return f"Thank you, that's all for today. {STOP}"
+        if "transfer" in said and ("human" in said or "representative" in said):
+            return TRANSFER
+        if "anything else" in said:
+            return f"No, that's all. Thank you! {STOP}"
+        if any(k in said for k in _CONFIRM):
+            return "Yes, please go ahead."
+        if "?" in said and any(k in said for k in _DETAILS):
+            return self._known()
+        reason = first_person(scenario.reason_for_call).split(". ")[0].rstrip(".")
+        return f"As I said: {reason}. Can you help me with that?"

