@@ -102,11 +102,18 @@ def pytest_configure(config: pytest.Config) -> None:
             state.sim_server = start_background(latency_s=cfg.sim_latency_s)
             state.sim_url = state.sim_server.url
             os.environ[ENV_SIM_URL] = state.sim_url
-            config.get_terminal_writer().line(
-                f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}"
-            )
+            # printed at session start: the terminal reporter does not exist yet at tryfirst configure
+            state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = session.config.stash.get(CONFIG_KEY, None)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if state is not None and state.is_controller and reporter is not None:
+        for line in state.messages:
+            reporter.write_line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
