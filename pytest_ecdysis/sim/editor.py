@@ -13,13 +13,14 @@ Recipe format (TOML)::
     description = "..."
     [parameters]                            # name -> type: "int", "str", "list[str]"
     value = "int"
-    [[steps]]                               # applied in order to `file`
-    op = "set_constant"                     # see OPS below
+    [[steps]]                               # applied in order (a step may name another `file`)
+    op = "set_constant"                     # see OPS at the end of this module
     name = "MAX_MODEL_CALLS"
     value = "${value}"
 
 Templates use `string.Template` placeholders (`${value}`); a parameter is substituted as a Python
-literal (`repr`), so a text rule becomes a quoted string, never code. Operations work on the module's
+literal (`repr`), so a text rule becomes a quoted string, never code (`${raw_text}` is a str parameter's
+bare text, for prose such as a prompt line). Operations work on the module's
 AST positions, so comments and formatting elsewhere in the file survive.
 
 This module never imports harness code; it only reads and writes its files.
@@ -28,6 +29,7 @@ This module never imports harness code; it only reads and writes its files.
 from __future__ import annotations
 
 import ast
+import json
 import string
 import tomllib
 from collections.abc import Callable
@@ -159,26 +161,40 @@ def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path) -> b
             raise RecipeError(f"recipe {recipe.knob!r} needs parameter {name!r} ({kind})")
         if not _TYPES[kind](params[name]):
             raise RecipeError(f"recipe {recipe.knob!r}: parameter {name!r} must be {kind}, got {params[name]!r}")
-    path = harness_dir / recipe.file
-    if not path.is_file():
-        raise RecipeError(f"recipe {recipe.knob!r} edits {recipe.file}, which this harness does not have")
-    original = path.read_text()
-    source = original
-    literals = {k: repr(v) for k, v in params.items() if k in recipe.parameters}
+    literals = {k: _literal(v) for k, v in params.items() if k in recipe.parameters}
+    literals.update({f"raw_{k}": str(v) for k, v in params.items() if recipe.parameters.get(k) == "str"})
+    originals: dict[str, str] = {}
+    sources: dict[str, str] = {}
     for step in recipe.steps:
+        rel = step.get("file", recipe.file)
+        if rel not in sources:
+            path = harness_dir / rel
+            if not path.is_file():
+                raise RecipeError(f"recipe {recipe.knob!r} edits {rel}, which this harness does not have")
+            originals[rel] = sources[rel] = path.read_text()
         op = OPS.get(step.get("op", ""))
         if op is None:
             raise RecipeError(f"recipe {recipe.knob!r}: unknown op {step.get('op')!r} (known: {sorted(OPS)})")
-        rendered = {k: _render(v, literals, recipe.knob) for k, v in step.items() if k != "op"}
-        source = op(source, params=params, **rendered)
-    try:
-        compile(source, str(path), "exec")
-    except SyntaxError as exc:
-        raise RecipeError(f"recipe {recipe.knob!r} would leave {recipe.file} with a syntax error: {exc}") from None
-    if source == original:
-        return False
-    path.write_text(source)
-    return True
+        rendered = {k: _render(v, literals, recipe.knob) for k, v in step.items() if k not in ("op", "file")}
+        sources[rel] = op(sources[rel], params=params, **rendered)
+    for rel, source in sources.items():
+        try:
+            compile(source, rel, "exec")
+        except SyntaxError as exc:
+            raise RecipeError(f"recipe {recipe.knob!r} would leave {rel} with a syntax error: {exc}") from None
+    changed = [rel for rel in sources if sources[rel] != originals[rel]]
+    for rel in changed:
+        (harness_dir / rel).write_text(sources[rel])
+    return bool(changed)
+
+
+def _literal(value: Any) -> str:
+    """A Python literal for a parameter, strings in double quotes (the harness's own style)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return repr(value)
 
 
 def _render(value: Any, literals: dict[str, str], knob: str) -> Any:
@@ -225,12 +241,41 @@ def op_set_constant(source: str, *, name: str, value: str, params: dict[str, Any
     return _replace_span(source, node.value, value)
 
 
-def op_ensure_constant(source: str, *, name: str, value: str, after: str = "",
+def op_ensure_constant(source: str, *, name: str, value: str, after: str = "", comment: str = "",
                        params: dict[str, Any]) -> str:
-    """Add `NAME = value` after the top-level definition `after` (or the imports) unless NAME exists."""
+    """Add `NAME = value` (preceded by `#: comment` lines) after the top-level definition `after` (or the
+    imports) unless NAME exists."""
     if _top_level(source, name, (ast.Assign, ast.AnnAssign)) is not None:
         return source
-    return _insert_top_level(source, f"{name} = {value}\n", after)
+    lines = "".join(f"#: {line}\n" for line in comment.strip().splitlines())
+    return _insert_top_level(source, f"\n{lines}{name} = {value}\n", after)
+
+
+def op_append_line(source: str, *, name: str, line: str, params: dict[str, Any]) -> str:
+    """Append `line` to the top-level string constant `name` (a rule to a prompt), unless present."""
+    node = _top_level(source, name, (ast.Assign, ast.AnnAssign))
+    if node is None or not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        raise RecipeError(f"no top-level string constant {name}")
+    text = node.value.value
+    if line.strip() in text:
+        return source
+    new = text.rstrip("\n") + "\n" + line.strip()
+    segment = ast.get_source_segment(source, node.value) or ""
+    if segment.startswith('"""') and '"""' not in new and "\\" not in new and not new.endswith('"'):
+        literal = '"""\\\n' + new + '"""'
+    else:
+        literal = repr(new)
+    return _replace_span(source, node.value, literal)
+
+
+def op_replace_text(source: str, *, old: str, new: str, params: dict[str, Any]) -> str:
+    """Replace `old` (which must occur exactly once) with `new`; nothing when `new` is already there."""
+    if new in source:
+        return source
+    count = source.count(old)
+    if count != 1:
+        raise RecipeError(f"the text to replace occurs {count} times (it must occur exactly once): {old[:60]!r}")
+    return source.replace(old, new)
 
 
 def op_extend_sequence(source: str, *, name: str, items: str, params: dict[str, Any]) -> str:
@@ -248,7 +293,7 @@ def op_extend_sequence(source: str, *, name: str, items: str, params: dict[str, 
         return source
     seq = node.value
     if seq.lineno == seq.end_lineno:  # one-line literal: rewrite it as one item per line
-        elements = [ast.get_source_segment(source, e) for e in seq.elts] + [repr(x) for x in new]
+        elements = [ast.get_source_segment(source, e) for e in seq.elts] + [_literal(x) for x in new]
         if isinstance(seq, ast.Tuple) and len(elements) == 1:
             elements[0] += ","
         opening, closing = ("(", ")") if isinstance(seq, ast.Tuple) else ("[", "]")
@@ -264,7 +309,7 @@ def op_extend_sequence(source: str, *, name: str, items: str, params: dict[str, 
         row = lines[last.end_lineno - 1]
         cut = len(row.encode()[: last.end_col_offset].decode())
         lines[last.end_lineno - 1] = row[:cut] + "," + row[cut:]
-    addition = "".join(f"{indent}{x!r},\n" for x in new)
+    addition = "".join(f"{indent}{_literal(x)},\n" for x in new)
     lines.insert(seq.end_lineno - 1, addition)
     return "".join(lines)
 
@@ -333,4 +378,6 @@ OPS: dict[str, Callable[..., str]] = {
     "replace_function": op_replace_function,
     "add_function": op_add_function,
     "ensure_import": op_ensure_import,
+    "append_line": op_append_line,
+    "replace_text": op_replace_text,
 }
