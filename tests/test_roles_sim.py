@@ -1,0 +1,199 @@
+"""sim/roles.py: the simulated roles' answers are a pure function of the prompt's evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_diagnose_support import (
+    blind_spot_records,
+    body_for,
+    budget_records,
+    cfg,
+    id_prefix_records,
+    incomplete_records,
+    json_records,
+    repeat_records,
+    sim_client,
+    truncation_records,
+    write_harness,
+)
+
+from pytest_ecdysis.diagnose import diagnose
+from pytest_ecdysis.evidence import extract_json
+from pytest_ecdysis.patterns import group
+from pytest_ecdysis.records import ModificationSpec
+from pytest_ecdysis.sim import roles
+
+
+def nofdcr_spec(records, harness=None, **kw) -> ModificationSpec:
+    """The spec the simulated analyst writes in one pass (no review)."""
+    return ModificationSpec.model_validate(json.loads(roles.answer("analyst", body_for("analyst", records, harness,
+                                                                                       fmt="spec", **kw))))
+
+
+def fdcr(tmp_path: Path, records, *, solved=(), history=(), passes=2):
+    harness = write_harness(tmp_path)
+    return diagnose(records=records, groups=group(records), harness_dir=harness, history=list(history),
+                    solved_tasks=list(solved), cfg=cfg(passes), round_dir=tmp_path / "round",
+                    client=sim_client())
+
+
+def knobs(spec: ModificationSpec) -> dict[str, dict]:
+    return {c.parameters["knob"]: c.parameters for c in spec.changes}
+
+
+def test_answer_is_a_pure_function_of_the_prompt(tmp_path):
+    """The same request body gives the same answer, for every role (a fresh call knows nothing else)."""
+    h = write_harness(tmp_path)
+    records = id_prefix_records() + incomplete_records()
+    for role in roles.ROLES:
+        body = body_for(role, records, h)
+        assert roles.answer(role, json.loads(json.dumps(body))) == roles.answer(role, body)
+
+
+def test_prompt_without_evidence_is_refused():
+    """A role prompt with no evidence block is an error the server can answer with HTTP 400."""
+    with pytest.raises(ValueError, match="no <evidence>"):
+        roles.answer("analyst", {"messages": [{"role": "user", "content": "fix my harness"}]})
+    with pytest.raises(ValueError, match="not 'agent'"):
+        roles.answer("agent", {"messages": []})
+
+
+def test_id_not_found_errors_map_to_error_feedback_and_prefix_rule(tmp_path):
+    """'not found' errors on an id argument -> error_feedback and id_normalisation with the '#' rule seen
+    in the user's message."""
+    spec = nofdcr_spec(id_prefix_records(), write_harness(tmp_path))
+    k = knobs(spec)
+    assert set(k) == {"error_feedback", "id_normalisation"}
+    assert k["id_normalisation"]["rules"] == ["order_id:#prefix"]
+    assert {c.files[0] for c in spec.changes} == {"feedback.py", "tools.py"}
+
+
+def test_errors_that_already_name_the_argument_need_no_error_feedback(tmp_path):
+    """When the harness's error already names the argument and expected form, error_feedback is not proposed."""
+    records = id_prefix_records()
+    for r in records:
+        r.tool_calls[0].result = "Error: order_id not found; expected an id like #W1234567"
+    assert "error_feedback" not in knobs(nofdcr_spec(records, write_harness(tmp_path)))
+
+
+def test_truncated_results_raise_max_tool_result_chars_from_the_current_setting(tmp_path):
+    """`[truncated 800 chars]` on failing trials -> max_tool_result_chars above 1200 + 800 (harness setting)."""
+    k = knobs(nofdcr_spec(truncation_records(), write_harness(tmp_path)))
+    assert set(k) == {"max_tool_result_chars"} and k["max_tool_result_chars"]["value"] == 2500
+
+
+def test_step_budget_reached_raises_max_model_calls(tmp_path):
+    """'step budget of 20 model calls reached' -> max_model_calls with a larger value (40)."""
+    k = knobs(nofdcr_spec(budget_records(), write_harness(tmp_path)))
+    assert k == {"max_model_calls": {"knob": "max_model_calls", "value": 40}}
+
+
+def test_cross_task_incomplete_work_gets_completion_check(tmp_path):
+    """DB failures ended by a stop on two tasks, with no harness mechanism visible -> completion_check."""
+    assert set(knobs(nofdcr_spec(incomplete_records(), write_harness(tmp_path)))) == {"completion_check"}
+
+
+def test_repeated_identical_failing_calls_get_repeat_guard_unless_already_flagged(tmp_path):
+    """Identical failing calls answered with the same error -> repeat_guard; a distinct second error -> none."""
+    h = write_harness(tmp_path)
+    assert set(knobs(nofdcr_spec(repeat_records(), h))) == {"repeat_guard"}
+    assert "repeat_guard" not in knobs(nofdcr_spec(repeat_records(flagged=True), h))
+
+
+def test_invalid_json_errors_change_nothing(tmp_path):
+    """Invalid-JSON tool errors the harness already answers -> no change, the group left alone."""
+    spec = nofdcr_spec(json_records(), write_harness(tmp_path))
+    assert spec.changes == [] and "invalid JSON" in spec.left_alone[0].reason
+
+
+def test_single_task_blind_spot_is_left_alone_with_fdcr_but_tempts_without(tmp_path):
+    """A single-task failure with a near-miss value: the lone analyst writes a policy_rule naming the value;
+    with FDCR the Critic blocks it and the group ends in left_alone."""
+    records = blind_spot_records()
+    alone = nofdcr_spec(records, write_harness(tmp_path))
+    assert knobs(alone)["policy_rule"]["text"].count("HAT107") == 1
+    d = fdcr(tmp_path, records)
+    assert d.spec is None and d.reason == "no_spec"
+    written = json.loads((tmp_path / "round" / "spec.json").read_text())
+    assert written["changes"] == [] and "over-fitted" in written["left_alone"][0]["reason"]
+
+
+def test_single_task_without_visible_value_is_a_blind_spot(tmp_path):
+    """A single-task incomplete failure with no near-miss value is left alone as a model blind spot."""
+    records = blind_spot_records()
+    for r in records:
+        r.excerpt[0]["content"] = "Please move me to the later flight."
+    spec = nofdcr_spec(records, write_harness(tmp_path))
+    assert spec.changes == [] and "blind spot" in spec.left_alone[0].reason
+
+
+def test_critic_narrows_changes_touching_solved_tasks(tmp_path):
+    """With tasks the incumbent solves, the Critic narrows completion_check (trigger, guard, watch_tasks)."""
+    body = body_for("critic", incomplete_records(), write_harness(tmp_path), solved_tasks=["20", "21"],
+                    turns=[{"role": "analyst", "pass": 1,
+                            "content": roles.answer("analyst", body_for("analyst", incomplete_records(),
+                                                                        solved_tasks=["20", "21"]))}])
+    (verdict,) = extract_json(roles.answer("critic", body))["verdicts"]
+    assert verdict["verdict"] == "narrow" and verdict["watch_tasks"] == ["20", "21"]
+    d = fdcr(tmp_path, incomplete_records(), solved=["20", "21"])
+    (change,) = d.spec.changes
+    assert "at least one write" in change.trigger and d.spec.watch_tasks == ["20", "21"]
+
+
+def test_critic_accepts_when_no_solved_task_is_touched(tmp_path):
+    """Without solved tasks, the same completion_check passes review unchanged."""
+    d = fdcr(tmp_path, incomplete_records(), solved=[])
+    (change,) = d.spec.changes
+    assert change.trigger == "the agent is about to end the conversation" and d.spec.watch_tasks == []
+
+
+def test_rejected_spec_is_not_proposed_unchanged(tmp_path):
+    """A change identical to one rejected in an earlier round is dropped and its group left alone, saying why."""
+    first = fdcr(tmp_path, budget_records())
+    history = [{"round": 1, "outcome": "rejected", "score_before": 0.5, "score_after": 0.5, "spec": first.spec}]
+    again = fdcr(tmp_path / "2", budget_records(), history=history)
+    assert again.spec is None and "rejected" in json.loads(
+        (tmp_path / "2" / "round" / "spec.json").read_text())["left_alone"][0]["reason"]
+    accepted = [{"round": 1, "outcome": "accepted", "score_before": 0.5, "score_after": 0.6, "spec": first.spec}]
+    assert fdcr(tmp_path / "3", budget_records(), history=accepted).spec is not None  # value knobs may rise again
+
+
+@pytest.mark.parametrize("removed", ["id", "truncation", "budget", "incomplete"])
+def test_removing_a_groups_evidence_removes_it_from_the_spec(tmp_path, removed):
+    """Drop one group's records from the prompt and that group (and its knob) leaves the spec."""
+    scenarios = {"id": id_prefix_records(), "truncation": truncation_records(), "budget": budget_records(),
+                 "incomplete": incomplete_records()}
+    full = fdcr(tmp_path / "full", [r for rs in scenarios.values() for r in rs])
+    less = fdcr(tmp_path / "less", [r for name, rs in scenarios.items() if name != removed for r in rs])
+    gone = {s for r in scenarios[removed] for s in [group([r])[0].signature]}
+    addressed_full = {s for c in full.spec.changes for s in c.addresses}
+    addressed_less = {s for c in less.spec.changes for s in c.addresses}
+    assert gone <= addressed_full and not gone & addressed_less
+    assert len(less.spec.changes) < len(full.spec.changes)
+
+
+def test_answers_over_a_real_sim_server(tmp_path, monkeypatch):
+    """Over the real simulated server (HTTP, openai client), FDCR gets the same spec as roles.answer directly."""
+    server = pytest.importorskip("pytest_ecdysis.sim.server")
+    start = getattr(server, "start_server", None) or getattr(server, "serve_in_thread", None)
+    if start is None:
+        pytest.skip("sim server exposes no start_server()")
+    handle = start(port=0)
+    try:
+        url = getattr(handle, "url", None) or str(handle)
+        monkeypatch.setenv("ECDYSIS_SIM_URL", url)
+        records = id_prefix_records() + incomplete_records()
+        harness = write_harness(tmp_path)
+        over_http = diagnose(records=records, groups=group(records), harness_dir=harness, history=[],
+                             solved_tasks=[], cfg=cfg(1), round_dir=tmp_path / "http")
+        direct = diagnose(records=records, groups=group(records), harness_dir=harness, history=[],
+                          solved_tasks=[], cfg=cfg(1), round_dir=tmp_path / "direct", client=sim_client())
+        assert over_http.spec == direct.spec and over_http.calls == 4
+        assert over_http.tokens["total"] > 0
+    finally:
+        stop = getattr(handle, "stop", None) or getattr(handle, "shutdown", None)
+        if stop:
+            stop()
