@@ -57,6 +57,8 @@ def test_prompt_without_evidence_is_refused():
     """A role prompt with no evidence block is an error the server can answer with HTTP 400."""
     with pytest.raises(ValueError, match="no <evidence>"):
         roles.answer("analyst", {"messages": [{"role": "user", "content": "fix my harness"}]})
+    with pytest.raises(ValueError, match="--ecdysis-editor sim"):
+        roles.answer("editor", {"messages": []})
     with pytest.raises(ValueError, match="not 'agent'"):
         roles.answer("agent", {"messages": []})
 
@@ -178,13 +180,9 @@ def test_removing_a_groups_evidence_removes_it_from_the_spec(tmp_path, removed):
 def test_answers_over_a_real_sim_server(tmp_path, monkeypatch):
     """Over the real simulated server (HTTP, openai client), FDCR gets the same spec as roles.answer directly."""
     server = pytest.importorskip("pytest_ecdysis.sim.server")
-    start = getattr(server, "start_server", None) or getattr(server, "serve_in_thread", None)
-    if start is None:
-        pytest.skip("sim server exposes no start_server()")
-    handle = start(port=0)
+    handle = server.start_background(port=0, knowledge={})
     try:
-        url = getattr(handle, "url", None) or str(handle)
-        monkeypatch.setenv("ECDYSIS_SIM_URL", url)
+        monkeypatch.setenv("ECDYSIS_SIM_URL", handle.url)
         records = id_prefix_records() + incomplete_records()
         harness = write_harness(tmp_path)
         over_http = diagnose(records=records, groups=group(records), harness_dir=harness, history=[],
@@ -194,6 +192,4 @@ def test_answers_over_a_real_sim_server(tmp_path, monkeypatch):
         assert over_http.spec == direct.spec and over_http.calls == 4
         assert over_http.tokens["total"] > 0
     finally:
-        stop = getattr(handle, "stop", None) or getattr(handle, "shutdown", None)
-        if stop:
-            stop()
+        handle.stop()

@@ -72,6 +72,9 @@ def answer(role: str, body: Mapping[str, Any]) -> str:
         ValueError: an unknown role, or a prompt without evidence (the message says what is missing);
             the server turns it into an HTTP 400.
     """
+    if role == "editor":
+        raise ValueError("the simulated model writes no free-form code edits: with a simulated diagnosis model "
+                         "use --ecdysis-editor sim (edit recipes), or a real model for --ecdysis-editor builtin")
     if role not in ROLES:
         raise ValueError(f"the simulated model answers the roles {', '.join(ROLES)}, not {role!r}")
     messages = body.get("messages") or []
