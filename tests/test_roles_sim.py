@@ -36,7 +36,7 @@ def nofdcr_spec(records, harness=None, **kw) -> ModificationSpec:
 def fdcr(tmp_path: Path, records, *, solved=(), history=(), passes=2):
     harness = write_harness(tmp_path)
     return diagnose(records=records, groups=group(records), harness_dir=harness, history=list(history),
-                    solved_tasks=list(solved), cfg=cfg(passes), round_dir=tmp_path / "round",
+                    solved_tasks=solved if isinstance(solved, dict) else list(solved), cfg=cfg(passes), round_dir=tmp_path / "round",
                     client=sim_client())
 
 
@@ -193,3 +193,13 @@ def test_answers_over_a_real_sim_server(tmp_path, monkeypatch):
         assert over_http.tokens["total"] > 0
     finally:
         handle.stop()
+
+
+def test_critic_narrows_only_for_solved_tasks_the_change_would_touch(tmp_path):
+    """Given the tools each solved task used, completion_check is narrowed for tasks with a write (watched)
+    and passes unchanged when no solved task writes."""
+    touching = fdcr(tmp_path / "a", incomplete_records(),
+                    solved={"20": ["get_order_details", "cancel_pending_order"], "21": ["get_user_details"]})
+    assert touching.spec.watch_tasks == ["20"] and "at least one write" in touching.spec.changes[0].trigger
+    reading = fdcr(tmp_path / "b", incomplete_records(), solved={"21": ["get_user_details"]})
+    assert reading.spec.watch_tasks == [] and reading.spec.changes[0].guards == ["at most one check per conversation"]

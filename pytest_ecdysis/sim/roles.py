@@ -134,10 +134,14 @@ class World:
             for sig in f.get("functions", []):
                 self.functions.setdefault(sig.split("(")[0].split(":")[0].replace("class ", "").strip(), f["path"])
         solved = evidence.get("solved_tasks") or []
-        self.solved = sorted(solved) if not isinstance(solved, dict) else sorted(solved)
+        self.solved = sorted(solved)
+        #: tools each solved task used, when the evidence says (a mapping); None when only ids are known.
+        self.solved_tools = {str(k): set(v or []) for k, v in solved.items()} if isinstance(solved, dict) else None
         self.history = [h for h in evidence.get("history", []) if isinstance(h, dict)]
         self.single_task = {g["signature"] for g in self.groups if not g.get("cross_task")}
         self.group_tasks = {g["signature"]: g.get("tasks", []) for g in self.groups}
+        self.group_tools = {g["signature"]: {str(c.get("name")) for r in g.get("examples", [])
+                                             for c in r.get("tool_calls", [])} for g in self.groups}
         # known-good values of each argument, over every example shown
         self.good: dict[str, set[str]] = {}
         for g in self.groups:
@@ -379,6 +383,16 @@ class World:
                     return h
         return None
 
+    def touched(self, knob: str | None, addresses: list[str]) -> list[str]:
+        """Solved tasks a change would run on: all of them when only ids are known; with the tools each
+        solved task used, those with a write (completion_check) or a tool of the addressed groups."""
+        if self.solved_tools is None or knob == "policy_rule":
+            return self.solved
+        if knob == "completion_check":
+            return sorted(t for t, tools in self.solved_tools.items() if any(not READ_TOOL_RE.match(x) for x in tools))
+        tools = {x for s in addresses for x in self.group_tools.get(s, set())}
+        return sorted(t for t, used in self.solved_tools.items() if used & tools)
+
     def watch(self, proposals: list[dict[str, Any]]) -> list[str]:
         tasks: set[str] = set()
         for p in proposals:
@@ -540,16 +554,17 @@ def _critic(world: World, turns: list[dict[str, Any]]) -> str:
             verdict.update(verdict="block", reason=(
                 f"identical to a change rejected in round {old.get('round')} (score change "
                 f"{old.get('score_change')})"))
-        elif world.solved and knob in ("completion_check", "id_normalisation", "policy_rule") \
-                and NARROW_GUARD not in " ".join(p.get("guards") or []):
+        elif knob in ("completion_check", "id_normalisation", "policy_rule") \
+                and NARROW_GUARD not in " ".join(p.get("guards") or []) and world.touched(knob, addresses):
+            touched = world.touched(knob, addresses)
             narrowed = {"completion_check": "the agent is about to end the conversation after at least one "
                                             "write, and no check was sent yet in this conversation",
                         "id_normalisation": "an id argument whose value does not match the expected form",
                         "policy_rule": "only the tool calls named in the rule"}[knob]
             verdict.update(verdict="narrow", trigger=narrowed, guards=[NARROW_GUARD],
-                           watch_tasks=world.solved[:10], reason=(
-                               f"runs on every conversation, including the {len(world.solved)} task(s) the "
-                               "incumbent solves: narrow the trigger and watch them"))
+                           watch_tasks=touched[:10], reason=(
+                               f"would also run on {len(touched)} task(s) the incumbent solves "
+                               f"({', '.join(touched[:5])}): narrow the trigger and watch them"))
         else:
             verdict["reason"] = "minimal, mechanism visible in the evidence, no runtime-contract change"
         verdicts.append(verdict)
