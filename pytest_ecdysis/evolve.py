@@ -138,6 +138,11 @@ class Evolution:
     # --- the loop --------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
+        if self.doc["start"]["score"] is None:
+            n_infra = self.summary.get("n_infra_errors")
+            raise EcdysisError(
+                f"evolution needs a scored incumbent, and this run scored no trial ({n_infra} infrastructure "
+                f"error(s)); fix the endpoint (see {self.dir / 'trials.jsonl'}), then run again")
         self._say(f"evolution {self.state.run_id}: up to {self.cfg.rounds} round(s), strategy "
                   f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
                   f"{_fmt(self.doc['start']['score'])}")
