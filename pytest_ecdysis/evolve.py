@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from . import gitops
 from .edit import check_editor, make_editor
 from .errors import EcdysisError, GitError, RunDirError, UsageError
@@ -95,7 +97,23 @@ def run_evolution(session: Any, state: Any, summary: dict[str, Any]) -> dict[str
         UsageError: `--ecdysis-resume` of a run of another suite.
         EcdysisError: git failed; the run directory keeps what was done.
     """
-    return Evolution(session.config, state, summary).run()
+    doc = Evolution(session.config, state, summary).run()
+    session.config.pluginmanager.register(FinalTable(doc), "ecdysis-evolution-table")
+    return doc
+
+
+class FinalTable:
+    """Prints the final table at the very end of the terminal summary (after failures and the run's
+    own `ecdysis` section), where the user looks last."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        terminalreporter.write_sep("=", "ecdysis evolution")
+        for line in summary_lines(self.doc)[1:]:
+            terminalreporter.write_line(line)
 
 
 def gold_data_flags(diff_text: str) -> list[str]:
@@ -160,8 +178,6 @@ class Evolution:
         self.doc["status"] = "finished"
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
         self._checkpoint()
-        for line in summary_lines(self.doc):
-            self.tw.line(line)
         return self.doc
 
     def round(self, n: int) -> dict[str, Any]:
