@@ -14,7 +14,7 @@ How evidence maps to knobs (docs/internals.md, "Spec parameters"), per group, fr
 | a tool error like "not found" on an `*_id` argument, not naming the argument and expected form | `error_feedback`; plus `id_normalisation` with rules (`<arg>:#prefix`, `<arg>:upper`, `<arg>:strip`) when another value or the conversation shows the expected form |
 | a tool result ending in `[truncated N chars]` | `max_tool_result_chars` = current + N, x1.25, rounded up to 500 |
 | "step budget of N model calls reached" (or a `budget_exhausted` note) | `max_model_calls` = 2N (at most 150) |
-| a harness note about trimmed/dropped context | `keep_last_messages` = 2 x current (80 if unknown) |
+| a harness note about trimmed context (kind containing `trim` or `context`) | `keep_last_messages` = 2 x current (80 if unknown) |
 | the same failing call repeated and answered with the identical error | `repeat_guard` |
 | a tool error about invalid JSON arguments | nothing: the harness already answers them (left alone) |
 | ended by user/agent stop with `db`/`communicate` failed and none of the above, on >= 2 tasks | `completion_check` |
@@ -201,7 +201,7 @@ class World:
             kind = str(n.get("kind") or "")
             if kind == "budget_exhausted" and not any(f["kind"] == "budget" for f in out):
                 out.append({"kind": "budget", "n": self.setting("max_model_calls"), "quote": "budget_exhausted"})
-            elif "trim" in kind or "drop" in kind:
+            elif "trim" in kind or "context" in kind:
                 out.append({"kind": "trimmed", "quote": json.dumps(n)[:160]})
         if rec.get("label") or rec.get("termination_reason") == "endpoint_format_error":
             out.append({"kind": "endpoint", "quote": str(rec.get("label") or "endpoint_format_error")})
