@@ -206,9 +206,14 @@ def test_nothing_accepted_makes_no_branch(project: pytest.Pytester) -> None:
 
 def test_gold_data_read_and_no_spec(project: pytest.Pytester) -> None:
     """A diff that reads τ² task files is flagged statically and refused; a round without a spec makes
-    no editor call."""
+    no editor call; `--ecdysis-test-model` adds a test comparison per extra model."""
     _script(project, [{"kind": "gold"}, None])
-    result = _run(project, "--ecdysis-rounds", "2")
+    result = _run(project, "--ecdysis-rounds", "2", "--ecdysis-test-model", "other-model")
+    transfer = _evolution(project)["test"]["transfer"]
+    assert transfer["other-model"]["start"]["suite_score"] == 0.25
+    assert "--ecdysis-model other-model" in next(
+        (project.path / ".ecdysis" / "runs" / "run1" / "test" / "transfer" / "other-model").rglob("pytest.log")
+    ).read_text()
     assert result.ret == 0, result.stdout.str()
     rounds = _evolution(project)["rounds"]
     assert [r["outcome"] for r in rounds] == ["guard_rejected", "no_spec"]
