@@ -97,7 +97,8 @@ class RoleClient:
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self._json_mode_ok = True
+        #: optional request parameters this endpoint rejected (HTTP 400 naming them): not sent again.
+        self._rejected: set[str] = set()
         if client is None:
             url, key = resolve_endpoint(model, base_url)
             client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout_s, max_retries=max_retries)
@@ -114,32 +115,32 @@ class RoleClient:
     def complete(self, role: str, messages: list[dict[str, Any]], *, json_mode: bool = False) -> Completion:
         """One chat completion for `role`; returns the reply text (possibly empty), tokens and wall seconds.
 
-        `json_mode` asks for `response_format={"type": "json_object"}`; an endpoint that rejects that
-        parameter (HTTP 400 naming it) is asked again without it, once, and never again by this client.
+        `json_mode` asks for `response_format={"type": "json_object"}`. An endpoint that rejects an optional
+        parameter (`response_format`, `temperature`, `max_tokens`: HTTP 400 naming it) is asked again
+        without it, and this client never sends it again.
 
         Raises:
             InfrastructureError: connection failure, timeout, rate limit or server error after retries, or
                 an endpoint that rejects the request (HTTP 4xx); the message names the endpoint's reason.
         """
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": self.max_tokens,
-            "temperature": 0,
-            "extra_headers": {ROLE_HEADER: role},
-        }
-        if json_mode and self._json_mode_ok:
-            kwargs["response_format"] = {"type": "json_object"}
+        optional: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": 0}
+        if json_mode:
+            optional["response_format"] = {"type": "json_object"}
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "extra_headers": {ROLE_HEADER: role}}
+        kwargs.update({k: v for k, v in optional.items() if k not in self._rejected})
         start = time.monotonic()
         try:
-            try:
-                response = self._client.chat.completions.create(**kwargs)
-            except openai.BadRequestError as exc:
-                if "response_format" not in kwargs or "response_format" not in str(exc):
-                    raise
-                self._json_mode_ok = False
-                kwargs.pop("response_format")
-                response = self._client.chat.completions.create(**kwargs)
+            while True:
+                try:
+                    response = self._client.chat.completions.create(**kwargs)
+                    break
+                except openai.BadRequestError as exc:
+                    named = [k for k in optional if k in kwargs and k in str(exc)]
+                    if not named:
+                        raise
+                    self._rejected.update(named)  # e.g. no JSON mode, or max_completion_tokens only
+                    for k in named:
+                        kwargs.pop(k)
         except openai.APITimeoutError as exc:
             raise InfrastructureError(f"{role} call to {self.model!r} timed out after retries: {exc}") from exc
         except openai.APIConnectionError as exc:

@@ -196,3 +196,16 @@ def test_sim_roles_end_to_end_through_openai_client(tmp_path):
                  cfg=cfg(2), round_dir=tmp_path / "r", client=sim_client(log))
     knobs = {c.parameters["knob"] for c in d.spec.changes}
     assert knobs == {"error_feedback", "id_normalisation", "completion_check"} and len(log) == 7
+
+
+def test_rejected_optional_parameters_are_not_sent_again(tmp_path):
+    """An endpoint rejecting max_tokens (e.g. reasoning models) is asked again without it, on every later call."""
+    seen = []
+
+    def fn(role, body):
+        seen.append("max_tokens" in body)
+        if "max_tokens" in body:
+            return httpx2.Response(400, json={"error": {"message": "Unsupported parameter: 'max_tokens'"}})
+        return json.dumps(GOOD_SPEC) if 'format="spec"' in body["messages"][1]["content"] else "notes"
+    d, log = run(tmp_path, fn, passes=1)
+    assert d.spec is not None and seen == [True] + [False] * 4

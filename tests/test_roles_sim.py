@@ -203,3 +203,13 @@ def test_critic_narrows_only_for_solved_tasks_the_change_would_touch(tmp_path):
     assert touching.spec.watch_tasks == ["20"] and "at least one write" in touching.spec.changes[0].trigger
     reading = fdcr(tmp_path / "b", incomplete_records(), solved={"21": ["get_user_details"]})
     assert reading.spec.watch_tasks == [] and reading.spec.changes[0].guards == ["at most one check per conversation"]
+
+
+def test_roles_module_reads_no_server_state_or_ground_truth():
+    """sim/roles.py imports only the evidence protocol and records: never the agent, profiles or ground truth."""
+    import ast
+
+    tree = ast.parse(Path(roles.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "evidence", "records"}
