@@ -213,3 +213,23 @@ def test_roles_module_reads_no_server_state_or_ground_truth():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
     assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "evidence", "records"}
+
+
+def test_early_ends_split_across_groups_still_count_as_cross_task(tmp_path):
+    """Work ended early on two tasks whose records fall in different groups (db vs db+communicate) is one
+    pattern: completion_check addresses both groups."""
+    a, b = incomplete_records(("7", "8"))
+    b.failed_components = ["db", "communicate"]
+    spec = nofdcr_spec([a, b], write_harness(tmp_path))
+    (change,) = spec.changes
+    assert change.parameters["knob"] == "completion_check" and len(change.addresses) == 2
+
+
+def test_wrong_value_near_an_earlier_argument_is_model_like(tmp_path):
+    """A write whose id is two characters off the id read earlier is a wrong value (a slip), not an early
+    end: on one task it tempts a policy_rule, never a completion_check."""
+    (r,) = incomplete_records(("7",))
+    r.tool_calls[1].arguments["order_id"] = "#W77"  # read '#W70' earlier
+    r.excerpt[0]["content"] = "Cancel my order please."
+    k = knobs(nofdcr_spec([r], write_harness(tmp_path)))
+    assert set(k) == {"policy_rule"} and "#W70" in k["policy_rule"]["text"]

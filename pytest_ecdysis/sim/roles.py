@@ -17,8 +17,9 @@ How evidence maps to knobs (docs/internals.md, "Spec parameters"), per group, fr
 | a harness note about trimmed context (kind containing `trim` or `context`) | `keep_last_messages` = 2 x current (80 if unknown) |
 | the same failing call repeated and answered with the identical error | `repeat_guard` |
 | a tool error about invalid JSON arguments | nothing: the harness already answers them (left alone) |
-| ended by user/agent stop with `db`/`communicate` failed and none of the above, on >= 2 tasks | `completion_check` |
-| the same on one task only | left alone as a model blind spot; if a near-miss value is visible (a write argument one or two characters from a value the user typed), the analyst is tempted by a `policy_rule` naming it, which the Critic blocks |
+| ended by user/agent stop with `db`/`communicate` failed and none of the above, on >= 2 tasks (across groups) | `completion_check` |
+| the same on one task only | left alone as a model blind spot |
+| a write argument one or two characters off a value seen earlier (user's words, earlier call arguments), in a single-task group | the analyst is tempted by a `policy_rule` naming the value, which the Critic blocks; on several tasks: left alone (slips) |
 
 The Critic blocks policy rules for single-task groups and changes identical to a rejected earlier one,
 and narrows changes that would run on tasks the incumbent solves (trigger, guards, `watch_tasks`). The
@@ -233,14 +234,18 @@ class World:
         return rules
 
     def _near_miss(self, calls: list[dict[str, Any]], user_texts: list[str]) -> dict[str, str] | None:
-        tokens = {t for text in user_texts for t in TOKEN_RE.findall(text)}
-        for call in reversed(calls):
+        """The last write's argument that is one or two characters off a value seen earlier (in the user's
+        words or an earlier call's arguments) and never seen exactly: a wrong value, not an early end."""
+        for i in range(len(calls) - 1, -1, -1):
+            call = calls[i]
             name = str(call.get("name") or "")
             if READ_TOOL_RE.match(name) or _is_error(call):
                 continue
+            seen = {t for text in user_texts for t in TOKEN_RE.findall(text)}
+            seen |= {v for c in calls[:i] for v in (c.get("arguments") or {}).values() if isinstance(v, str)}
             for arg, value in sorted((call.get("arguments") or {}).items()):
-                if isinstance(value, str) and len(value) >= 3:
-                    for t in sorted(tokens):
+                if isinstance(value, str) and len(value) >= 3 and value not in seen:
+                    for t in sorted(seen):
                         if _near(t, value):
                             return {"tool": name, "arg": arg, "wrong": value, "right": t}
             return None
@@ -252,6 +257,7 @@ class World:
         """Proposals (SpecChange-shaped dicts, one per knob) and left-alone groups, from the evidence."""
         changes: dict[str, dict[str, Any]] = {}
         left: list[dict[str, Any]] = []
+        unexplained: list[tuple[str, list[dict[str, Any]], set[str]]] = []
 
         def add(knob: str, sig: str, quote: str, **params: Any) -> None:
             key = knob if knob != "policy_rule" else f"policy_rule:{params.get('text')}"
@@ -297,17 +303,28 @@ class World:
                     add("keep_last_messages", sig, f["quote"], value=2 * current if current else 80)
             if any(len(c["addresses"]) != before.get(k, 0) for k, c in changes.items()):
                 continue
+            unexplained.append((sig, found, kinds))
+
+        # Work left undone with no mechanism in sight: a pattern when it shows on >= 2 tasks, even across
+        # groups the signatures split (e.g. `db` vs `db+communicate`); a wrong value in a write stays with
+        # its group (model-like), as does an early end seen on one task only.
+        early = {f["task"] for _, found, _ in unexplained for f in found
+                 if f["kind"] == "incomplete" and not f.get("near_miss")}
+        for sig, found, kinds in unexplained:
             incomplete = [f for f in found if f["kind"] == "incomplete"]
-            tasks = {f["task"] for f in incomplete}
-            if len(tasks) >= 2 or (incomplete and g.get("cross_task") and len(examples) == 1):
-                add("completion_check", sig, incomplete[0]["quote"])
+            ended_early = [f for f in incomplete if not f.get("near_miss")]
+            if ended_early and len(early) >= 2:
+                add("completion_check", sig, ended_early[0]["quote"])
             elif incomplete:
                 near = next((f["near_miss"] for f in incomplete if f.get("near_miss")), None)
-                if near:
-                    text = (f"When calling {near['tool']}, use {near['arg']} {near['right']} exactly as the user "
-                            f"stated it (not {near['wrong']}).")
-                    add("policy_rule", sig, f"{near['tool']}({near['arg']}={near['wrong']!r}); the user wrote "
+                if near and sig in self.single_task:
+                    text = (f"When calling {near['tool']}, use {near['arg']} {near['right']} exactly as stated "
+                            f"earlier in the conversation (not {near['wrong']}).")
+                    add("policy_rule", sig, f"{near['tool']}({near['arg']}={near['wrong']!r}); earlier: "
                         f"{near['right']!r}", text=text)
+                elif near:
+                    left.append({"signature": sig, "reason": "wrong values in writes on several tasks, each a near "
+                                 "miss of a value seen earlier, with no common harness mechanism: model slips"})
                 else:
                     left.append({"signature": sig, "reason": "single task, ended with the work incomplete and no "
                                  "harness mechanism visible (no tool error, truncation or budget): looks like a "
