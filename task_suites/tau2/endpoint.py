@@ -5,7 +5,7 @@ headers, retries or budgets. Retries live in `BudgetTransport` (the openai clien
 
 - each attempt's timeout is `min(call_timeout_s, seconds left in the trial budget)`;
 - HTTP 429 and 5xx and transport errors (refused, reset, timed out) are retried at most `max_retries`
-  times, with exponential backoff `0.5 * 2**n` s (capped by `Retry-After`, at most 8 s, and the budget);
+  times, with exponential backoff `backoff_s * 2**n` s (0.5 s by default) (capped by `Retry-After`, at most 8 s, and the budget);
 - once the trial budget is spent, no further attempt is made: `TrialBudget.exhausted` is set and the
   request fails with a timeout, which the runner reports as `time_budget_exceeded`.
 
@@ -40,6 +40,7 @@ class EndpointSettings:
     max_retries: int = 3
     trial_budget_s: float = 900.0
     connect_timeout_s: float = 10.0
+    backoff_s: float = 0.5
 
     @classmethod
     def from_env(cls) -> EndpointSettings:
@@ -107,7 +108,7 @@ class BudgetTransport(httpx2.BaseTransport):
                 response.close()
             attempt += 1
             self.budget.retries += 1
-            delay = min(wait if wait is not None else 0.5 * 2 ** (attempt - 1), 8.0, max(self.budget.remaining(), 0))
+            delay = min(wait if wait is not None else self.settings.backoff_s * 2 ** (attempt - 1), 8.0, max(self.budget.remaining(), 0))
             self.sleep(delay)
 
     def close(self) -> None:

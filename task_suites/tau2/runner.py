@@ -71,6 +71,8 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     """Run one trial and score it. Transports replace the network in tests (`httpx2.MockTransport`)."""
     t = load_tau2()
     settings = settings or EndpointSettings.from_env()
+    scorer = scorer or scorer_client()
+    scorer.start()  # imports tau2 in its own process while this trial runs
     started = time.monotonic()
     task = suite.get_task(spec.domain, spec.task_id)
     environment = suite.get_environment(spec.domain)
@@ -104,7 +106,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
 
     if simulation is not None and reason in STOP_ENDINGS:
         try:
-            scored = (scorer or scorer_client()).score(spec.domain, spec.task_id, simulation.model_dump_json())
+            scored = scorer.score(spec.domain, spec.task_id, simulation.model_dump_json())
             reward, components = scored["reward"], scored["components"]
         except ScorerError as exc:
             reason, error = "infrastructure_error", f"scorer failed: {exc}"
@@ -144,7 +146,9 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
                                         f"({budget.attempts} requests, {budget.retries} retries): {exc}")
     if isinstance(exc, EndpointFormatError):
         return "endpoint_format_error", str(exc)
-    if isinstance(exc, InfrastructureError):
+    if isinstance(exc, InfrastructureError) and isinstance(exc.__cause__, openai.APIError):
+        exc = exc.__cause__  # a harness wrapped the client's error: describe the endpoint's failure
+    elif isinstance(exc, InfrastructureError):
         return "infrastructure_error", str(exc)
     if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
         return "infrastructure_error", (f"model endpoint {where} did not answer ({type(exc).__name__}: {exc}) "
@@ -201,5 +205,5 @@ def tool_call_records(trajectory: list, notes: list[dict]) -> list[ToolCallRecor
     for note in notes:
         for call in note.get("pending_tool_calls", []) or []:
             records.append(ToolCallRecord(name=call.get("name", ""), arguments=call.get("arguments") or {},
-                                          result=None, step=note.get("step")))
+                                          result=None, step=max(len(trajectory) - 1, 0)))
     return records

@@ -56,10 +56,32 @@ def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, An
             "reward_basis": [getattr(b, "value", str(b)) for b in info.reward_basis or []], "checks": checks}
 
 
+def _fast_environments() -> None:
+    """Let τ²'s evaluator build environments from a database loaded once per process (a deep copy of the
+    same data `get_environment()` reads from disk: same content, no re-parse per evaluation)."""
+    from tau2.registry import registry
+
+    from . import suite
+
+    for domain in ("airline", "retail"):
+        original = registry.get_env_constructor(domain)
+
+        def constructor(db=None, solo_mode=False, _domain=domain, _original=original):
+            if db is not None or solo_mode:
+                return _original(db=db, solo_mode=solo_mode)
+            return suite.get_environment(_domain)
+
+        registry._domains[domain] = constructor
+
+
 def main() -> None:
     """Serve requests on stdin until EOF; anything tau2 prints goes to stderr, never into the protocol."""
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     sys.stdout = sys.stderr
+    from .tau2lib import load_tau2
+
+    load_tau2()
+    _fast_environments()
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -92,6 +114,12 @@ class ScorerClient:
         return subprocess.Popen([sys.executable, "-m", "task_suites.tau2.scorer"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=self.cwd,
                                 env=env)
+
+    def start(self) -> None:
+        """Start the process now (it imports tau2 while the first trial runs)."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = self._start()
 
     def score(self, domain: str, task_id: str, simulation_json: str) -> dict[str, Any]:
         """Send one trajectory; returns the response dict. Raises ScorerError."""

@@ -7,6 +7,7 @@ Task ids and splits come from τ²'s own files (`split_tasks.json` of each domai
 from __future__ import annotations
 
 import functools
+import pickle
 from typing import Any
 
 from pytest_ecdysis.errors import UsageError
@@ -87,11 +88,12 @@ def get_task(domain: str, task_id: str) -> Any:
 
 
 @functools.cache
-def _pristine_db(domain: str) -> Any:
-    return domain_module(domain).get_environment().tools.db
+def _pristine_db(domain: str) -> bytes:
+    return pickle.dumps(domain_module(domain).get_environment().tools.db)
 
 
 def get_environment(domain: str) -> Any:
-    """A fresh τ² environment: a deep copy of the domain's database, loaded from disk once per process
-    (airline: 0.23 s instead of 0.37 s per environment; retail: 0.08 s instead of 0.45 s, measured here)."""
-    return domain_module(domain).get_environment(db=_pristine_db(domain).model_copy(deep=True))
+    """A fresh τ² environment over a copy of the domain's database, read from disk once per process and
+    copied by unpickling (best of 3 on the build machine: airline 0.20 s against 0.31 s from disk and
+    0.46 s by pydantic deep copy; retail 0.10 s against 0.12 s)."""
+    return domain_module(domain).get_environment(db=pickle.loads(_pristine_db(domain)))

@@ -1,0 +1,95 @@
+"""The τ² suites run the way users run them: `pytest --pyargs task_suites.tau2 -n 2`, in a subprocess,
+against a local scripted user endpoint (no network), then the run directory is read back."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from suite_scripted import ORACLE_HARNESS, completion
+
+pytest.importorskip("tau2")
+
+
+class _UserHandler(BaseHTTPRequestHandler):
+    """A user endpoint: an opening line, then ###STOP### once the agent has written twice."""
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.roles.append(self.headers.get("X-Ecdysis-Role"))
+        agent_texts = [m for m in body["messages"] if m["role"] == "user"]
+        content = "###STOP###" if len(agent_texts) >= 2 else "Hi, I need help with my request."
+        payload = json.dumps(completion({"content": content})).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def user_endpoint():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _UserHandler)
+    server.roles = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _run(pytester, user_endpoint, *args):
+    url = f"http://127.0.0.1:{user_endpoint.server_address[1]}/v1"
+    return pytester.runpytest_subprocess(
+        "--pyargs", "task_suites.tau2", "-n", "2", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
+        "--ecdysis-base-url", url, "--ecdysis-harness", str(ORACLE_HARNESS),
+        "--ecdysis-run-dir", str(pytester.path / "runs"), *args, timeout=900,
+    )
+
+
+def _trials(pytester):
+    (run_dir,) = (pytester.path / "runs").iterdir()
+    return [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines()], run_dir
+
+
+@pytest.mark.slow
+def test_oracle_replay_scores_one_on_every_airline_and_retail_task(pytester, user_endpoint):
+    """Oracle check: replaying every task's gold actions and stating its communicate_info, through the
+    suite's own cases, runner and scorer with -n 2, scores 1.0 on all 50 airline and 114 retail tasks;
+    suspect tasks (gold actions that fail in τ² 26.3, e.g. retail 12, 13, 64) still score 1.0 and are flagged."""
+    result = _run(pytester, user_endpoint, "--ecdysis-split", "all")
+    result.stdout.fnmatch_lines(["*164 passed*"])
+    trials, _ = _trials(pytester)
+    by_suite = {}
+    for t in trials:
+        by_suite.setdefault(t["suite"], []).append(t)
+    assert {s: len(v) for s, v in by_suite.items()} == {"tau2-airline": 50, "tau2-retail": 114}
+    assert all(t["reward"] == 1.0 and t["termination_reason"] == "user_stop" for t in trials)
+    suspects = {t["task_id"] for t in by_suite["tau2-retail"] if t["suspect"]}
+    assert {"12", "13", "64"} <= suspects and not any(t["suspect"] for t in by_suite["tau2-airline"])
+    assert set(user_endpoint.roles) == {"user"}
+
+
+def test_split_tasks_and_trials_select_cases_with_readable_ids(pytester, user_endpoint):
+    """`--ecdysis-tasks` within the split and `--ecdysis-trials K` make one case per task x trial, with ids
+    like `test_airline[3-t0]`; each case reports a TrialResult into the run directory."""
+    result = _run(pytester, user_endpoint, "--ecdysis-tasks", "3,5,70", "--ecdysis-trials", "2", "-v")
+    result.stdout.fnmatch_lines(["*test_airline?3-t0?*PASSED*"])
+    result.stdout.fnmatch_lines(["*test_retail?70-t1?*PASSED*"])
+    result.stdout.fnmatch_lines(["*6 passed*"])
+    trials, run_dir = _trials(pytester)
+    assert sorted((t["suite"], t["task_id"], t["trial"]) for t in trials) == sorted(
+        [("tau2-airline", i, k) for i in ("3", "5") for k in (0, 1)] + [("tau2-retail", "70", k) for k in (0, 1)])
+    assert all(t["harness_id"].startswith("suite_oracle_harness@") for t in trials)
+
+
+def test_unknown_task_id_is_reported_with_the_valid_ids(pytester, user_endpoint):
+    """A task id that exists in no τ² domain stops the run with a message naming the valid ids."""
+    result = _run(pytester, user_endpoint, "--ecdysis-tasks", "9999")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*9999 is not a τ² task id; valid ids in split 'train': tau2-airline: 0, 1, 3*"])

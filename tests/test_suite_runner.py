@@ -1,0 +1,168 @@
+"""The suite's trial runner: endpoint failures end as infrastructure errors within a time budget (issue 8,
+case 5), the reward is computed out of the harness's reach, suspect tasks, task selection."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx2
+import pytest
+from suite_scripted import ScriptedModel, call, run, text
+
+pytest.importorskip("tau2")
+
+from pytest_ecdysis.errors import UsageError  # noqa: E402
+from task_suites.tau2 import suite, suspect  # noqa: E402
+from task_suites.tau2.endpoint import EndpointSettings  # noqa: E402
+
+FAST = EndpointSettings(call_timeout_s=2.0, max_retries=3, trial_budget_s=30.0, backoff_s=0.01)
+GOOD = [call("get_reservation_details", json.dumps({"reservation_id": "JMO1MG"})), text("Done.")]
+
+
+def error_response(status):
+    return httpx2.Response(status, json={"error": {"message": f"scripted {status}", "type": "server_error"}})
+
+
+def test_transient_500_and_429_are_retried_and_the_trial_completes():
+    """HTTP 500 and 429 answers are retried (bounded) and do not show in the trial when a retry succeeds."""
+    agent = ScriptedModel([error_response(500), error_response(429), *GOOD])
+    result = run("3", agent, settings=FAST)
+    assert result.termination_reason == "user_stop" and result.error is None
+    assert len(agent.requests) == 4
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_persistent_http_errors_end_as_infrastructure_error_after_bounded_retries(status):
+    """An endpoint that keeps answering 429/5xx ends the trial as infrastructure_error (no reward, not a
+    failure) after exactly 1 + max_retries attempts."""
+    agent = ScriptedModel([error_response(status)])
+    result = run("3", agent, settings=FAST)
+    assert result.termination_reason == "infrastructure_error" and result.reward is None
+    assert result.is_infra_error and str(status) in result.error
+    assert len(agent.requests) == 1 + FAST.max_retries
+
+
+@pytest.fixture
+def silent_endpoint():
+    """A server that accepts connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    sock.close()
+
+
+def test_hanging_endpoint_times_out_per_call_then_is_an_infrastructure_error(silent_endpoint):
+    """A hanging endpoint costs at most (1 + retries) x call timeout, then the trial is an infrastructure error."""
+    settings = EndpointSettings(call_timeout_s=0.3, max_retries=1, trial_budget_s=20.0, backoff_s=0.01)
+    result = run("3", None, settings=settings, base_url=silent_endpoint)
+    assert result.termination_reason == "infrastructure_error"
+    assert "did not answer" in result.error
+    assert result.wall_s < 10
+
+
+def test_retries_never_outlast_the_trial_budget(silent_endpoint):
+    """With many retries allowed, the total budget still bounds the trial: time_budget_exceeded."""
+    settings = EndpointSettings(call_timeout_s=0.4, max_retries=50, trial_budget_s=1.0, backoff_s=0.01)
+    result = run("3", None, settings=settings, base_url=silent_endpoint)
+    assert result.termination_reason == "time_budget_exceeded" and result.reward is None
+    assert result.wall_s < 4.0
+
+
+def test_refused_connection_says_to_check_the_server():
+    """A refused connection is an infrastructure error whose message names the endpoint and the fix."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    result = run("3", None, settings=FAST, base_url=f"http://127.0.0.1:{port}/v1")
+    assert result.termination_reason == "infrastructure_error"
+    assert f"127.0.0.1:{port}" in result.error and "is the server running" in result.error
+
+
+def test_trial_result_fields_are_filled_and_json_safe():
+    """A completed trial fills every TrialResult field the records rely on, as JSON-safe builtins."""
+    result = run("3", ScriptedModel(GOOD), settings=FAST)
+    data = result.model_dump(mode="json")
+    json.dumps(data)
+    assert data["suite"] == "tau2-airline" and data["task_id"] == "3" and data["trial"] == 0
+    assert set(data["components"]) == {"db", "communicate"} and data["reward"] is not None
+    assert data["steps"] == len(data["messages"]) > 0 and data["wall_s"] > 0 and data["model"] == "scripted"
+    assert data["messages"][0] == {"role": "assistant", "content": "Hi! How can I help you today?"}
+    assert data["tool_calls"][0]["step"] is not None and data["tool_calls"][0]["result"]
+
+
+def _write_task(domain="airline"):
+    writes = ("book_", "cancel_", "update_", "send_", "exchange_", "return_", "modify_")
+    for task_id, task in suite.all_tasks(domain).items():
+        actions = task.evaluation_criteria.actions or []
+        if any(a.name.startswith(writes) for a in actions):
+            return task_id
+    raise AssertionError("no task with a write")
+
+
+def test_a_harness_cannot_change_its_reward_by_patching_the_evaluator(tmp_path):
+    """The reward comes from the scorer process: a harness that patches τ²'s evaluator and our scorer in
+    the trial's process, and does nothing, still gets reward 0 on a task that needs a write."""
+    harness = tmp_path / "cheat"
+    harness.mkdir()
+    (harness / "__init__.py").write_text(
+        "import tau2.evaluator.evaluator as ev\n"
+        "import task_suites.tau2.scorer as sc\n"
+        "from tau2.data_model.simulation import RewardInfo\n"
+        "ev.evaluate_simulation = lambda *a, **k: RewardInfo(reward=1.0)\n"
+        "sc.score = lambda *a, **k: {'ok': True, 'reward': 1.0, 'components': {}, 'checks': {}}\n"
+        "from suite_oracle_harness import OracleAgent\n"
+        "class Idle(OracleAgent):\n"
+        "    def __init__(self):\n"
+        "        self.gold, self.info, self.next = [], [], 0\n"
+        "        self.harness_notes, self.usage = [], {}\n"
+        "def build_agent(**kw):\n"
+        "    return Idle()\n"
+    )
+    result = run(_write_task(), None, harness=harness, settings=FAST)
+    assert result.termination_reason == "user_stop"
+    assert result.reward == 0.0 and result.components["db"] == 0.0
+
+
+def test_a_crashing_harness_is_an_agent_error_not_infrastructure(tmp_path):
+    """A harness that raises is the harness's defect: termination agent_error with the exception text."""
+    harness = tmp_path / "crash"
+    harness.mkdir()
+    (harness / "__init__.py").write_text("def build_agent(**kw):\n    raise RuntimeError('boom')\n")
+    result = run("3", None, harness=harness, settings=FAST)
+    assert result.termination_reason == "agent_error" and result.reward == 0.0 and "boom" in result.error
+
+
+def test_suspect_tasks_are_those_whose_gold_actions_fail(tmp_path, monkeypatch):
+    """Case 7: retail tasks 12, 13 and 64 have gold actions that fail on replay (suspect); airline 3 has none;
+    the detection is cached on disk under the tau2 version and read back without recomputing."""
+    assert suspect.failing_gold_actions("retail", suite.get_task("retail", "12"))
+    assert suspect.failing_gold_actions("retail", suite.get_task("retail", "64"))
+    assert suspect.failing_gold_actions("airline", suite.get_task("airline", "3")) == []
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    suspect.suspect_tasks.cache_clear()
+    calls = []
+    monkeypatch.setattr(suspect, "compute", lambda d: calls.append(d) or {"13": [{"index": 0}]})
+    try:
+        assert suspect.is_suspect("retail", "13") and not suspect.is_suspect("retail", "14")
+        assert suspect.cache_path("retail").name == f"tau2-{suspect.tau2_version()}-suspect-retail.json"
+        suspect.suspect_tasks.cache_clear()
+        assert suspect.is_suspect("retail", "13") and calls == ["retail"]
+    finally:
+        suspect.suspect_tasks.cache_clear()
+
+
+def test_task_selection_uses_tau2_splits_and_rejects_unknown_ids():
+    """Splits come from τ²'s split_tasks.json (airline 30/20, retail 74/40); an unknown id is a usage error
+    naming valid ids; an id of the other domain selects nothing here."""
+    assert len(suite.split_ids("airline", "train")) == 30 and len(suite.split_ids("airline", "test")) == 20
+    assert len(suite.split_ids("retail", "train")) == 74 and len(suite.split_ids("retail", "test")) == 40
+    assert len(suite.split_ids("airline", "all")) == 50
+    assert suite.select_task_ids("airline", "train", ("3", "70")) == ["3"]
+    assert suite.select_task_ids("airline", "train", ("70",)) == []
+    with pytest.raises(UsageError, match="9999 is not a τ² task id; valid ids"):
+        suite.select_task_ids("airline", "train", ("9999",))
+    with pytest.raises(UsageError, match="not in the 'train' split"):
+        suite.select_task_ids("airline", "train", ("2",))
