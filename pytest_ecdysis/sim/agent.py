@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .knowledge import IdBend, SimTask, is_error_text
+from .knowledge import IdBend, SimTask, id_like, is_error_text, leaves
 from .profiles import QUIRK_ORIGINS, Profile, choose, uniform
 
 CONFIRM_TEXT = "Do you confirm (yes/no)?"
@@ -143,6 +143,7 @@ class AgentTrial:
         self.reread_queue: list[int] = []
         self.reread_done: set[int] = set()
         self.sent: set[int] = set()  # plan indices sent at least once (quirks fire on the first sending)
+        self.id_habits: set[tuple[str, str]] = set()  # (kind, argument) already drawn this trial
         self.early_end_drawn = False
         self.reached_final = False
         self.user_texts: set[str] = set()
@@ -165,23 +166,22 @@ class AgentTrial:
         return applicable and self._fires(kind, "trial")
 
     def _blind_spot(self) -> tuple[int, str] | None:
-        """(write plan index, argument path) of this task's blind spot, if it has one this trial."""
-        writes = self.task.writes
+        """(write plan index, argument path) of this task's blind spot, if it has one this trial.
+
+        Drawn per task (not per trial) among the id-like values of its writes, so that a rule naming
+        that very value is the only cure; then it fires per trial with the profile's rate.
+        """
         p = self.profile
-        if not writes or p.blind_spot_task_rate <= 0:
+        if p.blind_spot_task_rate <= 0:
             return None
         if uniform(p.seed, self.task.suite, self.task.task_id, "blind_spot_task") >= p.blind_spot_task_rate:
             return None
-        index = writes[choose(len(writes), p.seed, self.task.suite, self.task.task_id, "blind_write")]
-        args = self.task.plan[index].arguments
-        paths = [k for k, v in args.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
-        paths += [f"{k}[0]" for k, v in args.items() if isinstance(v, list) and v and isinstance(v[0], (str, int))]
-        if not paths:
+        candidates = [(i, path) for i in self.task.writes
+                      for path, value in leaves(self.task.plan[i].arguments) if id_like(value)]
+        if not candidates:
             return None
-        path = sorted(paths)[choose(len(paths), p.seed, self.task.suite, self.task.task_id, "blind_arg")]
-        if not self._fires("blind_spot", "trial"):
-            return None
-        return index, path
+        spot = candidates[choose(len(candidates), p.seed, self.task.suite, self.task.task_id, "blind_spot")]
+        return spot if self._fires("blind_spot", "trial") else None
 
     def _quirk(self, kind: str, cured: bool = False, **detail: Any) -> int:
         self.quirks.append({"kind": kind, "origin": QUIRK_ORIGINS[kind], "step": self.step, "cured": cured,
@@ -401,13 +401,15 @@ class AgentTrial:
                 pending.malformed_quirk = self._quirk("malformed_args", tool=step.name)
                 raw = raw[:-1] + ","  # a trailing comma and no closing brace: not JSON
             else:
-                for bend in step.id_bends:
-                    if bend.kind in self.profile.rates and _get_path(args, bend.arg) == _get_path(
-                            step.arguments, bend.arg) and self._fires(bend.kind, index, bend.arg):
+                for bend in step.id_bends:  # a format habit: drawn at the first call carrying the id
+                    if (bend.kind, bend.arg) in self.id_habits:
+                        continue
+                    self.id_habits.add((bend.kind, bend.arg))
+                    if (pending.bend is None and _get_path(args, bend.arg) == _get_path(step.arguments, bend.arg)
+                            and self._fires(bend.kind, bend.arg)):
                         pending.bend = bend
                         pending.bend_quirk = self._quirk(bend.kind, tool=step.name, arg=bend.arg)
                         raw = json.dumps(_set_path(args, bend.arg, bend.bent))
-                        break
         pending.raw_args = raw
         self.pending = pending
         return self._tool_message(call_id, step.name, raw)

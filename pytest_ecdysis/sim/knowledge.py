@@ -111,3 +111,19 @@ def is_error_text(content: str) -> bool:
         or "not found" in head
         or head.startswith("tool error")
     )
+
+
+def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every scalar inside an arguments object with its path (`a`, `a[0]`, `a[0].b`), in order."""
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in leaves(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in leaves(v, f"{path}[{i}]")]
+    return [(path, value)]
+
+
+def id_like(value: Any) -> bool:
+    """An identifier-looking string (no spaces, at least 5 characters, a digit or all upper-case
+    letters and digits): what a model copies from a tool result rather than from common words."""
+    return (isinstance(value, str) and len(value) >= 5 and " " not in value
+            and (any(c.isdigit() for c in value) or (value.isalnum() and value.isupper())))

@@ -192,7 +192,10 @@ class SimModel:
             state = self.trial_state(trial_header)
             message = self._trial_reply(state, role, profile, messages)
         elif role in ROLE_HANDLERS:
-            text = ROLE_HANDLERS[role](role, body)
+            try:
+                text = ROLE_HANDLERS[role](role, body)
+            except ValueError as exc:  # the role's answerer rejects the prompt (e.g. no evidence in it)
+                raise RequestError(str(exc), code="bad_role_request") from None
             message = {"role": "assistant", "content": text}
         else:
             known = ", ".join(r for r in (*TRIAL_ROLES, *ROLE_HANDLERS) if r)

@@ -26,7 +26,7 @@ import re
 import threading
 from typing import Any
 
-from pytest_ecdysis.sim.knowledge import Dependency, IdBend, PlanStep, Scenario, SimTask
+from pytest_ecdysis.sim.knowledge import Dependency, IdBend, PlanStep, Scenario, SimTask, id_like, leaves
 
 from .suite import SUITE_NAMES, all_tasks, get_environment
 from .tau2lib import load_tau2
@@ -55,19 +55,6 @@ READERS = {"reservation_id": "get_reservation_details", "order_id": "get_order_d
            "user_id": "get_user_details"}
 
 _USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
-
-
-def _leaves(value: Any, path: str) -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
-        return [leaf for k, v in value.items() for leaf in _leaves(v, f"{path}.{k}" if path else k)]
-    if isinstance(value, list):
-        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{path}[{i}]")]
-    return [(path, value)]
-
-
-def _id_like(value: Any) -> bool:
-    return (isinstance(value, str) and len(value) >= 5 and " " not in value
-            and (any(c.isdigit() for c in value) or (value.isalnum() and value.isupper())))
 
 
 class Tau2Knowledge:
@@ -116,8 +103,8 @@ class Tau2Knowledge:
         for i, (name, args, is_gold) in enumerate(calls):
             deps = []
             if name in writes:
-                for path, value in _leaves(args, ""):
-                    if not _id_like(value) or value.lower() in said:
+                for path, value in leaves(args):
+                    if not id_like(value) or value.lower() in said:
                         continue
                     for j in range(i):
                         offset = results[j].find(value)
@@ -162,8 +149,10 @@ class Tau2Knowledge:
         read: set[tuple[str, str]] = set()
         if any(name in writes for name, _ in gold):
             match = _USER_ID.search(scenario.known_info) or _USER_ID.search(json.dumps([a for _, a in gold]))
-            user_first = gold and gold[0][0] in ("find_user_id_by_name_zip", "find_user_id_by_email")
-            if match and not user_first and "get_user_details" in tools:
+            first_write = next(i for i, (name, _) in enumerate(gold) if name in writes)
+            looked_up = any(name in ("find_user_id_by_name_zip", "find_user_id_by_email", "get_user_details")
+                            for name, _ in gold[:first_write])
+            if match and not looked_up and "get_user_details" in tools:
                 calls.append(("get_user_details", {"user_id": match.group(0)}, False))
                 read.add(("get_user_details", match.group(0)))
         for name, args in gold:
