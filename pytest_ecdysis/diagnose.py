@@ -200,7 +200,7 @@ def run_single_analyst(evidence: Evidence, client: RoleClient, tx: Transcript,
 
 
 def finish(spec: ModificationSpec | None, reason: str, detail: str, tx: Transcript, round_dir: Path | None,
-           start: float, evidence: Evidence, client: RoleClient | None) -> Diagnosis:
+           start: float, evidence: Evidence) -> Diagnosis:
     """A `Diagnosis` from one spec (written to `spec.json` when it validated, even with no change)."""
     if spec is not None:
         write_spec(round_dir, spec)

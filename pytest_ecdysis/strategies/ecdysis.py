@@ -24,7 +24,7 @@ class Ecdysis:
         tx = Transcript(round_input.round_dir)
         passes = int(getattr(round_input.cfg, "fdcr_passes", 2) or 2)
         spec, reason, detail = run_fdcr(evidence, client, passes, tx, round_input.harness_dir)
-        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence, client)
+        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence)
 
 
 STRATEGY = Ecdysis()

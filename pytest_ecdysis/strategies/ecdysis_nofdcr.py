@@ -21,7 +21,7 @@ class EcdysisNoFDCR:
         evidence = evidence_for(round_input)
         tx = Transcript(round_input.round_dir)
         spec, reason, detail = run_single_analyst(evidence, client, tx, round_input.harness_dir)
-        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence, client)
+        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence)
 
 
 STRATEGY = EcdysisNoFDCR()

@@ -31,7 +31,7 @@ class HarnessFix:
         evidence = evidence_for(ungrouped)
         tx = Transcript(round_input.round_dir)
         spec, reason, detail = run_single_analyst(evidence, client, tx, round_input.harness_dir)
-        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence, client)
+        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence)
 
 
 STRATEGY = HarnessFix()

@@ -24,7 +24,7 @@ class SelfHarness:
         evidence = evidence_for(round_input, include_harness=False, include_history=False)
         tx = Transcript(round_input.round_dir)
         spec, reason, detail = run_single_analyst(evidence, client, tx, round_input.harness_dir)
-        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence, client)
+        return finish(spec, reason, detail, tx, round_input.round_dir, start, evidence)
 
 
 STRATEGY = SelfHarness()
