@@ -272,7 +272,7 @@ class Evolution:
         spec = getattr(result, "spec", None)
         tokens = dict(getattr(result, "tokens", None) or {})
         wall = float(getattr(result, "wall_s", None) or (time.monotonic() - t0))
-        reason = ": ".join(str(x) for x in (getattr(result, "reason", ""), getattr(result, "detail", "")) if x)
+        reason = str(getattr(result, "detail", "") or getattr(result, "reason", "") or "")
         if spec is None:
             self._say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): no spec "
                       f"({reason or 'no reason given'})", n)
