@@ -1,0 +1,139 @@
+"""Issue-3 figures of the simulated model: scores of the example, Direct and cured harnesses, the share
+of failures with a systematic quirk (by the ground truth), and whether two identical runs agree.
+
+    python benchmarks/bench_sim_calibration.py [--trials 3] [--split test] [--profile default]
+                                               [--workers 2] [--out calibration.json]
+
+Runs the τ² airline and retail suites in pytest subprocesses (each with its own simulated server, so
+the determinism check crosses processes) with these harnesses:
+
+- `example`   : example_harness, twice (`example` and `example_again`) for the determinism check;
+- `direct`    : `--ecdysis-harness direct` (the suite's Direct harness);
+- `cured`     : `benchmarks/cured_harness`, a copy of example_harness implementing the documented cures.
+
+Targets (issue 3): example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
+half of the example's failures with a `systematic` quirk; identical trial results across the two runs;
+cured above example. The figures are printed as measured; nothing here tunes the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = ("tau2-airline", "tau2-retail")
+HARNESSES = {"example": "example_harness", "example_again": "example_harness", "direct": "direct",
+             "cured": str(ROOT / "benchmarks" / "cured_harness")}
+
+
+def run_suite(label: str, harness: str, args: argparse.Namespace, base: Path) -> Path:
+    """One pytest session over both τ² suites; returns its run directory."""
+    run_dir = base / label
+    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID")}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    model = "sim" if args.profile == "default" else f"sim/{args.profile}"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+           str(ROOT / "task_suites/tau2/test_airline.py"), str(ROOT / "task_suites/tau2/test_retail.py"),
+           "--ecdysis-split", args.split, "--ecdysis-trials", str(args.trials), "--ecdysis-model", model,
+           "--ecdysis-harness", harness, "--ecdysis-run-dir", str(run_dir)]
+    if args.workers > 0:
+        cmd += ["-n", str(args.workers)]
+    started = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    runs = sorted(p for p in run_dir.glob("*") if p.is_dir())
+    if not runs or not (runs[-1] / "summary.json").is_file():
+        sys.exit(f"{label}: no run directory written (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    print(f"  {label}: {time.time() - started:.0f} s, pytest exit {proc.returncode}", file=sys.stderr)
+    return runs[-1]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def figures(run: Path) -> dict:
+    """Scores per suite, and the ground truth of its failures."""
+    summary = json.loads((run / "summary.json").read_text())
+    trials = read_jsonl(run / "trials.jsonl")
+    truth = read_jsonl(run / "sim" / "ground_truth.jsonl")
+    failed = [g for g in truth if g.get("failed")]
+    with_sys = [g for g in failed if any(q["origin"] == "systematic" for q in g["quirks"])]
+    with_uncured = [g for g in failed if any(q["origin"] == "systematic" and not q["cured"] for q in g["quirks"])]
+    only_model = [g for g in failed if g["quirks"] and all(q["origin"] == "model" for q in g["quirks"])]
+    kinds: dict[str, int] = {}
+    for g in failed:
+        for q in g["quirks"]:
+            if not q["cured"]:
+                kinds[q["kind"]] = kinds.get(q["kind"], 0) + 1
+    return {
+        "run": str(run),
+        "scores": {s: summary["by_suite"].get(s, {}).get("suite_score") for s in SUITES},
+        "pass_hat_k": {s: summary["by_suite"].get(s, {}).get("pass_hat_k") for s in SUITES},
+        "n_trials": len(trials),
+        "n_failures": len(failed),
+        "failures_with_systematic_quirk": len(with_sys),
+        "failures_with_uncured_systematic_quirk": len(with_uncured),
+        "failures_with_only_model_quirks": len(only_model),
+        "failures_without_quirks": sum(1 for g in failed if not g["quirks"]),
+        "uncured_quirks_in_failures": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        "termination": _count(t["termination_reason"] for t in trials),
+    }
+
+
+def _count(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out
+
+
+def trial_key(t: dict) -> tuple:
+    calls = [(c["name"], json.dumps(c["arguments"], sort_keys=True), c.get("error")) for c in t["tool_calls"]]
+    return (t.get("suite"), t["task_id"], t["trial"], t["reward"], t["termination_reason"], t["steps"], tuple(calls))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--profile", default="default")
+    parser.add_argument("--workers", type=int, default=2, help="xdist workers (0: no xdist)")
+    parser.add_argument("--only", default=",".join(HARNESSES), help="comma-separated subset of " + ",".join(HARNESSES))
+    parser.add_argument("--base", default=None, help="directory for the run directories (default: a temp dir)")
+    parser.add_argument("--out", default=None, help="also write the figures as JSON here")
+    args = parser.parse_args()
+    base = Path(args.base or tempfile.mkdtemp(prefix="ecdysis-calibration-"))
+    labels = [x for x in args.only.split(",") if x]
+    results = {}
+    for label in labels:
+        results[label] = figures(run_suite(label, HARNESSES[label], args, base))
+    out: dict = {"profile": args.profile, "split": args.split, "trials": args.trials, "runs": results}
+    if "example" in results and "example_again" in results:
+        a = sorted(trial_key(t) for t in read_jsonl(Path(results["example"]["run"]) / "trials.jsonl"))
+        b = sorted(trial_key(t) for t in read_jsonl(Path(results["example_again"]["run"]) / "trials.jsonl"))
+        out["identical_runs"] = a == b
+    ex = results.get("example")
+    if ex:
+        out["systematic_share_of_example_failures"] = (
+            ex["failures_with_systematic_quirk"] / ex["n_failures"] if ex["n_failures"] else None)
+        for other in ("direct", "cured"):
+            if other in results:
+                out[f"{other}_minus_example"] = {
+                    s: round(results[other]["scores"][s] - ex["scores"][s], 4) for s in SUITES
+                    if results[other]["scores"][s] is not None and ex["scores"][s] is not None}
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
