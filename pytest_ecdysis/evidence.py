@@ -8,7 +8,8 @@ The evidence is bounded in size whatever the number of failures (`max_chars`, de
 of JSON): at most `MAX_DETAILED_GROUPS` groups carry examples, each with at most `MAX_EXAMPLES` records,
 each record with at most `MAX_TOOL_CALLS` tool calls and `MAX_EXCERPT` messages, every text cut
 head-and-tail (so the harness's own `… [truncated N chars]` markers at the end of a tool result stay
-visible); if the JSON is still too long, examples are dropped from the lowest-ranked groups first.
+visible); if the JSON is too long, every example is first shrunk to `COMPACT` detail, then examples are
+dropped from the lowest-ranked groups first.
 
 Rules of the data (DESIGN.md §1, issue 5): records of suspect tasks and infrastructure errors never appear;
 records that ended with `endpoint_format_error` are labelled as such (the endpoint's reply was unusable);
@@ -41,6 +42,21 @@ MAX_TOOL_CALLS = 16
 MAX_EXCERPT = 10
 MAX_TEXT = 480
 MAX_RESULT = 360
+
+
+@dataclass(frozen=True)
+class Detail:
+    """Per-record limits: tool calls, excerpt messages, characters of a message and of a tool result."""
+
+    tool_calls: int = MAX_TOOL_CALLS
+    excerpt: int = MAX_EXCERPT
+    text: int = MAX_TEXT
+    result: int = MAX_RESULT
+
+
+FULL = Detail()
+#: used when the full detail does not fit `max_chars`, before examples are dropped
+COMPACT = Detail(tool_calls=8, excerpt=4, text=240, result=200)
 MAX_ARG = 120
 MAX_TASKS_LISTED = 20
 MAX_SOLVED_LISTED = 300
@@ -152,10 +168,11 @@ def _args(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def record_view(record: FailureRecord) -> dict[str, Any]:
+def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
     """One record as evidence: termination, failed components, tool calls with results, an excerpt."""
     calls = list(record.tool_calls)
-    shown = calls if len(calls) <= MAX_TOOL_CALLS else calls[: MAX_TOOL_CALLS // 2] + calls[-MAX_TOOL_CALLS // 2:]
+    n = detail.tool_calls
+    shown = calls if len(calls) <= n else calls[: n // 2] + calls[-(n - n // 2):]
     view: dict[str, Any] = {
         "record": record_key(record),
         "task_id": record.task_id,
@@ -170,13 +187,13 @@ def record_view(record: FailureRecord) -> dict[str, Any]:
     view["n_tool_calls"] = len(calls)
     view["tool_calls"] = [
         {"step": c.step, "name": c.name, "arguments": _args(c.arguments), "error": c.error,
-         "result": None if c.result is None else cut(c.result, MAX_RESULT)}
+         "result": None if c.result is None else cut(c.result, detail.result)}
         for c in shown
     ]
     if len(calls) > len(shown):
         view["tool_calls_omitted"] = f"{len(calls) - len(shown)} calls in the middle omitted"
     if record.first_tool_error:
-        view["first_tool_error"] = {k: cut(v, MAX_RESULT) if isinstance(v, str) else v
+        view["first_tool_error"] = {k: cut(v, detail.result) if isinstance(v, str) else v
                                     for k, v in record.first_tool_error.items() if k != "arguments"}
         if isinstance(record.first_tool_error.get("arguments"), Mapping):
             view["first_tool_error"]["arguments"] = _args(record.first_tool_error["arguments"])
@@ -188,18 +205,18 @@ def record_view(record: FailureRecord) -> dict[str, Any]:
         view["harness_notes"] = [{k: cut(v, 160) if isinstance(v, str) else v for k, v in n.items()}
                                  for n in notes]
     excerpt = list(record.excerpt)
-    if len(excerpt) > MAX_EXCERPT:
-        excerpt = excerpt[:2] + excerpt[-(MAX_EXCERPT - 2):]
-        view["excerpt_note"] = f"{len(record.excerpt) - MAX_EXCERPT} middle messages omitted"
-    view["excerpt"] = [_message_view(m) for m in excerpt]
+    if len(excerpt) > detail.excerpt:
+        excerpt = excerpt[:1] + excerpt[-(detail.excerpt - 1):]
+        view["excerpt_note"] = f"{len(record.excerpt) - detail.excerpt} middle messages omitted"
+    view["excerpt"] = [_message_view(m, detail.text) for m in excerpt]
     return view
 
 
-def _message_view(message: Mapping[str, Any]) -> dict[str, Any]:
+def _message_view(message: Mapping[str, Any], limit: int = MAX_TEXT) -> dict[str, Any]:
     out: dict[str, Any] = {"role": str(message.get("role", "?"))}
     content = message.get("content")
     if content:
-        out["content"] = cut(content, MAX_TEXT)
+        out["content"] = cut(content, limit)
     if message.get("tool_calls"):
         out["tool_calls"] = cut(message["tool_calls"], 240)
     return out
@@ -363,6 +380,7 @@ def build_evidence(
             gv["tasks_omitted"] = len(group.tasks) - MAX_TASKS_LISTED
         if rank <= MAX_DETAILED_GROUPS:
             gv["examples"] = [record_view(r) for r in _path_diverse(members, MAX_EXAMPLES)]
+            gv["_members"] = members
         group_views.append(gv)
     if len(group_views) > MAX_DETAILED_GROUPS + MAX_SUMMARY_GROUPS:
         omitted = len(group_views) - MAX_DETAILED_GROUPS - MAX_SUMMARY_GROUPS
@@ -391,12 +409,18 @@ def build_evidence(
     if include_history:
         data["history"] = history_view(history)
     data["solved_tasks"] = solved
+    if _size(data) > max_chars:  # first shrink every example, then drop examples
+        for gv in group_views:
+            if "_members" in gv:
+                gv["examples"] = [record_view(r, COMPACT) for r in _path_diverse(gv["_members"], MAX_EXAMPLES)]
+    for gv in group_views:
+        gv.pop("_members", None)
     _fit(data, max_chars)
     return Evidence(data=data, records=tuple(selected))
 
 
 def _size(data: dict[str, Any]) -> int:
-    return len(json.dumps(data, ensure_ascii=False, indent=1))
+    return len(json.dumps(data, ensure_ascii=False, indent=1, default=lambda _: None))
 
 
 def _fit(data: dict[str, Any], max_chars: int) -> None:
