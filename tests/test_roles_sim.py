@@ -233,3 +233,14 @@ def test_wrong_value_near_an_earlier_argument_is_model_like(tmp_path):
     r.excerpt[0]["content"] = "Cancel my order please."
     k = knobs(nofdcr_spec([r], write_harness(tmp_path)))
     assert set(k) == {"policy_rule"} and "#W70" in k["policy_rule"]["text"]
+
+
+def test_critic_blocks_changes_to_the_entry_point(tmp_path):
+    """A proposal editing __init__.py (build_agent, the runtime contract) is blocked by the Critic."""
+    proposal = {"proposals": [{"component": "tool_interface", "files": ["__init__.py"], "description": "wrap tools",
+                               "addresses": ["too_many_errors|db|get_order_details|not_found"],
+                               "parameters": {"knob": "error_feedback"}}], "left_alone": []}
+    body = body_for("critic", id_prefix_records(), write_harness(tmp_path),
+                    turns=[{"role": "analyst", "pass": 1, "content": "```json\n" + json.dumps(proposal) + "\n```"}])
+    (verdict,) = extract_json(roles.answer("critic", body))["verdicts"]
+    assert verdict["verdict"] == "block" and "runtime-contract" in verdict["reason"]

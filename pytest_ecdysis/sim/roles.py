@@ -21,7 +21,8 @@ How evidence maps to knobs (docs/internals.md, "Spec parameters"), per group, fr
 | the same on one task only | left alone as a model blind spot |
 | a write argument one or two characters off a value seen earlier (user's words, earlier call arguments), in a single-task group | the analyst is tempted by a `policy_rule` naming the value, which the Critic blocks; on several tasks: left alone (slips) |
 
-The Critic blocks policy rules for single-task groups and changes identical to a rejected earlier one,
+The Critic blocks policy rules for single-task groups, changes to the `build_agent` entry point
+(`__init__.py`, the runtime contract with the suite) and changes identical to a rejected earlier one,
 and narrows changes that would run on tasks the incumbent solves (trigger, guards, `watch_tasks`). The
 Engineer keeps the ledger; later Analyst passes drop what is disputed; the Moderator writes the spec
 from the last ledger. This module must not import tau2, task suites, the server's state or ground truth.
@@ -567,6 +568,10 @@ def _critic(world: World, turns: list[dict[str, Any]]) -> str:
                 f"over-fitted: a system-prompt rule naming a value from one task ({', '.join(tasks) or '?'}) would "
                 f"apply to every task{', including solved ones' if world.solved else ''}; it treats a model "
                 "blind spot, not a harness defect"))
+        elif any(str(f).endswith("__init__.py") for f in p.get("files") or []):
+            verdict.update(verdict="block", reason=(
+                "runtime-contract risk: __init__.py holds build_agent, the entry point the suite calls; change "
+                "the layer module instead"))
         elif old is not None:
             verdict.update(verdict="block", reason=(
                 f"identical to a change rejected in round {old.get('round')} (score change "
