@@ -163,10 +163,10 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
         run_path.mkdir(parents=True, exist_ok=True)
         with open(run_path / "trials.jsonl", "w", encoding="utf-8") as fh:
             for t in trials:
-                fh.write(json.dumps(t.model_dump(mode="json"), ensure_ascii=False) + "\n")
+                fh.write(t.model_dump_json() + "\n")
         with open(run_path / "failures.jsonl", "w", encoding="utf-8") as fh:
             for r in tri.records:
-                fh.write(json.dumps(r.model_dump(mode="json"), ensure_ascii=False) + "\n")
+                fh.write(r.model_dump_json() + "\n")
         (run_path / "groups.json").write_text(json.dumps(
             {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]}, indent=1))
         report.write_junit(run_path / "junit.xml", trials, missing, threshold)
