@@ -93,3 +93,25 @@ def test_unknown_task_id_is_reported_with_the_valid_ids(pytester, user_endpoint)
     result = _run(pytester, user_endpoint, "--ecdysis-tasks", "9999")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*9999 is not a τ² task id; valid ids in split 'train': tau2-airline: 0, 1, 3*"])
+
+
+def test_an_unreachable_endpoint_makes_the_case_an_error_not_a_failure(pytester, monkeypatch):
+    """An endpoint that refuses connections ends the case as a pytest error (setup), says so, and the
+    trial is written with termination infrastructure_error, not as a failure."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    monkeypatch.setenv("ECDYSIS_MAX_RETRIES", "1")
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "task_suites.tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
+        "--ecdysis-base-url", f"http://127.0.0.1:{port}/v1", "--ecdysis-tasks", "3",
+        "--ecdysis-run-dir", str(pytester.path / "runs"), timeout=300,
+    )
+    result.stdout.fnmatch_lines(["*infrastructure_error: model endpoint http://127.0.0.1:*is the server running*",
+                                 "*1 error*"])
+    assert "failed" not in result.stdout.lines[-1]
+    trials, _ = _trials(pytester)
+    assert [t["termination_reason"] for t in trials] == ["infrastructure_error"]

@@ -52,7 +52,12 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
     spec = TrialSpec(domain=domain, task_id=task_id, trial=trial, run_id=state.run_id, model=cfg.model,
                      user_model=cfg.user_model, harness_dir=state.harness_dir, harness_id=state.harness_id,
                      base_url=cfg.base_url, sim_url=state.sim_url)
-    result = run_trial(spec)
+    try:
+        result = run_trial(spec)
+    except Exception as exc:  # a defect of the suite or of τ² itself: never the agent's, never evidence
+        result = TrialResult(suite=spec.suite, task_id=task_id, trial=trial, termination_reason="infrastructure_error",
+                             harness_id=state.harness_id, model=cfg.model,
+                             error=f"the τ² suite failed to run the trial: {type(exc).__name__}: {exc}")
     result.nodeid = request.node.nodeid
     record_trial(request.node, result)
     if is_sim_model(cfg.model) and state.sim_url:
