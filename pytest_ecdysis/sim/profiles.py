@@ -3,7 +3,7 @@
 A profile is a small JSON data file, `pytest_ecdysis/sim/profiles/<name>.json`:
 
     {"schema_version": 1, "name": "default", "description": "...", "seed": 20260311,
-     "difficulty": {"distribution": "beta", "a": 0.6, "b": 0.6},
+     "difficulty": {"distribution": "beta", "a": 0.6, "b": 0.6},   # or {"distribution": "fixed", "value": 0.5}
      "long_task_min_steps": 7,
      "quirks": {"id_case": {"rate": 0.15}, ..., "blind_spot": {"task_rate": 0.15, "rate": 0.85}}}
 
@@ -56,6 +56,7 @@ class Profile:
     blind_spot_task_rate: float = 0.0
     difficulty_a: float = 1.0
     difficulty_b: float = 1.0
+    difficulty_fixed: float | None = None  # every task has this difficulty (tests, controlled worlds)
     long_task_min_steps: int = 7
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -65,6 +66,8 @@ class Profile:
 
     def difficulty(self, suite: str, task_id: str) -> float:
         """The task's latent difficulty in [0, 1] (Beta(a, b) drawn from the seed, suite and task)."""
+        if self.difficulty_fixed is not None:
+            return self.difficulty_fixed
         return _difficulty(self.seed, self.difficulty_a, self.difficulty_b, suite, task_id)
 
     def scaled(self, kind: str, suite: str, task_id: str) -> float:
@@ -132,9 +135,14 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
         rates[kind] = float(spec["rate"])
         if kind == "blind_spot":
             task_rate = float(spec.get("task_rate", 0.0))
-    diff = data.get("difficulty", {"a": 1.0, "b": 1.0})
-    if not isinstance(diff, dict):
-        raise _bad(source, "'difficulty' must be an object {distribution: beta, a, b}")
+    diff = data.get("difficulty", {"distribution": "beta", "a": 1.0, "b": 1.0})
+    if not isinstance(diff, dict) or diff.get("distribution", "beta") not in ("beta", "fixed"):
+        raise _bad(source, "'difficulty' must be {distribution: beta, a, b} or {distribution: fixed, value}")
+    fixed = None
+    if diff.get("distribution") == "fixed":
+        fixed = diff.get("value")
+        if not isinstance(fixed, (int, float)) or not 0.0 <= fixed <= 1.0:
+            raise _bad(source, "'difficulty' value must be a number in [0, 1]")
     a, b = diff.get("a", 1.0), diff.get("b", 1.0)
     if not all(isinstance(x, (int, float)) and x > 0 for x in (a, b)):
         raise _bad(source, "'difficulty' a and b must be positive numbers")
@@ -148,6 +156,7 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
         blind_spot_task_rate=task_rate,
         difficulty_a=float(a),
         difficulty_b=float(b),
+        difficulty_fixed=None if fixed is None else float(fixed),
         long_task_min_steps=long_min,
         description=str(data.get("description", "")),
         raw=data,
