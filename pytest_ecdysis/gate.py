@@ -9,8 +9,9 @@ with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
   that option is given); "solved" = every trial of the task succeeded (DESIGN.md §4).
 
-A baseline of another suite, split, trial count or model is refused, not compared: at configure time
-(`preflight`, a usage error) for what the options tell, at the end for the collected suites.
+A baseline of another suite, split, trial count, model or task selection is refused, not compared: at
+configure time (`preflight`, a usage error) for what the options tell, at the end for the collected
+suites and tasks.
 It passes otherwise, even with trials below λ. No pytest here; the plugin maps the verdict to the exit
 status (0 pass, 1 fail).
 """
@@ -136,6 +137,15 @@ class GateVerdict:
                 "reasons": self.reasons, "baseline": self.baseline_path, "headline": self.headline()}
 
 
+def task_set_difference(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
+    """Why two task sets differ (another --ecdysis-tasks selection), or [] when they are the same."""
+    only_base, only_run = sorted(set(baseline_tasks) - set(run_tasks)), sorted(set(run_tasks) - set(baseline_tasks))
+    if not only_base and not only_run or not run_tasks:
+        return []
+    return [f"tasks: baseline has {len(baseline_tasks)}, this run {len(run_tasks)} (only in the baseline: "
+            f"{', '.join(only_base[:5]) or 'none'}; only in this run: {', '.join(only_run[:5]) or 'none'})"]
+
+
 def regressions(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
     """Tasks solved in the baseline and not solved now (absent now counts as not solved)."""
     return sorted(k for k, v in baseline_tasks.items()
@@ -150,6 +160,8 @@ def verdict(
     v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),
                     tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path)
     diff = mismatches(baseline, summary)
+    if not diff and not missing:
+        diff = task_set_difference(baseline.get("tasks", {}), summary.get("tasks", {}))
     if diff:
         v.refused = True
         v.reasons.append("baseline refused, not compared (" + "; ".join(diff) + "); save a baseline for "

@@ -137,8 +137,8 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
     out = [f"## pytest-ecdysis run `{summary.get('run_id')}`", ""]
     if gate:
         out += [f"**{gate['headline']}**", ""]
-        out += [f"- {r}" for r in gate.get("reasons", []) if not gate.get("passed")]
-        out.append("")
+        if not gate.get("passed") and gate.get("reasons"):
+            out += [f"- {r}" for r in gate["reasons"]] + [""]
     out.append(f"split `{summary.get('split')}` · model `{summary.get('model')}` · harness "
                f"`{summary.get('harness_id')}` · λ {summary.get('threshold')}")
     if str(summary.get("model", "")).startswith("sim"):

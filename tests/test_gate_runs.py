@@ -21,9 +21,9 @@ def save_baseline(pytester: pytest.Pytester, plan: dict = BASE) -> dict:
     return json.loads((pytester.path / ".ecdysis" / "baseline.json").read_text())
 
 
-def gate_run(pytester: pytest.Pytester, plan: dict, *args: str) -> pytest.RunResult:
+def gate_run(pytester: pytest.Pytester, plan: dict, *args: str, xdist: bool = False) -> pytest.RunResult:
     write_suite(pytester, plan)
-    return run(pytester, "--ecdysis-trials", "2", "--ecdysis-gate", "-n", "2", *args)
+    return run(pytester, "--ecdysis-trials", "2", "--ecdysis-gate", *(("-n", "2") if xdist else ()), *args)
 
 
 def test_gate_passes_with_exit_0_even_with_failing_trials(pytester: pytest.Pytester,
@@ -32,7 +32,7 @@ def test_gate_passes_with_exit_0_even_with_failing_trials(pytester: pytest.Pytes
     baseline = save_baseline(pytester)
     assert baseline["suite_score"] == pytest.approx(5 / 8) and baseline["tasks"]["syn-air/4"]["solved"]
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "step_summary.md"))
-    result = gate_run(pytester, BASE)
+    result = gate_run(pytester, BASE, xdist=True)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*gate PASSED: suite score 0.625 vs baseline 0.625 (+0.000, tolerance 0.000; "
                                  "0.000 above the lowest allowed score)*"])
@@ -66,7 +66,7 @@ def test_gate_fails_on_missing_cases(pytester: pytest.Pytester, monkeypatch: pyt
     """A crashed worker's case is missing: the gate fails with that reason whatever the score."""
     save_baseline(pytester)
     monkeypatch.setenv("SYNTH_CRASH", "syn-air-3-t0")  # a failing trial: the score alone would rise
-    result = gate_run(pytester, BASE)
+    result = gate_run(pytester, BASE, xdist=True)
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*gate FAILED*", "*1 collected case(s) never reported a result*syn-air-3-t0*"])
 
@@ -107,3 +107,12 @@ def test_verdict_on_infra_errors_and_headline() -> None:
     ok = gate.verdict({**run_summary, "n_infra_errors": 0}, base, tolerance=0.05, max_regressions=None,
                       missing=[], n_collected=3)
     assert ok.passed and "0.150 above the lowest allowed score" in ok.headline()
+
+
+def test_verdict_refuses_another_task_selection() -> None:
+    """Unit: a run over other tasks than the baseline's (another --ecdysis-tasks) is refused, not compared."""
+    base = {"suite": "s", "split": "train", "trials": 1, "model": "sim", "suite_score": 0.5,
+            "tasks": {"s/1": {"solved": True}, "s/2": {"solved": False}}}
+    run_summary = {**base, "suite_score": 1.0, "n_infra_errors": 0, "tasks": {"s/1": {"solved": True}}}
+    v = gate.verdict(run_summary, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=1)
+    assert v.refused and not v.passed and "only in the baseline: s/2" in v.reasons[0]
