@@ -4,6 +4,7 @@ against a local scripted user endpoint (no network), then the run directory is r
 from __future__ import annotations
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -57,21 +58,33 @@ def _trials(pytester):
     return [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines()], run_dir
 
 
+#: Tasks of the default oracle run: every 7th id (shared by both domains) plus suspect retail tasks.
+#: `ECDYSIS_FULL_ORACLE=1` replays all 50 + 114 tasks (measured: 164/164 at reward 1.0, 626 s with -n 2
+#: on the shared 2-core build machine under a load average of ~10).
+SAMPLE_IDS = [str(i) for i in range(0, 114, 7)] + ["12", "13", "64"]
+
+
 @pytest.mark.slow
-def test_oracle_replay_scores_one_on_every_airline_and_retail_task(pytester, user_endpoint):
-    """Oracle check: replaying every task's gold actions and stating its communicate_info, through the
-    suite's own cases, runner and scorer with -n 2, scores 1.0 on all 50 airline and 114 retail tasks;
-    suspect tasks (gold actions that fail in τ² 26.3, e.g. retail 12, 13, 64) still score 1.0 and are flagged."""
-    result = _run(pytester, user_endpoint, "--ecdysis-split", "all")
-    result.stdout.fnmatch_lines(["*164 passed*"])
+def test_oracle_replay_scores_one_on_every_task(pytester, user_endpoint):
+    """Oracle check: replaying each task's gold actions and stating its communicate_info, through the
+    suite's own cases, runner and scorer with -n 2, scores 1.0 (all 50 airline and 114 retail tasks with
+    ECDYSIS_FULL_ORACLE=1, else a fixed sample); suspect tasks (gold actions that fail in τ² 26.3, e.g.
+    retail 12, 13, 64) still score 1.0 and are flagged."""
+    full = os.environ.get("ECDYSIS_FULL_ORACLE") == "1"
+    selection = [] if full else ["--ecdysis-tasks", ",".join(SAMPLE_IDS)]
+    result = _run(pytester, user_endpoint, "--ecdysis-split", "all", *selection)
     trials, _ = _trials(pytester)
     by_suite = {}
     for t in trials:
-        by_suite.setdefault(t["suite"], []).append(t)
-    assert {s: len(v) for s, v in by_suite.items()} == {"tau2-airline": 50, "tau2-retail": 114}
+        by_suite.setdefault(t["suite"], set()).add(t["task_id"])
+    expected_airline = 50 if full else len([i for i in SAMPLE_IDS if int(i) < 50])
+    expected_retail = 114 if full else len(SAMPLE_IDS)
+    assert {s: len(v) for s, v in by_suite.items()} == {"tau2-airline": expected_airline,
+                                                          "tau2-retail": expected_retail}
+    result.stdout.fnmatch_lines([f"*{expected_airline + expected_retail} passed*"])
     assert all(t["reward"] == 1.0 and t["termination_reason"] == "user_stop" for t in trials)
-    suspects = {t["task_id"] for t in by_suite["tau2-retail"] if t["suspect"]}
-    assert {"12", "13", "64"} <= suspects and not any(t["suspect"] for t in by_suite["tau2-airline"])
+    suspects = {t["task_id"] for t in trials if t["suspect"]}
+    assert {"12", "13", "64"} <= suspects and not any(t["suspect"] for t in trials if t["suite"] == "tau2-airline")
     assert set(user_endpoint.roles) == {"user"}
 
 
