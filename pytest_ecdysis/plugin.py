@@ -157,8 +157,9 @@ class TrialCollector:
     def __init__(self, state: EcdysisState) -> None:
         self.state = state
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.state.collected = [i.nodeid for i in items if i.get_closest_marker("ecdysis_trial")]
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # after every plugin's deselection (-k, -m, suites' own filters): the cases that will run
+        self.state.collected = [i.nodeid for i in session.items if i.get_closest_marker("ecdysis_trial")]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "ecdysis_trial", None)

@@ -200,3 +200,13 @@ def test_unwritable_run_dir_still_prints_results(pytester: pytest.Pytester, env:
     result = run(pytester, "--ecdysis-run-dir", "blocker/runs")
     result.stdout.fnmatch_lines(["syn-air * 1 * 1 * 1.000*",
                                  "*PROBLEM: cannot write the run directory*--ecdysis-run-dir*"])
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+def test_deselected_cases_are_not_missing(pytester: pytest.Pytester, env: None, xdist: tuple) -> None:
+    """Cases deselected with -k are not expected: only the ones that were to run are checked."""
+    write_suite(pytester)
+    result = run(pytester, "-k", "syn-air-1", *xdist)
+    result.assert_outcomes(passed=3, deselected=6)
+    assert "PROBLEM" not in result.stdout.str()
+    assert json.loads((only_run_dir(pytester) / "summary.json").read_text())["missing"] == []
