@@ -207,6 +207,6 @@ def test_deselected_cases_are_not_missing(pytester: pytest.Pytester, env: None, 
     """Cases deselected with -k are not expected: only the ones that were to run are checked."""
     write_suite(pytester)
     result = run(pytester, "-k", "syn-air-1", *xdist)
-    result.assert_outcomes(passed=3, deselected=6)
+    assert result.parseoutcomes()["passed"] == 3 and result.ret == 0  # xdist reports no "deselected"
     assert "PROBLEM" not in result.stdout.str()
     assert json.loads((only_run_dir(pytester) / "summary.json").read_text())["missing"] == []
