@@ -18,6 +18,7 @@ stays out of the way of ordinary test runs.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -270,10 +271,16 @@ def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:
     if outcome.run_path is None:
         outcome.evolution_error = "--ecdysis-evolve: not run, the run directory could not be written"
         return
+    # validation sub-runs inherit the environment: without this each would append its own summary to the
+    # GitHub job summary; the evolve workflow appends the round report (`ecdysis pr-body`) once instead
+    step_summary = os.environ.pop("GITHUB_STEP_SUMMARY", None)
     try:
         outcome.evolution = run_evolution(session, state, outcome.summary)
     except EcdysisError as exc:
         outcome.evolution_error = f"--ecdysis-evolve stopped: {exc}"
+    finally:
+        if step_summary is not None:
+            os.environ["GITHUB_STEP_SUMMARY"] = step_summary
 
 
 def exit_status(state: Any, exitstatus: int) -> int | None:

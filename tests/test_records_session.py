@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from pathlib import Path
@@ -38,7 +39,8 @@ def test_exit_status_follows_the_gate_and_keeps_pytest_errors() -> None:
 
 
 def test_evolution_errors_are_reported_and_fail_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_evolution raising an EcdysisError -> a clear message and exit 1; returning -> exit 0."""
+    """run_evolution raising an EcdysisError -> a clear message and exit 1; returning -> exit 0; the
+    validation sub-runs it starts do not see $GITHUB_STEP_SUMMARY (one job summary, not one per sub-run)."""
     fake = types.ModuleType("pytest_ecdysis.evolve")
 
     def boom(session_, state_, summary):  # noqa: ANN001, ANN202
@@ -50,10 +52,14 @@ def test_evolution_errors_are_reported_and_fail_the_run(monkeypatch: pytest.Monk
     session._evolve(None, st, st.outcome)
     assert st.outcome.evolution_error == "--ecdysis-evolve stopped: the branch ecdysis/x exists"
     assert session.exit_status(st, 1) == 1
-    fake.run_evolution = lambda session_, state_, summary: {"rounds": []}
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", "/tmp/summary.md")
+    seen = []
+    fake.run_evolution = lambda session_, state_, summary: seen.append(os.environ.get("GITHUB_STEP_SUMMARY")) or {
+        "rounds": []}
     st = state(evolve=True, out=outcome())
     session._evolve(None, st, st.outcome)
     assert st.outcome.evolution == {"rounds": []} and session.exit_status(st, 1) == 0
+    assert seen == [None] and os.environ["GITHUB_STEP_SUMMARY"] == "/tmp/summary.md"  # hidden from sub-runs only
 
 
 def test_missing_evolution_module_gives_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
