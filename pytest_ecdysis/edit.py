@@ -85,10 +85,12 @@ def make_editor(cfg: Any) -> Editor:
 
 
 def import_check(harness_dir: Path, timeout_s: float = IMPORT_CHECK_TIMEOUT_S) -> str | None:
-    """Import the harness in a fresh interpreter (never in this process); None when it imports and
-    defines `build_agent`, else the error text."""
-    code = ("import sys; from pathlib import Path; from pytest_ecdysis.harness import load_harness; "
-            "load_harness(Path(sys.argv[1]))")
+    """Import the harness and every module in it in a fresh interpreter (never in this process); None
+    when all import and the package defines `build_agent`, else the error text. Submodules are imported
+    too because a harness may import them lazily (in `build_agent`)."""
+    code = ("import importlib, pkgutil, sys; from pathlib import Path; "
+            "from pytest_ecdysis.harness import load_harness; d = Path(sys.argv[1]); m = load_harness(d); "
+            "[importlib.import_module(i.name) for i in pkgutil.walk_packages([str(d)], m.__name__ + '.')]")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     try:
         proc = subprocess.run([sys.executable, "-c", code, str(harness_dir)], capture_output=True, text=True,

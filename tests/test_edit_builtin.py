@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from pytest_ecdysis.edit import BuiltinEditor, CommandEditor, apply_edit_blocks
+from pytest_ecdysis.edit import BuiltinEditor, CommandEditor, apply_edit_blocks, import_check
 from pytest_ecdysis.evolve import gold_data_flags
 from pytest_ecdysis.llm import Completion
 from pytest_ecdysis.validate import strip_args, subrun_args
@@ -93,3 +93,12 @@ def test_subrun_args_drop_outer_options() -> None:
                       overrides={"--ecdysis-trials": "3", "--ecdysis-tasks": None})
     assert out == ["task_suites/tau2/test_airline.py", "-n", "2", "--ecdysis-harness", "/c/h",
                    "--ecdysis-run-dir", "/r", "--ecdysis-trials", "3"]
+
+
+def test_import_check_covers_lazily_imported_modules(tmp_path: Path) -> None:
+    """A module the package imports only lazily is checked too: a candidate broken there is reported."""
+    h = _harness(tmp_path)
+    assert import_check(h) is None
+    (h / "agent.py").write_text("def broken(:\n")
+    problem = import_check(h)
+    assert problem and "SyntaxError" in problem
