@@ -196,7 +196,7 @@ class AgentTrial:
 
     def respond(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """The assistant message (OpenAI shape) answering one agent request of this trial."""
-        key = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps(messages, default=str).encode()).hexdigest()
         if key == self.last_key and self.last_reply is not None:
             return self.last_reply  # a retry of the same request gets the same answer
         reply = self._next(messages)
