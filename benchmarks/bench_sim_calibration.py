@@ -67,6 +67,7 @@ def figures(run: Path) -> dict:
     with_sys = [g for g in failed if any(q["origin"] == "systematic" for q in g["quirks"])]
     with_uncured = [g for g in failed if any(q["origin"] == "systematic" and not q["cured"] for q in g["quirks"])]
     only_model = [g for g in failed if g["quirks"] and all(q["origin"] == "model" for q in g["quirks"])]
+    with_model = [g for g in failed if any(q["origin"] == "model" and not q["cured"] for q in g["quirks"])]
     kinds: dict[str, int] = {}
     for g in failed:
         for q in g["quirks"]:
@@ -81,6 +82,7 @@ def figures(run: Path) -> dict:
         "failures_with_systematic_quirk": len(with_sys),
         "failures_with_uncured_systematic_quirk": len(with_uncured),
         "failures_with_only_model_quirks": len(only_model),
+        "failures_with_uncured_model_quirk": len(with_model),
         "failures_without_quirks": sum(1 for g in failed if not g["quirks"]),
         "uncured_quirks_in_failures": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
         "termination": _count(t["termination_reason"] for t in trials),
