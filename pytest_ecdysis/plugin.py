@@ -96,6 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
             from .gate import preflight as gate_preflight
 
             gate_preflight(cfg)
+        if cfg.uses_sim:
+            from .sim.profiles import check_models
+
+            check_models([cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models])
         if cfg.uses_sim and not state.sim_url:
             from .sim.server import start_background
 

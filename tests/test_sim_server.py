@@ -225,3 +225,11 @@ def test_shipped_profiles_parse_and_model_only_has_only_model_quirks():
         load_profile(name)
     assert {QUIRK_ORIGINS[k] for k in load_profile("model_only").rates} == {"model"}
     assert len(load_profile("default").rates) >= 7
+
+
+def test_an_unknown_profile_on_the_command_line_is_a_usage_error(pytester):
+    """`--ecdysis-model sim/nope` fails at configure time (exit 4) naming the known profiles."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--ecdysis-model", "sim/nope", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown simulated-model profile 'nope'*known profiles: *default*"])

@@ -200,3 +200,14 @@ def load_profile(name: str) -> Profile:
         f"unknown simulated-model profile {name!r}; known profiles: {', '.join(known_profiles())} "
         f"(use model 'sim' or 'sim/<profile>')"
     )
+
+
+def check_models(models: list[str]) -> None:
+    """Load the profile of every `sim/<profile>` model name (bare `sim` uses the server's default).
+
+    Raises:
+        UsageError: an unknown or malformed profile (the message lists the known ones).
+    """
+    for model in models:
+        if model.startswith("sim/"):
+            load_profile(model[4:])
