@@ -12,7 +12,8 @@ Two modes:
 `diagnosis` runs each strategy's diagnosis against the simulated server (started in-process, real HTTP,
 the openai client) and prints per strategy: calls, tokens, wall seconds, evidence size, and the knobs of
 the spec. `evolve` runs `pytest <suite> --ecdysis-evolve --ecdysis-strategy S` per (strategy, evidence)
-in a `git clone --local` of this repository (so no branch is created here) and prints, from each
+in a `git clone --local` of this repository (so no branch is created here, and what runs is the
+committed HEAD: `python -m pytest` in the clone imports the clone's `pytest_ecdysis`) and prints, from each
 `evolution.json`: rounds accepted, train score before/after, test score of the start and frozen harness,
 diagnosis and editor calls, tokens and wall-clock. Figures are what the runs produce with the simulated
 model; nothing is tuned to match the paper.
