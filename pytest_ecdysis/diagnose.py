@@ -110,11 +110,12 @@ def role_messages(role: str, prompt: str, pass_: int | None, passes: int, eviden
 def validate_spec(value: Any, harness_dir: Path | None) -> ModificationSpec:
     """A parsed answer as a `ModificationSpec` whose files all lie inside `harness_dir`.
 
-    A leading `<harness dir name>/` on a path is dropped (models often write it).
+    A leading `<harness dir name>/` on a path is dropped (models often write it), and an absolute path
+    inside the harness is made relative.
 
     Raises:
         SpecError: no JSON object, a schema mismatch (the pydantic errors, shortened), or a file path that
-            is absolute or leaves the harness directory.
+            leaves the harness directory.
     """
     if not isinstance(value, Mapping):
         raise SpecError("the answer holds no JSON object; answer with one JSON object of the spec's shape")
@@ -133,8 +134,10 @@ def validate_spec(value: Any, harness_dir: Path | None) -> ModificationSpec:
             rel = name.strip()
             if rel.startswith(root.name + "/") and not (root / rel).exists():
                 rel = rel[len(root.name) + 1:]
-            target = (root / rel).resolve()
-            if Path(rel).is_absolute() or (target != root and root not in target.parents) or not rel:
+            target = (root / rel).resolve()  # an absolute path stays absolute here
+            if target == root or root in target.parents:
+                rel = target.relative_to(root).as_posix() if Path(rel).is_absolute() else rel
+            if (target != root and root not in target.parents) or not rel:
                 outside.append(f"{name!r} (change {i + 1})")
             files.append(rel)
         change.files = files

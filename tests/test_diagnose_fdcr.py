@@ -209,3 +209,16 @@ def test_rejected_optional_parameters_are_not_sent_again(tmp_path):
         return json.dumps(GOOD_SPEC) if 'format="spec"' in body["messages"][1]["content"] else "notes"
     d, log = run(tmp_path, fn, passes=1)
     assert d.spec is not None and seen == [True] + [False] * 4
+
+
+def test_absolute_paths_inside_the_harness_are_made_relative(tmp_path):
+    """An absolute path inside the harness is accepted as relative; an absolute path elsewhere is refused."""
+    from pytest_ecdysis.diagnose import validate_spec
+    from pytest_ecdysis.errors import SpecError
+
+    harness = write_harness(tmp_path)
+    inside = dict(GOOD_SPEC, changes=[dict(GOOD_SPEC["changes"][0], files=[str(harness / "feedback.py")])])
+    assert validate_spec(inside, harness).changes[0].files == ["feedback.py"]
+    elsewhere = dict(GOOD_SPEC, changes=[dict(GOOD_SPEC["changes"][0], files=["/etc/passwd"])])
+    with pytest.raises(SpecError, match="/etc/passwd"):
+        validate_spec(elsewhere, harness)
