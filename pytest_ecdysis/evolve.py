@@ -196,7 +196,6 @@ class Evolution:
             decision = _read_json(rdir / "decision.json")
             self.doc["incumbent"] = decision["incumbent"]
             return self._finish_round(decision["round"], rdir, already_written=True)
-        t0 = time.monotonic()
         # the incumbent's source, checked out in a temporary worktree: diagnosis reads it, the editor edits it
         worktree = gitops.add_worktree(self.harness_dir, inc["commit"])
         try:
@@ -205,7 +204,7 @@ class Evolution:
             _add_tokens(row["tokens"], diag.get("tokens", {}))
             row["wall_s"] += diag.get("wall_s", 0.0)
             if diag["outcome"]:
-                return self._finish_round({**row, "outcome": diag["outcome"], "reason": diag["reason"]}, rdir, t0)
+                return self._finish_round({**row, "outcome": diag["outcome"], "reason": diag["reason"]}, rdir)
             spec = ModificationSpec.model_validate(diag["spec"])
             row["spec_summary"] = spec.summary
 
@@ -214,14 +213,16 @@ class Evolution:
             if not edit["fresh"] and not edit["outcome"]:
                 worktree.apply((rdir / "candidate.diff").read_text())  # resumed: rebuild the candidate
             row["editor_calls"] = 1
+            row["wall_s"] += edit.get("wall_s", 0.0)
             _add_tokens(row["tokens"], edit.get("tokens", {}))
             if edit["outcome"]:
-                return self._finish_round({**row, "outcome": edit["outcome"], "reason": edit["reason"]}, rdir, t0)
+                return self._finish_round({**row, "outcome": edit["outcome"], "reason": edit["reason"]}, rdir)
 
             # 3. validation sub-run of the same suite on the candidate
             val = self._stage_json(rdir / "validation.json", lambda: self._validate(worktree, rdir, n))
+            row["wall_s"] += val.get("wall_s", 0.0)
             if val["outcome"]:
-                return self._finish_round({**row, "outcome": val["outcome"], "reason": val["reason"]}, rdir, t0)
+                return self._finish_round({**row, "outcome": val["outcome"], "reason": val["reason"]}, rdir)
             after = val["score"]
             row["score_after"] = after
             row["harness_id_after"] = val["harness_id"]
@@ -242,7 +243,7 @@ class Evolution:
             else:
                 row.update(outcome="rejected",
                            reason=f"suite score {_fmt(inc['score'])} -> {_fmt(after)}: not strictly higher")
-            return self._finish_round(row, rdir, t0)
+            return self._finish_round(row, rdir)
         finally:
             worktree.remove()
 
@@ -317,29 +318,29 @@ class Evolution:
         from .harness import harness_id
 
         run_id = f"{self.state.run_id}-r{n}"
+        started = time.monotonic()
         hid = harness_id(worktree.harness_dir, self.harness_dir.name)
         self._say(f"round {n}: validating candidate {hid} (sub-run {run_id})", n)
         try:
             sub = self._subrun(worktree.harness_dir, rdir, run_id)
         except BrokenCandidate as exc:
             self._say(f"round {n}: broken candidate: {exc}", n)
-            return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid}
+            return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid,
+                    "wall_s": round(time.monotonic() - started, 2)}
         self._say(f"round {n}: candidate scored {_fmt(sub.score)} (incumbent {_fmt(self.doc['incumbent']['score'])})"
                   f" in {sub.wall_s:.1f} s", n)
         return {"outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "harness_id": hid,
                 "run_path": str(sub.run_path), "run_id": run_id, "exit_code": sub.exit_code,
-                "wall_s": round(sub.wall_s, 2), "pass_hat_k": sub.summary.get("pass_hat_k")}
+                "wall_s": round(time.monotonic() - started, 2), "pass_hat_k": sub.summary.get("pass_hat_k")}
 
     def _subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
                 overrides: dict[str, str | None] | None = None) -> SubRun:
         return run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
                          run_id=run_id, sim_url=self.state.sim_url, overrides=overrides)
 
-    def _finish_round(self, row: dict[str, Any], rdir: Path, t0: float | None = None, *,
-                      already_written: bool = False) -> dict[str, Any]:
+    def _finish_round(self, row: dict[str, Any], rdir: Path, *, already_written: bool = False) -> dict[str, Any]:
         if not already_written:
-            if t0 is not None:
-                row["wall_s"] = round(time.monotonic() - t0 + row.get("wall_s", 0.0), 2)
+            row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
             _write_json(rdir / "decision.json", {"round": row, "incumbent": self.doc["incumbent"]})
         self.doc["rounds"].append(row)
         self._checkpoint()
