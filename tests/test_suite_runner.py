@@ -160,8 +160,8 @@ def test_task_selection_uses_tau2_splits_and_rejects_unknown_ids():
     assert len(suite.split_ids("airline", "train")) == 30 and len(suite.split_ids("airline", "test")) == 20
     assert len(suite.split_ids("retail", "train")) == 74 and len(suite.split_ids("retail", "test")) == 40
     assert len(suite.split_ids("airline", "all")) == 50
-    assert suite.select_task_ids("airline", "train", ("3", "70")) == ["3"]
-    assert suite.select_task_ids("airline", "train", ("70",)) == []
+    assert suite.select_task_ids("airline", "train", ("3", "72")) == ["3"]
+    assert suite.select_task_ids("airline", "train", ("72",)) == []
     with pytest.raises(UsageError, match="9999 is not a τ² task id; valid ids"):
         suite.select_task_ids("airline", "train", ("9999",))
     with pytest.raises(UsageError, match="not in the 'train' split"):
