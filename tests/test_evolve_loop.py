@@ -72,6 +72,18 @@ def diagnose(*, records, groups, harness_dir, history, solved_tasks, cfg, round_
     return SimpleNamespace(spec=spec, reason="", tokens={"prompt": 5, "completion": 2, "total": 7}, wall_s=0.01)
 
 
+import pytest_ecdysis.evolve as evolve
+_run_suite = evolve.run_suite
+
+
+def run_suite(**kwargs):
+    """Ctrl-C before a validation sub-run starts, when `interrupt-validate` exists."""
+    if (HERE / "interrupt-validate").exists() and "-r" in kwargs["run_id"]:
+        raise KeyboardInterrupt
+    return _run_suite(**kwargs)
+
+
+evolve.run_suite = run_suite
 module = types.ModuleType("pytest_ecdysis.diagnose")
 module.diagnose = diagnose
 sys.modules["pytest_ecdysis.diagnose"] = module
@@ -240,6 +252,24 @@ def test_resume_after_interruption(project: pytest.Pytester) -> None:
     assert [r["score_after"] for r in doc["rounds"]] == [0.5, 1.0]
     assert len((project.path / "editor.log").read_text().splitlines()) == 2
     assert _git(project.path, "log", "--format=%s", "main..ecdysis/run1").count("ecdysis round") == 2
+
+
+def test_resume_rebuilds_an_edited_candidate(project: pytest.Pytester) -> None:
+    """Interrupted after the edit and before validation: the resumed run rebuilds the candidate from
+    `candidate.diff` and validates it without calling the editor or the diagnosis again."""
+    _script(project, [{"knob": "x", "value": 3}])
+    (project.path / "interrupt-validate").write_text("")
+    first = _run(project, "--ecdysis-rounds", "1")
+    assert first.ret == 2, first.stdout.str()
+    rdir = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1"
+    assert (rdir / "edit.json").is_file() and not (rdir / "validation.json").exists()
+    (project.path / "interrupt-validate").unlink()
+    second = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", run_id="")
+    assert second.ret == 0, second.stdout.str()
+    assert [(r["outcome"], r["score_after"]) for r in _evolution(project)["rounds"]] == [("accepted", 0.75)]
+    assert len((project.path / "editor.log").read_text().splitlines()) == 1
+    assert len((project.path / "diagnose.log").read_text().splitlines()) == 1
+    assert "LEVEL = 3" in _git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
 
 
 def test_resume_errors(project: pytest.Pytester) -> None:
