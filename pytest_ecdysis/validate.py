@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -124,6 +125,8 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
     args = subrun_args(base_args, harness_dir=harness_dir, run_dir=run_dir, overrides=overrides)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
     env.update(ECDYSIS_RUN_ID=run_id, PYTHONDONTWRITEBYTECODE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    if env.get("PYTEST_ADDOPTS"):  # an outer --ecdysis-evolve there would make every sub-run evolve too
+        env["PYTEST_ADDOPTS"] = shlex.join(strip_args(shlex.split(env["PYTEST_ADDOPTS"])))
     if sim_url:
         env["ECDYSIS_SIM_URL"] = sim_url
     log_path = run_dir / "pytest.log"
