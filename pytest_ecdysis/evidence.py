@@ -187,7 +187,8 @@ def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
     view["n_tool_calls"] = len(calls)
     view["tool_calls"] = [
         {"step": c.step, "name": c.name, "arguments": _args(c.arguments), "error": c.error,
-         "result": None if c.result is None else cut(c.result, detail.result)}
+         "result": None if c.result is None else cut(c.result, detail.result),
+         "result_chars": None if c.result is None else len(c.result)}
         for c in shown
     ]
     if len(calls) > len(shown):

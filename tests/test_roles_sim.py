@@ -244,3 +244,4 @@ def test_critic_blocks_changes_to_the_entry_point(tmp_path):
                     turns=[{"role": "analyst", "pass": 1, "content": "```json\n" + json.dumps(proposal) + "\n```"}])
     (verdict,) = extract_json(roles.answer("critic", body))["verdicts"]
     assert verdict["verdict"] == "block" and "runtime-contract" in verdict["reason"]
+
