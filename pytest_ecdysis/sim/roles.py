@@ -420,9 +420,11 @@ class World:
     def spec(self, proposals: list[dict[str, Any]], left: list[dict[str, Any]], watch: list[str]) -> dict[str, Any]:
         changes = [{k: v for k, v in p.items() if k != "watch_tasks"} for p in proposals]
         knobs = ", ".join(c["parameters"].get("knob", c["component"]) for c in changes) or "nothing"
-        n_cross = len({s for c in changes for s in c["addresses"]} - self.single_task)
-        summary = (f"Change {knobs} for {n_cross} cross-task pattern group(s); leave {len(left)} group(s) alone."
-                   if changes else f"No harness change: {len(left)} group(s) left alone.")
+        addressed = {s for c in changes for s in c["addresses"]}
+        tasks = {t for s in addressed for t in self.group_tasks.get(s, [])}
+        summary = (f"Change {knobs}, addressing {len(addressed)} pattern group(s) over {len(tasks)} task(s); "
+                   f"leave {len(left)} group(s) alone." if changes
+                   else f"No harness change: {len(left)} group(s) left alone.")
         return {"schema_version": SCHEMA_VERSION, "summary": summary, "changes": changes, "left_alone": left,
                 "watch_tasks": watch}
 
