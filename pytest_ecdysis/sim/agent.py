@@ -146,6 +146,7 @@ class AgentTrial:
         self.id_habits: set[tuple[str, str]] = set()  # (kind, argument) already drawn this trial
         self.early_end_drawn = False
         self.reached_final = False
+        self.closed = False  # the model sent a closing text (final answer, early end or giving up)
         self.user_texts: set[str] = set()
         self.last_key: str | None = None
         self.last_reply: dict[str, Any] | None = None
@@ -439,8 +440,9 @@ class AgentTrial:
         self.pending = pending
         return self._assistant_text(text)
 
-    @staticmethod
-    def _assistant_text(text: str) -> dict[str, Any]:
+    def _assistant_text(self, text: str) -> dict[str, Any]:
+        if CLOSING_TEXT in text:
+            self.closed = True
         return {"role": "assistant", "content": text}
 
     @staticmethod
@@ -454,7 +456,8 @@ class AgentTrial:
         """The quirks drawn so far, with `cured` settled for trial-level quirks (read at trial end)."""
         quirks = [dict(q) for q in self.quirks]
         if self.verbose_quirk is not None:
-            quirks[self.verbose_quirk]["cured"] = self.reached_final
+            # the harness let the model run to a closing of its own: the budget allowed the extra calls
+            quirks[self.verbose_quirk]["cured"] = self.closed
         return {"task_id": self.task.task_id, "trial": self.trial, "suite": self.task.suite,
                 "profile": self.profile.name, "agent_requests": self.step, "reached_final": self.reached_final,
                 "quirks": quirks}
