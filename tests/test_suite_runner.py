@@ -165,4 +165,4 @@ def test_task_selection_uses_tau2_splits_and_rejects_unknown_ids():
     with pytest.raises(UsageError, match="9999 is not a τ² task id; valid ids"):
         suite.select_task_ids("airline", "train", ("9999",))
     with pytest.raises(UsageError, match="not in the 'train' split"):
-        suite.select_task_ids("airline", "train", ("2",))
+        suite.select_task_ids("airline", "train", ("18",))
