@@ -18,6 +18,7 @@ Endpoint replies seen in the wild (issue 8), each decided here and recorded in `
 | finish_reason `stop` with calls / `tool_calls` with text only | the message's content wins | `finish_reason_mismatch` |
 | finish_reason `length` | text accepted as truncated; calls accepted if their JSON parses, else as malformed | `truncated_reply` |
 | text and calls in one reply | calls kept, text dropped (τ² allows one or the other) | `dropped_text` |
+| content as a list of text parts | parts joined into the text | - |
 | HTTP errors, timeouts (after the client's retries) | `InfrastructureError` | - |
 | budget used up (with calls the model just issued: not executed) | stop text + τ²'s stop token | `budget_exhausted` |
 """
@@ -132,8 +133,7 @@ class HarnessAgent(BaseAgent):
             step = self.model_calls
             message, finish = choice.message, getattr(choice, "finish_reason", None)
             raw_calls = list(getattr(message, "tool_calls", None) or [])
-            text = message.content if isinstance(getattr(message, "content", None), str) else ""
-            text = text.strip()
+            text = _text_of(getattr(message, "content", None)).strip()
 
             if raw_calls:
                 calls = [self._parse_call(raw, step) for raw in raw_calls]
@@ -266,6 +266,15 @@ class HarnessAgent(BaseAgent):
 
     def _note(self, kind: str, detail: str, step: int | None, **extra: Any) -> None:
         self.harness_notes.append({"kind": kind, "detail": detail, "step": step, **extra})
+
+
+def _text_of(content: Any) -> str:
+    """Message text; a list of content parts (some servers send `[{"type": "text", "text": ...}]`) is joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(getattr(p, "text", "")) for p in content)
+    return ""
 
 
 def _assistant_calls_dict(calls: list[tuple[str, str, str]]) -> dict[str, Any]:

@@ -175,3 +175,12 @@ def test_case6_budget_hit_with_a_call_pending_is_recorded_and_aggregates(tiny_bu
     assert failures.has_pending_tool_call(result)
     record = failures.to_record(result)
     assert record.pending_tool_call and record.termination_reason == "agent_stop"
+
+
+def test_content_sent_as_text_parts_is_read_as_text():
+    """A reply whose content is a list of text parts is read as the joined text, not as an empty reply."""
+    agent = ScriptedModel([({"content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "done."}]},
+                            "stop"), text("Done.")])
+    result = run("3", agent)
+    assert result.termination_reason == "user_stop" and not notes_of(result, "empty_reply")
+    assert any(m["content"] == "Hello, done." for m in result.messages if m["role"] == "assistant")
