@@ -9,7 +9,7 @@ from pytest_ecdysis.errors import UsageError
 
 BAD_OPTIONS = [
     (["--ecdysis-split", "dev"], "--ecdysis-split must be one of train, test, all"),
-    (["--ecdysis-threshold", "1.5"], "--ecdysis-threshold must be in [0.0, 1.0]"),
+    (["--ecdysis-threshold", "1.5"], "--ecdysis-threshold must be in ?0.0, 1.0?"),
     (["--ecdysis-threshold", "x"], "--ecdysis-threshold must be a number"),
     (["--ecdysis-trials", "0"], "--ecdysis-trials must be an integer >= 1"),
     (["--ecdysis-evidence", "some"], "--ecdysis-evidence must be 'all' or 'failure-aware:N'"),
