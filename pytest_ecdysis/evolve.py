@@ -225,6 +225,8 @@ class Evolution:
                 return self._finish_round({**row, "outcome": val["outcome"], "reason": val["reason"]}, rdir)
             after = val["score"]
             row["score_after"] = after
+            row["pass_hat_k_before"] = inc.get("pass_hat_k")
+            row["pass_hat_k_after"] = val.get("pass_hat_k")
             row["harness_id_after"] = val["harness_id"]
             _, before_trials = read_run(Path(inc["run_path"]))
             _, after_trials = read_run(Path(val["run_path"]))
@@ -239,7 +241,8 @@ class Evolution:
                 row.update(outcome="accepted", accepted=True, commit=sha,
                            reason=f"suite score {_fmt(inc['score'])} -> {_fmt(after)}")
                 self.doc["incumbent"] = {"commit": sha, "harness_id": val["harness_id"], "score": after,
-                                         "run_path": val["run_path"], "round": n}
+                                         "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"],
+                                         "round": n}
             else:
                 row.update(outcome="rejected",
                            reason=f"suite score {_fmt(inc['score'])} -> {_fmt(after)}: not strictly higher")
@@ -429,7 +432,8 @@ class Evolution:
             return doc
         commit = gitops.head_commit(self.harness_dir)
         start = {"commit": commit, "harness_id": self.state.harness_id,
-                 "score": self.summary.get("suite_score"), "run_path": str(self.dir), "round": 0}
+                 "score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k"),
+                 "run_path": str(self.dir), "round": 0}
         doc = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
                "split": self.cfg.split, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
                "editor": self.cfg.editor, "model": self.cfg.model, "harness": str(self.harness_dir),
@@ -462,13 +466,13 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     editor calls, tokens, wall-clock; then test scores side by side, and the branch."""
     out = ["", f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}, "
            f"editor {doc.get('editor')})",
-           f"{'round':>5}  {'before':>7}  {'after':>7}  {'outcome':<17} {'edits':>5}  {'tokens':>8}  "
-           f"{'wall s':>7}  flips (+solved / -lost)"]
+           f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'edits':>5}  "
+           f"{'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)"]
     for r in doc.get("rounds", []):
         fl = r.get("flips") or {}
         gained, lost = fl.get("failed_to_solved", []), fl.get("solved_to_failed", [])
         out.append(f"{r['round']:>5}  {_fmt(r.get('score_before')):>7}  {_fmt(r.get('score_after')):>7}  "
-                   f"{r['outcome']:<17} {r.get('editor_calls', 0):>5}  {r.get('tokens', {}).get('total', 0):>8}  "
+                   f"{_pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {r.get('editor_calls', 0):>5}  {r.get('tokens', {}).get('total', 0):>8}  "
                    f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
                    + (f" (lost: {', '.join(lost[:6])})" if lost else ""))
     test = doc.get("test") or {}
@@ -512,6 +516,14 @@ def _score_line(entry: dict[str, Any]) -> str:
     hat = entry.get("pass_hat_k") or {}
     k = max(hat, key=int) if hat else None
     return f"{_fmt(entry.get('suite_score'))}" + (f" (pass^{k} {_fmt(hat[k])})" if k else "")
+
+
+def _pass_hat(hat: dict[str, Any] | None) -> str:
+    """pass^k for the largest k of a `pass_hat_k` object, '-' without one."""
+    if not hat:
+        return "-"
+    k = max(hat, key=int)
+    return f"{_fmt(hat[k])} (k={k})"
 
 
 def _fmt(x: Any) -> str:
