@@ -98,7 +98,10 @@ def run_evolution(session: Any, state: Any, summary: dict[str, Any]) -> dict[str
         EcdysisError: git failed; the run directory keeps what was done.
     """
     doc = Evolution(session.config, state, summary).run()
-    session.config.pluginmanager.register(FinalTable(doc), "ecdysis-evolution-table")
+    manager = session.config.pluginmanager
+    if manager.has_plugin("ecdysis-evolution-table"):
+        manager.unregister(name="ecdysis-evolution-table")
+    manager.register(FinalTable(doc), "ecdysis-evolution-table")
     return doc
 
 
