@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ecdysis.harness import harness_id, resolve_harness
 from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.harness import harness_id, resolve_harness
 
 BAD_OPTIONS = [
     (["--ecdysis-split", "dev"], "--ecdysis-split must be one of train, test, all"),
