@@ -53,6 +53,11 @@ GOLD_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bpytest_ecdysis\b|\btask_suites\b", "touches the plugin or the task suites"),
 )
 
+#: An instance-level round (`self-evolution`) patches at most this many of its specs, in order (each costs
+#: an editor call and a validation sub-run), so a suite with many failures cannot run for hours; the
+#: round's reason says when specs were dropped.
+MAX_INSTANCE_STEPS = 5
+
 OUTCOME_TEXT = {
     "accepted": "accepted",
     "rejected": "rejected",
@@ -208,50 +213,152 @@ class Evolution:
             row["wall_s"] += diag.get("wall_s", 0.0)
             if diag["outcome"]:
                 return self._finish_round({**row, "outcome": diag["outcome"], "reason": diag["reason"]}, rdir)
+            if diag.get("instance_level"):  # self-evolution: the specs are patched one by one
+                return self._instance_round(n, rdir, row, diag)
             spec = ModificationSpec.model_validate(diag["spec"])
             row["spec_summary"] = spec.summary
 
-            # 2. exactly one editor call in the worktree; the change is the diff of the harness directory
-            edit = self._stage_json(rdir / "edit.json", lambda: self._edit(spec, worktree, rdir, n))
-            if not edit["fresh"] and not edit["outcome"]:
-                worktree.apply((rdir / "candidate.diff").read_text())  # resumed: rebuild the candidate
-            row["editor_calls"] = 1
-            row["wall_s"] += edit.get("wall_s", 0.0)
-            _add_tokens(row["tokens"], edit.get("tokens", {}))
-            if edit["outcome"]:
-                return self._finish_round({**row, "outcome": edit["outcome"], "reason": edit["reason"]}, rdir)
-
-            # 3. validation sub-run of the same suite on the candidate
-            val = self._stage_json(rdir / "validation.json", lambda: self._validate(worktree, rdir, n))
-            row["wall_s"] += val.get("wall_s", 0.0)
-            if val["outcome"]:
-                return self._finish_round({**row, "outcome": val["outcome"], "reason": val["reason"]}, rdir)
-            after = val["score"]
-            row["score_after"] = after
-            row["pass_hat_k_before"] = inc.get("pass_hat_k")
-            row["pass_hat_k_after"] = val.get("pass_hat_k")
-            row["harness_id_after"] = val["harness_id"]
-            _, before_trials = read_run(Path(inc["run_path"]))
-            _, after_trials = read_run(Path(val["run_path"]))
-            row["flips"] = flips(before_trials, after_trials, self.cfg.threshold)
-
-            # 4. strict acceptance
-            if after is not None and inc["score"] is not None and after > inc["score"] + 1e-12:
-                message = (f"ecdysis round {n}: {spec.summary.strip()}\n\nsuite score {inc['score']:.4f} -> "
-                           f"{after:.4f} ({self.cfg.split} split, {self.cfg.trials} trial(s) per task)\n"
-                           f"run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
-                sha = worktree.commit_paths(edit["changed"], message)
-                row.update(outcome="accepted", accepted=True, commit=sha,
-                           reason=f"suite score {_fmt(inc['score'])} -> {_fmt(after)}")
-                self.doc["incumbent"] = {"commit": sha, "harness_id": val["harness_id"], "score": after,
-                                         "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"],
-                                         "round": n}
-            else:
-                row.update(outcome="rejected",
-                           reason=f"suite score {_fmt(inc['score'])} -> {_fmt(after)}: not strictly higher")
+            # 2.-4. exactly one editor call in the worktree, validation, strict acceptance
+            out, new_incumbent = self._attempt(spec, worktree, rdir, inc, label=f"round {n}",
+                                               run_id=f"{self.state.run_id}-r{n}", title=f"ecdysis round {n}")
+            _add_tokens(row["tokens"], out.pop("tokens"))
+            row["wall_s"] += out.pop("wall_s")
+            row.update(out)
+            if new_incumbent is not None:
+                self.doc["incumbent"] = {**new_incumbent, "round": n}
             return self._finish_round(row, rdir)
         finally:
             worktree.remove()
+
+    def _attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any], *,
+                 label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """One candidate: editor call in `worktree` (at `base`'s commit), guard, validation, strict acceptance.
+
+        Stage checkpoints (`edit.json`, `validation.json`) and `candidate.diff` go to `adir`; the editor
+        reads `adir/spec.json`. Returns the round-row fields it decided (`outcome`, `reason`, `editor_calls`,
+        `tokens`, `wall_s`, and after a validation `score_after`, `flips`, pass^k, `harness_id_after`, and
+        `accepted`/`commit`) and the new incumbent (None unless accepted).
+        """
+        out: dict[str, Any] = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
+                               "wall_s": 0.0}
+        # the editor call; the change is the diff of the harness directory
+        edit = self._stage_json(adir / "edit.json", lambda: self._edit(spec, worktree, adir, label))
+        if not edit["fresh"] and not edit["outcome"]:
+            worktree.apply((adir / "candidate.diff").read_text())  # resumed: rebuild the candidate
+        out["editor_calls"] = 1
+        out["wall_s"] += edit.get("wall_s", 0.0)
+        _add_tokens(out["tokens"], edit.get("tokens", {}))
+        if edit["outcome"]:
+            return {**out, "outcome": edit["outcome"], "reason": edit["reason"]}, None
+
+        # validation sub-run of the same suite on the candidate
+        val = self._stage_json(adir / "validation.json",
+                               lambda: self._validate(worktree, adir, run_id, label, base["score"]))
+        out["wall_s"] += val.get("wall_s", 0.0)
+        if val["outcome"]:
+            return {**out, "outcome": val["outcome"], "reason": val["reason"]}, None
+        after = val["score"]
+        out["score_after"] = after
+        out["pass_hat_k_before"] = base.get("pass_hat_k")
+        out["pass_hat_k_after"] = val.get("pass_hat_k")
+        out["harness_id_after"] = val["harness_id"]
+        _, before_trials = read_run(Path(base["run_path"]))
+        _, after_trials = read_run(Path(val["run_path"]))
+        out["flips"] = flips(before_trials, after_trials, self.cfg.threshold)
+
+        # strict acceptance
+        if after is not None and base["score"] is not None and after > base["score"] + 1e-12:
+            message = (f"{title}: {spec.summary.strip()}\n\nsuite score {base['score']:.4f} -> "
+                       f"{after:.4f} ({self.cfg.split} split, {self.cfg.trials} trial(s) per task)\n"
+                       f"run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
+            sha = worktree.commit_paths(edit["changed"], message)
+            out.update(outcome="accepted", accepted=True, commit=sha,
+                       reason=f"suite score {_fmt(base['score'])} -> {_fmt(after)}")
+            return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
+                         "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}
+        out.update(outcome="rejected",
+                   reason=f"suite score {_fmt(base['score'])} -> {_fmt(after)}: not strictly higher")
+        return out, None
+
+    def _instance_round(self, n: int, rdir: Path, row: dict[str, Any], diag: dict[str, Any]) -> dict[str, Any]:
+        """A round of an instance-level strategy (`self-evolution`): its specs are patched one by one.
+
+        Step k (1-based, at most `MAX_INSTANCE_STEPS`) makes one editor call on the current incumbent in
+        its own worktree, then guard, validation and strict acceptance, in `rounds/<n>/steps/<k>/`
+        (`spec.json`, `edit.json`, `candidate.diff`, `validation.json`, the sub-run `<run-id>-r<n>s<k>/`,
+        `decision.json`). An accepted step is committed and is the base of the next step. A step whose
+        `decision.json` exists is read back, not redone. The round is `accepted` when any step was;
+        otherwise `rejected` when a candidate was validated, else the first of `broken_candidate`,
+        `guard_rejected`, `no_change` among its steps. `score_after` is the incumbent's score after the
+        round when accepted, else the best validated candidate's (null when none was validated).
+        """
+        start = self.doc["incumbent"]
+        specs = [ModificationSpec.model_validate(s) for s in diag["specs"]]
+        todo = specs[:MAX_INSTANCE_STEPS]
+        current = dict(start)
+        steps: list[dict[str, Any]] = []
+        self._say(f"round {n}: instance level: {len(specs)} spec(s), patched one by one"
+                  + (f" (the first {len(todo)}: cap MAX_INSTANCE_STEPS)" if len(todo) < len(specs) else ""), n)
+        for k, spec in enumerate(todo, start=1):
+            sdir = rdir / "steps" / str(k)
+            if (sdir / "decision.json").is_file():  # finished before an interruption
+                decision = _read_json(sdir / "decision.json")
+                steps.append(decision["step"])
+                current = decision["incumbent"]
+                continue
+            if not (sdir / "spec.json").is_file():
+                _write_json(sdir / "spec.json", spec.model_dump(mode="json"))
+            step: dict[str, Any] = {"step": k, "spec_summary": spec.summary, "score_before": current["score"],
+                                    "score_after": None, "harness_id_before": current["harness_id"]}
+            worktree = gitops.add_worktree(self.harness_dir, current["commit"])
+            try:
+                out, new_incumbent = self._attempt(
+                    spec, worktree, sdir, current, label=f"round {n} step {k}/{len(todo)}",
+                    run_id=f"{self.state.run_id}-r{n}s{k}", title=f"ecdysis round {n} step {k}")
+            finally:
+                worktree.remove()
+            step.update(out)
+            step["wall_s"] = round(step["wall_s"], 2)
+            if new_incumbent is not None:
+                current = {**new_incumbent, "round": n, "step": k}
+            _write_json(sdir / "decision.json", {"step": step, "incumbent": current})
+            self._say(f"round {n} step {k}/{len(todo)}: {OUTCOME_TEXT[step['outcome']]}"
+                      + (f" ({step['reason']})" if step.get("reason") else ""), n)
+            steps.append(step)
+
+        for step in steps:
+            row["editor_calls"] += step.get("editor_calls", 0)
+            _add_tokens(row["tokens"], step.get("tokens", {}))
+            row["wall_s"] += step.get("wall_s", 0.0)
+        row["steps"] = steps
+        row["spec_summary"] = f"{len(todo)} instance-level spec(s): " + " | ".join(s.summary.strip() for s in todo)
+        accepted = [s["step"] for s in steps if s.get("accepted")]
+        validated = [s for s in steps if s.get("score_after") is not None]
+        if accepted:
+            row.update(outcome="accepted", accepted=True, commit=current["commit"], score_after=current["score"],
+                       harness_id_after=current["harness_id"], pass_hat_k_before=start.get("pass_hat_k"),
+                       pass_hat_k_after=current.get("pass_hat_k"),
+                       reason=f"step(s) {', '.join(map(str, accepted))} of {len(steps)} accepted: suite score "
+                              f"{_fmt(start['score'])} -> {_fmt(current['score'])}")
+            _, before_trials = read_run(Path(start["run_path"]))
+            _, after_trials = read_run(Path(current["run_path"]))
+            row["flips"] = flips(before_trials, after_trials, self.cfg.threshold)
+            self.doc["incumbent"] = current
+        elif validated:
+            best = max(validated, key=lambda s: s["score_after"])
+            row.update(outcome="rejected", score_after=best["score_after"], flips=best["flips"],
+                       harness_id_after=best["harness_id_after"], pass_hat_k_before=start.get("pass_hat_k"),
+                       pass_hat_k_after=best.get("pass_hat_k_after"),
+                       reason=f"no step strictly raised the suite score (best: step {best['step']}, "
+                              f"{_fmt(start['score'])} -> {_fmt(best['score_after'])})")
+        else:
+            outcomes = [s["outcome"] for s in steps]
+            row["outcome"] = next(o for o in ("broken_candidate", "guard_rejected", "no_change") if o in outcomes)
+            row["reason"] = "; ".join(f"step {s['step']}: {s['reason']}" for s in steps)
+        if len(todo) < len(specs):
+            row["reason"] += (f"; cap: {len(todo)} of {len(specs)} specs patched (MAX_INSTANCE_STEPS = "
+                              f"{MAX_INSTANCE_STEPS}), the other {len(specs) - len(todo)} dropped")
+        return self._finish_round(row, rdir)
 
     # --- stages ----------------------------------------------------------------------------------
 
@@ -289,9 +396,14 @@ class Evolution:
         _write_json(rdir / "spec.json", spec_doc)
         self._say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): spec with "
                   f"{len(spec_doc.get('changes', []))} change(s): {spec_doc.get('summary', '')[:90]}", n)
-        return {"outcome": None, "reason": reason, "spec": spec_doc, "tokens": tokens, "wall_s": wall}
+        doc = {"outcome": None, "reason": reason, "spec": spec_doc, "tokens": tokens, "wall_s": wall}
+        if getattr(result, "instance_level", False):  # one spec per failure, patched one by one
+            specs = list(getattr(result, "specs", None) or [spec])
+            doc.update(instance_level=True, specs=[x.model_dump(mode="json") if hasattr(x, "model_dump") else dict(x)
+                                                   for x in specs])
+        return doc
 
-    def _edit(self, spec: ModificationSpec, worktree: gitops.Worktree, rdir: Path, n: int) -> dict[str, Any]:
+    def _edit(self, spec: ModificationSpec, worktree: gitops.Worktree, rdir: Path, label: str) -> dict[str, Any]:
         result = self.editor.edit(spec, worktree.harness_dir, spec_path=rdir / "spec.json")
         changed = worktree.changed_paths()
         diff = worktree.diff(changed)
@@ -316,25 +428,24 @@ class Evolution:
                        + "; ".join(flags[:5]))
         else:
             doc.update(outcome=None, reason=result.detail)
-        self._say(f"round {n}: editor {self.cfg.editor} (1 call): {len(changed)} file(s) changed"
-                  + (f"; {doc['reason']}" if doc["outcome"] else f": {', '.join(changed)}"), n)
+        self._say(f"{label}: editor {self.cfg.editor} (1 call): {len(changed)} file(s) changed"
+                  + (f"; {doc['reason']}" if doc["outcome"] else f": {', '.join(changed)}"))
         return doc
 
-    def _validate(self, worktree: gitops.Worktree, rdir: Path, n: int) -> dict[str, Any]:
+    def _validate(self, worktree: gitops.Worktree, rdir: Path, run_id: str, label: str,
+                  base_score: float | None) -> dict[str, Any]:
         from .harness import harness_id
 
-        run_id = f"{self.state.run_id}-r{n}"
         started = time.monotonic()
         hid = harness_id(worktree.harness_dir, self.harness_dir.name)
-        self._say(f"round {n}: validating candidate {hid} (sub-run {run_id})", n)
+        self._say(f"{label}: validating candidate {hid} (sub-run {run_id})")
         try:
             sub = self._subrun(worktree.harness_dir, rdir, run_id)
         except BrokenCandidate as exc:
-            self._say(f"round {n}: broken candidate: {exc}", n)
+            self._say(f"{label}: broken candidate: {exc}")
             return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid,
                     "wall_s": round(time.monotonic() - started, 2)}
-        self._say(f"round {n}: candidate scored {_fmt(sub.score)} (incumbent {_fmt(self.doc['incumbent']['score'])})"
-                  f" in {sub.wall_s:.1f} s", n)
+        self._say(f"{label}: candidate scored {_fmt(sub.score)} (incumbent {_fmt(base_score)}) in {sub.wall_s:.1f} s")
         return {"outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "harness_id": hid,
                 "run_path": str(sub.run_path), "run_id": run_id, "exit_code": sub.exit_code,
                 "wall_s": round(time.monotonic() - started, 2), "pass_hat_k": sub.summary.get("pass_hat_k")}
