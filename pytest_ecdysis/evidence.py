@@ -168,6 +168,18 @@ def _args(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _call_view(call: Any, detail: Detail) -> dict[str, Any]:
+    """One tool call: `result` is what the model was sent (the harness's `model_view` when observed,
+    else the environment's output), `result_chars` the length of the environment's output."""
+    seen = call.model_view if getattr(call, "model_view", None) is not None else call.result
+    view = {"step": call.step, "name": call.name, "arguments": _args(call.arguments), "error": call.error,
+            "result": None if seen is None else cut(seen, detail.result),
+            "result_chars": None if call.result is None else len(call.result)}
+    if getattr(call, "model_view", None) is not None and call.model_view != call.result:
+        view["result_is"] = "as the harness sent it to the model (differs from the environment's output)"
+    return view
+
+
 def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
     """One record as evidence: termination, failed components, tool calls with results, an excerpt."""
     calls = list(record.tool_calls)
@@ -185,12 +197,7 @@ def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
         view["label"] = ("endpoint_format_error: the endpoint's reply could not be used (not valid tool-call or "
                          "message format); weigh it as an endpoint/robustness problem, not as agent reasoning")
     view["n_tool_calls"] = len(calls)
-    view["tool_calls"] = [
-        {"step": c.step, "name": c.name, "arguments": _args(c.arguments), "error": c.error,
-         "result": None if c.result is None else cut(c.result, detail.result),
-         "result_chars": None if c.result is None else len(c.result)}
-        for c in shown
-    ]
+    view["tool_calls"] = [_call_view(c, detail) for c in shown]
     if len(calls) > len(shown):
         view["tool_calls_omitted"] = f"{len(calls) - len(shown)} calls in the middle omitted"
     if record.first_tool_error:

@@ -45,6 +45,11 @@ class ToolCallRecord(_Model):
     arguments: Annotated[dict[str, Any], Field(description="arguments as sent to the environment")]
     result: Annotated[str | None, Field(description="tool result content; None when the call had no result")] = None
     error: Annotated[bool, Field(description="the environment reported an error")] = False
+    model_view: Annotated[
+        str | None,
+        Field(description="the tool message content the harness actually sent to the model for this call, "
+                          "observed on the wire (None: never sent, or not observed)"),
+    ] = None
     step: Annotated[int | None, Field(description="index of the message in the trajectory")] = None
 
 

@@ -166,3 +166,18 @@ def test_task_selection_uses_tau2_splits_and_rejects_unknown_ids():
         suite.select_task_ids("airline", "train", ("9999",))
     with pytest.raises(UsageError, match="not in the 'train' split"):
         suite.select_task_ids("airline", "train", ("18",))
+
+
+def test_records_carry_what_the_model_was_sent_not_only_the_environment_output():
+    """A tool result the harness cut before sending is recorded as the model saw it (`model_view`), beside
+    τ²'s raw output: diagnosis must see the harness's truncation, which τ²'s trajectory does not show."""
+    user_id = "noah_muller_9847"  # a τ² airline user whose details are longer than the 1200-char cut
+    agent = ScriptedModel([call("get_user_details", json.dumps({"user_id": user_id})), text("Done.")])
+    result = run("3", agent, settings=FAST)
+    first = result.tool_calls[0]
+    assert first.name == "get_user_details" and not first.error
+    assert len(first.result) > 1200
+    assert first.model_view is not None and first.model_view != first.result
+    assert "[truncated" in first.model_view and first.model_view.startswith(first.result[:1200])
+    sent = [m for m in agent.requests[1]["messages"] if m["role"] == "tool"]
+    assert sent[0]["content"] == first.model_view

@@ -15,9 +15,11 @@ So one trial costs at most its budget, however many calls and retries it makes. 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx2
 import openai
@@ -115,6 +117,42 @@ class BudgetTransport(httpx2.BaseTransport):
         self.inner.close()
 
 
+class ModelViewTransport(httpx2.BaseTransport):
+    """Records, from the agent's requests on the wire, the tool message content the model was sent.
+
+    Diagnosis must see what the model saw (a harness may cut, reword or drop a tool result), not only
+    τ²'s raw tool output. Maps each `tool_call_id` to the content of its tool message in the first request
+    that carried it. Works for any harness: it reads the chat-completions request body, nothing else.
+    """
+
+    def __init__(self, inner: httpx2.BaseTransport | None = None) -> None:
+        self.inner = inner
+        self.seen: dict[str, str] = {}
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            body = json.loads(request.read() or b"{}")
+        except ValueError:
+            body = {}
+        for message in body.get("messages", []) if isinstance(body, dict) else []:
+            if isinstance(message, dict) and message.get("role") == "tool":
+                call_id = str(message.get("tool_call_id") or "")
+                if call_id and call_id not in self.seen:
+                    self.seen[call_id] = _content_text(message.get("content"))
+        assert self.inner is not None, "make_client(model_view=...) sets the inner transport"
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
 def _retry_after(response: httpx2.Response) -> float | None:
     try:
         return float(response.headers.get("retry-after", ""))
@@ -143,15 +181,21 @@ def endpoint_for(model: str, base_url: str | None, sim_url: str | None) -> tuple
 
 def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_url: str | None,
                 budget: TrialBudget, settings: EndpointSettings,
-                transport: httpx2.BaseTransport | None = None) -> openai.OpenAI:
+                transport: httpx2.BaseTransport | None = None,
+                model_view: ModelViewTransport | None = None) -> openai.OpenAI:
     """The openai client of one role ('agent' or 'user') of one trial.
 
     `transport` replaces the network transport (tests use `httpx2.MockTransport`); the budget and
-    retries wrap it either way.
+    retries wrap it either way. `model_view`, when given, wraps the whole and records what the model
+    was sent (see `ModelViewTransport`); its `inner` is set here.
     """
     url, key = endpoint_for(model, base_url, sim_url)
     inner = transport or httpx2.HTTPTransport()
-    http_client = httpx2.Client(transport=BudgetTransport(inner, budget, settings), timeout=settings.call_timeout_s)
+    outer: httpx2.BaseTransport = BudgetTransport(inner, budget, settings)
+    if model_view is not None:
+        model_view.inner = outer
+        outer = model_view
+    http_client = httpx2.Client(transport=outer, timeout=settings.call_timeout_s)
     return openai.OpenAI(
         base_url=url,
         api_key=key,

@@ -31,7 +31,7 @@ from pytest_ecdysis.harness import load_harness
 from pytest_ecdysis.records import ToolCallRecord, TrialResult
 
 from . import suite
-from .endpoint import EndpointSettings, TrialBudget, make_client, trial_header
+from .endpoint import EndpointSettings, ModelViewTransport, TrialBudget, make_client, trial_header
 from .scorer import ScorerClient, ScorerError, scorer_client
 from .tau2lib import load_tau2
 
@@ -78,7 +78,9 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     environment = suite.get_environment(spec.domain)
     budget = TrialBudget(settings.trial_budget_s)
     common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
-    agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, **common)
+    model_view = ModelViewTransport()
+    agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, model_view=model_view,
+                               **common)
     user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
     max_steps = spec.max_steps or t.DEFAULT_MAX_STEPS
 
@@ -125,7 +127,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         reward=reward,
         components=components,
         termination_reason=reason,
-        tool_calls=tool_call_records(trajectory, notes),
+        tool_calls=tool_call_records(trajectory, notes, model_view.seen),
         steps=len(trajectory),
         tokens=tokens,
         wall_s=round(time.monotonic() - started, 3),
@@ -184,8 +186,12 @@ def message_dict(message: Any) -> dict[str, Any]:
     return data
 
 
-def tool_call_records(trajectory: list, notes: list[dict]) -> list[ToolCallRecord]:
+def tool_call_records(trajectory: list, notes: list[dict],
+                      model_view: dict[str, str] | None = None) -> list[ToolCallRecord]:
     """The agent's tool calls, each with its result (paired by call id), in trajectory order.
+
+    `model_view` maps call ids to the tool message content the harness sent the model (observed on the
+    wire by `endpoint.ModelViewTransport`); it fills `ToolCallRecord.model_view`.
 
     Calls a harness reports as pending in its notes (`pending_tool_calls`: the budget ran out before they
     could be sent) are appended with `result=None`.
@@ -201,6 +207,7 @@ def tool_call_records(trajectory: list, notes: list[dict]) -> list[ToolCallRecor
                 name=call.name, arguments=call.arguments, step=step,
                 result=result.content if result is not None else None,
                 error=bool(result.error) if result is not None else False,
+                model_view=(model_view or {}).get(call.id),
             ))
     for note in notes:
         for call in note.get("pending_tool_calls", []) or []:
