@@ -9,7 +9,9 @@ the determinism check crosses processes) with these harnesses:
 
 - `example`   : example_harness, twice (`example` and `example_again`) for the determinism check;
 - `direct`    : `--ecdysis-harness direct` (the suite's Direct harness);
-- `cured`     : `benchmarks/cured_harness`, a copy of example_harness implementing the documented cures.
+- `cured`     : example_harness with `benchmarks/cured_harness.patch` applied (the documented cures,
+                written by hand: id normalisation, corrective errors, repeat guard, no truncation, larger budget
+                and context, completion check), materialised in a temporary directory.
 
 Targets (issue 3): example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
 half of the example's failures with a `systematic` quirk; identical trial results across the two runs;
@@ -30,7 +32,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("tau2-airline", "tau2-retail")
 HARNESSES = {"example": "example_harness", "example_again": "example_harness", "direct": "direct",
-             "cured": str(ROOT / "benchmarks" / "cured_harness")}
+             "cured": "cured"}
+CURED_PATCH = ROOT / "benchmarks" / "cured_harness.patch"
+
+
+def materialise_cured(base: Path) -> Path:
+    """Copy example_harness (without its edit recipes) to `base/cured_harness` and apply the cures patch.
+
+    Raises:
+        SystemExit: the patch no longer applies to example_harness (regenerate it with `diff -ruN`).
+    """
+    import shutil
+
+    target = base / "cured_harness"
+    shutil.copytree(ROOT / "example_harness", target, ignore=shutil.ignore_patterns("recipes", "__pycache__"))
+    proc = subprocess.run(["patch", "-p1", "-s", "-d", str(target), "-i", str(CURED_PATCH)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{CURED_PATCH} does not apply to example_harness:\n{proc.stdout}{proc.stderr}")
+    return target
 
 
 def run_suite(label: str, harness: str, args: argparse.Namespace, base: Path) -> Path:
@@ -115,7 +135,8 @@ def main() -> int:
     labels = [x for x in args.only.split(",") if x]
     results = {}
     for label in labels:
-        results[label] = figures(run_suite(label, HARNESSES[label], args, base))
+        harness = str(materialise_cured(base)) if label == "cured" else HARNESSES[label]
+        results[label] = figures(run_suite(label, harness, args, base))
     out: dict = {"profile": args.profile, "split": args.split, "trials": args.trials, "runs": results}
     if "example" in results and "example_again" in results:
         a = sorted(trial_key(t) for t in read_jsonl(Path(results["example"]["run"]) / "trials.jsonl"))
