@@ -15,8 +15,9 @@ the spec. `evolve` runs `pytest <suite> --ecdysis-evolve --ecdysis-strategy S` p
 in a `git clone --local` of this repository (so no branch is created here, and what runs is the
 committed HEAD: `python -m pytest` in the clone imports the clone's `pytest_ecdysis`) and prints, from each
 `evolution.json`: rounds accepted, train score before/after, test score of the start and frozen harness,
-diagnosis and editor calls, tokens and wall-clock. Figures are what the runs produce with the simulated
-model; nothing is tuned to match the paper.
+diagnosis and editor calls, validation sub-runs, tokens and wall-clock (`self-evolution` makes one editor
+call and one validation per spec, at most `evolve.MAX_INSTANCE_STEPS` a round). Figures are what the runs
+produce with the simulated model; nothing is tuned to match the paper.
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ def bench_evolve(strategies: list[str], evidence: list[str], rounds: int, suite:
                     else test.get("frozen"),
                     "diagnosis_calls": calls,
                     "editor_calls": sum(r.get("editor_calls", 0) for r in doc.get("rounds", [])),
+                    # validation sub-runs: one per round that produced a candidate, one per step for
+                    # instance-level strategies (self-evolution patches its specs one by one)
+                    "validations": len(list(evo[-1].parent.glob("rounds/*/validation.json")))
+                    + len(list(evo[-1].parent.glob("rounds/*/steps/*/validation.json"))),
                     "tokens": sum((r.get("tokens") or {}).get("total", 0) for r in doc.get("rounds", [])),
                     "outcomes": [r.get("outcome") for r in doc.get("rounds", [])],
                 })

@@ -10,13 +10,17 @@
         guard            <- only harness files; no gold-data reads    otherwise  -> `guard_rejected`
         score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
         accept iff score_after > score_before (strictly): commit in the worktree; it becomes the incumbent
+        (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
+         in order, each on the incumbent the previous step left; at most MAX_INSTANCE_STEPS specs a round)
     branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
     score start and frozen harness on the test split (`--ecdysis-test-trials`), and per `--ecdysis-test-model`
 
 Files (DESIGN.md §4): `<run>/evolution.json` (also the checkpoint: finished rounds, the incumbent, the
 stage reached), `<run>/rounds/<n>/{spec.json, transcript.jsonl, candidate.diff, decision.json}` plus the
 stage checkpoints `diagnosis.json`, `edit.json`, `validation.json` and the sub-run's own run directory
-`rounds/<n>/<sub-run-id>/`; test scoring in `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`.
+`rounds/<n>/<sub-run-id>/`; an instance-level round keeps its step files (`spec.json`, `edit.json`,
+`candidate.diff`, `validation.json`, the sub-run, `decision.json`) in `rounds/<n>/steps/<k>/` (listed in
+the round entry under `steps`); test scoring in `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`.
 A stage whose checkpoint file exists is never redone on `--ecdysis-resume`; Ctrl-C between or during
 stages leaves the run resumable.
 
@@ -589,6 +593,9 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
                    f"{_pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {r.get('editor_calls', 0):>5}  {r.get('tokens', {}).get('total', 0):>8}  "
                    f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
                    + (f" (lost: {', '.join(lost[:6])})" if lost else ""))
+        for st in r.get("steps") or []:  # instance-level rounds (self-evolution): one line per patched spec
+            out.append(f"{'step ' + str(st['step']):>12}  {_fmt(st.get('score_before')):>7} -> "
+                       f"{_fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}")
     test = doc.get("test") or {}
     if test.get("start") and test.get("frozen"):
         out.append(f"test split, {test.get('trials')} trial(s) per task:  start {_score_line(test['start'])}"
