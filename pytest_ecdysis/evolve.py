@@ -484,8 +484,9 @@ class Evolution:
         elsewhere = gitops.uncommitted_elsewhere(self.harness_dir)
         note = (f"; {elsewhere} uncommitted change(s) elsewhere in your checkout were left alone"
                 if elsewhere else "")
-        self._say(f"branch {name}: {len(accepted)} commit(s), one per accepted round; your checkout, index and "
-                  f"current branch were not touched{note}. View: {self.doc['diff_command']}")
+        commits = sum(sum(bool(st.get("accepted")) for st in r.get("steps") or []) or 1 for r in accepted)
+        self._say(f"branch {name}: {commits} commit(s), one per accepted round (or self-evolution step); your "
+                  f"checkout, index and current branch were not touched{note}. View: {self.doc['diff_command']}")
         self._checkpoint()
 
     def score_test(self) -> None:

@@ -137,7 +137,7 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     assert "LEVEL = 4" in _git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
     assert doc["test"]["frozen"]["suite_score"] == 1.0
     assert _git(project.path, "worktree", "list").count("\n") == 1
-    result.stdout.fnmatch_lines(["*round 1 step 2/3: accepted*"])
+    result.stdout.fnmatch_lines(["*round 1 step 2/3: accepted*", "*branch ecdysis/run1: 2 commit(s)*"])
 
 
 def test_steps_are_capped(project: pytest.Pytester) -> None:
