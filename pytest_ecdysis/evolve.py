@@ -90,6 +90,11 @@ def preflight(cfg: Any, harness_dir: Path) -> None:
             raise UsageError(f"--ecdysis-resume {cfg.resume}: no such run in {cfg.run_dir}{hint}; pass the "
                              "run id an interrupted evolution printed, or drop --ecdysis-resume")
         checkpoint = run_path / "evolution.json"
+        if not checkpoint.is_file() and (run_path / "summary.json").is_file():
+            # the session finished without starting an evolution: a plain (or gate) run, whose files a
+            # resume would overwrite with another harness's results
+            raise UsageError(f"--ecdysis-resume {cfg.resume}: that run is not an evolution (it has summary.json "
+                             "but no evolution.json); start a new run with --ecdysis-evolve instead")
         if checkpoint.is_file():
             doc = _read_json(checkpoint)
             if doc.get("status") == "finished":

@@ -284,3 +284,10 @@ def test_resume_errors(project: pytest.Pytester) -> None:
     result = _run(project, "--ecdysis-resume", "other", run_id="")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*that run evolved suite 'tau2-retail'*"])
+    plain = project.path / ".ecdysis" / "runs" / "plain"
+    plain.mkdir(parents=True)
+    (plain / "summary.json").write_text(json.dumps({"schema_version": 1, "suite": "tiny"}))
+    result = _run(project, "--ecdysis-resume", "plain", run_id="")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--ecdysis-resume plain: that run is not an evolution*"])
+    assert json.loads((plain / "summary.json").read_text()) == {"schema_version": 1, "suite": "tiny"}
