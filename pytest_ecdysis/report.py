@@ -244,6 +244,9 @@ def render_pr_body(run_path: Path | str) -> str:
         RunDirError: no readable `evolution.json` in `run_path`.
     """
     run_path = Path(run_path)
+    if (run_path / "summary.json").is_file() and not (run_path / "evolution.json").exists():
+        raise RunDirError(f"{run_path} is a run without evolution (no evolution.json): pr-body needs the run "
+                          "directory of an --ecdysis-evolve run; use `ecdysis show` or `ecdysis summary-md` here")
     evo = read_json(run_path / "evolution.json")
     summary_file = run_path / "summary.json"
     summary = read_json(summary_file) if summary_file.exists() else {}

@@ -145,4 +145,5 @@ def test_pr_body_without_evolution_json_is_a_clear_error(tmp_path: Path, capsys:
     """A run directory that is not an evolution run: exit 2 naming evolution.json."""
     run = make_run(tmp_path, "plain", "s", {"s/1": True}, 1.0)
     assert cli.main(["pr-body", str(run)]) == 2
-    assert "evolution.json does not exist" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no evolution.json" in err and "--ecdysis-evolve" in err and "ecdysis show" in err
