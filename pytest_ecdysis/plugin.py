@@ -88,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
     try:
+        check_run_dir(cfg.run_dir)
         if cfg.evolve:
             from .evolve import preflight
 
@@ -110,6 +111,22 @@ def pytest_configure(config: pytest.Config) -> None:
             state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Configure-time check that runs can be written under `run_dir` (creates nothing): the nearest
+    existing ancestor must be a writable directory, so a bad path fails before any trial runs.
+
+    Raises:
+        UsageError: `run_dir` (or an ancestor) is a file, or not writable.
+    """
+    path = run_dir.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        problem = "is not a directory" if not path.is_dir() else "is not writable"
+        raise UsageError(f"--ecdysis-run-dir {run_dir}: {path} {problem}; pass a writable --ecdysis-run-dir "
+                         "(or ini ecdysis_run_dir)")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

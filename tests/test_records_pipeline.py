@@ -193,11 +193,25 @@ def test_ordinary_tests_write_no_run_directory(pytester: pytest.Pytester, env: N
     assert "ecdysis ====" not in result.stdout.str()
 
 
-def test_unwritable_run_dir_still_prints_results(pytester: pytest.Pytester, env: None) -> None:
-    """A run directory that cannot be written: one clear message, and the summary is still printed."""
+def test_unusable_run_dir_is_a_usage_error_before_any_trial(pytester: pytest.Pytester, env: None) -> None:
+    """--ecdysis-run-dir under a file: a usage error at configure time, before any trial runs."""
     write_suite(pytester, {"syn-air": {"1": [1.0]}})
     (pytester.path / "blocker").write_text("a file, not a directory")
     result = run(pytester, "--ecdysis-run-dir", "blocker/runs")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--ecdysis-run-dir blocker/runs:*is not a directory*writable --ecdysis-run-dir*"])
+    assert "syn-air" not in result.stdout.str()
+
+
+def test_unwritable_run_dir_still_prints_results(pytester: pytest.Pytester, env: None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run directory that cannot be written at session end: one clear message, and the summary is still
+    printed (here the run's own directory is taken by a file)."""
+    write_suite(pytester, {"syn-air": {"1": [1.0]}})
+    (pytester.path / "runs").mkdir()
+    (pytester.path / "runs" / "taken").write_text("a file, not a directory")
+    monkeypatch.setenv("ECDYSIS_RUN_ID", "taken")
+    result = run(pytester, "--ecdysis-run-dir", "runs")
     result.stdout.fnmatch_lines(["syn-air * 1 * 1 * 1.000*",
                                  "*PROBLEM: cannot write the run directory*--ecdysis-run-dir*"])
 
