@@ -9,7 +9,7 @@ with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
   that option is given); "solved" = every trial of the task succeeded (DESIGN.md §4).
 
-A baseline of another suite, split, trial count, model or task selection is refused, not compared: at
+A baseline of another suite, split, trial count, model, λ or task selection is refused, not compared: at
 configure time (`preflight`, a usage error) for what the options tell, at the end for the collected
 suites and tasks.
 It passes otherwise, even with trials below λ. No pytest here; the plugin maps the verdict to the exit
@@ -27,7 +27,7 @@ from .errors import RunDirError, UsageError
 from .records import SCHEMA_VERSION
 
 #: fields of a baseline that must equal the run's for a comparison to mean anything.
-MATCH_FIELDS = ("suite", "split", "trials", "model")
+MATCH_FIELDS = ("suite", "split", "trials", "model", "threshold")
 
 
 def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "ecdysis-baseline",
-        **{k: summary.get(k) for k in (*MATCH_FIELDS, "threshold", "harness_id", "run_id", "suite_score",
+        **{k: summary.get(k) for k in (*MATCH_FIELDS, "harness_id", "run_id", "suite_score",
                                         "pass_hat_k", "n_tasks")},
         "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"]}
                   for k, v in summary.get("tasks", {}).items()},
@@ -82,17 +82,18 @@ def mismatches(baseline: dict[str, Any], run: dict[str, Any], fields: tuple[str,
 
 
 def preflight(cfg: Any) -> None:
-    """Configure-time check of `--ecdysis-gate`: the baseline exists and matches split, trials and model.
+    """Configure-time check of `--ecdysis-gate`: the baseline exists and matches split, trials, model and λ.
 
     Raises:
         UsageError: missing or unreadable baseline, or one made with other options.
     """
     baseline = load_baseline(cfg.baseline)
-    diff = mismatches(baseline, {"split": cfg.split, "trials": cfg.trials, "model": cfg.model})
+    diff = mismatches(baseline, {"split": cfg.split, "trials": cfg.trials, "model": cfg.model,
+                                 "threshold": cfg.threshold})
     if diff:
         raise UsageError(f"--ecdysis-gate refuses baseline {cfg.baseline}: it was made with other options "
-                         f"({'; '.join(diff)}); scores are only comparable for the same suite, split, trials "
-                         "and model. Run with those options, or save a new baseline.")
+                         f"({'; '.join(diff)}); scores are only comparable for the same suite, split, trials, "
+                         "model and λ (threshold). Run with those options, or save a new baseline.")
 
 
 @dataclass

@@ -81,19 +81,19 @@ def load_harness(directory: Path) -> ModuleType:
     """
     hid = harness_id(directory)
     modname = "ecdysis_harness_" + hid.split("@")[1]
-    if modname in sys.modules:
-        return sys.modules[modname]
-    spec = importlib.util.spec_from_file_location(
-        modname, directory / "__init__.py", submodule_search_locations=[str(directory)]
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[modname]
-        raise UsageError(f"harness {directory} failed to import: {type(exc).__name__}: {exc}") from exc
+    module = sys.modules.get(modname)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(
+            modname, directory / "__init__.py", submodule_search_locations=[str(directory)]
+        )
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[modname]
+            raise UsageError(f"harness {directory} failed to import: {type(exc).__name__}: {exc}") from exc
     if not callable(getattr(module, "build_agent", None)):
         raise UsageError(f"harness {directory} does not provide an agent: define build_agent(...) in __init__.py")
     return module

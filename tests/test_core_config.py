@@ -67,3 +67,15 @@ def test_harness_directory_without_package_is_refused(tmp_path) -> None:
     (tmp_path / "h").mkdir()
     with pytest.raises(UsageError, match="no __init__.py"):
         resolve_harness(str(tmp_path / "h"), tmp_path)
+
+
+def test_a_harness_without_build_agent_is_refused_on_every_load(tmp_path) -> None:
+    """load_harness caches imported harnesses; the missing-agent check must hold for the cached module too."""
+    from pytest_ecdysis.harness import load_harness
+
+    h = tmp_path / "noagent"
+    h.mkdir()
+    (h / "__init__.py").write_text("x = 1\n")
+    for _ in range(2):
+        with pytest.raises(UsageError, match="does not provide an agent"):
+            load_harness(h)

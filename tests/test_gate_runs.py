@@ -80,11 +80,14 @@ def test_gate_fails_when_nothing_is_collected(pytester: pytest.Pytester) -> None
 
 
 def test_gate_refuses_a_mismatched_baseline(pytester: pytest.Pytester) -> None:
-    """Other trials/model: usage error before any trial; other suite: refused at the end, not compared."""
+    """Other trials/model/λ: usage error before any trial; other suite: refused at the end, not compared."""
     save_baseline(pytester)
     result = gate_run(pytester, BASE, "--ecdysis-trials", "3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*refuses baseline*trials: baseline 2, this run 3*"])
+    result = gate_run(pytester, BASE, "--ecdysis-threshold", "0.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*refuses baseline*threshold: baseline 1.0, this run 0.5*"])
     result = gate_run(pytester, {"syn-ret": BASE["syn-air"]})
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*gate REFUSED*suite: baseline 'syn-air', this run 'syn-ret'*"])
@@ -99,7 +102,7 @@ def test_gate_without_a_baseline_is_a_usage_error(pytester: pytest.Pytester) -> 
 
 def test_verdict_on_infra_errors_and_headline() -> None:
     """Unit: infrastructure errors fail the gate even with a higher score; the headline says by how much."""
-    base = {"suite": "s", "split": "train", "trials": 1, "model": "sim", "suite_score": 0.5,
+    base = {"suite": "s", "split": "train", "trials": 1, "model": "sim", "threshold": 1.0, "suite_score": 0.5,
             "tasks": {"s/1": {"solved": True}}}
     run_summary = {**base, "suite_score": 0.6, "n_infra_errors": 2, "tasks": {"s/1": {"solved": True}}}
     v = gate.verdict(run_summary, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=3)
@@ -111,7 +114,7 @@ def test_verdict_on_infra_errors_and_headline() -> None:
 
 def test_verdict_refuses_another_task_selection() -> None:
     """Unit: a run over other tasks than the baseline's (another --ecdysis-tasks) is refused, not compared."""
-    base = {"suite": "s", "split": "train", "trials": 1, "model": "sim", "suite_score": 0.5,
+    base = {"suite": "s", "split": "train", "trials": 1, "model": "sim", "threshold": 1.0, "suite_score": 0.5,
             "tasks": {"s/1": {"solved": True}, "s/2": {"solved": False}}}
     run_summary = {**base, "suite_score": 1.0, "n_infra_errors": 0, "tasks": {"s/1": {"solved": True}}}
     v = gate.verdict(run_summary, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=1)

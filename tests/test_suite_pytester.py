@@ -108,6 +108,20 @@ def test_unknown_task_id_is_reported_with_the_valid_ids(pytester, user_endpoint)
     result.stdout.fnmatch_lines(["*9999 is not a τ² task id; valid ids in split 'train': tau2-airline: 0, 1, 3*"])
 
 
+def test_a_harness_without_an_agent_stops_collection_before_any_trial(pytester, user_endpoint):
+    """A harness package that defines no build_agent is one usage error at collection, naming the fix;
+    no case runs, so no trial becomes a failure record that diagnosis would try to repair."""
+    harness = pytester.mkpydir("noagent_harness")
+    (harness / "__init__.py").write_text("x = 1\n")
+    result = _run(pytester, user_endpoint, "--ecdysis-tasks", "3", "--ecdysis-harness", str(harness))
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*does not provide an agent: define build_agent(...) in __init__.py*"])
+    result.stdout.no_fnmatch_line("*passed*")
+    result.stdout.no_fnmatch_line("*failed*")
+    assert not list(pytester.path.glob("runs/*/failures.jsonl")) or all(
+        not p.read_text().strip() for p in pytester.path.glob("runs/*/failures.jsonl"))
+
+
 def test_an_unreachable_endpoint_makes_the_case_an_error_not_a_failure(pytester, monkeypatch):
     """An endpoint that refuses connections ends the case as a pytest error (setup), says so, and the
     trial is written with termination infrastructure_error, not as a failure."""

@@ -13,6 +13,7 @@ import pytest
 
 from pytest_ecdysis.config import is_sim_model
 from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.harness import load_harness
 from pytest_ecdysis.plugin import get_state, record_trial
 from pytest_ecdysis.records import TrialResult
 
@@ -31,6 +32,10 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
     cfg = get_state(metafunc.config).cfg
     try:
         task_ids = suite.select_task_ids(domain, cfg.split, cfg.tasks)
+        if task_ids:
+            # A harness that does not import or provides no agent is one clear error before any trial,
+            # not a failed trial per case (which diagnosis would then try to "repair").
+            load_harness(get_state(metafunc.config).harness_dir)
     except UsageError as exc:
         raise pytest.Collector.CollectError(f"ecdysis usage error: {exc}") from None
     params = [
