@@ -582,6 +582,8 @@ class Evolution:
 
     def _say(self, text: str, n: int | None = None) -> None:
         elapsed = time.monotonic() - self.started
+        if getattr(self.tw, "width_of_current_line", 0):
+            self.tw.line()  # the progress dots of the run before: start the stage lines on their own line
         self.tw.line(f"ecdysis [{elapsed:7.1f} s] {text}")
 
 
