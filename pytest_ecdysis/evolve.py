@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -404,7 +405,7 @@ class Evolution:
         spec_doc = spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)
         _write_json(rdir / "spec.json", spec_doc)
         self._say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): spec with "
-                  f"{len(spec_doc.get('changes', []))} change(s): {spec_doc.get('summary', '')[:90]}", n)
+                  f"{len(spec_doc.get('changes', []))} change(s): {_shorten(spec_doc.get('summary', ''), 90)}", n)
         doc = {"outcome": None, "reason": reason, "spec": spec_doc, "tokens": tokens, "wall_s": wall}
         if getattr(result, "instance_level", False):  # one spec per failure, patched one by one
             specs = list(getattr(result, "specs", None) or [spec])
@@ -585,6 +586,11 @@ class Evolution:
         if getattr(self.tw, "width_of_current_line", 0):
             self.tw.line()  # the progress dots of the run before: start the stage lines on their own line
         self.tw.line(f"ecdysis [{elapsed:7.1f} s] {text}")
+
+
+def _shorten(text: str, width: int) -> str:
+    """`text` cut at a word boundary to at most `width` characters, with an ellipsis when cut."""
+    return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" …") if text else ""
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
