@@ -126,7 +126,8 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
         lines.append(f"PROBLEM: {p}")
     if gate:
         lines.append(gate["headline"])
-        lines.extend(f"  - {r}" for r in gate.get("reasons", []) if not gate.get("passed"))
+        lines.extend(f"  - {r}" for r in gate.get("reasons", [])
+                     if not gate.get("passed") and r not in gate["headline"])  # a refusal's headline has them
     return lines
 
 
@@ -138,7 +139,7 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
     if gate:
         out += [f"**{gate['headline']}**", ""]
         if not gate.get("passed") and gate.get("reasons"):
-            out += [f"- {r}" for r in gate["reasons"]] + [""]
+            out += [f"- {r}" for r in gate["reasons"] if r not in gate["headline"]] + [""]
     out.append(f"split `{summary.get('split')}` · model `{summary.get('model')}` · harness "
                f"`{summary.get('harness_id')}` · λ {summary.get('threshold')}")
     if str(summary.get("model", "")).startswith("sim"):
