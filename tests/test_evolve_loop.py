@@ -123,10 +123,14 @@ def _git(cwd: Path, *args: str) -> str:
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A git repository holding the tiny suite, its harness, the scripted diagnosis and editor."""
-    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
-    monkeypatch.delenv("ECDYSIS_SIM_URL", raising=False)
-    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
-    pytester.makepyfile(test_tiny=SUITE, conftest=CONFTEST, editor=EDITOR)
+    return make_project(pytester, monkeypatch, CONFTEST)
+
+
+def make_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str) -> pytest.Pytester:
+    """The tiny suite, its harness, `conftest` (the scripted diagnosis) and the editor, committed to git."""
+    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_tiny=SUITE, conftest=conftest, editor=EDITOR)
     pytester.mkpydir("tiny_harness")
     (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
     (pytester.path / ".gitignore").write_text(".ecdysis/\n__pycache__/\n*.log\nscript.json\ninterrupt-*\nstdout\nstderr\nrunpytest-current\n")

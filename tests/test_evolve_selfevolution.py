@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_evolve_loop import EDITOR, HARNESS, SUITE, _git
+from test_evolve_loop import _git, make_project
 
 from pytest_ecdysis.evolve import MAX_INSTANCE_STEPS
 
@@ -63,18 +63,7 @@ pytest_ecdysis.diagnose = module
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A git repository holding the tiny suite, its harness, the scripted diagnosis and editor."""
-    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
-        monkeypatch.delenv(name, raising=False)
-    pytester.makepyfile(test_tiny=SUITE, conftest=CONFTEST, editor=EDITOR)
-    pytester.mkpydir("tiny_harness")
-    (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
-    (pytester.path / ".gitignore").write_text(".ecdysis/\n__pycache__/\n*.log\nscript.json\ninterrupt-*\n")
-    _git(pytester.path, "init", "-q", "-b", "main")
-    _git(pytester.path, "config", "user.email", "dev@example.com")
-    _git(pytester.path, "config", "user.name", "Dev")
-    _git(pytester.path, "add", "-A")
-    _git(pytester.path, "commit", "-qm", "tiny suite")
-    return pytester
+    return make_project(pytester, monkeypatch, CONFTEST)
 
 
 def _run(project: pytest.Pytester, rounds: int, *extra: str, run_id: str | None = "run1") -> pytest.RunResult:
