@@ -153,6 +153,9 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
     tok = summary.get("tokens") or {}
     out += ["", f"failures {summary.get('n_failures', 0)} · tokens {tok.get('total', 0)} · cost {_cost(summary)} · "
             f"wall {summary.get('wall_s', 0):.1f} s"]
+    if summary.get("suspect_tasks"):
+        out += ["", "suspect tasks (scored, kept out of evidence): "
+                + ", ".join(f"`{t}`" for t in summary["suspect_tasks"])]
     if groups:
         out += ["", "| failure group | cross-task | records | tasks |", "|---|---|---:|---:|"]
         out += [f"| `{_cell(g['signature'])}` | {'yes' if g.get('cross_task') else 'no'} | {len(g['records'])} | "

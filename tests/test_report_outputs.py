@@ -91,6 +91,18 @@ def test_markdown_escapes_pipes_in_signatures(tmp_path: Path) -> None:
     assert row.replace("\\|", "").count("|") == 5
 
 
+def test_markdown_names_suspect_tasks_like_the_terminal(tmp_path: Path) -> None:
+    """A failure of a suspect task counts in `failures` but is in no group: the job summary says why, as the
+    terminal section does."""
+    summary, groups = report.read_run(make_run(tmp_path, "A", "s", {"s/1": True}, 1.0))
+    assert "suspect" not in report.summary_markdown(summary, groups)
+    summary["suspect_tasks"] = ["tau2-retail/2", "tau2-retail/3"]
+    md = report.summary_markdown(summary, groups)
+    assert "suspect tasks (scored, kept out of evidence): `tau2-retail/2`, `tau2-retail/3`" in md
+    text = "\n".join(report.summary_lines(summary, groups))
+    assert "suspect tasks (scored, kept out of evidence): tau2-retail/2, tau2-retail/3" in text
+
+
 def make_evolution_run(root: Path) -> Path:
     """A recorded evolution run directory per DESIGN.md §4 (two rounds, the second accepted)."""
     run = make_run(root, "evo", "tau2-airline", {"tau2-airline/1": False}, 0.4)
