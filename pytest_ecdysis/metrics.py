@@ -148,17 +148,37 @@ def cost_usd(model: str, tokens: dict[str, int], prices: dict[str, dict[str, flo
     return cost, "priced"
 
 
-def sum_tokens(trials: Iterable[TrialResult]) -> dict[str, int]:
+def sum_tokens(trials: Iterable[TrialResult], field: str = "tokens") -> dict[str, int]:
+    """Summed `tokens` (the agent's) or `user_tokens` (the user simulator's) of trials."""
     total = {"prompt": 0, "completion": 0, "total": 0}
     for t in trials:
         for key in total:
-            total[key] += int(t.tokens.get(key, 0))
+            total[key] += int(getattr(t, field).get(key, 0))
     return total
+
+
+def run_cost(model: str, tokens: dict[str, int], user_model: str | None, user_tokens: dict[str, int],
+             prices: dict[str, dict[str, float]]) -> tuple[float | None, str]:
+    """The cost of a run's agent and user-simulator calls, each priced with its own model (see `cost_usd`).
+
+    Unknown when either part with tokens is unknown; "simulated" only when both parts are.
+    """
+    cost, note = cost_usd(model, tokens, prices)
+    if not user_model or not any(user_tokens.values()):
+        return cost, note
+    user_cost, user_note = cost_usd(user_model, user_tokens, prices)
+    if cost is None:
+        return None, note
+    if user_cost is None:
+        return None, user_note.replace("unknown model", "unknown user model", 1)
+    if note == user_note == "simulated":
+        return 0.0, "simulated"
+    return cost + user_cost, "priced"
 
 
 def score_block(
     trials: list[TrialResult], *, threshold: float, n_trials_cfg: int, model: str,
-    prices: dict[str, dict[str, float]],
+    prices: dict[str, dict[str, float]], user_model: str | None = None,
 ) -> dict[str, Any]:
     """The figures `summary.json` holds for one suite (or all of them): see DESIGN.md §4.
 
@@ -170,7 +190,8 @@ def score_block(
     rewards = [t.reward for t in trials if t.reward is not None and not t.is_infra_error]
     at, hat = pass_k_table(counts, n_trials_cfg)
     tokens = sum_tokens(trials)
-    cost, note = cost_usd(model, tokens, prices)
+    user_tokens = sum_tokens(trials, "user_tokens")
+    cost, note = run_cost(model, tokens, user_model, user_tokens, prices)
     return {
         "n_tasks": len(counts),
         "n_trials": len(trials),
@@ -183,6 +204,7 @@ def score_block(
         "tasks": {k: {"n": tc.n, "successes": tc.c, "infra_errors": tc.infra, "solved": tc.solved}
                   for k, tc in counts.items()},
         "tokens": tokens,
+        "user_tokens": user_tokens,
         "cost_usd": cost,
         "cost_note": note,
         "trials_wall_s": round(sum(t.wall_s for t in trials), 3),

@@ -72,9 +72,12 @@ class TrialResult(_Model):
     termination_reason: TerminationReason
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     steps: Annotated[int, Field(description="messages in the trajectory")] = 0
-    tokens: Annotated[dict[str, int], Field(description="{'prompt', 'completion', 'total'}")] = Field(
+    tokens: Annotated[dict[str, int], Field(description="{'prompt', 'completion', 'total'} of the agent")] = Field(
         default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0}
     )
+    user_tokens: Annotated[
+        dict[str, int], Field(description="{'prompt', 'completion', 'total'} of the user simulator")
+    ] = Field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
     wall_s: float = 0.0
     harness_id: str = ""
     model: str = ""

@@ -41,6 +41,12 @@ def _cost(summary: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- junit.xml
 
 
+def _user_tokens(summary: dict[str, Any], sep: str) -> str:
+    """The user simulator's tokens (counted in the cost), shown only when it spent any."""
+    total = (summary.get("user_tokens") or {}).get("total", 0)
+    return f"{sep}user simulator tokens {total}" if total else ""
+
+
 def write_junit(path: Path, trials: list[TrialResult], missing: list[str], threshold: float) -> Path:
     """`junit.xml`: one `<testsuite>` per suite, one `<testcase>` per trial with properties
     `reward`, `termination_reason`, `task_id`, `trial`, `suite`, `harness_id`; failures for reward < λ,
@@ -113,7 +119,7 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
         lines.append(row)
     tok = summary.get("tokens") or {}
     lines.append(f"failures {summary.get('n_failures', 0)}  tokens {tok.get('total', 0)} "
-                 f"(prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)})  "
+                 f"(prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)}){_user_tokens(summary, '  ')}  "
                  f"cost {_cost(summary)}  wall {summary.get('wall_s', 0):.1f} s")
     if summary.get("suspect_tasks"):
         lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")
@@ -151,7 +157,8 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
                    + " | ".join(_fmt((s.get('pass_hat_k') or {}).get(k)) for k in ks)
                    + f" | {s.get('n_solved', 0)} | {s.get('n_infra_errors', 0)} |")
     tok = summary.get("tokens") or {}
-    out += ["", f"failures {summary.get('n_failures', 0)} · tokens {tok.get('total', 0)} · cost {_cost(summary)} · "
+    out += ["", f"failures {summary.get('n_failures', 0)} · tokens {tok.get('total', 0)}{_user_tokens(summary, ' · ')}"
+            f" · cost {_cost(summary)} · "
             f"wall {summary.get('wall_s', 0):.1f} s"]
     if summary.get("suspect_tasks"):
         out += ["", "suspect tasks (scored, kept out of evidence): "

@@ -131,17 +131,17 @@ def _parse_trials(raw: dict[str, dict], problems: list[str]) -> list[TrialResult
 
 def aggregate(
     trials: list[TrialResult], *, threshold: float, trials_per_task: int, model: str,
-    prices: dict[str, dict[str, float]],
+    prices: dict[str, dict[str, float]], user_model: str | None = None,
 ) -> tuple[dict[str, Any], failures.Triage, list[Any]]:
     """(summary figures, triage, groups) of a list of trials: the pure core of `finish` (benchmarked)."""
     suites = sorted({t.suite for t in trials})
     block = metrics.score_block(trials, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
-                                prices=prices)
+                                prices=prices, user_model=user_model)
     by_suite = {}
     for s in suites:
         sub = [t for t in trials if t.suite == s]
         by_suite[s] = metrics.score_block(sub, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
-                                          prices=prices)
+                                          prices=prices, user_model=user_model)
         by_suite[s].pop("tasks")
     tri = failures.triage(trials, threshold)
     groups = patterns.group(tri.records)
@@ -214,7 +214,8 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
 
     per_task = max([cfg.trials, *Counter(metrics.task_key(t) for t in trials).values()])
     summary, tri, groups = aggregate(trials, threshold=cfg.threshold, trials_per_task=per_task,
-                                     model=cfg.model, prices=metrics.load_prices(cfg.rootdir))
+                                     model=cfg.model, prices=metrics.load_prices(cfg.rootdir),
+                                     user_model=cfg.user_model)
     summary = {
         "schema_version": SCHEMA_VERSION, "run_id": state.run_id,
         "suite": summary.pop("suite"), "by_suite": summary.pop("by_suite"),

@@ -68,6 +68,28 @@ def test_cost_unknown_model_is_none_and_sim_is_zero(tmp_path) -> None:
     assert cost == pytest.approx(1.0 + 1.0) and note == "priced"
 
 
+def test_cost_counts_the_user_simulator_priced_with_its_own_model() -> None:
+    """A real user model spends tokens too: they are summed as `user_tokens` and priced with the user model;
+    an unknown user model makes the cost unknown; a simulated user adds nothing."""
+    prices = {"agent-m": {"prompt_per_mtok": 1.0, "completion_per_mtok": 2.0},
+              "user-m": {"prompt_per_mtok": 10.0, "completion_per_mtok": 20.0}}
+    mtok = {"prompt": 1_000_000, "completion": 1_000_000, "total": 2_000_000}
+    trials = [trial("a", 0, 1.0, tokens=mtok, user_tokens=mtok)]
+    block = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices,
+                                user_model="user-m")
+    assert block["user_tokens"] == mtok and block["tokens"] == mtok
+    assert block["cost_usd"] == pytest.approx(3.0 + 30.0) and block["cost_note"] == "priced"
+    unknown = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices,
+                                  user_model="other-user")
+    assert unknown["cost_usd"] is None and "unknown user model 'other-user'" in unknown["cost_note"]
+    simulated_user = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices,
+                                         user_model="sim")
+    assert simulated_user["cost_usd"] == pytest.approx(3.0)
+    both_sim = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="sim", prices=prices,
+                                   user_model="sim")
+    assert (both_sim["cost_usd"], both_sim["cost_note"]) == (0.0, "simulated")
+
+
 def test_bad_price_table_is_a_usage_error(tmp_path) -> None:
     """A price file of the wrong shape names the file and the expected shape."""
     (tmp_path / ".ecdysis").mkdir()

@@ -159,3 +159,12 @@ def test_pr_body_without_evolution_json_is_a_clear_error(tmp_path: Path, capsys:
     assert cli.main(["pr-body", str(run)]) == 2
     err = capsys.readouterr().err
     assert "no evolution.json" in err and "--ecdysis-evolve" in err and "ecdysis show" in err
+
+
+def test_user_simulator_tokens_shown_when_spent(tmp_path: Path) -> None:
+    """A real user model's tokens (part of the cost) appear in the terminal and Markdown summaries."""
+    summary, groups = report.read_run(make_run(tmp_path, "A", "s", {"s/1": True}, 1.0))
+    assert "user simulator" not in report.summary_markdown(summary, groups)
+    summary["user_tokens"] = {"prompt": 40, "completion": 2, "total": 42}
+    assert "user simulator tokens 42" in report.summary_markdown(summary, groups)
+    assert any("user simulator tokens 42" in line for line in report.summary_lines(summary, groups))

@@ -85,6 +85,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     max_steps = spec.max_steps or t.DEFAULT_MAX_STEPS
 
     agent = None
+    user = None
     orchestrator = None
     reason, error, reward, components = "agent_error", None, None, {}
     try:
@@ -118,6 +119,8 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     notes = list(getattr(agent, "harness_notes", []) or [])
     usage = dict(getattr(agent, "usage", None) or {})
     tokens = {k: int(usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
+    user_usage = dict(getattr(user, "usage", None) or {})
+    user_tokens = {k: int(user_usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
     from .suspect import is_suspect
 
     return TrialResult(
@@ -130,6 +133,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         tool_calls=tool_call_records(trajectory, notes, model_view.seen),
         steps=len(trajectory),
         tokens=tokens,
+        user_tokens=user_tokens,
         wall_s=round(time.monotonic() - started, 3),
         harness_id=spec.harness_id,
         model=spec.model,
