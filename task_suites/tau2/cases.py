@@ -29,13 +29,14 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
     """
     if FIXTURE not in metafunc.fixturenames:
         return
-    cfg = get_state(metafunc.config).cfg
+    state = get_state(metafunc.config)
+    cfg = state.cfg
     try:
         task_ids = suite.select_task_ids(domain, cfg.split, cfg.tasks)
         if task_ids:
             # A harness that does not import or provides no agent is one clear error before any trial,
             # not a failed trial per case (which diagnosis would then try to "repair").
-            load_harness(get_state(metafunc.config).harness_dir)
+            load_harness(state.harness_dir)
     except UsageError as exc:
         raise pytest.Collector.CollectError(f"ecdysis usage error: {exc}") from None
     params = [
