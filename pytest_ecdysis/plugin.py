@@ -90,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         check_run_dir(cfg.run_dir)
         if cfg.evolve:
-            from .evolve import preflight
+            from .preflight import preflight
 
             preflight(cfg, harness_dir)
         if cfg.gate:

@@ -1,0 +1,94 @@
+"""What an evolution prints: the stage lines' outcome words and the final table (terminal).
+
+Pure formatting of `evolution.json` (docs/internals.md); no git, model or file work.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
+
+#: The words a round's `outcome` is printed with.
+OUTCOME_TEXT = {
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "no_failures": "no failures: nothing to repair",
+    "no_spec": "no spec",
+    "no_change": "no change",
+    "guard_rejected": "refused by the guard",
+    "broken_candidate": "broken candidate",
+}
+
+
+class FinalTable:
+    """Prints the final table at the very end of the terminal summary (after failures and the run's
+    own `ecdysis` section), where the user looks last."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        terminalreporter.write_sep("=", "ecdysis evolution")
+        for line in summary_lines(self.doc)[1:]:
+            terminalreporter.write_line(line)
+
+
+def summary_lines(doc: dict[str, Any]) -> list[str]:
+    """The final table of an evolution (terminal): per round score before/after, outcome, pass^k, flips,
+    editor calls, tokens, wall-clock; then test scores side by side, and the branch."""
+    out = ["", f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}, "
+           f"editor {doc.get('editor')})",
+           f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'edits':>5}  "
+           f"{'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)"]
+    for r in doc.get("rounds", []):
+        fl = r.get("flips") or {}
+        gained, lost = fl.get("failed_to_solved", []), fl.get("solved_to_failed", [])
+        out.append(f"{r['round']:>5}  {fmt(r.get('score_before')):>7}  {fmt(r.get('score_after')):>7}  "
+                   f"{pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {r.get('editor_calls', 0):>5}  "
+                   f"{r.get('tokens', {}).get('total', 0):>8}  "
+                   f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
+                   + (f" (lost: {', '.join(lost[:6])})" if lost else ""))
+        for st in r.get("steps") or []:  # instance-level rounds (self-evolution): one line per patched spec
+            out.append(f"{'step ' + str(st['step']):>12}  {fmt(st.get('score_before')):>7} -> "
+                       f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}")
+    test = doc.get("test") or {}
+    if test.get("start") and test.get("frozen"):
+        out.append(f"test split, {test.get('trials')} trial(s) per task:  start {score_line(test['start'])}"
+                   f"   frozen {score_line(test['frozen'])}")
+        for model, slot in (test.get("transfer") or {}).items():
+            if slot.get("start") and slot.get("frozen"):
+                out.append(f"  with {model}:  start {score_line(slot['start'])}   frozen {score_line(slot['frozen'])}")
+    if doc.get("branch"):
+        out.append(f"branch {doc['branch']}; view its diff: {doc.get('diff_command')}")
+    else:
+        out.append("no round was accepted: no branch")
+    out.append(f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s; files in {doc.get('run_path', '')}".rstrip())
+    return out
+
+
+def score_line(entry: dict[str, Any]) -> str:
+    """`0.450 (pass^3 0.300)`: a suite score with pass^k for the largest k."""
+    hat = entry.get("pass_hat_k") or {}
+    k = max(hat, key=int) if hat else None
+    return f"{fmt(entry.get('suite_score'))}" + (f" (pass^{k} {fmt(hat[k])})" if k else "")
+
+
+def pass_hat(hat: dict[str, Any] | None) -> str:
+    """pass^k for the largest k of a `pass_hat_k` object, '-' without one."""
+    if not hat:
+        return "-"
+    k = max(hat, key=int)
+    return f"{fmt(hat[k])} (k={k})"
+
+
+def fmt(x: Any) -> str:
+    """A score with three decimals, '-' for None."""
+    return "-" if x is None else f"{float(x):.3f}"
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` cut at a word boundary to at most `width` characters, with an ellipsis when cut."""
+    return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" …") if text else ""

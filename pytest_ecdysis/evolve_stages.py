@@ -1,0 +1,129 @@
+"""The stages of one evolution round: diagnosis, the editor call, validation.
+
+Each stage returns the dict the loop checkpoints as `rounds/<n>/{diagnosis,edit,validation}.json`; an
+`outcome` other than None ends the round with that outcome (`no_failures`, `no_spec`, `no_change`,
+`guard_rejected`, `broken_candidate`) and a `reason`. The loop (`evolve.Evolution`) decides what runs when;
+these functions do the work. Only the controller runs them; harness code is imported only in sub-runs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import gitops
+from .evolve_report import fmt, shorten
+from .guard import gold_data_flags, outside_harness
+from .records import INFRA_REASONS, ModificationSpec
+from .rundir import load_evidence, spec_of, write_json
+from .validate import BrokenCandidate, read_run, solved_tasks
+
+if TYPE_CHECKING:
+    from .evolve import Evolution
+
+
+def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> dict[str, Any]:
+    """Records and groups of the incumbent's run -> the strategy's diagnosis -> `spec.json`.
+
+    Returns `{"outcome", "reason", "spec", "tokens", "wall_s"}` (plus `instance_level` and `specs` for
+    instance-level strategies); `outcome` is `no_failures` or `no_spec` when there is nothing to edit.
+    """
+    from . import diagnose as diagnosis
+
+    cfg = ev.cfg
+    inc = ev.doc["incumbent"]
+    records, groups = load_evidence(Path(inc["run_path"]))
+    usable = [r for r in records if not r.suspect and r.termination_reason not in INFRA_REASONS]
+    if not usable:
+        ev.say(f"round {n}: no failure records below λ={cfg.threshold}: nothing to repair", n)
+        return {"outcome": "no_failures", "reason": "the incumbent has no failure records", "spec": None}
+    _, trials = read_run(Path(inc["run_path"]))
+    solved = sorted(solved_tasks(trials, cfg.threshold))
+    tools_by_task = {key.split("/", 1)[-1]: sorted({c["name"] for t in trials for c in t.get("tool_calls", [])
+                                                     if f"{t.get('suite')}/{t['task_id']}" == key})
+                     for key in solved}
+    t0 = time.monotonic()
+    history = [{"round": r["round"], "outcome": r["outcome"], "score_before": r["score_before"],
+                "score_after": r["score_after"], "spec": spec_of(ev.dir / "rounds" / str(r["round"]))}
+               for r in ev.doc["rounds"]]
+    result = diagnosis.diagnose(records=records, groups=groups, harness_dir=incumbent_dir,
+                                history=history, solved_tasks=tools_by_task, cfg=cfg, round_dir=rdir,
+                                strategy=cfg.strategy)
+    spec = getattr(result, "spec", None)
+    tokens = dict(getattr(result, "tokens", None) or {})
+    wall = float(getattr(result, "wall_s", None) or (time.monotonic() - t0))
+    reason = str(getattr(result, "detail", "") or getattr(result, "reason", "") or "")
+    if spec is None:
+        ev.say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): no spec "
+               f"({reason or 'no reason given'})", n)
+        return {"outcome": "no_spec", "reason": reason or "diagnosis produced no spec", "spec": None,
+                "tokens": tokens, "wall_s": wall}
+    spec_doc = spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)
+    write_json(rdir / "spec.json", spec_doc)
+    ev.say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): spec with "
+           f"{len(spec_doc.get('changes', []))} change(s): {shorten(spec_doc.get('summary', ''), 90)}", n)
+    doc = {"outcome": None, "reason": reason, "spec": spec_doc, "tokens": tokens, "wall_s": wall}
+    if getattr(result, "instance_level", False):  # one spec per failure, patched one by one
+        specs = list(getattr(result, "specs", None) or [spec])
+        doc.update(instance_level=True, specs=[x.model_dump(mode="json") if hasattr(x, "model_dump") else dict(x)
+                                               for x in specs])
+    return doc
+
+
+def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree, rdir: Path,
+               label: str) -> dict[str, Any]:
+    """Exactly one editor call in `worktree`, then the guard over the changed files and the diff.
+
+    Writes `rdir/candidate.diff`. Returns `{"editor", "ok", "detail", "tokens", "wall_s", "changed",
+    "outside_harness", "gold_data_flags", "not_implementable", "outcome", "reason"}`.
+    """
+    result = ev.editor.edit(spec, worktree.harness_dir, spec_path=rdir / "spec.json")
+    changed = worktree.changed_paths()
+    diff = worktree.diff(changed)
+    (rdir / "candidate.diff").write_text(diff)
+    outside = outside_harness(changed, worktree.rel.as_posix())
+    flags = gold_data_flags(diff)
+    doc: dict[str, Any] = {"editor": ev.cfg.editor, "ok": result.ok, "detail": result.detail,
+                           "tokens": result.tokens, "wall_s": round(result.wall_s, 2), "changed": changed,
+                           "outside_harness": outside, "gold_data_flags": flags,
+                           "not_implementable": result.not_implementable}
+    if not result.ok:
+        doc.update(outcome="no_change", reason=f"the editor failed: {result.detail}")
+    elif outside:
+        doc.update(outcome="guard_rejected",
+                   reason="the edit changed files outside the harness directory: " + ", ".join(outside[:10]))
+    elif not changed:
+        doc.update(outcome="no_change", reason=f"the editor changed no harness file ({result.detail})")
+    elif flags:
+        doc.update(outcome="guard_rejected", reason="the diff reads gold task data or touches scoring: "
+                   + "; ".join(flags[:5]))
+    else:
+        doc.update(outcome=None, reason=result.detail)
+    ev.say(f"{label}: editor {ev.cfg.editor} (1 call): {len(changed)} file(s) changed"
+           + (f"; {doc['reason']}" if doc["outcome"] else f": {', '.join(changed)}"))
+    return doc
+
+
+def validate_stage(ev: Evolution, worktree: gitops.Worktree, rdir: Path, run_id: str, label: str,
+                   base_score: float | None) -> dict[str, Any]:
+    """The validation sub-run of the same suite on the candidate in `worktree`.
+
+    Returns `{"outcome", "reason", "score", "harness_id", "run_path", "run_id", "exit_code", "wall_s",
+    "pass_hat_k"}`; `outcome` is `broken_candidate` when the sub-run produced no scores.
+    """
+    from .harness import harness_id
+
+    started = time.monotonic()
+    hid = harness_id(worktree.harness_dir, ev.harness_dir.name)
+    ev.say(f"{label}: validating candidate {hid} (sub-run {run_id})")
+    try:
+        sub = ev.subrun(worktree.harness_dir, rdir, run_id)
+    except BrokenCandidate as exc:
+        ev.say(f"{label}: broken candidate: {exc}")
+        return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid,
+                "wall_s": round(time.monotonic() - started, 2)}
+    ev.say(f"{label}: candidate scored {fmt(sub.score)} (incumbent {fmt(base_score)}) in {sub.wall_s:.1f} s")
+    return {"outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "harness_id": hid,
+            "run_path": str(sub.run_path), "run_id": run_id, "exit_code": sub.exit_code,
+            "wall_s": round(time.monotonic() - started, 2), "pass_hat_k": sub.summary.get("pass_hat_k")}

@@ -1,0 +1,70 @@
+"""Reading and writing the files of a run directory that the evolution stages share.
+
+JSON files are written atomically (a temporary file, then a rename) and always carry `schema_version`;
+a file that cannot be read is a `RunDirError` naming it. This module does no git, model or suite work.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import RunDirError
+from .records import SCHEMA_VERSION, FailureRecord, PatternGroup
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`.
+
+    Raises:
+        RunDirError: the file is missing or is not valid JSON.
+    """
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunDirError(f"cannot read {path}: {exc}") from None
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write `doc` to `path` atomically, adding `schema_version` when it has none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = doc if "schema_version" in doc else {"schema_version": SCHEMA_VERSION, **doc}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def load_evidence(run_path: Path) -> tuple[list[FailureRecord], list[PatternGroup]]:
+    """Failure records and pattern groups of a run directory (`failures.jsonl`, `groups.json`).
+
+    Raises:
+        RunDirError: `failures.jsonl` missing (the run was not written by pytest-ecdysis).
+    """
+    path = run_path / "failures.jsonl"
+    if not path.is_file():
+        raise RunDirError(f"{path} is missing; the evidence of run {run_path.name} cannot be read")
+    records = [FailureRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    groups_path = run_path / "groups.json"
+    groups = []
+    if groups_path.is_file():
+        groups = [PatternGroup.model_validate(g) for g in read_json(groups_path).get("groups", [])]
+    return records, groups
+
+
+def spec_of(rdir: Path) -> dict[str, Any] | None:
+    """The round's `spec.json`, or None when the round wrote none."""
+    path = rdir / "spec.json"
+    return read_json(path) if path.is_file() else None
+
+
+def add_tokens(total: dict[str, int], more: dict[str, Any]) -> None:
+    """Add the `prompt`, `completion` and `total` token counts of `more` to `total`, in place."""
+    for key in ("prompt", "completion", "total"):
+        total[key] = total.get(key, 0) + int(more.get(key, 0) or 0)
+
+
+def slug(model: str | None) -> str:
+    """A model name made safe for a directory or run-id part (`sim/strong` -> `sim_strong`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model or "")
