@@ -39,8 +39,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("split", "which tasks: train, test or all (default: train)", default="train"),
     Option("tasks", "only these task ids, comma-separated, within the split (default: all)"),
     Option("trials", "trials per task (default: 1)", default="1"),
-    Option("test-trials", "trials per task when evolution scores start and frozen harness on test (default: 3)",
-           default="3"),
+    Option("test-trials", "trials per task when evolution scores start and frozen harness on test; 0 skips "
+           "the test scoring (default: 3)", default="3"),
     Option("threshold", "failure threshold λ on reward, in [0, 1] (default: 1.0)", default="1.0"),
     Option("harness", "harness directory, or a name a suite registers such as 'direct' "
            "(default: example_harness)", default="example_harness"),
@@ -232,7 +232,7 @@ def read_config(config: Any) -> EcdysisConfig:
         split=split,
         tasks=tasks,
         trials=_int("trials", raw["trials"], 1),
-        test_trials=_int("test-trials", raw["test-trials"], 1),
+        test_trials=_int("test-trials", raw["test-trials"], 0),
         threshold=_float("threshold", raw["threshold"], 0.0, 1.0),
         harness=str(raw["harness"]),
         run_dir=Path(raw["run-dir"]),

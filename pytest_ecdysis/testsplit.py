@@ -33,6 +33,11 @@ def score_test(ev: Evolution) -> None:
     if not ev.doc.get("test"):
         ev.doc["test"] = {"start": None, "frozen": None, "trials": cfg.test_trials, "transfer": {}}
     test = ev.doc["test"]
+    if cfg.test_trials == 0:
+        test["skipped"] = "--ecdysis-test-trials 0: the start and frozen harness were not scored on test"
+        ev.say(test["skipped"])
+        ev.checkpoint()
+        return
     start_c, frozen_c = ev.doc["start"]["commit"], ev.doc["incumbent"]["commit"]
     models: list[tuple[str | None, Path]] = [(None, ev.dir / "test")]
     models += [(m, ev.dir / "test" / "transfer" / slug(m)) for m in cfg.test_models]

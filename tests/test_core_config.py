@@ -12,6 +12,7 @@ BAD_OPTIONS = [
     (["--ecdysis-threshold", "1.5"], "--ecdysis-threshold must be in ?0.0, 1.0?"),
     (["--ecdysis-threshold", "x"], "--ecdysis-threshold must be a number"),
     (["--ecdysis-trials", "0"], "--ecdysis-trials must be an integer >= 1"),
+    (["--ecdysis-test-trials", "-1"], "--ecdysis-test-trials must be an integer >= 0"),
     (["--ecdysis-evidence", "some"], "--ecdysis-evidence must be 'all' or 'failure-aware:N'"),
     (["--ecdysis-editor", "vim"], "--ecdysis-editor must be 'builtin', 'sim' or 'cmd:"),
     (["--ecdysis-strategy", "magic"], "--ecdysis-strategy must be one of"),

@@ -238,6 +238,17 @@ def test_gold_data_read_and_no_spec(project: pytest.Pytester) -> None:
     assert len((project.path / "editor.log").read_text().splitlines()) == 1
 
 
+def test_test_trials_zero_skips_the_test_scoring(project: pytest.Pytester) -> None:
+    """`--ecdysis-test-trials 0` (slow real models) scores nothing on test and says so in evolution.json."""
+    _script(project, [None])
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-test-trials", "0")
+    assert result.ret == 0, result.stdout.str()
+    doc = _evolution(project)
+    assert doc["test"]["start"] is None and doc["test"]["frozen"] is None and doc["test"]["trials"] == 0
+    assert "--ecdysis-test-trials 0" in doc["test"]["skipped"]
+    assert not (project.path / ".ecdysis" / "runs" / "run1" / "test").exists()
+
+
 def test_resume_after_interruption(project: pytest.Pytester) -> None:
     """Ctrl-C during round 2 leaves a resumable run; `--ecdysis-resume` continues without redoing round 1
     (one editor call per round overall) and ends with the branch."""
