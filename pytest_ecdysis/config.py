@@ -1,6 +1,6 @@
 """Command-line options, their ini mirrors, and the frozen `EcdysisConfig` read at configure time.
 
-Options are declared once here (DESIGN.md §4) and read into one frozen object; every value is checked
+Options are declared once here (the README's options table lists them) and read into one frozen object; every value is checked
 at configure time and a bad one is a `UsageError` naming the fix. Checks that need other modules
 (harness resolution, pre-flight git checks, endpoint reachability) live with those modules and are
 called from `plugin.pytest_configure`. This module must not import tau2, task suites or harnesses.

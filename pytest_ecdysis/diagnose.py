@@ -4,7 +4,7 @@
                  round_dir=run_path / "rounds" / "1")
     d.spec        # ModificationSpec with at least one change, or None (d.reason says why)
 
-FDCR (`ecdysis`, DESIGN.md §1 step 4): Analyst, Critic and Engineer share one transcript for K passes
+FDCR (`ecdysis`, docs/diagnosis.md): Analyst, Critic and Engineer share one transcript for K passes
 (`cfg.fdcr_passes`), then the Moderator writes the spec: 3K+1 calls. `ecdysis-nofdcr`: one analyst
 call writes the spec: 1 call. Other strategies live in `pytest_ecdysis.strategies`.
 

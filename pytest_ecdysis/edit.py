@@ -1,4 +1,4 @@
-"""Editors: what turns a modification spec into a code change of the harness (DESIGN.md §1 step 5).
+"""Editors: what turns a modification spec into a code change of the harness (docs/evolution.md).
 
 One protocol, three implementations, chosen by `--ecdysis-editor`:
 

@@ -1,6 +1,6 @@
 """TrialResult -> FailureRecord: which trials are evidence, and what each record says.
 
-Rules (DESIGN.md §2, issue 4):
+Rules (docs/records.md, issue 4):
 
 - a trial is a failure when its reward is below λ;
 - infrastructure errors (`INFRA_REASONS`: endpoint down, timeout, time budget) are never records: they
@@ -23,7 +23,7 @@ from typing import Any
 from .metrics import is_success
 from .records import FailureRecord, RewardComponent, ToolCallRecord, TrialResult
 
-#: component names a suite may report, normalised to DESIGN.md §4's set.
+#: component names a suite may report, normalised to `records.RewardComponent`.
 COMPONENTS: tuple[str, ...] = typing.get_args(RewardComponent)
 #: messages kept before and after the point where the trial went wrong.
 EXCERPT_BEFORE, EXCERPT_AFTER = 4, 2
@@ -55,7 +55,7 @@ def record_key(suite: str, task_id: str, trial: int) -> str:
 
 
 def failed_components(components: dict[str, float]) -> list[str]:
-    """Names (lower-cased, in DESIGN.md's order) of the components scoring below 1."""
+    """Names (lower-cased, in `COMPONENTS` order) of the components scoring below 1."""
     low = {str(k).lower(): v for k, v in components.items()}
     return [c for c in COMPONENTS if c in low and low[c] is not None and low[c] < 1.0 - 1e-6]
 

@@ -4,10 +4,10 @@
 with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
 
 - the run is not comparable: nothing collected, cases that never reported, infrastructure errors
-  (xdist can print "no tests ran" and exit 0, DESIGN.md §7: the gate checks coverage itself);
+  (xdist can print "no tests ran" and exit 0: the gate checks coverage itself);
 - the suite score is below the baseline's by more than `--ecdysis-gate-tolerance`;
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
-  that option is given); "solved" = every trial of the task succeeded (DESIGN.md §4).
+  that option is given); "solved" = every trial of the task succeeded.
 
 A baseline of another suite, split, trial count, model, λ or task selection is refused, not compared: at
 configure time (`preflight`, a usage error) for what the options tell, at the end for the collected

@@ -1,6 +1,6 @@
 """Git for the evolution loop: pre-flight checks, candidate worktrees, the result branch (GitPython).
 
-What it guarantees (DESIGN.md §5, issue 6 item 4, issue 8 case 8):
+What it guarantees (docs/evolution.md; issue 6 item 4, issue 8 case 8):
 
 - the user's checkout, index, stash and current branch are never modified: candidates live in
   temporary *detached* worktrees (`git worktree add --detach`), each with its own index;

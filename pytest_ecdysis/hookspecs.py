@@ -1,4 +1,4 @@
-"""Hook specifications through which task suites register what they offer (DESIGN.md §3).
+"""Hook specifications through which task suites register what they offer.
 
 A suite package exposes a module in the `pytest_ecdysis` entry-point group implementing some of these
 hooks (the τ² suite: `task_suites.tau2.registration`). The plugin package never imports a suite directly.

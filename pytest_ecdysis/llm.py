@@ -3,7 +3,7 @@
     client = RoleClient.from_config(cfg)            # or RoleClient("sim", ...) in tests
     reply = client.complete("analyst", messages)    # -> Completion(text, tokens, wall_s)
 
-Endpoint resolution (DESIGN.md §4): a `sim...` diagnosis model is always served by the simulated
+Endpoint resolution (README, "Your own endpoint"): a `sim...` diagnosis model is always served by the simulated
 server at `$ECDYSIS_SIM_URL/v1` with api key "sim"; any other model goes to `--ecdysis-base-url`
 (or `OPENAI_BASE_URL`, else the openai client's default) with the key from `OPENAI_API_KEY` (never
 written anywhere). Every request carries the header `X-Ecdysis-Role: <role>`, which the simulated
@@ -47,7 +47,7 @@ class Completion:
 
 
 def resolve_endpoint(model: str, base_url: str | None = None) -> tuple[str | None, str]:
-    """`(base_url, api_key)` for a model, per DESIGN.md §4.
+    """`(base_url, api_key)` for a model, by the rules of the module docstring.
 
     Raises:
         UsageError: a `sim...` model without `ECDYSIS_SIM_URL` (no simulated server is running), or a

@@ -12,7 +12,7 @@ Pure functions over `TrialResult`s (no pytest, no files except the price table).
   averaged over tasks: the chance that at least one of k drawn trials succeeds.
 - k runs from 1 to the configured trials; like τ²'s `get_metrics_df`, a k larger than the fewest scored
   trials of any task has no value (None), instead of mixing tasks with different n.
-- *solved* (DESIGN.md §4): every trial of the task succeeded (and it has at least one scored trial).
+- *solved*: every trial of the task succeeded (and it has at least one scored trial).
 
 Cost: tokens x a price table (`prices.json` beside this module, USD per million tokens), merged with a
 user's `.ecdysis/prices.json` in the rootdir when present. An unknown model's cost is None (unknown),
@@ -180,7 +180,7 @@ def score_block(
     trials: list[TrialResult], *, threshold: float, n_trials_cfg: int, model: str,
     prices: dict[str, dict[str, float]], user_model: str | None = None,
 ) -> dict[str, Any]:
-    """The figures `summary.json` holds for one suite (or all of them): see DESIGN.md §4.
+    """The figures `summary.json` holds for one suite (or all of them); docs/records.md lists the fields.
 
     `n_trials_cfg` is the configured trials per task (k runs 1..that). Shape:
     `{n_tasks, n_trials, n_scored, suite_score, pass_at_k, pass_hat_k, n_solved, n_infra_errors,

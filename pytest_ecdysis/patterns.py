@@ -5,7 +5,7 @@ class or '-'>`, where the tool is the one of the first tool error (else of a pen
 and the error class is a coarse class of that error's text (`error_class`). The same records always give
 the same groups in the same order: cross-task groups (>= 2 distinct tasks) first, then by record count,
 task count and signature. Single-task groups stay in the list as auxiliary evidence; no group is a
-mandatory repair target (DESIGN.md §1 step 3).
+mandatory repair target (docs/diagnosis.md).
 """
 
 from __future__ import annotations

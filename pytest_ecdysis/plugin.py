@@ -5,7 +5,7 @@ Thin by design (STYLE.md 1): every stage of the pipeline is a plain module. What
 - `pytest_configure`: read and check options (`config.read_config`), resolve the harness, on the
   controller pick a run id, start the simulated model when a model is `sim...`, run pre-flight checks.
 - `pytest_runtest_makereport`: copy the trial result a suite recorded with `record_trial` onto the
-  report as `report.ecdysis_trial` (JSON-safe builtins; DESIGN.md §7).
+  report as `report.ecdysis_trial` (JSON-safe builtins, which xdist can serialise).
 - controller only (`not hasattr(config, "workerinput")`): collect trial results from reports, and
   after the run loop write the run directory, apply the gate, run evolution.
 """

@@ -1,6 +1,6 @@
 """The pipeline's nouns: trial results, failure records, pattern groups, modification specs, rounds.
 
-These are the shapes other parts, the run directory files and users' scripts rely on (DESIGN.md §4).
+These are the shapes other parts, the run directory files and users' scripts rely on (docs/records.md lists them).
 All are pydantic models so JSON goes in and out validated; field names carry units (`wall_s`,
 `cost_usd`). This module must not import tau2, the task suites or any harness.
 """
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-#: τ²'s own termination reasons plus the ones pytest-ecdysis adds (DESIGN.md §4).
+#: τ²'s own termination reasons plus the ones pytest-ecdysis adds.
 TerminationReason = Literal[
     "user_stop",
     "agent_stop",
@@ -57,7 +57,7 @@ class TrialResult(_Model):
     """One trial (one task run once) as the worker reports it to the controller.
 
     Carried on the pytest call report as `report.ecdysis_trial` (a JSON-safe dict made with
-    `model_dump(mode="json")`), never only in `config.workeroutput` (DESIGN.md §7).
+    `model_dump(mode="json")`), never only in `config.workeroutput` (which xdist hands over only when a worker ends).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -120,7 +120,7 @@ class FailureRecord(_Model):
 
 
 class PatternGroup(_Model):
-    """Failure records sharing a deterministic signature (DESIGN.md §4 `groups.json`)."""
+    """Failure records sharing a deterministic signature (`groups.json`)."""
 
     signature: str
     cross_task: bool
@@ -171,7 +171,7 @@ RoundOutcome = Literal[
 
 
 class RoundResult(_Model):
-    """One round of evolution as written to `evolution.json` (DESIGN.md §4)."""
+    """One round of evolution as written to `evolution.json` (docs/evolution.md)."""
 
     round: int
     strategy: str

@@ -6,7 +6,7 @@ The plugin calls, on the controller only:
   under xdist) and `note_report(state, report)` for every test report;
 - `finish(session, state)` after the run loop: turn `state.trials` (nodeid -> TrialResult JSON) into the
   run directory `<run-dir>/<run-id>/` (`summary.json`, `trials.jsonl`, `failures.jsonl`, `groups.json`,
-  `junit.xml`; DESIGN.md §4), name every collected case that never reported (a crashed worker, a report
+  `junit.xml`; docs/records.md), name every collected case that never reported (a crashed worker, a report
   xdist could not serialise), then save the baseline, compute the gate verdict, run evolution;
 - `exit_status(state, exitstatus)` in `pytest_sessionfinish`: the gate's verdict is the exit status;
 - `terminal_summary(terminalreporter, state)`: the `ecdysis` section.
@@ -88,7 +88,7 @@ def json_safe_trial(data: dict, nodeid: str) -> dict:
     """`data` when JSON can carry it, else a JSON-safe marker the controller reports as a problem.
 
     Runs on workers before the report is serialised: an attribute xdist cannot serialise makes it crash
-    or print "no tests ran" (DESIGN.md §7), and the case's result would vanish without a word.
+    or print "no tests ran", and the case's result would vanish without a word.
     """
     try:
         json.dumps(data)
@@ -159,7 +159,7 @@ def aggregate(
 
 def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialResult], tri: failures.Triage,
                   groups: list[Any], missing: list[str], threshold: float) -> None:
-    """Write the five files of DESIGN.md §4. Raises RunDirError when the directory is not writable."""
+    """Write the five files of a run directory (docs/records.md). Raises RunDirError when the directory is not writable."""
     try:
         run_path.mkdir(parents=True, exist_ok=True)
         with open(run_path / "trials.jsonl", "w", encoding="utf-8") as fh:
@@ -285,7 +285,7 @@ def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:
 
 
 def exit_status(state: Any, exitstatus: int) -> int | None:
-    """The exit status DESIGN.md §4 asks for, or None to keep pytest's.
+    """The exit status the README promises ("Exit status"), or None to keep pytest's.
 
     Interrupted, internal and usage errors (2, 3, 4) are kept. `--ecdysis-gate`: 0 when the gate passed,
     1 when it failed. `--ecdysis-evolve`: 0 when the loop ran to the end, 1 when it stopped on an error.

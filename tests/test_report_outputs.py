@@ -104,7 +104,7 @@ def test_markdown_names_suspect_tasks_like_the_terminal(tmp_path: Path) -> None:
 
 
 def make_evolution_run(root: Path) -> Path:
-    """A recorded evolution run directory per DESIGN.md §4 (two rounds, the second accepted)."""
+    """A recorded evolution run directory (docs/records.md) (two rounds, the second accepted)."""
     run = make_run(root, "evo", "tau2-airline", {"tau2-airline/1": False}, 0.4)
     summary = json.loads((run / "summary.json").read_text())
     summary["model"] = summary["diagnosis_model"] = "gpt-4o-mini"

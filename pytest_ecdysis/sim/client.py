@@ -3,7 +3,7 @@
 `write_ground_truth` is called by the suite on xdist workers, several processes at once: each line is
 appended under an exclusive `fcntl.flock` on a lock file beside `ground_truth.jsonl`, so lines never
 interleave. Only the suite and the calibration scripts read the ground truth; no prompt, harness or
-diagnosis may (DESIGN.md §6).
+diagnosis may (docs/simulated-model.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Evolution strategies: how a round turns evidence into edits (DESIGN.md §2).
+"""Evolution strategies: how a round turns evidence into edits (docs/diagnosis.md).
 
 One module per strategy; built-ins are listed here, suites may add more through the
 `ecdysis_strategies` hook.

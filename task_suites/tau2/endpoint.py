@@ -1,6 +1,6 @@
 """OpenAI clients for a trial: per-trial headers, per-call timeout, bounded retries, total time budget.
 
-The suite builds the clients and hands them to the harness (DESIGN.md §5), so a harness needs no code for
+The suite builds the clients and hands them to the harness (docs/internals.md, "Trial flow"), so a harness needs no code for
 headers, retries or budgets. Retries live in `BudgetTransport` (the openai client gets `max_retries=0`):
 
 - each attempt's timeout is `min(call_timeout_s, seconds left in the trial budget)`;

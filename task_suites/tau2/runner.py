@@ -2,7 +2,7 @@
 
 `run_trial(spec)` is the suite's code path with no pytest in it (the pytest layer in `cases.py` only
 parametrises, calls this, and records the result). It never raises for a trial outcome: every ending is a
-`TrialResult` with a termination reason (DESIGN.md §4):
+`TrialResult` with a termination reason (`pytest_ecdysis.records.TerminationReason`):
 
 - τ²'s own (`user_stop`, `agent_stop`, `max_steps`, `too_many_errors`, ...) when the orchestrator ends;
 - `infrastructure_error`: the endpoint refused, timed out, or kept answering 429/5xx after the bounded

@@ -1,6 +1,6 @@
 """The reward of a trial, computed in a separate process that never imports harness code.
 
-Harness code runs in the trial's process and could patch anything there (DESIGN.md §5), so the worker
+Harness code runs in the trial's process and could patch anything there (README, "Threat model"), so the worker
 sends the serialised trajectory to a long-lived scorer subprocess (one per worker, started lazily,
 restarted if it dies) over JSON lines on stdin/stdout:
 

