@@ -4,6 +4,8 @@
     ecdysis compare RUN_A RUN_B       per-task flips from A to B (solved -> failed, failed -> solved)
     ecdysis pr-body RUN_DIR           the Markdown PR body of an evolution run (stdout)
     ecdysis summary-md RUN_DIR        the Markdown job summary of a run (stdout)
+    ecdysis merge SHARD... -o OUT     one run directory from the shards of a sharded suite run
+    ecdysis gate RUN_DIR --baseline F the regression gate on a run directory (exit 0 pass, 1 fail)
 
 Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, runs of different
 suites), with one line on stderr saying what to do. No pytest, no network.
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 
 from . import report
-from .errors import EcdysisError, RunDirError
+from .errors import EcdysisError, RunDirError, UsageError
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -65,6 +67,36 @@ def _pr_body(args: argparse.Namespace) -> int:
     return 0
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from .merge import merge
+
+    summary = merge(args.shards, args.output, run_id=args.run_id)
+    print(f"merged {len(args.shards)} shard(s) into {args.output}: {summary['n_trials']} trial(s) of "
+          f"{summary['n_tasks']} task(s), suite score {report._fmt(summary.get('suite_score'))}")
+    return 0
+
+
+def _gate(args: argparse.Namespace) -> int:
+    import json
+
+    from . import gate
+
+    summary, _ = report.read_run(args.run_dir)
+    try:
+        baseline = gate.load_baseline(args.baseline)
+    except UsageError as exc:
+        raise RunDirError(str(exc).replace("--ecdysis-baseline", "--baseline")) from None
+    v = gate.verdict(summary, baseline, tolerance=args.tolerance, max_regressions=args.max_regressions,
+                     missing=summary.get("missing", []), n_collected=int(summary.get("n_collected") or 0),
+                     baseline_path=str(args.baseline))
+    summary["gate"] = v.as_dict()
+    (args.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    print(v.headline())
+    for reason in v.reasons if not v.refused else []:
+        print(f"  - {reason}")
+    return 0 if v.passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ecdysis", description="Read pytest-ecdysis run directories.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary-md", help="Markdown job summary of a run")
     p.add_argument("run_dir", type=Path)
     p.set_defaults(func=_summary_md)
+    p = sub.add_parser("merge", help="merge the run directories of a sharded suite run into one")
+    p.add_argument("shards", type=Path, nargs="+", help="the shards' run directories")
+    p.add_argument("-o", "--output", type=Path, required=True, help="the merged run directory to write")
+    p.add_argument("--run-id", default=None, help="run id of the merged run (default: merged-<first shard>)")
+    p.set_defaults(func=_merge)
+    p = sub.add_parser("gate", help="the regression gate on a (merged) run directory")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--baseline", type=Path, default=Path(".ecdysis/baseline.json"))
+    p.add_argument("--tolerance", type=float, default=0.0, help="allowed drop of the suite score (default 0)")
+    p.add_argument("--max-regressions", type=int, default=None,
+                   help="allowed tasks solved in the baseline and not now (default: not checked)")
+    p.set_defaults(func=_gate)
     return parser
 
 

@@ -226,6 +226,11 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
         "diagnosis_model": cfg.diagnosis_model, "n_collected": len(expected), "missing": missing,
         "problems": problems,
     }
+    summary["selection"] = {"args": sorted(str(a) for a in session.config.args),
+                            "tasks": list(cfg.tasks) if cfg.tasks else None}
+    shard = _shard_of(session.config)
+    if shard:
+        summary["shard"] = shard  # `ecdysis merge` checks that every group of the split is there
     outcome = RunOutcome(summary=summary, groups=[g.model_dump(mode="json") for g in groups], missing=missing,
                          problems=problems, run_path=state.run_path)
     state.outcome = outcome
@@ -260,6 +265,14 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
     if cfg.evolve:
         _evolve(session, state, outcome)
     return outcome
+
+
+def _shard_of(config: Any) -> dict[str, int] | None:
+    """`{"splits": N, "group": i}` when pytest-split ran this session as one shard (`--splits N --group i`)."""
+    splits, group = config.getoption("splits", None), config.getoption("group", None)
+    if splits and group:
+        return {"splits": int(splits), "group": int(group)}
+    return None
 
 
 def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:

