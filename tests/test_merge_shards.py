@@ -12,6 +12,7 @@ from pytest_ecdysis.cli import main as ecdysis
 from pytest_ecdysis.errors import RunDirError
 from pytest_ecdysis.merge import merge
 
+pytest.importorskip("pytest_split", reason="pytest-split is in the dev extra (pip install -e .[dev])")
 pytestmark = pytest.mark.usefixtures("env")
 
 #: two suites, 7 tasks, 2 trials each: failures in both suites, a cross-task group, one infra error.
