@@ -1,6 +1,8 @@
 """The `ecdysis` command: read run directories back.
 
-    ecdysis show RUN_DIR              the summary the terminal section printed (score table, groups, gate)
+    ecdysis show RUN_DIR              the summary the terminal section printed (score table, groups, gate;
+                                      for an evolution run also the rounds, test scores and branch)
+    ecdysis report RUN_DIR [-o FILE]  one self-contained HTML page of the run (default RUN_DIR/report.html)
     ecdysis compare RUN_A RUN_B       per-task flips from A to B (solved -> failed, failed -> solved)
     ecdysis pr-body RUN_DIR           the Markdown PR body of an evolution run (stdout)
     ecdysis summary-md RUN_DIR        the Markdown job summary of a run (stdout)
@@ -8,7 +10,9 @@
     ecdysis gate RUN_DIR --baseline F the regression gate on a run directory (exit 0 pass, 1 fail)
 
 Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, runs of different
-suites), with one line on stderr saying what to do. No pytest, no network.
+suites), with one line on stderr saying what to do. `report` writes a page even for a broken run
+directory (the page and stderr say what is missing); only an unwritable output is an error. No network;
+pytest is imported only to read an evolution run's rounds (`evolve.summary_lines`).
 """
 
 from __future__ import annotations
@@ -22,8 +26,33 @@ from .errors import EcdysisError, RunDirError, UsageError
 
 
 def _show(args: argparse.Namespace) -> int:
-    summary, groups = report.read_run(args.run_dir)
-    print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"))))
+    evo_file = Path(args.run_dir) / "evolution.json"
+    has_summary = not evo_file.is_file() or (Path(args.run_dir) / "summary.json").is_file()
+    summary, groups = report.read_run(args.run_dir) if has_summary else ({}, [])
+    doc = report.read_json(evo_file) if evo_file.is_file() else None
+    try:
+        if has_summary:
+            print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"))))
+        if doc is not None:
+            from .evolve import summary_lines as evolution_lines  # imports pytest: only for evolution runs
+
+            print("\n".join(evolution_lines(doc)[1:]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RunDirError(f"{args.run_dir} has files that lack fields this version reads ({type(exc).__name__}: "
+                          f"{exc}); written by another version or halfway? `ecdysis report` shows what it has") from None
+    if doc is not None and doc.get("status") != "finished":
+        print(f"evolution status {doc.get('status')!r}: interrupted or still running; resume with "
+              f"--ecdysis-resume {doc.get('run_id') or Path(args.run_dir).name}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .html_report import write_html
+
+    path, missing = write_html(args.run_dir, args.output)
+    for note in missing:
+        print(f"ecdysis report: {note}", file=sys.stderr)
+    print(f"{path} ({path.stat().st_size / 1024:.1f} KiB)")
     return 0
 
 
@@ -103,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="print a run's summary")
     p.add_argument("run_dir", type=Path)
     p.set_defaults(func=_show)
+    p = sub.add_parser("report", help="write one self-contained HTML page of a run")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("-o", "--output", type=Path, default=None, help="the page (default: RUN_DIR/report.html)")
+    p.set_defaults(func=_report)
     p = sub.add_parser("compare", help="per-task flips between two runs of the same suite")
     p.add_argument("run_a", type=Path)
     p.add_argument("run_b", type=Path)

@@ -66,6 +66,8 @@ OPTIONS: tuple[Option, ...] = (
            default="all"),
     Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
            default=None, action="append", ini=False),
+    Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
+           "to FILE (default: none; `ecdysis report RUN_DIR` makes it later)", ini=False),
 )
 
 
@@ -122,6 +124,7 @@ class EcdysisConfig:
     evidence_limit: int | None
     test_models: tuple[str, ...]
     rootdir: Path
+    html: Path | None = None
 
     @property
     def uses_sim(self) -> bool:
@@ -224,6 +227,9 @@ def read_config(config: Any) -> EcdysisConfig:
         raise UsageError(f"--ecdysis-strategy must be one of {', '.join(available_strategies())}, got {strategy!r}")
 
     max_reg = raw["gate-max-regressions"]
+    html = Path(raw["html"]) if raw["html"] else None
+    if html is not None and html.is_dir():
+        raise UsageError(f"--ecdysis-html {html} is a directory; pass the page's file name, e.g. {html / 'report.html'}")
     return EcdysisConfig(
         model=model,
         base_url=base_url,
@@ -252,4 +258,5 @@ def read_config(config: Any) -> EcdysisConfig:
         evidence_limit=evidence_limit,
         test_models=test_models,
         rootdir=Path(str(config.rootpath)),
+        html=html,
     )

@@ -48,6 +48,7 @@ class EcdysisState:
     started: float = field(default_factory=time.time)
     outcome: Any = None  # set by session.finish: summary, gate verdict, evolution result
     messages: list[str] = field(default_factory=list)
+    html_path: Path | None = None  # the page `--ecdysis-html` wrote
 
     @property
     def run_path(self) -> Path:
@@ -209,7 +210,23 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
             finish(session, state)
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if state.cfg.html is not None and state.outcome is not None:
+            write_html_page(state)
     return result
+
+
+def write_html_page(state: EcdysisState) -> None:
+    """`--ecdysis-html FILE`: the run's page (html_report), after evolution; a failure is a run problem."""
+    from .html_report import write_html
+
+    outcome = state.outcome
+    if outcome.run_path is None:
+        outcome.problems.append(f"--ecdysis-html: {state.cfg.html} not written, the run directory could not be written")
+        return
+    try:
+        state.html_path, _ = write_html(outcome.run_path, state.cfg.html)
+    except EcdysisError as exc:
+        outcome.problems.append(str(exc))
 
 
 @pytest.hookimpl(trylast=True)
@@ -229,3 +246,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from .session import terminal_summary
 
         terminal_summary(terminalreporter, state)
+        if state.html_path is not None:
+            terminalreporter.write_line(f"html report: {state.html_path}")

@@ -41,6 +41,7 @@ STRIPPED_OPTIONS: dict[str, bool] = {
     "--ecdysis-harness": True,
     "--ecdysis-run-dir": True,
     "--ecdysis-test-model": True,
+    "--ecdysis-html": True,
     "--junitxml": True,
     "--junit-xml": True,
     "--lf": False,

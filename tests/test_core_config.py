@@ -18,6 +18,7 @@ BAD_OPTIONS = [
     (["--ecdysis-strategy", "magic"], "--ecdysis-strategy must be one of"),
     (["--ecdysis-harness", "no_such_harness"], "is neither a directory nor a registered harness name"),
     (["--ecdysis-evolve", "--ecdysis-split", "test"], "the test split is held out"),
+    (["--ecdysis-html", "."], "--ecdysis-html . is a directory; pass the page's file name"),
 ]
 
 

@@ -1,0 +1,118 @@
+"""The HTML page of a run (`ecdysis report`, `--ecdysis-html`) on bad run directories: an empty, absent,
+half-written (interrupted) or older-schema run gives a page saying what is missing, never a traceback;
+a gate run's page leads with its verdict. The page of a real evolution in a browser: test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_ecdysis import cli, html_report
+from pytest_ecdysis.records import SCHEMA_VERSION
+
+
+def _page(run: Path) -> str:
+    out = run.parent / f"{run.name}.html"
+    assert cli.main(["report", str(run), "-o", str(out)]) == 0
+    return out.read_text()
+
+
+def test_empty_and_absent_run_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty run directory and a path that does not exist each give a page that says so (exit 0)."""
+    (tmp_path / "empty").mkdir()
+    page = _page(tmp_path / "empty")
+    assert "What is missing" in page and "is empty: the run wrote nothing" in page
+    assert "is empty" in capsys.readouterr().err
+    page = _page(tmp_path / "nope")
+    assert "is not a directory: nothing to show" in page
+
+
+def test_half_written_evolution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An interrupted run (evolution.json `running`, a cut-off trials.jsonl line, a truncated groups.json,
+    no test scores) gives a page with the finished round and a note per defect, and the resume command."""
+    run = tmp_path / "r1"
+    (run / "rounds" / "1").mkdir(parents=True)
+    summary = {"schema_version": SCHEMA_VERSION, "run_id": "r1", "suite": "tau2-airline", "split": "train",
+               "model": "sim", "suite_score": 0.5, "pass_hat_k": {"1": 0.5}, "tokens": {"total": 10}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "groups.json").write_text('{"schema_version": 1, "groups": [{"signa')
+    trial = {"suite": "tau2-airline", "task_id": "3", "trial": 0, "reward": 0.0, "messages": []}
+    (run / "trials.jsonl").write_text(json.dumps(trial) + '\n{"suite": "tau2-air')
+    (run / "evolution.json").write_text(json.dumps({
+        "schema_version": SCHEMA_VERSION, "run_id": "r1", "status": "running", "start": {"score": 0.5},
+        "rounds": [{"round": 1, "strategy": "ecdysis", "score_before": 0.5, "score_after": 0.75,
+                    "accepted": True, "outcome": "accepted", "flips": {"failed_to_solved": ["tau2-airline/3"],
+                                                                       "solved_to_failed": []}}]}))
+    (run / "rounds" / "1" / "candidate.diff").write_text("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-A = 1\n+A = 2\n")
+    page = _page(run)
+    assert "status &#39;running&#39;" in page and "--ecdysis-resume r1" in page
+    assert "groups.json cannot be read" in page and "trials.jsonl: 1 line(s) are not JSON" in page
+    assert "Round 1:" in page and "tau2-airline/3" in page and 'class="diff"' in page
+    assert "Traceback (most recent call last)" not in page
+    assert cli.main(["show", str(run)]) == 2  # the text summary needs groups.json: one error naming it
+    assert "groups.json" in capsys.readouterr().err
+    (run / "groups.json").write_text('{"schema_version": 1, "groups": []}')
+    assert cli.main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "    1    0.500    0.750" in out and "evolution status 'running'" in out
+
+
+def test_older_schema_and_odd_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run written by an older schema (no version, no `tasks`, rounds without flips, fields of other
+    types) gives a page that names the schema difference and shows '–' for what it lacks."""
+    run = tmp_path / "old"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"run_id": "old", "suite_score": "n/a", "pass_hat_k": [1],
+                                                  "tokens": None, "gate": {"passed": False,
+                                                                           "regressions": ["tau2-airline/9"]}}))
+    (run / "evolution.json").write_text(json.dumps({"schema_version": 0, "status": "finished",
+                                                    "rounds": [{"round": 1, "spec_summary": "x"}, "junk"],
+                                                    "test": {"start": 0.4}}))
+    page = _page(run)
+    assert "summary.json has schema version None" in page and "evolution.json has schema version 0" in page
+    assert "no test-split scores" in page and "Round 1:" in page
+    assert "Gate verdict" in page and "tau2-airline/9" in page
+    assert cli.main(["show", str(run)]) == 2
+    assert "lack fields this version reads" in capsys.readouterr().err
+
+
+def test_gate_run_page_shows_verdict_and_regressions(tmp_path: Path) -> None:
+    """A gate run's page leads with the verdict, its reasons and the regressed tasks; weak passes and
+    suspect tasks, when the summary has them, get their own section."""
+    run = tmp_path / "g"
+    run.mkdir()
+    gate = {"passed": False, "headline": "gate FAILED: suite score 0.400 < baseline 0.500",
+            "reasons": ["2 task(s) solved in the baseline are not solved now"],
+            "regressions": ["tau2-airline/1", "tau2-airline/4"]}
+    (run / "summary.json").write_text(json.dumps({
+        "schema_version": SCHEMA_VERSION, "run_id": "g", "suite": "tau2-airline", "suite_score": 0.4,
+        "gate": gate, "suspect_tasks": ["tau2-airline/20"], "weak_passes": ["tau2-airline/5"]}))
+    (run / "groups.json").write_text(json.dumps({"schema_version": 1, "groups": []}))
+    (run / "trials.jsonl").write_text("")
+    view = html_report.gather(run)
+    assert view["missing"] == [] and view["evolution"] is None
+    page = html_report.render(run)
+    for text in ("gate FAILED: suite score 0.400", "2 task(s) solved in the baseline", "tau2-airline/4",
+                 "Weak passes", "tau2-airline/5", "Suspect tasks", "tau2-airline/20"):
+        assert text in page, text
+
+
+def test_template_error_still_gives_a_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last resort: a template that cannot draw a field still yields a page naming the error."""
+    class Broken:
+        def get_template(self, name):
+            raise RuntimeError("cannot draw field x")
+
+    monkeypatch.setattr(html_report, "_env", Broken)
+    page = html_report.render(tmp_path)
+    assert "could not be drawn" in page and "RuntimeError: cannot draw field x" in page
+
+
+def test_unwritable_output_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only writing the page can fail: exit 2 with one line naming the path."""
+    (tmp_path / "file").write_text("")
+    assert cli.main(["report", str(tmp_path), "-o", str(tmp_path / "file" / "page.html")]) == 2
+    assert "cannot write the HTML report to" in capsys.readouterr().err
