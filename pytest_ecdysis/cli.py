@@ -12,7 +12,7 @@
 Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, runs of different
 suites), with one line on stderr saying what to do. `report` writes a page even for a broken run
 directory (the page and stderr say what is missing); only an unwritable output is an error. No network;
-pytest is imported only to read an evolution run's rounds (`evolve.summary_lines`).
+pytest is imported only to read an evolution run's rounds (`evolve_report.summary_lines`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ def _show(args: argparse.Namespace) -> int:
         if has_summary:
             print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"))))
         if doc is not None:
-            from .evolve import summary_lines as evolution_lines  # imports pytest: only for evolution runs
+            from .evolve_report import summary_lines as evolution_lines  # imports pytest: evolution runs only
 
             print("\n".join(evolution_lines(doc)[1:]))
+            if (doc.get("test") or {}).get("skipped"):
+                print(f"test split not scored: {doc['test']['skipped']}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RunDirError(f"{args.run_dir} has files that lack fields this version reads ({type(exc).__name__}: "
                           f"{exc}); written by another version or halfway? `ecdysis report` shows what it has") from None

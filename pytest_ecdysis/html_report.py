@@ -13,7 +13,7 @@ and suspect tasks; for a gate the verdict and the regressions.
 
 Bad input never raises: a missing, unreadable, half-written (interrupted) or older-schema run directory
 gives a page whose "What is missing" box names each file or field it could not use. Only writing the
-output file can fail (RunDirError). No pytest, tau2 or network imports.
+output file can fail (RunDirError). No tau2 or network imports.
 """
 
 from __future__ import annotations
@@ -31,15 +31,14 @@ from pygments.lexers import DiffLexer
 
 from . import report
 from .errors import RunDirError
+from .evolve_report import OUTCOME_TEXT
 from .records import SCHEMA_VERSION
 
 #: A message's content is cut to this many characters on the page (with a marker saying how much).
 MAX_MESSAGE_CHARS = 4000
 #: At most this many failure records are shown per group (the rest are counted).
 MAX_RECORDS_PER_GROUP = 8
-OUTCOME_TEXT = {"accepted": "accepted", "rejected": "rejected", "no_failures": "no failures",
-                "no_spec": "no spec", "no_change": "no change", "guard_rejected": "refused by the guard",
-                "broken_candidate": "broken candidate"}
+
 
 
 class _Reader:
@@ -187,7 +186,8 @@ def _chart(start: float | None, rounds: list[dict[str, Any]], test: dict[str, An
     def y(v: float) -> float:
         return round(top + (h - top - bottom) * (1 - v / top_value), 1)
 
-    line, dots, best = [(xs[0], y(start))], [], start
+    line, best = [(xs[0], y(start))], start
+    dots = [{"x": xs[0], "y": y(start), "outcome": "start", "label": f"{start:.3f}"}]
     for i, r in enumerate(rounds, start=1):
         after = _num(r.get("score_after"))
         if after is not None:
@@ -254,6 +254,8 @@ def gather(run_path: Path | str) -> dict[str, Any]:
             r.missing.append(f"evolution.json: status {evo.get('status')!r}, not 'finished': the run was interrupted "
                              f"or is still running ({len(rounds)} round(s) done); resume it with "
                              f"--ecdysis-resume {view['run_id']}")
+        elif test.get("skipped"):
+            r.missing.append(f"test split not scored: {test['skipped']}")
         elif not test.get("start") or not test.get("frozen"):
             r.missing.append("evolution.json: no test-split scores (start and frozen)")
         view["evolution"] = {**evo, "rounds": rounds, "test_scores": scores,
