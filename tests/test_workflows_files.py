@@ -115,3 +115,27 @@ def test_actionlint() -> None:
     proc = subprocess.run([exe, *(str(WF / n) for n in NAMES)], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", ("ecdysis-gate.yml", "ecdysis-evolve.yml", "ecdysis-gate-sharded.yml"))
+def test_the_html_report_is_uploaded_and_linked(name: str) -> None:
+    """Each ecdysis workflow writes the run's page with `ecdysis report` (even after a failed step), uploads
+    it unzipped (it opens in the browser) and links the artifact from the job summary."""
+    steps = [s for job in load(name)["jobs"].values() for s in job["steps"]]
+    write = next(s for s in steps if "ecdysis report" in s.get("run", ""))
+    upload = next(s for s in steps if s.get("id") == "page_upload")
+    link = next(s for s in steps if "steps.page_upload.outputs.artifact-url" in str(s.get("env", {})))
+    assert write["if"] == "always()" and upload["with"]["archive"] is False
+    assert upload["uses"].startswith("actions/upload-artifact@v7")  # archive: false needs v7
+    assert "GITHUB_STEP_SUMMARY" in link["run"] and "$REPORT_URL" in link["run"]
+    if name == "ecdysis-evolve.yml":
+        pr = next(s for s in steps if "gh pr create" in s.get("run", ""))
+        assert steps.index(upload) < steps.index(pr) and "$REPORT_URL" in pr["run"]
+
+
+def test_ci_keeps_the_browser_screenshot() -> None:
+    """ci.yml points the browser test's artifacts somewhere and uploads them as `report-screenshot`."""
+    steps = load("ci.yml")["jobs"]["test"]["steps"]
+    tests = next(s for s in steps if "pytest tests" in s.get("run", ""))
+    keep = next(s for s in steps if s.get("with", {}).get("name") == "report-screenshot")
+    assert tests["env"]["ECDYSIS_TEST_ARTIFACTS"] in keep["with"]["path"] and keep["if"] == "always()"
