@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import UsageError
+from .gitenv import child_env
 
 #: Seconds an external (`cmd:`) editor may run before it is stopped; env ECDYSIS_EDITOR_TIMEOUT overrides.
 DEFAULT_CMD_TIMEOUT_S = 900.0
@@ -91,7 +92,7 @@ def import_check(harness_dir: Path, timeout_s: float = IMPORT_CHECK_TIMEOUT_S) -
     code = ("import importlib, pkgutil, sys; from pathlib import Path; "
             "from pytest_ecdysis.harness import load_harness; d = Path(sys.argv[1]); m = load_harness(d); "
             "[importlib.import_module(i.name) for i in pkgutil.walk_packages([str(d)], m.__name__ + '.')]")
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env = child_env(PYTHONDONTWRITEBYTECODE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     try:
         proc = subprocess.run([sys.executable, "-c", code, str(harness_dir)], capture_output=True, text=True,
                               timeout=timeout_s, env=env, cwd=harness_dir)
@@ -138,7 +139,7 @@ class CommandEditor:
         cwd = _worktree_root(harness_dir)
         try:
             proc = subprocess.run(shlex.split(command), cwd=cwd, capture_output=True, text=True,
-                                  timeout=self.timeout_s, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+                                  timeout=self.timeout_s, env=child_env(PYTHONDONTWRITEBYTECODE="1"))
         except subprocess.TimeoutExpired:
             return EditResult(ok=False, detail=f"editor command timed out after {self.timeout_s:.0f} s: {command}",
                               wall_s=time.monotonic() - started)

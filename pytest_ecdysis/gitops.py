@@ -1,12 +1,19 @@
-"""Git for the evolution loop: pre-flight checks, candidate worktrees, the result branch (GitPython).
+"""Git for the evolution loop: pre-flight checks, candidate worktrees, the result branch.
 
-What it guarantees (docs/evolution.md; issue 6 item 4, issue 8 case 8):
+What it guarantees (docs/evolution.md; issue 6 item 4, issue 8 case 8, issue 11 cases 1-2):
 
 - the user's checkout, index, stash and current branch are never modified: candidates live in
-  temporary *detached* worktrees (`git worktree add --detach`), each with its own index;
+  temporary *detached* worktrees (`git worktree add --detach`), each with its own index; commands run in
+  the user's checkout only read (`GIT_OPTIONAL_LOCKS=0`: `git status` does not even refresh the index);
+- every git command runs without the user's repository-local git variables (`gitenv.REPO_VARS`:
+  `GIT_DIR`, `GIT_INDEX_FILE`, ... exported inside a git hook), so none is redirected into the checkout;
+- every command is git's own command line (through GitPython's `Git` runner), never GitPython's
+  pure-Python index or refs, so any repository git accepts works (index format v4, split index, reftable);
 - an accepted round becomes a commit made inside the candidate's worktree, staging by name only the
   harness files the edit changed (never ignored files, never anything outside the harness directory);
-  its parent is the previous incumbent (the user's HEAD for round 1), so no branch moves;
+  its parent is the previous incumbent (the user's HEAD for round 1), so no branch moves. The commit is
+  `git commit --no-verify`: the repository's identity, signing and encoding settings apply as git applies
+  them; its hooks do not run (see docs/evolution.md, "Commits");
 - only at the end, and only when at least one round was accepted, `ecdysis/<run-id>` is created
   pointing at the last accepted commit. No branch otherwise.
 
@@ -15,17 +22,37 @@ This module must not import tau2, task suites or harness code.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import git
 
+from . import gitenv
 from .errors import GitError, UsageError
 
 BRANCH_PREFIX = "ecdysis/"
-DEFAULT_AUTHOR = git.Actor("pytest-ecdysis", "ecdysis@localhost")
+#: Identity of the evolution's commits when neither git's configuration nor its environment gives one.
+DEFAULT_NAME, DEFAULT_EMAIL = "pytest-ecdysis", "ecdysis@localhost"
+
+
+class Git(git.Git):
+    """GitPython's command runner, with every command run without the user's repository-local git
+    variables (`gitenv.scrubbed`): inside a git hook they would point the command at the user's checkout."""
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        with gitenv.scrubbed():
+            return super().execute(*args, **kwargs)
+
+
+def _checkout_git(path: Path) -> Git:
+    """A runner for read-only commands in the user's checkout: no optional locks (no index refresh)."""
+    runner = Git(path)
+    runner.update_environment(GIT_OPTIONAL_LOCKS="0")
+    return runner
 
 
 def branch_name(run_id: str) -> str:
@@ -33,28 +60,35 @@ def branch_name(run_id: str) -> str:
     return BRANCH_PREFIX + run_id
 
 
-def open_repo(path: Path) -> git.Repo:
-    """The git repository containing `path`.
+def repo_root(path: Path) -> Path:
+    """The root of the git working tree containing `path` (git's own discovery).
 
     Raises:
-        UsageError: `path` is not inside a git working tree.
+        UsageError: `path` is not inside a git working tree (or git refuses it, e.g. dubious ownership).
     """
+    start = path if path.is_dir() else path.parent
     try:
-        return git.Repo(path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        top = Git(start).rev_parse("--show-toplevel")
+    except git.GitCommandError as exc:
+        detail = (exc.stderr or "").strip().removeprefix("stderr:").strip(" '\n")
         raise UsageError(
-            f"--ecdysis-evolve needs a git repository: {path} is not inside one. Run `git init && git add "
-            "-A && git commit -m 'harness'` in your project (evolution commits accepted edits to a new branch)"
+            f"--ecdysis-evolve needs a git repository: {path} is not inside one ({detail}). Run `git init && "
+            "git add -A && git commit -m 'harness'` in your project (evolution commits accepted edits to a new "
+            "branch)"
         ) from None
+    except git.GitCommandNotFound:
+        raise UsageError("--ecdysis-evolve needs git on PATH; install git") from None
+    if not top:
+        raise UsageError(f"--ecdysis-evolve needs a working tree: {path} is inside a bare repository")
+    return Path(top).resolve()
 
 
-def harness_relpath(repo: git.Repo, harness_dir: Path) -> Path:
-    """`harness_dir` relative to the repository's working tree root.
+def harness_relpath(root: Path, harness_dir: Path) -> Path:
+    """`harness_dir` relative to the repository's working tree root `root`.
 
     Raises:
         UsageError: the harness directory is outside the repository.
     """
-    root = Path(repo.working_tree_dir).resolve()
     try:
         return harness_dir.resolve().relative_to(root)
     except ValueError:
@@ -64,31 +98,40 @@ def harness_relpath(repo: git.Repo, harness_dir: Path) -> Path:
         ) from None
 
 
+def _ok(runner: git.Git, *args: str) -> bool:
+    try:
+        runner.execute(["git", *args])
+        return True
+    except git.GitCommandError:
+        return False
+
+
 def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) -> None:
     """Check, before any trial, that an evolution run can end with a branch (issue 6 item 5).
 
     Checks: a git repository; HEAD on a branch with at least one commit (not detached); the harness
     directory tracked and without uncommitted changes; the branch `ecdysis/<run-id>` free (skipped on
-    resume, where a finished run may already have made it).
+    resume, where a finished run may already have made it). Reads only: the user's index is not rewritten.
 
     Raises:
         UsageError: the first check that fails, naming the fix.
     """
-    repo = open_repo(harness_dir)
-    rel = harness_relpath(repo, harness_dir)
-    if not repo.head.is_valid():
+    root = repo_root(harness_dir)
+    rel = harness_relpath(root, harness_dir)
+    g = _checkout_git(root)
+    if not _ok(g, "rev-parse", "--verify", "-q", "HEAD^{commit}"):
         raise UsageError("the git repository has no commit yet; commit your harness first "
                          "(`git add <harness dir> && git commit -m 'harness'`), then run --ecdysis-evolve")
-    if repo.head.is_detached:
+    if not _ok(g, "symbolic-ref", "-q", "HEAD"):
         raise UsageError(
-            f"HEAD is detached (at {repo.head.commit.hexsha[:12]}); evolution starts from a branch. Run "
+            f"HEAD is detached (at {g.rev_parse('--short=12', 'HEAD')}); evolution starts from a branch. Run "
             "`git switch <branch>` (or `git switch -c <new-branch>`) and start again"
         )
     pathspec = rel.as_posix() or "."
-    if not repo.git.ls_files("--", pathspec):
+    if not g.ls_files("--", pathspec):
         raise UsageError(f"the harness directory {rel} is not tracked by git; commit it first "
                          f"(`git add {pathspec} && git commit -m 'harness'`)")
-    dirty = repo.git.status("--porcelain", "--untracked-files=all", "--", pathspec)
+    dirty = g.status("--porcelain", "--untracked-files=all", "--", pathspec)
     if dirty.strip():
         files = ", ".join(line[3:] for line in dirty.splitlines()[:5])
         raise UsageError(
@@ -96,7 +139,7 @@ def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) ->
             "committed harness. Commit them (`git add {0} && git commit`) or stash them (`git stash push -- {0}`)"
             .format(pathspec)
         )
-    if run_id and not resume and branch_name(run_id) in [h.name for h in repo.heads]:
+    if run_id and not resume and _ok(g, "rev-parse", "--verify", "-q", "refs/heads/" + branch_name(run_id)):
         raise UsageError(f"branch {branch_name(run_id)} already exists; delete it (`git branch -D "
                          f"{branch_name(run_id)}`) or unset ECDYSIS_RUN_ID to get a fresh run id")
 
@@ -105,7 +148,7 @@ def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) ->
 class Worktree:
     """A temporary detached worktree at `commit`; `harness_dir` is the harness inside it."""
 
-    repo: git.Repo
+    root: Path  # the user's working tree root
     path: Path
     rel: Path
     commit: str
@@ -115,8 +158,9 @@ class Worktree:
         return self.path / self.rel
 
     @property
-    def git(self) -> git.Git:
-        return git.Repo(self.path).git
+    def git(self) -> Git:
+        """A runner in the worktree (its own index; never the user's)."""
+        return Git(self.path)
 
     def changed_paths(self) -> list[str]:
         """Paths (relative to the repository root, POSIX) that differ from `commit`: modified, added,
@@ -165,31 +209,44 @@ class Worktree:
     def commit_paths(self, paths: list[str], message: str) -> str:
         """Stage exactly `paths` (by name, deletions included) in this worktree and commit; returns the sha.
 
+        `git commit --no-verify`: identity, signing (`commit.gpgSign`) and encoding settings apply as git
+        applies them; hooks do not run. Without any identity, `pytest-ecdysis <ecdysis@localhost>`.
+
         Raises:
-            GitError: nothing to commit, or git failed.
+            GitError: nothing to commit, or git failed (the message carries git's own words).
         """
         if not paths:
             raise GitError("refusing to make an empty commit: the accepted edit changed no file")
-        wt = git.Repo(self.path)
+        g = self.git
         try:
-            wt.git.add("-A", "--", *paths)
-            reader = wt.config_reader()
-            has_identity = reader.has_option("user", "name") and reader.has_option("user", "email")
-            actor = None if has_identity else DEFAULT_AUTHOR
-            sha = wt.index.commit(message, author=actor, committer=actor).hexsha
+            g.reset("-q")  # the worktree's index back to `commit`: an editor may have staged other paths
+            g.add("-A", "--", *paths)
+            g.execute(["git", *_identity_options(g), "commit", "--no-verify", "-q", "-m", message])
+            sha = g.rev_parse("HEAD")
         except git.GitCommandError as exc:
-            raise GitError(f"committing the accepted edit failed: {exc.stderr.strip()}") from exc
-        self.git.checkout("-q", "--detach", sha)
+            raise GitError(f"committing the accepted edit failed: {(exc.stderr or '').strip()}") from exc
         self.commit = sha
         return sha
 
     def remove(self) -> None:
+        main = Git(self.root)
         try:
-            self.repo.git.worktree("remove", "--force", str(self.path))
+            main.worktree("remove", "--force", str(self.path))
         except git.GitCommandError:
             shutil.rmtree(self.path, ignore_errors=True)
-            self.repo.git.worktree("prune")
+            main.worktree("prune")
         shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+def _identity_options(g: git.Git) -> list[str]:
+    """`-c user.name=... -c user.email=...` defaults for what git's config does not set. The environment
+    still wins as git lets it (`GIT_AUTHOR_*`/`GIT_COMMITTER_*` over config); `EMAIL` is kept when set."""
+    out = []
+    if not _ok(g, "config", "--get", "user.name"):
+        out += ["-c", f"user.name={DEFAULT_NAME}"]
+    if not _ok(g, "config", "--get", "user.email") and not os.environ.get("EMAIL"):
+        out += ["-c", f"user.email={DEFAULT_EMAIL}"]
+    return out
 
 
 def add_worktree(harness_dir: Path, commit: str | None = None) -> Worktree:
@@ -198,51 +255,54 @@ def add_worktree(harness_dir: Path, commit: str | None = None) -> Worktree:
     Raises:
         GitError: git could not create it (e.g. an unknown commit on resume).
     """
-    repo = open_repo(harness_dir)
-    rel = harness_relpath(repo, harness_dir)
-    sha = commit or repo.head.commit.hexsha
+    root = repo_root(harness_dir)
+    rel = harness_relpath(root, harness_dir)
+    main = Git(root)
+    sha = commit or main.rev_parse("HEAD")
     tmp = Path(tempfile.mkdtemp(prefix="ecdysis-wt-"))
     path = tmp / "candidate"
     try:
-        repo.git.worktree("add", "--detach", str(path), sha)
+        main.worktree("add", "-q", "--detach", str(path), sha)
     except git.GitCommandError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise GitError(f"could not create a worktree at {sha[:12]}: {exc.stderr.strip()}") from exc
-    return Worktree(repo=repo, path=path, rel=rel, commit=sha)
+    return Worktree(root=root, path=path, rel=rel, commit=sha)
 
 
 def create_branch(harness_dir: Path, run_id: str, commit: str) -> str:
     """Create `ecdysis/<run-id>` at `commit` without checking it out; returns the branch name.
 
     Raises:
-        GitError: the branch already exists at another commit.
+        GitError: the branch already exists at another commit, or git refused to create it.
     """
-    repo = open_repo(harness_dir)
+    g = Git(repo_root(harness_dir))
     name = branch_name(run_id)
-    existing = {h.name: h for h in repo.heads}
-    if name in existing:
-        if existing[name].commit.hexsha == commit:
+    try:
+        existing = g.rev_parse("--verify", "-q", "refs/heads/" + name)
+    except git.GitCommandError:
+        existing = ""
+    if existing:
+        if existing == commit:
             return name
         raise GitError(f"branch {name} already exists at another commit; it was left as it was")
-    repo.create_head(name, commit)
+    try:
+        g.branch(name, commit)
+    except git.GitCommandError as exc:
+        raise GitError(f"could not create branch {name} at {commit[:12]}: {exc.stderr.strip()}") from exc
     return name
 
 
 def head_commit(harness_dir: Path) -> str:
-    return open_repo(harness_dir).head.commit.hexsha
+    return _checkout_git(repo_root(harness_dir)).rev_parse("HEAD")
 
 
 def commit_exists(harness_dir: Path, sha: str) -> bool:
-    try:
-        open_repo(harness_dir).commit(sha)
-        return True
-    except (ValueError, git.BadName):
-        return False
+    return _ok(_checkout_git(repo_root(harness_dir)), "cat-file", "-e", f"{sha}^{{commit}}")
 
 
 def uncommitted_elsewhere(harness_dir: Path) -> int:
     """How many paths outside the harness directory have uncommitted changes (they are left alone)."""
-    repo = open_repo(harness_dir)
-    rel = harness_relpath(repo, harness_dir).as_posix()
-    out = repo.git.status("--porcelain", "--untracked-files=no")
+    root = repo_root(harness_dir)
+    rel = harness_relpath(root, harness_dir).as_posix()
+    out = _checkout_git(root).status("--porcelain", "--untracked-files=no")
     return sum(1 for line in out.splitlines() if line[3:] and not line[3:].startswith(rel + "/"))

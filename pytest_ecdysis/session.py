@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import failures, gate, metrics, patterns, report
+from . import failures, gate, gitenv, metrics, patterns, report
 from .errors import EcdysisError, RunDirError
 from .records import SCHEMA_VERSION, TrialResult
 
@@ -289,7 +289,8 @@ def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:
     # GitHub job summary; the evolve workflow appends the round report (`ecdysis pr-body`) once instead
     step_summary = os.environ.pop("GITHUB_STEP_SUMMARY", None)
     try:
-        outcome.evolution = run_evolution(session, state, outcome.summary)
+        with gitenv.scrubbed():  # nothing the loop starts (git, editor, sub-runs) sees the user's GIT_DIR & co
+            outcome.evolution = run_evolution(session, state, outcome.summary)
     except EcdysisError as exc:
         outcome.evolution_error = f"--ecdysis-evolve stopped: {exc}"
     finally:

@@ -4,7 +4,8 @@ A sub-run is started from the user's checkout (the trusted suite and plugin, cwd
 was invoked from), with the same suite arguments and xdist settings as the session
 (`config.invocation_params.args`), minus the options that belong to the outer run (evolution, gate,
 baseline, resume, run dir, harness, junit), plus `--ecdysis-harness <candidate>` and
-`--ecdysis-run-dir <round dir>`. Env: `ECDYSIS_SIM_URL` of the running simulated server (no second
+`--ecdysis-run-dir <round dir>`. Env: the session's without the user's repository-local git variables
+(`gitenv.child_env`), `ECDYSIS_SIM_URL` of the running simulated server (no second
 server), a fresh `ECDYSIS_RUN_ID`, `PYTHONDONTWRITEBYTECODE=1` (no bytecode in the candidate's tree).
 Never in-process: an imported harness module would be reused (DESIGN.md §5).
 
@@ -27,6 +28,7 @@ from typing import Any
 
 from .edit import import_check
 from .errors import RunDirError
+from .gitenv import child_env
 
 #: Outer-run options a sub-run must not inherit: name -> takes a value.
 STRIPPED_OPTIONS: dict[str, bool] = {
@@ -124,7 +126,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
         if problem:
             raise BrokenCandidate(f"the candidate does not import: {problem}")
     args = subrun_args(base_args, harness_dir=harness_dir, run_dir=run_dir, overrides=overrides)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    env = {k: v for k, v in child_env().items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
     env.update(ECDYSIS_RUN_ID=run_id, PYTHONDONTWRITEBYTECODE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     if env.get("PYTEST_ADDOPTS"):  # an outer --ecdysis-evolve there would make every sub-run evolve too
         env["PYTEST_ADDOPTS"] = shlex.join(strip_args(shlex.split(env["PYTEST_ADDOPTS"])))

@@ -1,0 +1,85 @@
+"""The environment every process the tool starts gets: without the user's repository-local git variables.
+
+Inside a git hook, or any process git started, git exports variables that point at *the user's* repository:
+`GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_OBJECT_DIRECTORY`, `GIT_COMMON_DIR`, `GIT_PREFIX`, ...
+Inherited by the evolution's own git calls (a candidate worktree), by a `cmd:` editor that runs `git add`,
+or by a validation sub-run, they redirect that work into the user's index and working tree (issue 11
+case 1: `GIT_INDEX_FILE` made `git worktree add` stage every file of the checkout as deleted).
+
+- `REPO_VARS`: the variables removed. git's own list of repository-local variables
+  (`git rev-parse --local-env-vars`, git 2.39) without the three that carry configuration
+  (`GIT_CONFIG`, `GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_COUNT`: `git -c` settings, which the user meant),
+  plus `GIT_QUARANTINE_PATH` (set in `pre-receive` hooks; git refuses ref updates while it is set).
+  Identity variables (`GIT_AUTHOR_NAME`, `GIT_COMMITTER_EMAIL`, ...) are kept: git would apply them.
+- `child_env(base, **extra)`: a copy of `base` (default `os.environ`) without them, plus `extra`; for
+  every subprocess the tool starts (editor, import check, validation sub-run).
+- `scrubbed()`: a context manager that removes them from `os.environ` and puts them back on exit; GitPython
+  reads `GIT_DIR`/`GIT_WORK_TREE`/`GIT_COMMON_DIR` when it opens a repository and copies `os.environ` for
+  every git command, so `gitops` runs all its work inside it. Re-entrant. It mutates the process
+  environment, so it is only used where no other thread of the process starts subprocesses (configure
+  time, and the evolution loop after the run loop ended).
+
+This module must not import anything beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+#: Repository-local git variables never passed on (see the module docstring for the source of the list).
+REPO_VARS: tuple[str, ...] = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_IMPLICIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_INTERNAL_SUPER_PREFIX",
+    "GIT_GRAFT_FILE",
+    "GIT_SHALLOW_FILE",
+    "GIT_NO_REPLACE_OBJECTS",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_QUARANTINE_PATH",
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def child_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """A copy of `base` (default `os.environ`) without `REPO_VARS`, updated with `extra`."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in REPO_VARS}
+    env.update(extra)
+    return env
+
+
+def present(env: Mapping[str, str] | None = None) -> list[str]:
+    """The `REPO_VARS` set in `env` (default `os.environ`), in `REPO_VARS` order."""
+    env = os.environ if env is None else env
+    return [k for k in REPO_VARS if k in env]
+
+
+@contextmanager
+def scrubbed() -> Iterator[None]:
+    """Remove `REPO_VARS` from `os.environ` for the block; restore the removed values afterwards."""
+    saved = {k: os.environ.pop(k) for k in present()}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def without_repo_vars(func: F) -> F:
+    """Decorator: run `func` inside `scrubbed()`."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with scrubbed():
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
