@@ -263,7 +263,7 @@ def gather(run_path: Path | str) -> dict[str, Any]:
                              "chart": _chart(start, rounds, scores)}
     view["cost"] = report._cost(summary) if summary else "–"
     weak = summary.get("weak_passes")
-    view["weak_passes"] = weak if isinstance(weak, (list, dict)) and weak else None
+    view["weak_passes"] = weak if isinstance(weak, (list, dict, int)) and weak else None  # issue 12's field
     view["missing"] = r.missing
     return view
 
