@@ -272,6 +272,8 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("pytest_ecdysis", "templates"), autoescape=select_autoescape(["j2", "html"]),
                       undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["score"] = lambda x, d=3: "–" if _num(x) is None else f"{_num(x):.{d}f}"
+    # text inside <pre>: only &, < and > need escaping (quotes as &#34; would make tool results ~10% longer)
+    env.filters["pre"] = lambda x: Markup(str(x).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
     env.filters["pairs"] = lambda x: list(x.items()) if isinstance(x, dict) else []
     env.filters["tojson_pretty"] = lambda x: json.dumps(x, indent=2, ensure_ascii=False, default=str)
     return env

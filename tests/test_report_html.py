@@ -116,3 +116,24 @@ def test_unwritable_output_is_one_error(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "file").write_text("")
     assert cli.main(["report", str(tmp_path), "-o", str(tmp_path / "file" / "page.html")]) == 2
     assert "cannot write the HTML report to" in capsys.readouterr().err
+
+
+def test_trajectories_are_escaped_and_show_what_the_model_saw(tmp_path: Path) -> None:
+    """A failure record's trajectory is on the page with markup escaped (a tool result holding `<script>`
+    stays text); a tool message shows the harness's `model_view` and is marked when it differs from τ²'s."""
+    run = tmp_path / "t"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "run_id": "t"}))
+    (run / "groups.json").write_text(json.dumps({"schema_version": 1, "groups": [
+        {"signature": "user_stop|db|book|other", "cross_task": False, "tasks": ["s/1"], "records": ["s/1/t0"]}]}))
+    trial = {"suite": "s", "task_id": "1", "trial": 0, "reward": 0.0, "termination_reason": "user_stop",
+             "messages": [{"role": "user", "content": "book it"},
+                          {"role": "assistant", "content": None,
+                           "tool_calls": [{"id": "c1", "name": "book", "arguments": {"id": "A<1>"}}]},
+                          {"role": "tool", "id": "c1", "content": "<script>alert(1)</script> long result"}],
+             "tool_calls": [{"name": "book", "arguments": {"id": "A<1>"}, "step": 1,
+                             "model_view": "<script>alert(1)</script> … [truncated 12 chars]"}]}
+    (run / "trials.jsonl").write_text(json.dumps(trial) + "\n")
+    page = html_report.render(run)
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; … [truncated 12 chars]" in page
+    assert "as the harness sent it to the model" in page and 'book({"id": "A&lt;1&gt;"})' in page
