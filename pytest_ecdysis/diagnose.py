@@ -13,8 +13,10 @@ fenced block or the first object in the text (`evidence.extract_json`); an answe
 against `ModificationSpec`, or that names files outside the harness, gets **one** repair call with the
 error; if that fails too, the spec is None with the reason. Written to `round_dir`: `transcript.jsonl`
 (one line per role turn, appended as they happen, so it is kept whatever goes wrong) and `spec.json`
-(with `schema_version`) when a spec validated. Endpoint failures propagate as `InfrastructureError`.
-No usable failure records -> no call at all, `reason == "no_failures"`.
+(with `schema_version`) when a spec validated. A role prompt longer than the model's context
+(`ContextOverflowError`) or a role call that timed out (`timed_out`) ends the diagnosis with no spec
+(`reason` `context_overflow` / `slow_endpoint`, the transcript so far kept); other endpoint failures
+propagate as `InfrastructureError`. No usable failure records -> no call at all, `reason == "no_failures"`.
 This module must not import tau2, task suites or harness code.
 """
 
@@ -30,7 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import SpecError
+from .errors import ContextOverflowError, InfrastructureError, SpecError
 from .evidence import Evidence, build_evidence, extract_json, render_turn, usable_records
 from .llm import Completion, RoleClient, add_tokens
 from .records import SCHEMA_VERSION, FailureRecord, ModificationSpec, PatternGroup
@@ -46,7 +48,9 @@ class Diagnosis:
 
     `spec` is None unless a spec validated and has at least one change; `reason` then says why:
     `no_failures`, `no_spec` (the roles proposed nothing), `invalid_spec` (did not validate after one
-    repair) or `outside_harness` (it named files outside the harness); `detail` is the human message.
+    repair), `outside_harness` (it named files outside the harness), `context_overflow` (a role prompt
+    did not fit the model's context) or `slow_endpoint` (a role call timed out); `detail` is the human
+    message.
     `specs` holds every spec for instance-level strategies (`self-evolution`), else `[spec]` or `[]`.
     `tokens` sums all role calls (`prompt`, `completion`, `total`); `wall_s` is seconds of the whole call.
     """
@@ -164,7 +168,7 @@ def spec_call(client: RoleClient, role: str, messages: list[dict[str, Any]], tx:
     try:
         return validate_spec(extract_json(reply.text), harness_dir), "", ""
     except SpecError as exc:
-        error = str(exc)
+        error = unusable(reply, exc)
     repair = messages + [
         {"role": "assistant", "content": reply.text},
         {"role": "user", "content": f"Your answer could not be used: {error}. Answer again with only the "
@@ -176,7 +180,16 @@ def spec_call(client: RoleClient, role: str, messages: list[dict[str, Any]], tx:
         return validate_spec(extract_json(reply.text), harness_dir), "", ""
     except SpecError as exc:
         reason = "outside_harness" if "outside the harness" in str(exc) else "invalid_spec"
-        return None, reason, f"{role} answer unusable after one repair: {exc}"
+        return None, reason, f"{role} answer unusable after one repair: {unusable(reply, exc)}"
+
+
+def unusable(reply: Completion, exc: SpecError) -> str:
+    """Why a spec answer could not be used, naming an empty reply and one cut at the token limit."""
+    if not reply.text.strip():
+        return f"the reply was empty (finish_reason {reply.finish_reason!r})"
+    if reply.finish_reason == "length":
+        return f"{exc} (the reply was cut at the token limit: finish_reason 'length')"
+    return str(exc)
 
 
 def run_fdcr(evidence: Evidence, client: RoleClient, passes: int, tx: Transcript,
@@ -260,9 +273,38 @@ def diagnose(
                              history=list(history), solved_tasks=solved_tasks, cfg=cfg,
                              round_dir=None if round_dir is None else Path(round_dir))
     client = client or RoleClient.from_config(cfg)
-    diagnosis = impl.propose(round_input, client)
+    try:
+        diagnosis = impl.propose(round_input, client)
+    except ContextOverflowError as exc:
+        return stopped(exc, round_input.round_dir, start)
+    except InfrastructureError as exc:
+        if not timed_out(exc):
+            raise
+        return stopped(exc, round_input.round_dir, start)
     diagnosis.wall_s = time.monotonic() - start
     return diagnosis
+
+
+def timed_out(exc: BaseException) -> bool:
+    """True for an endpoint error that is a call (or stage budget) timing out: a slow model, not a dead one."""
+    import openai
+
+    return isinstance(exc.__cause__, openai.APITimeoutError) or "timed out" in str(exc)
+
+
+def stopped(exc: Exception, round_dir: Path | None, start: float) -> Diagnosis:
+    """The no-spec `Diagnosis` of a role call that overflowed the context or timed out; the turns that were
+    answered are read back from `transcript.jsonl` (written as they happened)."""
+    lines: list[dict[str, Any]] = []
+    path = None if round_dir is None else Path(round_dir) / "transcript.jsonl"
+    if path is not None and path.is_file():
+        lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    tokens = {"prompt": 0, "completion": 0, "total": 0}
+    for line in lines:
+        tokens = add_tokens(tokens, line.get("tokens") or {})
+    reason = "context_overflow" if isinstance(exc, ContextOverflowError) else "slow_endpoint"
+    return Diagnosis(spec=None, reason=reason, detail=f"diagnosis stopped after {len(lines)} answered call(s): {exc}",
+                     transcript=lines, tokens=tokens, wall_s=time.monotonic() - start, calls=len(lines))
 
 
 def evidence_for(round_input: Any, **kwargs: Any) -> Evidence:

@@ -4,7 +4,8 @@ One protocol, three implementations, chosen by `--ecdysis-editor`:
 
 - `builtin`: an LLM (the diagnosis model, through `pytest_ecdysis.llm`) answers with SEARCH/REPLACE
   edit blocks; they are applied to harness files, then a syntax and import check runs, with one repair
-  attempt that shows the model the error;
+  attempt that shows the model the error; an empty reply, one with no usable edit block, a prompt longer
+  than the model's context and a call that timed out all end as `ok=False` with the reason;
 - `cmd:<template>`: an external coding agent (OpenCode, Aider, a script); `{spec}` becomes the path of
   `spec.json`, `{harness}` the candidate's harness directory; run with a timeout in the candidate
   worktree;
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import UsageError
+from .errors import ContextOverflowError, InfrastructureError, UsageError
 from .gitenv import child_env
 
 #: Seconds an external (`cmd:`) editor may run before it is stopped; env ECDYSIS_EDITOR_TIMEOUT overrides.
@@ -209,9 +210,19 @@ class BuiltinEditor:
         backup = {p: p.read_bytes() for p in _source_files(harness_dir)}
         problem = ""
         for attempt in (1, 2):
-            reply = self.client.complete("editor", messages)
+            try:
+                reply = self.client.complete("editor", messages)
+            except (ContextOverflowError, InfrastructureError) as exc:  # the round ends as no_change
+                from .diagnose import timed_out
+
+                if isinstance(exc, InfrastructureError) and not timed_out(exc):
+                    raise
+                _restore(harness_dir, backup)
+                return EditResult(ok=False, detail=f"editor call {attempt} failed: {exc}", tokens=tokens,
+                                  wall_s=time.monotonic() - started)
             tokens = add_tokens(tokens, reply.tokens)
-            problem = apply_edit_blocks(reply.text, harness_dir) or check_sources(harness_dir)
+            problem = ("the reply was empty" if not reply.text.strip() else
+                       apply_edit_blocks(reply.text, harness_dir)) or check_sources(harness_dir)
             if not problem:
                 problem = import_check(harness_dir) or ""
             if not problem:

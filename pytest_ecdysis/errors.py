@@ -5,6 +5,7 @@
     │                         (raised at configure time; pytest shows it as a usage error, exit 4)
     ├── InfrastructureError   endpoint down, timeout, rate limit after retries: never a failure record
     │   └── TimeBudgetExceeded   the trial's total time budget ran out
+    ├── ContextOverflowError  the server said a request does not fit the model's context window
     ├── EndpointFormatError   the endpoint's reply cannot be used (ends a trial as `endpoint_format_error`)
     ├── SpecError             a modification spec that does not validate, or names files outside the harness
     ├── EditorError           an editor failed, timed out, or wrote outside the harness
@@ -35,6 +36,11 @@ class TimeBudgetExceeded(InfrastructureError):
     """A trial used up its total wall-clock budget (seconds) across all calls and retries."""
 
     termination_reason = "time_budget_exceeded"
+
+
+class ContextOverflowError(EcdysisError):
+    """The endpoint refused a request because it does not fit the model's context window (the server's
+    own words are in the message). Never retried; not infrastructure: the prompt is too long for the model."""
 
 
 class EndpointFormatError(EcdysisError):

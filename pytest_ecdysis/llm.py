@@ -11,7 +11,8 @@ server routes on and real endpoints ignore.
 
 Timeouts and retries are explicit (`timeout_s` per attempt, `max_retries` by the openai client).
 Endpoint failures after retries (down, timeout, 429/5xx, a rejected request) are raised as
-`InfrastructureError`: a diagnosis that could not run is never mistaken for "no spec".
+`InfrastructureError`: a diagnosis that could not run is never mistaken for "no spec". A request the
+server refuses because it does not fit the model's context raises `ContextOverflowError` (`overflow.py`).
 This module must not import tau2, task suites or harness code.
 """
 
@@ -25,7 +26,8 @@ from typing import Any
 import openai
 
 from .config import is_sim_model
-from .errors import InfrastructureError, UsageError
+from .errors import ContextOverflowError, InfrastructureError, UsageError
+from .overflow import context_overflow
 
 #: Seconds per attempt of one role call (roles read long prompts; local models are slow).
 DEFAULT_TIMEOUT_S = 180.0
@@ -39,11 +41,13 @@ ROLE_HEADER = "X-Ecdysis-Role"
 
 @dataclass(frozen=True)
 class Completion:
-    """One role turn: the reply text, its token counts (`prompt`, `completion`, `total`) and wall seconds."""
+    """One role turn: the reply text, its token counts (`prompt`, `completion`, `total`), wall seconds and
+    the endpoint's `finish_reason` (`length`: cut at the token limit; None when not given)."""
 
     text: str
     tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
     wall_s: float = 0.0
+    finish_reason: str | None = None
 
 
 def resolve_endpoint(model: str, base_url: str | None = None) -> tuple[str | None, str]:
@@ -120,6 +124,7 @@ class RoleClient:
         without it, and this client never sends it again.
 
         Raises:
+            ContextOverflowError: the endpoint says the request does not fit the model's context window.
             InfrastructureError: connection failure, timeout, rate limit or server error after retries, or
                 an endpoint that rejects the request (HTTP 4xx); the message names the endpoint's reason.
         """
@@ -146,6 +151,12 @@ class RoleClient:
         except openai.APIConnectionError as exc:
             raise InfrastructureError(f"{role} call to {self.model!r}: endpoint unreachable: {exc}") from exc
         except openai.APIStatusError as exc:
+            said = context_overflow(exc.status_code, f"{exc.message} {exc.response.text}")
+            if said:
+                raise ContextOverflowError(
+                    f"the {role} prompt does not fit the context window of {self.model!r} (HTTP {exc.status_code}: "
+                    f"{said}); use a model or server with a longer context, or send less evidence "
+                    "(--ecdysis-evidence failure-aware:N)") from exc
             raise InfrastructureError(
                 f"{role} call to {self.model!r} failed with HTTP {exc.status_code}: {exc.message}"
             ) from exc
@@ -153,16 +164,18 @@ class RoleClient:
             raise InfrastructureError(f"{role} call to {self.model!r} failed: {exc}") from exc
         wall_s = time.monotonic() - start
         self.calls += 1
-        text = ""
+        text, finish = "", None
         choices = getattr(response, "choices", None) or []
-        if choices and choices[0].message is not None:
-            text = choices[0].message.content or ""
+        if choices:
+            finish = getattr(choices[0], "finish_reason", None)
+            if choices[0].message is not None:
+                text = choices[0].message.content or ""
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
         total = int(getattr(usage, "total_tokens", 0) or 0) or prompt + completion
         return Completion(text=text, tokens={"prompt": prompt, "completion": completion, "total": total},
-                          wall_s=wall_s)
+                          wall_s=wall_s, finish_reason=finish)
 
 
 def add_tokens(total: dict[str, int], more: dict[str, int]) -> dict[str, int]:

@@ -25,6 +25,7 @@ TerminationReason = Literal[
     "infrastructure_error",
     "endpoint_format_error",
     "time_budget_exceeded",
+    "context_overflow",
 ]
 
 #: Termination reasons that are never the agent's fault: never a failure record, never evidence.

@@ -9,6 +9,8 @@ parametrises, calls this, and records the result). It never raises for a trial o
   retries; also a scorer process that fails (never the agent's fault);
 - `time_budget_exceeded`: the trial's total budget (`EndpointSettings.trial_budget_s`) ran out;
 - `endpoint_format_error`: the harness found the endpoint's reply unusable (`EndpointFormatError`);
+- `context_overflow`: the endpoint refused a request that does not fit the model's context window (the
+  harness's context management, or a server started with too small a context: the error says which);
 - `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure).
 
 The reward comes from the scorer subprocess (`scorer.py`), which never imports harness code. τ² scores 0
@@ -28,6 +30,7 @@ import openai
 
 from pytest_ecdysis.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
 from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.overflow import context_overflow
 from pytest_ecdysis.records import ToolCallRecord, TrialResult
 
 from . import suite
@@ -160,6 +163,12 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         return "infrastructure_error", (f"model endpoint {where} did not answer ({type(exc).__name__}: {exc}) "
                                         f"after {budget.retries} retries; is the server running? check "
                                         "--ecdysis-base-url")
+    said = context_overflow(exc.status_code, f"{exc.message} {exc.response.text}") \
+        if isinstance(exc, openai.APIStatusError) else None
+    if said:
+        return "context_overflow", (f"model endpoint {where} refused a request that does not fit the model's "
+                                    f"context window (HTTP {exc.status_code}: {said}); the harness must keep its "
+                                    "requests shorter, or the server needs a longer context")
     if isinstance(exc, openai.APIStatusError):
         return "infrastructure_error", (f"model endpoint {where} answered HTTP {exc.status_code} "
                                         f"after {budget.retries} retries: {exc.message}")

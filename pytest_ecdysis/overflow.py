@@ -1,0 +1,42 @@
+"""Recognise "the request does not fit the model's context window" in an endpoint's error, across servers.
+
+    context_overflow(400, '{"error": {"code": "context_length_exceeded", "message": "..."}}')  # -> the message
+
+Servers say it differently (the fixtures under `tests/fixtures/replies/` hold each shape):
+
+| server | status | how it says it |
+| --- | --- | --- |
+| OpenAI | 400 | `code: "context_length_exceeded"`, "This model's maximum context length is N tokens..." |
+| vLLM | 400 | "This model's maximum context length is N tokens. However, you requested M tokens ..." (`type: BadRequestError`) |
+| llama-cpp-python | 400 | `code: "context_length_exceeded"` (its own "Requested tokens (N) exceed context window of M" as a 500 elsewhere) |
+| llama.cpp `llama-server` | 400 | `type: "exceed_context_size_error"`, "the request exceeds the available context size" |
+| LiteLLM proxy | 400 | "litellm.ContextWindowExceededError: ..." (`code: "400"`) |
+| Ollama | - | no error: it silently drops the start of the prompt (set `num_ctx` large enough) |
+
+A context overflow is never retried and never infrastructure: the prompt is too long for this model, and
+the fix is a shorter prompt (the harness's context management, fewer evidence records) or a model or
+server with a longer context. This module must not import anything heavy.
+"""
+
+from __future__ import annotations
+
+import re
+
+PATTERN = re.compile(
+    r"context_length_exceeded|exceed_context_size_error|ContextWindowExceededError"
+    r"|maximum context length|exceeds? (?:the )?(?:available )?context (?:window|size|length)"
+    r"|context window (?:exceeded|of \d+)|prompt is too long|input (?:token count|tokens?) exceeds?",
+    re.IGNORECASE,
+)
+
+
+def context_overflow(status: int | None, text: str) -> str | None:
+    """The endpoint's message when an error reply (HTTP status >= 400) says the request did not fit the
+    model's context window, else None. `text` is the error body or the client's error message."""
+    if status is not None and status < 400:
+        return None
+    match = PATTERN.search(text or "")
+    if match is None:
+        return None
+    message = re.search(r"""["']message["']\s*:\s*(["'])(.*?)(?<!\\)\1""", text or "", re.S)
+    return (message.group(2) if message else text).strip()[:500]
