@@ -1,0 +1,183 @@
+"""A real model end to end: a llama.cpp server with a small GGUF model from PyPI, then τ² trials, a gate and
+one evolution round against it. Run through `scripts/real-model.sh` (which sets up `.venv` first).
+
+    ./scripts/real-model.sh                         # SmolLM2-135M, 3 airline cases, gate, 1 round
+    ./scripts/real-model.sh --model gemma3 --ctx 16384 --threads 2 --tasks 0,1
+    ./scripts/real-model.sh --stages trials --repeat 3 --temperature 0.7     # run-to-run noise
+
+Stages (`--stages`, comma-separated, in this order): `trials` (the cases, saved as a baseline), `gate`
+(the same cases gated against that baseline), `noise` (the cases `--repeat` times at `--temperature`),
+`evolve` (one round: FDCR roles and the built-in editor on the same real model, `--ecdysis-test-trials
+0`). The user simulator is the simulated one by default (`--user-model real` puts the real model there too).
+
+Everything goes to `.ecdysis/real-model/<session>/`: `server.log`, `replies.jsonl` (every request's summary
+and the server's raw reply, recorded by a loopback proxy between pytest and the server), `runs/<run-id>/`
+(the plugin's run directories) and `real-model.json` (the measured figures, `measure.py`). What was done
+stays there whatever stops the script. Costs and measured numbers: docs/real-model.md.
+
+Bad input gets one message each and exit status 2: the server package missing (with `--no-install`),
+the model file missing, the port in use, the server dying at start (its log's last lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from local_server import (  # noqa: E402
+    MODELS,
+    ServerError,
+    ensure_model,
+    ensure_server,
+    port_free,
+    start_server,
+)
+from measure import measure  # noqa: E402
+from record_proxy import RecordingProxy  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("trials", "gate", "noise", "evolve")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="real-model.sh", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=sorted(MODELS), default="smollm2",
+                   help="which PyPI-packaged GGUF model (default: smollm2)")
+    p.add_argument("--model-file", type=Path, help="any other GGUF file (then also give --chat-format)")
+    p.add_argument("--chat-format", help="llama-cpp-python chat format (default: the model's, see docs)")
+    p.add_argument("--ctx", type=int, default=8192, help="context size in tokens (default: 8192)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of the server (default: 2)")
+    p.add_argument("--port", type=int, default=8765, help="server port on 127.0.0.1 (default: 8765)")
+    p.add_argument("--tasks", default="0,1,3", help="airline train task ids (default: 0,1,3)")
+    p.add_argument("--trials", type=int, default=1, help="trials per task (default: 1)")
+    p.add_argument("--stages", default="trials,gate,evolve", help="comma-separated: " + ", ".join(STAGES))
+    p.add_argument("--repeat", type=int, default=3, help="repetitions of the noise stage (default: 3)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature the proxy sets on agent requests (default: the harness's own)")
+    p.add_argument("--user-model", choices=("sim", "real"), default="sim",
+                   help="user simulator: the simulated one (default) or the same real model")
+    p.add_argument("--fdcr-passes", type=int, default=1, help="FDCR passes in the evolve stage (default: 1)")
+    p.add_argument("--call-timeout", type=float, default=600.0, help="seconds per model call (default: 600)")
+    p.add_argument("--trial-budget", type=float, default=1800.0, help="seconds per trial (default: 1800)")
+    p.add_argument("--no-install", action="store_true", help="never pip-install; fail if something is missing")
+    p.add_argument("--wheel-dir", type=Path, default=Path.home() / ".cache" / "pytest-ecdysis" / "wheels",
+                   help="where the built llama-cpp-python wheel is kept (default: ~/.cache/pytest-ecdysis/wheels)")
+    p.add_argument("--out", type=Path, default=REPO / ".ecdysis" / "real-model",
+                   help="parent of the session directory (default: .ecdysis/real-model)")
+    args = p.parse_args(argv)
+    args.stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in args.stages if s not in STAGES]
+    if unknown:
+        p.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    if args.model_file and not args.chat_format:
+        p.error("--model-file needs --chat-format (e.g. chatml-function-calling, gemma, chatml)")
+    return args
+
+
+def pytest_stage(name: str, session: Path, args: argparse.Namespace, url: str, alias: str,
+                 extra: list[str]) -> dict:
+    """Run one pytest stage against the proxy; returns `{stage, run_id, exit, wall_s}`."""
+    run_id = f"{session.name}-{name}"
+    cmd = [sys.executable, "-m", "pytest", "task_suites/tau2/test_airline.py", "-n", "0", "-p", "no:cacheprovider",
+           "--ecdysis-model", alias, "--ecdysis-base-url", url,
+           "--ecdysis-user-model", alias if args.user_model == "real" else "sim",
+           "--ecdysis-tasks", args.tasks, "--ecdysis-trials", str(args.trials),
+           "--ecdysis-run-dir", str(session / "runs"), *extra]
+    env = dict(os.environ, ECDYSIS_RUN_ID=run_id, LITELLM_LOCAL_MODEL_COST_MAP="True",
+               ECDYSIS_CALL_TIMEOUT_S=str(args.call_timeout), ECDYSIS_TRIAL_BUDGET_S=str(args.trial_budget),
+               ECDYSIS_MAX_RETRIES="1")
+    env.pop("ECDYSIS_SIM_URL", None)
+    print(f"\n== {name}: {' '.join(cmd[2:])}", flush=True)
+    started = time.monotonic()
+    with (session / f"{name}.log").open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            print("   " + line.rstrip(), flush=True)
+        code = proc.wait()
+    wall = round(time.monotonic() - started, 1)
+    print(f"== {name}: exit {code} in {wall:.0f} s (run directory {session / 'runs' / run_id})", flush=True)
+    return {"stage": name, "run_id": run_id, "exit": code, "wall_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    session = args.out / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    session.mkdir(parents=True, exist_ok=True)
+    facts: dict = {"schema_version": 1, "model": args.model, "ctx": args.ctx, "threads": args.threads,
+                   "tasks": args.tasks, "trials": args.trials, "stages": [], "temperature": args.temperature}
+    server = proxy = None
+    try:
+        if not port_free(args.port) or not port_free(args.port + 1):
+            raise ServerError(f"port {args.port} or {args.port + 1} on 127.0.0.1 is in use (another server, or an "
+                              "earlier run still going?): pass --port N with two free ports N and N+1, or stop the "
+                              "process listening there")
+        facts["install_s"] = ensure_server(install=not args.no_install, wheel_dir=args.wheel_dir)
+        model_path, chat_format, facts["model_install_s"] = ensure_model(
+            args.model, install=not args.no_install, model_file=args.model_file, chat_format=args.chat_format)
+        facts.update(model_file=str(model_path), chat_format=chat_format)
+        print(f"model {args.model}: {model_path} ({model_path.stat().st_size / 1e6:.0f} MB), chat format "
+              f"{chat_format}, context {args.ctx}, {args.threads} thread(s)", flush=True)
+        server, facts["server_start_s"] = start_server(model_path, chat_format=chat_format, ctx=args.ctx,
+                                                        threads=args.threads, port=args.port + 1,
+                                                        alias=args.model, log_path=session / "server.log")
+        print(f"server ready in {facts['server_start_s']:.1f} s at http://127.0.0.1:{args.port + 1}", flush=True)
+        proxy = RecordingProxy(upstream=f"http://127.0.0.1:{args.port + 1}", port=args.port,
+                               record=session / "replies.jsonl", agent_temperature=args.temperature)
+        proxy.start()
+        url = f"http://127.0.0.1:{args.port}/v1"
+        baseline = session / "baseline.json"
+        for stage in args.stages:
+            if stage == "trials":
+                extra = ["--ecdysis-save-baseline", str(baseline)]
+            elif stage == "gate":
+                if not baseline.is_file():
+                    print("== gate: skipped, no baseline (run the trials stage first)", flush=True)
+                    continue
+                extra = ["--ecdysis-gate", "--ecdysis-baseline", str(baseline)]
+            elif stage == "evolve":
+                extra = ["--ecdysis-evolve", "--ecdysis-rounds", "1", "--ecdysis-diagnosis-model", args.model,
+                         "--ecdysis-editor", "builtin", "--ecdysis-test-trials", "0",
+                         "--ecdysis-fdcr-passes", str(args.fdcr_passes)]
+            else:  # noise
+                for i in range(1, args.repeat + 1):
+                    facts["stages"].append(pytest_stage(f"noise{i}", session, args, url, args.model, []))
+                continue
+            facts["stages"].append(pytest_stage(stage, session, args, url, args.model, extra))
+    except ServerError as exc:
+        print(f"\nreal-model: {exc}", file=sys.stderr, flush=True)
+        facts["error"] = str(exc)
+        return 2
+    except KeyboardInterrupt:
+        facts["error"] = "interrupted"
+        return 130
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        facts.update(measure(session))
+        (session / "real-model.json").write_text(json.dumps(facts, indent=2) + "\n")
+        print(f"\nfigures: {session / 'real-model.json'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if importlib.util.find_spec("pytest_ecdysis") is None:
+        sys.exit("real-model: run through ./scripts/real-model.sh (it installs the project into .venv first)")
+    sys.exit(main())
