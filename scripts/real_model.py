@@ -63,6 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="repetitions of the noise stage (default: 3)")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature the proxy sets on agent requests (default: the harness's own)")
+    p.add_argument("--no-tool-choice-shim", action="store_true",
+                   help="do not add tool_choice 'auto' to requests with tools (llama-cpp-python then never calls tools)")
+    p.add_argument("--agent-max-tokens", type=int, default=512,
+                   help="max_tokens the proxy sets on agent requests that have none (default: 512; 0: none)")
     p.add_argument("--user-model", choices=("sim", "real"), default="sim",
                    help="user simulator: the simulated one (default) or the same real model")
     p.add_argument("--fdcr-passes", type=int, default=1, help="FDCR passes in the evolve stage (default: 1)")
@@ -108,7 +112,27 @@ def pytest_stage(name: str, session: Path, args: argparse.Namespace, url: str, a
         code = proc.wait()
     wall = round(time.monotonic() - started, 1)
     print(f"== {name}: exit {code} in {wall:.0f} s (run directory {session / 'runs' / run_id})", flush=True)
-    return {"stage": name, "run_id": run_id, "exit": code, "wall_s": wall}
+    too_long = context_too_long(session / "runs" / run_id, args)
+    if too_long:
+        print(f"== {name}: {too_long}", flush=True)
+    return {"stage": name, "run_id": run_id, "exit": code, "wall_s": wall, "context_too_long": too_long}
+
+
+def context_too_long(run: Path, args: argparse.Namespace) -> str | None:
+    """One message when trials or the evolution round met the model's context limit, else None."""
+    lines = [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()] \
+        if (run / "trials.jsonl").is_file() else []
+    over = [t for t in lines if t.get("termination_reason") == "context_overflow"]
+    evo = json.loads((run / "evolution.json").read_text()) if (run / "evolution.json").is_file() else {}
+    rounds = [r for r in evo.get("rounds", []) if "context window" in str(r.get("reason"))]
+    if not over and not rounds:
+        return None
+    limit = MODELS.get(args.model, {}).get("context")
+    return (f"context too long: {len(over)} of {len(lines)} trial(s) ended context_overflow"
+            + (f" and the evolution round's {'diagnosis' if rounds[0]['outcome'] == 'no_spec' else 'edit'} did not "
+               "fit" if rounds else "") + f"; the server ran with --ctx {args.ctx}"
+            + (f" (this model takes at most {limit})" if limit else "")
+            + ": raise --ctx, or let the harness keep fewer or shorter messages")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                                                         alias=args.model, log_path=session / "server.log")
         print(f"server ready in {facts['server_start_s']:.1f} s at http://127.0.0.1:{args.port + 1}", flush=True)
         proxy = RecordingProxy(upstream=f"http://127.0.0.1:{args.port + 1}", port=args.port,
-                               record=session / "replies.jsonl", agent_temperature=args.temperature)
+                               record=session / "replies.jsonl", agent_temperature=args.temperature,
+                               tool_choice_auto=not args.no_tool_choice_shim,
+                               agent_max_tokens=args.agent_max_tokens or None)
         proxy.start()
         url = f"http://127.0.0.1:{args.port}/v1"
         baseline = session / "baseline.json"

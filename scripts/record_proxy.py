@@ -8,6 +8,15 @@ and `X-Ecdysis-Trial` headers), `request` (model, number of messages, characters
 names, temperature, max_tokens, response_format), `status` and `reply` (the server's raw JSON body, or
 its text when it is not JSON). Those replies become the fixtures under `tests/fixtures/replies/llamacpp/`.
 `agent_temperature`, when set, replaces the temperature of agent requests (run-to-run noise of a real model).
+
+`agent_max_tokens` (default 512): an agent request without `max_tokens` gets this cap. The harness sends
+none, and llama-cpp-python then generates until the context is full: a rambling 135M model at a few tokens
+a second would hold one call for many minutes. Recorded as `capped: true`.
+
+`tool_choice_auto` (on by default): a request with `tools` and no `tool_choice` gets `"tool_choice": "auto"`.
+OpenAI treats a missing `tool_choice` as "auto"; llama-cpp-python's server treats it as "none" and never
+returns a tool call (measured: docs/real-model.md). The harness does not send it, because vLLM refuses an
+explicit "auto" unless started with `--enable-auto-tool-choice`. Each line records `shimmed: true` then.
 """
 
 from __future__ import annotations
@@ -37,10 +46,12 @@ class RecordingProxy:
     """Forwards to `upstream` and appends one line per exchange to `record` (thread-safe)."""
 
     def __init__(self, *, upstream: str, port: int, record: Path, agent_temperature: float | None = None,
-                 timeout_s: float = 1800.0) -> None:
+                 tool_choice_auto: bool = True, agent_max_tokens: int | None = 512, timeout_s: float = 1800.0) -> None:
         self.upstream = upstream.rstrip("/")
         self.record = record
         self.agent_temperature = agent_temperature
+        self.tool_choice_auto = tool_choice_auto
+        self.agent_max_tokens = agent_max_tokens
         self.client = httpx2.Client(timeout=timeout_s)
         self.lock = threading.Lock()
         proxy = self
@@ -70,6 +81,7 @@ class RecordingProxy:
     def forward(self, handler: BaseHTTPRequestHandler, raw: bytes | None) -> None:
         role = handler.headers.get("X-Ecdysis-Role", "")
         body: dict[str, Any] = {}
+        shimmed = capped = False
         if raw:
             try:
                 body = json.loads(raw)
@@ -77,6 +89,16 @@ class RecordingProxy:
                 body = {}
             if role == "agent" and self.agent_temperature is not None and isinstance(body, dict):
                 body["temperature"] = self.agent_temperature
+                raw = json.dumps(body).encode()
+            shimmed = bool(self.tool_choice_auto and isinstance(body, dict) and body.get("tools")
+                           and "tool_choice" not in body)
+            if shimmed:
+                body = {**body, "tool_choice": "auto"}
+            capped = bool(role == "agent" and self.agent_max_tokens and isinstance(body, dict)
+                          and body.get("max_tokens") is None and body.get("max_completion_tokens") is None)
+            if capped:
+                body = {**body, "max_tokens": self.agent_max_tokens}
+            if shimmed or capped:
                 raw = json.dumps(body).encode()
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_HEADERS}
         started = time.time()
@@ -104,6 +126,6 @@ class RecordingProxy:
             reply = content.decode(errors="replace")
         line = {"t": round(started, 3), "wall_s": round(wall, 3), "path": handler.path, "role": role,
                 "trial": handler.headers.get("X-Ecdysis-Trial", ""), "request": summarise(body),
-                "status": status, "reply": reply}
+                "shimmed": shimmed, "capped": capped, "status": status, "reply": reply}
         with self.lock, self.record.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(line, ensure_ascii=False) + "\n")
