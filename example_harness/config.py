@@ -5,7 +5,11 @@ Units: counts of model calls and messages, characters, seconds.
 
 #: Model calls per trial (every reply, text or tool call, and every re-ask counts). When used up the
 #: harness ends the conversation with "step budget of N model calls reached" and τ²'s stop token.
-MAX_MODEL_CALLS = 20
+#: A runaway guard, not a cut on legitimate work: the longest τ² plan (airline task 44: 20 tool calls,
+#: 22 model calls with its confirmation and final answer) fits about 3 times, with room for the lookups
+#: real models add (GPT-4o-mini: about 15 tool calls per task, shared/data/tau2-failure-modes.md) and
+#: re-asks; τ²'s own limit (200 messages, so about 100 agent messages) stays the outer bound.
+MAX_MODEL_CALLS = 60
 
 #: Tool results longer than this are cut, with a "… [truncated N chars]" marker.
 MAX_TOOL_RESULT_CHARS = 1200

@@ -5,5 +5,8 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.pop("ECDYSIS_SIM_URL", None)
 os.environ.pop("ECDYSIS_RUN_ID", None)
+# The simulated model's noisy draws depend on a run nonce (docs/simulated-model.md): fixed in tests, so
+# every run, sub-run and rerun is byte-identical.
+os.environ["ECDYSIS_SIM_NONCE"] = "tests"
 
 pytest_plugins = ["pytester"]

@@ -15,13 +15,14 @@ from typing import Any
 
 import openai
 
-from pytest_ecdysis.sim.knowledge import Dependency, IdBend, PlanStep, Scenario, SimTask
+from pytest_ecdysis.sim.knowledge import USER_SOURCE, Dependency, IdBend, PlanStep, Scenario, SimTask
 
 PAYMENT = "card_7654321"
 USER_ID = "ada_lovelace_1815"
 ORDER_1, ORDER_2 = "#W0000001", "#W0000002"
 FIGURE = "42.00"
 USER_RESULT = json.dumps({"user_id": USER_ID, "notes": "x" * 1450, "payment_methods": [PAYMENT]})
+ORDER_RESULT = json.dumps({"order_id": ORDER_1, "status": "pending", "total": FIGURE})
 
 
 def _order_bends(value: str) -> tuple[IdBend, ...]:
@@ -29,20 +30,30 @@ def _order_bends(value: str) -> tuple[IdBend, ...]:
 
 
 def toy_task(task_id: str = "1") -> SimTask:
-    plan = (
-        PlanStep("get_user_details", {"user_id": USER_ID}, id_bends=(IdBend("id_case", "user_id", "Ada_Lovelace_1815"),),
-                 result_chars=len(USER_RESULT)),
-        PlanStep("get_order_details", {"order_id": ORDER_1}, id_bends=_order_bends(ORDER_1)),
-        PlanStep("modify_order_payment", {"order_id": ORDER_1, "payment_method_id": PAYMENT}, write=True,
-                 dependencies=(Dependency("payment_method_id", PAYMENT, 0, USER_RESULT.index(PAYMENT)),),
-                 id_bends=_order_bends(ORDER_1)),
-        PlanStep("get_order_details", {"order_id": ORDER_2}, id_bends=_order_bends(ORDER_2)),
-        PlanStep("cancel_order", {"order_id": ORDER_2, "reason": "no longer needed"}, write=True,
-                 id_bends=_order_bends(ORDER_2)),
-    )
     scenario = Scenario(reason_for_call=f"You want to pay order {ORDER_1} with your card and cancel order {ORDER_2}.",
                         known_info=f"You are Ada Lovelace. Your user id is {USER_ID}.")
-    return SimTask(suite="toy", task_id=task_id, plan=plan, scenario=scenario, communicate_info=(FIGURE,))
+    spoken = f"{scenario.reason_for_call} {scenario.known_info}"
+
+    def said(path: str, value: str) -> Dependency:  # a value the user states
+        return Dependency(path, value, USER_SOURCE, spoken.index(value))
+
+    plan = (
+        PlanStep("get_user_details", {"user_id": USER_ID}, id_bends=(IdBend("id_case", "user_id", "Ada_Lovelace_1815"),),
+                 dependencies=(said("user_id", USER_ID),), result_chars=len(USER_RESULT)),
+        PlanStep("get_order_details", {"order_id": ORDER_1}, id_bends=_order_bends(ORDER_1),
+                 dependencies=(said("order_id", ORDER_1),)),
+        PlanStep("modify_order_payment", {"order_id": ORDER_1, "payment_method_id": PAYMENT}, write=True,
+                 dependencies=(said("order_id", ORDER_1),
+                               Dependency("payment_method_id", PAYMENT, 0, USER_RESULT.index(PAYMENT))),
+                 id_bends=_order_bends(ORDER_1)),
+        PlanStep("get_order_details", {"order_id": ORDER_2}, id_bends=_order_bends(ORDER_2),
+                 dependencies=(said("order_id", ORDER_2),)),
+        PlanStep("cancel_order", {"order_id": ORDER_2, "reason": "no longer needed"}, write=True,
+                 id_bends=_order_bends(ORDER_2), dependencies=(said("order_id", ORDER_2),)),
+    )
+    figure = Dependency("communicate_info[0]", FIGURE, 1, ORDER_RESULT.index(FIGURE))
+    return SimTask(suite="toy", task_id=task_id, plan=plan, scenario=scenario, communicate_info=(FIGURE,),
+                   figures=(figure,))
 
 
 class ToyKnowledge:
@@ -102,6 +113,8 @@ class ToyHarness:
     malformed_tool_error: bool = True
     max_calls: int = 20
     system_prompt: str = "You are a customer service agent. Follow the policy."
+    error_text: str | None = None  # when set, replaces the text of every failing call's error
+    tools: list[dict[str, Any]] = field(default_factory=list)  # tool schemas sent with every request
     seen_errors: dict[str, int] = field(default_factory=dict)
 
     def run(self, url: str, trial: str, model: str = "sim") -> dict[str, Any]:
@@ -141,7 +154,7 @@ class ToyHarness:
             if self.keep_last is not None:
                 context = context[-self.keep_last:]
             reply = agent.chat.completions.create(
-                model=model, messages=[{"role": "system", "content": self.system_prompt}, *context], tools=[])
+                model=model, messages=[{"role": "system", "content": self.system_prompt}, *context], tools=self.tools)
             raw.append(reply.model_dump_json())
             message = reply.choices[0].message
             if message.tool_calls:
@@ -165,10 +178,12 @@ class ToyHarness:
                 if not error and call.function.name in ("modify_order_payment", "cancel_order"):
                     writes.append((call.function.name, json.dumps(args, sort_keys=True)))
                 if error:
+                    if self.error_text is not None:
+                        content = self.error_text
                     if self.error_hint and "order_id" in args:
-                        content += " (argument order_id: expected '#W' followed by 7 digits)"
+                        content += " (argument order_id: expected an id like #W1234567)"
                     if self.error_hint and "user_id" in args:
-                        content += " (argument user_id: expected lower case)"
+                        content += " (argument user_id: expected lower case, like jane_doe_1234)"
                     key = call.function.name + json.dumps(args, sort_keys=True)
                     self.seen_errors[key] = self.seen_errors.get(key, 0) + 1
                     if self.repeat_flag and self.seen_errors[key] > 1:

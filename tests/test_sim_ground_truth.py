@@ -48,13 +48,14 @@ def test_ground_truth_endpoint_reports_each_quirk_with_origin_step_and_cured(tmp
     model = write_profile(tmp_path, "gt", {"early_end": {"rate": 1.0}, "slip": {"rate": 1.0}})
     handle = start_background(knowledge={"toy": ToyKnowledge()})
     try:
-        ToyHarness().run(handle.url, "r/toy/1/2", model=model)
+        ToyHarness(truncate_at=None).run(handle.url, "r/toy/1/2", model=model)
         truth = fetch_ground_truth(handle.url, "r/toy/1/2")
         assert truth["task_id"] == "1" and truth["trial"] == 2
-        assert {q["kind"] for q in truth["quirks"]} == {"early_end", "slip"}
+        assert {"early_end", "slip"} <= {q["kind"] for q in truth["quirks"]} <= {"early_end", "slip", "unseen_value"}
         for q in truth["quirks"]:
             assert set(q) >= {"kind", "origin", "step", "cured"} and isinstance(q["step"], int)
-            assert q["origin"] == {"early_end": "systematic", "slip": "model"}[q["kind"]]
+            assert q["origin"] == {"early_end": "systematic", "slip": "model", "unseen_value": "harness"}[q["kind"]]
+        assert truth["cause"]["origin"] == "model" and truth["causes"]
         assert fetch_ground_truth(handle.url + "/v1", "r/toy/2/0")["quirks"] == []
         with pytest.raises(InfrastructureError, match="unknown task '9'"):
             fetch_ground_truth(handle.url, "r/toy/9/0")

@@ -1,4 +1,4 @@
-"""`python -m pytest_ecdysis.sim --port N --profile P [--latency S]`: run the simulated model standalone.
+"""`python -m pytest_ecdysis.sim --port N --profile P [--latency S] [--nonce X]`: run the simulated model standalone.
 
 Prints the base URL (`http://127.0.0.1:N`, the openai client's base_url is that plus `/v1`) and serves
 until interrupted. A port in use or an unknown profile exits with status 2 and one clear message.
@@ -18,13 +18,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8787, help="TCP port (0 = a free one; default 8787)")
     parser.add_argument("--profile", default="default", help="profile for the bare model name 'sim' (default: default)")
     parser.add_argument("--latency", type=float, default=0.0, help="fixed delay in seconds per completion (default 0)")
+    parser.add_argument("--nonce", default=None, help="run nonce of the noisy draws (default: env ECDYSIS_SIM_NONCE, "
+                        "else each run id; fix it for identical reruns)")
     args = parser.parse_args(argv)
     from .server import SimModel, SimServerHandle, make_server
 
     try:
         if args.latency < 0:
             raise UsageError("--latency must be >= 0 seconds")
-        model = SimModel(default_profile=args.profile, latency_s=args.latency)
+        model = SimModel(default_profile=args.profile, latency_s=args.latency, nonce=args.nonce)
         httpd = make_server(model, args.port)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

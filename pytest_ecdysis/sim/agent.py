@@ -1,9 +1,11 @@
 """The simulated agent policy: follow the task's plan, perturbed by the quirks of a model profile.
 
 One `AgentTrial` per trial holds the model's state (where it is in the plan, what it sent last, the
-quirks drawn), so the server answers correctly even when the harness trimmed its context. Each request
-is read only for what a real model would react to: the tool message answering its last call, the last
-user or check message, and whether a value is still present somewhere in the messages.
+quirks drawn), so the server answers correctly even when the harness trimmed its context. The gold
+plan is the model's *intent* (which tools, in which order); every argument value and every figure it
+states is read from the request it was sent (`sim/reading.py`): a value the harness cut, dropped or
+never obtained is guessed wrong, and the ground truth records it as `unseen_value` (origin `harness`).
+Quirks decide only whether the model errs when the value is visible.
 
 Message shapes (τ²'s orchestrator protocol: a message has text OR tool calls, never both):
 
@@ -12,9 +14,11 @@ Message shapes (τ²'s orchestrator protocol: a message has text OR tool calls, 
 - a closing text (final answer, early end, giving up): ends with
   `Is there anything else I can help you with?`; the final answer states the `communicate_info` values.
 
-Cures are read from the request only (docs/internals.md quirk table); nothing here reads a harness's
-system prompt for keywords. The one exception is by design: `blind_spot` is cured only when a system
-message contains the correct value literally (an over-fitted rule). This module must not import tau2.
+Cures are decided by the information a request carries (docs/simulated-model.md quirk table), never
+by a marker word; the tool schemas and system prompt are inputs too (an id format the schema shows
+lowers the rate of the matching id habit). The one deliberate exception: `blind_spot` is cured only
+when a system message contains the correct value literally (an over-fitted rule). A share `noise` of
+the draws depends on the run nonce. This module must not import tau2.
 """
 
 from __future__ import annotations
@@ -24,35 +28,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .knowledge import IdBend, SimTask, id_like, is_error_text, leaves
-from .profiles import QUIRK_ORIGINS, Profile, choose, uniform
+from .causes import LATE_EFFECTS, trial_cause
+from .knowledge import USER_SOURCE, Dependency, IdBend, SimTask, id_like, is_error_text, leaves
+from .profiles import GROUND_TRUTH_ORIGINS, Profile, choose, uniform
+from .reading import distance_from_end, informs_form, message_text, request_corpus, visible
 
 CONFIRM_TEXT = "Do you confirm (yes/no)?"
 CLOSING_TEXT = "Is there anything else I can help you with?"
 MAX_REPEATS = 6  # identical repeats of a failing call before the model gives up
 MAX_MALFORMED = 3  # malformed resends when the harness answers nothing
 MAX_REREADS = 2  # extra lookups before each write under verbose_rereads
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """The text of an OpenAI message (string content, or the text parts of a content list)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
-
-
-def request_corpus(messages: list[dict[str, Any]]) -> str:
-    """Everything the model can read in a request: every message's text and tool-call arguments."""
-    parts: list[str] = []
-    for m in messages:
-        parts.append(message_text(m))
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            parts.append(str(fn.get("arguments", "")))
-    return "\n".join(parts)
 
 
 def wrong_value(value: Any, salt: str) -> Any:
@@ -129,10 +114,16 @@ class Pending:
 class AgentTrial:
     """The simulated model's state for one trial of one task, under one profile."""
 
-    def __init__(self, task: SimTask, profile: Profile, trial: int) -> None:
+    def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "") -> None:
         self.task = task
         self.profile = profile
         self.trial = trial
+        self.nonce = nonce
+        self.tools: list[Any] = []  # the tool schemas of the current request
+        self.seen: dict[int, str] = {}  # plan index -> the latest tool result the model saw for it
+        self.bent_by: dict[int, int] = {}  # plan index -> the ground-truth entry that bent its arguments
+        self.effects: dict[int, str] = {}  # ground-truth entry -> how it damaged the outcome
+        self.figure_entries: dict[int, int] = {}  # communicate_info index -> its unseen_value entry
         self.pos = 0
         self.step = 0  # agent requests answered
         self.calls = 0
@@ -157,10 +148,14 @@ class AgentTrial:
     # -- draws ---------------------------------------------------------------------------------------
 
     def _u(self, *where: Any) -> float:
-        return uniform(self.profile.seed, self.task.suite, self.task.task_id, self.trial, *where)
+        """The draw at `where`; a share `noise` of draw sites (fixed per site) also depends on the nonce."""
+        base = (self.profile.seed, self.task.suite, self.task.task_id, self.trial)
+        if self.nonce and self.profile.noise > 0 and uniform(*base, "noisy", *where) < self.profile.noise:
+            return uniform(*base, "nonce", self.nonce, *where)
+        return uniform(*base, *where)
 
-    def _fires(self, kind: str, *where: Any) -> bool:
-        rate = self.profile.scaled(kind, self.task.suite, self.task.task_id)
+    def _fires(self, kind: str, *where: Any, factor: float = 1.0) -> bool:
+        rate = self.profile.scaled(kind, self.task.suite, self.task.task_id) * factor
         return rate > 0 and self._u(kind, *where) < rate
 
     def _draw_trial(self, kind: str, applicable: bool) -> bool:
@@ -185,9 +180,15 @@ class AgentTrial:
         return spot if self._fires("blind_spot", "trial") else None
 
     def _quirk(self, kind: str, cured: bool = False, **detail: Any) -> int:
-        self.quirks.append({"kind": kind, "origin": QUIRK_ORIGINS[kind], "step": self.step, "cured": cured,
+        self.quirks.append({"kind": kind, "origin": GROUND_TRUTH_ORIGINS[kind], "step": self.step, "cured": cured,
                             **detail})
         return len(self.quirks) - 1
+
+    def _bent(self, index: int, entry: int) -> None:
+        """Entry `entry` put a wrong value into the arguments of plan step `index`."""
+        self.bent_by.setdefault(index, entry)
+        if self.task.plan[index].write:
+            self.effects.setdefault(entry, "wrong_write")
 
     def _cure(self, index: int | None) -> None:
         if index is not None:
@@ -195,11 +196,13 @@ class AgentTrial:
 
     # -- the request ---------------------------------------------------------------------------------
 
-    def respond(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The assistant message (OpenAI shape) answering one agent request of this trial."""
-        key = hashlib.sha256(json.dumps(messages, default=str).encode()).hexdigest()
+    def respond(self, messages: list[dict[str, Any]], tools: list[Any] | None = None) -> dict[str, Any]:
+        """The assistant message (OpenAI shape) answering one agent request of this trial (`tools`: the
+        request's tool schemas, read for the argument formats they document)."""
+        key = hashlib.sha256(json.dumps([messages, tools], default=str).encode()).hexdigest()
         if key == self.last_key and self.last_reply is not None:
             return self.last_reply  # a retry of the same request gets the same answer
+        self.tools = list(tools or [])
         reply = self._next(messages)
         self.step += 1
         self.last_key, self.last_reply = key, reply
@@ -229,8 +232,8 @@ class AgentTrial:
         if p.kind == "final":
             if check and p.quirk is not None and not self.quirks[p.quirk]["cured"]:
                 self._cure(p.quirk)
-                return self._final(forget=False)
-            return self._final(forget=p.quirk is not None and not self.quirks[p.quirk]["cured"])
+                return self._final(messages, forget=False)
+            return self._final(messages, forget=p.quirk is not None and not self.quirks[p.quirk]["cured"])
         return self._text(p.text, p)  # giveup: say it again
 
     def _find_result(self, call_id: str, messages: list[dict[str, Any]]) -> str | None:
@@ -244,9 +247,11 @@ class AgentTrial:
         if result is None:
             if p.malformed_quirk is not None:
                 if p.repeats + 1 >= MAX_MALFORMED:
-                    return self._give_up(f"the {self.task.plan[p.plan_index].name} call could not be sent")
+                    return self._give_up(f"the {self.task.plan[p.plan_index].name} call could not be sent",
+                                         p.malformed_quirk)
                 return self._emit_call(p.plan_index, p.args, quirk_repeat=p)
             return self._done_call(p, messages)  # the harness dropped the result: carry on
+        self.seen[p.plan_index] = result
         error = is_error_text(result)
         if p.malformed_quirk is not None:
             self._cure(p.malformed_quirk)  # the harness answered the malformed call
@@ -258,24 +263,27 @@ class AgentTrial:
                 self._cure(p.repeat_quirk)  # the harness flagged the repeat: stop looping
                 return self._handle_error(p, result, messages, after_repeat=True)
             if p.repeats >= MAX_REPEATS:
-                return self._give_up("the same error kept coming back")
+                return self._give_up("the same error kept coming back", p.repeat_quirk)
             return self._repeat(p)
         if error:
             return self._handle_error(p, result, messages, after_repeat=False)
-        if p.bend is not None:
-            self._cure(p.bend_quirk)  # the harness normalised the argument
+        if p.bend is not None and str(self._gold(p.plan_index, p.bend.arg)).strip() in result:
+            self._cure(p.bend_quirk)  # the harness normalised the argument: the right record came back
         return self._done_call(p, messages)
+
+    def _gold(self, index: int, path: str) -> Any:
+        return _get_path(self.task.plan[index].arguments, path)
 
     def _handle_error(self, p: Pending, result: str, messages: list[dict[str, Any]], *,
                       after_repeat: bool) -> dict[str, Any]:
-        lower = result.lower()
         if p.bend is not None:
-            if p.bend.arg.lower() in lower and "expected" in lower:
-                self._cure(p.bend_quirk)
+            gold = str(self._gold(p.plan_index, p.bend.arg))
+            if informs_form(result, gold, str(p.bend.bent), request_corpus(messages)):
+                self._cure(p.bend_quirk)  # the error shows the expected form: resend it corrected
                 return self._emit_call(p.plan_index, p.args, reread=p.reread)
             if not after_repeat and self._fires("repeat_after_error", p.plan_index, self.calls):
                 return self._start_repeat(p, result)
-            return self._give_up(f"no record matches the {p.bend.arg} I have")
+            return self._give_up(f"no record matches the {p.bend.arg} I have", p.bend_quirk)
         if not after_repeat and self._fires("repeat_after_error", p.plan_index, self.calls):
             return self._start_repeat(p, result)
         return self._done_call(p, messages)
@@ -314,7 +322,7 @@ class AgentTrial:
             index = self.reread_queue.pop(0)
             return self._emit_call(index, dict(self.task.plan[index].arguments), reread=True)
         if self.pos >= len(self.task.plan):
-            return self._final(forget=self._draw_forget())
+            return self._final(messages, forget=self._draw_forget())
         step = self.task.plan[self.pos]
         if step.write and not self.confirmed:
             action = step.name.replace("_", " ")
@@ -345,34 +353,67 @@ class AgentTrial:
         return sorted(found[:MAX_REREADS])
 
     def _intended(self, index: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The arguments the model means for a planned call: gold, bent by value-level quirks."""
+        """The arguments the model sends for a planned call: each value it must read (a `Dependency`) taken
+        from the request, or guessed wrong when the request lacks it; then bent by value-level quirks."""
         if index in self.intended:
             return self.intended[index]
         step = self.task.plan[index]
         args = json.loads(json.dumps(step.arguments))
-        if step.write and step.dependencies and self._fires("context_loss", index):
-            corpus = request_corpus(messages)
-            missing = [d for d in step.dependencies if d.value not in corpus]
-            self._quirk("context_loss", cured=not missing, tool=step.name,
-                        arg=(missing[0].path if missing else step.dependencies[0].path))
-            for dep in missing:
-                args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"{index}{dep.path}"))
+        corpus = request_corpus(messages)
+        for dep in step.dependencies:
+            if not visible(dep.value, corpus):
+                why, because = self._why_unseen(dep)
+                entry = self._quirk("unseen_value", tool=step.name, arg=dep.path, why=why,
+                                    **({} if because is None else {"because": because}))
+                args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"unseen{index}{dep.path}"))
+                self._bent(index, entry)
+            elif step.write and dep.source_step != USER_SOURCE and self._fires("context_loss", index, dep.path):
+                far = distance_from_end(dep.value, corpus) or 0
+                if far > self.profile.recall_chars:  # visible, but too far back for this model to recall
+                    entry = self._quirk("context_loss", tool=step.name, arg=dep.path, distance_chars=far)
+                    args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"{index}{dep.path}"))
+                    self._bent(index, entry)
         if self._blind is not None and self._blind[0] == index:
             path = self._blind[1]
             gold = _get_path(step.arguments, path)
             system = "\n".join(message_text(m) for m in messages if m.get("role") in ("system", "developer"))
             cured = str(gold) in system
-            self._quirk("blind_spot", cured=cured, tool=step.name, arg=path)
+            entry = self._quirk("blind_spot", cured=cured, tool=step.name, arg=path)
             if not cured:
                 args = _set_path(args, path, wrong_value(gold, f"blind{index}"))
+                self._bent(index, entry)
         if self._fires("slip", index) and args:
             paths = sorted(k for k, v in args.items() if isinstance(v, (str, int, list)) and v not in ("", []))
             if paths:
                 path = paths[choose(len(paths), self.profile.seed, self.task.task_id, self.trial, "slip", index)]
-                self._quirk("slip", tool=step.name, arg=path)
+                entry = self._quirk("slip", tool=step.name, arg=path)
                 args[path] = wrong_value(args[path], f"slip{index}")
+                self._bent(index, entry)
         self.intended[index] = args
         return args
+
+    def _why_unseen(self, dep: Dependency) -> tuple[str, int | None]:
+        """Why a value the model needs is not in the request: `dropped` (it was shown, or the user said
+        it, and the harness no longer sends it), `cut` (the result the model saw lacks it: cut or
+        reformatted by the harness) or `never_obtained` (its lookup failed or never came back), with the
+        entry that bent that lookup's arguments when one did."""
+        if dep.source_step == USER_SOURCE:
+            return "dropped", None
+        seen = self.seen.get(dep.source_step)
+        if seen is None or is_error_text(seen):
+            return "never_obtained", self.bent_by.get(dep.source_step)
+        return ("dropped" if dep.value in seen else "cut"), None
+
+    def _documented(self, tool: str, arg: str, gold: str, bent: str) -> bool:
+        """Whether the request's schema of `tool` shows the form of `arg` (an example or the rule)."""
+        for schema in self.tools:
+            fn = (schema or {}).get("function") or {}
+            if fn.get("name") != tool:
+                continue
+            prop = ((fn.get("parameters") or {}).get("properties") or {}).get(arg.split("[")[0].split(".")[0]) or {}
+            text = f"{prop.get('description', '')} {json.dumps(prop.get('examples', ''))} {prop.get('pattern', '')}"
+            return informs_form(text, gold, bent, "")
+        return False
 
     def _draw_forget(self) -> bool:
         return bool(self.task.communicate_info) and self._fires("forget_communicate", "trial")
@@ -406,8 +447,11 @@ class AgentTrial:
                     if (bend.kind, bend.arg) in self.id_habits:
                         continue
                     self.id_habits.add((bend.kind, bend.arg))
-                    if (pending.bend is None and _get_path(args, bend.arg) == _get_path(step.arguments, bend.arg)
-                            and self._fires(bend.kind, bend.arg)):
+                    gold = _get_path(step.arguments, bend.arg)
+                    factor = (self.profile.documented_format_factor
+                              if self._documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
+                    if (pending.bend is None and _get_path(args, bend.arg) == gold
+                            and self._fires(bend.kind, bend.arg, factor=factor)):
                         pending.bend = bend
                         pending.bend_quirk = self._quirk(bend.kind, tool=step.name, arg=bend.arg)
                         raw = json.dumps(_set_path(args, bend.arg, bend.bent))
@@ -415,7 +459,7 @@ class AgentTrial:
         self.pending = pending
         return self._tool_message(call_id, step.name, raw)
 
-    def _final(self, *, forget: bool) -> dict[str, Any]:
+    def _final(self, messages: list[dict[str, Any]], *, forget: bool) -> dict[str, Any]:
         self.reached_final = True
         prior = self.pending if self.pending is not None and self.pending.kind == "final" else None
         quirk = prior.quirk if prior is not None else None
@@ -426,12 +470,34 @@ class AgentTrial:
         else:
             body = "Thank you for your patience: I have looked into your request."
         if self.task.communicate_info and not forget:
-            body += " For your reference: " + "; ".join(self.task.communicate_info) + "."
+            body += " For your reference: " + "; ".join(self._figures(messages)) + "."
         text = f"{body} {CLOSING_TEXT}"
         self.pending = Pending(kind="final", quirk=quirk, text=text)
         return self._assistant_text(text)
 
-    def _give_up(self, why: str) -> dict[str, Any]:
+    def _figures(self, messages: list[dict[str, Any]]) -> list[str]:
+        """The figures the final answer states: each read from the request (a figure found in no tool
+        result is the model's own computation), guessed wrong when the request lacks it."""
+        corpus = request_corpus(messages)
+        sources = {dep.path: dep for dep in self.task.figures}
+        out = []
+        for k, value in enumerate(self.task.communicate_info):
+            dep = sources.get(f"communicate_info[{k}]")
+            if dep is None or visible(value, corpus, figure=True):
+                out.append(value)
+                continue
+            if k not in self.figure_entries:
+                why, because = self._why_unseen(dep)
+                entry = self._quirk("unseen_value", tool="final_answer", arg=dep.path, why=why,
+                                    **({} if because is None else {"because": because}))
+                self.figure_entries[k] = entry
+                self.effects[entry] = "wrong_figure"
+            out.append(str(wrong_value(value, f"figure{k}")))
+        return out
+
+    def _give_up(self, why: str, entry: int | None = None) -> dict[str, Any]:
+        if entry is not None:
+            self.effects.setdefault(entry, "gave_up")
         text = f"I'm sorry, {why}, so I am unable to complete this request. {CLOSING_TEXT}"
         self.pending = Pending(kind="giveup", text=text)
         return self._assistant_text(text)
@@ -453,11 +519,20 @@ class AgentTrial:
     # -- ground truth ----------------------------------------------------------------------------------
 
     def ground_truth(self) -> dict[str, Any]:
-        """The quirks drawn so far, with `cured` settled for trial-level quirks (read at trial end)."""
+        """The entries drawn so far, with `cured` settled for trial-level quirks, each damaging entry's
+        `effect`, and the trial's `cause` (`sim/causes.py`; read at trial end)."""
         quirks = [dict(q) for q in self.quirks]
         if self.verbose_quirk is not None:
             # the harness let the model run to a closing of its own: the budget allowed the extra calls
             quirks[self.verbose_quirk]["cured"] = self.closed
+        for i, q in enumerate(quirks):
+            effect = self.effects.get(i) or (None if q["cured"] else LATE_EFFECTS.get(q["kind"]))
+            if q["kind"] in ("id_case", "id_prefix") and not q["cured"] and effect is None:
+                step = next((s for s in self.task.plan if s.name == q.get("tool")), None)
+                effect = "wrong_write" if step is not None and step.write else None
+            if effect and not q["cured"]:
+                q["effect"] = effect
+        cause, causes = trial_cause(quirks, closed=self.closed)
         return {"task_id": self.task.task_id, "trial": self.trial, "suite": self.task.suite,
                 "profile": self.profile.name, "agent_requests": self.step, "reached_final": self.reached_final,
-                "quirks": quirks}
+                "closed": self.closed, "quirks": quirks, "cause": cause, "causes": causes}

@@ -15,14 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+#: `Dependency.source_step` of a value the user states in its own words (first turn or when asked).
+USER_SOURCE = -1
+
 
 @dataclass(frozen=True)
 class Dependency:
-    """A write argument whose value the model first saw in an earlier tool result.
+    """A value the model must read in the request before it can send it (an argument or a figure).
 
-    `path` is the argument name, or `name[i]` for an element of a list argument; `value` the gold
-    value as a string; `source_step` the index of the plan step whose result first contains it;
-    `offset` the character offset of the value in that result (how far a truncation must reach).
+    `path` is the argument name, `name[i]` / `a[0].b` inside a list or object argument, or
+    `communicate_info[i]` for a figure of the final answer; `value` the gold value as a string;
+    `source_step` the index of the plan step whose result first contains it, or `USER_SOURCE` (-1)
+    when the user states it; `offset` the character offset of the value in that result (how far a
+    truncation must reach) or in the user's words. A planned value with no `Dependency` is the
+    model's own (a date it converts, a reason it words): it comes from its intent, not the request.
     """
 
     path: str
@@ -43,7 +49,9 @@ class IdBend:
 
 @dataclass(frozen=True)
 class PlanStep:
-    """One tool call of the gold plan. `write` is True for calls that change the environment's state."""
+    """One tool call of the gold plan. `write` is True for calls that change the environment's state;
+    `dependencies` are the argument values the model must read in the request (from the user or an
+    earlier result) to send this call right."""
 
     name: str
     arguments: dict[str, Any]
@@ -71,7 +79,9 @@ class SimTask:
 
     `plan`: ordered tool calls (lookups and gold actions); `communicate_info`: values the agent must
     state in its final answer (τ²'s communicate check: case-insensitive substring, commas removed);
-    `extra`: anything else a suite wants to pass to its own policies (not read by the generic server).
+    `figures`: the `Dependency` of each communicate_info value found in a tool result of the plan
+    (a figure found nowhere is computed by the model); `extra`: anything else a suite wants to pass to
+    its own policies (not read by the generic server).
     """
 
     suite: str
@@ -79,6 +89,7 @@ class SimTask:
     plan: tuple[PlanStep, ...]
     scenario: Scenario
     communicate_info: tuple[str, ...] = ()
+    figures: tuple[Dependency, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

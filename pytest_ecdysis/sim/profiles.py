@@ -4,11 +4,14 @@ A profile is a small JSON data file, `pytest_ecdysis/sim/profiles/<name>.json`:
 
     {"schema_version": 1, "name": "default", "description": "...", "seed": 20260311,
      "difficulty": {"distribution": "beta", "a": 0.6, "b": 0.6},   # or {"distribution": "fixed", "value": 0.5}
-     "long_task_min_steps": 7,
+     "long_task_min_steps": 7, "noise": 0.35, "recall_chars": 6000, "documented_format_factor": 0.5,
      "quirks": {"id_case": {"rate": 0.15}, ..., "blind_spot": {"task_rate": 0.15, "rate": 0.85}}}
 
 Every draw is a pure function of `(profile seed, suite, task, trial, what, where)` through sha256, so the
-same inputs give the same trajectory in any process (no `hash()`, no global random state). A per-task
+same inputs give the same trajectory in any process (no `hash()`, no global random state). A share
+`noise` of the draws (chosen per draw site, from the same inputs) also depends on a run nonce: fresh per
+run unless the run fixes it, so reruns of one harness vary as real models' do; with the nonce fixed,
+runs are byte-identical. A per-task
 latent difficulty `d ~ Beta(a, b)` multiplies every rate except `blind_spot` by `2*d` (mean 1): trials
 of one task are correlated, and pass^k falls the way real models' does (shared/data/tau2-failure-modes.md,
 "Consistency across trials"). Extra profiles can live outside the package: `ECDYSIS_SIM_PROFILES`
@@ -45,6 +48,13 @@ QUIRK_ORIGINS: dict[str, str] = {
     "slip": "model",
 }
 
+#: Ground-truth entries that are no profile quirk: the harness itself made the trial fail (a value it
+#: cut, dropped or never obtained; its own limit ended the conversation).
+HARNESS_ENTRIES: dict[str, str] = {"unseen_value": "harness", "harness_limit": "harness"}
+
+#: Origin of every kind a ground-truth line may carry.
+GROUND_TRUTH_ORIGINS: dict[str, str] = {**QUIRK_ORIGINS, **HARNESS_ENTRIES}
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -58,6 +68,9 @@ class Profile:
     difficulty_b: float = 1.0
     difficulty_fixed: float | None = None  # every task has this difficulty (tests, controlled worlds)
     long_task_min_steps: int = 7
+    noise: float = 0.0  # share of draws that also depend on the run nonce (run-to-run variation)
+    recall_chars: int = 6000  # context_loss fires only for a value further back than this in the request
+    documented_format_factor: float = 0.5  # id-habit rate multiplier when the schema shows the id's form
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -149,6 +162,15 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
     long_min = data.get("long_task_min_steps", 7)
     if not isinstance(long_min, int) or long_min < 1:
         raise _bad(source, "'long_task_min_steps' must be a positive integer")
+    shares = {}
+    for key, default in (("noise", 0.0), ("documented_format_factor", 0.5)):
+        value = data.get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise _bad(source, f"{key!r} must be a number in [0, 1], got {value!r}")
+        shares[key] = float(value)
+    recall = data.get("recall_chars", 6000)
+    if not isinstance(recall, int) or isinstance(recall, bool) or recall < 0:
+        raise _bad(source, f"'recall_chars' must be an integer >= 0, got {recall!r}")
     return Profile(
         name=str(data["name"]),
         seed=data["seed"],
@@ -158,6 +180,9 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
         difficulty_b=float(b),
         difficulty_fixed=None if fixed is None else float(fixed),
         long_task_min_steps=long_min,
+        noise=shares["noise"],
+        recall_chars=recall,
+        documented_format_factor=shares["documented_format_factor"],
         description=str(data.get("description", "")),
         raw=data,
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from .profiles import Profile, known_profiles, load_profile
 from .user import UserTrial
 
 TRIAL_HEADER = "X-Ecdysis-Trial"
+ENV_NONCE = "ECDYSIS_SIM_NONCE"
 ROLE_HEADER = "X-Ecdysis-Role"
 TRIAL_ROLES = ("agent", "user")
 DIAGNOSIS_ROLES = ("analyst", "critic", "engineer", "moderator", "editor")
@@ -81,6 +83,7 @@ class TrialState:
     suite: str
     task_id: str
     trial: int
+    run_id: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
     agent: AgentTrial | None = None
     user: UserTrial | None = None
@@ -104,12 +107,16 @@ class SimModel:
     """The simulated model behind the HTTP layer (usable without HTTP, e.g. in benchmarks).
 
     `knowledge`: `{suite: SimKnowledge}`; None loads the installed suites' providers on first use.
+    `nonce`: the run nonce of the profiles' noisy draws; None reads `ECDYSIS_SIM_NONCE`, and when that
+    is unset too each run id (the first part of the trial header) is its own nonce: every run and
+    validation sub-run varies, as a real model's reruns do. Fix it for byte-identical runs.
     """
 
     def __init__(self, *, default_profile: str = "default", latency_s: float = 0.0,
-                 knowledge: dict[str, SimKnowledge] | None = None) -> None:
+                 knowledge: dict[str, SimKnowledge] | None = None, nonce: str | None = None) -> None:
         self.default_profile = load_profile(default_profile).name  # UsageError for an unknown one
         self.latency_s = latency_s
+        self.nonce = nonce if nonce is not None else (os.environ.get(ENV_NONCE) or None)
         self._knowledge = knowledge
         self._lock = threading.Lock()
         self._trials: dict[str, TrialState] = {}
@@ -148,10 +155,11 @@ class SimModel:
             state = self._trials.get(header)
         if state is not None:
             return state
-        _, suite, task_id, trial = parse_trial(header)
+        run_id, suite, task_id, trial = parse_trial(header)
         self.sim_task(suite, task_id)  # an unknown suite or task is a 400 before any state is kept
         with self._lock:
-            return self._trials.setdefault(header, TrialState(suite=suite, task_id=task_id, trial=trial))
+            return self._trials.setdefault(header, TrialState(suite=suite, task_id=task_id, trial=trial,
+                                                              run_id=run_id))
 
     def sim_task(self, suite: str, task_id: str) -> Any:
         providers = self.knowledge()
@@ -190,7 +198,8 @@ class SimModel:
             role = "agent"
         if role in TRIAL_ROLES:
             state = self.trial_state(trial_header)
-            message = self._trial_reply(state, role, profile, messages)
+            tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+            message = self._trial_reply(state, role, profile, messages, tools)
         elif role in ROLE_HANDLERS:
             try:
                 text = ROLE_HANDLERS[role](role, body)
@@ -205,14 +214,14 @@ class SimModel:
         return _completion(str(model), message, messages)
 
     def _trial_reply(self, state: TrialState, role: str, profile: Profile,
-                     messages: list[dict[str, Any]]) -> dict[str, Any]:
+                     messages: list[dict[str, Any]], tools: list[Any] | None = None) -> dict[str, Any]:
         task = self.sim_task(state.suite, state.task_id)
         with state.lock:
             if role == "agent":
                 if state.agent is None:
-                    state.agent = AgentTrial(task, profile, state.trial)
+                    state.agent = AgentTrial(task, profile, state.trial, nonce=self.nonce or state.run_id)
                     state.agent.user_texts = state.user_texts
-                return state.agent.respond(messages)
+                return state.agent.respond(messages, tools)
             if state.user is None:
                 state.user = UserTrial(task)
             text = state.user.respond(messages)
@@ -230,7 +239,8 @@ class SimModel:
             if state.agent is not None:
                 return state.agent.ground_truth()
         return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None,
-                "agent_requests": 0, "reached_final": False, "quirks": []}
+                "agent_requests": 0, "reached_final": False, "closed": False, "quirks": [], "cause": None,
+                "causes": []}
 
 
 def _completion(model: str, message: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -353,13 +363,13 @@ def make_server(model: SimModel, port: int = 0) -> ThreadingHTTPServer:
 
 
 def start_background(latency_s: float = 0.0, port: int = 0, default_profile: str = "default",
-                     knowledge: dict[str, SimKnowledge] | None = None) -> SimServerHandle:
+                     knowledge: dict[str, SimKnowledge] | None = None, nonce: str | None = None) -> SimServerHandle:
     """Start the server in a daemon thread; returns a handle with `.url` and `.stop()`.
 
-    `latency_s`: fixed delay in seconds added to every completion. Raises `UsageError` for a port in
-    use or an unknown default profile.
+    `latency_s`: fixed delay in seconds added to every completion; `nonce`: see `SimModel`. Raises
+    `UsageError` for a port in use or an unknown default profile.
     """
-    model = SimModel(default_profile=default_profile, latency_s=latency_s, knowledge=knowledge)
+    model = SimModel(default_profile=default_profile, latency_s=latency_s, knowledge=knowledge, nonce=nonce)
     httpd = make_server(model, port)
     thread = threading.Thread(target=httpd.serve_forever, name="ecdysis-sim", daemon=True)
     thread.start()

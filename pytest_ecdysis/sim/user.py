@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .agent import message_text
 from .knowledge import SimTask
+from .reading import message_text
 
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"

@@ -7,9 +7,10 @@ repository:
   makes before a write and τ²'s airline gold omits (`get_user_details` of the user, the
   `get_reservation_details` / `get_order_details` of the object written), marked `gold=False`;
 - the plan is replayed on a fresh environment (the task's initial state applied) to get each call's
-  result text exactly as τ² serialises it; a write argument whose value the user never states and that
-  first appears in an earlier result is a `Dependency` (with its character offset in that result, which
-  is what a truncating harness cuts);
+  result text exactly as τ² serialises it; every id-like argument value is a `Dependency` on where the
+  model reads it: the user's words (reason for the call, known info) or the first earlier result that
+  contains it (with its character offset there, which is what a truncating harness cuts); the same
+  for each `communicate_info` figure found in a result (`SimTask.figures`);
 - how quirks bend τ² ids (`ID_BENDS`): airline reservation ids lower-cased and user ids title-cased
   (`id_case`), payment method ids with a trailing space (`id_case`), retail order ids lower-cased
   (`id_case`) or without their `#` (`id_prefix`);
@@ -26,7 +27,16 @@ import re
 import threading
 from typing import Any
 
-from pytest_ecdysis.sim.knowledge import Dependency, IdBend, PlanStep, Scenario, SimTask, id_like, leaves
+from pytest_ecdysis.sim.knowledge import (
+    USER_SOURCE,
+    Dependency,
+    IdBend,
+    PlanStep,
+    Scenario,
+    SimTask,
+    id_like,
+    leaves,
+)
 
 from .suite import SUITE_NAMES, all_tasks, get_environment
 from .tau2lib import load_tau2
@@ -98,19 +108,12 @@ class Tau2Knowledge:
         # Writes are not executed: the shared environment stays pristine, and a write's own result
         # is never where a later argument comes from in τ²'s gold plans.
         results = ["" if name in writes else self._run(env, name, args) for name, args, _ in calls]
-        said = " ".join([scenario.reason_for_call, scenario.known_info, scenario.task_instructions]).lower()
+        spoken = " ".join([scenario.reason_for_call, scenario.known_info])  # what the simulated user says
+        instructions = scenario.task_instructions.lower()
         plan = []
         for i, (name, args, is_gold) in enumerate(calls):
-            deps = []
-            if name in writes:
-                for path, value in leaves(args):
-                    if not id_like(value) or value.lower() in said:
-                        continue
-                    for j in range(i):
-                        offset = results[j].find(value)
-                        if offset >= 0:
-                            deps.append(Dependency(path=path, value=value, source_step=j, offset=offset))
-                            break
+            deps = tuple(dep for path, value in leaves(args) if id_like(value)
+                         for dep in [_source(path, value, spoken, instructions, results[:i])] if dep is not None)
             bends = tuple(
                 IdBend(kind=kind, arg=arg, bent=fn(args[arg]))
                 for arg, rules in ID_BENDS[self.domain].items()
@@ -118,9 +121,12 @@ class Tau2Knowledge:
                 for kind, fn in rules
             )
             plan.append(PlanStep(name=name, arguments=args, write=name in writes, gold=is_gold,
-                                 dependencies=tuple(deps), id_bends=bends, result_chars=len(results[i])))
+                                 dependencies=deps, id_bends=bends, result_chars=len(results[i])))
+        info = tuple(str(c) for c in (criteria.communicate_info or [])) if criteria else ()
+        figures = tuple(dep for k, value in enumerate(info)
+                        for dep in [_source(f"communicate_info[{k}]", value, "", "", results, loose=True)] if dep is not None)
         return SimTask(suite=self.suite, task_id=str(task.id), plan=tuple(plan), scenario=scenario,
-                       communicate_info=tuple(str(c) for c in (criteria.communicate_info or [])) if criteria else ())
+                       communicate_info=info, figures=figures)
 
     def _environment(self, task: Any) -> Any:
         """The shared pristine environment, or a fresh one with the task's initial state applied."""
@@ -172,6 +178,25 @@ class Tau2Knowledge:
         t = load_tau2()
         message = env.get_response(t.ToolCall(id="sim", name=name, arguments=args, requestor="assistant"))
         return str(message.content or "")
+
+
+def _source(path: str, value: str, spoken: str, instructions: str, results: list[str],
+            loose: bool = False) -> Dependency | None:
+    """Where the model reads `value`: the user's words, else the first earlier result containing it
+    (exactly; with `loose`, case-insensitively and commas removed, as τ²'s communicate check compares a
+    figure); None when neither has it (the model's own value, or one only the user's hidden
+    instructions know: taken from intent)."""
+    if value in spoken:
+        return Dependency(path=path, value=value, source_step=USER_SOURCE, offset=spoken.index(value))
+    if value.lower() in instructions:
+        return None
+    fold = (lambda text: text.lower().replace(",", "")) if loose else (lambda text: text)
+    needle = fold(value)
+    for j, result in enumerate(results):
+        offset = fold(result).find(needle)
+        if offset >= 0:
+            return Dependency(path=path, value=value, source_step=j, offset=offset)
+    return None
 
 
 @functools.lru_cache(maxsize=1)

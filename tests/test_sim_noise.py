@@ -1,0 +1,74 @@
+"""Run-to-run noise of the simulated model: a share of draws depends on a run nonce; with the nonce
+fixed, runs are identical whatever their run ids; without it, each run id is its own nonce."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sim_toy import ToyHarness, ToyKnowledge, write_profile
+
+from pytest_ecdysis.sim.client import fetch_ground_truth
+from pytest_ecdysis.sim.server import start_background
+
+QUIRKS = {"id_case": {"rate": 0.5}, "early_end": {"rate": 0.5}, "forget_communicate": {"rate": 0.5},
+          "repeat_after_error": {"rate": 0.5}, "slip": {"rate": 0.2}}
+
+
+def noisy_profile(tmp_path, noise: float) -> str:
+    model = write_profile(tmp_path, "noisy", QUIRKS)
+    path = tmp_path / "noisy.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "noise": noise}))
+    return model
+
+
+def outcomes(url: str, model: str, run_id: str, trials: int = 6) -> list[tuple]:
+    """(messages, ground truth) of `trials` trials of toy task 1 under run id `run_id`."""
+    out = []
+    for trial in range(trials):
+        header = f"{run_id}/toy/1/{trial}"
+        result = ToyHarness(truncate_at=None).run(url, header, model=model)
+        truth = fetch_ground_truth(url, header)
+        out.append((json.dumps(result["messages"]), json.dumps(truth, sort_keys=True)))
+    return out
+
+
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path))
+    monkeypatch.delenv("ECDYSIS_SIM_NONCE", raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("nonce", "noise", "same"), [("fixed", 1.0, True), (None, 1.0, False), (None, 0.0, True)])
+def test_runs_vary_by_nonce_only_where_the_profile_has_noise(profiles, nonce, noise, same):
+    """Two runs (run ids `a` and `b`) of the same harness: identical with a fixed nonce or without noise;
+    with noise and no fixed nonce (each run id its own nonce), some trial differs."""
+    model = noisy_profile(profiles, noise)
+    handle = start_background(knowledge={"toy": ToyKnowledge()}, nonce=nonce)
+    try:
+        first, second = outcomes(handle.url, model, "a"), outcomes(handle.url, model, "b")
+    finally:
+        handle.stop()
+    assert (first == second) is same
+
+
+def test_the_nonce_is_read_from_the_environment(profiles, monkeypatch):
+    """ECDYSIS_SIM_NONCE fixes the nonce of a server started without one (tests and CI set it)."""
+    model = noisy_profile(profiles, 1.0)
+    monkeypatch.setenv("ECDYSIS_SIM_NONCE", "ci")
+    handle = start_background(knowledge={"toy": ToyKnowledge()})
+    try:
+        assert handle.model.nonce == "ci"
+        assert outcomes(handle.url, model, "a", 3) == outcomes(handle.url, model, "b", 3)
+    finally:
+        handle.stop()
+
+
+def test_noise_must_be_a_share(profiles):
+    """A noise outside [0, 1] is a usage error naming the field."""
+    from pytest_ecdysis.errors import UsageError
+    from pytest_ecdysis.sim.profiles import parse_profile
+
+    with pytest.raises(UsageError, match="'noise' must be a number in \\[0, 1\\]"):
+        parse_profile({"name": "x", "seed": 1, "quirks": {}, "noise": 2})
