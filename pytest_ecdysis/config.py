@@ -62,6 +62,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("gate-max-regressions", "allowed number of tasks solved in the baseline and not now "
            "(default: not checked)"),
     Option("sim-latency", "fixed delay in seconds per simulated completion (default: 0)", default="0"),
+    Option("sim-nonce", "run nonce of the simulated model's noisy draws; fix it for identical reruns "
+           "(default: env ECDYSIS_SIM_NONCE, else fresh per run and validation sub-run)"),
+    Option("self-evolution-cap", "specs the self-evolution strategy patches per round, each with an editor call "
+           "and a validation sub-run (default: 5)", default="5"),
     Option("evidence", "which failure records diagnosis sees: 'all' or 'failure-aware:N' (default: all)",
            default="all"),
     Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
@@ -125,6 +129,8 @@ class EcdysisConfig:
     test_models: tuple[str, ...]
     rootdir: Path
     html: Path | None = None
+    sim_nonce: str | None = None
+    self_evolution_cap: int = 5
 
     @property
     def uses_sim(self) -> bool:
@@ -259,4 +265,16 @@ def read_config(config: Any) -> EcdysisConfig:
         test_models=test_models,
         rootdir=Path(str(config.rootpath)),
         html=html,
+        sim_nonce=_nonce(raw["sim-nonce"]),
+        self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
     )
+
+
+def _nonce(value: Any) -> str | None:
+    """`--ecdysis-sim-nonce`: any non-blank text, else None (unset)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text:
+        raise UsageError(f"--ecdysis-sim-nonce must be a non-blank text (e.g. --ecdysis-sim-nonce ci), got {value!r}")
+    return text

@@ -11,9 +11,10 @@
         score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
         accept iff score_after > score_before (strictly): commit in the worktree; it becomes the incumbent
         (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
-         in order, each on the incumbent the previous step left; at most MAX_INSTANCE_STEPS specs a round)
+         in order, each on the incumbent the previous step left; at most --ecdysis-self-evolution-cap a round)
     branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
     score start and frozen harness on the test split (`--ecdysis-test-trials`), and per `--ecdysis-test-model`
+    under the simulated model: the validity of each accepted edit from the ground truth (`sim/validity.py`)
 
 Files (docs/internals.md): `<run>/evolution.json` (also the checkpoint: finished rounds, the incumbent, the
 stage reached), `<run>/rounds/<n>/{spec.json, transcript.jsonl, candidate.diff, decision.json}` plus the
@@ -107,6 +108,7 @@ class Evolution:
                     break
             self.make_branch()
             score_test(self)
+            self.measure_validity()
         except KeyboardInterrupt:
             self.checkpoint()
             self.say(f"interrupted: resume with --ecdysis-resume {self.state.run_id}")
@@ -238,6 +240,16 @@ class Evolution:
                  f"checkout, index and current branch were not touched{note}. View: {self.doc['diff_command']}")
         self.checkpoint()
 
+    def measure_validity(self) -> None:
+        """Under the simulated model: join each accepted edit's flips with the ground truth (`sim/validity.py`),
+        record `validity` in `evolution.json` and print the accommodation ratio t."""
+        from .sim.validity import evolution_validity, summary_line
+
+        validity = evolution_validity(self.doc, self.dir)
+        if validity is not None:
+            self.doc["validity"] = validity
+            self.say(summary_line(validity))
+
     def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
                overrides: dict[str, str | None] | None = None) -> SubRun:
         """A validation sub-run of the session's suite on `harness_dir` (see `validate.run_suite`)."""
@@ -269,6 +281,7 @@ class Evolution:
         doc = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
                "split": self.cfg.split, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
                "editor": self.cfg.editor, "model": self.cfg.model, "harness": str(self.harness_dir),
+               "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
                "status": "running", "start": start, "incumbent": dict(start), "rounds": [], "branch": None,
                "test": None, "wall_s": 0.0, "run_path": str(self.dir)}
         write_json(path, doc)

@@ -39,7 +39,9 @@ class FinalTable:
 def summary_lines(doc: dict[str, Any]) -> list[str]:
     """The final table of an evolution (terminal): per round score before/after, outcome, pass^k, flips,
     editor calls, tokens, wall-clock; then test scores side by side, and the branch."""
-    out = ["", f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}, "
+    cap = (f", at most {doc['self_evolution_cap']} specs a round" if doc.get("strategy") == "self-evolution"
+           and doc.get("self_evolution_cap") else "")
+    out = ["", f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}{cap}, "
            f"editor {doc.get('editor')})",
            f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'edits':>5}  "
            f"{'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)"]
@@ -61,6 +63,10 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         for model, slot in (test.get("transfer") or {}).items():
             if slot.get("start") and slot.get("frozen"):
                 out.append(f"  with {model}:  start {score_line(slot['start'])}   frozen {score_line(slot['frozen'])}")
+    if doc.get("validity"):
+        from .sim.validity import summary_line
+
+        out.append(summary_line(doc["validity"]))
     if doc.get("branch"):
         out.append(f"branch {doc['branch']}; view its diff: {doc.get('diff_command')}")
     else:

@@ -105,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if cfg.uses_sim and not state.sim_url:
             from .sim.server import start_background
 
-            state.sim_server = start_background(latency_s=cfg.sim_latency_s)
+            state.sim_server = start_background(latency_s=cfg.sim_latency_s, nonce=cfg.sim_nonce)
             state.sim_url = state.sim_server.url
             os.environ[ENV_SIM_URL] = state.sim_url
             # printed at session start: the terminal reporter does not exist yet at tryfirst configure

@@ -19,6 +19,8 @@ BAD_OPTIONS = [
     (["--ecdysis-harness", "no_such_harness"], "is neither a directory nor a registered harness name"),
     (["--ecdysis-evolve", "--ecdysis-split", "test"], "the test split is held out"),
     (["--ecdysis-html", "."], "--ecdysis-html . is a directory; pass the page's file name"),
+    (["--ecdysis-self-evolution-cap", "0"], "--ecdysis-self-evolution-cap must be an integer >= 1"),
+    (["--ecdysis-sim-nonce", " "], "--ecdysis-sim-nonce must be a non-blank text"),
 ]
 
 

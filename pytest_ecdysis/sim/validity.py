@@ -1,0 +1,192 @@
+"""Measured validity of accepted edits under the simulated model (issue 14, item 5).
+
+For every accepted edit, the tasks it flipped from failed to solved are joined with the ground truth of
+the run before and the run after (`sim/ground_truth.jsonl`, one line per trial with `failed`, `quirks`
+and `cause`, see `sim/causes.py`):
+
+- each failed trial before contributes its cause (`kind`, `origin`);
+- after the edit, that cause is `cured` (an entry of that kind marked cured; for a harness-origin cause,
+  no such entry any more: the harness now shows the value, or its limit no longer ends the trial),
+  `not_drawn` (a model quirk that simply did not fire this time: the flip came from the draws, not the
+  edit), or `still_present`.
+
+An edit is a **systematic fix** when it cured a harness-curable cause (origin `systematic` or `harness`)
+on at least two tasks, or a cause of a kind also cured on the held-out test split (start -> frozen); an
+**accommodation** when it cured something but only a model-origin cause or on one task; **noise** when
+no cure stands behind any of its flips. The accommodation ratio `t` is the share of accepted edits that
+are not systematic fixes. On a profile with no harness-curable quirk kind, every accepted edit that is
+not a systematic fix (of a harness-origin defect) is a **false acceptance**.
+
+Pure functions over ground-truth lines, plus `evolution_validity`, which reads an evolution's run
+directory (`evolution.json` as a dict, round and step `validation.json` files). Only the controller's
+report calls it, after the run; nothing here feeds back into diagnosis or acceptance.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .client import read_ground_truth
+from .profiles import QUIRK_ORIGINS, load_profile
+
+#: Origins a harness change can cure (`sim/profiles.py`: profile quirks and harness-made failures).
+CURABLE_ORIGINS = ("systematic", "harness")
+SYSTEMATIC_MIN_TASKS = 2
+
+
+def task_key(line: dict[str, Any]) -> str:
+    """`<suite>/<task_id>`, the key `validate.flips` uses."""
+    return f"{line['suite']}/{line['task_id']}" if line.get("suite") else str(line["task_id"])
+
+
+def failure_causes(lines: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Task key -> the causes (`kind`, `origin`) of its failed trials, one per kind. A line without a
+    `cause` field (older ground truth) falls back to its uncured entries."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        if not line.get("failed"):
+            continue
+        if "cause" in line:
+            found = [line["cause"]] if line["cause"] else []
+        else:
+            found = [q for q in line.get("quirks", []) if not q.get("cured")]
+        bucket = out.setdefault(task_key(line), [])
+        for c in found:
+            if c["kind"] not in {b["kind"] for b in bucket}:
+                bucket.append({"kind": c["kind"], "origin": c["origin"]})
+    return out
+
+
+def cure_status(cause: dict[str, Any], after: list[dict[str, Any]]) -> str:
+    """`cured`, `not_drawn` or `still_present`: what became of a cause in the task's trials after the edit."""
+    kind, origin = cause["kind"], cause["origin"]
+    if kind == "harness_limit":
+        return "cured" if after and all(line.get("closed", True) for line in after) else "still_present"
+    entries = [q for line in after for q in line.get("quirks", []) if q["kind"] == kind]
+    if any(q.get("cured") for q in entries):
+        return "cured"
+    if not entries:
+        return "cured" if origin == "harness" else "not_drawn"
+    if any(q.get("effect") for q in entries):
+        return "still_present"  # it still did harm, and the trial passed anyway: not the edit's doing
+    return "not_drawn"  # it fired and did no harm this time: the draws, not the edit
+
+
+def edit_cures(before: list[dict[str, Any]], after: list[dict[str, Any]], gained: Iterable[str]) -> list[dict[str, Any]]:
+    """For each task the edit flipped from failed to solved, each cause of its failures before and what
+    became of it after: `[{"task", "kind", "origin", "status"}]`."""
+    causes = failure_causes(before)
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for line in after:
+        by_task.setdefault(task_key(line), []).append(line)
+    out = []
+    for task in sorted(gained):
+        for cause in causes.get(task, []):
+            out.append({"task": task, **cause, "status": cure_status(cause, by_task.get(task, []))})
+    return out
+
+
+def classify(cures: list[dict[str, Any]], held_out_kinds: Iterable[str] = ()) -> str:
+    """`systematic_fix`, `accommodation` or `noise` for one accepted edit (module docstring)."""
+    cured = [c for c in cures if c["status"] == "cured"]
+    curable = [c for c in cured if c["origin"] in CURABLE_ORIGINS]
+    if len({c["task"] for c in curable}) >= SYSTEMATIC_MIN_TASKS or {c["kind"] for c in curable} & set(held_out_kinds):
+        return "systematic_fix"
+    return "accommodation" if cured else "noise"
+
+
+def ratio(classes: list[str]) -> float | None:
+    """The accommodation ratio t: accepted edits that are not systematic fixes / accepted edits (None
+    without an accepted edit)."""
+    return None if not classes else round(sum(c != "systematic_fix" for c in classes) / len(classes), 4)
+
+
+def has_curable_quirks(profile: str | None) -> bool | None:
+    """Whether a profile has any systematic quirk kind at a rate above 0 (None when unknown)."""
+    if not profile:
+        return None
+    try:
+        p = load_profile(profile)
+    except Exception:  # a profile not installed here: unknown, not an error of the report
+        return None
+    return any(p.rate(k) > 0 for k, origin in QUIRK_ORIGINS.items() if origin == "systematic")
+
+
+def summarise(edits: list[dict[str, Any]], profile: str | None, curable: bool | None,
+              held_out_kinds: Iterable[str] = ()) -> dict[str, Any]:
+    """The `validity` object of `evolution.json` from the classified edits."""
+    classes = [e["class"] for e in edits]
+    false = None if curable is None else (0 if curable else sum(c != "systematic_fix" for c in classes))
+    return {"source": "simulated model ground truth", "profile": profile, "profile_has_curable_quirks": curable,
+            "accepted_edits": len(edits), "systematic_fixes": classes.count("systematic_fix"),
+            "accommodations": classes.count("accommodation"), "noise": classes.count("noise"),
+            "t": ratio(classes), "false_acceptances": false, "held_out_kinds": sorted(set(held_out_kinds)),
+            "edits": edits}
+
+
+def summary_line(validity: dict[str, Any]) -> str:
+    """One printed line: counts, t and false acceptances."""
+    t = validity.get("t")
+    fa = validity.get("false_acceptances")
+    return (f"validity (simulated ground truth, profile {validity.get('profile')}): "
+            f"{validity['accepted_edits']} accepted edit(s): {validity['systematic_fixes']} systematic fix(es), "
+            f"{validity['accommodations']} accommodation(s), {validity['noise']} on noise; "
+            f"accommodation ratio t = {'-' if t is None else f'{t:.2f}'}"
+            + ("" if fa is None else f"; false acceptances {fa}"))
+
+
+# --- reading an evolution run ------------------------------------------------------------------------
+
+def _run_path(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("run_path")
+    except (OSError, ValueError):
+        return None
+
+
+def accepted_edits(doc: dict[str, Any], run_dir: Path) -> list[dict[str, Any]]:
+    """`[{"round", "step", "before", "after", "gained"}]` for every accepted round or self-evolution step,
+    in order, with the run paths of the incumbent before and of the validated candidate after."""
+    current = doc["start"]["run_path"]
+    out = []
+    for row in doc.get("rounds", []):
+        n = row["round"]
+        units = ([(st, run_dir / "rounds" / str(n) / "steps" / str(st["step"])) for st in row["steps"]]
+                 if row.get("steps") else [(row, run_dir / "rounds" / str(n))])
+        for unit, udir in units:
+            if not unit.get("accepted"):
+                continue
+            after = _run_path(udir / "validation.json")
+            if after is None:
+                continue
+            out.append({"round": n, "step": unit.get("step") if row.get("steps") else None, "before": current,
+                        "after": after, "gained": (unit.get("flips") or {}).get("failed_to_solved", [])})
+            current = after
+    return out
+
+
+def evolution_validity(doc: dict[str, Any], run_dir: str | Path) -> dict[str, Any] | None:
+    """The `validity` object of an evolution run, or None when its start run has no simulated ground truth
+    (a real model: nothing to measure against)."""
+    run_dir = Path(run_dir)
+    start = read_ground_truth(doc["start"]["run_path"])
+    if not start:
+        return None
+    profile = next((line.get("profile") for line in start if line.get("profile")), None)
+    held_out: set[str] = set()
+    test = doc.get("test") or {}
+    if (test.get("start") or {}).get("run_path") and (test.get("frozen") or {}).get("run_path"):
+        t_before, t_after = read_ground_truth(test["start"]["run_path"]), read_ground_truth(test["frozen"]["run_path"])
+        failed_before = set(failure_causes(t_before))
+        failing_after = {task_key(x) for x in t_after if x.get("failed")}
+        held_out = {c["kind"] for c in edit_cures(t_before, t_after, failed_before - failing_after)
+                    if c["status"] == "cured" and c["origin"] in CURABLE_ORIGINS}
+    edits = []
+    for e in accepted_edits(doc, run_dir):
+        cures = edit_cures(read_ground_truth(e["before"]), read_ground_truth(e["after"]), e["gained"])
+        edits.append({"round": e["round"], "step": e["step"], "class": classify(cures, held_out),
+                      "gained": e["gained"], "cures": cures})
+    return summarise(edits, profile, has_curable_quirks(profile), held_out)

@@ -1,0 +1,117 @@
+"""Measured validity of accepted edits (sim/validity.py) on scripted ground truths: which causes an
+edit cured on which tasks, systematic fix vs accommodation vs noise, the ratio t, false acceptances."""
+
+from __future__ import annotations
+
+import json
+
+from pytest_ecdysis.sim.client import write_ground_truth
+from pytest_ecdysis.sim.validity import (
+    classify,
+    edit_cures,
+    evolution_validity,
+    has_curable_quirks,
+    ratio,
+    summarise,
+    summary_line,
+)
+
+S = "tau2-airline"
+
+
+def line(task, failed, quirks=(), cause=None, closed=True, trial=0):
+    return {"suite": S, "task_id": task, "trial": trial, "failed": failed, "closed": closed, "quirks": list(quirks),
+            "cause": cause, "causes": [cause] if cause else [], "profile": "default"}
+
+
+def q(kind, origin, cured=False, effect=None):
+    return {"kind": kind, "origin": origin, "step": 1, "cured": cured, **({"effect": effect} if effect else {})}
+
+
+def unseen(task):
+    return line(task, True, [q("unseen_value", "harness", effect="wrong_write")],
+                {"kind": "unseen_value", "origin": "harness", "entry": 0})
+
+
+def test_a_harness_defect_cured_on_two_tasks_is_a_systematic_fix():
+    """A value cut on tasks 1 and 2 before; after the edit neither trial misses it and both pass."""
+    cures = edit_cures([unseen("1"), unseen("2")], [line("1", False), line("2", False)], [f"{S}/1", f"{S}/2"])
+    assert [c["status"] for c in cures] == ["cured", "cured"]
+    assert classify(cures) == "systematic_fix"
+
+
+def test_a_cure_on_one_task_or_of_a_model_quirk_is_an_accommodation():
+    """early_end cured on one task only, or a blind spot cured by a rule naming its value: accommodation;
+    the same one-task cure of a kind also cured on the held-out split: systematic."""
+    before = [line("1", True, [q("early_end", "systematic", effect="ended_early")],
+                   {"kind": "early_end", "origin": "systematic", "entry": 0})]
+    after = [line("1", False, [q("early_end", "systematic", cured=True)])]
+    one = edit_cures(before, after, [f"{S}/1"])
+    assert classify(one) == "accommodation"
+    assert classify(one, held_out_kinds={"early_end"}) == "systematic_fix"
+    blind_before = [line(t, True, [q("blind_spot", "model", effect="wrong_write")],
+                         {"kind": "blind_spot", "origin": "model", "entry": 0}) for t in ("1", "2")]
+    blind_after = [line(t, False, [q("blind_spot", "model", cured=True)]) for t in ("1", "2")]
+    assert classify(edit_cures(blind_before, blind_after, [f"{S}/1", f"{S}/2"])) == "accommodation"
+
+
+def test_a_flip_with_no_cure_behind_it_is_noise():
+    """A slip that simply did not fire again (or a quirk that fired and did no harm): the gain is the draws'."""
+    before = [line("1", True, [q("slip", "model", effect="wrong_write")], {"kind": "slip", "origin": "model", "entry": 0}),
+              line("2", True, [q("early_end", "systematic", effect="ended_early")],
+                   {"kind": "early_end", "origin": "systematic", "entry": 0})]
+    after = [line("1", False), line("2", False, [q("early_end", "systematic")])]
+    cures = edit_cures(before, after, [f"{S}/1", f"{S}/2"])
+    assert [c["status"] for c in cures] == ["not_drawn", "not_drawn"]
+    assert classify(cures) == "noise"
+
+
+def test_a_harness_limit_is_cured_when_every_trial_closes():
+    before = [line(t, True, [], {"kind": "harness_limit", "origin": "harness", "entry": None}, closed=False)
+              for t in ("1", "2")]
+    cures = edit_cures(before, [line("1", False), line("2", False)], [f"{S}/1", f"{S}/2"])
+    assert classify(cures) == "systematic_fix"
+    assert edit_cures(before, [line("1", False, closed=False)], [f"{S}/1"])[0]["status"] == "still_present"
+
+
+def test_ratio_t_and_false_acceptances():
+    """t = edits that are not systematic fixes / accepted edits; on a profile without curable quirks those
+    are false acceptances, on one with them none are."""
+    classes = ["systematic_fix", "accommodation", "noise"]
+    assert ratio(classes) == 0.6667 and ratio([]) is None
+    edits = [{"class": c} for c in classes]
+    assert summarise(edits, "noop", curable=False)["false_acceptances"] == 2
+    assert summarise(edits, "default", curable=True)["false_acceptances"] == 0
+    assert summarise(edits, None, curable=None)["false_acceptances"] is None
+    text = summary_line(summarise(edits, "noop", curable=False))
+    assert "t = 0.67" in text and "false acceptances 2" in text
+    assert has_curable_quirks("noop") is False and has_curable_quirks("default") is True
+
+
+def test_evolution_validity_joins_every_accepted_round_and_step_with_its_runs(tmp_path):
+    """A plain accepted round (cures a cut value on two tasks) and a self-evolution round whose second step
+    was accepted (a blind spot): one systematic fix, one accommodation, t = 0.5; no ground truth -> None."""
+    runs = {name: tmp_path / name for name in ("start", "r1", "r2s1", "r2s2")}
+    for row in (unseen("1"), unseen("2"), line("3", True, [q("blind_spot", "model", effect="wrong_write")],
+                                                {"kind": "blind_spot", "origin": "model", "entry": 0})):
+        write_ground_truth(runs["start"], row)
+    for row in (line("1", False), line("2", False), line("3", True, [q("blind_spot", "model", effect="wrong_write")],
+                                                          {"kind": "blind_spot", "origin": "model", "entry": 0})):
+        write_ground_truth(runs["r1"], row)
+        write_ground_truth(runs["r2s1"], row)
+    for row in (line("1", False), line("2", False), line("3", False, [q("blind_spot", "model", cured=True)])):
+        write_ground_truth(runs["r2s2"], row)
+    evo = tmp_path / "evo"
+    for rel, run in (("rounds/1", "r1"), ("rounds/2/steps/1", "r2s1"), ("rounds/2/steps/2", "r2s2")):
+        (evo / rel).mkdir(parents=True)
+        (evo / rel / "validation.json").write_text(json.dumps({"run_path": str(runs[run])}))
+    doc = {"start": {"run_path": str(runs["start"])}, "test": None, "rounds": [
+        {"round": 1, "accepted": True, "flips": {"failed_to_solved": [f"{S}/1", f"{S}/2"]}},
+        {"round": 2, "accepted": True, "steps": [
+            {"step": 1, "accepted": False, "flips": {"failed_to_solved": []}},
+            {"step": 2, "accepted": True, "flips": {"failed_to_solved": [f"{S}/3"]}}]}]}
+    validity = evolution_validity(doc, evo)
+    assert [(e["round"], e["step"], e["class"]) for e in validity["edits"]] == [
+        (1, None, "systematic_fix"), (2, 2, "accommodation")]
+    assert validity["t"] == 0.5 and validity["false_acceptances"] == 0 and validity["profile"] == "default"
+    assert evolution_validity({**doc, "start": {"run_path": str(tmp_path / "none")}}, evo) is None
