@@ -3,6 +3,10 @@
 Everything here reads plain data (summary dicts, TrialResults, groups, run directories) and returns
 text or writes one file; no pytest imports. Used by `session` at the end of a run, by the `ecdysis`
 CLI, by the gate workflow (job summary) and by the evolution loop (`render_pr_body`).
+
+Text from outside (error messages, tool results, signatures, node ids) goes through `safetext` for the
+format it lands in: `junit.xml` is always well-formed XML, terminal lines and Markdown carry no control
+characters (issue 11 case 3).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from junitparser import Error, Failure, JUnitXml, Properties, Property, TestCase, TestSuite
 
+from . import safetext
 from .errors import RunDirError
 from .metrics import is_success
 from .records import TrialResult
@@ -50,33 +55,35 @@ def _user_tokens(summary: dict[str, Any], sep: str) -> str:
 def write_junit(path: Path, trials: list[TrialResult], missing: list[str], threshold: float) -> Path:
     """`junit.xml`: one `<testsuite>` per suite, one `<testcase>` per trial with properties
     `reward`, `termination_reason`, `task_id`, `trial`, `suite`, `harness_id`; failures for reward < λ,
-    errors for infrastructure errors and for missing cases (suite `missing`)."""
+    errors for infrastructure errors and for missing cases (suite `missing`). Every text is made XML-safe
+    (`safetext.xml`). Raises OSError when `path` cannot be written."""
+    x = safetext.xml
     xml = JUnitXml(name="pytest-ecdysis")
     suites: dict[str, TestSuite] = {}
     for t in trials:
         ts = suites.get(t.suite)
         if ts is None:
-            ts = suites[t.suite] = TestSuite(t.suite)
-        module, _, name = (t.nodeid or f"{t.suite}::{t.task_id}-t{t.trial}").rpartition("::")
-        case = TestCase(name or t.nodeid, classname=module.replace("/", ".").removesuffix(".py"), time=t.wall_s)
+            ts = suites[t.suite] = TestSuite(x(t.suite))
+        module, _, name = x(t.nodeid or f"{t.suite}::{t.task_id}-t{t.trial}").rpartition("::")
+        case = TestCase(name or x(t.nodeid), classname=module.replace("/", ".").removesuffix(".py"), time=t.wall_s)
         props = Properties()
         for key, value in (("reward", "" if t.reward is None else f"{t.reward:g}"),
                            ("termination_reason", t.termination_reason), ("task_id", t.task_id),
                            ("trial", str(t.trial)), ("suite", t.suite), ("harness_id", t.harness_id)):
-            props.add_property(Property(key, value))
+            props.add_property(Property(key, x(value)))
         case.append(props)
         if t.is_infra_error:
-            case.result = [Error(t.error or t.termination_reason, t.termination_reason)]
+            case.result = [Error(x(t.error or t.termination_reason), x(t.termination_reason))]
         elif not is_success(t.reward, threshold):
             comps = ", ".join(f"{k}={v:g}" for k, v in t.components.items()) or "none"
-            case.result = [Failure(f"reward {_fmt(t.reward)} < λ {threshold:g}; components {comps}; "
-                                   f"termination {t.termination_reason}", "below_threshold")]
+            case.result = [Failure(x(f"reward {_fmt(t.reward)} < λ {threshold:g}; components {comps}; "
+                                     f"termination {t.termination_reason}"), "below_threshold")]
         ts.append(case)  # add_testcase recounts the suite each time (quadratic)
     if missing:
         ts = suites["missing"] = TestSuite("missing")
         for nodeid in missing:
-            module, _, name = nodeid.rpartition("::")
-            case = TestCase(name or nodeid, classname=module.replace("/", ".").removesuffix(".py"))
+            module, _, name = x(nodeid).rpartition("::")
+            case = TestCase(name or x(nodeid), classname=module.replace("/", ".").removesuffix(".py"))
             case.result = [Error("the case was collected but never reported a result "
                                  "(crashed worker or unserialisable report)", "missing")]
             ts.append(case)
@@ -106,7 +113,7 @@ def _ks(summary: dict[str, Any]) -> list[str]:
 
 def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: dict[str, Any] | None = None,
                   problems: list[str] | None = None) -> list[str]:
-    """The plain-text summary the terminal section and `ecdysis show` print."""
+    """The plain-text summary the terminal section and `ecdysis show` print (control characters escaped)."""
     ks = _ks(summary)
     head = f"{'suite':<28}{'tasks':>6}{'trials':>7}{'score':>7}" + "".join(f"{'pass^' + k:>8}" for k in ks)
     head += f"{'solved':>7}{'infra':>6}"
@@ -134,12 +141,13 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
         lines.append(gate["headline"])
         lines.extend(f"  - {r}" for r in gate.get("reasons", [])
                      if not gate.get("passed") and r not in gate["headline"])  # a refusal's headline has them
-    return lines
+    return [safetext.terminal(line) for line in lines]
 
 
 def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate: dict[str, Any] | None = None,
                      problems: list[str] | None = None) -> str:
-    """The Markdown summary (GitHub job summary): score table, top groups, problems, gate verdict."""
+    """The Markdown summary (GitHub job summary): score table, top groups, problems, gate verdict (control
+    characters escaped)."""
     ks = _ks(summary)
     out = [f"## pytest-ecdysis run `{summary.get('run_id')}`", ""]
     if gate:
@@ -168,8 +176,8 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
         out += [f"| `{_cell(g['signature'])}` | {'yes' if g.get('cross_task') else 'no'} | {len(g['records'])} | "
                 f"{len(g['tasks'])} |" for g in groups[:TOP_GROUPS]]
     if problems:
-        out += [""] + [f"> **Problem:** {p}" for p in problems]
-    return "\n".join(out) + "\n"
+        out += [""] + [f"> **Problem:** {' '.join(str(p).splitlines())}" for p in problems]
+    return safetext.markdown("\n".join(out) + "\n")
 
 
 def append_step_summary(markdown: str) -> Path | None:
@@ -322,4 +330,4 @@ def render_pr_body(run_path: Path | str) -> str:
                    f"cost {_cost(summary)}")
     out += ["", "_Generated by pytest-ecdysis. Review the diff like any other change; the score is noisy "
             "(reruns of an unchanged harness move by several points)._"]
-    return "\n".join(out) + "\n"
+    return safetext.markdown("\n".join(out) + "\n")

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import failures, gate, gitenv, metrics, patterns, report
+from . import failures, gate, gitenv, metrics, patterns, report, safetext
 from .errors import EcdysisError, RunDirError
 from .records import SCHEMA_VERSION, TrialResult
 
@@ -158,8 +158,16 @@ def aggregate(
 
 
 def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialResult], tri: failures.Triage,
-                  groups: list[Any], missing: list[str], threshold: float) -> None:
-    """Write the five files of a run directory (docs/records.md). Raises RunDirError when the directory is not writable."""
+                  groups: list[Any], missing: list[str], threshold: float) -> list[str]:
+    """Write the five files of a run directory (docs/records.md), the data first: `trials.jsonl`,
+    `failures.jsonl`, `groups.json`, `summary.json`, then the rendering `junit.xml`.
+
+    Returns the problems of report files that could not be written (a `junit.xml` that failed is named,
+    the data files are already on disk; `summary.json` is rewritten to list the problem).
+
+    Raises:
+        RunDirError: the directory or one of the data files cannot be written.
+    """
     try:
         run_path.mkdir(parents=True, exist_ok=True)
         with open(run_path / "trials.jsonl", "w", encoding="utf-8") as fh:
@@ -170,11 +178,30 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
                 fh.write(r.model_dump_json() + "\n")
         (run_path / "groups.json").write_text(json.dumps(
             {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]}, indent=1))
-        report.write_junit(run_path / "junit.xml", trials, missing, threshold)
-        (run_path / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+        write_summary(run_path, summary)
     except OSError as exc:
         raise RunDirError(f"cannot write the run directory {run_path}: {exc.strerror or exc}; pass a writable "
                           "--ecdysis-run-dir (the results are still in the terminal summary)") from None
+    problems = []
+    try:
+        report.write_junit(run_path / "junit.xml", trials, missing, threshold)
+    except Exception as exc:  # noqa: BLE001 - a rendering must never lose the run written above
+        problems.append(f"junit.xml not written ({type(exc).__name__}: {exc}); summary.json and trials.jsonl "
+                        f"in {run_path} hold the results")
+    if problems:
+        summary.setdefault("problems", []).extend(problems)  # the same list as the outcome's problems
+        try:
+            write_summary(run_path, summary)
+        except OSError:
+            pass  # the first summary.json is there; the problem is still printed
+    return problems
+
+
+def write_summary(run_path: Path, summary: dict[str, Any]) -> None:
+    """`summary.json`, replaced atomically (a reader never sees half a file). Raises OSError."""
+    tmp = run_path / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    tmp.replace(run_path / "summary.json")
 
 
 def _name(ids: list[str]) -> str:
@@ -256,10 +283,13 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
                                     n_collected=len(expected), baseline_path=str(cfg.baseline))
     summary["gate"] = outcome.gate.as_dict() if outcome.gate else None
     if outcome.run_path is not None and cfg.gate:
-        (outcome.run_path / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+        try:
+            write_summary(outcome.run_path, summary)
+        except OSError as exc:
+            problems.append(f"the gate verdict could not be added to {outcome.run_path / 'summary.json'}: {exc}")
     try:
         report.append_step_summary(report.summary_markdown(summary, outcome.groups, summary["gate"], problems))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         problems.append(f"cannot append to $GITHUB_STEP_SUMMARY: {exc}")
 
     if cfg.evolve:
@@ -328,4 +358,4 @@ def terminal_summary(terminalreporter: Any, state: Any) -> None:
     if outcome.baseline_written:
         tr.write_line(f"baseline written: {outcome.baseline_written}")
     if outcome.evolution_error:
-        tr.write_line(outcome.evolution_error, red=True)
+        tr.write_line(safetext.terminal(outcome.evolution_error), red=True)
