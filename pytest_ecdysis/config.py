@@ -18,6 +18,21 @@ from .errors import UsageError
 
 SPLITS = ("train", "test", "all")
 
+#: Prefixes of the environment variables the tool, its suites and the openai client read (endpoint, key,
+#: model, timeouts, run id...). CI systems export unset secrets as empty strings; for these, empty means unset.
+ENV_PREFIXES = ("OPENAI_", "ECDYSIS_")
+
+
+def unset_empty_env(environ: Any = None) -> list[str]:
+    """Remove every `OPENAI_*` / `ECDYSIS_*` variable whose value is empty or blank from `environ` (default
+    `os.environ`), so the openai client, xdist workers and validation sub-runs all see it unset (issue 11
+    case 6: an empty `OPENAI_BASE_URL` made every call go to the URL ""). Returns the names removed."""
+    env = os.environ if environ is None else environ
+    empty = sorted(k for k, v in env.items() if k.startswith(ENV_PREFIXES) and not v.strip())
+    for name in empty:
+        del env[name]
+    return empty
+
 
 @dataclass(frozen=True)
 class Option:

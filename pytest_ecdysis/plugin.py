@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .config import EcdysisConfig, add_options, read_config
+from .config import EcdysisConfig, add_options, read_config, unset_empty_env
 from .errors import EcdysisError, UsageError
 from .harness import harness_id, resolve_harness
 
@@ -66,6 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ecdysis_trial: a trial of a task suite (task x trial)")
+    unset_empty_env()  # an empty OPENAI_BASE_URL (an unset CI secret) means unset, here and in every child
     try:
         cfg = read_config(config)
         harness_dir = resolve_harness(cfg.harness, cfg.rootdir)

@@ -7,9 +7,10 @@ All are pydantic models so JSON goes in and out validated; field names carry uni
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA_VERSION = 1
 
@@ -92,9 +93,55 @@ class TrialResult(_Model):
     ] = Field(default_factory=list)
     error: Annotated[str | None, Field(description="infrastructure or endpoint error text")] = None
 
+    @field_validator("harness_notes", mode="before")
+    @classmethod
+    def _notes_json_safe(cls, notes: Any) -> Any:
+        return json_safe_notes(notes)
+
     @property
     def is_infra_error(self) -> bool:
         return self.termination_reason in INFRA_REASONS
+
+
+def _jsonable(value: Any) -> tuple[Any, bool]:
+    """(a JSON-safe form of `value`, whether anything had to be converted): an Enum member becomes its
+    value, anything else JSON cannot carry its `repr`; dicts and lists are converted item by item."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value, False
+    if isinstance(value, Enum):
+        return _jsonable(value.value)[0], True
+    if isinstance(value, dict):
+        pairs = [(str(k), *_jsonable(v)) for k, v in value.items()]
+        return {k: v for k, v, _ in pairs}, any(c for _, _, c in pairs) or any(not isinstance(k, str) for k in value)
+    if isinstance(value, (list, tuple)):
+        items = [_jsonable(v) for v in value]
+        return [v for v, _ in items], any(c for _, c in items)
+    return repr(value), True
+
+
+def json_safe_notes(notes: Any) -> Any:
+    """Harness notes as JSON-safe dicts (issue 11 case 7): a harness may record an Enum member or any object
+    in `harness_notes`, and one such value used to lose the whole trial at serialisation. Values JSON cannot
+    carry are converted (`_jsonable`) and the note is flagged with `unserialisable: [keys]`; a note that is
+    not a dict becomes `{"kind": "note", "detail": <its JSON-safe form>}` (flagged the same way).
+    Anything but a list or tuple is returned as is (pydantic then reports it)."""
+    if not isinstance(notes, (list, tuple)):
+        return notes
+    out = []
+    for note in notes:
+        if not isinstance(note, dict):
+            detail, changed = _jsonable(note)
+            out.append({"kind": "note", "detail": detail, **({"unserialisable": ["detail"]} if changed else {})})
+            continue
+        safe, flagged = {}, []
+        for key, value in note.items():
+            safe[str(key)], changed = _jsonable(value)
+            if changed:
+                flagged.append(str(key))
+        if flagged:
+            safe["unserialisable"] = flagged
+        out.append(safe)
+    return out
 
 
 class FailureRecord(_Model):

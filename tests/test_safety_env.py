@@ -1,0 +1,131 @@
+"""Ordinary environments lose nothing (issue 11 cases 6-7): an empty endpoint variable (an unset CI secret)
+means unset everywhere, the workflows export no empty secret, and a harness note holding a non-JSON value
+keeps its trial."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pytest_ecdysis.config import unset_empty_env
+from pytest_ecdysis.records import TrialResult
+
+WF = Path(__file__).resolve().parents[1] / ".github" / "workflows"
+
+
+def test_empty_endpoint_variables_count_as_unset() -> None:
+    """Empty or blank `OPENAI_*` / `ECDYSIS_*` values are removed; set ones and other variables stay."""
+    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": " ", "ECDYSIS_MODEL": "", "ECDYSIS_MAX_RETRIES": "",
+           "OPENAI_ORG_ID": "org", "HOME": "", "GIT_DIR": ""}
+    assert unset_empty_env(env) == ["ECDYSIS_MAX_RETRIES", "ECDYSIS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"]
+    assert env == {"OPENAI_ORG_ID": "org", "HOME": "", "GIT_DIR": ""}
+
+
+ENV_PROBE = '''
+import os
+
+import openai
+
+
+def test_env():
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "ECDYSIS_MODEL", "ECDYSIS_MAX_RETRIES"):
+        assert name not in os.environ, name
+    # the openai client falls back to its default instead of the URL ""
+    assert str(openai.OpenAI(api_key="k").base_url) == "https://api.openai.com/v1/"
+'''
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_empty_base_url_is_unset_in_the_session_and_its_workers(pytester: pytest.Pytester, workers: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `OPENAI_BASE_URL=""` (and other empty endpoint variables) exported, the session and every xdist
+    worker see them unset, so the openai client uses its own default rather than the URL ""."""
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "ECDYSIS_MODEL", "ECDYSIS_MAX_RETRIES"):
+        monkeypatch.setenv(name, "")
+    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
+    pytester.makepyfile(test_probe=ENV_PROBE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers)
+    assert result.ret == 0, result.stdout.str()
+
+
+def _env_maps(doc: dict) -> list[dict]:
+    maps = [doc.get("env") or {}]
+    for job in (doc.get("jobs") or {}).values():
+        maps.append(job.get("env") or {})
+        maps += [step.get("env") or {} for step in job.get("steps") or []]
+    return maps
+
+
+@pytest.mark.parametrize("path", sorted(WF.glob("*.yml")), ids=lambda p: p.name)
+def test_workflows_export_no_empty_secret(path: Path) -> None:
+    """No workflow maps a secret straight onto a variable the tool reads (`OPENAI_*`, `ECDYSIS_*`): an unset
+    secret would arrive as an empty string. Secrets go to other names and are exported only when set."""
+    for env in _env_maps(yaml.safe_load(path.read_text())):
+        for name, value in env.items():
+            if name.startswith(("OPENAI_", "ECDYSIS_")):
+                assert "secrets." not in str(value), f"{path.name}: {name}: {value}"
+    text = path.read_text()
+    if "secrets.OPENAI_BASE_URL" in text:
+        assert 'if [ -n "$URL_SECRET" ]' in text
+
+
+class Kind(Enum):
+    REPAIRED = "repaired_reply"
+
+
+class Opaque:
+    def __repr__(self) -> str:
+        return "<Opaque 7>"
+
+
+def test_notes_with_non_json_values_are_converted_and_flagged() -> None:
+    """An Enum member becomes its value, any other object its repr; the note names the converted keys; the
+    trial still serialises (it used to raise at `model_dump(mode="json")`)."""
+    t = TrialResult(suite="s", task_id="1", trial=0, reward=1.0, termination_reason="agent_stop",
+                    harness_notes=[{"kind": Kind.REPAIRED, "step": 3, "detail": {"obj": Opaque(), "n": [1]}},
+                                   {"kind": "budget_exhausted"}, "free text"])
+    notes = json.loads(t.model_dump_json())["harness_notes"]
+    assert notes == [{"kind": "repaired_reply", "step": 3, "detail": {"obj": "<Opaque 7>", "n": [1]},
+                      "unserialisable": ["kind", "detail"]},
+                     {"kind": "budget_exhausted"}, {"kind": "note", "detail": "free text"}]
+    assert t.model_dump(mode="json")["reward"] == 1.0
+
+
+NOTES_SUITE = '''
+from enum import Enum
+
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+
+
+class Kind(Enum):
+    REPAIRED = "repaired_reply"
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", ["0", "1"])
+def test_task(request, task_id):
+    record_trial(request.node, TrialResult(
+        suite="tiny", task_id=task_id, trial=0, reward=1.0, termination_reason="agent_stop",
+        harness_notes=[{"kind": Kind.REPAIRED, "detail": object(), "step": 1}]))
+'''
+
+
+def test_a_trial_with_an_odd_harness_note_is_kept(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through pytest with `-n 2`: both trials pass and are written with their reward; the notes are flagged."""
+    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
+    pytester.makepyfile(test_tiny=NOTES_SUITE)
+    (pytester.path / "h").mkdir()
+    (pytester.path / "h" / "__init__.py").write_text("def build_agent(**kw):\n    return None\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--ecdysis-harness", "h",
+                                           "--ecdysis-run-dir", "runs")
+    assert result.ret == 0, result.stdout.str()
+    (run,) = (pytester.path / "runs").iterdir()
+    trials = [json.loads(line) for line in (run / "trials.jsonl").read_text().splitlines()]
+    assert [t["reward"] for t in trials] == [1.0, 1.0]
+    assert all(t["harness_notes"][0]["unserialisable"] == ["kind", "detail"] for t in trials)
+    assert json.loads((run / "summary.json").read_text())["problems"] == []
