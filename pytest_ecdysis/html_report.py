@@ -200,7 +200,7 @@ def _chart(start: float | None, rounds: list[dict[str, Any]], test: dict[str, An
     tests = []
     if has_test:
         labels.append({"x": xs[-1], "text": "test split"})
-        for which, dx in (("start", -14), ("frozen", 14)):
+        for which, dx in (("start", -18), ("frozen", 18)):
             v = _num(test.get(which))
             if v is not None:
                 tests.append({"x": xs[-1] + dx, "y": y(v), "which": which, "label": f"{v:.3f}"})
