@@ -16,6 +16,7 @@ fresh environment. Run as `python -m task_suites.tau2.scorer`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -61,7 +62,7 @@ def _fast_environments() -> None:
     same data `get_environment()` reads from disk: same content, no re-parse per evaluation)."""
     from tau2.registry import registry
 
-    from . import suite
+    from . import cow_scoring
 
     for domain in ("airline", "retail"):
         original = registry.get_env_constructor(domain)
@@ -69,7 +70,7 @@ def _fast_environments() -> None:
         def constructor(db=None, solo_mode=False, _domain=domain, _original=original):
             if db is not None or solo_mode:
                 return _original(db=db, solo_mode=solo_mode)
-            return suite.get_environment(_domain)
+            return cow_scoring.environment(_domain)
 
         registry._domains[domain] = constructor
 
@@ -82,12 +83,18 @@ def main() -> None:
 
     load_tau2()
     _fast_environments()
+    from . import cow_scoring
+
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
             request = json.loads(line)
-            response = score(request["domain"], str(request["task_id"]), request["simulation"])
+            domain, task_id, simulation = request["domain"], str(request["task_id"]), request["simulation"]
+            if cow_scoring.available():  # τ²'s evaluator in a forked child, over environments built once
+                response = cow_scoring.score_in_child(domain, functools.partial(score, domain, task_id, simulation))
+            else:
+                response = score(domain, task_id, simulation)
         except Exception as exc:  # the worker turns this into an infrastructure error with the text
             response = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         out.write(json.dumps(response) + "\n")

@@ -1,0 +1,109 @@
+"""Scoring speed: time to score one trial with the suite's scorer against τ²'s own path (issue 18 item 3).
+
+    python benchmarks/bench_scoring.py [--tasks N] [--domains airline,retail]
+
+Both paths score the same gold replays (`tests/gold_replay.py`: gold actions with the results a fresh
+environment returns, the communicate values stated, the user's stop), in separate fresh processes:
+
+- `tau2`: τ²'s `evaluate_simulation(..., EvaluationType.ALL, solo_mode=False, domain=...)` with its
+  default environment construction (the registry's constructor reads the database from disk);
+- `ecdysis`: the suite's scorer process as trials use it (`ScorerClient.score` over its JSON-lines
+  protocol): τ²'s evaluator in a forked child over environments built once (`cow_scoring`).
+
+Prints per domain the mean seconds per trial of each path (the replays are built before timing), the
+speed-up, and whether every reward and component is identical. Goal (issue 18): at least 4x, identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def worker(path: str, domain: str, ids: list[str]) -> None:
+    """Score the gold replays of `ids` by `path`; print one JSON line {task_id: [reward, components, s]}."""
+    from gold_replay import gold_simulation
+
+    from task_suites.tau2 import scorer, suite
+    from task_suites.tau2.tau2lib import load_tau2
+
+    t = load_tau2()
+    sims = {i: gold_simulation(domain, i) for i in ids}
+    client = scorer.ScorerClient()
+    if path == "ecdysis":
+        client.score(domain, ids[0], json.dumps(sims[ids[0]]))  # warm: start-up and the one-time build
+    else:
+        t.evaluate_simulation(simulation=t.SimulationRun.model_validate(sims[ids[0]]), task=suite.get_task(domain, ids[0]),
+                              evaluation_type=t.EvaluationType.ALL, solo_mode=False, domain=domain)
+    out = {}
+    for i in ids:
+        t0 = time.perf_counter()
+        if path == "ecdysis":
+            r = client.score(domain, i, json.dumps(sims[i]))
+            reward, comps = r["reward"], r["components"]
+        else:
+            info = t.evaluate_simulation(simulation=t.SimulationRun.model_validate(sims[i]),
+                                         task=suite.get_task(domain, i), evaluation_type=t.EvaluationType.ALL,
+                                         solo_mode=False, domain=domain)
+            reward = float(info.reward)
+            comps = {scorer.COMPONENTS[getattr(k, "value", str(k)).upper()]: float(v)
+                     for k, v in (info.reward_breakdown or {}).items()
+                     if getattr(k, "value", str(k)).upper() in scorer.COMPONENTS}
+        out[i] = [reward, comps, time.perf_counter() - t0]
+    peak = {"self_mb": _peak_mb(os.getpid())}
+    if client.proc is not None:
+        peak["scorer_mb"] = _peak_mb(client.proc.pid)
+    client.close()
+    print(json.dumps({"trials": out, "peak": peak}))
+
+
+def _peak_mb(pid: int) -> float:
+    """Peak resident memory (VmHWM) of process `pid` in MB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=0, help="tasks per domain (0: all 50 airline + 114 retail)")
+    ap.add_argument("--domains", default="airline,retail")
+    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker[0], args.worker[1], args.worker[2].split(","))
+        return
+    from task_suites.tau2 import suite
+
+    print(f"scoring gold replays, one fresh process per path and domain; load {os.getloadavg()[0]:.1f}")
+    for domain in args.domains.split(","):
+        ids = sorted(suite.all_tasks(domain), key=lambda x: int(x) if x.isdigit() else x)
+        ids = ids[:args.tasks] if args.tasks else ids
+        res, peaks = {}, {}
+        for path in ("tau2", "ecdysis"):
+            proc = subprocess.run([sys.executable, __file__, "--worker", path, domain, ",".join(ids)],
+                                  capture_output=True, text=True, cwd=ROOT, check=True)
+            doc = json.loads(proc.stdout.strip().splitlines()[-1])
+            res[path], peaks[path] = doc["trials"], doc["peak"]
+        mean = {p: sum(v[2] for v in r.values()) / len(r) for p, r in res.items()}
+        same = [i for i in ids if res["tau2"][i][:2] == res["ecdysis"][i][:2]]
+        ones = sum(res["ecdysis"][i][0] == 1.0 for i in ids)
+        print(f"{domain:8} {len(ids):3} trials  tau2 {mean['tau2']:.3f} s/trial  ecdysis {mean['ecdysis']:.3f} s/trial  "
+              f"speed-up {mean['tau2'] / mean['ecdysis']:.2f}x  identical rewards+components {len(same)}/{len(ids)}  "
+              f"reward 1.0: {ones}/{len(ids)}")
+        print(f"{'':8} peak memory: tau2 path {peaks['tau2']['self_mb']:.0f} MB; ecdysis scorer process "
+              f"{peaks['ecdysis'].get('scorer_mb', 0):.0f} MB (its worker {peaks['ecdysis']['self_mb']:.0f} MB)")
+
+
+if __name__ == "__main__":
+    main()
