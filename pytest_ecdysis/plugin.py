@@ -211,13 +211,12 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
             finish(session, state)
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
-        if state.cfg.html is not None and state.outcome is not None:
-            write_html_page(state)
     return result
 
 
 def write_html_page(state: EcdysisState) -> None:
-    """`--ecdysis-html FILE`: the run's page (html_report), after evolution; a failure is a run problem."""
+    """`--ecdysis-html FILE`: the run's page (html_report), after evolution, also when it was interrupted
+    (the page then says so and how to resume); a failure to write it is a run problem, not an exception."""
     from .html_report import write_html
 
     outcome = state.outcome
@@ -236,6 +235,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is not None and state.is_controller and state.outcome is not None:
         from .session import exit_status
 
+        if state.cfg.html is not None:
+            write_html_page(state)
         status = exit_status(state, int(exitstatus))
         if status is not None:
             session.exitstatus = status
