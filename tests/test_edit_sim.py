@@ -113,6 +113,39 @@ def test_not_implementable_is_reported_not_guessed(harness: Path) -> None:
     assert again.applied == [] and "already in place" in again.not_implementable[0]["reason"]
 
 
+def test_a_narrowed_spec_gets_a_narrower_edit(harness: Path) -> None:
+    """completion_check narrowed by review ("... after at least one write ...") checks a closing reply only
+    when the conversation changed a record; the base trigger checks every closing reply."""
+    closing_reply = {"role": "assistant", "content": "Done. Is there anything else I can help you with?"}
+    lookup = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "get_order_details", "arguments": "{}"}}]}
+    write = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "2", "type": "function", "function": {"name": "cancel_pending_order", "arguments": "{}"}}]}
+    narrowed = _spec({"knob": "completion_check"})
+    narrowed["changes"][0].update(
+        trigger="the agent is about to end the conversation after at least one write, and no check was sent yet",
+        guards=["at most one check per conversation", "leaves conversations that already succeed unchanged"])
+    assert apply_spec(narrowed, harness).applied == ["completion_check"]
+    closing = _module(harness, "closing")
+    assert closing.check_before_end([lookup, closing_reply]) is None
+    assert closing.check_before_end([lookup, write, closing_reply])
+
+
+@pytest.mark.parametrize(("knob", "trigger"), [
+    ("policy_rule", "only the tool calls named in the rule"),
+    ("completion_check", "the user asks about baggage"),
+])
+def test_a_trigger_the_recipe_cannot_implement_is_refused_with_the_reason(harness: Path, knob: str, trigger: str):
+    """A spec whose trigger is neither the recipe's nor one of its narrowings is refused, saying what the
+    recipe can implement; nothing is written."""
+    before = {p: p.read_bytes() for p in harness.rglob("*.py")}
+    spec = _spec({"knob": knob, "text": "Use HAT107."})
+    spec["changes"][0]["trigger"] = trigger
+    result = apply_spec(spec, harness)
+    assert result.applied == [] and "cannot implement the trigger" in result.not_implementable[0]["reason"]
+    assert {p: p.read_bytes() for p in harness.rglob("*.py")} == before
+
+
 def test_sim_editor_without_recipes_is_a_usage_error(tmp_path: Path) -> None:
     """A harness without recipes cannot use the sim editor; the error names the other editors."""
     (tmp_path / "__init__.py").write_text("")

@@ -27,6 +27,17 @@ from pytest_ecdysis.records import ModificationSpec
 from pytest_ecdysis.sim import roles
 
 
+def cut_records(tasks=("3", "4")):
+    """Failures whose reservation result the harness cut before the model saw it, recorded as the model
+    saw it (`model_view`) beside the environment's output; no marker string anywhere."""
+    raw = '{"reservation_id": "ABC123", "flights": [' + '{"flight_number": "HAT001"}, ' * 60 + "]}"
+    records = truncation_records(tasks)
+    for r in records:
+        r.tool_calls[0].result = raw
+        r.tool_calls[0].model_view = raw[:1200]
+    return records, len(raw)
+
+
 def nofdcr_spec(records, harness=None, **kw) -> ModificationSpec:
     """The spec the simulated analyst writes in one pass (no review)."""
     return ModificationSpec.model_validate(json.loads(roles.answer("analyst", body_for("analyst", records, harness,
@@ -81,16 +92,42 @@ def test_errors_that_already_name_the_argument_need_no_error_feedback(tmp_path):
     assert "error_feedback" not in knobs(nofdcr_spec(records, write_harness(tmp_path)))
 
 
-def test_truncated_results_raise_max_tool_result_chars_from_the_current_setting(tmp_path):
-    """`[truncated 800 chars]` on failing trials -> max_tool_result_chars above 1200 + 800 (harness setting)."""
-    k = knobs(nofdcr_spec(truncation_records(), write_harness(tmp_path)))
-    assert set(k) == {"max_tool_result_chars"} and k["max_tool_result_chars"]["value"] == 2500
+def test_results_the_model_saw_cut_raise_max_tool_result_chars_above_the_raw_length(tmp_path):
+    """A tool result the model saw shorter than the environment's (model_view vs raw result) on failing
+    trials -> max_tool_result_chars = raw length x1.25 rounded up to 500; the example harness's
+    `[truncated N chars]` marker alone (no model_view) is not read."""
+    records, raw = cut_records()
+    k = knobs(nofdcr_spec(records, write_harness(tmp_path)))
+    assert set(k) == {"max_tool_result_chars"} and k["max_tool_result_chars"]["value"] == -(-raw * 5 // 4 // 500) * 500
+    assert "max_tool_result_chars" not in knobs(nofdcr_spec(truncation_records(), write_harness(tmp_path)))
 
 
-def test_step_budget_reached_raises_max_model_calls(tmp_path):
-    """'step budget of 20 model calls reached' -> max_model_calls with a larger value (40)."""
-    k = knobs(nofdcr_spec(budget_records(), write_harness(tmp_path)))
+@pytest.mark.parametrize("kind", ["budget_exhausted", "call_limit_reached"])
+def test_a_harness_limit_note_raises_max_model_calls(tmp_path, kind):
+    """A harness note whose kind names a limit -> max_model_calls at twice the current setting (20 -> 40),
+    whatever the harness wrote in the conversation."""
+    records = budget_records()
+    for r in records:
+        r.harness_notes = [{"kind": kind, "detail": "stopped"}]
+        r.excerpt = [{"role": "assistant", "content": "Goodbye. ###STOP###"}]
+    k = knobs(nofdcr_spec(records, write_harness(tmp_path)))
     assert k == {"max_model_calls": {"knob": "max_model_calls", "value": 40}}
+
+
+def test_an_error_that_only_says_expected_still_gets_error_feedback(tmp_path):
+    """'order_id expected' shows no form (no example, no rule): error_feedback is still proposed; an error
+    showing the form by example is not touched (previous test)."""
+    records = id_prefix_records()
+    for r in records:
+        r.tool_calls[0].result = "Error: order not found (order_id expected)"
+    assert "error_feedback" in knobs(nofdcr_spec(records, write_harness(tmp_path)))
+
+
+def test_a_single_failure_analyst_answers_work_left_undone_with_a_completion_check(tmp_path):
+    """Self-evolution's analyst sees one failure: incomplete work with no mechanism -> completion_check
+    (as a real model would), where an aggregated prompt needs two tasks."""
+    (one,) = incomplete_records(("7",))
+    assert set(knobs(nofdcr_spec([one], write_harness(tmp_path)))) == {"completion_check"}
 
 
 def test_cross_task_incomplete_work_gets_completion_check(tmp_path):
@@ -166,7 +203,7 @@ def test_rejected_spec_is_not_proposed_unchanged(tmp_path):
 @pytest.mark.parametrize("removed", ["id", "truncation", "budget", "incomplete"])
 def test_removing_a_groups_evidence_removes_it_from_the_spec(tmp_path, removed):
     """Drop one group's records from the prompt and that group (and its knob) leaves the spec."""
-    scenarios = {"id": id_prefix_records(), "truncation": truncation_records(), "budget": budget_records(),
+    scenarios = {"id": id_prefix_records(), "truncation": cut_records()[0], "budget": budget_records(),
                  "incomplete": incomplete_records()}
     full = fdcr(tmp_path / "full", [r for rs in scenarios.values() for r in rs])
     less = fdcr(tmp_path / "less", [r for name, rs in scenarios.items() if name != removed for r in rs])
@@ -212,7 +249,8 @@ def test_roles_module_reads_no_server_state_or_ground_truth():
     tree = ast.parse(Path(roles.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-    assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "evidence", "records"}
+    assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "evidence", "records",
+                        "reading"}
 
 
 def test_early_ends_split_across_groups_still_count_as_cross_task(tmp_path):

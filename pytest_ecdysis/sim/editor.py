@@ -3,14 +3,20 @@
 Recipes live beside the harness, in `<harness_dir>/recipes/*.toml` (data for this editor, never imported
 by the harness at runtime). One recipe per *knob* (docs/internals.md, "Spec parameters"); a spec change
 names its knob in `parameters["knob"]` and gives the recipe's parameters (`value`, `rules`, `text`).
-A change whose knob has no recipe, whose parameters do not fit the recipe, or whose recipe does not
-apply to the harness's source is reported as *not implementable*: nothing is guessed.
+A change whose knob has no recipe, whose parameters do not fit the recipe, whose recipe does not apply
+to the harness's source, or whose trigger the recipe cannot implement (neither one of its `triggers` nor
+a `narrowing` it has) is reported as *not implementable*, with the reason: nothing is guessed. A spec
+narrowed by review (a narrower trigger, a guard) gets the recipe's narrower edit.
 
 Recipe format (TOML)::
 
     knob = "max_model_calls"
     file = "config.py"                      # relative to the harness directory
     description = "..."
+    triggers = ["..."]                      # optional: the triggers the base steps implement (phrases)
+    [[narrowing]]                           # optional: a narrower edit for a spec whose trigger or guards
+    when = "after at least one write"       #   contain this phrase; its steps run after the base steps
+    steps = [{op = "...", ...}]
     [parameters]                            # name -> type: "int", "str", "list[str]"
     value = "int"
     [[steps]]                               # applied in order (a step may name another `file`)
@@ -59,6 +65,24 @@ class Recipe:
     parameters: dict[str, str]
     steps: list[dict[str, Any]]
     path: Path
+    triggers: list[str] = field(default_factory=list)
+    narrowing: list[dict[str, Any]] = field(default_factory=list)
+
+    def steps_for(self, trigger: str, guards: list[str]) -> list[dict[str, Any]]:
+        """The steps implementing `trigger` and `guards`: the base steps plus every narrowing whose phrase
+        they contain.
+
+        Raises:
+            RecipeError: the recipe names its triggers, and `trigger` is none of them and no narrowing.
+        """
+        text = " ".join([trigger, *guards]).lower()
+        chosen = [n for n in self.narrowing if str(n.get("when", "")).lower() in text]
+        if self.triggers and trigger.strip() and not chosen \
+                and not any(t.lower() in trigger.lower() for t in self.triggers):
+            can = [repr(t) for t in self.triggers] + [f"narrowed: {n.get('when')!r}" for n in self.narrowing]
+            raise RecipeError(f"recipe {self.knob!r} cannot implement the trigger {trigger!r}; it implements "
+                              f"{' or '.join(can)}")
+        return [*self.steps, *(step for n in chosen for step in n.get("steps", []))]
 
 
 @dataclass
@@ -104,7 +128,9 @@ def load_recipes(harness_dir: Path) -> dict[str, Recipe]:
         try:
             data = tomllib.loads(path.read_text())
             recipe = Recipe(knob=data["knob"], file=data["file"], description=data.get("description", ""),
-                            parameters=dict(data.get("parameters", {})), steps=list(data["steps"]), path=path)
+                            parameters=dict(data.get("parameters", {})), steps=list(data["steps"]), path=path,
+                            triggers=[str(t) for t in data.get("triggers", [])],
+                            narrowing=[dict(n) for n in data.get("narrowing", [])])
         except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
             raise UsageError(f"edit recipe {path} is malformed ({exc}); fix or remove it") from None
         if recipe.knob in recipes:
@@ -135,8 +161,10 @@ def apply_spec(spec: Any, harness_dir: Path) -> SimEditResult:
         if recipe is None:
             result.not_implementable.append({"knob": knob, "reason": f"no edit recipe for knob {knob!r}"})
             continue
+        trigger = str(_field(change, "trigger") or "")
+        guards = [str(g) for g in (_field(change, "guards") or [])]
         try:
-            changed = apply_recipe(recipe, params, harness_dir)
+            changed = apply_recipe(recipe, params, harness_dir, steps=recipe.steps_for(trigger, guards))
         except RecipeError as exc:
             result.not_implementable.append({"knob": knob, "reason": str(exc)})
             continue
@@ -149,8 +177,14 @@ def apply_spec(spec: Any, harness_dir: Path) -> SimEditResult:
     return result
 
 
-def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path) -> bool:
-    """Apply one recipe; True when the file changed.
+def _field(change: Any, name: str) -> Any:
+    return getattr(change, name, None) if not isinstance(change, dict) else change.get(name)
+
+
+def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path,
+                 steps: list[dict[str, Any]] | None = None) -> bool:
+    """Apply one recipe (its base `steps`, or the `steps` given: base plus narrowings); True when a file
+    changed.
 
     Raises:
         RecipeError: parameters missing or of the wrong type, the target not found, or the result does not
@@ -165,7 +199,7 @@ def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path) -> b
     literals.update({f"raw_{k}": str(v) for k, v in params.items() if recipe.parameters.get(k) == "str"})
     originals: dict[str, str] = {}
     sources: dict[str, str] = {}
-    for step in recipe.steps:
+    for step in recipe.steps if steps is None else steps:
         rel = step.get("file", recipe.file)
         if rel not in sources:
             path = harness_dir / rel

@@ -6,18 +6,21 @@ A pure function of the request's messages: the evidence JSON the prompt carries 
 `pytest_ecdysis.evidence`), the shared transcript (`<turn role=... pass=...>`) and the `<respond ...
 format=.../>` marker. It never reads the server's quirk state or ground truth, so a fresh server gives the
 same answer to the same prompt, and removing a group's evidence removes that group from the spec.
+It knows no harness's wording: mechanisms are found from signals any harness produces (the tool result
+the model saw against the environment's, harness_notes kinds, an error paired with the argument that
+caused it, repeated identical calls, the user's last turn before a stop).
 
 How evidence maps to knobs (docs/internals.md, "Spec parameters"), per group, from its example records:
 
 | evidence in a failing record | change |
 | --- | --- |
-| a tool error like "not found" on an `*_id` argument, not naming the argument and expected form | `error_feedback`; plus `id_normalisation` with rules (`<arg>:#prefix`, `<arg>:upper`, `<arg>:strip`) when another value or the conversation shows the expected form |
-| a tool result ending in `[truncated N chars]` | `max_tool_result_chars` = current + N, x1.25, rounded up to 500 |
-| "step budget of N model calls reached" (or a `budget_exhausted` note) | `max_model_calls` = 2N (at most 150) |
+| a tool error like "not found" on an `*_id` argument that does not show the expected form (no example of another form, no case/prefix/space rule) | `error_feedback`; plus `id_normalisation` with rules (`<arg>:#prefix`, `<arg>:upper`, `<arg>:strip`) when another value or the conversation shows the expected form |
+| a tool result the model saw shorter than the environment's (`model_view` vs the raw result: evidence `result_is` and `result_chars`) | `max_tool_result_chars` = the raw length x1.25, rounded up to 500 |
+| a harness note whose kind names a limit (`budget`, `limit`, `exhausted`, ...) | `max_model_calls` = 2 x the current setting (at most 150) |
 | a harness note about trimmed context (kind containing `trim` or `context`) | `keep_last_messages` = 2 x current (80 if unknown) |
 | the same failing call repeated and answered with the identical error | `repeat_guard` |
 | a tool error about invalid JSON arguments | nothing: the harness already answers them (left alone) |
-| ended by user/agent stop with `db`/`communicate` failed and none of the above, on >= 2 tasks (across groups) | `completion_check` |
+| ended by user/agent stop with `db`/`communicate` failed and none of the above, on >= 2 tasks (across groups), or in a prompt showing a single failure (self-evolution) | `completion_check` |
 | the same on one task only | left alone as a model blind spot |
 | a write argument one or two characters off a value seen earlier (user's words, earlier call arguments), in a single-task group | the analyst is tempted by a `policy_rule` naming the value, which the Critic blocks; on several tasks: left alone (slips) |
 
@@ -38,6 +41,7 @@ from typing import Any
 
 from ..evidence import EVIDENCE_CLOSE, extract_json, parse_evidence, parse_turns
 from ..records import SCHEMA_VERSION
+from .reading import form, states_rule
 
 ROLES = ("analyst", "critic", "engineer", "moderator")
 
@@ -55,8 +59,10 @@ KNOBS: dict[str, tuple[str, str, str]] = {
 VALUE_KNOBS = ("max_model_calls", "max_tool_result_chars", "keep_last_messages")
 MAX_MODEL_CALLS_CAP = 150
 
-TRUNC_RE = re.compile(r"\[truncated (\d+) chars\]")
-BUDGET_RE = re.compile(r"step budget of (\d+) model calls")
+#: The evidence's own mark for the middle of a long result it shortened (`evidence.cut`): not the harness's.
+EVIDENCE_CUT_RE = re.compile(r"\[\.\.\. (\d+) chars cut \.\.\.\]")
+#: harness_notes kinds that say the harness's own limit ended the trial.
+LIMIT_NOTE_RE = re.compile(r"budget|limit|max_(steps|calls)|exhausted", re.I)
 ID_ERROR_RE = re.compile(r"not found|does not exist|no such|invalid|unknown|could not find", re.I)
 JSON_ERROR_RE = re.compile(r"json", re.I)
 READ_TOOL_RE = re.compile(r"^(get|find|list|search|calculate|think|transfer|lookup|check)")
@@ -115,6 +121,29 @@ def _round_up(x: float, step: int) -> int:
     return int(math.ceil(x / step) * step)
 
 
+def _cut_chars(call: Mapping[str, Any]) -> int:
+    """How many characters of the environment's result the model did not see: the evidence marks a
+    result that differs from the environment's output (`result_is`, from the record's `model_view`) and
+    gives the environment's length (`result_chars`); 0 when the model saw it all or nothing is known."""
+    raw = call.get("result_chars")
+    if not call.get("result_is") or not isinstance(raw, int) or call.get("result") is None:
+        return 0
+    shown = str(call["result"])
+    seen = len(EVIDENCE_CUT_RE.sub("", shown)) + sum(int(m) for m in EVIDENCE_CUT_RE.findall(shown))
+    return raw - seen if seen < raw * 0.98 else 0
+
+
+def shows_form(text: str, value: str) -> bool:
+    """Whether an error text shows the expected form of an id the model sent as `value`: an id-like example
+    in another form than `value`'s, or a statement of a case, prefix or whitespace rule the value breaks."""
+    sent = form(value)
+    for token in re.findall(r"[#\w][\w#.\-]{4,}", text):
+        if token != value.strip() and any(c.isdigit() for c in token) and form(token) != sent:
+            return True
+    return any(states_rule(text, candidate, value) for candidate in
+               (value.strip().upper(), value.strip().lower(), "#" + value.strip(), value.strip()))
+
+
 def _near(a: str, b: str) -> bool:
     """Same length, different, at most two characters apart (case-sensitive)."""
     return len(a) == len(b) and a != b and sum(x != y for x, y in zip(a, b, strict=True)) <= 2
@@ -141,6 +170,8 @@ class World:
         self.solved_tools = {str(k): set(v or []) for k, v in solved.items()} if isinstance(solved, dict) else None
         self.history = [h for h in evidence.get("history", []) if isinstance(h, dict)]
         self.single_task = {g["signature"] for g in self.groups if not g.get("cross_task")}
+        #: the prompt shows exactly one failure record (an instance-level analyst: self-evolution)
+        self.single_failure = sum(len(g.get("examples", [])) for g in self.groups) == 1
         self.group_tasks = {g["signature"]: g.get("tasks", []) for g in self.groups}
         self.group_tools = {g["signature"]: {str(c.get("name")) for r in g.get("examples", [])
                                              for c in r.get("tool_calls", [])} for g in self.groups}
@@ -184,11 +215,13 @@ class World:
                 for arg, value in (call.get("arguments") or {}).items():
                     if not (isinstance(value, str) and re.search(r"(^|_)id$", arg)):
                         continue
-                    named = arg in result and "expected" in result.lower()
                     out.append({"kind": "id_error", "arg": arg, "tool": call.get("name"), "quote": result,
-                                "named": named, "rules": self._id_rules(arg, value, texts)})
-            for m in TRUNC_RE.finditer(result):
-                out.append({"kind": "truncated", "n": int(m.group(1)), "quote": result[-120:]})
+                                "named": shows_form(result, value), "rules": self._id_rules(arg, value, texts)})
+            cut = _cut_chars(call)
+            if cut:
+                out.append({"kind": "truncated", "n": cut, "raw": int(call["result_chars"]),
+                            "quote": f"{call.get('name')}: the model saw {int(call['result_chars']) - cut} of "
+                                     f"{call['result_chars']} characters of the environment's result"})
             if _is_error(call):
                 for later in calls[i + 1:]:
                     if later.get("name") == call.get("name") and later.get("arguments") == call.get("arguments") \
@@ -196,13 +229,11 @@ class World:
                         out.append({"kind": "repeat", "tool": call.get("name"), "quote": result,
                                     "flagged": str(later.get("result")) != result})
                         break
-        for text in texts + [str(n.get("detail") or "") for n in notes]:
-            for m in BUDGET_RE.finditer(text):
-                out.append({"kind": "budget", "n": int(m.group(1)), "quote": m.group(0)})
         for n in notes:
             kind = str(n.get("kind") or "")
-            if kind == "budget_exhausted" and not any(f["kind"] == "budget" for f in out):
-                out.append({"kind": "budget", "n": self.setting("max_model_calls"), "quote": "budget_exhausted"})
+            if LIMIT_NOTE_RE.search(kind) and not any(f["kind"] == "budget" for f in out):
+                out.append({"kind": "budget", "n": self.setting("max_model_calls") or len(calls) or None,
+                            "quote": f"harness note {kind}: {str(n.get('detail') or '')[:120]}"})
             elif "trim" in kind or "context" in kind:
                 out.append({"kind": "trimmed", "quote": json.dumps(n)[:160]})
         if rec.get("label") or rec.get("termination_reason") == "endpoint_format_error":
@@ -292,9 +323,7 @@ class World:
                 if f["kind"] == "id_error" and f["rules"]:
                     add("id_normalisation", sig, f["quote"], rules=f["rules"])
                 if f["kind"] == "truncated":
-                    current = self.setting("max_tool_result_chars")
-                    full = (current or f["n"]) + f["n"]
-                    add("max_tool_result_chars", sig, f["quote"], value=_round_up(full * 1.25, 500))
+                    add("max_tool_result_chars", sig, f["quote"], value=_round_up(f["raw"] * 1.25, 500))
                 if f["kind"] == "budget" and f.get("n"):
                     add("max_model_calls", sig, f["quote"], value=min(2 * f["n"], MAX_MODEL_CALLS_CAP))
                 if f["kind"] == "repeat" and not f["flagged"]:
@@ -314,7 +343,9 @@ class World:
         for sig, found, kinds in unexplained:
             incomplete = [f for f in found if f["kind"] == "incomplete"]
             ended_early = [f for f in incomplete if not f.get("near_miss")]
-            if ended_early and len(early) >= 2:
+            if ended_early and (len(early) >= 2 or self.single_failure):
+                # a single-failure prompt (self-evolution) cannot compare tasks: like a real model, it
+                # answers work left undone with a completion check
                 add("completion_check", sig, ended_early[0]["quote"])
             elif incomplete:
                 near = next((f["near_miss"] for f in incomplete if f.get("near_miss")), None)
