@@ -154,3 +154,29 @@ def test_trajectories_are_escaped_and_show_what_the_model_saw(tmp_path: Path) ->
     page = html_report.render(run)
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; … [truncated 12 chars]" in page
     assert "as the harness sent it to the model" in page and 'book({"id": "A&lt;1&gt;"})' in page
+
+
+def test_show_of_an_evolution_run_prints_rounds_test_and_branch(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`ecdysis show` of an evolution run: the starting run's summary, then the rounds table, the test
+    split's start and frozen scores and the branch (issue 20 item 5); a skipped test split is said."""
+    run = tmp_path / "e"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "run_id": "e", "suite_score": 0.25,
+                                                  "by_suite": {"tiny": {"suite_score": 0.25}}}))
+    doc = {"schema_version": SCHEMA_VERSION, "run_id": "e", "status": "finished", "branch": "ecdysis/e",
+           "diff_command": "git diff abc ecdysis/e", "start": {"score": 0.25},
+           "rounds": [{"round": 1, "score_before": 0.25, "score_after": 0.75, "outcome": "accepted",
+                       "accepted": True, "flips": {"failed_to_solved": ["tiny/1", "tiny/2"], "solved_to_failed": []}}],
+           "test": {"trials": 1, "start": {"suite_score": 0.25}, "frozen": {"suite_score": 0.75}}}
+    (run / "evolution.json").write_text(json.dumps(doc))
+    assert cli.main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out.splitlines()[2]  # the starting run's score table comes first
+    assert "    1    0.250    0.750" in out and "accepted" in out and "+2 / -0" in out
+    assert "test split, 1 trial(s) per task:  start 0.250" in out and "frozen 0.750" in out
+    assert "branch ecdysis/e; view its diff: git diff abc ecdysis/e" in out
+    doc["test"] = {"skipped": "--ecdysis-test-trials 0: not scored on test"}
+    (run / "evolution.json").write_text(json.dumps(doc))
+    assert cli.main(["show", str(run)]) == 0
+    assert "test split not scored: --ecdysis-test-trials 0" in capsys.readouterr().out
