@@ -82,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=5, help="--ecdysis-self-evolution-cap")
     parser.add_argument("--test-trials", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5, help="noop: evolution runs (nonces) per strategy")
-    parser.add_argument("--tasks", default=None, help="noop: only these train task ids (comma-separated)")
+    parser.add_argument("--tasks", default=None, help="evolve on only these train task ids (comma-separated; "
+                        "the test split is always scored whole)")
+    parser.add_argument("--direct", choices=("yes", "no", "only"), default="yes",
+                        help="default: also (or only) score Direct on the test split")
     parser.add_argument("-n", dest="workers", default="2")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
@@ -95,15 +98,17 @@ def main(argv: list[str] | None = None) -> int:
                               text=True).stdout.strip()
         print(f"bench_sim_validity {args.mode} at commit {head}", flush=True)
         common = ["-n", args.workers, "--ecdysis-rounds", str(args.rounds), "--ecdysis-self-evolution-cap",
-                  str(args.cap)]
+                  str(args.cap), *(["--ecdysis-tasks", args.tasks] if args.tasks else [])]
         if args.mode == "default":
-            code, wall, tail = pytest_run(clone, Path(tmp) / "direct", [
-                "-n", args.workers, "--ecdysis-harness", "direct", "--ecdysis-split", "test", "--ecdysis-trials",
-                str(args.test_trials), "--ecdysis-model", "sim"])
-            summaries = sorted((Path(tmp) / "direct").glob("*/summary.json"))
-            direct = json.loads(summaries[-1].read_text()).get("suite_score") if summaries else None
-            print(f"direct (test, {args.test_trials} trials): {direct} ({wall:.0f} s)", flush=True)
-            for strategy in strategies:
+            direct = None
+            if args.direct != "no":
+                code, wall, tail = pytest_run(clone, Path(tmp) / "direct", [
+                    "-n", args.workers, "--ecdysis-harness", "direct", "--ecdysis-split", "test", "--ecdysis-trials",
+                    str(args.test_trials), "--ecdysis-model", "sim"])
+                summaries = sorted((Path(tmp) / "direct").glob("*/summary.json"))
+                direct = json.loads(summaries[-1].read_text()).get("suite_score") if summaries else None
+                print(f"direct (test, {args.test_trials} trials): {direct} ({wall:.0f} s)", flush=True)
+            for strategy in strategies if args.direct != "only" else []:
                 run_dir = Path(tmp) / strategy
                 code, wall, tail = pytest_run(clone, run_dir, [
                     *common, "--ecdysis-evolve", "--ecdysis-strategy", strategy, "--ecdysis-model", "sim",
@@ -115,14 +120,14 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(1, args.repeats + 1):
                 for strategy in strategies:
                     run_dir = Path(tmp) / f"{strategy}-{k}"
-                    extra = ["--ecdysis-tasks", args.tasks] if args.tasks else []
                     code, wall, tail = pytest_run(clone, run_dir, [
-                        *common, *extra, "--ecdysis-evolve", "--ecdysis-strategy", strategy,
+                        *common, "--ecdysis-evolve", "--ecdysis-strategy", strategy,
                         "--ecdysis-model", "sim/noop", "--ecdysis-test-trials", "0"])
                     row = row_of(strategy, f"repeat {k}", evolution(run_dir), wall, tail)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    print(table(rows))
+    if rows:
+        print(table(rows))
     if args.mode == "noop":
         for strategy in strategies:
             mine = [r for r in rows if r["strategy"] == strategy and "error" not in r]
