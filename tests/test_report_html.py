@@ -97,8 +97,8 @@ def test_older_schema_and_odd_fields(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_gate_run_page_shows_verdict_and_regressions(tmp_path: Path) -> None:
-    """A gate run's page leads with the verdict, its reasons and the regressed tasks; weak passes and
-    suspect tasks, when the summary has them, get their own section."""
+    """A gate run's page leads with the verdict, its reasons and the regressed tasks; a score row per suite
+    and the per-task table follow; weak passes and suspect tasks, when the summary has them, get a section."""
     run = tmp_path / "g"
     run.mkdir()
     gate = {"passed": False, "headline": "gate FAILED: suite score 0.400 < baseline 0.500",
@@ -106,14 +106,18 @@ def test_gate_run_page_shows_verdict_and_regressions(tmp_path: Path) -> None:
             "regressions": ["tau2-airline/1", "tau2-airline/4"]}
     (run / "summary.json").write_text(json.dumps({
         "schema_version": SCHEMA_VERSION, "run_id": "g", "suite": "tau2-airline", "suite_score": 0.4,
-        "gate": gate, "suspect_tasks": ["tau2-airline/20"], "weak_passes": ["tau2-airline/5"]}))
+        "gate": gate, "suspect_tasks": ["tau2-airline/20"], "weak_passes": ["tau2-airline/5"],
+        "by_suite": {"tau2-airline": {"suite_score": 0.4}, "tau2-retail": {"suite_score": 0.123}},
+        "tasks": {"tau2-airline/1": {"n": 2, "successes": 1, "solved": False},
+                  "tau2-airline/5": {"n": 2, "successes": 2, "solved": True}}}))
     (run / "groups.json").write_text(json.dumps({"schema_version": 1, "groups": []}))
     (run / "trials.jsonl").write_text("")
     view = html_report.gather(run)
     assert view["missing"] == [] and view["evolution"] is None
     page = html_report.render(run)
     for text in ("gate FAILED: suite score 0.400", "2 task(s) solved in the baseline", "tau2-airline/4",
-                 "Weak passes", "tau2-airline/5", "Suspect tasks", "tau2-airline/20"):
+                 "Weak passes", "tau2-airline/5", "Suspect tasks", "tau2-airline/20", "tau2-retail</td>",
+                 "0.123", "Tasks: 1 of 2 solved", "1 / 2"):
         assert text in page, text
 
 
