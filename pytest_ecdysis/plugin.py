@@ -103,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
             from .sim.profiles import check_models
 
             check_models([cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models])
-        if cfg.uses_sim and not state.sim_url:
+        if cfg.uses_sim and not state.sim_url and not _runs_no_test(config):
             from .sim.server import start_background
 
             state.sim_server = start_background(latency_s=cfg.sim_latency_s, nonce=cfg.sim_nonce)
@@ -113,6 +113,14 @@ def pytest_configure(config: pytest.Config) -> None:
             state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _runs_no_test(config: pytest.Config) -> bool:
+    """`--collect-only`, `--fixtures`, `--fixtures-per-test`, `--markers`, `--help`: no trial will run, so no
+    simulated server is started."""
+    opt = config.option
+    return any(getattr(opt, name, False) for name in ("collectonly", "showfixtures", "show_fixtures_per_test",
+                                                      "markers", "help"))
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -202,16 +210,28 @@ class TrialCollector:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
-    result = yield
+    """After the run loop: `session.finish` writes the run, also when pytest stopped early (`-x`,
+    `--maxfail`, Ctrl-C: what ran is written, the rest named as not run, the stop re-raised so the exit
+    status stays pytest's); nothing for `--collect-only`."""
     state = session.config.stash.get(CONFIG_KEY, None)
-    if state is not None and state.is_controller:  # finish() writes nothing for a session without trials
-        from .session import finish
-
-        try:
-            finish(session, state)
-        except UsageError as exc:
-            raise pytest.UsageError(str(exc)) from None
+    if state is None or not state.is_controller or session.config.option.collectonly:
+        return (yield)
+    try:
+        result = yield
+    except (session.Failed, session.Interrupted, KeyboardInterrupt) as exc:
+        _finish(session, state, stopped=str(exc) or type(exc).__name__)
+        raise
+    _finish(session, state, stopped=None)  # finish() writes nothing for a session without trials
     return result
+
+
+def _finish(session: pytest.Session, state: EcdysisState, stopped: str | None) -> None:
+    from .session import finish
+
+    try:
+        finish(session, state, stopped=stopped)
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def write_html_page(state: EcdysisState) -> None:

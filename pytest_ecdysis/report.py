@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from junitparser import Error, Failure, JUnitXml, Properties, Property, TestCase, TestSuite
+from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
 from . import safetext
 from .errors import RunDirError
@@ -52,10 +52,12 @@ def _user_tokens(summary: dict[str, Any], sep: str) -> str:
     return f"{sep}user simulator tokens {total}" if total else ""
 
 
-def write_junit(path: Path, trials: list[TrialResult], missing: list[str], threshold: float) -> Path:
+def write_junit(path: Path, trials: list[TrialResult], missing: list[str], threshold: float, *,
+                not_run: list[str] | None = None, stopped: str | None = None) -> Path:
     """`junit.xml`: one `<testsuite>` per suite, one `<testcase>` per trial with properties
     `reward`, `termination_reason`, `task_id`, `trial`, `suite`, `harness_id`; failures for reward < λ,
-    errors for infrastructure errors and for missing cases (suite `missing`). Every text is made XML-safe
+    errors for infrastructure errors and for missing cases (suite `missing`); cases pytest never ran because
+    it stopped early (`not_run`, reason `stopped`) are skipped (suite `not_run`). Every text is made XML-safe
     (`safetext.xml`). Raises OSError when `path` cannot be written."""
     x = safetext.xml
     xml = JUnitXml(name="pytest-ecdysis")
@@ -86,6 +88,13 @@ def write_junit(path: Path, trials: list[TrialResult], missing: list[str], thres
             case = TestCase(name or x(nodeid), classname=module.replace("/", ".").removesuffix(".py"))
             case.result = [Error("the case was collected but never reported a result "
                                  "(crashed worker or unserialisable report)", "missing")]
+            ts.append(case)
+    if not_run:
+        ts = suites["not_run"] = TestSuite("not_run")
+        for nodeid in not_run:
+            module, _, name = x(nodeid).rpartition("::")
+            case = TestCase(name or x(nodeid), classname=module.replace("/", ".").removesuffix(".py"))
+            case.result = [Skipped(x(f"not run: pytest stopped early ({stopped or 'interrupted'})"), "not_run")]
             ts.append(case)
     for ts in suites.values():
         ts.update_statistics()
@@ -135,6 +144,11 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
         for g in groups[:TOP_GROUPS]:
             tag = "cross-task" if g.get("cross_task") else "single    "
             lines.append(f"  {tag} {len(g['records']):>3} rec {len(g['tasks']):>3} tasks  {g['signature']}")
+    if summary.get("stopped"):
+        names = summary.get("not_run") or []
+        lines.append(f"stopped early ({summary['stopped']}): {len(names)} case(s) not run"
+                     + (f": {', '.join(names[:10])}" + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+                        if names else ""))
     for p in problems or []:
         lines.append(f"PROBLEM: {p}")
     if gate:
@@ -175,6 +189,8 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
         out += ["", "| failure group | cross-task | records | tasks |", "|---|---|---:|---:|"]
         out += [f"| `{_cell(g['signature'])}` | {'yes' if g.get('cross_task') else 'no'} | {len(g['records'])} | "
                 f"{len(g['tasks'])} |" for g in groups[:TOP_GROUPS]]
+    if summary.get("stopped"):
+        out += ["", f"**Stopped early** ({summary['stopped']}): {len(summary.get('not_run') or [])} case(s) not run."]
     if problems:
         out += [""] + [f"> **Problem:** {' '.join(str(p).splitlines())}" for p in problems]
     return safetext.markdown("\n".join(out) + "\n")

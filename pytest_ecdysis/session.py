@@ -54,6 +54,8 @@ class RunOutcome:
     missing: list[str]
     problems: list[str]
     run_path: Path | None  # None when the run directory could not be written
+    not_run: list[str] = field(default_factory=list)  # cases pytest never ran because it stopped early
+    stopped: str | None = None  # why pytest stopped early (`-x`, `--maxfail`, Ctrl-C), None when it did not
     gate: gate.GateVerdict | None = None
     baseline_written: Path | None = None
     evolution: Any = None
@@ -158,7 +160,8 @@ def aggregate(
 
 
 def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialResult], tri: failures.Triage,
-                  groups: list[Any], missing: list[str], threshold: float) -> list[str]:
+                  groups: list[Any], missing: list[str], threshold: float, not_run: list[str] | None = None,
+                  ) -> list[str]:
     """Write the five files of a run directory (docs/records.md), the data first: `trials.jsonl`,
     `failures.jsonl`, `groups.json`, `summary.json`, then the rendering `junit.xml`.
 
@@ -184,7 +187,8 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
                           "--ecdysis-run-dir (the results are still in the terminal summary)") from None
     problems = []
     try:
-        report.write_junit(run_path / "junit.xml", trials, missing, threshold)
+        report.write_junit(run_path / "junit.xml", trials, missing, threshold, not_run=not_run,
+                           stopped=summary.get("stopped"))
     except Exception as exc:  # noqa: BLE001 - a rendering must never lose the run written above
         problems.append(f"junit.xml not written ({type(exc).__name__}: {exc}); summary.json and trials.jsonl "
                         f"in {run_path} hold the results")
@@ -209,12 +213,16 @@ def _name(ids: list[str]) -> str:
     return ", ".join(ids[:SHOW_MISSING]) + (f" and {more} more" if more > 0 else "")
 
 
-def finish(session: Any, state: Any) -> RunOutcome | None:
+def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome | None:
     """Aggregate the run, write its directory, then baseline / gate / evolution as configured.
 
     Stores and returns a `RunOutcome` (None for a session with no trial case and no gate or baseline).
     Problems with the run (missing cases, unwritable directory, invalid results) become messages in
     `outcome.problems`, never exceptions; missing cases also count as failed tests.
+
+    `stopped` (pytest stopped early: `-x`, `--maxfail`, Ctrl-C; the reason) writes what ran: cases that
+    never reported are `not_run` (not missing, not failed), no baseline is saved, evolution does not start,
+    and a gate counts them as missing (an incomplete run cannot pass). None when no trial ran at all.
     """
     cfg = state.cfg
     problems: list[str] = []
@@ -226,6 +234,12 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
         return None
     cov = coverage(state)
     missing = sorted(expected - {t.nodeid for t in trials})
+    not_run: list[str] = []
+    if stopped:
+        if not state.trials:
+            return None  # stopped before any trial reported (e.g. collection errors): nothing ran to write
+        not_run = [m for m in missing if m not in state.trials]  # no result at all: never ran
+        missing = [m for m in missing if m in state.trials]  # reported an invalid result
     if missing:
         problems.append(f"{len(missing)} collected case(s) never reported a valid trial result: {_name(missing)}")
         if cov.crashed:
@@ -251,7 +265,7 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
         "wall_s": round(time.time() - state.started, 3),
         "harness_id": state.harness_id, "model": cfg.model, "user_model": cfg.user_model,
         "diagnosis_model": cfg.diagnosis_model, "n_collected": len(expected), "missing": missing,
-        "problems": problems,
+        "stopped": stopped, "not_run": not_run, "problems": problems,
     }
     summary["selection"] = {"args": sorted(str(a) for a in session.config.args),
                             "tasks": list(cfg.tasks) if cfg.tasks else None}
@@ -259,16 +273,16 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
     if shard:
         summary["shard"] = shard  # `ecdysis merge` checks that every group of the split is there
     outcome = RunOutcome(summary=summary, groups=[g.model_dump(mode="json") for g in groups], missing=missing,
-                         problems=problems, run_path=state.run_path)
+                         problems=problems, run_path=state.run_path, not_run=not_run, stopped=stopped)
     state.outcome = outcome
     try:
-        write_run_dir(state.run_path, summary, trials, tri, groups, missing, cfg.threshold)
+        write_run_dir(state.run_path, summary, trials, tri, groups, missing, cfg.threshold, not_run)
     except RunDirError as exc:
         outcome.run_path = None
         problems.append(str(exc))
 
     if cfg.save_baseline:
-        if missing or summary["n_infra_errors"] or not trials:
+        if missing or not_run or summary["n_infra_errors"] or not trials:
             problems.append(f"baseline not written to {cfg.save_baseline}: the run is incomplete (missing cases, "
                             "infrastructure errors or no trial); rerun when the endpoint is healthy")
         else:
@@ -279,7 +293,7 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
     if cfg.gate:
         baseline = gate.load_baseline(cfg.baseline)  # checked at configure time; UsageError if it vanished
         outcome.gate = gate.verdict(summary, baseline, tolerance=cfg.gate_tolerance,
-                                    max_regressions=cfg.gate_max_regressions, missing=missing,
+                                    max_regressions=cfg.gate_max_regressions, missing=missing + not_run,
                                     n_collected=len(expected), baseline_path=str(cfg.baseline))
     summary["gate"] = outcome.gate.as_dict() if outcome.gate else None
     if outcome.run_path is not None and cfg.gate:
@@ -292,7 +306,10 @@ def finish(session: Any, state: Any) -> RunOutcome | None:
     except (OSError, ValueError) as exc:
         problems.append(f"cannot append to $GITHUB_STEP_SUMMARY: {exc}")
 
-    if cfg.evolve:
+    if cfg.evolve and stopped:
+        outcome.evolution_error = (f"--ecdysis-evolve: not started, pytest stopped early ({stopped}); the run "
+                                   "is written, rerun without -x/--maxfail to evolve")
+    elif cfg.evolve:
         _evolve(session, state, outcome)
     return outcome
 
@@ -335,7 +352,7 @@ def exit_status(state: Any, exitstatus: int) -> int | None:
     1 when it failed. `--ecdysis-evolve`: 0 when the loop ran to the end, 1 when it stopped on an error.
     """
     outcome: RunOutcome | None = state.outcome
-    if outcome is None or exitstatus in (2, 3, 4):
+    if outcome is None or exitstatus in (2, 3, 4) or outcome.stopped:
         return None
     if outcome.gate is not None:
         return 0 if outcome.gate.passed else 1

@@ -1,0 +1,113 @@
+"""A run that stops early keeps what ran; a run that runs nothing writes nothing (issue 11 cases 4-5).
+
+`-x`, `--maxfail` and Ctrl-C: the trials that ran (and cost tokens) are written, the cases not run are
+named as not run (not as missing results), the exit status stays pytest's. `--collect-only`: nothing
+written, pytest's exit status, no simulated server started."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+SUITE = '''
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", ["0", "1", "2", "3"])
+def test_task(request, task_id):
+    if task_id == "2" and request.config.getoption("--interrupt-at-2"):
+        raise KeyboardInterrupt
+    reward = 0.0 if task_id == "1" else 1.0
+    record_trial(request.node, TrialResult(suite="tiny", task_id=task_id, trial=0, reward=reward,
+                                           termination_reason="agent_stop"))
+    assert reward >= 1.0
+'''
+
+CONFTEST = '''
+def pytest_addoption(parser):
+    parser.addoption("--interrupt-at-2", action="store_true")
+'''
+
+
+@pytest.fixture
+def tiny(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_tiny=SUITE, conftest=CONFTEST)
+    (pytester.path / "h").mkdir()
+    (pytester.path / "h" / "__init__.py").write_text("def build_agent(**kw):\n    return None\n")
+    return pytester
+
+
+def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return project.runpytest_subprocess("test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-harness", "h",
+                                        "--ecdysis-run-dir", "runs", *args, timeout=300)
+
+
+def _run_dir(project: pytest.Pytester) -> Path:
+    (run,) = (project.path / "runs").iterdir()
+    return run
+
+
+def _check_stopped_run(project: pytest.Pytester, result: pytest.RunResult, ran: list[str]) -> dict:
+    run = _run_dir(project)
+    summary = json.loads((run / "summary.json").read_text())
+    trials = [json.loads(line)["task_id"] for line in (run / "trials.jsonl").read_text().splitlines()]
+    assert trials == ran
+    assert summary["missing"] == [] and summary["problems"] == [] and summary["stopped"]
+    assert summary["not_run"] == [f"test_tiny.py::test_task[{i}]" for i in ("0", "1", "2", "3") if i not in ran]
+    skipped = [c.get("name") for c in ET.parse(run / "junit.xml").getroot().iter("testcase")
+               if c.find("skipped") is not None]
+    assert skipped == [n.split("::")[1] for n in summary["not_run"]]
+    result.stdout.fnmatch_lines(["*= ecdysis =*", f"*stopped early (*): {len(summary['not_run'])} case(s) not run*",
+                                 "run directory: *"])
+    assert "PROBLEM" not in result.stdout.str()
+    show = subprocess.run([sys.executable, "-m", "pytest_ecdysis.cli", "show", str(run)], capture_output=True,
+                          text=True)
+    assert show.returncode == 0 and "stopped early" in show.stdout, show.stdout + show.stderr
+    return summary
+
+
+def test_exitfirst_writes_what_ran(tiny: pytest.Pytester) -> None:
+    """`-x` stops after the failing task 1: tasks 0 and 1 are written, 2 and 3 are not run; exit status 1."""
+    result = _run(tiny, "-x")
+    assert result.ret == 1, result.stdout.str()
+    summary = _check_stopped_run(tiny, result, ["0", "1"])
+    assert summary["stopped"] == "stopping after 1 failures" and summary["n_trials"] == 2
+
+
+def test_maxfail_under_xdist_writes_what_ran(tiny: pytest.Pytester) -> None:
+    """`--maxfail 1 -n 2`: whatever the workers ran before stopping is written; the rest is not run, never
+    missing; the exit status is pytest's own (xdist's interruption)."""
+    result = _run(tiny, "--maxfail", "1", "-n", "2")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    run = _run_dir(tiny)
+    summary = json.loads((run / "summary.json").read_text())
+    ran = [json.loads(line)["task_id"] for line in (run / "trials.jsonl").read_text().splitlines()]
+    assert "1" in ran and summary["missing"] == [] and summary["problems"] == []
+    assert sorted(ran + [n[-2] for n in summary["not_run"]]) == ["0", "1", "2", "3"]
+
+
+def test_ctrl_c_writes_what_ran(tiny: pytest.Pytester) -> None:
+    """Ctrl-C during task 2: tasks 0 and 1 are written, 2 and 3 are not run; exit status 2 (interrupted)."""
+    result = _run(tiny, "--interrupt-at-2")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    _check_stopped_run(tiny, result, ["0", "1"])
+
+
+def test_collect_only_writes_nothing_and_starts_no_server(tiny: pytest.Pytester) -> None:
+    """`--collect-only` (with the simulated model, the default): exit status 0, no run directory, no PROBLEM,
+    no simulated server."""
+    result = _run(tiny, "--collect-only")
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "PROBLEM" not in out and "serving at" not in out and "= ecdysis =" not in out
+    assert not (tiny.path / "runs").exists()
+    assert "<Function test_task[3]>" in out
