@@ -29,7 +29,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from . import report
+from . import report, safetext
 from .errors import RunDirError
 from .evolve_report import OUTCOME_TEXT
 from .records import SCHEMA_VERSION
@@ -112,7 +112,7 @@ def _num(x: Any) -> float | None:
 
 def highlight_diff(text: str) -> Markup:
     """A unified diff as highlighted HTML (Pygments, CSS classes defined once in the page)."""
-    return Markup(highlight(text, DiffLexer(), HtmlFormatter(cssclass="diff")))
+    return Markup(highlight(safetext.terminal(text), DiffLexer(), HtmlFormatter(cssclass="diff")))
 
 
 def _message_view(trial: dict[str, Any]) -> list[dict[str, Any]]:
@@ -270,10 +270,14 @@ def gather(run_path: Path | str) -> dict[str, Any]:
 
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("pytest_ecdysis", "templates"), autoescape=select_autoescape(["j2", "html"]),
-                      undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True,
+                      # text from outside (tool results, endpoint errors) shows control characters and bidi
+                      # overrides as visible escapes (safetext), as the terminal and Markdown reports do
+                      finalize=lambda x: x if isinstance(x, Markup) or not isinstance(x, str) else safetext.terminal(x))
     env.filters["score"] = lambda x, d=3: "–" if _num(x) is None else f"{_num(x):.{d}f}"
     # text inside <pre>: only &, < and > need escaping (quotes as &#34; would make tool results ~10% longer)
-    env.filters["pre"] = lambda x: Markup(str(x).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+    env.filters["pre"] = lambda x: Markup(safetext.terminal(x).replace("&", "&amp;").replace("<", "&lt;")
+                                          .replace(">", "&gt;"))
     env.filters["pairs"] = lambda x: list(x.items()) if isinstance(x, dict) else []
     env.filters["tojson_pretty"] = lambda x: json.dumps(x, indent=2, ensure_ascii=False, default=str)
     return env

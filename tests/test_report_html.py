@@ -141,7 +141,7 @@ def test_unwritable_output_is_one_error(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_trajectories_are_escaped_and_show_what_the_model_saw(tmp_path: Path) -> None:
     """A failure record's trajectory is on the page with markup escaped (a tool result holding `<script>`
-    stays text); a tool message shows the harness's `model_view` and is marked when it differs from τ²'s."""
+    stays text, control characters and bidi overrides show as escapes); a tool message shows the harness's `model_view` and is marked when it differs from τ²'s."""
     run = tmp_path / "t"
     run.mkdir()
     (run / "summary.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "run_id": "t"}))
@@ -151,13 +151,15 @@ def test_trajectories_are_escaped_and_show_what_the_model_saw(tmp_path: Path) ->
              "messages": [{"role": "user", "content": "book it"},
                           {"role": "assistant", "content": None,
                            "tool_calls": [{"id": "c1", "name": "book", "arguments": {"id": "A<1>"}}]},
-                          {"role": "tool", "id": "c1", "content": "<script>alert(1)</script> long result"}],
+                          {"role": "tool", "id": "c1", "content": "<script>alert(1)</script> long result"},
+                          {"role": "assistant", "content": "\x1b[31mred\x00 \u202eevil"}],
              "tool_calls": [{"name": "book", "arguments": {"id": "A<1>"}, "step": 1,
                              "model_view": "<script>alert(1)</script> … [truncated 12 chars]"}]}
     (run / "trials.jsonl").write_text(json.dumps(trial) + "\n")
     page = html_report.render(run)
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; … [truncated 12 chars]" in page
     assert "as the harness sent it to the model" in page and 'book({"id": "A&lt;1&gt;"})' in page
+    assert "\\x1b[31mred\\x00 \\u202eevil" in page and "\x00" not in page and "\x1b" not in page
 
 
 def test_show_of_an_evolution_run_prints_rounds_test_and_branch(tmp_path: Path,
