@@ -3,6 +3,7 @@ of failures with a systematic quirk (by the ground truth), and whether two ident
 
     python benchmarks/bench_sim_calibration.py [--trials 3] [--split test] [--profile default]
                                                [--workers 2] [--out calibration.json]
+                                               [--nonce calibration|fresh] [--reruns K] [--suites airline]
 
 Runs the τ² airline and retail suites in pytest subprocesses (each with its own simulated server, so
 the determinism check crosses processes) with these harnesses:
@@ -12,6 +13,11 @@ the determinism check crosses processes) with these harnesses:
 - `cured`     : example_harness with `benchmarks/cured_harness.patch` applied (the documented cures,
                 written by hand: id normalisation, corrective errors, repeat guard, no truncation, larger budget
                 and context, completion check), materialised in a temporary directory.
+
+Every run uses the same fixed run nonce (`--nonce`, default `calibration`), so the two example runs must
+agree; `--nonce fresh` leaves it unset (each run its own nonce). `--reruns K` adds K runs of the example
+harness with nonces `rerun-1..K`: their scores per suite and the spread (max - min, standard deviation)
+are the run-to-run noise the profile's `noise` produces (shared/data: about +-0.07 on 15 tasks).
 
 Targets (issue 3): example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
 half of the example's failures with a `systematic` quirk; identical trial results across the two runs;
@@ -53,14 +59,17 @@ def materialise_cured(base: Path) -> Path:
     return target
 
 
-def run_suite(label: str, harness: str, args: argparse.Namespace, base: Path) -> Path:
-    """One pytest session over both τ² suites; returns its run directory."""
+def run_suite(label: str, harness: str, args: argparse.Namespace, base: Path, nonce: str | None = None) -> Path:
+    """One pytest session over the τ² suites; returns its run directory."""
     run_dir = base / label
-    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    nonce = nonce or (None if args.nonce == "fresh" else args.nonce)
+    if nonce:
+        env["ECDYSIS_SIM_NONCE"] = nonce
     model = "sim" if args.profile == "default" else f"sim/{args.profile}"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
-           str(ROOT / "task_suites/tau2/test_airline.py"), str(ROOT / "task_suites/tau2/test_retail.py"),
+           *(str(ROOT / f"task_suites/tau2/test_{d}.py") for d in args.suites.split(",")),
            "--ecdysis-split", args.split, "--ecdysis-trials", str(args.trials), "--ecdysis-model", model,
            "--ecdysis-harness", harness, "--ecdysis-run-dir", str(run_dir)]
     if args.workers > 0:
@@ -104,6 +113,8 @@ def figures(run: Path) -> dict:
         "failures_with_only_model_quirks": len(only_model),
         "failures_with_uncured_model_quirk": len(with_model),
         "failures_without_quirks": sum(1 for g in failed if not g["quirks"]),
+        "failure_causes": _count(f"{g['cause']['origin']}:{g['cause']['kind']}" if g.get("cause") else "none"
+                                 for g in failed),
         "uncured_quirks_in_failures": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
         "termination": _count(t["termination_reason"] for t in trials),
     }
@@ -130,6 +141,9 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(HARNESSES), help="comma-separated subset of " + ",".join(HARNESSES))
     parser.add_argument("--base", default=None, help="directory for the run directories (default: a temp dir)")
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
+    parser.add_argument("--nonce", default="calibration", help="run nonce of every run; 'fresh' leaves it unset")
+    parser.add_argument("--reruns", type=int, default=0, help="extra example runs with nonces rerun-1..K")
+    parser.add_argument("--suites", default="airline,retail", help="comma-separated τ² domains")
     args = parser.parse_args()
     base = Path(args.base or tempfile.mkdtemp(prefix="ecdysis-calibration-"))
     labels = [x for x in args.only.split(",") if x]
@@ -137,7 +151,16 @@ def main() -> int:
     for label in labels:
         harness = str(materialise_cured(base)) if label == "cured" else HARNESSES[label]
         results[label] = figures(run_suite(label, harness, args, base))
-    out: dict = {"profile": args.profile, "split": args.split, "trials": args.trials, "runs": results}
+    out: dict = {"profile": args.profile, "split": args.split, "trials": args.trials, "nonce": args.nonce,
+                 "runs": results}
+    if args.reruns:
+        import statistics
+
+        reruns = [figures(run_suite(f"rerun-{k}", HARNESSES["example"], args, base, nonce=f"rerun-{k}"))["scores"]
+                  for k in range(1, args.reruns + 1)]
+        out["rerun_scores"] = {s: [r[s] for r in reruns] for s in SUITES if reruns[0][s] is not None}
+        out["rerun_spread"] = {s: {"max_minus_min": round(max(v) - min(v), 4),
+                                   "sd": round(statistics.pstdev(v), 4)} for s, v in out["rerun_scores"].items()}
     if "example" in results and "example_again" in results:
         a = sorted(trial_key(t) for t in read_jsonl(Path(results["example"]["run"]) / "trials.jsonl"))
         b = sorted(trial_key(t) for t in read_jsonl(Path(results["example_again"]["run"]) / "trials.jsonl"))
