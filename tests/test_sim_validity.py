@@ -115,3 +115,19 @@ def test_evolution_validity_joins_every_accepted_round_and_step_with_its_runs(tm
         (1, None, "systematic_fix"), (2, 2, "accommodation")]
     assert validity["t"] == 0.5 and validity["false_acceptances"] == 0 and validity["profile"] == "default"
     assert evolution_validity({**doc, "start": {"run_path": str(tmp_path / "none")}}, evo) is None
+
+
+def test_the_cause_is_the_root_the_failure_rests_on():
+    """sim/causes.py: one damaging root is the cause; an unseen value whose lookup a slip bent points to the
+    slip; with several roots a model-origin one wins; a model that never closed was ended by a limit."""
+    from pytest_ecdysis.sim.causes import trial_cause
+
+    slip = q("slip", "model")
+    chained = {**q("unseen_value", "harness", effect="wrong_write"), "because": 0}
+    assert trial_cause([slip, chained], closed=True)[0] == {"kind": "slip", "origin": "model", "entry": 0}
+    early = q("early_end", "systematic", effect="ended_early")
+    blind = q("blind_spot", "model", effect="wrong_write")
+    cause, causes = trial_cause([early, blind], closed=True)
+    assert cause["kind"] == "blind_spot" and [c["kind"] for c in causes] == ["early_end", "blind_spot"]
+    assert trial_cause([q("verbose_rereads", "systematic")], closed=False)[0]["kind"] == "harness_limit"
+    assert trial_cause([q("id_case", "systematic", cured=True)], closed=True) == (None, [])
