@@ -211,17 +211,20 @@ class TrialCollector:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
     """After the run loop: `session.finish` writes the run, also when pytest stopped early (`-x`,
-    `--maxfail`, Ctrl-C: what ran is written, the rest named as not run, the stop re-raised so the exit
-    status stays pytest's); nothing for `--collect-only`."""
+    `--maxfail`, Ctrl-C or SIGTERM: what ran is written, the rest named as not run, the stop re-raised so
+    the exit status stays pytest's); nothing for `--collect-only`."""
     state = session.config.stash.get(CONFIG_KEY, None)
     if state is None or not state.is_controller or session.config.option.collectonly:
         return (yield)
-    try:
-        result = yield
-    except (session.Failed, session.Interrupted, KeyboardInterrupt) as exc:
-        _finish(session, state, stopped=str(exc) or type(exc).__name__)
-        raise
-    _finish(session, state, stopped=None)  # finish() writes nothing for a session without trials
+    from .session import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # SIGTERM stops the trials and the evolution as Ctrl-C does
+        try:
+            result = yield
+        except (session.Failed, session.Interrupted, KeyboardInterrupt) as exc:
+            _finish(session, state, stopped=str(exc) or type(exc).__name__)
+            raise
+        _finish(session, state, stopped=None)  # finish() writes nothing for a session without trials
     return result
 
 

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,6 +323,27 @@ def _shard_of(config: Any) -> dict[str, int] | None:
     if splits and group:
         return {"splits": int(splits), "group": int(group)}
     return None
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM (what `timeout`, a CI cancel or a container stop sends) raises
+    KeyboardInterrupt in the main thread, so it stops the run like Ctrl-C: the trials that ran are written,
+    a validation sub-run is ended (its process group), temporary worktrees are removed, the evolution's
+    state is saved and its resume command printed (issue 11 case 8). The previous handler is restored.
+    Outside the main thread (where handlers cannot be set) it does nothing."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:

@@ -111,3 +111,68 @@ def test_collect_only_writes_nothing_and_starts_no_server(tiny: pytest.Pytester)
     assert "PROBLEM" not in out and "serving at" not in out and "= ecdysis =" not in out
     assert not (tiny.path / "runs").exists()
     assert "<Function test_task[3]>" in out
+
+
+# --- SIGTERM during evolution (issue 11 case 8) ----------------------------------------------------------
+
+SLOW_SUBRUN = '''
+
+import os as _os
+import time as _time
+
+import pytest as _pytest
+
+
+@_pytest.fixture(autouse=True)
+def _slow_validation_subrun():
+    """In the round-1 validation sub-run, when `slow` exists: note the pid, then take a long time."""
+    if _os.environ.get("ECDYSIS_RUN_ID", "").endswith("-r1") and (HERE / "slow").exists():
+        (HERE / "subrun.pid").write_text(str(_os.getpid()))
+        _time.sleep(120)
+    yield
+'''
+
+
+def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pytester,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM while the validation sub-run runs: the sub-run is ended, the temporary worktree removed, the
+    state saved and the resume command printed (exit status 2, as for Ctrl-C); the resume finishes the run."""
+    import os
+    import signal
+    import time
+
+    from test_evolve_loop import CONFTEST, _git, _script, make_project
+
+    project = make_project(pytester, monkeypatch, CONFTEST + SLOW_SUBRUN)
+    _script(project, [{"knob": "x", "value": 3}])
+    (project.path / "slow").write_text("")
+    args = [sys.executable, "-m", "pytest", "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve",
+            "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness",
+            "tiny_harness", "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
+            "--ecdysis-test-trials", "1", "--ecdysis-rounds", "1"]
+    env = {**os.environ, "ECDYSIS_RUN_ID": "run1"}
+    proc = subprocess.Popen(args, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    pid_file = project.path / "subrun.pid"
+    deadline = time.monotonic() + 240
+    while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert pid_file.exists(), proc.communicate()[0] if proc.poll() is not None else "sub-run never started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "interrupted: resume with --ecdysis-resume run1" in out
+    sub_pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(sub_pid, 0)  # the sub-run was ended, not orphaned
+    assert _git(project.path, "worktree", "list").count("\n") == 1  # no temporary worktree left registered
+    doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
+    assert doc["status"] == "running" and doc["rounds"] == []  # saved, resumable
+    (project.path / "slow").unlink()
+    resumed = subprocess.run([*args, "--ecdysis-resume", "run1"], cwd=project.path, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
+    assert doc["status"] == "finished" and [r["outcome"] for r in doc["rounds"]] == ["accepted"]
+    assert len((project.path / "editor.log").read_text().splitlines()) == 1  # the edit was not redone
