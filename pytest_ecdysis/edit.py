@@ -86,14 +86,17 @@ def make_editor(cfg: Any) -> Editor:
     return BuiltinEditor(cfg)
 
 
-def import_check(harness_dir: Path, timeout_s: float = IMPORT_CHECK_TIMEOUT_S) -> str | None:
+def import_check(harness_dir: Path, timeout_s: float = IMPORT_CHECK_TIMEOUT_S,
+                 env: dict[str, str] | None = None) -> str | None:
     """Import the harness and every module in it in a fresh interpreter (never in this process); None
-    when all import and the package defines `build_agent`, else the error text. Submodules are imported
+    when all import and the package defines `build_agent`, else the error text; `env` is its environment
+    (default: this process's; validation passes the scrubbed sub-run environment). Submodules are imported
     too because a harness may import them lazily (in `build_agent`)."""
     code = ("import importlib, pkgutil, sys; from pathlib import Path; "
             "from pytest_ecdysis.harness import load_harness; d = Path(sys.argv[1]); m = load_harness(d); "
             "[importlib.import_module(i.name) for i in pkgutil.walk_packages([str(d)], m.__name__ + '.')]")
-    env = child_env(PYTHONDONTWRITEBYTECODE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env = dict(env if env is not None else child_env(), PYTHONDONTWRITEBYTECODE="1",
+               LITELLM_LOCAL_MODEL_COST_MAP="True")
     try:
         proc = subprocess.run([sys.executable, "-c", code, str(harness_dir)], capture_output=True, text=True,
                               timeout=timeout_s, env=env, cwd=harness_dir)
@@ -139,20 +142,50 @@ class CommandEditor:
         started = time.monotonic()
         cwd = _worktree_root(harness_dir)
         try:
-            proc = subprocess.run(shlex.split(command), cwd=cwd, capture_output=True, text=True,
-                                  timeout=self.timeout_s, env=child_env(PYTHONDONTWRITEBYTECODE="1"))
+            returncode, out_text = run_in_group(shlex.split(command), cwd=cwd, timeout_s=self.timeout_s,
+                                                env=child_env(PYTHONDONTWRITEBYTECODE="1"))
         except subprocess.TimeoutExpired:
-            return EditResult(ok=False, detail=f"editor command timed out after {self.timeout_s:.0f} s: {command}",
-                              wall_s=time.monotonic() - started)
+            return EditResult(ok=False, detail=f"editor command timed out after {self.timeout_s:.0f} s (its "
+                              f"process group was ended): {command}", wall_s=time.monotonic() - started)
         except OSError as exc:
             return EditResult(ok=False, detail=f"editor command could not start ({exc}): {command}",
                               wall_s=time.monotonic() - started)
         wall = time.monotonic() - started
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            return EditResult(ok=False, detail=f"editor command exited with status {proc.returncode}: "
+        if returncode != 0:
+            tail = out_text.strip().splitlines()[-3:]
+            return EditResult(ok=False, detail=f"editor command exited with status {returncode}: "
                               + " | ".join(tail), wall_s=wall)
         return EditResult(ok=True, detail=f"ran {command}", wall_s=wall)
+
+
+def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str]) -> tuple[int, str]:
+    """Run `argv` in a new process group, output to a temporary file (a grandchild holding a pipe cannot
+    block us); the whole group is killed when the command exits or after `timeout_s` seconds, so no
+    helper it started in its group outlives it. Returns (exit status, its stderr, or stdout when stderr
+    is empty).
+
+    Raises:
+        subprocess.TimeoutExpired: the command ran longer than `timeout_s` (its group was killed).
+        OSError: the command could not start.
+    """
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        err_text, out_text = err.read().decode(errors="replace"), out.read().decode(errors="replace")
+        return code, err_text if err_text.strip() else out_text
 
 
 def _worktree_root(harness_dir: Path) -> Path:

@@ -10,7 +10,9 @@
     ├── SpecError             a modification spec that does not validate, or names files outside the harness
     ├── EditorError           an editor failed, timed out, or wrote outside the harness
     ├── GitError              a git operation the evolution loop needs failed
-    └── RunDirError           a run directory is missing, unreadable, or of another suite
+    ├── RunDirError           a run directory is missing, unreadable, or of another suite
+    └── IntegrityError        a file a candidate must not change did change, or a checkpoint is not what
+                              the controller wrote (the evolution stops)
 
 This module must not import anything heavy: it is imported by workers, the scorer and the CLI.
 """
@@ -63,3 +65,8 @@ class GitError(EcdysisError):
 
 class RunDirError(EcdysisError):
     """A run directory that is missing, unreadable, not writable, or of a different suite."""
+
+
+class IntegrityError(EcdysisError):
+    """A protected file (τ², the plugin, the suites, the user's checkout) changed during a validation, or a
+    checkpoint read back is not what the controller wrote. The evolution stops; the message names the file."""

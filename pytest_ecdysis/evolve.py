@@ -40,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import gitops
+from . import gitops, integrity
 from .acceptance import decide_strict
 from .edit import make_editor
-from .errors import EcdysisError, GitError, UsageError
+from .errors import EcdysisError, GitError, IntegrityError, UsageError
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
 from .evolve_report import OUTCOME_TEXT, FinalTable, fmt, summary_lines
 from .evolve_stages import diagnose_stage, edit_stage, validate_stage
@@ -52,7 +52,7 @@ from .preflight import preflight
 from .records import SCHEMA_VERSION, ModificationSpec
 from .rundir import add_tokens, load_evidence, read_json, write_json
 from .testsplit import score_test
-from .validate import SubRun, flips, read_run, run_suite
+from .validate import SubRun, TrustedTree, flips, infra_drift, read_run, run_suite
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "gold_data_flags", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
@@ -88,7 +88,13 @@ class Evolution:
         self.base_args = [str(a) for a in config.invocation_params.args]
         self.cwd = Path(config.invocation_params.dir)
         self.editor = make_editor(self.cfg)
+        self.snapshot: gitops.Snapshot | None = None  # the current candidate's bytes (set by edit_stage)
+        self.stop_error: IntegrityError | None = None  # set when a protected file changed: the loop stops
+        self.ledger = integrity.Ledger(self.dir, state.run_id, resume=bool(self.cfg.resume))
+        self.checkout = integrity.checkout_root(self.harness_dir)
+        self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
         self.doc = self._load_or_start()
+        self.trusted = self._trusted_tree()
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -101,6 +107,9 @@ class Evolution:
         self.say(f"evolution {self.state.run_id}: up to {self.cfg.rounds} round(s), strategy "
                  f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
                  f"{fmt(self.doc['start']['score'])}")
+        self.say("no OS sandbox: candidate harness code runs with your user's rights in the validation "
+                 "sub-runs (it is checked statically, run from a private copy, and protected files are checked "
+                 "after each stage; see docs/evolution.md, threat model)")
         try:
             for n in range(len(self.doc["rounds"]) + 1, self.cfg.rounds + 1):
                 result = self.round(n)
@@ -113,6 +122,8 @@ class Evolution:
             self.checkpoint()
             self.say(f"interrupted: resume with --ecdysis-resume {self.state.run_id}")
             raise
+        finally:
+            self.trusted.remove()
         self.doc["status"] = "finished"
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
         self.checkpoint()
@@ -131,7 +142,7 @@ class Evolution:
             "spec_summary": None,
         }
         if (rdir / "decision.json").is_file():  # decided just before an interruption
-            decision = read_json(rdir / "decision.json")
+            decision = read_json(rdir / "decision.json", self.ledger)
             self.doc["incumbent"] = decision["incumbent"]
             return self.finish_round(decision["round"], rdir, already_written=True)
         # the incumbent's source, checked out in a temporary worktree: diagnosis reads it, the editor edits it
@@ -173,9 +184,23 @@ class Evolution:
         out: dict[str, Any] = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
                                "wall_s": 0.0}
         # the editor call; the change is the diff of the harness directory
+        self.snapshot = None
+        try:
+            return self._attempt(spec, worktree, adir, base, out, label=label, run_id=run_id, title=title)
+        except IntegrityError as exc:  # a protected file changed: this candidate is rejected, the loop stops
+            if self.stop_error is None:
+                raise
+            self.say(f"{label}: {exc}")
+            return {**out, "outcome": "guard_rejected", "reason": str(exc)}, None
+
+    def _attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any],
+                 out: dict[str, Any], *, label: str, run_id: str,
+                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
         edit = self.stage_json(adir / "edit.json", lambda: edit_stage(self, spec, worktree, adir, label))
         if not edit["fresh"] and not edit["outcome"]:
-            worktree.apply((adir / "candidate.diff").read_text())  # resumed: rebuild the candidate
+            # resumed: rebuild the candidate from its recorded diff (checked against the ledger)
+            worktree.apply(self.ledger.read(adir / "candidate.diff").decode())
+            self.snapshot = gitops.snapshot(worktree, worktree.commit)
         out["editor_calls"] = 1
         out["wall_s"] += edit.get("wall_s", 0.0)
         add_tokens(out["tokens"], edit.get("tokens", {}))
@@ -193,17 +218,28 @@ class Evolution:
         out["pass_hat_k_before"] = base.get("pass_hat_k")
         out["pass_hat_k_after"] = val.get("pass_hat_k")
         out["harness_id_after"] = val["harness_id"]
-        _, before_trials = read_run(Path(base["run_path"]))
-        _, after_trials = read_run(Path(val["run_path"]))
+        for path in (base["run_path"], val["run_path"]):
+            self.ledger.verify_run(Path(path))
+        before_summary, before_trials = read_run(Path(base["run_path"]))
+        after_summary, after_trials = read_run(Path(val["run_path"]))
         out["flips"] = flips(before_trials, after_trials, self.cfg.threshold)
 
+        drift = infra_drift(before_summary, after_summary)
+        if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
+            return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
         decision = decide_strict(base["score"], after)
         if not decision.accepted:
             return {**out, "outcome": "rejected", "reason": decision.reason}, None
         message = (f"{title}: {spec.summary.strip()}\n\nsuite score {base['score']:.4f} -> "
                    f"{after:.4f} ({self.cfg.split} split, {self.cfg.trials} trial(s) per task)\n"
                    f"run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
-        sha = worktree.commit_paths(edit["changed"], message)
+        assert self.snapshot is not None
+        gitops.reset_to_snapshot(worktree, self.snapshot)  # exactly the validated bytes, whatever ran since
+        sha = worktree.commit_paths(self.snapshot.changed, message)
+        committed = gitops.committed_files(worktree, sha)
+        if committed != {k: v for k, v in self.snapshot.files.items() if v is not None}:
+            raise IntegrityError(f"the commit {sha[:12]} does not hold the validated candidate's bytes; the "
+                                 "evolution stops (no branch is made from it)")
         out.update(outcome="accepted", accepted=True, commit=sha, reason=decision.reason)
         return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
                      "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}
@@ -212,9 +248,11 @@ class Evolution:
         """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
         if not already_written:
             row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
-            write_json(rdir / "decision.json", {"round": row, "incumbent": self.doc["incumbent"]})
+            write_json(rdir / "decision.json", {"round": row, "incumbent": self.doc["incumbent"]}, self.ledger)
         self.doc["rounds"].append(row)
         self.checkpoint()
+        if self.stop_error is not None:
+            raise self.stop_error
         after = f" -> {fmt(row['score_after'])}" if row.get("score_after") is not None else ""
         self.say(f"round {row['round']}: {OUTCOME_TEXT[row['outcome']]} (score {fmt(row['score_before'])}{after})"
                  + (f": {row['reason']}" if row.get("reason") and row["outcome"] != "accepted" else ""), row["round"])
@@ -229,6 +267,11 @@ class Evolution:
             return
         if self.doc.get("branch"):
             return
+        outside = gitops.paths_changed_outside(self.harness_dir, self.doc["start"]["commit"],
+                                               self.doc["incumbent"]["commit"])
+        if outside:
+            raise IntegrityError(f"the incumbent commit {self.doc['incumbent']['commit'][:12]} changes files "
+                                 f"outside the harness ({', '.join(outside[:5])}); no branch is made")
         name = gitops.create_branch(self.harness_dir, self.state.run_id, self.doc["incumbent"]["commit"])
         self.doc["branch"] = name
         self.doc["diff_command"] = f"git diff {self.doc['start']['commit'][:12]} {name}"
@@ -251,10 +294,57 @@ class Evolution:
             self.say(summary_line(validity))
 
     def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
-               overrides: dict[str, str | None] | None = None) -> SubRun:
-        """A validation sub-run of the session's suite on `harness_dir` (see `validate.run_suite`)."""
-        return run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
-                         run_id=run_id, sim_url=self.state.sim_url, overrides=overrides)
+               overrides: dict[str, str | None] | None = None,
+               files: dict[str, bytes | None] | None = None) -> SubRun:
+        """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
+        from the trusted copy (see `validate.run_suite`); its run files are recorded in the ledger and the
+        protected files checked after it.
+
+        Raises:
+            BrokenCandidate: see `validate.run_suite`.
+            IntegrityError: a protected file changed (also recorded in `self.stop_error`).
+        """
+        try:
+            sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
+                            run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
+                            trusted=self.trusted, files=files)
+        except IntegrityError as exc:  # it changed the trusted copy it ran from
+            self.stop_error = exc
+            raise
+        finally:
+            if self.stop_error is None:
+                self.check_integrity("the validation sub-run")
+        self.ledger.record_files(sub.run_path)
+        return sub
+
+    def check_integrity(self, when: str) -> None:
+        """Compare the protected files with their checksums at the start of the evolution.
+
+        Raises:
+            IntegrityError: something changed (named); kept in `self.stop_error`: the loop stops.
+        """
+        problems = integrity.changes(self.ledger.start or {}, integrity.take(self.roots))
+        if problems:
+            self.stop_error = IntegrityError(
+                f"protected files changed during {when}: " + "; ".join(problems[:8]) + ". The candidate is "
+                "rejected and the evolution stops; restore them (git status / git diff in your checkout, "
+                "pip install --force-reinstall for an installed package) and start a new run")
+            raise self.stop_error
+
+    def _trusted_tree(self) -> TrustedTree:
+        """The private copy of the checkout that validation sub-runs start from (`integrity.pristine_copy`)."""
+        pristine = integrity.pristine_copy(self.checkout, exclude=(self.dir.parent,))
+        tracked = integrity.checkout_files(self.checkout)
+        pythonpath = set()
+        for name in ("pytest_ecdysis", *integrity.suite_packages()):
+            path = integrity.package_dir(name)
+            if path is not None and path.is_relative_to(self.checkout):
+                rel = path.relative_to(self.checkout).as_posix()
+                if any(p.startswith(rel + "/") for p in tracked):
+                    pythonpath.add(Path(rel).parent.as_posix())
+        return TrustedTree(checkout=self.checkout, pristine=pristine,
+                           harness_rel=self.harness_dir.resolve().relative_to(self.checkout).as_posix(),
+                           digests=integrity.tree_digests(pristine), pythonpath=sorted(pythonpath))
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -262,7 +352,19 @@ class Evolution:
         path = self.dir / "evolution.json"
         suite = self.summary.get("suite")
         if self.cfg.resume and path.is_file():
-            doc = read_json(path)
+            doc = read_json(path)  # unverified: only to name a run of another suite (a usage error)
+            if doc.get("suite") == suite:
+                if self.ledger.start is None:
+                    raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: no integrity ledger for this run "
+                                         f"at {self.ledger.path} (it keeps the digests of every checkpoint); its "
+                                         "files cannot be verified, start a new run")
+                doc = read_json(path, self.ledger)
+                problems = integrity.changes(self.ledger.start, integrity.take(self.roots))
+                if problems:
+                    raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: protected files changed since the "
+                                         "run started: " + "; ".join(problems[:8]) + "; restore them or start a "
+                                         "new run")
+                self.ledger.record_files_named(self.dir)  # the session just scored the incumbent again
             if doc.get("suite") != suite:
                 raise UsageError(f"--ecdysis-resume {self.state.run_id}: that run evolved suite "
                                  f"{doc.get('suite')!r}, this session collected {suite!r}; select the same "
@@ -274,6 +376,8 @@ class Evolution:
             self.say(f"resuming {self.state.run_id}: round(s) {done or 'none'} done; finished stages are not redone")
             doc["wall_s_before"] = doc.get("wall_s") or 0.0
             return doc
+        self.ledger.record_files_named(self.dir)
+        self.ledger.save_start(integrity.take(self.roots))
         commit = gitops.head_commit(self.harness_dir)
         start = {"commit": commit, "harness_id": self.state.harness_id,
                  "score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k"),
@@ -284,22 +388,22 @@ class Evolution:
                "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
                "status": "running", "start": start, "incumbent": dict(start), "rounds": [], "branch": None,
                "test": None, "wall_s": 0.0, "run_path": str(self.dir)}
-        write_json(path, doc)
+        write_json(path, doc, self.ledger)
         return doc
 
     def checkpoint(self) -> None:
         """Write `evolution.json` with the wall-clock so far."""
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
-        write_json(self.dir / "evolution.json", self.doc)
+        write_json(self.dir / "evolution.json", self.doc, self.ledger)
 
     def stage_json(self, path: Path, compute: Any) -> dict[str, Any]:
         """The stage's checkpoint at `path` when it exists (`fresh` False), else `compute()` written there."""
         if path.is_file():
-            doc = read_json(path)
+            doc = read_json(path, self.ledger)
             doc["fresh"] = False
             return doc
         doc = compute()
-        write_json(path, doc)
+        write_json(path, doc, self.ledger)
         doc["fresh"] = True
         return doc
 

@@ -44,12 +44,12 @@ def instance_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], diag:
     for k, spec in enumerate(todo, start=1):
         sdir = rdir / "steps" / str(k)
         if (sdir / "decision.json").is_file():  # finished before an interruption
-            decision = read_json(sdir / "decision.json")
+            decision = read_json(sdir / "decision.json", ev.ledger)
             steps.append(decision["step"])
             current = decision["incumbent"]
             continue
         if not (sdir / "spec.json").is_file():
-            write_json(sdir / "spec.json", spec.model_dump(mode="json"))
+            write_json(sdir / "spec.json", spec.model_dump(mode="json"), ev.ledger)
         step: dict[str, Any] = {"step": k, "spec_summary": spec.summary, "score_before": current["score"],
                                 "score_after": None, "harness_id_before": current["harness_id"]}
         worktree = gitops.add_worktree(ev.harness_dir, current["commit"])
@@ -63,10 +63,12 @@ def instance_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], diag:
         step["wall_s"] = round(step["wall_s"], 2)
         if new_incumbent is not None:
             current = {**new_incumbent, "round": n, "step": k}
-        write_json(sdir / "decision.json", {"step": step, "incumbent": current})
+        write_json(sdir / "decision.json", {"step": step, "incumbent": current}, ev.ledger)
         ev.say(f"round {n} step {k}/{len(todo)}: {OUTCOME_TEXT[step['outcome']]}"
                + (f" ({step['reason']})" if step.get("reason") else ""), n)
         steps.append(step)
+        if ev.stop_error is not None:  # a protected file changed: no further step
+            break
 
     for step in steps:
         row["editor_calls"] += step.get("editor_calls", 0)
@@ -82,6 +84,8 @@ def instance_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], diag:
                    pass_hat_k_after=current.get("pass_hat_k"),
                    reason=f"step(s) {', '.join(map(str, accepted))} of {len(steps)} accepted: suite score "
                           f"{fmt(start['score'])} -> {fmt(current['score'])}")
+        for path in (start["run_path"], current["run_path"]):
+            ev.ledger.verify_run(Path(path))
         _, before_trials = read_run(Path(start["run_path"]))
         _, after_trials = read_run(Path(current["run_path"]))
         row["flips"] = flips(before_trials, after_trials, ev.cfg.threshold)

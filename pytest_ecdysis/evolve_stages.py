@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import gitops
 from .evolve_report import fmt, shorten
-from .guard import gold_data_flags, outside_harness
 from .records import INFRA_REASONS, ModificationSpec
 from .rundir import load_evidence, spec_of, write_json
 from .validate import BrokenCandidate, read_run, solved_tasks
@@ -33,6 +32,7 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
 
     cfg = ev.cfg
     inc = ev.doc["incumbent"]
+    ev.ledger.verify_run(Path(inc["run_path"]))
     records, groups = load_evidence(Path(inc["run_path"]))
     usable = [r for r in records if not r.suspect and r.termination_reason not in INFRA_REASONS]
     if not usable:
@@ -60,7 +60,7 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
         return {"outcome": "no_spec", "reason": reason or "diagnosis produced no spec", "spec": None,
                 "tokens": tokens, "wall_s": wall}
     spec_doc = spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)
-    write_json(rdir / "spec.json", spec_doc)
+    write_json(rdir / "spec.json", spec_doc, ev.ledger)
     ev.say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): spec with "
            f"{len(spec_doc.get('changes', []))} change(s): {shorten(spec_doc.get('summary', ''), 90)}", n)
     doc = {"outcome": None, "reason": reason, "spec": spec_doc, "tokens": tokens, "wall_s": wall}
@@ -73,31 +73,53 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
 
 def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree, rdir: Path,
                label: str) -> dict[str, Any]:
-    """Exactly one editor call in `worktree`, then the guard over the changed files and the diff.
+    """Exactly one editor call in `worktree`, the candidate snapshot, then the guard.
+
+    The candidate is the snapshot of the harness directory against the worktree's base commit, whatever
+    the editor committed (`gitops.snapshot`); the worktree is then reset to exactly those bytes, which are
+    the ones checked, validated and committed (`ev.snapshot`). The guard, in order: the editor failed ->
+    `no_change`; files outside the harness changed (committed or not) -> `guard_rejected`; nothing changed
+    -> `no_change`; a file over the size caps -> `guard_rejected`; no `__init__.py` left ->
+    `broken_candidate`; static-check findings (`staticcheck`) -> `guard_rejected`. After the editor the
+    protected files are checked (`ev.check_integrity`).
 
     Writes `rdir/candidate.diff`. Returns `{"editor", "ok", "detail", "tokens", "wall_s", "changed",
-    "outside_harness", "gold_data_flags", "not_implementable", "outcome", "reason"}`.
+    "outside_harness", "gold_data_flags", "static_findings", "not_implementable", "outcome", "reason"}`
+    (`gold_data_flags` is kept for readers of older runs: the static findings as text).
     """
+    from .staticcheck import check_candidate
+
     result = ev.editor.edit(spec, worktree.harness_dir, spec_path=rdir / "spec.json")
-    changed = worktree.changed_paths()
-    diff = worktree.diff(changed)
-    (rdir / "candidate.diff").write_text(diff)
-    outside = outside_harness(changed, worktree.rel.as_posix())
-    flags = gold_data_flags(diff)
+    ev.check_integrity("the editor call")
+    snap = gitops.snapshot(worktree, worktree.commit)
+    gitops.reset_to_snapshot(worktree, snap)
+    ev.snapshot = snap
+    changed = snap.changed
+    written = [p for p in changed if (worktree.path / p).exists() or any(p.endswith("/" + b) or p == b
+                                                                        for b in snap.base_files)]
+    diff = worktree.diff(written)  # symlinks are never written, so never in the diff
+    ev.ledger.write(rdir / "candidate.diff", diff.encode())
+    outside = snap.outside
+    findings = [str(f) for f in check_candidate(snap.files, snap.base_files)]
     doc: dict[str, Any] = {"editor": ev.cfg.editor, "ok": result.ok, "detail": result.detail,
                            "tokens": result.tokens, "wall_s": round(result.wall_s, 2), "changed": changed,
-                           "outside_harness": outside, "gold_data_flags": flags,
+                           "outside_harness": outside, "gold_data_flags": findings, "static_findings": findings,
                            "not_implementable": result.not_implementable}
     if not result.ok:
         doc.update(outcome="no_change", reason=f"the editor failed: {result.detail}")
     elif outside:
-        doc.update(outcome="guard_rejected",
-                   reason="the edit changed files outside the harness directory: " + ", ".join(outside[:10]))
+        doc.update(outcome="guard_rejected", reason="the edit changed files outside the harness directory "
+                   "(committed or not): " + ", ".join(outside[:10]))
     elif not changed:
         doc.update(outcome="no_change", reason=f"the editor changed no harness file ({result.detail})")
-    elif flags:
-        doc.update(outcome="guard_rejected", reason="the diff reads gold task data or touches scoring: "
-                   + "; ".join(flags[:5]))
+    elif snap.too_large:
+        doc.update(outcome="guard_rejected", reason="the candidate is over the size caps: " + "; ".join(snap.too_large))
+    elif not snap.files.get("__init__.py"):
+        doc.update(outcome="broken_candidate", reason="the candidate has no __init__.py: the editor deleted the "
+                   "harness package (or its entry point)")
+    elif findings:
+        doc.update(outcome="guard_rejected", reason=f"the static check flagged {len(findings)} construct(s) a "
+                   "harness must not use: " + "; ".join(findings[:5]))
     else:
         doc.update(outcome=None, reason=result.detail)
     ev.say(f"{label}: editor {ev.cfg.editor} (1 call): {len(changed)} file(s) changed"
@@ -115,10 +137,10 @@ def validate_stage(ev: Evolution, worktree: gitops.Worktree, rdir: Path, run_id:
     from .harness import harness_id
 
     started = time.monotonic()
-    hid = harness_id(worktree.harness_dir, ev.harness_dir.name)
+    hid = harness_id(worktree.harness_dir, ev.harness_dir.name)  # the worktree holds the snapshot's bytes
     ev.say(f"{label}: validating candidate {hid} (sub-run {run_id})")
     try:
-        sub = ev.subrun(worktree.harness_dir, rdir, run_id)
+        sub = ev.subrun(worktree.harness_dir, rdir, run_id, files=ev.snapshot.files if ev.snapshot else None)
     except BrokenCandidate as exc:
         ev.say(f"{label}: broken candidate: {exc}")
         return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid,

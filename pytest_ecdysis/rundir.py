@@ -15,24 +15,31 @@ from .errors import RunDirError
 from .records import SCHEMA_VERSION, FailureRecord, PatternGroup
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`.
+def read_json(path: Path, ledger: Any = None) -> dict[str, Any]:
+    """The JSON object in `path`; with a `ledger` (`integrity.Ledger`) its digest is checked first.
 
     Raises:
         RunDirError: the file is missing or is not valid JSON.
+        IntegrityError: the controller did not write the file, or it changed since (with a ledger).
     """
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = ledger.read(path) if ledger is not None else path.read_bytes()
+        return json.loads(data)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunDirError(f"cannot read {path}: {exc}") from None
 
 
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Write `doc` to `path` atomically, adding `schema_version` when it has none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_json(path: Path, doc: dict[str, Any], ledger: Any = None) -> None:
+    """Write `doc` to `path` atomically, adding `schema_version` when it has none; with a `ledger`
+    (`integrity.Ledger`) its digest is recorded."""
     body = doc if "schema_version" in doc else {"schema_version": SCHEMA_VERSION, **doc}
+    data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode()
+    if ledger is not None:
+        ledger.write(path, data)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+    tmp.write_bytes(data)
     tmp.replace(path)
 
 

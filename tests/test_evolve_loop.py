@@ -130,6 +130,8 @@ def make_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, con
     """The tiny suite, its harness, `conftest` (the scripted diagnosis) and the editor, committed to git."""
     for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
         monkeypatch.delenv(name, raising=False)
+    # the integrity ledgers (outside the run directory) go outside the project, as in a real home
+    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path.parent / f"{pytester.path.name}-state"))
     pytester.makepyfile(test_tiny=SUITE, conftest=conftest, editor=EDITOR)
     pytester.mkpydir("tiny_harness")
     (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)

@@ -1,0 +1,240 @@
+"""Acceptance a candidate cannot game: each route of issue 13 as a scripted `cmd:` editor (or the harness it
+writes) against a tiny suite in a temporary git repository, run the way users run evolution.
+
+The suite has four tasks; task i is solved when the harness constant `LEVEL` > i (score LEVEL/4), and a
+harness with `INFRA = True` turns the tasks it fails into infrastructure errors. The incumbent has
+LEVEL = 1 (0.25). In every test: no round is accepted, no recorded score changes, no branch is made, and
+the user's checkout (files, index, refs) is byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+from test_evolve_loop import CONFTEST, HARNESS, _git
+
+pytest_plugins = ["pytester"]
+
+SUITE = '''
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.plugin import get_state
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", ["0", "1", "2", "3"])
+def test_task(request, task_id):
+    state = get_state(request.config)
+    harness = load_harness(state.harness_dir)
+    reward = 1.0 if int(task_id) < harness.LEVEL else 0.0
+    reason = "agent_stop"
+    if reward < 1.0 and getattr(harness, "INFRA", False):  # a harness that raises the client's timeout
+        reward, reason = None, "infrastructure_error"
+    record_trial(request.node, TrialResult(
+        suite="tiny", task_id=task_id, trial=0, reward=reward, termination_reason=reason,
+        components={"db": reward} if reward is not None else {}, harness_id=state.harness_id,
+        tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
+    assert reward is not None and reward >= 1.0
+'''
+
+# The static check can be switched off by a file, to test the layers behind it on their own (as if the
+# candidate had found a construct the check does not know).
+NO_STATIC = '''
+import pytest_ecdysis.staticcheck as staticcheck
+if (HERE / "no-static-check").exists():
+    staticcheck.check_candidate = lambda *a, **k: []
+'''
+
+EDITOR = r'''
+import json, os, subprocess, sys, time
+from pathlib import Path
+
+spec_path, harness = Path(sys.argv[1]), Path(sys.argv[2])
+kind = json.loads(spec_path.read_text())["changes"][0]["parameters"]["kind"]
+init = harness / "__init__.py"
+checkout = Path(subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True, text=True,
+                               check=True).stdout.strip()).resolve().parent
+outer = checkout / ".ecdysis" / "runs" / "run1"
+
+
+def git(*args):
+    subprocess.run(["git", *args], check=True, capture_output=True)
+
+
+def later(seconds, code):
+    """A helper that outlives the editor: its own session, so the editor's process group kill misses it."""
+    subprocess.Popen([sys.executable, "-c", f"import time, os; time.sleep({seconds}); {code}"],
+                     start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+if kind == "commit_outside":  # committed edits of the suite and the harness (aider commits by default)
+    (Path("test_tiny.py")).write_text("def test_task():\n    pass\n")
+    init.write_text(init.read_text().replace("LEVEL = 1", "LEVEL = 4"))
+    git("add", "-A")
+    git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "editor commit")
+elif kind == "commit_gold":  # a committed harness edit that reads the task file: the static check sees it
+    init.write_text(init.read_text().replace("LEVEL = 1", "LEVEL = len(open('tasks.json').read())"))
+    git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qam", "editor commit")
+elif kind == "obfuscated":  # the gold path built from pieces, a dynamic import, an environment read
+    init.write_text(init.read_text() + "\nimport importlib\nm = importlib.import_module('ta' + 'u2')\n"
+                    "p = getattr(m, '__fi' + 'le__')\nk = __import__('o' + 's').environ.get('X')\n")
+elif kind == "symlink":  # a link into the user's checkout (the suite)
+    (harness / "suite.py").symlink_to(checkout / "test_tiny.py")
+elif kind == "delete":  # the whole harness deleted
+    for path in harness.rglob("*"):
+        if path.is_file():
+            path.unlink()
+elif kind == "infra":  # the tasks it fails become infrastructure errors (left out of the denominator)
+    init.write_text(init.read_text() + "\nINFRA = True\n")
+elif kind == "late_rewrite":  # a tie now; a helper raises LEVEL to 4 three seconds after the editor exits
+    init.write_text(init.read_text() + "\n# reviewed\n")
+    later(3, f"open({str(init)!r}, 'w').write('LEVEL = 4\\ndef build_agent(**kw):\\n    return None\\n')")
+elif kind == "patch_checkout":  # the checkout's suite made to pass everything, restored 20 s later
+    suite = checkout / "test_tiny.py"
+    original = suite.read_text()
+    suite.write_text(original.replace("assert reward is not None and reward >= 1.0", "pass"))
+    later(20, f"open({str(suite)!r}, 'w').write({original!r})")
+    init.write_text(init.read_text() + "\n# reviewed\n")
+elif kind == "forge_decision":  # the harness, when imported in the sub-run, forges round 2's decision
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    forged = {"round": {"round": 2, "outcome": "accepted", "accepted": True, "score_before": 0.25,
+                        "score_after": 1.0, "reason": "forged"},
+              "incumbent": {"commit": head, "harness_id": "x@forged", "score": 1.0, "run_path": str(outer)}}
+    target = outer / "rounds" / "2" / "decision.json"
+    init.write_text(init.read_text() + f"\nimport pathlib\npathlib.Path({str(target)!r}).parent.mkdir("
+                    f"parents=True, exist_ok=True)\npathlib.Path({str(target)!r}).write_text({json.dumps(forged)!r})\n")
+elif kind == "patch_copy":  # the harness rewrites the suite in the tree the sub-run runs from
+    init.write_text(init.read_text() + "\nimport os, pathlib\np = pathlib.Path(os.getcwd()) / 'test_tiny.py'\n"
+                    "if p.exists():\n    os.chmod(p, 0o644)\n    p.write_text(p.read_text() + '\\n# patched\\n')\n")
+'''
+
+
+#: files the test itself (or its scripted diagnosis) writes in the project
+TEST_FILES = ("stdout", "stderr", "runpytest-current", "script.json", "diagnose.log")
+
+
+def _digests(root: Path) -> dict[str, str]:
+    """Every file of the user's checkout except the run directory and pytester's own files."""
+    skip = {".ecdysis", "__pycache__", ".git", ".pytest_cache"}  # the outer session's own files
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if skip & set(rel.parts) or not path.is_file() or rel.name in TEST_FILES:
+            continue
+        out[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    git_dir = root / ".git"
+    status = _git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
+    out["status"] = "\n".join(x for x in status if x[3:] not in TEST_FILES)
+    for name in ("HEAD", "config", "packed-refs"):
+        if (git_dir / name).is_file():
+            out[".git/" + name] = hashlib.sha256((git_dir / name).read_bytes()).hexdigest()
+    out["refs"] = _git(root, "for-each-ref", "--format=%(refname) %(objectname)")
+    return out
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path.parent / f"{pytester.path.name}-state"))
+    monkeypatch.setenv("ECDYSIS_RUN_ID", "run1")
+    pytester.makepyfile(test_tiny=SUITE, conftest=CONFTEST + NO_STATIC, editor=EDITOR)
+    pytester.mkpydir("tiny_harness")
+    (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
+    (pytester.path / ".gitignore").write_text(".ecdysis/\n__pycache__/\n*.log\nscript.json\ninterrupt-*\n"
+                                              "no-static-check\n.pytest_cache/\nstdout\nstderr\nrunpytest-current\n")
+    for args in (("init", "-q", "-b", "main"), ("config", "user.email", "dev@example.com"),
+                 ("config", "user.name", "Dev"), ("add", "-A"), ("commit", "-qm", "tiny suite")):
+        _git(pytester.path, *args)
+    return pytester
+
+
+def _evolve(project: pytest.Pytester, kinds: list[str]) -> tuple[pytest.RunResult, dict]:
+    (project.path / "script.json").write_text(json.dumps([{"kind": k} for k in kinds]))
+    result = project.runpytest_subprocess(
+        "test_tiny.py", "--ecdysis-evolve", "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9",
+        "--ecdysis-harness", "tiny_harness", "--ecdysis-rounds", str(len(kinds)), "--ecdysis-test-trials", "1",
+        "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}", timeout=600)
+    doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
+    return result, doc
+
+
+def _nothing_gained(project: pytest.Pytester, doc: dict, before: dict[str, str]) -> None:
+    assert not any(r.get("accepted") for r in doc["rounds"]), doc["rounds"]
+    assert doc["incumbent"]["score"] == 0.25 and doc["incumbent"]["round"] == 0
+    assert doc["branch"] is None
+    assert "ecdysis/" not in _git(project.path, "branch", "--list")
+    assert _digests(project.path) == before
+    assert _git(project.path, "worktree", "list").count("\n") == 1
+
+
+def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> None:
+    """Editor commits (outside the harness, or reading gold data), obfuscated reads, a symlink into the
+    checkout, a deleted harness, failures turned into infrastructure errors, and a file rewritten after
+    the editor exited: each round ends refused or rejected, with the reason, and evolution goes on."""
+    before = _digests(project.path)
+    kinds = ["commit_outside", "commit_gold", "obfuscated", "symlink", "delete", "infra", "late_rewrite"]
+    result, doc = _evolve(project, kinds)
+    assert result.ret == 0, result.stdout.str()
+    outcomes = {k: (r["outcome"], r["reason"]) for k, r in zip(kinds, doc["rounds"], strict=True)}
+    print(json.dumps(outcomes, indent=1))
+    assert outcomes["commit_outside"][0] == "guard_rejected" and "test_tiny.py" in outcomes["commit_outside"][1]
+    assert outcomes["commit_gold"][0] == "guard_rejected" and "tasks.json" in outcomes["commit_gold"][1]
+    assert outcomes["obfuscated"][0] == "guard_rejected"
+    for what in ("imports importlib", "computed attribute name", "calls __import__()"):
+        assert what in outcomes["obfuscated"][1], outcomes["obfuscated"][1]
+    assert outcomes["symlink"][0] == "guard_rejected" and "symlink" in outcomes["symlink"][1]
+    assert outcomes["delete"][0] == "broken_candidate" and "__init__.py" in outcomes["delete"][1]
+    assert outcomes["infra"][0] == "rejected" and "infrastructure drift" in outcomes["infra"][1]
+    assert doc["rounds"][kinds.index("infra")]["score_after"] == 1.0  # its own figure, never compared
+    # the late rewrite (LEVEL = 4) reached neither the validation (a tie: the snapshot) nor a commit
+    assert outcomes["late_rewrite"][0] == "rejected"
+    assert doc["rounds"][kinds.index("late_rewrite")]["score_after"] == 0.25
+    time.sleep(4)  # let the helper finish before the checkout is compared
+    _nothing_gained(project, doc, before)
+
+
+def test_editor_patching_the_checkout_stops_evolution(project: pytest.Pytester) -> None:
+    """An editor that patches the user's suite (and has it restored later) is caught right after its call:
+    the round is refused with the file named, the evolution stops, and resuming refuses while it differs."""
+    before = _digests(project.path)
+    result, doc = _evolve(project, ["patch_checkout", "infra"])
+    assert result.ret == 1, result.stdout.str()
+    assert [r["outcome"] for r in doc["rounds"]] == ["guard_rejected"]
+    assert "your checkout: test_tiny.py changed" in doc["rounds"][0]["reason"]
+    result.stdout.fnmatch_lines(["*--ecdysis-evolve stopped*protected files changed*test_tiny.py*"])
+    for _ in range(60):  # the editor's helper restores the file 20 s after the edit
+        if _digests(project.path) == before:
+            break
+        time.sleep(1)
+    _nothing_gained(project, doc, before)
+
+
+def test_forged_checkpoint_is_refused(project: pytest.Pytester) -> None:
+    """A rejected candidate that writes the next round's `decision.json` (accepted, no validation) from
+    inside its sub-run is refused: the file has no digest in the controller's ledger, the evolution stops,
+    and the forged round is never recorded (static check off: this tests the layer behind it)."""
+    (project.path / "no-static-check").write_text("")
+    before = _digests(project.path)
+    result, doc = _evolve(project, ["forge_decision", "infra"])
+    assert result.ret == 1, result.stdout.str()
+    assert [r["outcome"] for r in doc["rounds"]] == ["rejected"]
+    result.stdout.fnmatch_lines(["*--ecdysis-evolve stopped*decision.json was not written by this evolution*"])
+    _nothing_gained(project, doc, before)
+
+
+def test_sub_run_patching_its_tree_stops_evolution(project: pytest.Pytester) -> None:
+    """A harness that rewrites the suite in the tree its sub-run runs from (a private copy, read-only) is
+    caught when the sub-run ends: refused, evolution stopped, the user's checkout untouched."""
+    (project.path / "no-static-check").write_text("")
+    before = _digests(project.path)
+    result, doc = _evolve(project, ["patch_copy", "infra"])
+    assert result.ret == 1, result.stdout.str()
+    assert [r["outcome"] for r in doc["rounds"]] == ["guard_rejected"]
+    assert "trusted copy" in doc["rounds"][0]["reason"] and "test_tiny.py" in doc["rounds"][0]["reason"]
+    _nothing_gained(project, doc, before)
