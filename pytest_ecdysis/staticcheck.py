@@ -217,10 +217,12 @@ class _Visitor(ast.NodeVisitor):
             root, _, rest = dotted.partition(".")
             target = self.imported.get(root)
             if target == "os" and rest.split(".")[0] in OS_ATTRS:
-                self.flag(node, OS_ATTRS[rest.split(".")[0]], f"os.{rest}")
-            elif target == "sys" and rest.split(".")[0] in SYS_ATTRS:
-                self.flag(node, "introspection", f"sys.{rest}")
-            elif target and target.startswith("os.") and node.attr in OS_ATTRS:
+                self.flag(node, OS_ATTRS[rest.split(".")[0]], f"os.{rest.split('.')[0]}")
+                return  # one finding per use (`os.environ.get` is not also `os.environ`)
+            if target == "sys" and rest.split(".")[0] in SYS_ATTRS:
+                self.flag(node, "introspection", f"sys.{rest.split('.')[0]}")
+                return
+            if target and target.startswith("os.") and node.attr in OS_ATTRS:
                 self.flag(node, OS_ATTRS[node.attr], dotted)
         if node.attr in DUNDERS and not (node.attr == "__file__" and self._own_module(node.value)):
             if node.attr != "__dict__" or self._root_imported(node.value):
