@@ -107,6 +107,7 @@ def test_gate_run_page_shows_verdict_and_regressions(tmp_path: Path) -> None:
     (run / "summary.json").write_text(json.dumps({
         "schema_version": SCHEMA_VERSION, "run_id": "g", "suite": "tau2-airline", "suite_score": 0.4,
         "gate": gate, "suspect_tasks": ["tau2-airline/20"], "weak_passes": ["tau2-airline/5"],
+        "problems": ["1 collected case(s) never reported a valid trial result: t.py::test_airline[7-t0]"],
         "by_suite": {"tau2-airline": {"suite_score": 0.4}, "tau2-retail": {"suite_score": 0.123}},
         "tasks": {"tau2-airline/1": {"n": 2, "successes": 1, "solved": False},
                   "tau2-airline/5": {"n": 2, "successes": 2, "solved": True}}}))
@@ -117,7 +118,7 @@ def test_gate_run_page_shows_verdict_and_regressions(tmp_path: Path) -> None:
     page = html_report.render(run)
     for text in ("gate FAILED: suite score 0.400", "2 task(s) solved in the baseline", "tau2-airline/4",
                  "Weak passes", "tau2-airline/5", "Suspect tasks", "tau2-airline/20", "tau2-retail</td>",
-                 "0.123", "Tasks: 1 of 2 solved", "1 / 2"):
+                 "0.123", "Tasks: 1 of 2 solved", "1 / 2", "Problems with the run", "test_airline[7-t0]"):
         assert text in page, text
 
 
