@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import gitops, integrity
+from . import gitops, integrity, safetext
 from .acceptance import decide_strict
 from .edit import make_editor
 from .errors import EcdysisError, GitError, IntegrityError, UsageError
@@ -412,4 +412,4 @@ class Evolution:
         elapsed = time.monotonic() - self.started
         if getattr(self.tw, "width_of_current_line", 0):
             self.tw.line()  # the progress dots of the run before: start the stage lines on their own line
-        self.tw.line(f"ecdysis [{elapsed:7.1f} s] {text}")
+        self.tw.line(safetext.terminal(f"ecdysis [{elapsed:7.1f} s] {text}"))  # editor stderr, reasons: outside text

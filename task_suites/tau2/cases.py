@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_ecdysis import safetext
 from pytest_ecdysis.config import is_sim_model
 from pytest_ecdysis.errors import UsageError
 from pytest_ecdysis.harness import load_harness
@@ -69,7 +70,8 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
     if is_sim_model(cfg.model) and state.sim_url:
         record_ground_truth(state, spec.header, result, cfg.threshold)
     if result.is_infra_error:
-        pytest.fail(f"{result.termination_reason}: {result.error}", pytrace=False)
+        # the endpoint's text may carry ANSI escapes or NUL bytes: pytest prints this line as is
+        pytest.fail(safetext.terminal(f"{result.termination_reason}: {result.error}"), pytrace=False)
     return result
 
 
@@ -78,9 +80,9 @@ def check_trial(result: TrialResult, threshold: float) -> None:
     if result.reward is None or result.reward < threshold:
         parts = ", ".join(f"{k}={v:g}" for k, v in sorted(result.components.items())) or "none scored"
         detail = f"; {result.error.splitlines()[0]}" if result.error else ""
-        pytest.fail(
+        pytest.fail(safetext.terminal(
             f"reward {result.reward} < λ={threshold:g} on {result.suite} task {result.task_id} "
-            f"(trial {result.trial}): components {parts}; termination {result.termination_reason}{detail}",
+            f"(trial {result.trial}): components {parts}; termination {result.termination_reason}{detail}"),
             pytrace=False,
         )
 
