@@ -123,17 +123,21 @@ import time as _time
 import pytest as _pytest
 
 
+MARKERS = Path(%r)
+
+
 @_pytest.fixture(autouse=True)
 def _slow_validation_subrun():
-    """In the round-1 validation sub-run, when `slow` exists: note the pid, then take a long time."""
-    if _os.environ.get("ECDYSIS_RUN_ID", "").endswith("-r1") and (HERE / "slow").exists():
-        (HERE / "subrun.pid").write_text(str(_os.getpid()))
+    """In a sub-run (the first is round 1's validation), when `slow` exists: note the pid, then take long."""
+    if _os.environ.get("ECDYSIS_RUN_ID") != "run1" and (MARKERS / "slow").exists():
+        (MARKERS / "subrun.pid").write_text(str(_os.getpid()))
         _time.sleep(120)
     yield
 '''
 
 
 def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pytester,
+                                                            tmp_path_factory: pytest.TempPathFactory,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGTERM while the validation sub-run runs: the sub-run is ended, the temporary worktree removed, the
     state saved and the resume command printed (exit status 2, as for Ctrl-C); the resume finishes the run."""
@@ -143,9 +147,10 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
 
     from test_evolve_loop import CONFTEST, _git, _script, make_project
 
-    project = make_project(pytester, monkeypatch, CONFTEST + SLOW_SUBRUN)
+    markers = tmp_path_factory.mktemp("markers")  # outside the checkout (sub-runs run from a private copy)
+    project = make_project(pytester, monkeypatch, CONFTEST + SLOW_SUBRUN % str(markers))
     _script(project, [{"knob": "x", "value": 3}])
-    (project.path / "slow").write_text("")
+    (markers / "slow").write_text("")
     args = [sys.executable, "-m", "pytest", "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve",
             "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness",
             "tiny_harness", "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
@@ -153,7 +158,7 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
     env = {**os.environ, "ECDYSIS_RUN_ID": "run1"}
     proc = subprocess.Popen(args, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    pid_file = project.path / "subrun.pid"
+    pid_file = markers / "subrun.pid"
     deadline = time.monotonic() + 240
     while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -169,7 +174,7 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
     assert _git(project.path, "worktree", "list").count("\n") == 1  # no temporary worktree left registered
     doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
     assert doc["status"] == "running" and doc["rounds"] == []  # saved, resumable
-    (project.path / "slow").unlink()
+    (markers / "slow").unlink()
     resumed = subprocess.run([*args, "--ecdysis-resume", "run1"], cwd=project.path, env=env, capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
