@@ -116,11 +116,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _runs_no_test(config: pytest.Config) -> bool:
-    """`--collect-only`, `--fixtures`, `--fixtures-per-test`, `--markers`, `--help`: no trial will run, so no
-    simulated server is started."""
+    """`--collect-only`, `--setup-plan`, `--fixtures`, `--fixtures-per-test`, `--markers`, `--help`: no trial
+    will run, so no simulated server is started (and, for the first two, nothing is written)."""
     opt = config.option
-    return any(getattr(opt, name, False) for name in ("collectonly", "showfixtures", "show_fixtures_per_test",
-                                                      "markers", "help"))
+    return any(getattr(opt, name, False) for name in ("collectonly", "setupplan", "showfixtures",
+                                                      "show_fixtures_per_test", "markers", "help"))
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -211,17 +211,17 @@ class TrialCollector:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
     """After the run loop: `session.finish` writes the run, also when pytest stopped early (`-x`,
-    `--maxfail`, Ctrl-C or SIGTERM: what ran is written, the rest named as not run, the stop re-raised so
-    the exit status stays pytest's); nothing for `--collect-only`."""
+    `--maxfail`, Ctrl-C, SIGTERM, `pytest.exit()`: what ran is written, the rest named as not run, the stop
+    re-raised so the exit status stays pytest's); nothing for `--collect-only` or `--setup-plan`."""
     state = session.config.stash.get(CONFIG_KEY, None)
-    if state is None or not state.is_controller or session.config.option.collectonly:
+    if state is None or not state.is_controller or _runs_no_test(session.config):
         return (yield)
     from .session import sigterm_as_interrupt
 
     with sigterm_as_interrupt():  # SIGTERM stops the trials and the evolution as Ctrl-C does
         try:
             result = yield
-        except (session.Failed, session.Interrupted, KeyboardInterrupt) as exc:
+        except (session.Failed, session.Interrupted, KeyboardInterrupt, pytest.exit.Exception) as exc:
             _finish(session, state, stopped=str(exc) or type(exc).__name__)
             raise
         _finish(session, state, stopped=None)  # finish() writes nothing for a session without trials

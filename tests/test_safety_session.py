@@ -95,6 +95,43 @@ def test_maxfail_under_xdist_writes_what_ran(tiny: pytest.Pytester) -> None:
     assert sorted(ran + [n[-2] for n in summary["not_run"]]) == ["0", "1", "2", "3"]
 
 
+def test_sigterm_during_the_trials_writes_what_ran(tiny: pytest.Pytester) -> None:
+    """SIGTERM (a CI cancel) while task 2 runs: tasks 0 and 1 are written, 2 and 3 are not run; exit status
+    2, as for Ctrl-C."""
+    import os
+    import signal
+    import time
+
+    marker = tiny.path / "task2.started"
+    tiny.makeconftest(CONFTEST + f"""
+
+import time
+from pathlib import Path
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _slow_task_2(request):
+    if request.node.name == "test_task[2]":
+        Path({str(marker)!r}).write_text("")
+        time.sleep(120)
+    yield
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "test_tiny.py", "-p", "no:cacheprovider",
+                             "--ecdysis-harness", "h", "--ecdysis-run-dir", "runs"], cwd=tiny.path,
+                            env={**os.environ}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    run = _run_dir(tiny)
+    summary = json.loads((run / "summary.json").read_text())
+    assert [json.loads(line)["task_id"] for line in (run / "trials.jsonl").read_text().splitlines()] == ["0", "1"]
+    assert summary["stopped"] == "SIGTERM received" and len(summary["not_run"]) == 2
+
+
 def test_ctrl_c_writes_what_ran(tiny: pytest.Pytester) -> None:
     """Ctrl-C during task 2: tasks 0 and 1 are written, 2 and 3 are not run; exit status 2 (interrupted)."""
     result = _run(tiny, "--interrupt-at-2")
@@ -102,15 +139,16 @@ def test_ctrl_c_writes_what_ran(tiny: pytest.Pytester) -> None:
     _check_stopped_run(tiny, result, ["0", "1"])
 
 
-def test_collect_only_writes_nothing_and_starts_no_server(tiny: pytest.Pytester) -> None:
-    """`--collect-only` (with the simulated model, the default): exit status 0, no run directory, no PROBLEM,
-    no simulated server."""
-    result = _run(tiny, "--collect-only")
+@pytest.mark.parametrize("option", ["--collect-only", "--setup-plan"])
+def test_collect_only_writes_nothing_and_starts_no_server(tiny: pytest.Pytester, option: str) -> None:
+    """`--collect-only` or `--setup-plan` (with the simulated model, the default): exit status 0, no run
+    directory, no PROBLEM, no simulated server."""
+    result = _run(tiny, option)
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.str()
     assert "PROBLEM" not in out and "serving at" not in out and "= ecdysis =" not in out
     assert not (tiny.path / "runs").exists()
-    assert "<Function test_task[3]>" in out
+    assert "test_task[3]" in out
 
 
 # --- SIGTERM during evolution (issue 11 case 8) ----------------------------------------------------------
