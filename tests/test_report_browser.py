@@ -23,8 +23,9 @@ import pytest
 from pytest_ecdysis import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Train tasks of which the simulated model's default profile fails some under the example harness
-#: (7, 14, 38, 39, 42 in the full train run) and solves others (0): the smallest set whose rounds flip tasks.
+#: Train tasks the example harness fails under the simulated model's default profile (7, 14, 38, 39, 42
+#: when written) and one it solves (0): a small set whose rounds flip tasks (round 1 repairs 38). The test
+#: says so plainly if a change to the simulated world leaves no round that flips a task.
 TASKS = "0,7,14,38,39,42"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
