@@ -65,7 +65,12 @@ def row_of(strategy: str, label: str, doc: dict | None, wall: float, tail: str) 
             "accommodation": validity.get("accommodations"), "noise": validity.get("noise"),
             "t": validity.get("t"), "false_acceptances": validity.get("false_acceptances"),
             "cap": doc.get("self_evolution_cap") if strategy == "self-evolution" else "",
-            "outcomes": [r.get("outcome") for r in doc.get("rounds", [])]}
+            "outcomes": [r.get("outcome") for r in doc.get("rounds", [])],
+            "edits": [{"round": e["round"], "step": e["step"], "class": e["class"],
+                       "cured": sorted({f"{c['kind']}@{c['task']}:{c['status']}" for c in e["cures"]})}
+                      for e in validity.get("edits", [])],
+            "held_out_kinds": validity.get("held_out_kinds"),
+            "specs": [r.get("spec_summary") for r in doc.get("rounds", [])]}
 
 
 def table(rows: list[dict]) -> str:
