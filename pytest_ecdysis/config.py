@@ -32,6 +32,22 @@ def unset_empty_env(environ: Any = None) -> list[str]:
     for name in empty:
         del env[name]
     return empty
+#: Time limits (seconds) and retries of model calls; each has an option, an ini key and an env fallback.
+DEFAULT_CALL_TIMEOUT_S = 60.0  # one model call, whole response included
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_TRIAL_BUDGET_S = 900.0  # a τ² trial makes ~10-60 model calls
+DEFAULT_DIAGNOSIS_BUDGET_S = 1800.0  # one round's roles: 3 x K passes + a moderator, up to 180 s per call
+DEFAULT_EDITOR_BUDGET_S = 900.0  # one round's edit (the builtin editor's calls or a cmd: editor's process)
+#: option name -> (config field, env fallbacks in order, default, kind); kind "int" is a count >= 0,
+#: "seconds" a number > 0.
+LIMITS: dict[str, tuple[str, tuple[str, ...], float, str]] = {
+    "call-timeout": ("call_timeout_s", ("ECDYSIS_CALL_TIMEOUT_S",), DEFAULT_CALL_TIMEOUT_S, "seconds"),
+    "max-retries": ("max_retries", ("ECDYSIS_MAX_RETRIES",), DEFAULT_MAX_RETRIES, "int"),
+    "trial-budget": ("trial_budget_s", ("ECDYSIS_TRIAL_BUDGET_S",), DEFAULT_TRIAL_BUDGET_S, "seconds"),
+    "diagnosis-budget": ("diagnosis_budget_s", ("ECDYSIS_DIAGNOSIS_BUDGET_S",), DEFAULT_DIAGNOSIS_BUDGET_S, "seconds"),
+    "editor-budget": ("editor_budget_s", ("ECDYSIS_EDITOR_BUDGET_S", "ECDYSIS_EDITOR_TIMEOUT"),
+                      DEFAULT_EDITOR_BUDGET_S, "seconds"),
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,16 @@ OPTIONS: tuple[Option, ...] = (
            "and a validation sub-run (default: 5)", default="5"),
     Option("evidence", "which failure records diagnosis sees: 'all' or 'failure-aware:N' (default: all)",
            default="all"),
+    Option("call-timeout", "seconds one model call of a trial may take, whole response included "
+           "(default: env ECDYSIS_CALL_TIMEOUT_S, else 60)"),
+    Option("max-retries", "retries of a model call after HTTP 429/5xx, timeouts or refused connections "
+           "(default: env ECDYSIS_MAX_RETRIES, else 3)"),
+    Option("trial-budget", "total wall-clock seconds of one trial, all calls and retries "
+           "(default: env ECDYSIS_TRIAL_BUDGET_S, else 900)"),
+    Option("diagnosis-budget", "total seconds of one round's diagnosis, all role calls "
+           "(default: env ECDYSIS_DIAGNOSIS_BUDGET_S, else 1800)"),
+    Option("editor-budget", "total seconds of one round's edit: the builtin editor's calls or a cmd: editor's "
+           "process (default: env ECDYSIS_EDITOR_BUDGET_S, else ECDYSIS_EDITOR_TIMEOUT, else 900)"),
     Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
            default=None, action="append", ini=False),
     Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
@@ -114,7 +140,7 @@ def is_sim_model(name: str | None) -> bool:
 
 @dataclass(frozen=True)
 class EcdysisConfig:
-    """Every option, resolved and checked. Units: seconds for `sim_latency_s`."""
+    """Every option, resolved and checked. Units: seconds for `sim_latency_s` and the `*_s` limits."""
 
     model: str
     base_url: str | None
@@ -146,6 +172,16 @@ class EcdysisConfig:
     html: Path | None = None
     sim_nonce: str | None = None
     self_evolution_cap: int = 5
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
+    trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
+    diagnosis_budget_s: float = DEFAULT_DIAGNOSIS_BUDGET_S
+    editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
+
+    def limits(self) -> dict[str, float | int]:
+        """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
+        diagnosis_budget_s, editor_budget_s}` (printed in the run's summary)."""
+        return {field: getattr(self, field) for field, *_ in LIMITS.values()}
 
     @property
     def uses_sim(self) -> bool:
@@ -187,6 +223,43 @@ def _float(name: str, value: Any, lo: float, hi: float | None) -> float:
         span = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise UsageError(f"--ecdysis-{name} must be {span}, got {number}")
     return number
+
+
+def _limit(name: str, value: Any, source: str) -> float | int:
+    field, _, _, kind = LIMITS[name]
+    where = f" (from {source})" if source.startswith("env") else ""
+    try:
+        number = int(value) if kind == "int" else float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or (kind == "int" and number < 0) or (kind == "seconds" and not number > 0):
+        want = "an integer >= 0" if kind == "int" else "a number of seconds > 0"
+        raise UsageError(f"--ecdysis-{name} must be {want}, got {value!r}{where}; set --ecdysis-{name} "
+                         f"(or ini ecdysis_{name.replace('-', '_')})")
+    return number
+
+
+def read_limits(raw: dict[str, Any], env: Any = None) -> dict[str, float | int]:
+    """The time limits and retries: option, else ini (both in `raw`), else env fallback, else default.
+
+    Returns `{config field: value}`. Raises UsageError for a zero or negative budget or timeout, retries
+    below 0, or a value that is not a number (the message names where it came from).
+    """
+    env = os.environ if env is None else env
+    out: dict[str, float | int] = {}
+    for name, (field, env_names, default, _) in LIMITS.items():
+        value, source = raw.get(name), f"--ecdysis-{name}"
+        for env_name in env_names:
+            if value is None and env.get(env_name) not in (None, ""):
+                value, source = env[env_name], f"env {env_name}"
+        out[field] = _limit(name, default if value is None else value, source)
+    return out
+
+
+def endpoint_limits_from_env() -> dict[str, float | int]:
+    """`{call_timeout_s, max_retries, trial_budget_s}` from the env fallbacks (for runs outside pytest)."""
+    limits = read_limits({})
+    return {k: limits[k] for k in ("call_timeout_s", "max_retries", "trial_budget_s")}
 
 
 def read_config(config: Any) -> EcdysisConfig:
@@ -282,6 +355,7 @@ def read_config(config: Any) -> EcdysisConfig:
         html=html,
         sim_nonce=_nonce(raw["sim-nonce"]),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
+        **read_limits(raw, env),
     )
 
 

@@ -81,7 +81,8 @@ def make_editor(cfg: Any) -> Editor:
     if cfg.editor == "sim":
         return SimEditor()
     if cfg.editor.startswith("cmd:"):
-        timeout = float(os.environ.get("ECDYSIS_EDITOR_TIMEOUT", DEFAULT_CMD_TIMEOUT_S))
+        timeout = getattr(cfg, "editor_budget_s", None) or float(os.environ.get("ECDYSIS_EDITOR_TIMEOUT",
+                                                                             DEFAULT_CMD_TIMEOUT_S))
         return CommandEditor(cfg.editor[4:].strip(), timeout_s=timeout)
     return BuiltinEditor(cfg)
 
@@ -230,13 +231,15 @@ class BuiltinEditor:
         if self._client is None:
             from .llm import RoleClient
 
-            self._client = RoleClient.from_config(self.cfg)
+            self._client = RoleClient.from_config(self.cfg, stage="editor")  # --ecdysis-editor-budget
         return self._client
 
     def edit(self, spec: Any, harness_dir: Path, *, spec_path: Path) -> EditResult:
         from .llm import add_tokens
 
         started = time.monotonic()
+        if hasattr(self.client, "restart_budget"):
+            self.client.restart_budget()  # each round's edit has the whole editor budget
         tokens = {"prompt": 0, "completion": 0, "total": 0}
         messages = [{"role": "system", "content": EDITOR_SYSTEM},
                     {"role": "user", "content": _editor_prompt(spec_path.read_text(), harness_dir)}]

@@ -54,15 +54,16 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
     tokens = dict(getattr(result, "tokens", None) or {})
     wall = float(getattr(result, "wall_s", None) or (time.monotonic() - t0))
     reason = str(getattr(result, "detail", "") or getattr(result, "reason", "") or "")
+    budget = f" [{wall:.1f} s of the {getattr(cfg, 'diagnosis_budget_s', 0):g} s diagnosis budget]"
     if spec is None:
         ev.say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): no spec "
-               f"({reason or 'no reason given'})", n)
+               f"({reason or 'no reason given'}){budget}", n)
         return {"outcome": "no_spec", "reason": reason or "diagnosis produced no spec", "spec": None,
                 "tokens": tokens, "wall_s": wall}
     spec_doc = spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)
     write_json(rdir / "spec.json", spec_doc, ev.ledger)
     ev.say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): spec with "
-           f"{len(spec_doc.get('changes', []))} change(s): {shorten(spec_doc.get('summary', ''), 90)}", n)
+           f"{len(spec_doc.get('changes', []))} change(s): {shorten(spec_doc.get('summary', ''), 90)}{budget}", n)
     doc = {"outcome": None, "reason": reason, "spec": spec_doc, "tokens": tokens, "wall_s": wall}
     if getattr(result, "instance_level", False):  # one spec per failure, patched one by one
         specs = list(getattr(result, "specs", None) or [spec])
@@ -122,7 +123,8 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
                    "harness must not use: " + "; ".join(findings[:5]))
     else:
         doc.update(outcome=None, reason=result.detail)
-    ev.say(f"{label}: editor {ev.cfg.editor} (1 call): {len(changed)} file(s) changed"
+    ev.say(f"{label}: editor {ev.cfg.editor} (1 call, {result.wall_s:.1f} s of the "
+           f"{getattr(ev.cfg, 'editor_budget_s', 0):g} s editor budget): {len(changed)} file(s) changed"
            + (f"; {doc['reason']}" if doc["outcome"] else f": {', '.join(changed)}"))
     return doc
 

@@ -9,23 +9,29 @@ server at `$ECDYSIS_SIM_URL/v1` with api key "sim"; any other model goes to `--e
 written anywhere). Every request carries the header `X-Ecdysis-Role: <role>`, which the simulated
 server routes on and real endpoints ignore.
 
-Timeouts and retries are explicit (`timeout_s` per attempt, `max_retries` by the openai client).
-Endpoint failures after retries (down, timeout, 429/5xx, a rejected request) are raised as
-`InfrastructureError`: a diagnosis that could not run is never mistaken for "no spec". A request the
-server refuses because it does not fit the model's context raises `ContextOverflowError` (`overflow.py`).
+Timeouts, retries and a stage budget are explicit: each attempt has a total deadline of `timeout_s` that
+covers the whole response, body included, and all calls of one stage (a round's diagnosis, or its edit)
+share a `Budget` of `budget_s` seconds (`--ecdysis-diagnosis-budget`, `--ecdysis-editor-budget`);
+`max_retries` (`--ecdysis-max-retries`) bounds the retries (`pytest_ecdysis.deadline.DeadlineTransport`).
+Endpoint failures after retries (down, timeout, 429/5xx, a rejected request, a spent stage budget) are
+raised as `InfrastructureError`: a diagnosis that could not run is never mistaken for "no spec". A request
+the server refuses because it does not fit the model's context raises `ContextOverflowError` (`overflow.py`).
 This module must not import tau2, task suites or harness code.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
 
 from .config import is_sim_model
+from .deadline import Budget, DeadlineTransport
 from .errors import ContextOverflowError, InfrastructureError, UsageError
 from .overflow import context_overflow
 
@@ -84,9 +90,14 @@ class RoleClient:
         model: the model name sent (`sim`, `sim/<profile>`, or a real model).
         base_url: endpoint for real models (ignored for `sim...`).
         timeout_s: seconds per attempt.
-        max_retries: retries by the openai client before an `InfrastructureError`.
+        max_retries: retries before an `InfrastructureError`.
         client: a ready `openai.OpenAI` (tests pass one over `httpx2.MockTransport`); when given,
-            endpoint resolution is skipped.
+            endpoint resolution is skipped, its openai retries are used, and the budget is checked
+            between calls only.
+        budget_s: total seconds of every call of this client's stage (None: unbounded); `restart_budget()`
+            starts it again.
+        stage: the budget's name in messages (`diagnosis`, `editor`).
+        transport: the network transport under the deadlines (tests: a local server or a mock).
     """
 
     def __init__(
@@ -98,23 +109,38 @@ class RoleClient:
         max_retries: int = DEFAULT_MAX_RETRIES,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         client: openai.OpenAI | None = None,
+        budget_s: float | None = None,
+        stage: str = "diagnosis",
+        transport: httpx2.BaseTransport | None = None,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
+        self.budget = Budget(math.inf if budget_s is None else budget_s, label=stage)
         #: optional request parameters this endpoint rejected (HTTP 400 naming them): not sent again.
         self._rejected: set[str] = set()
         if client is None:
             url, key = resolve_endpoint(model, base_url)
-            client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout_s, max_retries=max_retries)
+            deadline = DeadlineTransport(transport or httpx2.HTTPTransport(), self.budget, call_timeout_s=timeout_s,
+                                         max_retries=max_retries)
+            client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout_s, max_retries=0,
+                                   http_client=httpx2.Client(transport=deadline, timeout=timeout_s))
         else:
             client = client.with_options(timeout=timeout_s, max_retries=max_retries)
         self._client = client
         self.calls = 0
 
     @classmethod
-    def from_config(cls, cfg: Any, **kwargs: Any) -> RoleClient:
-        """A client for `cfg.diagnosis_model` (an `EcdysisConfig`)."""
-        return cls(cfg.diagnosis_model, base_url=cfg.base_url, **kwargs)
+    def from_config(cls, cfg: Any, stage: str = "diagnosis", **kwargs: Any) -> RoleClient:
+        """A client for `cfg.diagnosis_model` (an `EcdysisConfig`) with the stage's budget
+        (`cfg.diagnosis_budget_s` or `cfg.editor_budget_s`) and `cfg.max_retries`."""
+        kwargs.setdefault("budget_s", getattr(cfg, f"{stage}_budget_s", None))
+        if getattr(cfg, "max_retries", None) is not None:
+            kwargs.setdefault("max_retries", cfg.max_retries)
+        return cls(cfg.diagnosis_model, base_url=cfg.base_url, stage=stage, **kwargs)
+
+    def restart_budget(self) -> None:
+        """Start the stage budget again (one client reused for the same stage in the next round)."""
+        self.budget.restart()
 
     def complete(self, role: str, messages: list[dict[str, Any]], *, json_mode: bool = False) -> Completion:
         """One chat completion for `role`; returns the reply text (possibly empty), tokens and wall seconds.
@@ -134,6 +160,9 @@ class RoleClient:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "extra_headers": {ROLE_HEADER: role}}
         kwargs.update({k: v for k, v in optional.items() if k not in self._rejected})
         start = time.monotonic()
+        if self.budget.remaining() <= 0:
+            self.budget.exhausted = True
+            raise InfrastructureError(f"{role} call to {self.model!r} not sent: {self.budget.describe()}")
         try:
             while True:
                 try:
@@ -147,6 +176,8 @@ class RoleClient:
                     for k in named:
                         kwargs.pop(k)
         except openai.APITimeoutError as exc:
+            if self.budget.exhausted:
+                raise InfrastructureError(f"{role} call to {self.model!r}: {self.budget.describe()}") from exc
             raise InfrastructureError(f"{role} call to {self.model!r} timed out after retries: {exc}") from exc
         except openai.APIConnectionError as exc:
             raise InfrastructureError(f"{role} call to {self.model!r}: endpoint unreachable: {exc}") from exc

@@ -92,6 +92,11 @@ class TrialResult(_Model):
         Field(description="recorded harness decisions, e.g. repaired endpoint replies: {'kind', 'detail', 'step'}"),
     ] = Field(default_factory=list)
     error: Annotated[str | None, Field(description="infrastructure or endpoint error text")] = None
+    pending_call: Annotated[
+        dict[str, Any] | None,
+        Field(description="time_budget_exceeded only: the model call in flight when the budget ran out, "
+                          "{'role', 'url', 'phase' (connect|headers|body|backoff), 'waited_s', 'bytes'}"),
+    ] = None
 
     @field_validator("harness_notes", mode="before")
     @classmethod

@@ -137,6 +137,8 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
     lines.append(f"failures {summary.get('n_failures', 0)}  tokens {tok.get('total', 0)} "
                  f"(prompt {tok.get('prompt', 0)}, completion {tok.get('completion', 0)}){_user_tokens(summary, '  ')}  "
                  f"cost {_cost(summary)}  wall {summary.get('wall_s', 0):.1f} s")
+    if summary.get("limits"):
+        lines.append(limits_line(summary["limits"]))
     if summary.get("suspect_tasks"):
         lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")
     if groups:
@@ -156,6 +158,13 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
         lines.extend(f"  - {r}" for r in gate.get("reasons", [])
                      if not gate.get("passed") and r not in gate["headline"])  # a refusal's headline has them
     return [safetext.terminal(line) for line in lines]
+
+
+def limits_line(limits: dict[str, Any]) -> str:
+    """`limits: call 60 s, retries 3, trial 900 s, diagnosis 1800 s, editor 900 s` (`summary.json` `limits`)."""
+    return (f"limits: call {limits.get('call_timeout_s'):g} s, retries {limits.get('max_retries')}, "
+            f"trial {limits.get('trial_budget_s'):g} s, diagnosis {limits.get('diagnosis_budget_s'):g} s, "
+            f"editor {limits.get('editor_budget_s'):g} s")
 
 
 def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate: dict[str, Any] | None = None,

@@ -267,8 +267,8 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         **summary,
         "wall_s": round(time.time() - state.started, 3),
         "harness_id": state.harness_id, "model": cfg.model, "user_model": cfg.user_model,
-        "diagnosis_model": cfg.diagnosis_model, "n_collected": len(expected), "missing": missing,
-        "stopped": stopped, "not_run": not_run, "problems": problems,
+        "diagnosis_model": cfg.diagnosis_model, "limits": cfg.limits(), "n_collected": len(expected),
+        "missing": missing, "stopped": stopped, "not_run": not_run, "problems": problems,
     }
     summary["selection"] = {"args": sorted(str(a) for a in session.config.args),
                             "tasks": list(cfg.tasks) if cfg.tasks else None}

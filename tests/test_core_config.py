@@ -21,6 +21,11 @@ BAD_OPTIONS = [
     (["--ecdysis-html", "."], "--ecdysis-html . is a directory; pass the page's file name"),
     (["--ecdysis-self-evolution-cap", "0"], "--ecdysis-self-evolution-cap must be an integer >= 1"),
     (["--ecdysis-sim-nonce", " "], "--ecdysis-sim-nonce must be a non-blank text"),
+    (["--ecdysis-trial-budget", "0"], "--ecdysis-trial-budget must be a number of seconds > 0, got '0'"),
+    (["--ecdysis-call-timeout", "-1"], "--ecdysis-call-timeout must be a number of seconds > 0, got '-1'"),
+    (["--ecdysis-max-retries", "-1"], "--ecdysis-max-retries must be an integer >= 0, got '-1'"),
+    (["--ecdysis-diagnosis-budget", "soon"], "--ecdysis-diagnosis-budget must be a number of seconds > 0"),
+    (["--ecdysis-editor-budget", "0"], "--ecdysis-editor-budget must be a number of seconds > 0"),
 ]
 
 
@@ -83,3 +88,28 @@ def test_a_harness_without_build_agent_is_refused_on_every_load(tmp_path) -> Non
     for _ in range(2):
         with pytest.raises(UsageError, match="does not provide an agent"):
             load_harness(h)
+
+
+def test_time_limits_come_from_option_then_ini_then_env_then_default() -> None:
+    """Each limit: the option (or its ini mirror) wins over the env fallback, which wins over the default;
+    a bad env value is the same usage error, naming the variable."""
+    from pytest_ecdysis.config import read_limits
+
+    env = {"ECDYSIS_CALL_TIMEOUT_S": "7", "ECDYSIS_MAX_RETRIES": "0", "ECDYSIS_EDITOR_TIMEOUT": "42"}
+    limits = read_limits({"call-timeout": "5", "trial-budget": "30"}, env)
+    assert limits == {"call_timeout_s": 5.0, "max_retries": 0, "trial_budget_s": 30.0,
+                      "diagnosis_budget_s": 1800.0, "editor_budget_s": 42.0}
+    assert read_limits({}, {})["call_timeout_s"] == 60.0 and read_limits({}, {})["max_retries"] == 3
+    with pytest.raises(UsageError, match="--ecdysis-trial-budget must be a number of seconds > 0, got '-5' "
+                                         r"\(from env ECDYSIS_TRIAL_BUDGET_S\)"):
+        read_limits({}, {"ECDYSIS_TRIAL_BUDGET_S": "-5"})
+
+
+def test_bad_time_limit_in_the_environment_is_a_usage_error(pytester: pytest.Pytester, monkeypatch) -> None:
+    """An env fallback is checked at configure time like the option."""
+    monkeypatch.setenv("ECDYSIS_MAX_RETRIES", "many")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ecdysis-max-retries must be an integer >= 0, got 'many' (from env "
+                                 "ECDYSIS_MAX_RETRIES)*"])

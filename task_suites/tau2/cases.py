@@ -51,6 +51,7 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
 @pytest.fixture
 def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
     """Run the trial of this case (setup phase) and record its TrialResult on the item."""
+    from .endpoint import EndpointSettings
     from .runner import TrialSpec, run_trial
 
     state = get_state(request.config)
@@ -60,7 +61,7 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
                      user_model=cfg.user_model, harness_dir=state.harness_dir, harness_id=state.harness_id,
                      base_url=cfg.base_url, sim_url=state.sim_url)
     try:
-        result = run_trial(spec)
+        result = run_trial(spec, EndpointSettings.from_config(cfg))
     except Exception as exc:  # a defect of the suite or of τ² itself: never the agent's, never evidence
         result = TrialResult(suite=spec.suite, task_id=task_id, trial=trial, termination_reason="infrastructure_error",
                              harness_id=state.harness_id, model=cfg.model,

@@ -1,16 +1,22 @@
-"""OpenAI clients for a trial: per-trial headers, per-call timeout, bounded retries, total time budget.
+"""OpenAI clients for a trial: per-trial headers, per-call deadline, bounded retries, total time budget.
 
 The suite builds the clients and hands them to the harness (docs/internals.md, "Trial flow"), so a harness needs no code for
-headers, retries or budgets. Retries live in `BudgetTransport` (the openai client gets `max_retries=0`):
+headers, retries or budgets. Deadlines and retries live in `pytest_ecdysis.deadline.DeadlineTransport`
+(the openai client gets `max_retries=0`), shared with the diagnosis roles and the editor:
 
-- each attempt's timeout is `min(call_timeout_s, seconds left in the trial budget)`;
-- HTTP 429 and 5xx and transport errors (refused, reset, timed out) are retried at most `max_retries`
-  times, with exponential backoff `backoff_s * 2**n` s (0.5 s by default) (capped by `Retry-After`, at most 8 s, and the budget);
-- once the trial budget is spent, no further attempt is made: `TrialBudget.exhausted` is set and the
-  request fails with a timeout, which the runner reports as `time_budget_exceeded`.
+- each attempt has a total deadline of `min(call_timeout_s, seconds left in the trial budget)` that covers
+  the whole response, body included (a server trickling bytes cannot hold a worker past it);
+- HTTP 429 and 5xx and transport errors are retried at most `max_retries` times with exponential backoff
+  (0.5 s x 2^n, a `Retry-After` wins, at most 8 s, never past the budget); a 5xx that says the server
+  could not parse the model's output is not retried;
+- once the trial budget is spent no further attempt is made: `TrialBudget.exhausted` is set, `pending`
+  says which call was in flight, and the request fails with a timeout, which the runner reports as
+  `time_budget_exceeded`.
 
-So one trial costs at most its budget, however many calls and retries it makes. The API key comes from
-`OPENAI_API_KEY` and is never printed or written. This module does not import tau2.
+The agent's and the user simulator's clients share one budget, so one trial costs at most its budget. The
+limits come from `--ecdysis-call-timeout`, `--ecdysis-max-retries`, `--ecdysis-trial-budget` (ini
+mirrors; env `ECDYSIS_CALL_TIMEOUT_S`, `ECDYSIS_MAX_RETRIES`, `ECDYSIS_TRIAL_BUDGET_S` as fallbacks). The
+API key comes from `OPENAI_API_KEY` and is never printed or written. This module does not import tau2.
 """
 
 from __future__ import annotations
@@ -18,103 +24,67 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 import openai
 
-from pytest_ecdysis.config import is_sim_model
+from pytest_ecdysis.config import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TRIAL_BUDGET_S,
+    endpoint_limits_from_env,
+    is_sim_model,
+)
+from pytest_ecdysis.deadline import RETRY_STATUS, Budget, DeadlineTransport
 from pytest_ecdysis.errors import UsageError
 
-RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+__all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointSettings", "ModelViewTransport", "TrialBudget",
+           "endpoint_for", "make_client", "trial_header"]
+
+#: The trial's budget: a `pytest_ecdysis.deadline.Budget` labelled "trial" (name kept for callers).
+TrialBudget = Budget
 
 
 @dataclass(frozen=True)
 class EndpointSettings:
     """Timeouts and retries of one trial. Units: seconds.
 
-    Defaults (overridable by env `ECDYSIS_CALL_TIMEOUT_S`, `ECDYSIS_MAX_RETRIES`, `ECDYSIS_TRIAL_BUDGET_S`):
-    60 s per model call, 3 retries, 900 s per trial (a τ² trial makes ~10-60 model calls).
+    Defaults: 60 s per model call (whole response), 3 retries, 900 s per trial (a τ² trial makes ~10-60
+    model calls). The session's values come from `from_config` (options, ini, env fallbacks).
     """
 
-    call_timeout_s: float = 60.0
-    max_retries: int = 3
-    trial_budget_s: float = 900.0
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
+    trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
     connect_timeout_s: float = 10.0
     backoff_s: float = 0.5
 
     @classmethod
+    def from_config(cls, cfg: Any) -> EndpointSettings:
+        """The limits of an `EcdysisConfig` (`call_timeout_s`, `max_retries`, `trial_budget_s`)."""
+        return cls(call_timeout_s=cfg.call_timeout_s, max_retries=cfg.max_retries, trial_budget_s=cfg.trial_budget_s)
+
+    @classmethod
     def from_env(cls) -> EndpointSettings:
-        env = os.environ
-        try:
-            return cls(
-                call_timeout_s=float(env.get("ECDYSIS_CALL_TIMEOUT_S", cls.call_timeout_s)),
-                max_retries=int(env.get("ECDYSIS_MAX_RETRIES", cls.max_retries)),
-                trial_budget_s=float(env.get("ECDYSIS_TRIAL_BUDGET_S", cls.trial_budget_s)),
-            )
-        except ValueError as exc:
-            raise UsageError(f"ECDYSIS_CALL_TIMEOUT_S / ECDYSIS_MAX_RETRIES / ECDYSIS_TRIAL_BUDGET_S: {exc}") from None
+        """The limits from env `ECDYSIS_CALL_TIMEOUT_S`, `ECDYSIS_MAX_RETRIES`, `ECDYSIS_TRIAL_BUDGET_S`.
+
+        Raises:
+            UsageError: a value that is not a number, or out of range.
+        """
+        limits = endpoint_limits_from_env()
+        return cls(**limits)
 
 
-@dataclass
-class TrialBudget:
-    """Total wall-clock budget of one trial, shared by the agent's and the user's client."""
+class BudgetTransport(DeadlineTransport):
+    """`DeadlineTransport` configured from `EndpointSettings` (the trial's transport)."""
 
-    seconds: float
-    started: float = field(default_factory=time.monotonic)
-    exhausted: bool = False
-    attempts: int = 0
-    retries: int = 0
-
-    def remaining(self) -> float:
-        return self.seconds - (time.monotonic() - self.started)
-
-
-class BudgetTransport(httpx2.BaseTransport):
-    """An httpx2 transport that enforces the trial budget and does the bounded retries."""
-
-    def __init__(self, inner: httpx2.BaseTransport, budget: TrialBudget, settings: EndpointSettings,
+    def __init__(self, inner: httpx2.BaseTransport, budget: Budget, settings: EndpointSettings,
                  sleep=time.sleep) -> None:
-        self.inner = inner
-        self.budget = budget
+        super().__init__(inner, budget, call_timeout_s=settings.call_timeout_s, max_retries=settings.max_retries,
+                         connect_timeout_s=settings.connect_timeout_s, backoff_s=settings.backoff_s, sleep=sleep)
         self.settings = settings
-        self.sleep = sleep
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        attempt = 0
-        while True:
-            left = self.budget.remaining()
-            if left <= 0:
-                self.budget.exhausted = True
-                raise httpx2.ReadTimeout(f"trial time budget of {self.budget.seconds:g} s used up", request=request)
-            per_call = min(self.settings.call_timeout_s, left)
-            request.extensions["timeout"] = {
-                "connect": min(self.settings.connect_timeout_s, per_call),
-                "read": per_call, "write": per_call, "pool": per_call,
-            }
-            self.budget.attempts += 1
-            try:
-                response = self.inner.handle_request(request)
-            except httpx2.TransportError:
-                if attempt >= self.settings.max_retries or self.budget.remaining() <= 0:
-                    if self.budget.remaining() <= 0:
-                        self.budget.exhausted = True
-                    raise
-                wait = None
-            else:
-                if response.status_code not in RETRY_STATUS or attempt >= self.settings.max_retries:
-                    return response
-                wait = _retry_after(response)
-                response.read()
-                response.close()
-            attempt += 1
-            self.budget.retries += 1
-            delay = min(wait if wait is not None else self.settings.backoff_s * 2 ** (attempt - 1), 8.0, max(self.budget.remaining(), 0))
-            self.sleep(delay)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class ModelViewTransport(httpx2.BaseTransport):
@@ -151,13 +121,6 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return "" if content is None else str(content)
-
-
-def _retry_after(response: httpx2.Response) -> float | None:
-    try:
-        return float(response.headers.get("retry-after", ""))
-    except ValueError:
-        return None
 
 
 def trial_header(run_id: str, suite: str, task_id: str, trial: int) -> str:

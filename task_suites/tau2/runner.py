@@ -7,7 +7,8 @@ parametrises, calls this, and records the result). It never raises for a trial o
 - τ²'s own (`user_stop`, `agent_stop`, `max_steps`, `too_many_errors`, ...) when the orchestrator ends;
 - `infrastructure_error`: the endpoint refused, timed out, or kept answering 429/5xx after the bounded
   retries; also a scorer process that fails (never the agent's fault);
-- `time_budget_exceeded`: the trial's total budget (`EndpointSettings.trial_budget_s`) ran out;
+- `time_budget_exceeded`: the trial's total budget (`EndpointSettings.trial_budget_s`) ran out, body reads
+  included (`pytest_ecdysis.deadline`); `TrialResult.pending_call` says which model call was in flight;
 - `endpoint_format_error`: the harness found the endpoint's reply unusable (`EndpointFormatError`);
 - `context_overflow`: the endpoint refused a request that does not fit the model's context window (the
   harness's context management, or a server started with too small a context: the error says which);
@@ -79,6 +80,8 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     started = time.monotonic()
     task = suite.get_task(spec.domain, spec.task_id)
     environment = suite.get_environment(spec.domain)
+    # the budget covers the conversation (harness build, every model call and retry, tool calls), not the
+    # loading of τ²'s data, which a worker's first trial pays once (seconds on a loaded machine)
     budget = TrialBudget(settings.trial_budget_s)
     common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
     model_view = ModelViewTransport()
@@ -144,6 +147,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         messages=[message_dict(m) for m in trajectory],
         harness_notes=notes,
         error=error,
+        pending_call=budget.pending if reason == "time_budget_exceeded" else None,
     )
 
 
@@ -151,8 +155,7 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
     """(termination reason, error text) for an exception that ended a trial."""
     where = spec.sim_url if spec.model.startswith("sim") else (spec.base_url or "the OpenAI API")
     if isinstance(exc, TimeBudgetExceeded) or budget.exhausted:
-        return "time_budget_exceeded", (f"the trial's time budget of {budget.seconds:g} s ran out "
-                                        f"({budget.attempts} requests, {budget.retries} retries): {exc}")
+        return "time_budget_exceeded", f"{budget.describe()}: {exc}"
     if isinstance(exc, EndpointFormatError):
         return "endpoint_format_error", str(exc)
     if isinstance(exc, InfrastructureError) and isinstance(exc.__cause__, openai.APIError):
