@@ -33,6 +33,8 @@ def _show(args: argparse.Namespace) -> int:
     try:
         if has_summary:
             print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"))))
+            for weak in summary.get("weak_passes") or []:  # passes that rest on luck
+                print(f"  weak pass {weak['task']} t{weak['trial']}: {'; '.join(weak['reasons'])}")
         if doc is not None:
             from .evolve_report import summary_lines as evolution_lines  # imports pytest: evolution runs only
 

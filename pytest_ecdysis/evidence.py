@@ -106,9 +106,20 @@ def record_key(record: FailureRecord) -> str:
     return f"{record.suite}/{record.task_id}/t{record.trial}"
 
 
+def _kept(record: FailureRecord) -> str | None:
+    if record.suspect or record.termination_reason in INFRA_REASONS:
+        return None  # counted as such
+    if record.kept_out:
+        return record.kept_out
+    if record.endpoint_problem:
+        return "endpoint_problem"
+    return "user_stop_after_confirmation" if record.user_stop_after_confirmation else None
+
+
 def usable_records(records: Iterable[FailureRecord]) -> list[FailureRecord]:
-    """Records that may be evidence: not of a suspect task, not an infrastructure error."""
-    return [r for r in records if not r.suspect and r.termination_reason not in INFRA_REASONS]
+    """Records that may be evidence (`FailureRecord.is_evidence`): not of a suspect task, not an endpoint
+    problem, not a user stop right after a confirmation request, not an infrastructure error."""
+    return [r for r in records if r.is_evidence()]
 
 
 def path_key(record: FailureRecord) -> tuple[Any, ...]:
@@ -356,7 +367,9 @@ def build_evidence(
     selected = select_records(usable, limit)
     by_key = {record_key(r): r for r in selected}
     n_excluded = {"suspect": sum(r.suspect for r in records),
-                  "infrastructure": sum(r.termination_reason in INFRA_REASONS and not r.suspect for r in records)}
+                  "infrastructure": sum(r.termination_reason in INFRA_REASONS and not r.suspect for r in records),
+                  "endpoint_problem": sum(_kept(r) == "endpoint_problem" for r in records),
+                  "user_stop_after_confirmation": sum(_kept(r) == "user_stop_after_confirmation" for r in records)}
 
     grouped: list[tuple[PatternGroup, list[FailureRecord]]] = []
     seen: set[str] = set()

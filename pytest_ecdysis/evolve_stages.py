@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import gitops
 from .evolve_report import fmt, shorten
-from .records import INFRA_REASONS, ModificationSpec
+from .records import ModificationSpec
 from .rundir import load_evidence, spec_of, write_json
 from .validate import BrokenCandidate, read_run, solved_tasks
 
@@ -34,7 +34,7 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
     inc = ev.doc["incumbent"]
     ev.ledger.verify_run(Path(inc["run_path"]))
     records, groups = load_evidence(Path(inc["run_path"]))
-    usable = [r for r in records if not r.suspect and r.termination_reason not in INFRA_REASONS]
+    usable = [r for r in records if r.is_evidence()]
     if not usable:
         ev.say(f"round {n}: no failure records below λ={cfg.threshold}: nothing to repair", n)
         return {"outcome": "no_failures", "reason": "the incumbent has no failure records", "spec": None}

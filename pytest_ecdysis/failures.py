@@ -5,10 +5,14 @@ Rules (docs/records.md, issue 4):
 - a trial is a failure when its reward is below λ;
 - infrastructure errors (`INFRA_REASONS`: endpoint down, timeout, time budget) are never records: they
   are counted apart;
-- `endpoint_format_error` trials are records (the harness may be at fault: it got a reply it could not
-  use) but flagged `endpoint_problem`, so diagnosis can tell them from agent behaviour;
+- `endpoint_format_error` trials, and trials whose agent endpoint wrote tool calls as text or failed to
+  parse the model's output, are records that count as failures (an endpoint that cannot call tools is a
+  worse endpoint, not an excluded trial), flagged `endpoint_problem` and kept out of the evidence;
+- a user simulator that stopped in the very message confirming the agent's yes/no question (the write it
+  confirmed never happens) is a benchmark artefact: scored as τ² does, flagged
+  `user_stop_after_confirmation`, kept out of the evidence;
 - suspect tasks (gold data known to be inconsistent) are scored and recorded, flagged `suspect`, and kept
-  out of the evidence (`evidence()`), reported separately.
+  out of the evidence, reported separately. `FailureRecord.kept_out` names the reason.
 
 No LLM, no pytest, no files here.
 """
@@ -41,8 +45,9 @@ class Triage:
 
     @property
     def evidence(self) -> list[FailureRecord]:
-        """Records diagnosis may use: suspect tasks left out."""
-        return [r for r in self.records if not r.suspect]
+        """Records diagnosis may use (`FailureRecord.is_evidence`): suspect tasks, endpoint problems and user
+        stops right after a confirmation request left out."""
+        return [r for r in self.records if r.is_evidence()]
 
     @property
     def suspect(self) -> list[FailureRecord]:
@@ -129,8 +134,22 @@ def to_record(trial: TrialResult) -> FailureRecord:
         harness_notes=trial.harness_notes,
         suspect=trial.suspect,
         harness_id=trial.harness_id,
-        endpoint_problem=trial.termination_reason == "endpoint_format_error",
+        endpoint_problem=trial.termination_reason == "endpoint_format_error" or trial.endpoint_problem,
+        user_stop_after_confirmation=trial.user_stop_after_confirmation,
+        db_diff=(trial.checks or {}).get("db_diff") or None,
+        kept_out=kept_out(trial),
     )
+
+
+def kept_out(trial: TrialResult) -> str | None:
+    """Why a failed trial's record is not evidence (first reason that applies), else None."""
+    if trial.suspect:
+        return "suspect"
+    if trial.termination_reason == "endpoint_format_error" or trial.endpoint_problem:
+        return "endpoint_problem"
+    if trial.user_stop_after_confirmation:
+        return "user_stop_after_confirmation"
+    return None
 
 
 def triage(trials: Iterable[TrialResult], threshold: float) -> Triage:

@@ -184,7 +184,8 @@ def score_block(
 
     `n_trials_cfg` is the configured trials per task (k runs 1..that). Shape:
     `{n_tasks, n_trials, n_scored, suite_score, pass_at_k, pass_hat_k, n_solved, n_infra_errors,
-    tasks: {key: {"n", "successes", "infra_errors", "solved"}}, tokens, cost_usd, cost_note, trials_wall_s}`.
+    tasks: {key: {"n", "successes", "infra_errors", "solved"}}, tokens, cost_usd, cost_note, trials_wall_s,
+    n_weak_passes, weak_passes}`.
     """
     counts = task_counts(trials, threshold)
     rewards = [t.reward for t in trials if t.reward is not None and not t.is_infra_error]
@@ -208,4 +209,33 @@ def score_block(
         "cost_usd": cost,
         "cost_note": note,
         "trials_wall_s": round(sum(t.wall_s for t in trials), 3),
+        **weak_pass_block(trials, threshold),
     }
+
+
+#: a communicate value shorter than this is found inside other text by chance ("4" in "2024-05-14").
+WEAK_VALUE_CHARS = 3
+
+
+def weak_pass_reasons(trial: TrialResult, threshold: float) -> list[str]:
+    """Why a passing trial's success is weak evidence of a solved task (empty: not weak, or not a pass).
+
+    Only for trials whose suite reported its evaluator's checks (`TrialResult.checks`): a communicate
+    value under `WEAK_VALUE_CHARS` characters that was met (it matches inside dates, ids, prices), or no
+    tool call at all (the gold has no write and the value happened to be said).
+    """
+    if trial.checks is None or trial.is_infra_error or not is_success(trial.reward, threshold):
+        return []
+    reasons = [f"communicate value {c.get('info')!r} under {WEAK_VALUE_CHARS} characters, matched in "
+               f"{c.get('matched')!r}" for c in trial.checks.get("communicate") or []
+               if c.get("met") and len(str(c.get("info") or "")) < WEAK_VALUE_CHARS]
+    if not trial.tool_calls:
+        reasons.append("no tool call")
+    return reasons
+
+
+def weak_pass_block(trials: list[TrialResult], threshold: float) -> dict[str, Any]:
+    """`{"n_weak_passes", "weak_passes": [{"task", "trial", "reasons"}]}` over passing trials."""
+    weak = [{"task": task_key(t), "trial": t.trial, "reasons": r}
+            for t in trials if (r := weak_pass_reasons(t, threshold))]
+    return {"n_weak_passes": len(weak), "weak_passes": weak}

@@ -60,14 +60,15 @@ def signature(record: FailureRecord) -> str:
 
 
 def group(records: Iterable[FailureRecord]) -> list[PatternGroup]:
-    """Group records by `signature`; suspect records are skipped (they are not evidence).
+    """Group records by `signature`; records that are not evidence (`FailureRecord.is_evidence`: suspect
+    tasks, endpoint problems, a user stop right after a confirmation request) are skipped.
 
     Returns groups with `tasks` (`<suite>/<task_id>`, sorted) and `records` (`<suite>/<task_id>/t<n>`,
     sorted), cross-task groups first.
     """
     buckets: dict[str, list[FailureRecord]] = {}
     for rec in records:
-        if rec.suspect:
+        if not rec.is_evidence():
             continue
         buckets.setdefault(signature(rec), []).append(rec)
     groups = []

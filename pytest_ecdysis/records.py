@@ -97,6 +97,24 @@ class TrialResult(_Model):
         Field(description="time_budget_exceeded only: the model call in flight when the budget ran out, "
                           "{'role', 'url', 'phase' (connect|headers|body|backoff), 'waited_s', 'bytes'}"),
     ] = None
+    endpoint_notes: Annotated[
+        list[dict[str, Any]],
+        Field(description="what the trusted client layer saw of the agent's endpoint and did about it: "
+                          "{'kind' (text_tool_calls|server_parse_error|reasoning_stripped), 'detail', 'step'}"),
+    ] = Field(default_factory=list)
+    endpoint_problem: Annotated[
+        bool, Field(description="the agent's endpoint wrote tool calls as text or failed to parse the model's "
+                                "output (also every endpoint_format_error)"),
+    ] = False
+    user_stop_after_confirmation: Annotated[
+        bool, Field(description="the user simulator stopped in the message that confirmed the agent's yes/no "
+                                "question, so the confirmed write never happened (a benchmark artefact)"),
+    ] = False
+    checks: Annotated[
+        dict[str, Any] | None,
+        Field(description="what τ²'s evaluator saw: {'db_match', 'db_diff' (db failures), 'communicate': "
+                          "[{'info', 'met', 'message_index', 'matched'}], 'actions': [{'name', 'match'}], 'note'}"),
+    ] = None
 
     @field_validator("harness_notes", mode="before")
     @classmethod
@@ -168,8 +186,29 @@ class FailureRecord(_Model):
     suspect: bool = False
     harness_id: str = ""
     endpoint_problem: Annotated[
-        bool, Field(description="ended as endpoint_format_error: the endpoint's reply was unusable")
+        bool, Field(description="ended as endpoint_format_error, or the agent's endpoint wrote tool calls as "
+                                "text or failed to parse the model's output: not the agent's behaviour")
     ] = False
+    user_stop_after_confirmation: Annotated[
+        bool, Field(description="the user stopped right after the agent's confirmation request, with no write "
+                                "following (scored, as τ² does, but not the agent's fault)")
+    ] = False
+    db_diff: Annotated[
+        list[dict[str, Any]] | None,
+        Field(description="db failures: records and fields where the agent's final DB differs from the gold one, "
+                          "[{'path', 'agent', 'gold'}] (bounded)"),
+    ] = None
+    kept_out: Annotated[
+        str | None,
+        Field(description="why the record is not evidence for diagnosis: 'suspect', 'endpoint_problem', "
+                          "'user_stop_after_confirmation'; None: evidence"),
+    ] = None
+
+    def is_evidence(self) -> bool:
+        """Diagnosis may use this record: not of a suspect task, not an endpoint defect, not a user stop
+        right after a confirmation request, not an infrastructure error (records of older runs included)."""
+        return not (self.kept_out or self.suspect or self.endpoint_problem or self.user_stop_after_confirmation
+                    or self.termination_reason in INFRA_REASONS)
 
 
 class PatternGroup(_Model):

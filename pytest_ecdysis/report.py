@@ -139,6 +139,12 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
                  f"cost {_cost(summary)}  wall {summary.get('wall_s', 0):.1f} s")
     if summary.get("limits"):
         lines.append(limits_line(summary["limits"]))
+    if summary.get("kept_out"):
+        lines.append("failures kept out of the evidence: " + ", ".join(
+            f"{n} {why.replace('_', ' ')}" for why, n in summary["kept_out"].items()))
+    if summary.get("n_weak_passes"):
+        lines.append(f"weak passes: {summary['n_weak_passes']} (a communicate value under 3 characters or no tool "
+                     "call; `ecdysis show RUN_DIR` lists them)")
     if summary.get("suspect_tasks"):
         lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")
     if groups:

@@ -148,6 +148,7 @@ def aggregate(
         by_suite[s] = metrics.score_block(sub, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
                                           prices=prices, user_model=user_model)
         by_suite[s].pop("tasks")
+        by_suite[s].pop("weak_passes", None)
     tri = failures.triage(trials, threshold)
     groups = patterns.group(tri.records)
     block.update(
@@ -155,6 +156,7 @@ def aggregate(
         by_suite=by_suite,
         n_failures=len(tri.records),
         n_evidence=len(tri.evidence),
+        kept_out=dict(sorted(Counter(r.kept_out for r in tri.records if r.kept_out).items())),
         n_groups=len(groups),
         n_cross_task_groups=sum(g.cross_task for g in groups),
         suspect_tasks=sorted({metrics.task_key(t) for t in trials if t.suspect}, key=metrics._natural),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -37,11 +37,12 @@ from pytest_ecdysis.config import (
     endpoint_limits_from_env,
     is_sim_model,
 )
-from pytest_ecdysis.deadline import RETRY_STATUS, Budget, DeadlineTransport
-from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.deadline import RETRY_STATUS, Budget, DeadlineTransport, is_parse_failure
+from pytest_ecdysis.errors import EndpointFormatError, UsageError
+from pytest_ecdysis.replies import find_text_tool_calls, strip_reasoning
 
-__all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointSettings", "ModelViewTransport", "TrialBudget",
-           "endpoint_for", "make_client", "trial_header"]
+__all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointLog", "EndpointSettings", "ModelViewTransport",
+           "ReplyShapeTransport", "TrialBudget", "endpoint_for", "make_client", "trial_header"]
 
 #: The trial's budget: a `pytest_ecdysis.deadline.Budget` labelled "trial" (name kept for callers).
 TrialBudget = Budget
@@ -60,11 +61,14 @@ class EndpointSettings:
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
     connect_timeout_s: float = 10.0
     backoff_s: float = 0.5
+    text_tool_calls: str = "reject"  # `--ecdysis-text-tool-calls`: reject or parse
 
     @classmethod
     def from_config(cls, cfg: Any) -> EndpointSettings:
-        """The limits of an `EcdysisConfig` (`call_timeout_s`, `max_retries`, `trial_budget_s`)."""
-        return cls(call_timeout_s=cfg.call_timeout_s, max_retries=cfg.max_retries, trial_budget_s=cfg.trial_budget_s)
+        """The limits of an `EcdysisConfig` (`call_timeout_s`, `max_retries`, `trial_budget_s`,
+        `text_tool_calls`)."""
+        return cls(call_timeout_s=cfg.call_timeout_s, max_retries=cfg.max_retries, trial_budget_s=cfg.trial_budget_s,
+                   text_tool_calls=getattr(cfg, "text_tool_calls", "reject"))
 
     @classmethod
     def from_env(cls) -> EndpointSettings:
@@ -85,6 +89,124 @@ class BudgetTransport(DeadlineTransport):
         super().__init__(inner, budget, call_timeout_s=settings.call_timeout_s, max_retries=settings.max_retries,
                          connect_timeout_s=settings.connect_timeout_s, backoff_s=settings.backoff_s, sleep=sleep)
         self.settings = settings
+
+
+#: `--ecdysis-text-tool-calls`: what the agent's client does with tool calls written as text.
+TEXT_TOOL_CALLS = ("reject", "parse")
+
+
+@dataclass
+class EndpointLog:
+    """What the trial's client layer saw of the agent's endpoint (kept in `TrialResult.endpoint_notes`).
+
+    `format_error` is set when the endpoint's reply cannot be used (the trial then ends as
+    `endpoint_format_error` whatever the harness did with the failed call, and no further agent call is
+    sent); `notes` are `{"kind", "detail", "step"}` with `step` the 1-based agent call.
+    """
+
+    text_tool_calls: str = "reject"
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    format_error: str | None = None
+    calls: int = 0
+    reasoning_replies: int = 0
+
+    def note(self, kind: str, detail: str) -> None:
+        self.notes.append({"kind": kind, "detail": detail, "step": self.calls})
+
+    @property
+    def problem(self) -> bool:
+        """The endpoint wrote tool calls as text or failed to parse the model's output."""
+        return self.format_error is not None or any(n["kind"] in ("text_tool_calls", "server_parse_error")
+                                                    for n in self.notes)
+
+    def all_notes(self) -> list[dict[str, Any]]:
+        extra = []
+        if self.reasoning_replies:
+            extra.append({"kind": "reasoning_stripped", "step": None, "detail": f"reasoning (<think> blocks, "
+                          f"reasoning_content) removed from {self.reasoning_replies} agent repl(ies); never "
+                          "sent on as the agent's words"})
+        return self.notes + extra
+
+
+class ReplyShapeTransport(httpx2.BaseTransport):
+    """The agent's replies as the protocol promises them, or a recorded endpoint defect.
+
+    On every agent reply (`pytest_ecdysis.replies`): reasoning is removed from `content` and
+    `reasoning_content` dropped; a tool call written as text with `tool_calls` empty is, with
+    `text_tool_calls="parse"`, turned into a real tool call (note `text_tool_calls`), else the reply is
+    refused: `EndpointLog.format_error` is set and the call fails. A 5xx saying the server could not
+    parse the model's output (never retried) sets `format_error` too (note `server_parse_error`).
+    """
+
+    def __init__(self, inner: httpx2.BaseTransport, log: EndpointLog) -> None:
+        self.inner, self.log = inner, log
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self.log.format_error:
+            raise EndpointFormatError(f"agent call not sent: {self.log.format_error}")
+        self.log.calls += 1
+        response = self.inner.handle_request(request)
+        body = response.read()
+        if is_parse_failure(response.status_code, body):
+            said = body[:300].decode("utf-8", "replace")
+            self.log.format_error = (f"the server could not parse the model's output (HTTP {response.status_code}: "
+                                     f"{said}); its tool parser or chat template does not fit the model")
+            self.log.note("server_parse_error", self.log.format_error)
+            return response
+        try:
+            doc = json.loads(body) if response.status_code == 200 else None
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list):
+            return response
+        if not any([self._reshape(c) for c in doc["choices"] if isinstance(c, dict)]):
+            return response
+        headers = [(k, v) for k, v in response.headers.items()
+                   if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")]
+        return httpx2.Response(response.status_code, headers=headers, content=json.dumps(doc).encode(),
+                               extensions=response.extensions)
+
+    def _reshape(self, choice: dict[str, Any]) -> bool:
+        """Rewrite one choice in place; True when it changed. Raises EndpointFormatError (reject mode)."""
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            return False
+        changed = False
+        for key in ("reasoning_content", "reasoning"):
+            if message.get(key):
+                message[key], changed = None, True
+        content = message.get("content")
+        if isinstance(content, list):  # content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        spoken, reasoning = strip_reasoning(content if isinstance(content, str) else "")
+        if reasoning:
+            message["content"], changed = spoken, True
+        if changed:
+            self.log.reasoning_replies += 1
+        if message.get("tool_calls"):
+            return changed
+        found = find_text_tool_calls(spoken)
+        if not found:
+            return changed
+        names = ", ".join(c.name or "?" for c in found.calls)
+        if self.log.text_tool_calls != "parse":
+            self.log.format_error = (
+                f"the endpoint wrote {len(found.calls)} tool call(s) as text ({found.style} markup: {names}) with "
+                "tool_calls empty: the server has no tool parser for this model (vLLM: --enable-auto-tool-choice "
+                "--tool-call-parser; llama.cpp: --jinja); fix the server, or pass --ecdysis-text-tool-calls parse")
+            self.log.note("text_tool_calls", self.log.format_error)
+            raise EndpointFormatError(self.log.format_error)
+        message["tool_calls"] = [{"id": f"text_call_{self.log.calls}_{i}", "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for i, c in enumerate(found.calls, start=1)]
+        message["content"] = found.rest or None
+        choice["finish_reason"] = "tool_calls"
+        self.log.note("text_tool_calls", f"{len(found.calls)} tool call(s) written as text ({found.style} markup: "
+                      f"{names}) parsed into tool calls (--ecdysis-text-tool-calls parse)")
+        return True
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class ModelViewTransport(httpx2.BaseTransport):
@@ -145,16 +267,20 @@ def endpoint_for(model: str, base_url: str | None, sim_url: str | None) -> tuple
 def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_url: str | None,
                 budget: TrialBudget, settings: EndpointSettings,
                 transport: httpx2.BaseTransport | None = None,
-                model_view: ModelViewTransport | None = None) -> openai.OpenAI:
+                model_view: ModelViewTransport | None = None,
+                reply_log: EndpointLog | None = None) -> openai.OpenAI:
     """The openai client of one role ('agent' or 'user') of one trial.
 
     `transport` replaces the network transport (tests use `httpx2.MockTransport`); the budget and
-    retries wrap it either way. `model_view`, when given, wraps the whole and records what the model
-    was sent (see `ModelViewTransport`); its `inner` is set here.
+    retries wrap it either way. `reply_log`, when given (the agent's client), checks every reply's shape
+    (`ReplyShapeTransport`). `model_view`, when given, wraps the whole and records what the model was
+    sent (see `ModelViewTransport`); its `inner` is set here.
     """
     url, key = endpoint_for(model, base_url, sim_url)
     inner = transport or httpx2.HTTPTransport()
     outer: httpx2.BaseTransport = BudgetTransport(inner, budget, settings)
+    if reply_log is not None:
+        outer = ReplyShapeTransport(outer, reply_log)
     if model_view is not None:
         model_view.inner = outer
         outer = model_view

@@ -9,7 +9,10 @@ parametrises, calls this, and records the result). It never raises for a trial o
   retries; also a scorer process that fails (never the agent's fault);
 - `time_budget_exceeded`: the trial's total budget (`EndpointSettings.trial_budget_s`) ran out, body reads
   included (`pytest_ecdysis.deadline`); `TrialResult.pending_call` says which model call was in flight;
-- `endpoint_format_error`: the harness found the endpoint's reply unusable (`EndpointFormatError`);
+- `endpoint_format_error`: the harness found the endpoint's reply unusable (`EndpointFormatError`), or the
+  agent's client layer did (`endpoint.EndpointLog.format_error`: tool calls written as text without
+  `--ecdysis-text-tool-calls parse`, a server that could not parse the model's output); such a trial
+  counts as a failure (reward 0) and its record says `endpoint_problem`;
 - `context_overflow`: the endpoint refused a request that does not fit the model's context window (the
   harness's context management, or a server started with too small a context: the error says which);
 - `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure).
@@ -35,7 +38,14 @@ from pytest_ecdysis.overflow import context_overflow
 from pytest_ecdysis.records import ToolCallRecord, TrialResult
 
 from . import suite
-from .endpoint import EndpointSettings, ModelViewTransport, TrialBudget, make_client, trial_header
+from .endpoint import (
+    EndpointLog,
+    EndpointSettings,
+    ModelViewTransport,
+    TrialBudget,
+    make_client,
+    trial_header,
+)
 from .scorer import ScorerClient, ScorerError, scorer_client
 from .tau2lib import load_tau2
 
@@ -85,15 +95,16 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     budget = TrialBudget(settings.trial_budget_s)
     common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
     model_view = ModelViewTransport()
+    endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls)
     agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, model_view=model_view,
-                               **common)
+                               reply_log=endpoint_log, **common)
     user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
     max_steps = spec.max_steps or t.DEFAULT_MAX_STEPS
 
     agent = None
     user = None
     orchestrator = None
-    reason, error, reward, components = "agent_error", None, None, {}
+    reason, error, reward, components, checks = "agent_error", None, None, {}, None
     try:
         harness = load_harness(spec.harness_dir)
         agent = harness.build_agent(tools=environment.get_tools(), domain_policy=environment.get_policy(),
@@ -111,12 +122,15 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
             raise
         reason, error = classify(exc, budget, spec)
         simulation = None
+    if endpoint_log.format_error and reason not in ("time_budget_exceeded",):
+        # the agent's endpoint sent an unusable reply: whatever the harness made of the failed call
+        reason, error, simulation = "endpoint_format_error", endpoint_log.format_error, None
     trajectory = simulation.messages if simulation is not None else _partial(orchestrator)
 
     if simulation is not None and reason in STOP_ENDINGS:
         try:
             scored = scorer.score(spec.domain, spec.task_id, simulation.model_dump_json())
-            reward, components = scored["reward"], scored["components"]
+            reward, components, checks = scored["reward"], scored["components"], scored.get("checks")
         except ScorerError as exc:
             reason, error = "infrastructure_error", f"scorer failed: {exc}"
     elif reason not in ("infrastructure_error", "time_budget_exceeded"):
@@ -128,6 +142,11 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     user_usage = dict(getattr(user, "usage", None) or {})
     user_tokens = {k: int(user_usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
     from .suspect import is_suspect
+    from .user import stop_after_confirmation
+
+    messages = [message_dict(m) for m in trajectory]
+    writes = {tool.name for tool in environment.get_tools()
+              if str(getattr(environment.tools.tool_type(tool.name), "value", "")) == "write"}
 
     return TrialResult(
         suite=spec.suite,
@@ -144,10 +163,14 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         harness_id=spec.harness_id,
         model=spec.model,
         suspect=is_suspect(spec.domain, spec.task_id),
-        messages=[message_dict(m) for m in trajectory],
+        messages=messages,
         harness_notes=notes,
         error=error,
         pending_call=budget.pending if reason == "time_budget_exceeded" else None,
+        endpoint_notes=endpoint_log.all_notes(),
+        endpoint_problem=endpoint_log.problem or reason == "endpoint_format_error",
+        user_stop_after_confirmation=reason == "user_stop" and stop_after_confirmation(messages, writes),
+        checks=checks,
     )
 
 

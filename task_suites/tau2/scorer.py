@@ -6,7 +6,8 @@ restarted if it dies) over JSON lines on stdin/stdout:
 
     request:  {"domain": "airline", "task_id": "3", "simulation": <SimulationRun JSON>}
     response: {"ok": true, "reward": 1.0, "components": {"db": 1.0, "communicate": 1.0},
-               "reward_basis": ["DB", "COMMUNICATE"], "checks": {...}}   or   {"ok": false, "error": "..."}
+               "reward_basis": ["DB", "COMMUNICATE"], "checks": {"db_match", "db_diff", "communicate",
+               "actions", "note"}}   or   {"ok": false, "error": "..."}
 
 The task is loaded from τ²'s data inside the scorer, not taken from the worker. The reward is τ²'s
 `evaluate_simulation(..., EvaluationType.ALL, ...)`: DB state x communicate (x action where a task's
@@ -47,14 +48,91 @@ def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, An
         name = COMPONENTS.get(getattr(key, "value", str(key)).upper())
         if name:
             components[name] = float(value)
+    db_match = info.db_check.db_match if info.db_check else None
     checks = {
-        "db_match": info.db_check.db_match if info.db_check else None,
-        "communicate": [{"info": c.info, "met": c.met} for c in info.communicate_checks or []],
+        "db_match": db_match,
+        "db_diff": db_diff(domain, task, run) if db_match is False else None,
+        "communicate": communicate_matches(run.messages, info.communicate_checks or []),
         "actions": [{"name": c.action.name, "match": c.action_match} for c in info.action_checks or []],
         "note": (info.info or {}).get("note"),
     }
     return {"ok": True, "reward": float(info.reward), "components": components,
             "reward_basis": [getattr(b, "value", str(b)) for b in info.reward_basis or []], "checks": checks}
+
+
+#: bounds of a DB diff: entries kept, characters per value shown.
+DIFF_ENTRIES, DIFF_VALUE_CHARS = 20, 300
+#: characters shown on each side of a communicate match.
+MATCH_CONTEXT = 40
+
+
+def communicate_matches(messages: list[Any], checks: list[Any]) -> list[dict[str, Any]]:
+    """τ²'s communicate checks with where each value was found: `[{"info", "met", "message_index",
+    "matched"}]`. The rule is τ²'s own (`evaluator_communicate.py`): the value, lower-cased, inside an
+    assistant text with commas removed; `matched` is that text around the match, so a value found inside
+    a longer token ("4" in "2024-05-14") shows as such."""
+    out = []
+    for check in checks:
+        needle, hit = str(check.info).lower(), {"message_index": None, "matched": None}
+        for index, message in enumerate(messages):
+            content = getattr(message, "content", None)
+            if getattr(message, "role", None) != "assistant" or not isinstance(content, str) or not content:
+                continue
+            text = content.lower().replace(",", "")
+            at = text.find(needle)
+            if at >= 0:
+                lo, hi = max(at - MATCH_CONTEXT, 0), at + len(needle) + MATCH_CONTEXT
+                hit = {"message_index": index, "matched": text[lo:hi]}
+                break
+        out.append({"info": check.info, "met": bool(check.met), **hit})
+    return out
+
+
+def db_diff(domain: str, task: Any, run: Any) -> list[dict[str, Any]]:
+    """Where the agent's final DB differs from the gold one, as τ²'s environment evaluator builds both
+    (the trajectory's tool calls replayed; the gold actions replayed): `[{"path", "agent", "gold"}]`,
+    paths like `reservations.JMO1MG.status`, at most `DIFF_ENTRIES` (then `{"path": "…", "more": n}`)."""
+    from tau2.registry import registry
+
+    constructor = registry.get_env_constructor(domain)
+    initial = task.initial_state
+    data = initial.initialization_data if initial else None
+    actions = initial.initialization_actions if initial else None
+    agent = constructor()
+    agent.set_state(initialization_data=data, initialization_actions=actions, message_history=run.messages)
+    gold = constructor()
+    gold.set_state(initialization_data=data, initialization_actions=actions,
+                   message_history=(initial.message_history or []) if initial else [])
+    for action in (task.evaluation_criteria.actions or []) if task.evaluation_criteria else []:
+        try:
+            gold.make_tool_call(tool_name=action.name, requestor=action.requestor, **action.arguments)
+        except Exception:
+            pass  # as τ²'s evaluator does (suspect tasks)
+    out: list[dict[str, Any]] = []
+    _diff(agent.tools.db.model_dump(mode="json"), gold.tools.db.model_dump(mode="json"), "", out)
+    if len(out) > DIFF_ENTRIES:
+        return [*out[:DIFF_ENTRIES], {"path": "…", "more": len(out) - DIFF_ENTRIES}]
+    return out
+
+
+def _diff(agent: Any, gold: Any, path: str, out: list[dict[str, Any]]) -> None:
+    if len(out) > DIFF_ENTRIES:
+        return
+    if isinstance(agent, dict) and isinstance(gold, dict):
+        for key in sorted(set(agent) | set(gold), key=str):
+            _diff(agent.get(key), gold.get(key), f"{path}.{key}" if path else str(key), out)
+    elif isinstance(agent, list) and isinstance(gold, list) and len(agent) == len(gold):
+        for i, (a, g) in enumerate(zip(agent, gold, strict=True)):
+            _diff(a, g, f"{path}[{i}]", out)
+    elif agent != gold:
+        out.append({"path": path, "agent": _short(agent), "gold": _short(gold)})
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        text = json.dumps(value, ensure_ascii=False)
+        return value if len(text) <= DIFF_VALUE_CHARS else text[:DIFF_VALUE_CHARS] + f"… [cut {len(text) - DIFF_VALUE_CHARS} chars]"
+    return value
 
 
 def _fast_environments() -> None:

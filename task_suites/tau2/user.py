@@ -6,16 +6,23 @@ scenario, in τ²'s `SYSTEM_PROMPT` template. The user ends the conversation wit
 synchronously although `BaseUser` declares them `async`, so they are plain methods here.
 
 An empty or unusable reply of the user model is not the agent's fault: it raises `InfrastructureError`
-so it never becomes a failure record. This module must not import harness code.
+so it never becomes a failure record. Reasoning in the user model's reply (`<think>` blocks) is removed
+before τ²'s stop check, so a stop token the model only thought about does not end the conversation.
+
+`stop_after_confirmation(messages, writes)` flags a τ² artefact: the user confirms the agent's yes/no
+question and stops in the same message ("Yes, please cancel it. ###STOP###"), so the write it confirmed
+never happens and the trial fails through no fault of the agent. This module must not import harness code.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import openai
 
 from pytest_ecdysis.errors import InfrastructureError
+from pytest_ecdysis.replies import strip_reasoning
 
 from .tau2lib import load_tau2
 
@@ -74,8 +81,47 @@ class Tau2User(_t.BaseUser):
             self.usage["completion"] += response.usage.completion_tokens or 0
             self.usage["total"] += response.usage.total_tokens or 0
         content = response.choices[0].message.content if response.choices else None
-        if not isinstance(content, str) or not content.strip():
+        content, _ = strip_reasoning(content if isinstance(content, str) else "")  # before the stop check
+        if not content:
             raise InfrastructureError(f"user simulator model {self.model!r} returned an empty reply")
         user_message = _t.UserMessage(role="user", content=content)
         state.messages.append(user_message)
         return user_message, state
+
+
+#: an agent question that asks for a yes/no confirmation before acting.
+CONFIRM_REQUEST = re.compile(r"\b(confirm|proceed|go ahead|shall i|should i|would you like( me)? to|do you want( me)? "
+                             r"to|is (that|this) (correct|right|ok|okay)|are you sure|yes or no|\(yes/no\))\b", re.I)
+#: a user reply that gives the confirmation.
+CONFIRMS = re.compile(r"^\W*(yes|yeah|yep|yup|sure|ok|okay|correct|confirm(ed)?|please (do|go ahead|proceed)|"
+                      r"go ahead|that'?s (right|correct))\b", re.I)
+
+
+def stop_after_confirmation(messages: list[dict[str, Any]], writes: set[str]) -> bool:
+    """True when the conversation ended with the user confirming the agent's yes/no question and stopping
+    in the same message, with no write tool call after that question.
+
+    `messages` are the trial's message dicts (`runner.message_dict`), `writes` the names of the domain's
+    write tools. The stop tokens are τ²'s (`###STOP###`, ...); the user's text besides them must start
+    with a confirmation, and the last agent text before it must ask for one.
+    """
+    if not messages or messages[-1].get("role") != "user":
+        return False
+    last = str(messages[-1].get("content") or "")
+    tokens = (_t.STOP, _t.TRANSFER, _t.OUT_OF_SCOPE)
+    if not any(t in last for t in tokens):
+        return False
+    said = last
+    for t in tokens:
+        said = said.replace(t, "")
+    if not CONFIRMS.search(said.strip()):
+        return False
+    for message in reversed(messages[:-1]):
+        if message.get("role") != "assistant":
+            continue
+        if any(c.get("name") in writes for c in message.get("tool_calls") or []):
+            return False  # a write followed the question
+        text = str(message.get("content") or "")
+        if text:
+            return "?" in text and bool(CONFIRM_REQUEST.search(text))
+    return False

@@ -1,0 +1,177 @@
+"""Reply shapes of OpenAI-compatible servers that are not what the protocol promises.
+
+Two kinds of text reach `message.content` that are not the model's words to the user:
+
+- *reasoning*: `<think>...</think>` (also `<thinking>`, `<reasoning>`), an unclosed `<think>` cut by the
+  token limit, or a lone `</think>` when the chat template opened the block in the prompt (DeepSeek-R1,
+  Qwen3). `strip_reasoning(text)` removes it; servers with a reasoning parser put it in
+  `reasoning_content` instead, which callers drop.
+- *tool calls written as text*: servers without a tool parser for the model (vLLM without
+  `--enable-auto-tool-choice`, llama.cpp without `--jinja`, some Ollama templates) return the call markup
+  in `content` with `tool_calls` empty and `finish_reason` `stop`. `find_text_tool_calls(text)` recognises
+  the common markups:
+
+  | style | markup |
+  | --- | --- |
+  | `hermes` | `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen 2.5/3; closing tag optional at the end) |
+  | `function_tag` | `<function=NAME>{json}</function>` (Llama 3.1) or `<function=NAME><parameter=K>V</parameter></function>` (Qwen3-Coder) |
+  | `mistral` | `[TOOL_CALLS][{"name": ..., "arguments": {...}}]` or `[TOOL_CALLS]NAME[ARGS]{json}` |
+  | `python_tag` | `<|python_tag|>{"name": ..., "parameters": {...}}` (Llama 3.x) |
+
+  Each call found is `TextCall(name, arguments, problem)`: `arguments` is the JSON text of the arguments
+  (as a native call carries them), or the raw text when it is not a JSON object (`problem` says why), so a
+  caller can give it the same outcome as a native call with that defect.
+
+Pure functions, no I/O; used by the trial's client layer (`task_suites/tau2/endpoint.py`), the τ² user
+simulator and the role client. This module must not import tau2, task suites or harness code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
+_UNCLOSED = re.compile(r"<(think|thinking|reasoning)>.*\Z", re.S | re.I)
+_LONE_CLOSE = re.compile(r"\A.*?</(think|thinking|reasoning)>", re.S | re.I)
+
+
+def strip_reasoning(text: str | None) -> tuple[str, str]:
+    """`(spoken, reasoning)`: `text` without its reasoning blocks, and the reasoning removed (both stripped)."""
+    if not text:
+        return "", ""
+    removed: list[str] = []
+
+    def cut(match: re.Match) -> str:
+        removed.append(match.group(0))
+        return ""
+
+    out = _BLOCK.sub(cut, text)
+    out = _LONE_CLOSE.sub(cut, out, count=1)
+    out = _UNCLOSED.sub(cut, out, count=1)
+    return out.strip(), "\n".join(r.strip() for r in removed).strip()
+
+
+@dataclass(frozen=True)
+class TextCall:
+    """One tool call found in text. `arguments` is JSON text (an object) or, when `problem` is set, the raw
+    argument text that is not a JSON object."""
+
+    name: str
+    arguments: str
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class TextCalls:
+    """What `find_text_tool_calls` found: the calls, the markup style, and the text outside the markup."""
+
+    calls: list[TextCall] = field(default_factory=list)
+    style: str | None = None
+    rest: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.calls)
+
+
+def _arguments(value: object) -> tuple[str, str | None]:
+    """(JSON text, problem) of an arguments value that may be an object, a JSON string or anything else."""
+    if isinstance(value, dict):
+        return json.dumps(value), None
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value) if value.strip() else {}
+        except ValueError as exc:
+            return value, f"arguments are not valid JSON ({exc})"
+        if isinstance(parsed, dict):
+            return json.dumps(parsed), None
+        return value, f"arguments are a JSON {type(parsed).__name__}, not an object"
+    if value is None:
+        return "{}", None
+    return json.dumps(value), f"arguments are a JSON {type(value).__name__}, not an object"
+
+
+def _from_object(obj: object) -> TextCall | None:
+    """A call from `{"name", "arguments"|"parameters"}` (or `{"function": {...}}`), else None."""
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    args, problem = _arguments(obj.get("arguments", obj.get("parameters")))
+    return TextCall(name.strip(), args, problem)
+
+
+def _json_calls(body: str) -> list[TextCall] | None:
+    """Calls in a JSON text: one object or a list of them; None when the text is not JSON."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    items = data if isinstance(data, list) else [data]
+    calls = [c for c in (_from_object(i) for i in items) if c is not None]
+    return calls if calls and len(calls) == len(items) else None
+
+
+def _undecodable(body: str) -> TextCall:
+    """A call whose markup body is not JSON: the name if it can be read, the raw text as arguments."""
+    name = re.search(r'"name"\s*:\s*"([^"]+)"', body)
+    return TextCall(name.group(1) if name else "", body.strip(), "the tool call markup is not valid JSON")
+
+
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
+_FUNCTION = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*(?:</function>|\Z)", re.S)
+_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\s*(.*?)\s*</parameter>", re.S)
+_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z_][\w.-]*)\s*\[ARGS\]\s*(.*?)(?=\[TOOL_CALLS\]|\Z)", re.S)
+_PYTHON_TAG = re.compile(r"<\|python_tag\|>\s*(.*)\Z", re.S)
+
+
+def find_text_tool_calls(text: str | None) -> TextCalls:
+    """Tool calls written as text in `text` (reasoning already stripped), per the table of the module
+    docstring. Never raises: markup whose body is not JSON is a call with `problem` set (and the name
+    when it can be read); text without markup gives an empty `TextCalls`."""
+    if not text:
+        return TextCalls()
+    if "<tool_call>" in text:
+        calls = []
+        for body in _HERMES.findall(text):
+            found = _json_calls(body)
+            calls.extend(found if found is not None else [_undecodable(body)])
+        return TextCalls(calls, "hermes", _HERMES.sub("", text).strip())
+    if "<function=" in text:
+        calls = []
+        for name, body in _FUNCTION.findall(text):
+            params = _PARAMETER.findall(body)
+            if params:
+                args = {k: _scalar(v) for k, v in params}
+                calls.append(TextCall(name, json.dumps(args)))
+            else:
+                args, problem = _arguments(body)
+                calls.append(TextCall(name, args, problem))
+        return TextCalls(calls, "function_tag", _FUNCTION.sub("", text).strip())
+    at = text.find("[TOOL_CALLS]")
+    if at >= 0:
+        body, rest = text[at:], text[:at].strip()
+        if "[ARGS]" in body:
+            calls = [TextCall(name, *_arguments(args.strip())) for name, args in _MISTRAL_ARGS.findall(body)]
+            return TextCalls(calls or [_undecodable(body)], "mistral", rest)
+        payload = body[len("[TOOL_CALLS]"):].strip()
+        found = _json_calls(payload)
+        return TextCalls(found if found is not None else [_undecodable(payload)], "mistral", rest)
+    match = _PYTHON_TAG.search(text)
+    if match:
+        found = _json_calls(match.group(1).strip())
+        return TextCalls(found if found is not None else [_undecodable(match.group(1))], "python_tag",
+                         text[:match.start()].strip())
+    return TextCalls()
+
+
+def _scalar(value: str) -> object:
+    """A `<parameter=K>V</parameter>` value: JSON when it parses (numbers, lists), else the text."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
