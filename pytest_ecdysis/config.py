@@ -109,6 +109,9 @@ OPTIONS: tuple[Option, ...] = (
            "(default: env ECDYSIS_DIAGNOSIS_BUDGET_S, else 1800)"),
     Option("editor-budget", "total seconds of one round's edit: the builtin editor's calls or a cmd: editor's "
            "process (default: env ECDYSIS_EDITOR_BUDGET_S, else ECDYSIS_EDITOR_TIMEOUT, else 900)"),
+    Option("text-tool-calls", "what a trial does with tool calls the agent's endpoint writes as text (Hermes "
+           "<tool_call>, <function=...>, Mistral [TOOL_CALLS]) with tool_calls empty: 'reject' ends the trial as "
+           "endpoint_format_error, 'parse' executes them and notes it (default: reject)", default="reject"),
     Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
            default=None, action="append", ini=False),
     Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
@@ -172,6 +175,7 @@ class EcdysisConfig:
     html: Path | None = None
     sim_nonce: str | None = None
     self_evolution_cap: int = 5
+    text_tool_calls: str = "reject"
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     max_retries: int = DEFAULT_MAX_RETRIES
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
@@ -223,6 +227,12 @@ def _float(name: str, value: Any, lo: float, hi: float | None) -> float:
         span = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise UsageError(f"--ecdysis-{name} must be {span}, got {number}")
     return number
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise UsageError(f"--ecdysis-{name} must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
 
 
 def _limit(name: str, value: Any, source: str) -> float | int:
@@ -355,6 +365,7 @@ def read_config(config: Any) -> EcdysisConfig:
         html=html,
         sim_nonce=_nonce(raw["sim-nonce"]),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
+        text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
         **read_limits(raw, env),
     )
 

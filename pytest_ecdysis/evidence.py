@@ -111,7 +111,7 @@ def _kept(record: FailureRecord) -> str | None:
         return None  # counted as such
     if record.kept_out:
         return record.kept_out
-    if record.endpoint_problem:
+    if record.endpoint_problem or record.termination_reason == "endpoint_format_error":
         return "endpoint_problem"
     return "user_stop_after_confirmation" if record.user_stop_after_confirmation else None
 

@@ -34,6 +34,7 @@ from .config import is_sim_model
 from .deadline import Budget, DeadlineTransport
 from .errors import ContextOverflowError, InfrastructureError, UsageError
 from .overflow import context_overflow
+from .replies import strip_reasoning
 
 #: Seconds per attempt of one role call (roles read long prompts; local models are slow).
 DEFAULT_TIMEOUT_S = 180.0
@@ -200,7 +201,7 @@ class RoleClient:
         if choices:
             finish = getattr(choices[0], "finish_reason", None)
             if choices[0].message is not None:
-                text = choices[0].message.content or ""
+                text, _ = strip_reasoning(choices[0].message.content or "")  # a reasoning model's <think>
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)

@@ -208,7 +208,7 @@ class FailureRecord(_Model):
         """Diagnosis may use this record: not of a suspect task, not an endpoint defect, not a user stop
         right after a confirmation request, not an infrastructure error (records of older runs included)."""
         return not (self.kept_out or self.suspect or self.endpoint_problem or self.user_stop_after_confirmation
-                    or self.termination_reason in INFRA_REASONS)
+                    or self.termination_reason in INFRA_REASONS or self.termination_reason == "endpoint_format_error")
 
 
 class PatternGroup(_Model):

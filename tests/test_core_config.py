@@ -26,6 +26,7 @@ BAD_OPTIONS = [
     (["--ecdysis-max-retries", "-1"], "--ecdysis-max-retries must be an integer >= 0, got '-1'"),
     (["--ecdysis-diagnosis-budget", "soon"], "--ecdysis-diagnosis-budget must be a number of seconds > 0"),
     (["--ecdysis-editor-budget", "0"], "--ecdysis-editor-budget must be a number of seconds > 0"),
+    (["--ecdysis-text-tool-calls", "guess"], "--ecdysis-text-tool-calls must be one of reject, parse, got 'guess'"),
 ]
 
 

@@ -81,14 +81,19 @@ def test_suspect_and_infrastructure_records_never_appear():
     ev = build_evidence(records=records, groups=group(records), harness_dir=None)
     text = ev.render()
     assert "SUSPECT42" not in text and "INFRA77" not in text
-    assert ev.data["failures"]["excluded"] == {"suspect": 1, "infrastructure": 1}
+    assert ev.data["failures"]["excluded"] == {"suspect": 1, "infrastructure": 1, "endpoint_problem": 0,
+                                               "user_stop_after_confirmation": 0}
 
 
-def test_endpoint_format_records_are_labelled():
-    """A record that ended as endpoint_format_error carries a label saying so."""
-    records = [rec("5", reason="endpoint_format_error")]
+def test_endpoint_problems_and_confirmation_stops_are_not_evidence():
+    """Records of endpoint defects (endpoint_format_error, tool calls written as text) and of a user stop
+    right after a confirmation request are left out of the evidence and counted by reason (issue 12)."""
+    records = [rec("5", reason="endpoint_format_error"), rec("6").model_copy(update={"endpoint_problem": True}),
+               rec("7").model_copy(update={"user_stop_after_confirmation": True}), rec("8")]
     ev = build_evidence(records=records, groups=group(records), harness_dir=None)
-    assert ev.data["groups"][0]["examples"][0]["label"].startswith("endpoint_format_error")
+    assert [e["task_id"] for g in ev.data["groups"] for e in g["examples"]] == ["8"]
+    assert ev.data["failures"]["excluded"]["endpoint_problem"] == 2
+    assert ev.data["failures"]["excluded"]["user_stop_after_confirmation"] == 1
 
 
 def test_cross_task_groups_rank_first():

@@ -121,7 +121,8 @@ def test_failure_record_fields() -> None:
 
 
 def test_triage_separates_infra_endpoint_and_suspect() -> None:
-    """Infra errors are counted not recorded; endpoint_format_error is a flagged record; suspect is not evidence."""
+    """Infra errors are counted not recorded; endpoint_format_error is a flagged record kept out of the
+    evidence (issue 12); suspect is not evidence."""
     trials = [trial("1", 0, None), trial("2", 0, None, termination_reason="time_budget_exceeded"),
               trial("3", 0, None, termination_reason="endpoint_format_error"),
               trial("4", 0, 0.0, suspect=True), trial("5", 0, 1.0)]
@@ -129,7 +130,7 @@ def test_triage_separates_infra_endpoint_and_suspect() -> None:
     assert len(tri.infra_errors) == 2 and tri.n_passed == 1
     assert [(r.task_id, r.endpoint_problem, r.suspect) for r in tri.records] == [
         ("3", True, False), ("4", False, True)]
-    assert [r.task_id for r in tri.evidence] == ["3"]
+    assert [r.kept_out for r in tri.records] == ["endpoint_problem", "suspect"] and tri.evidence == []
 
 
 def rec(task: str, k: int = 0, reason: str = "user_stop", comps: tuple = ("db",), err: tuple | None = None,

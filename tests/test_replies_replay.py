@@ -81,9 +81,13 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     elif kind == "text":
         assert result.termination_reason == "user_stop" and not result.tool_calls
         assert first["content"] == doc["body"]["choices"][0]["message"]["content"].strip()
-    elif kind == "tool_call_as_text":  # executed once a harness parses calls written as text; never a crash
-        assert result.termination_reason == "user_stop", result.error
-        assert [(c.name, c.arguments) for c in result.tool_calls] == [CALL] or "get_reservation_details" in first["content"]
+    elif kind == "tool_call_as_text":  # the server has no tool parser: an endpoint defect (issue 12)
+        assert result.termination_reason == "endpoint_format_error" and result.endpoint_problem, result.error
+        assert "get_reservation_details" in result.error and not said  # the markup never reached the user
+        agent = ScriptedModel([response(doc), text("Your reservation JMO1MG is confirmed.")])
+        parsed = run("3", agent, settings=EndpointSettings(max_retries=0, text_tool_calls="parse"))
+        assert parsed.termination_reason == "user_stop", parsed.error
+        assert [(c.name, c.arguments) for c in parsed.tool_calls] == [CALL] and parsed.endpoint_problem
     elif kind == "context_overflow":
         assert result.termination_reason == "context_overflow" and result.reward == 0.0
         assert "context window" in result.error and not result.is_infra_error
