@@ -89,3 +89,14 @@ def run(task_id: str, agent: ScriptedModel | None, *, domain: str = "airline", h
 
 
 Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+def warm_up() -> None:
+    """Import τ², the example harness and the user simulator and load the airline environment once, so a
+    timed trial measures its endpoint, not this process's first imports (seconds on a loaded machine)."""
+    from pytest_ecdysis.harness import load_harness
+    from task_suites.tau2 import suite, user  # noqa: F401
+
+    suite.get_environment("airline")
+    suite.get_task("airline", "3")
+    load_harness(EXAMPLE_HARNESS)

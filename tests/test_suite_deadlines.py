@@ -107,17 +107,11 @@ def test_role_calls_have_a_stage_budget_that_holds_against_a_trickle():
 
 @pytest.fixture(scope="module")
 def warm_tau2():
-    """Import τ², the harness and the user simulator, and load the airline environment once, so a trial's
-    budget in these tests is spent on the endpoint, not on this process's first imports."""
+    """A trial's budget in these tests is spent on the endpoint, not on this process's first imports."""
     pytest.importorskip("tau2")
-    from suite_scripted import EXAMPLE_HARNESS
+    from suite_scripted import warm_up
 
-    from pytest_ecdysis.harness import load_harness
-    from task_suites.tau2 import suite, user  # noqa: F401
-
-    suite.get_environment("airline")
-    suite.get_task("airline", "3")
-    load_harness(EXAMPLE_HARNESS)
+    warm_up()
 
 
 def run_trial_over(server: SlowEndpoint, budget_s: float, call_timeout_s: float):

@@ -56,6 +56,15 @@ def environment(domain: str) -> Any:
     return suite.get_environment(domain)
 
 
+def used_environments(domain: str) -> tuple[Any, Any] | None:
+    """Inside a scoring child after τ²'s evaluator ran: the (agent's, gold) environments it built, as it
+    left them (so a DB diff needs no rebuild); None elsewhere."""
+    if _HANDED is None or _HANDED.get(domain, 0) < 2:
+        return None
+    agent, gold = _PRISTINE[domain][:2]
+    return agent, gold
+
+
 def score_in_child(domain: str, score: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run `score()` in a forked child and return its JSON-able response.
 

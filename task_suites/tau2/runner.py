@@ -145,8 +145,8 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     from .user import stop_after_confirmation
 
     messages = [message_dict(m) for m in trajectory]
-    writes = {tool.name for tool in environment.get_tools()
-              if str(getattr(environment.tools.tool_type(tool.name), "value", "")) == "write"}
+    called = {c["name"] for m in messages for c in m.get("tool_calls") or []}
+    writes = {name for name in called if _is_write(environment, name)}
 
     return TrialResult(
         suite=spec.suite,
@@ -202,6 +202,14 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         return "infrastructure_error", f"scorer failed: {exc}"
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
     return "agent_error", f"the harness raised {type(exc).__name__}: {exc}\n" + "".join(tb[-3:])
+
+
+def _is_write(environment: Any, name: str) -> bool:
+    """τ²'s own tool type (`@is_tool(ToolType.WRITE)`); False for a name the domain does not have."""
+    try:
+        return str(getattr(environment.tools.tool_type(name), "value", "")) == "write"
+    except Exception:
+        return False
 
 
 def _partial(orchestrator: Any) -> list:

@@ -94,6 +94,12 @@ def db_diff(domain: str, task: Any, run: Any) -> list[dict[str, Any]]:
     paths like `reservations.JMO1MG.status`, at most `DIFF_ENTRIES` (then `{"path": "…", "more": n}`)."""
     from tau2.registry import registry
 
+    from . import cow_scoring
+
+    used = cow_scoring.used_environments(domain)  # the evaluator's own two, in a scoring child
+    if used is not None:
+        agent_env, gold_env = used
+        return _bounded(agent_env.tools.db.model_dump(mode="json"), gold_env.tools.db.model_dump(mode="json"))
     constructor = registry.get_env_constructor(domain)
     initial = task.initial_state
     data = initial.initialization_data if initial else None
@@ -108,8 +114,12 @@ def db_diff(domain: str, task: Any, run: Any) -> list[dict[str, Any]]:
             gold.make_tool_call(tool_name=action.name, requestor=action.requestor, **action.arguments)
         except Exception:
             pass  # as τ²'s evaluator does (suspect tasks)
+    return _bounded(agent.tools.db.model_dump(mode="json"), gold.tools.db.model_dump(mode="json"))
+
+
+def _bounded(agent: Any, gold: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    _diff(agent.tools.db.model_dump(mode="json"), gold.tools.db.model_dump(mode="json"), "", out)
+    _diff(agent, gold, "", out)
     if len(out) > DIFF_ENTRIES:
         return [*out[:DIFF_ENTRIES], {"path": "…", "more": len(out) - DIFF_ENTRIES}]
     return out
