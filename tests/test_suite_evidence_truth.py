@@ -158,9 +158,10 @@ def test_a_stop_the_user_model_only_thought_about_does_not_end_the_conversation(
     assert not result.user_stop_after_confirmation
 
 
-def test_the_evaluator_checks_are_kept_and_a_short_value_in_a_date_is_a_weak_pass():
+def test_the_evaluator_checks_are_kept_and_a_short_value_in_a_date_is_a_weak_pass(tmp_path, capsys):
     """Task 3's gold communicate value "4" matched inside a date, with no tool call at all: the trial
-    passes; trials.jsonl keeps which message matched, and the summary counts it as a weak pass."""
+    passes; trials.jsonl keeps which message matched, the summary counts it as a weak pass and
+    `ecdysis show` lists it."""
     agent = ScriptedModel([text("Your flight on 2024-05-14 is confirmed.")])
     result = run("3", agent, settings=FAST)
     assert result.reward == 1.0, result.components
@@ -172,6 +173,14 @@ def test_the_evaluator_checks_are_kept_and_a_short_value_in_a_date_is_a_weak_pas
     assert block["n_weak_passes"] == 1
     reasons = block["weak_passes"][0]["reasons"]
     assert "no tool call" in reasons and "'4' under 3 characters" in reasons[0]
+    from pytest_ecdysis import cli
+    from pytest_ecdysis.session import aggregate
+
+    summary, _, _ = aggregate([result], threshold=1.0, trials_per_task=1, model="m", prices={})
+    (tmp_path / "summary.json").write_text(json.dumps({"schema_version": 1, "run_id": "r", **summary}))
+    assert cli.main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "weak passes: 1" in out and "weak pass tau2-airline/3 t0: communicate value '4'" in out
 
 
 def test_a_db_failure_record_carries_the_changed_records_and_fields():
