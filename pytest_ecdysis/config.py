@@ -92,6 +92,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("gate-tolerance", "allowed drop of the suite score (default: 0.0)", default="0.0"),
     Option("gate-max-regressions", "allowed number of tasks solved in the baseline and not now "
            "(default: not checked)"),
+    Option("accept", "acceptance rule of evolution rounds and of the gate: 'strict' (the suite score strictly "
+           "rises / does not drop) or 'paired' (a paired test over tasks at --ecdysis-accept-level) "
+           "(default: strict)", default="strict"),
+    Option("accept-level", "level α of the paired test, in (0, 1): the chance that a change that does "
+           "nothing is accepted (or, with the gate, fails it) (default: 0.05)", default="0.05"),
+    Option("accept-method", "the paired test: sign, wilcoxon or bootstrap (default: sign)", default="sign"),
     Option("sim-latency", "fixed delay in seconds per simulated completion (default: 0)", default="0"),
     Option("sim-nonce", "run nonce of the simulated model's noisy draws; fix it for identical reruns "
            "(default: env ECDYSIS_SIM_NONCE, else fresh per run and validation sub-run)"),
@@ -167,6 +173,9 @@ class EcdysisConfig:
     baseline: Path
     gate_tolerance: float
     gate_max_regressions: int | None
+    accept: str
+    accept_level: float
+    accept_method: str
     sim_latency_s: float
     evidence: str
     evidence_limit: int | None
@@ -330,6 +339,17 @@ def read_config(config: Any) -> EcdysisConfig:
     if strategy not in BUILTIN_STRATEGIES and strategy not in available_strategies():
         raise UsageError(f"--ecdysis-strategy must be one of {', '.join(available_strategies())}, got {strategy!r}")
 
+    from .acceptance import METHODS, RULES
+
+    if raw["accept"] not in RULES:
+        raise UsageError(f"--ecdysis-accept must be one of {', '.join(RULES)}, got {raw['accept']!r}")
+    if raw["accept-method"] not in METHODS:
+        raise UsageError(f"--ecdysis-accept-method must be one of {', '.join(METHODS)}, got "
+                         f"{raw['accept-method']!r}")
+    accept_level = _float("accept-level", raw["accept-level"], 0.0, 1.0)
+    if not 0.0 < accept_level < 1.0:
+        raise UsageError(f"--ecdysis-accept-level must be strictly between 0 and 1 (e.g. 0.05), got {accept_level}")
+
     max_reg = raw["gate-max-regressions"]
     html = Path(raw["html"]) if raw["html"] else None
     if html is not None and html.is_dir():
@@ -357,6 +377,9 @@ def read_config(config: Any) -> EcdysisConfig:
         baseline=Path(raw["baseline"]),
         gate_tolerance=_float("gate-tolerance", raw["gate-tolerance"], 0.0, 1.0),
         gate_max_regressions=None if max_reg in (None, "") else _int("gate-max-regressions", max_reg, 0),
+        accept=raw["accept"],
+        accept_level=accept_level,
+        accept_method=raw["accept-method"],
         sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),
         evidence=evidence,
         evidence_limit=evidence_limit,

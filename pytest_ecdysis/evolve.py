@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from . import gitops, integrity, safetext
-from .acceptance import decide_strict
+from .acceptance import decide, decision_fields
 from .edit import make_editor
 from .errors import EcdysisError, GitError, IntegrityError, UsageError
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
@@ -227,11 +227,15 @@ class Evolution:
         drift = infra_drift(before_summary, after_summary)
         if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
             return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
-        decision = decide_strict(base["score"], after)
+        decision = decide(self.cfg.accept, base["score"], after, before_trials, after_trials,
+                          method=self.cfg.accept_method, level=self.cfg.accept_level)
+        out["decision"] = decision.fields()
+        self.say(f"{label}: {decision.rule} rule: {'accept' if decision.accepted else 'reject'}: {decision.reason}")
         if not decision.accepted:
             return {**out, "outcome": "rejected", "reason": decision.reason}, None
         message = (f"{title}: {spec.summary.strip()}\n\nsuite score {base['score']:.4f} -> "
                    f"{after:.4f} ({self.cfg.split} split, {self.cfg.trials} trial(s) per task)\n"
+                   f"acceptance: {decision.rule} rule; {decision.test.line() if decision.test else ''}\n"
                    f"run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
         assert self.snapshot is not None
         gitops.reset_to_snapshot(worktree, self.snapshot)  # exactly the validated bytes, whatever ran since
@@ -248,7 +252,8 @@ class Evolution:
         """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
         if not already_written:
             row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
-            write_json(rdir / "decision.json", {"round": row, "incumbent": self.doc["incumbent"]}, self.ledger)
+            write_json(rdir / "decision.json", {**decision_fields(row), "round": row,
+                                                "incumbent": self.doc["incumbent"]}, self.ledger)
         self.doc["rounds"].append(row)
         self.checkpoint()
         if self.stop_error is not None:
@@ -386,6 +391,7 @@ class Evolution:
                "split": self.cfg.split, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
                "editor": self.cfg.editor, "model": self.cfg.model, "harness": str(self.harness_dir),
                "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
+               "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method, "level": self.cfg.accept_level},
                "status": "running", "start": start, "incumbent": dict(start), "rounds": [], "branch": None,
                "test": None, "wall_s": 0.0, "run_path": str(self.dir)}
         write_json(path, doc, self.ledger)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import gitops
+from .acceptance import decision_fields
 from .evolve_report import OUTCOME_TEXT, fmt
 from .records import ModificationSpec
 from .rundir import add_tokens, read_json, write_json
@@ -63,7 +64,8 @@ def instance_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], diag:
         step["wall_s"] = round(step["wall_s"], 2)
         if new_incumbent is not None:
             current = {**new_incumbent, "round": n, "step": k}
-        write_json(sdir / "decision.json", {"step": step, "incumbent": current}, ev.ledger)
+        write_json(sdir / "decision.json", {**decision_fields(step), "step": step, "incumbent": current},
+                   ev.ledger)
         ev.say(f"round {n} step {k}/{len(todo)}: {OUTCOME_TEXT[step['outcome']]}"
                + (f" ({step['reason']})" if step.get("reason") else ""), n)
         steps.append(step)
@@ -78,6 +80,10 @@ def instance_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], diag:
     row["spec_summary"] = f"{len(todo)} instance-level spec(s): " + " | ".join(s.summary.strip() for s in todo)
     accepted = [s["step"] for s in steps if s.get("accepted")]
     validated = [s for s in steps if s.get("score_after") is not None]
+    decided = [s for s in steps if s.get("decision")]
+    if decided:  # the round's figures: those of its last accepted step, else of its best validated one
+        chosen = [s for s in decided if s.get("accepted")] or sorted(decided, key=lambda s: s["score_after"])
+        row["decision"] = chosen[-1]["decision"]
     if accepted:
         row.update(outcome="accepted", accepted=True, commit=current["commit"], score_after=current["score"],
                    harness_id_after=current["harness_id"], pass_hat_k_before=start.get("pass_hat_k"),

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from .acceptance import accept_text
+
 #: The words a round's `outcome` is printed with.
 OUTCOME_TEXT = {
     "accepted": "accepted",
@@ -43,19 +45,22 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
            and doc.get("self_evolution_cap") else "")
     out = ["", f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}{cap}, "
            f"editor {doc.get('editor')})",
-           f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'edits':>5}  "
+           f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'p':>6}  {'edits':>5}  "
            f"{'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)"]
     for r in doc.get("rounds", []):
         fl = r.get("flips") or {}
         gained, lost = fl.get("failed_to_solved", []), fl.get("solved_to_failed", [])
         out.append(f"{r['round']:>5}  {fmt(r.get('score_before')):>7}  {fmt(r.get('score_after')):>7}  "
-                   f"{pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {r.get('editor_calls', 0):>5}  "
+                   f"{pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {p_value(r):>6}  "
+                   f"{r.get('editor_calls', 0):>5}  "
                    f"{r.get('tokens', {}).get('total', 0):>8}  "
                    f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
                    + (f" (lost: {', '.join(lost[:6])})" if lost else ""))
         for st in r.get("steps") or []:  # instance-level rounds (self-evolution): one line per patched spec
             out.append(f"{'step ' + str(st['step']):>12}  {fmt(st.get('score_before')):>7} -> "
                        f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}")
+    if doc.get("accept"):
+        out.append(f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test")
     test = doc.get("test") or {}
     if test.get("start") and test.get("frozen"):
         out.append(f"test split, {test.get('trials')} trial(s) per task:  start {score_line(test['start'])}"
@@ -88,6 +93,12 @@ def pass_hat(hat: dict[str, Any] | None) -> str:
         return "-"
     k = max(hat, key=int)
     return f"{fmt(hat[k])} (k={k})"
+
+
+def p_value(row: dict[str, Any]) -> str:
+    """The round's (or step's) p-value with 3 significant digits, '-' without a validated candidate."""
+    p = (row.get("decision") or {}).get("p_value")
+    return "-" if p is None else f"{p:.3g}"
 
 
 def fmt(x: Any) -> str:

@@ -5,7 +5,11 @@ with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
 
 - the run is not comparable: nothing collected, cases that never reported, infrastructure errors
   (xdist can print "no tests ran" and exit 0: the gate checks coverage itself);
-- the suite score is below the baseline's by more than `--ecdysis-gate-tolerance`;
+- `--ecdysis-accept strict` (the default): the suite score is below the baseline's by more than
+  `--ecdysis-gate-tolerance`; `--ecdysis-accept paired`: a one-sided paired test over tasks
+  (`acceptance.regression_test`, `--ecdysis-accept-method`) finds the run worse than the baseline at the
+  level `--ecdysis-accept-level` *and* the mean per-task drop exceeds the tolerance, so an unchanged
+  harness on a noisy model fails the gate with probability at most about the level;
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
   that option is given); "solved" = every trial of the task succeeded.
 
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .acceptance import regression_test
 from .errors import RunDirError, UsageError
 from .records import SCHEMA_VERSION
 
@@ -34,15 +39,15 @@ def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The baseline document for a run summary (what `--ecdysis-save-baseline` writes).
 
     Shape: `{schema_version, suite, split, trials, model, threshold, harness_id, run_id, suite_score,
-    pass_hat_k, n_tasks, tasks: {"<suite>/<task_id>": {"n", "successes", "solved"}}}`.
+    pass_hat_k, n_tasks, tasks: {"<suite>/<task_id>": {"n", "successes", "solved", "mean_reward"}}}`.
     """
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "ecdysis-baseline",
         **{k: summary.get(k) for k in (*MATCH_FIELDS, "harness_id", "run_id", "suite_score",
                                         "pass_hat_k", "n_tasks")},
-        "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"]}
-                  for k, v in summary.get("tasks", {}).items()},
+        "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"],
+                      "mean_reward": v.get("mean_reward")} for k, v in summary.get("tasks", {}).items()},
     }
 
 
@@ -109,6 +114,8 @@ class GateVerdict:
     reasons: list[str] = field(default_factory=list)
     refused: bool = False
     baseline_path: str = ""
+    rule: str = "strict"  #: `strict` (score drop beyond the tolerance) or `paired` (a significant drop)
+    test: dict[str, Any] | None = None  #: the paired test: method, effect, interval, p_value, level, ...
 
     @property
     def delta(self) -> float | None:
@@ -122,10 +129,17 @@ class GateVerdict:
         if self.delta is None or self.refused:
             return f"gate {word}: " + "; ".join(self.reasons or ["no score"])
         margin = self.delta + self.tolerance
-        how = (f"{margin:.3f} above the lowest allowed score" if self.passed
+        how = ("" if self.rule == "paired" else f"{margin:.3f} above the lowest allowed score" if self.passed
                else f"{-margin:.3f} below the lowest allowed score" if margin < 0 else "")
         line = (f"gate {word}: suite score {self.score:.3f} vs baseline {self.baseline_score:.3f} "
                 f"({self.delta:+.3f}, tolerance {self.tolerance:.3f}{'; ' + how if how else ''})")
+        if self.test:
+            t = self.test
+            iv = t.get("interval")
+            line += (f"; {'paired' if self.rule == 'paired' else 'for information'}: {t['method']} test of a "
+                     f"drop over {t['n_tasks']} task(s): effect {t['effect']:+.3f}"
+                     + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "") + f", p={t['p_value']:.3g}"
+                     + (f" (level {t['level']:g})" if self.rule == "paired" else ""))
         if self.max_regressions is not None or self.regressions:
             limit = "not checked" if self.max_regressions is None else f"at most {self.max_regressions}"
             line += f"; {len(self.regressions)} regressed task(s), {limit}"
@@ -135,7 +149,9 @@ class GateVerdict:
         return {"passed": self.passed, "refused": self.refused, "score": self.score,
                 "baseline_score": self.baseline_score, "delta": self.delta, "tolerance": self.tolerance,
                 "regressions": self.regressions, "max_regressions": self.max_regressions,
-                "reasons": self.reasons, "baseline": self.baseline_path, "headline": self.headline()}
+                "reasons": self.reasons, "baseline": self.baseline_path, "headline": self.headline(),
+                "rule": self.rule, **{k: (self.test or {}).get(k) for k in ("method", "effect", "interval",
+                                                                            "p_value", "level")}}
 
 
 def task_set_difference(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
@@ -147,6 +163,23 @@ def task_set_difference(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any
             f"{', '.join(only_base[:5]) or 'none'}; only in this run: {', '.join(only_run[:5]) or 'none'})"]
 
 
+def task_rewards(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> tuple[dict[str, float],
+                                                                                      dict[str, float]]:
+    """Per-task figures the paired test compares: each task's `mean_reward`, or, when the baseline was
+    written before baselines kept it, the success rate `successes / n` on both sides (the same measure)."""
+    use_mean = all("mean_reward" in v for v in baseline_tasks.values())
+
+    def value(v: dict[str, Any]) -> float | None:
+        if use_mean:
+            return v.get("mean_reward")
+        return v["successes"] / v["n"] if v.get("n") else None
+
+    def side(tasks: dict[str, Any]) -> dict[str, float]:
+        return {k: x for k, x in ((k, value(v)) for k, v in tasks.items()) if x is not None}
+
+    return side(baseline_tasks), side(run_tasks)
+
+
 def regressions(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
     """Tasks solved in the baseline and not solved now (absent now counts as not solved)."""
     return sorted(k for k, v in baseline_tasks.items()
@@ -155,11 +188,16 @@ def regressions(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> li
 
 def verdict(
     summary: dict[str, Any], baseline: dict[str, Any], *, tolerance: float, max_regressions: int | None,
-    missing: list[str], n_collected: int, baseline_path: str = "",
+    missing: list[str], n_collected: int, baseline_path: str = "", rule: str = "strict", method: str = "sign",
+    level: float = 0.05,
 ) -> GateVerdict:
-    """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons."""
+    """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons.
+
+    `rule`, `method`, `level`: `--ecdysis-accept`, `--ecdysis-accept-method`, `--ecdysis-accept-level`.
+    """
     v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),
-                    tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path)
+                    tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path,
+                    rule=rule)
     diff = mismatches(baseline, summary)
     if not diff and not missing:
         diff = task_set_difference(baseline.get("tasks", {}), summary.get("tasks", {}))
@@ -176,8 +214,19 @@ def verdict(
     if summary.get("n_infra_errors"):
         v.reasons.append(f"{summary['n_infra_errors']} trial(s) ended with an infrastructure error; "
                          "the score is not comparable (check the endpoint and rerun)")
+    base_means, run_means = task_rewards(baseline.get("tasks", {}), summary.get("tasks", {}))
+    if base_means and run_means:
+        test = regression_test(base_means, run_means, method=method, level=level)
+        v.test = {"method": test.method, "effect": test.effect, "interval": list(test.interval) if test.interval
+                  else None, "p_value": test.p_value, "level": level, "n_tasks": test.n_tasks,
+                  "wins": test.wins, "losses": test.losses}
     if v.score is None:
         v.reasons.append("no trial was scored")
+    elif rule == "paired":
+        if v.test and v.test["p_value"] <= level and v.test["effect"] < -tolerance - 1e-9:
+            v.reasons.append(f"the run is worse than the baseline: {v.test['method']} test over "
+                             f"{v.test['n_tasks']} task(s), mean per-task drop {-v.test['effect']:.3f} "
+                             f"(tolerance {tolerance:.3f}), p={v.test['p_value']:.3g} <= level {level:g}")
     elif v.baseline_score is not None and v.score < v.baseline_score - tolerance - 1e-9:
         v.reasons.append(f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
                          f"{v.baseline_score:.3f} (tolerance {tolerance:.3f})")

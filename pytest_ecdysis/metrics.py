@@ -90,6 +90,16 @@ def task_counts(trials: Iterable[TrialResult], threshold: float) -> dict[str, Ta
     return {k: TaskCounts(n[k], c[k], infra[k]) for k in sorted(n, key=_natural)}
 
 
+def task_mean_rewards(trials: Iterable[TrialResult]) -> dict[str, float]:
+    """`{"<suite>/<task_id>": mean reward of its scored trials}` (tasks with none scored are absent); the
+    pairs of the paired acceptance test and gate (`acceptance`)."""
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for t in trials:
+        if not t.is_infra_error and t.reward is not None:
+            rewards[task_key(t)].append(float(t.reward))
+    return {k: sum(v) / len(v) for k, v in rewards.items()}
+
+
 def _natural(key: str) -> tuple:
     """Sort `tau2-airline/10` after `tau2-airline/9`."""
     suite, _, task = key.rpartition("/")
@@ -184,10 +194,11 @@ def score_block(
 
     `n_trials_cfg` is the configured trials per task (k runs 1..that). Shape:
     `{n_tasks, n_trials, n_scored, suite_score, pass_at_k, pass_hat_k, n_solved, n_infra_errors,
-    tasks: {key: {"n", "successes", "infra_errors", "solved"}}, tokens, cost_usd, cost_note, trials_wall_s,
+    tasks: {key: {"n", "successes", "infra_errors", "solved", "mean_reward"}}, tokens, cost_usd, cost_note, trials_wall_s,
     n_weak_passes, weak_passes}`.
     """
     counts = task_counts(trials, threshold)
+    means = task_mean_rewards(trials)
     rewards = [t.reward for t in trials if t.reward is not None and not t.is_infra_error]
     at, hat = pass_k_table(counts, n_trials_cfg)
     tokens = sum_tokens(trials)
@@ -202,8 +213,8 @@ def score_block(
         "pass_hat_k": hat,
         "n_solved": sum(tc.solved for tc in counts.values()),
         "n_infra_errors": sum(tc.infra for tc in counts.values()),
-        "tasks": {k: {"n": tc.n, "successes": tc.c, "infra_errors": tc.infra, "solved": tc.solved}
-                  for k, tc in counts.items()},
+        "tasks": {k: {"n": tc.n, "successes": tc.c, "infra_errors": tc.infra, "solved": tc.solved,
+                      "mean_reward": means.get(k)} for k, tc in counts.items()},
         "tokens": tokens,
         "user_tokens": user_tokens,
         "cost_usd": cost,

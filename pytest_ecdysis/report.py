@@ -263,6 +263,19 @@ def _score_of(value: Any) -> tuple[float | None, dict[str, Any]]:
     return None, {}
 
 
+def _effect(decision: dict[str, Any] | None) -> str:
+    """`+0.067 [+0.000, +0.133]` of a round's `decision`, '-' without one."""
+    if not decision or decision.get("effect") is None:
+        return "-"
+    iv = decision.get("interval")
+    return f"{decision['effect']:+.3f}" + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "")
+
+
+def _p(decision: dict[str, Any] | None) -> str:
+    p = (decision or {}).get("p_value")
+    return "-" if p is None else f"{p:.3g} ({decision.get('method')})"
+
+
 def _spec_markdown(spec: dict[str, Any]) -> list[str]:
     out = [f"> {spec.get('summary', '').strip()}", ""]
     for ch in spec.get("changes", []):
@@ -324,11 +337,19 @@ def render_pr_body(run_path: Path | str) -> str:
             (t0, _), (t1, _) = _score_of((entry or {}).get("start")), _score_of((entry or {}).get("frozen"))
             out.append(f"- transfer to `{name}`: {_fmt(t0)} -> {_fmt(t1)}")
 
-    out += ["", "### Rounds (train split)", "", "| round | strategy | score before | score after | outcome | "
-            "editor calls | tokens | wall s |", "|---:|---|---:|---:|---|---:|---:|---:|"]
+    out += ["", "### Rounds (train split)", ""]
+    if evo.get("accept"):
+        from .acceptance import accept_text
+
+        out += [f"Acceptance: {accept_text(evo['accept'])}. Effect: mean per-task reward difference "
+                "(candidate - incumbent) with its bootstrap interval over tasks; p: one-sided p-value of "
+                "\"no improvement\".", ""]
+    out += ["| round | strategy | score before | score after | outcome | effect [interval] | p | "
+            "editor calls | tokens | wall s |", "|---:|---|---:|---:|---|---|---:|---:|---:|---:|"]
     for r in rounds:
         out.append(f"| {r.get('round')} | {r.get('strategy')} | {_fmt(r.get('score_before'))} | "
-                   f"{_fmt(r.get('score_after'))} | {r.get('outcome')} | {r.get('editor_calls', 0)} | "
+                   f"{_fmt(r.get('score_after'))} | {r.get('outcome')} | {_effect(r.get('decision'))} | "
+                   f"{_p(r.get('decision'))} | {r.get('editor_calls', 0)} | "
                    f"{(r.get('tokens') or {}).get('total', 0)} | {r.get('wall_s', 0):.1f} |")
 
     for r in accepted:

@@ -299,7 +299,8 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         baseline = gate.load_baseline(cfg.baseline)  # checked at configure time; UsageError if it vanished
         outcome.gate = gate.verdict(summary, baseline, tolerance=cfg.gate_tolerance,
                                     max_regressions=cfg.gate_max_regressions, missing=missing + not_run,
-                                    n_collected=len(expected), baseline_path=str(cfg.baseline))
+                                    n_collected=len(expected), baseline_path=str(cfg.baseline),
+                                    rule=cfg.accept, method=cfg.accept_method, level=cfg.accept_level)
     summary["gate"] = outcome.gate.as_dict() if outcome.gate else None
     if outcome.run_path is not None and cfg.gate:
         try:

@@ -10,3 +10,8 @@ os.environ.pop("ECDYSIS_RUN_ID", None)
 os.environ["ECDYSIS_SIM_NONCE"] = "tests"
 
 pytest_plugins = ["pytester"]
+
+# numpy's and scipy's C extensions cannot be loaded twice in one process, and pytester's in-process runs
+# drop the modules they imported from sys.modules afterwards: import them here, before any such run, so
+# the paired acceptance test (acceptance.py) works in every in-process run.
+import scipy.stats  # noqa: E402, F401
