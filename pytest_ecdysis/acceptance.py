@@ -11,7 +11,8 @@ Two rules (`--ecdysis-accept`, docs/evolution.md "Acceptance"):
   candidate's runs (tasks scored in both); the method is `--ecdysis-accept-method`:
   `sign` (exact binomial sign test on the tasks that changed, `scipy.stats.binomtest`; conservative,
   the default), `wilcoxon` (signed-rank test, `scipy.stats.wilcoxon`, zeros dropped; exact without tied
-  magnitudes, else a seeded permutation test, about 1 s), or `bootstrap`
+  magnitudes, else a seeded permutation test, about 1 s; with a single magnitude, e.g. ±1 differences of
+  one trial per task, it is the sign test and computed as one), or `bootstrap`
   (percentile bootstrap over tasks of the mean difference, `scipy.stats.bootstrap`; p is the share of
   resampled means <= 0; approximate for few tasks).
 
@@ -141,9 +142,12 @@ def paired_test(diffs: list[float], *, method: str = "sign", level: float = 0.05
         p = float(stats.binomtest(wins, wins + losses, 0.5, alternative="greater").pvalue)
     elif method == "wilcoxon":
         nz = d[d != 0]  # zeros dropped; exact distribution without ties, a seeded permutation test with them
-        tied = len(np.unique(np.abs(nz))) < len(nz)
-        how = stats.PermutationMethod(rng=np.random.default_rng(BOOTSTRAP_SEED)) if tied else "exact"
-        p = float(stats.wilcoxon(nz, alternative="greater", method=how).pvalue)
+        if np.all(np.abs(nz) == abs(nz[0])):  # one magnitude (±1: one trial per task): the sign test, exactly
+            p = float(stats.binomtest(wins, wins + losses, 0.5, alternative="greater").pvalue)
+        else:
+            tied = len(np.unique(np.abs(nz))) < len(nz)
+            how = stats.PermutationMethod(rng=np.random.default_rng(BOOTSTRAP_SEED)) if tied else "exact"
+            p = float(stats.wilcoxon(nz, alternative="greater", method=how).pvalue)
     else:
         p = 1.0 if dist is None else float((np.sum(dist <= 0) + 1) / (len(dist) + 1))
     return PairedTest(method=method, n_tasks=n, wins=wins, losses=losses, effect=effect, interval=interval,

@@ -97,6 +97,9 @@ OPTIONS: tuple[Option, ...] = (
            "(default: strict)", default="strict"),
     Option("accept-level", "level α of the paired test, in (0, 1): the chance that a change that does "
            "nothing is accepted (or, with the gate, fails it) (default: 0.05)", default="0.05"),
+    Option("rescore", "the incumbent each candidate is compared with: 'auto' (re-run beside the candidate, "
+           "unless the model is deterministic: simulated with a fixed nonce), 'always', or 'never' (its "
+           "earlier run) (default: auto)", default="auto"),
     Option("accept-method", "the paired test: sign, wilcoxon or bootstrap (default: sign)", default="sign"),
     Option("sim-latency", "fixed delay in seconds per simulated completion (default: 0)", default="0"),
     Option("sim-nonce", "run nonce of the simulated model's noisy draws; fix it for identical reruns "
@@ -176,6 +179,7 @@ class EcdysisConfig:
     accept: str
     accept_level: float
     accept_method: str
+    rescore: str
     sim_latency_s: float
     evidence: str
     evidence_limit: int | None
@@ -346,6 +350,8 @@ def read_config(config: Any) -> EcdysisConfig:
     if raw["accept-method"] not in METHODS:
         raise UsageError(f"--ecdysis-accept-method must be one of {', '.join(METHODS)}, got "
                          f"{raw['accept-method']!r}")
+    if raw["rescore"] not in ("auto", "always", "never"):
+        raise UsageError(f"--ecdysis-rescore must be one of auto, always, never, got {raw['rescore']!r}")
     accept_level = _float("accept-level", raw["accept-level"], 0.0, 1.0)
     if not 0.0 < accept_level < 1.0:
         raise UsageError(f"--ecdysis-accept-level must be strictly between 0 and 1 (e.g. 0.05), got {accept_level}")
@@ -380,6 +386,7 @@ def read_config(config: Any) -> EcdysisConfig:
         accept=raw["accept"],
         accept_level=accept_level,
         accept_method=raw["accept-method"],
+        rescore=raw["rescore"],
         sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),
         evidence=evidence,
         evidence_limit=evidence_limit,

@@ -9,7 +9,9 @@
         change           <- the diff of the harness directory         none       -> `no_change`
         guard            <- only harness files; no gold-data reads    otherwise  -> `guard_rejected`
         score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
-        accept iff score_after > score_before (strictly): commit in the worktree; it becomes the incumbent
+        score_before     <- a re-run of the incumbent started beside it (`evolve_paired`, `--ecdysis-rescore`)
+        accept (`acceptance`, `--ecdysis-accept`): strict = score_after > score_before; paired = a paired test
+        over tasks at `--ecdysis-accept-level`; commit in the worktree; it becomes the incumbent
         (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
          in order, each on the incumbent the previous step left; at most --ecdysis-self-evolution-cap a round)
     branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
@@ -208,32 +210,37 @@ class Evolution:
             return {**out, "outcome": edit["outcome"], "reason": edit["reason"]}, None
 
         # validation sub-run of the same suite on the candidate
+        # validation sub-run of the same suite on the candidate, beside a re-run of the incumbent
         val = self.stage_json(adir / "validation.json",
-                              lambda: validate_stage(self, worktree, adir, run_id, label, base["score"]))
+                              lambda: validate_stage(self, worktree, adir, run_id, label, base))
         out["wall_s"] += val.get("wall_s", 0.0)
         if val["outcome"]:
             return {**out, "outcome": val["outcome"], "reason": val["reason"]}, None
-        after = val["score"]
+        inc_run = val.get("incumbent") or {"rescored": False, "run_path": base["run_path"], "score": base["score"],
+                                           "pass_hat_k": base.get("pass_hat_k")}
+        before, after = inc_run["score"], val["score"]
+        out["incumbent_run"] = inc_run
+        out["score_before"] = before
         out["score_after"] = after
-        out["pass_hat_k_before"] = base.get("pass_hat_k")
+        out["pass_hat_k_before"] = inc_run.get("pass_hat_k")
         out["pass_hat_k_after"] = val.get("pass_hat_k")
         out["harness_id_after"] = val["harness_id"]
-        for path in (base["run_path"], val["run_path"]):
+        for path in (inc_run["run_path"], val["run_path"]):
             self.ledger.verify_run(Path(path))
-        before_summary, before_trials = read_run(Path(base["run_path"]))
+        before_summary, before_trials = read_run(Path(inc_run["run_path"]))
         after_summary, after_trials = read_run(Path(val["run_path"]))
         out["flips"] = flips(before_trials, after_trials, self.cfg.threshold)
 
         drift = infra_drift(before_summary, after_summary)
         if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
             return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
-        decision = decide(self.cfg.accept, base["score"], after, before_trials, after_trials,
+        decision = decide(self.cfg.accept, before, after, before_trials, after_trials,
                           method=self.cfg.accept_method, level=self.cfg.accept_level)
         out["decision"] = decision.fields()
         self.say(f"{label}: {decision.rule} rule: {'accept' if decision.accepted else 'reject'}: {decision.reason}")
         if not decision.accepted:
             return {**out, "outcome": "rejected", "reason": decision.reason}, None
-        message = (f"{title}: {spec.summary.strip()}\n\nsuite score {base['score']:.4f} -> "
+        message = (f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
                    f"{after:.4f} ({self.cfg.split} split, {self.cfg.trials} trial(s) per task)\n"
                    f"acceptance: {decision.rule} rule; {decision.test.line() if decision.test else ''}\n"
                    f"run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
@@ -300,7 +307,7 @@ class Evolution:
 
     def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
                overrides: dict[str, str | None] | None = None,
-               files: dict[str, bytes | None] | None = None) -> SubRun:
+               files: dict[str, bytes | None] | None = None, on_start: Any = None) -> SubRun:
         """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
         from the trusted copy (see `validate.run_suite`); its run files are recorded in the ledger and the
         protected files checked after it.
@@ -312,7 +319,7 @@ class Evolution:
         try:
             sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
                             run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
-                            trusted=self.trusted, files=files)
+                            trusted=self.trusted, files=files, on_start=on_start)
         except IntegrityError as exc:  # it changed the trusted copy it ran from
             self.stop_error = exc
             raise

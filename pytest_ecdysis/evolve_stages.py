@@ -8,6 +8,7 @@ these functions do the work. Only the controller runs them; harness code is impo
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,24 +131,32 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
 
 
 def validate_stage(ev: Evolution, worktree: gitops.Worktree, rdir: Path, run_id: str, label: str,
-                   base_score: float | None) -> dict[str, Any]:
-    """The validation sub-run of the same suite on the candidate in `worktree`.
+                   base: dict[str, Any]) -> dict[str, Any]:
+    """The validation sub-run of the same suite on the candidate in `worktree`, started together with a
+    re-run of the incumbent `base` when `--ecdysis-rescore` asks for one (`evolve_paired`).
 
     Returns `{"outcome", "reason", "score", "harness_id", "run_path", "run_id", "exit_code", "wall_s",
-    "pass_hat_k"}`; `outcome` is `broken_candidate` when the sub-run produced no scores.
+    "pass_hat_k", "incumbent"}` (`incumbent`: the run the candidate is compared with, see
+    `evolve_paired.score_pair`); `outcome` is `broken_candidate` when the sub-run produced no scores.
     """
+    from .evolve_paired import rescore_plan, score_pair
     from .harness import harness_id
 
     started = time.monotonic()
     hid = harness_id(worktree.harness_dir, ev.harness_dir.name)  # the worktree holds the snapshot's bytes
-    ev.say(f"{label}: validating candidate {hid} (sub-run {run_id})")
-    try:
-        sub = ev.subrun(worktree.harness_dir, rdir, run_id, files=ev.snapshot.files if ev.snapshot else None)
-    except BrokenCandidate as exc:
-        ev.say(f"{label}: broken candidate: {exc}")
-        return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid,
-                "wall_s": round(time.monotonic() - started, 2)}
-    ev.say(f"{label}: candidate scored {fmt(sub.score)} (incumbent {fmt(base_score)}) in {sub.wall_s:.1f} s")
+    rescore, _ = rescore_plan(ev.cfg, os.environ)
+    ev.say(f"{label}: validating candidate {hid} (sub-run {run_id})"
+           + (f" beside a re-run of the incumbent {base['harness_id']} (sub-run {run_id}i)" if rescore else ""))
+    sub, incumbent = score_pair(ev, worktree.harness_dir, rdir, run_id, base,
+                                files=ev.snapshot.files if ev.snapshot else None)
+    if isinstance(sub, BrokenCandidate):
+        ev.say(f"{label}: broken candidate: {sub}")
+        return {"outcome": "broken_candidate", "reason": str(sub), "harness_id": hid,
+                "wall_s": round(time.monotonic() - started, 2), "incumbent": incumbent}
+    how = "re-scored beside it" if incumbent["rescored"] else f"earlier run: {incumbent['why']}"
+    ev.say(f"{label}: candidate scored {fmt(sub.score)}, incumbent {fmt(incumbent['score'])} ({how}) "
+           f"in {time.monotonic() - started:.1f} s")
     return {"outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "harness_id": hid,
             "run_path": str(sub.run_path), "run_id": run_id, "exit_code": sub.exit_code,
-            "wall_s": round(time.monotonic() - started, 2), "pass_hat_k": sub.summary.get("pass_hat_k")}
+            "wall_s": round(time.monotonic() - started, 2), "pass_hat_k": sub.summary.get("pass_hat_k"),
+            "incumbent": incumbent}

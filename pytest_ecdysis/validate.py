@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,12 +163,14 @@ class TrustedTree:
 def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir: Path, run_dir: Path,
               run_id: str, sim_url: str | None, overrides: dict[str, str | None] | None = None,
               check_import: bool = True, trusted: TrustedTree | None = None,
-              files: dict[str, bytes | None] | None = None) -> SubRun:
+              files: dict[str, bytes | None] | None = None,
+              on_start: Callable[[subprocess.Popen], None] | None = None) -> SubRun:
     """Run the suite on a harness in a subprocess and read its run directory `<run_dir>/<run_id>`.
 
     The harness is `files` (harness-relative path -> bytes, e.g. a `gitops.Snapshot`'s) when given, else
     the files under `harness_dir`. Output goes to `<run_dir>/pytest.log`. Ctrl-C stops the subprocess and
-    propagates.
+    propagates. `on_start` gets the process (its own process group) once started: a caller running
+    sub-runs in threads stops them with it.
 
     Raises:
         BrokenCandidate: the harness does not import, or the sub-run wrote no `summary.json`, malformed
@@ -204,7 +207,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
             run_cwd = tree / mapped.relative_to(trusted.pristine) if mapped is not None else tree
             env["PYTHONPATH"] = os.pathsep.join(str(tree / p) for p in trusted.pythonpath)
             _read_only(tree)
-        code, wall, log_text = _run(args, run_cwd, env, private / "pytest.log")
+        code, wall, log_text = _run(args, run_cwd, env, private / "pytest.log", on_start)
         (run_dir / "pytest.log").write_text(log_text)
         log_path = run_dir / "pytest.log"
         if trusted is not None and tree is not None:
@@ -243,7 +246,8 @@ def subrun_env(run_id: str, sim_url: str | None) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> tuple[int, float, str]:
+def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
+         on_start: Callable[[subprocess.Popen], None] | None = None) -> tuple[int, float, str]:
     """Run `python -m pytest args` in its own process group; the group is killed when it ends (a helper
     the harness started in the group does not outlive the sub-run). Returns (exit status, seconds, log)."""
     started = time.monotonic()
@@ -253,6 +257,8 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> tup
         log.flush()
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        if on_start is not None:
+            on_start(proc)
         try:
             code = proc.wait()
         except BaseException:

@@ -27,6 +27,7 @@ BAD_OPTIONS = [
     (["--ecdysis-diagnosis-budget", "soon"], "--ecdysis-diagnosis-budget must be a number of seconds > 0"),
     (["--ecdysis-editor-budget", "0"], "--ecdysis-editor-budget must be a number of seconds > 0"),
     (["--ecdysis-text-tool-calls", "guess"], "--ecdysis-text-tool-calls must be one of reject, parse, got 'guess'"),
+    (["--ecdysis-rescore", "sometimes"], "--ecdysis-rescore must be one of auto, always, never"),
     (["--ecdysis-accept", "lenient"], "--ecdysis-accept must be one of strict, paired"),
     (["--ecdysis-accept-method", "t-test"], "--ecdysis-accept-method must be one of sign, wilcoxon, bootstrap"),
     (["--ecdysis-accept-level", "0"], "--ecdysis-accept-level must be strictly between 0 and 1"),

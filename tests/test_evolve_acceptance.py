@@ -79,11 +79,13 @@ def test_sign_test_p_values_are_the_binomial_tail() -> None:
     assert paired_test([1.0] * 5 + [0.0] * 10).p_value == pytest.approx(1 / 32)
     assert paired_test([1.0] * 4 + [-1.0]).p_value == pytest.approx(6 / 32)
     assert paired_test([1.0]).p_value == pytest.approx(0.5)
-    assert paired_test([1.0] * 4 + [-1.0], method="wilcoxon").p_value == pytest.approx(6 / 32, abs=0.01)
+    assert paired_test([1.0] * 4 + [-1.0], method="wilcoxon").p_value == pytest.approx(6 / 32)
+    tied = paired_test([1.0, 1.0, 0.5, 0.5, -0.5, 1.0, 0.5], method="wilcoxon").p_value  # permutation test
+    assert 0.02 < tied < 0.1
     assert paired_test([0.5, 0.25, 1, -0.1, 0.3, 0.7], method="wilcoxon").p_value == pytest.approx(2 / 64)
 
 
-@pytest.mark.parametrize("method", ["sign", "bootstrap"])  # wilcoxon's permutation test takes ~1 s a call
+@pytest.mark.parametrize("method", METHODS)
 def test_false_acceptance_rate_of_paired_on_noise_is_at_most_the_level(method: str) -> None:
     """An unchanged harness on a noisy model: each task flips either way with the same chance. Over 200
     scripted decisions `paired` accepts at most the level (plus sampling slack); `strict` about 45%."""
@@ -201,9 +203,35 @@ def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
                                                                     "level": 0.05}
     assert decision["effect"] == pytest.approx(0.5) and decision["p_value"] == pytest.approx(0.25)
     assert decision["interval"][0] <= 0.5 <= decision["interval"][1]
-    assert json.loads((run / "evolution.json").read_text())["accept"]["rule"] == "paired"
+    doc = json.loads((run / "evolution.json").read_text())
+    assert doc["accept"]["rule"] == "paired"
+    # paired re-scoring: the incumbent ran again beside the candidate; both runs are kept
+    inc = doc["rounds"][0]["incumbent_run"]
+    assert inc["rescored"] and inc["run_id"] == "run1-r1i" and inc["score"] == 0.25 and inc["cached_score"] == 0.25
+    assert (run / "rounds" / "1" / "incumbent" / "run1-r1i" / "trials.jsonl").is_file()
+    assert (run / "rounds" / "1" / "run1-r1" / "trials.jsonl").is_file()
     result.stdout.fnmatch_lines(["*round 1: paired rule: reject: suite score 0.250 -> 0.750; sign test over 4 "
                                  "task(s) (+2/-0): effect +0.500*p=0.25: not significant at level 0.05*",
                                  "*acceptance: paired sign test at level 0.05*"])
     body = render_pr_body(run)
     assert "| +0.500 [" in body and "| 0.25 (sign) |" in body
+
+
+def test_rescore_plan() -> None:
+    """The incumbent is re-run beside each candidate unless the models are deterministic (simulated with a
+    fixed nonce) under `auto`; `always` and `never` force either way; the reason is said."""
+    from types import SimpleNamespace
+
+    from pytest_ecdysis.evolve_paired import rescore_plan
+
+    def cfg(rescore: str, model: str = "sim", nonce: str | None = None) -> SimpleNamespace:
+        return SimpleNamespace(rescore=rescore, model=model, user_model=model, sim_nonce=nonce)
+
+    assert rescore_plan(cfg("auto"), {})[0] is True
+    reuse, why = rescore_plan(cfg("auto", nonce="ci"), {})
+    assert reuse is False and "fixed nonce ('ci')" in why
+    assert rescore_plan(cfg("auto"), {"ECDYSIS_SIM_NONCE": "x"})[0] is False
+    assert rescore_plan(cfg("auto", model="gpt-4o", nonce="ci"), {})[0] is True  # a nonce fixes only sim
+    assert rescore_plan(cfg("always", nonce="ci"), {})[0] is True
+    assert rescore_plan(cfg("never"), {}) == (False, "--ecdysis-rescore never: compared with the incumbent's "
+                                                     "earlier run")

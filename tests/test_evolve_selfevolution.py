@@ -104,7 +104,11 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     r1, r2 = doc["rounds"]
     assert len(_lines(project, "diagnose.log")) == 2
     assert [json.loads(x)["value"] for x in _lines(project, "editor.log")] == [1, 3, 2, 4]
-    assert _lines(project, "validate.log")[:4] == ["run1-r1s1", "run1-r1s2", "run1-r1s3", "run1-r2s1"]
+    validated = _lines(project, "validate.log")
+    assert [x for x in validated if not x.endswith("i")][:4] == ["run1-r1s1", "run1-r1s2", "run1-r1s3", "run1-r2s1"]
+    # each candidate was scored beside a re-run of the incumbent it was edited from (evolve_paired)
+    assert sorted(x for x in validated if x.endswith("i")) == ["run1-r1s1i", "run1-r1s2i", "run1-r1s3i",
+                                                               "run1-r2s1i"]
     assert r1["editor_calls"] == 3 and r2["editor_calls"] == 1
     assert [s["outcome"] for s in r1["steps"]] == ["rejected", "accepted", "rejected"]
     assert [(s["score_before"], s["score_after"]) for s in r1["steps"]] == [(0.25, 0.25), (0.25, 0.75),
@@ -177,7 +181,8 @@ def test_resume_does_not_redo_finished_steps(project: pytest.Pytester) -> None:
     (r1,) = _evolution(project)["rounds"]
     assert len(_lines(project, "diagnose.log")) == 1
     assert len(_lines(project, "editor.log")) == 3
-    assert _lines(project, "validate.log")[:3] == ["run1-r1s1", "run1-r1s2", "run1-r1s3"]
+    assert [x for x in _lines(project, "validate.log") if not x.endswith("i")][:3] == ["run1-r1s1", "run1-r1s2",
+                                                                                     "run1-r1s3"]
     assert [(s["outcome"], s["score_before"], s["score_after"]) for s in r1["steps"]] == [
         ("rejected", 0.25, 0.25), ("accepted", 0.25, 0.75), ("accepted", 0.75, 1.0)]
     assert (r1["outcome"], r1["score_before"], r1["score_after"], r1["editor_calls"]) == ("accepted", 0.25, 1.0, 3)

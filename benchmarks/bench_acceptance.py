@@ -1,0 +1,122 @@
+"""Benchmark: how often each acceptance rule accepts a candidate that changes nothing (issue 16).
+
+    python benchmarks/bench_acceptance.py sim [--decisions 20] [--profile noop] [-n 2]
+    python benchmarks/bench_acceptance.py scripted [--decisions 2000]
+
+`sim`: 2 x `--decisions` plain runs of τ² airline (train split, 1 trial per task, `example_harness`) on
+the simulated model's no-op profile (`sim/noop`: no harness-curable quirk, run-to-run noise on), each
+with its own `--ecdysis-sim-nonce`, so every run is an independent draw of the same harness. Decision k
+compares run 2k (the incumbent) with run 2k+1 (a "candidate" identical to it: a no-op by construction)
+through `pytest_ecdysis.acceptance.decide`, exactly as a round does, under `strict` and under `paired`
+with each method at level 0.05. Prints each decision and the share accepted per rule; every acceptance
+is a false one. Also prints the share over all pairs of runs (more pairs, not independent).
+
+`scripted`: the same decisions on scripted paired results: 30 tasks whose success chance is drawn per
+task (uniform 0.3-1.0), two independent draws per decision; no pytest, seconds.
+
+Figures are the simulated model's (or scripted), not a real model's; nothing here is tuned to a target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pytest_ecdysis.acceptance import METHODS, decide  # noqa: E402
+
+SUITE = "task_suites/tau2/test_airline.py"
+RULES = [("strict", "sign")] + [("paired", m) for m in METHODS]
+
+
+def run_once(run_dir: Path, nonce: str, profile: str, workers: str) -> tuple[float, list[dict], float]:
+    """One plain run of the airline train split; returns (suite score, trials.jsonl lines, wall s)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-n", workers,
+           "--ecdysis-model", f"sim/{profile}", "--ecdysis-sim-nonce", nonce, "--ecdysis-sim-latency", "0",
+           "--ecdysis-run-dir", str(run_dir)]
+    start = time.monotonic()
+    subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    (path,) = list(run_dir.glob("*/summary.json"))
+    trials = [json.loads(x) for x in (path.parent / "trials.jsonl").read_text().splitlines() if x.strip()]
+    return json.loads(path.read_text())["suite_score"], trials, wall
+
+
+def judge(before: tuple[float, list[dict]], after: tuple[float, list[dict]]) -> dict[str, tuple[bool, float]]:
+    """{rule label: (accepted, p-value)} for one decision."""
+    out = {}
+    for rule, method in RULES:
+        d = decide(rule, before[0], after[0], before[1], after[1], method=method, level=0.05)
+        out[rule if rule == "strict" else f"paired/{method}"] = (d.accepted, d.test.p_value if d.test else None)
+    return out
+
+
+def report(decisions: list[dict[str, tuple[bool, float]]], title: str) -> None:
+    n = len(decisions)
+    print(f"\n{title}: {n} decision(s) on no-op candidates (every acceptance is false)")
+    for label in decisions[0]:
+        k = sum(d[label][0] for d in decisions)
+        print(f"  {label:<18} accepted {k:>4} / {n}  = {k / n:.1%}")
+
+
+def sim(args: argparse.Namespace) -> None:
+    runs: list[tuple[float, list[dict]]] = []
+    with tempfile.TemporaryDirectory(prefix="ecdysis-accept-") as tmp:
+        for k in range(2 * args.decisions):
+            score, trials, wall = run_once(Path(tmp) / str(k), f"bench-accept-{k}", args.profile, args.workers)
+            runs.append((score, trials))
+            print(f"run {k}: nonce bench-accept-{k}, suite score {score:.3f}, {len(trials)} trials, {wall:.0f} s",
+                  flush=True)
+            if k % 2 == 1:
+                d = judge(runs[k - 1], runs[k])
+                print(f"  decision {k // 2 + 1}: {runs[k - 1][0]:.3f} -> {score:.3f}: "
+                      + ", ".join(f"{lab} {'ACCEPT' if a else 'reject'} (p={p:.3g})" for lab, (a, p) in d.items()),
+                      flush=True)
+    disjoint = [judge(runs[2 * i], runs[2 * i + 1]) for i in range(args.decisions)]
+    report(disjoint, f"sim/{args.profile}, disjoint pairs of runs")
+    report([judge(runs[i], runs[j]) for i, j in itertools.permutations(range(len(runs)), 2)],
+           f"sim/{args.profile}, all ordered pairs of the {len(runs)} runs (not independent)")
+
+
+def scripted(args: argparse.Namespace) -> None:
+    rng = random.Random(args.seed)
+    decisions = []
+    for _ in range(args.decisions):
+        p_task = [rng.uniform(0.3, 1.0) for _ in range(30)]
+        runs = []
+        for _side in range(2):
+            rewards = [float(rng.random() < p) for p in p_task]
+            runs.append((sum(rewards) / 30, [{"suite": "s", "task_id": str(i), "reward": r}
+                                             for i, r in enumerate(rewards)]))
+        decisions.append(judge(*runs))
+    report(decisions, f"scripted, 30 tasks, success chance per task uniform in [0.3, 1], seed {args.seed}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("sim", "scripted"))
+    parser.add_argument("--decisions", type=int, default=20)
+    parser.add_argument("--profile", default="noop")
+    parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("-n", dest="workers", default="2")
+    args = parser.parse_args(argv)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    print(f"bench_acceptance {args.mode} at commit {head.strip()}", flush=True)
+    sim(args) if args.mode == "sim" else scripted(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
