@@ -1,9 +1,10 @@
 """Benchmark: how often each acceptance rule accepts a candidate that changes nothing (issue 16).
 
-    python benchmarks/bench_acceptance.py sim [--decisions 20] [--profile noop] [-n 2]
+    python benchmarks/bench_acceptance.py sim [--decisions 20] [--profile noop] [--tasks 0,1,...] [-n 2]
     python benchmarks/bench_acceptance.py scripted [--decisions 2000]
 
-`sim`: 2 x `--decisions` plain runs of τ² airline (train split, 1 trial per task, `example_harness`) on
+`sim`: 2 x `--decisions` plain runs of τ² airline (train split or the `--tasks` ids of it, 1 trial per
+task, `example_harness`) on
 the simulated model's no-op profile (`sim/noop`: no harness-curable quirk, run-to-run noise on), each
 with its own `--ecdysis-sim-nonce`, so every run is an independent draw of the same harness. Decision k
 compares run 2k (the incumbent) with run 2k+1 (a "candidate" identical to it: a no-op by construction)
@@ -39,13 +40,14 @@ SUITE = "task_suites/tau2/test_airline.py"
 RULES = [("strict", "sign")] + [("paired", m) for m in METHODS]
 
 
-def run_once(run_dir: Path, nonce: str, profile: str, workers: str) -> tuple[float, list[dict], float]:
+def run_once(run_dir: Path, nonce: str, profile: str, workers: str, tasks: str | None) -> tuple[float, list[dict],
+                                                                                           float]:
     """One plain run of the airline train split; returns (suite score, trials.jsonl lines, wall s)."""
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-n", workers,
            "--ecdysis-model", f"sim/{profile}", "--ecdysis-sim-nonce", nonce, "--ecdysis-sim-latency", "0",
-           "--ecdysis-run-dir", str(run_dir)]
+           "--ecdysis-run-dir", str(run_dir), *(["--ecdysis-tasks", tasks] if tasks else [])]
     start = time.monotonic()
     subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -75,7 +77,8 @@ def sim(args: argparse.Namespace) -> None:
     runs: list[tuple[float, list[dict]]] = []
     with tempfile.TemporaryDirectory(prefix="ecdysis-accept-") as tmp:
         for k in range(2 * args.decisions):
-            score, trials, wall = run_once(Path(tmp) / str(k), f"bench-accept-{k}", args.profile, args.workers)
+            score, trials, wall = run_once(Path(tmp) / str(k), f"bench-accept-{k}", args.profile, args.workers,
+                                         args.tasks)
             runs.append((score, trials))
             print(f"run {k}: nonce bench-accept-{k}, suite score {score:.3f}, {len(trials)} trials, {wall:.0f} s",
                   flush=True)
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mode", choices=("sim", "scripted"))
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("--profile", default="noop")
+    parser.add_argument("--tasks", default=None, help="sim: only these train task ids (comma-separated)")
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("-n", dest="workers", default="2")
     args = parser.parse_args(argv)
