@@ -230,3 +230,35 @@ def accept_text(accept: dict[str, Any]) -> str:
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{float(x):.3f}"
+
+
+def decide_no_regression(strict: Decision, solved_to_failed: list[str]) -> Decision:
+    """Regression-aware acceptance (HarnessFix, Self-Harness): the strict verdict, and no task the incumbent
+    solved (in every trial) may fail with the candidate. A candidate that raises the score but breaks a solved
+    task is rejected, its reason naming the broken tasks.
+
+    Args:
+        strict: the verdict of the score rule on the same candidate (`decide_strict`, or a successor).
+        solved_to_failed: task ids solved by the incumbent and not by the candidate (`validate.flips`).
+    """
+    if not strict.accepted or not solved_to_failed:
+        return strict
+    shown = ", ".join(solved_to_failed[:5]) + (f" (+{len(solved_to_failed) - 5})" if len(solved_to_failed) > 5 else "")
+    return dataclasses.replace(strict, accepted=False, reason=f"{strict.reason}, but it breaks "
+                               f"{len(solved_to_failed)} task(s) the incumbent solved: {shown}: regression")
+
+
+def choose_best(candidates: list[tuple[bool, float | None, int]]) -> int | None:
+    """The index of the candidate to keep among alternatives validated from the same incumbent.
+
+    Args:
+        candidates: per candidate `(passed, score_after, n_changes)`; `passed` is its own verdict.
+    Returns:
+        the index of the passing candidate with the highest score (ties: fewer changes, then the earlier
+        one, so the minimal modification wins), or None when none passed.
+    """
+    passing = [(i, s, c) for i, (ok, s, c) in enumerate(candidates) if ok and s is not None]
+    if not passing:
+        return None
+    best = max(passing, key=lambda x: (round(float(x[1]), 12), -x[2], -x[0]))
+    return best[0]

@@ -64,6 +64,8 @@ class Diagnosis:
     calls: int = 0
     specs: list[ModificationSpec] = field(default_factory=list)
     instance_level: bool = False
+    alternatives: bool = False  #: `specs` are alternatives validated from the same incumbent, best kept
+    regression_aware: bool = False  #: a candidate may not break a task the incumbent solved
     n_records: int = 0
     evidence_chars: int = 0
 

@@ -14,6 +14,8 @@
         over tasks at `--ecdysis-accept-level`; commit in the worktree; it becomes the incumbent
         (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
          in order, each on the incumbent the previous step left; at most --ecdysis-self-evolution-cap a round)
+        (alternatives strategies, `self-harness`, `harnessfix`: each proposal edited and validated from the
+         same incumbent in `rounds/<n>/proposals/<k>/`, the best that passes kept: `evolve_alternatives`)
     branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
     score start and frozen harness on the test split (`--ecdysis-test-trials`), and per `--ecdysis-test-model`
     under the simulated model: the validity of each accepted edit from the ground truth (`sim/validity.py`)
@@ -46,6 +48,7 @@ from . import gitops, integrity, safetext
 from .acceptance import decide, decision_fields
 from .edit import make_editor
 from .errors import EcdysisError, GitError, IntegrityError, UsageError
+from .evolve_alternatives import alternatives_round
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
 from .evolve_report import OUTCOME_TEXT, FinalTable, fmt, summary_lines
 from .evolve_stages import diagnose_stage, edit_stage, validate_stage
@@ -159,6 +162,8 @@ class Evolution:
                 return self.finish_round({**row, "outcome": diag["outcome"], "reason": diag["reason"]}, rdir)
             if diag.get("instance_level"):  # self-evolution: the specs are patched one by one
                 return instance_round(self, n, rdir, row, diag)
+            if diag.get("alternatives"):  # self-harness, harnessfix: proposals from the same base, best kept
+                return alternatives_round(self, n, rdir, row, diag)
             spec = ModificationSpec.model_validate(diag["spec"])
             row["spec_summary"] = spec.summary
 

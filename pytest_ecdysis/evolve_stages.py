@@ -27,7 +27,7 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
     """Records and groups of the incumbent's run -> the strategy's diagnosis -> `spec.json`.
 
     Returns `{"outcome", "reason", "spec", "tokens", "wall_s"}` (plus `instance_level` and `specs` for
-    instance-level strategies); `outcome` is `no_failures` or `no_spec` when there is nothing to edit.
+    instance-level strategies, `alternatives`, `regression_aware` and `specs` for alternatives strategies); `outcome` is `no_failures` or `no_spec` when there is nothing to edit.
     """
     from . import diagnose as diagnosis
 
@@ -70,6 +70,10 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
         specs = list(getattr(result, "specs", None) or [spec])
         doc.update(instance_level=True, specs=[x.model_dump(mode="json") if hasattr(x, "model_dump") else dict(x)
                                                for x in specs])
+    elif getattr(result, "alternatives", False):  # proposals from the same incumbent, the best kept
+        specs = list(getattr(result, "specs", None) or [spec])
+        doc.update(alternatives=True, regression_aware=bool(getattr(result, "regression_aware", False)),
+                   specs=[x.model_dump(mode="json") if hasattr(x, "model_dump") else dict(x) for x in specs])
     return doc
 
 

@@ -25,6 +25,7 @@ import pytest
 from .config import EcdysisConfig, add_options, read_config, unset_empty_env
 from .errors import EcdysisError, UsageError
 from .harness import harness_id, resolve_harness
+from .registry import register_pytest_plugins
 
 CONFIG_KEY = pytest.StashKey["EcdysisState"]()
 TRIAL_KEY = pytest.StashKey[dict]()
@@ -68,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ecdysis_trial: a trial of a task suite (task x trial)")
     unset_empty_env()  # an empty OPENAI_BASE_URL (an unset CI secret) means unset, here and in every child
     try:
+        register_pytest_plugins(config.pluginmanager)  # strategies a conftest.py defines (`ecdysis_strategies`)
         cfg = read_config(config)
         harness_dir = resolve_harness(cfg.harness, cfg.rootdir)
     except EcdysisError as exc:

@@ -58,3 +58,28 @@ def sim_knowledge() -> dict[str, Any]:
 
 def registered_strategies() -> dict[str, Any]:
     return _merged(plugin_manager().hook.ecdysis_strategies(), "strategy")
+
+
+class _PytestPlugin:
+    """A pytest plugin (a `conftest.py`) that defines `ecdysis_strategies()`, as an ecdysis hook implementation."""
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+    @hookspecs.hookimpl
+    def ecdysis_strategies(self) -> dict[str, Any]:
+        return self.function()
+
+
+def register_pytest_plugins(pluginmanager: Any) -> None:
+    """Let pytest plugins (a `conftest.py`) register strategies: each that defines a function
+    `ecdysis_strategies()` returning `{"name": factory}` joins the registry (once per plugin object)."""
+    found = [(p, p.ecdysis_strategies) for p in pluginmanager.get_plugins()
+             if callable(getattr(p, "ecdysis_strategies", None))]
+    if not found:
+        return  # the usual case: no need to load the suites' entry points here
+    pm = plugin_manager()
+    for plugin, function in found:
+        name = f"pytest-plugin-{id(plugin)}"
+        if pm.get_plugin(name) is None and not pm.is_registered(plugin):
+            pm.register(_PytestPlugin(function), name=name)

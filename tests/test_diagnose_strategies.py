@@ -45,21 +45,67 @@ def test_self_evolution_makes_one_call_and_spec_per_failure(tmp_path):
     assert len(json.loads((tmp_path / "round" / "specs.json").read_text())["specs"]) == 4
 
 
-def test_harnessfix_sees_every_record_ungrouped(tmp_path):
-    """harnessfix: one call; each record is its own single-record entry, so no group is cross-task."""
+def test_harnessfix_traces_attributes_consolidates_and_scopes(tmp_path):
+    """harnessfix: a harness-aware trace per failure, each failure attributed to a step and artifact, flaw
+    records across failures, one analyst call per flaw with a scoped operator; one merged candidate,
+    regression-aware; traces, flaws and operators kept in the round directory."""
     log = []
-    d = run(tmp_path, "harnessfix", id_prefix_records() + incomplete_records(), log)
-    groups = evidence_of(log[0][1])["groups"]
-    assert len(log) == 1 and len(groups) == 4 and not any(g["cross_task"] for g in groups)
-    assert d.spec is not None
+    records = id_prefix_records() + incomplete_records() + blind_spot_records()
+    d = run(tmp_path, "harnessfix", records, log)
+    rdir = tmp_path / "round"
+    traces = [json.loads(x) for x in (rdir / "traces.jsonl").read_text().splitlines()]
+    assert len(traces) == len(records) == 6
+    step = traces[0]["steps"][0]  # the blind-spot write: HAT170 is linked to nothing seen before
+    assert "flight_number" in step["unlinked"] and step["artifact"]["file"] == "tools.py"
+    flaws = json.loads((rdir / "flaws.json").read_text())
+    assert len(flaws["attributions"]) == 6
+    assert {f["flaw"]: f["tasks"] for f in flaws["flaws"]} == {
+        "premature_end": ["7", "8"], "tool_error": ["1", "2"], "wrong_write": ["9"]}
+    ops = json.loads((rdir / "operators.json").read_text())["operators"]
+    assert [(o["flaw"], o["operator"], o["may_touch"]) for o in ops] == [
+        ("premature_end", "add_check", ["closing.py"]), ("tool_error", "add_guard", ["feedback.py", "tools.py"]),
+        ("wrong_write", "rewrite_tool_description", ["prompts.py", "tools.py"])]
+    assert len(log) == 3 and all("HarnessFix repair" in body["messages"][1]["content"] for _, body in log)
+    assert d.alternatives and d.regression_aware and len(d.specs) == 1
+    assert all(set(c.files) <= {"closing.py", "feedback.py", "tools.py", "prompts.py"} for c in d.spec.changes)
 
 
-def test_self_harness_sees_no_harness_map_or_history(tmp_path):
-    """self-harness: one call with groups and examples but no harness map and no history."""
+def test_harnessfix_drops_a_repair_outside_its_operator(tmp_path):
+    """A change the analyst writes outside the files its operator may touch is dropped and recorded."""
+    from pytest_ecdysis.strategies.harness_traces import in_scope
+
+    op = {"may_touch": ["config.py"], "creates": False}
+    assert in_scope(["config.py"], op) and not in_scope(["prompts.py"], op)
+    assert in_scope(["anything.py"], {"may_touch": [], "creates": True})  # Direct: the artifact does not exist
+
+
+def test_self_harness_proposes_diverse_minimal_modifications(tmp_path):
+    """self-harness: one analyst call per mined weakness (three here), each seeing only that weakness; each
+    proposal cut to one change; the proposals are alternatives, validated regression-aware."""
     log = []
-    run(tmp_path, "self-harness", id_prefix_records(), log)
-    ev = evidence_of(log[0][1])
-    assert len(log) == 1 and "harness" not in ev and "history" not in ev and ev["groups"][0]["examples"]
+    d = run(tmp_path, "self-harness", id_prefix_records() + incomplete_records() + blind_spot_records(), log)
+    assert len(log) == 3 and d.alternatives and d.regression_aware
+    assert [len(evidence_of(body)["groups"]) for _, body in log] == [1, 1, 1]
+    assert [len(s.changes) for s in d.specs] == [1, 1, 1]
+    assert len({s.changes[0].parameters["knob"] for s in d.specs}) == 3
+    rows = json.loads((tmp_path / "round" / "proposals.json").read_text())["proposals"]
+    assert [r["proposal"] for r in rows] == [1, 2, 3] and rows[0]["changes_dropped_for_minimality"] == 1
+    assert "Already proposed" in log[2][1]["messages"][1]["content"]
+
+
+def test_self_harness_mines_records_when_groups_are_few(tmp_path):
+    """One pattern group of several tasks still gives three weaknesses (the group, then its records); the same
+    proposal twice is kept once."""
+    from pytest_ecdysis.strategies.self_harness import mine_weaknesses
+
+    records = incomplete_records(("7", "8", "9"))
+    weak = mine_weaknesses(records, group(records))
+    assert len(weak) == 3 and [len(r) for _, r in weak] == [3, 1, 1]
+    log = []
+    d = run(tmp_path, "self-harness", records, log)
+    assert len(log) == 3 and len(d.specs) < 3
+    rows = json.loads((tmp_path / "round" / "proposals.json").read_text())["proposals"]
+    assert any(r["outcome"] == "duplicate" for r in rows)
 
 
 def test_unknown_strategy_is_a_usage_error():

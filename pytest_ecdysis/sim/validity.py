@@ -148,14 +148,18 @@ def _run_path(path: Path) -> str | None:
 
 
 def accepted_edits(doc: dict[str, Any], run_dir: Path) -> list[dict[str, Any]]:
-    """`[{"round", "step", "before", "after", "gained"}]` for every accepted round or self-evolution step,
-    in order, with the run paths of the incumbent before and of the validated candidate after."""
+    """`[{"round", "step", "before", "after", "gained"}]` for every accepted round, self-evolution step or
+    kept proposal of an alternatives round (`step` None unless a self-evolution step), in order, with the
+    run paths of the incumbent before and of the validated candidate after."""
     current = doc["start"]["run_path"]
     out = []
     for row in doc.get("rounds", []):
         n = row["round"]
         units = ([(st, run_dir / "rounds" / str(n) / "steps" / str(st["step"])) for st in row["steps"]]
-                 if row.get("steps") else [(row, run_dir / "rounds" / str(n))])
+                 if row.get("steps") else
+                 # alternatives (self-harness, harnessfix): only the proposal kept is an accepted edit
+                 [(p, run_dir / "rounds" / str(n) / "proposals" / str(p["proposal"])) for p in row["proposals"]
+                  if p.get("chosen")] if row.get("proposals") else [(row, run_dir / "rounds" / str(n))])
         for unit, udir in units:
             if not unit.get("accepted"):
                 continue

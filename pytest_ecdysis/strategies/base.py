@@ -71,7 +71,8 @@ def get_strategy(name: str) -> Strategy:
     registered: Mapping[str, Any] = registered_strategies()
     if name in registered:
         factory = registered[name]
-        return factory() if callable(factory) and not hasattr(factory, "propose") else factory
+        # a factory (a class or a function) is called; a ready strategy object is used as it is
+        return factory() if isinstance(factory, type) or not hasattr(factory, "propose") else factory
     from . import available_strategies
 
     raise UsageError(f"unknown strategy {name!r}; available: {', '.join(available_strategies())}")
