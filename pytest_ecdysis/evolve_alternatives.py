@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import gitops
-from .acceptance import Decision, choose_best, decide_no_regression
+from .acceptance import Decision, choose_best, decide_no_regression, decision_fields
 from .evolve_report import OUTCOME_TEXT, fmt
 from .records import ModificationSpec
 from .rundir import add_tokens, read_json, write_json
@@ -68,7 +68,7 @@ def alternatives_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], d
                 entry.update(outcome="rejected", accepted=False, reason=verdict.reason, regression=True)
                 entry.pop("commit", None)
                 cand = None
-        write_json(pdir / "decision.json", {"proposal": entry, "candidate": cand}, ev.ledger)
+        write_json(pdir / "decision.json", {**decision_fields(entry), "proposal": entry, "candidate": cand}, ev.ledger)
         ev.say(f"round {n} proposal {k}/{len(specs)}: {OUTCOME_TEXT[entry['outcome']]}"
                + (f" ({entry['reason']})" if entry.get("reason") else ""), n)
         entries.append(entry)
@@ -87,6 +87,10 @@ def alternatives_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], d
     row["proposals"] = entries
     row["spec_summary"] = f"{len(specs)} proposal(s): " + " | ".join(s.summary.strip() for s in specs)
     validated = [e for e in entries if e.get("score_after") is not None]
+    decided = [e for e in entries if e.get("decision")]
+    if decided:  # the round's figures: those of the proposal kept, else of the best validated one
+        row["decision"] = (entries[best] if best is not None and entries[best].get("decision")
+                           else max(decided, key=lambda e: e["score_after"]))["decision"]
     if best is not None:
         chosen, cand = entries[best], candidates[best]
         assert cand is not None
