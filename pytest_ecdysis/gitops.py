@@ -13,7 +13,7 @@ What it guarantees (docs/evolution.md; issue 6 item 4, issue 8 case 8, issue 11 
   harness files the edit changed (never ignored files, never anything outside the harness directory);
   its parent is the previous incumbent (the user's HEAD for round 1), so no branch moves. The commit is
   `git commit --no-verify`: the repository's identity, signing and encoding settings apply as git applies
-  them; its hooks do not run (see docs/evolution.md, "Commits");
+  them; no hook of the repository runs for any of the tool's git commands (see docs/evolution.md, "Commits");
 - only at the end, and only when at least one round was accepted, `ecdysis/<run-id>` is created
   pointing at the last accepted commit. No branch otherwise.
 
@@ -41,11 +41,15 @@ DEFAULT_NAME, DEFAULT_EMAIL = "pytest-ecdysis", "ecdysis@localhost"
 
 class Git(git.Git):
     """GitPython's command runner, with every command run without the user's repository-local git
-    variables (`gitenv.scrubbed`): inside a git hook they would point the command at the user's checkout."""
+    variables (`gitenv.scrubbed`: inside a git hook they would point the command at the user's checkout)
+    and without the repository's hooks (`-c core.hooksPath=/dev/null`: a `post-checkout` or `post-commit`
+    hook is written for the user's own checkouts and commits, not for the tool's temporary worktrees)."""
 
-    def execute(self, *args: Any, **kwargs: Any) -> Any:
+    def execute(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(command, (list, tuple)) and command:
+            command = [command[0], "-c", f"core.hooksPath={os.devnull}", *command[1:]]
         with gitenv.scrubbed():
-            return super().execute(*args, **kwargs)
+            return super().execute(command, *args, **kwargs)
 
 
 def _checkout_git(path: Path) -> Git:

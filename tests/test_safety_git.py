@@ -169,6 +169,25 @@ def test_commit_in_an_index_v4_repository(v4repo: Path) -> None:
         "D", "harness/b.py", "A", "harness/c.py"]
 
 
+def test_no_hook_of_the_repository_runs(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`post-checkout` (run by `git worktree add`), `pre-commit` and `post-commit` hooks do not run for the
+    tool's worktrees and commits; the hooks still exist and still run for the user's own git commands."""
+    marks = tmp_path_factory.mktemp("hook-marks")
+    hooks = repo / ".git" / "hooks"
+    for name in ("post-checkout", "pre-commit", "post-commit"):
+        (hooks / name).write_text(f"#!/bin/sh\ntouch {marks / name}\n")
+        (hooks / name).chmod(0o755)
+    wt = gitops.add_worktree(repo / "harness")
+    try:
+        (wt.harness_dir / "b.py").write_text("B = 4\n")
+        wt.commit_paths(["harness/b.py"], "ecdysis round 1")
+    finally:
+        wt.remove()
+    assert sorted(p.name for p in marks.iterdir()) == []
+    _git(repo, "commit", "-qm", "the user's own commit")  # suite.py is staged in the fixture
+    assert sorted(p.name for p in marks.iterdir()) == ["post-commit", "pre-commit"]
+
+
 def test_commit_uses_the_repositorys_identity_or_a_default(repo: Path) -> None:
     """The repository's configured identity signs the commit; without one, `pytest-ecdysis`."""
     wt = gitops.add_worktree(repo / "harness")
