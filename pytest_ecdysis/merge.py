@@ -104,27 +104,35 @@ def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
     trials.sort(key=lambda t: (*metrics._natural(metrics.task_key(t)), t.trial))
     head = loaded[0][1]
     missing = sorted({m for _, s, _ in loaded for m in s.get("missing", [])})
-    problems = [p for _, s, _ in loaded for p in s.get("problems", [])]
+    problems = list(dict.fromkeys(p for _, s, _ in loaded for p in s.get("problems", [])))
     per_task = max([head.get("trials") or 1, *Counter(metrics.task_key(t) for t in trials).values()])
     block, tri, groups = aggregate(trials, threshold=head["threshold"], trials_per_task=per_task,
                                    model=head["model"], prices=prices if prices is not None else metrics.load_prices(),
                                    user_model=head.get("user_model"))
     walls = [float(s.get("wall_s") or 0.0) for _, s, _ in loaded]
-    summary = {
-        "schema_version": SCHEMA_VERSION, "run_id": run_id or f"merged-{head.get('run_id')}",
-        "suite": block.pop("suite"), "by_suite": block.pop("by_suite"),
-        "split": head.get("split"), "trials": head.get("trials"), "threshold": head["threshold"],
-        **block,
-        "wall_s": max(walls),
-        "harness_id": head.get("harness_id"), "model": head.get("model"), "user_model": head.get("user_model"),
-        "diagnosis_model": head.get("diagnosis_model"),
-        "n_collected": sum(int(s.get("n_collected") or 0) for _, s, _ in loaded),
-        "missing": missing, "problems": problems, "selection": head.get("selection"),
-        "shards": {"runs": [s.get("run_id") for _, s, _ in loaded], "paths": [str(p) for p in paths],
-                   "wall_s_sum": round(sum(walls), 3)},
-        "gate": None,
-    }
-    write_run_dir(out, summary, trials, tri, groups, missing, head["threshold"])
+    summaries = [s for _, s, _ in loaded]
+    # every field a run writes, as the shards have it (lists: their union), then the recomputed figures
+    summary: dict[str, Any] = {}
+    for key in dict.fromkeys(k for s in summaries for k in s):
+        values = [s.get(key) for s in summaries]
+        if all(isinstance(v, list) for v in values):
+            summary[key] = sorted({json.dumps(x, sort_keys=True): x for v in values for x in v}.values(),
+                                  key=lambda x: json.dumps(x, sort_keys=True))
+        else:
+            summary[key] = next((v for v in values if v is not None), None)
+    summary.pop("shard", None)
+    summary.update(
+        schema_version=SCHEMA_VERSION, run_id=run_id or f"merged-{head.get('run_id')}",
+        suite=block.pop("suite"), by_suite=block.pop("by_suite"), **block,
+        wall_s=max(walls), n_collected=sum(int(s.get("n_collected") or 0) for s in summaries),
+        missing=missing, problems=problems, gate=None,
+        shards={"runs": [s.get("run_id") for s in summaries], "paths": [str(p) for p in paths],
+                "wall_s_sum": round(sum(walls), 3)},
+    )
+    failed = write_run_dir(out, summary, trials, tri, groups, missing, head["threshold"],
+                           not_run=summary.get("not_run") or None)
+    if failed:
+        raise RunDirError(f"the merged run in {out} is incomplete: {'; '.join(failed)}")
     truth = [p / "sim" / "ground_truth.jsonl" for p in paths if (p / "sim" / "ground_truth.jsonl").is_file()]
     if truth:
         (out / "sim").mkdir(exist_ok=True)
