@@ -49,6 +49,7 @@ class EditResult:
     tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
     wall_s: float = 0.0
     not_implementable: list[dict[str, str]] = field(default_factory=list)
+    calls: int = 1  #: editor model calls made (the builtin editor's repair attempt is a second one)
 
 
 class Editor(Protocol):
@@ -255,7 +256,7 @@ class BuiltinEditor:
                     raise
                 _restore(harness_dir, backup)
                 return EditResult(ok=False, detail=f"editor call {attempt} failed: {exc}", tokens=tokens,
-                                  wall_s=time.monotonic() - started)
+                                  wall_s=time.monotonic() - started, calls=attempt)
             tokens = add_tokens(tokens, reply.tokens)
             problem = ("the reply was empty" if not reply.text.strip() else
                        apply_edit_blocks(reply.text, harness_dir)) or check_sources(harness_dir)
@@ -263,7 +264,7 @@ class BuiltinEditor:
                 problem = import_check(harness_dir) or ""
             if not problem:
                 return EditResult(ok=True, detail=f"applied edit blocks (attempt {attempt})", tokens=tokens,
-                                  wall_s=time.monotonic() - started)
+                                  wall_s=time.monotonic() - started, calls=attempt)
             if attempt == 1:
                 messages += [{"role": "assistant", "content": reply.text},
                              {"role": "user", "content": f"That edit failed: {problem}\nThe files are as they "
@@ -271,7 +272,7 @@ class BuiltinEditor:
                 _restore(harness_dir, backup)
         _restore(harness_dir, backup)
         return EditResult(ok=False, detail=f"edit failed after one repair attempt: {problem}", tokens=tokens,
-                          wall_s=time.monotonic() - started)
+                          wall_s=time.monotonic() - started, calls=2)
 
 
 def _source_files(harness_dir: Path) -> list[Path]:

@@ -208,7 +208,7 @@ class Evolution:
             # resumed: rebuild the candidate from its recorded diff (checked against the ledger)
             worktree.apply(self.ledger.read(adir / "candidate.diff").decode())
             self.snapshot = gitops.snapshot(worktree, worktree.commit)
-        out["editor_calls"] = 1
+        out["editor_calls"] = int(edit.get("calls", 1))  # the true count: a repair call counts
         out["wall_s"] += edit.get("wall_s", 0.0)
         add_tokens(out["tokens"], edit.get("tokens", {}))
         if edit["outcome"]:

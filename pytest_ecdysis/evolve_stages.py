@@ -89,7 +89,7 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
     `broken_candidate`; static-check findings (`staticcheck`) -> `guard_rejected`. After the editor the
     protected files are checked (`ev.check_integrity`).
 
-    Writes `rdir/candidate.diff`. Returns `{"editor", "ok", "detail", "tokens", "wall_s", "changed",
+    Writes `rdir/candidate.diff`. Returns `{"editor", "ok", "detail", "tokens", "wall_s", "calls", "changed",
     "outside_harness", "gold_data_flags", "static_findings", "not_implementable", "outcome", "reason"}`
     (`gold_data_flags` is kept for readers of older runs: the static findings as text).
     """
@@ -110,7 +110,8 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
     doc: dict[str, Any] = {"editor": ev.cfg.editor, "ok": result.ok, "detail": result.detail,
                            "tokens": result.tokens, "wall_s": round(result.wall_s, 2), "changed": changed,
                            "outside_harness": outside, "gold_data_flags": findings, "static_findings": findings,
-                           "not_implementable": result.not_implementable}
+                           "not_implementable": result.not_implementable,
+                           "calls": int(getattr(result, "calls", 1) or 1)}
     if not result.ok:
         doc.update(outcome="no_change", reason=f"the editor failed: {result.detail}")
     elif outside:

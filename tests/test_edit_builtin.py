@@ -49,11 +49,12 @@ def test_edit_blocks_apply_and_refuse_outside(tmp_path: Path) -> None:
 
 
 def test_builtin_repairs_once_then_succeeds(tmp_path: Path) -> None:
-    """A first answer that breaks the syntax gets one repair attempt; the repaired edit is kept."""
+    """A first answer that breaks the syntax gets one repair attempt; the repaired edit is kept; the result
+    counts both model calls (the round's `editor_calls`)."""
     h = _harness(tmp_path)
     client = ScriptedClient(BLOCK.format(level="("), BLOCK.format(level=5))
     result = BuiltinEditor(SimpleNamespace(), client=client).edit(None, h, spec_path=tmp_path / "spec.json")
-    assert result.ok and client.calls == 2 and result.tokens["total"] == 30
+    assert result.ok and client.calls == 2 == result.calls and result.tokens["total"] == 30
     assert (h / "mod.py").read_text() == "LEVEL = 5\n"
 
 
@@ -62,7 +63,7 @@ def test_builtin_gives_up_and_restores(tmp_path: Path) -> None:
     h = _harness(tmp_path)
     client = ScriptedClient("no blocks here", BLOCK.format(level="import nothing_such_module"))
     result = BuiltinEditor(SimpleNamespace(), client=client).edit(None, h, spec_path=tmp_path / "spec.json")
-    assert not result.ok and client.calls == 2
+    assert not result.ok and client.calls == 2 == result.calls
     assert (h / "mod.py").read_text() == "LEVEL = 1\n"
 
 
