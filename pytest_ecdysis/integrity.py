@@ -32,6 +32,7 @@ import shutil
 import site
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,9 @@ SKIP_PARTS = {"__pycache__", ".git", ".pytest_cache", ".ruff_cache", ".mypy_cach
 
 Digests = dict[str, str]
 #: The files of a run directory that evolution reads back (scores, evidence).
+#: Ledger updates are serialised: paired re-scoring (`evolve_paired.together`) runs two sub-runs in threads
+#: and both record their files (one shared `.tmp` name, one digests dict).
+_LEDGER_LOCK = threading.RLock()
 RUN_FILES = ("summary.json", "trials.jsonl", "failures.jsonl", "groups.json")
 
 
@@ -204,8 +208,9 @@ class Ledger:
         return Path(path).resolve().relative_to(self.run_path.resolve()).as_posix()
 
     def record(self, path: Path, data: bytes) -> None:
-        self.digests[self.rel(path)] = sha256(data)
-        self._save()
+        with _LEDGER_LOCK:  # paired re-scoring records two sub-runs' files from two threads
+            self.digests[self.rel(path)] = sha256(data)
+            self._save()
 
     def write(self, path: Path, data: bytes) -> None:
         """Write `data` to `path` (atomically) and record its digest."""
@@ -264,8 +269,9 @@ class Ledger:
         self._save()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"run_path": str(self.run_path), "files": self.digests,
-                                   "start": getattr(self, "start", None)}))
-        tmp.replace(self.path)
+        with _LEDGER_LOCK:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"run_path": str(self.run_path), "files": self.digests,
+                                       "start": getattr(self, "start", None)}))
+            tmp.replace(self.path)
