@@ -11,6 +11,7 @@ happen; `KINDS` below is the table. `llamacpp/` holds raw replies of the real ll
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -109,8 +110,12 @@ def role_client(doc: dict, calls: list) -> RoleClient:
 
 
 def harness_copy(tmp_path: Path) -> Path:
+    """A copy of the example harness with the step budget the recorded editor replies were written against
+    (`MAX_MODEL_CALLS = 20`): their SEARCH blocks quote that line, whatever budget the harness has today."""
     target = tmp_path / "example_harness"
     shutil.copytree(EXAMPLE_HARNESS, target, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    config = target / "config.py"
+    config.write_text(re.sub(r"(?m)^MAX_MODEL_CALLS = \d+", "MAX_MODEL_CALLS = 20", config.read_text()))
     return target
 
 
