@@ -25,10 +25,13 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,7 +47,24 @@ from measure import measure  # noqa: E402
 from record_proxy import RecordingProxy  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("trials", "gate", "noise", "evolve")
+STAGES = ("probe", "trials", "gate", "noise", "evolve")
+#: the probe stage's requests: small, so each shape of reply is recorded in seconds, not a whole trial.
+TOOL = {"type": "function", "function": {
+    "name": "get_reservation_details", "description": "Get the details of a reservation.",
+    "parameters": {"type": "object", "properties": {"reservation_id": {"type": "string"}},
+                   "required": ["reservation_id"]}}}
+PROBES = [
+    ("text", {"messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 24}),
+    ("tool_call", {"messages": [{"role": "system", "content": "Use the tools to answer."},
+                                {"role": "user", "content": "Show me reservation JMO1MG."}],
+                   "tools": [TOOL], "tool_choice": "auto", "max_tokens": 48}),
+    ("no_tool_choice", {"messages": [{"role": "system", "content": "Use the tools to answer."},
+                                     {"role": "user", "content": "Show me reservation JMO1MG."}],
+                        "tools": [TOOL], "max_tokens": 48}),
+    ("json_mode", {"messages": [{"role": "user", "content": "Answer with a JSON object with a key summary."}],
+                   "response_format": {"type": "json_object"}, "max_tokens": 48}),
+    ("context_overflow", {"messages": [{"role": "user", "content": "word " * 40000}], "max_tokens": 8}),
+]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,7 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-file", type=Path, help="any other GGUF file (then also give --chat-format)")
     p.add_argument("--chat-format", help="llama-cpp-python chat format (default: the model's, see docs)")
     p.add_argument("--ctx", type=int, default=8192, help="context size in tokens (default: 8192)")
-    p.add_argument("--threads", type=int, default=2, help="CPU threads of the server (default: 2)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads of the server (default: 1: on a loaded machine two threads wait on each other "
+                        "at every step; measured in docs/real-model.md)")
     p.add_argument("--port", type=int, default=8765, help="server port on 127.0.0.1 (default: 8765)")
     p.add_argument("--tasks", default="0,1,3", help="airline train task ids (default: 0,1,3)")
     p.add_argument("--trials", type=int, default=1, help="trials per task (default: 1)")
@@ -105,10 +127,15 @@ def pytest_stage(name: str, session: Path, args: argparse.Namespace, url: str, a
     with (session / f"{name}.log").open("w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()
-            print("   " + line.rstrip(), flush=True)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                print("   " + line.rstrip(), flush=True)
+        except KeyboardInterrupt:
+            proc.terminate()  # the plugin stops the run on SIGTERM and keeps its run directory
+            proc.wait(timeout=120)
+            raise
         code = proc.wait()
     wall = round(time.monotonic() - started, 1)
     print(f"== {name}: exit {code} in {wall:.0f} s (run directory {session / 'runs' / run_id})", flush=True)
@@ -116,6 +143,23 @@ def pytest_stage(name: str, session: Path, args: argparse.Namespace, url: str, a
     if too_long:
         print(f"== {name}: {too_long}", flush=True)
     return {"stage": name, "run_id": run_id, "exit": code, "wall_s": wall, "context_too_long": too_long}
+
+
+def probe(url: str, alias: str) -> dict:
+    """Send `PROBES` through the proxy (header `X-Ecdysis-Role: probe-<name>`, so `replies.jsonl` says which;
+    `no_tool_choice` goes without the proxy's shim); returns `{name: {status, seconds}}`."""
+    out = {}
+    for name, body in PROBES:
+        started = time.monotonic()
+        headers = {"X-Ecdysis-Role": f"probe-{name}"}
+        if name == "no_tool_choice":
+            headers["X-Ecdysis-No-Shim"] = "1"
+        response = httpx2.post(f"{url}/chat/completions", json={"model": alias, "temperature": 0, **body},
+                               headers=headers, timeout=1800)
+        out[name] = {"status": response.status_code, "seconds": round(time.monotonic() - started, 1)}
+        print(f"== probe {name}: HTTP {response.status_code} in {out[name]['seconds']} s: "
+              f"{response.text[:160]}", flush=True)
+    return out
 
 
 def context_too_long(run: Path, args: argparse.Namespace) -> str | None:
@@ -135,7 +179,13 @@ def context_too_long(run: Path, args: argparse.Namespace) -> str | None:
             + ": raise --ctx, or let the harness keep fewer or shorter messages")
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (and SIGINT in a background job, where it is ignored) stop the server too
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     args = parse_args(argv)
     session = args.out / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     session.mkdir(parents=True, exist_ok=True)
@@ -165,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         url = f"http://127.0.0.1:{args.port}/v1"
         baseline = session / "baseline.json"
         for stage in args.stages:
+            if stage == "probe":
+                facts["probes"] = probe(url, args.model)
+                continue
             if stage == "trials":
                 extra = ["--ecdysis-save-baseline", str(baseline)]
             elif stage == "gate":
@@ -187,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         facts["error"] = "interrupted"
+        print("\nreal-model: interrupted; the server is stopped and the session directory keeps what was done",
+              file=sys.stderr, flush=True)
         return 130
     finally:
         if proxy is not None:

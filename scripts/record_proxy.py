@@ -91,7 +91,7 @@ class RecordingProxy:
                 body["temperature"] = self.agent_temperature
                 raw = json.dumps(body).encode()
             shimmed = bool(self.tool_choice_auto and isinstance(body, dict) and body.get("tools")
-                           and "tool_choice" not in body)
+                           and "tool_choice" not in body and not handler.headers.get("X-Ecdysis-No-Shim"))
             if shimmed:
                 body = {**body, "tool_choice": "auto"}
             capped = bool(role == "agent" and self.agent_max_tokens and isinstance(body, dict)

@@ -46,7 +46,7 @@ def server_url(tmp_path_factory):
         pytest.skip(str(exc))
     logs = tmp_path_factory.mktemp("real-model")
     port = free_port()
-    proc, _ = start_server(model, chat_format=chat_format, ctx=8192, threads=2, port=port + 1, alias="smollm2",
+    proc, _ = start_server(model, chat_format=chat_format, ctx=8192, threads=1, port=port + 1, alias="smollm2",
                            log_path=logs / "server.log")
     proxy = RecordingProxy(upstream=f"http://127.0.0.1:{port + 1}", port=port, record=logs / "replies.jsonl")
     proxy.start()
