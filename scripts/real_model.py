@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     args = parse_args(argv)
-    session = args.out / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    session = args.out / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{args.model}-{os.getpid()}"
     session.mkdir(parents=True, exist_ok=True)
     facts: dict = {"schema_version": 1, "model": args.model, "ctx": args.ctx, "threads": args.threads,
                    "tasks": args.tasks, "trials": args.trials, "stages": [], "temperature": args.temperature}
