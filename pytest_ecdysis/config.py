@@ -101,6 +101,9 @@ OPTIONS: tuple[Option, ...] = (
            "unless the model is deterministic: simulated with a fixed nonce), 'always', or 'never' (its "
            "earlier run) (default: auto)", default="auto"),
     Option("accept-method", "the paired test: sign, wilcoxon or bootstrap (default: sign)", default="sign"),
+    Option("concurrency", "trials in flight per worker: each xdist worker (or the single process with -n 0) runs "
+           "up to C trials at once in threads, one pytest case per task x trial as without it; -n 2 "
+           "--ecdysis-concurrency 32 keeps 64 trials in flight (default: 1)", default="1"),
     Option("sim-latency", "fixed delay in seconds per simulated completion (default: 0)", default="0"),
     Option("sim-nonce", "run nonce of the simulated model's noisy draws; fix it for identical reruns "
            "(default: env ECDYSIS_SIM_NONCE, else fresh per run and validation sub-run)"),
@@ -187,6 +190,7 @@ class EcdysisConfig:
     rootdir: Path
     html: Path | None = None
     sim_nonce: str | None = None
+    concurrency: int = 1  # trials in flight per worker (`--ecdysis-concurrency`)
     self_evolution_cap: int = 5
     text_tool_calls: str = "reject"
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
@@ -394,6 +398,7 @@ def read_config(config: Any) -> EcdysisConfig:
         rootdir=Path(str(config.rootpath)),
         html=html,
         sim_nonce=_nonce(raw["sim-nonce"]),
+        concurrency=_int("concurrency", raw["concurrency"], 1),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
         **read_limits(raw, env),

@@ -72,6 +72,9 @@ def pytest_configure(config: pytest.Config) -> None:
         register_pytest_plugins(config.pluginmanager)  # strategies a conftest.py defines (`ecdysis_strategies`)
         cfg = read_config(config)
         harness_dir = resolve_harness(cfg.harness, cfg.rootdir)
+        from .xdist_schedule import check_dist
+
+        check_dist(config, cfg.concurrency)
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
     is_controller = not hasattr(config, "workerinput")
@@ -115,6 +118,17 @@ def pytest_configure(config: pytest.Config) -> None:
             state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `--ecdysis-concurrency C > 1` each worker gets a fixed share of the cases (`xdist_schedule`)."""
+    state = config.stash.get(CONFIG_KEY, None)
+    if state is None or state.cfg.concurrency <= 1:
+        return None
+    from .xdist_schedule import make_scheduler
+
+    return make_scheduler(config, log)
 
 
 def _runs_no_test(config: pytest.Config) -> bool:

@@ -57,11 +57,21 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
     state = get_state(request.config)
     cfg = state.cfg
     domain, task_id, trial = request.param
-    spec = TrialSpec(domain=domain, task_id=task_id, trial=trial, run_id=state.run_id, model=cfg.model,
-                     user_model=cfg.user_model, harness_dir=state.harness_dir, harness_id=state.harness_id,
-                     base_url=cfg.base_url, sim_url=state.sim_url)
+
+    def spec_of(param: tuple[str, str, int]) -> TrialSpec:
+        return TrialSpec(domain=param[0], task_id=param[1], trial=param[2], run_id=state.run_id, model=cfg.model,
+                         user_model=cfg.user_model, harness_dir=state.harness_dir, harness_id=state.harness_id,
+                         base_url=cfg.base_url, sim_url=state.sim_url)
+
+    spec = spec_of(request.param)
     try:
-        result = run_trial(spec, EndpointSettings.from_config(cfg))
+        if cfg.concurrency > 1:  # this trial and the next C - 1 of the worker's share run in threads
+            from .trial_pool import pool_for
+
+            run = lambda param: run_trial(spec_of(param), EndpointSettings.from_config(cfg))  # noqa: E731
+            result = pool_for(request, FIXTURE, run, cfg.concurrency).result(request.param)
+        else:
+            result = run_trial(spec, EndpointSettings.from_config(cfg))
     except Exception as exc:  # a defect of the suite or of τ² itself: never the agent's, never evidence
         result = TrialResult(suite=spec.suite, task_id=task_id, trial=trial, termination_reason="infrastructure_error",
                              harness_id=state.harness_id, model=cfg.model,
