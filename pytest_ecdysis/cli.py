@@ -11,7 +11,8 @@
 
 Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, runs of different
 suites), with one line on stderr saying what to do. `report` writes a page even for a broken run
-directory (the page and stderr say what is missing); only an unwritable output is an error. No network;
+directory (the page and stderr say what is missing); only a path that is not a directory or an unwritable
+output is an error. No network;
 pytest is imported only to read an evolution run's rounds (`evolve_report.summary_lines`).
 """
 
@@ -53,6 +54,8 @@ def _show(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .html_report import write_html
 
+    if not args.run_dir.is_dir():  # a typo: never create it and write a page into it
+        raise RunDirError(f"{args.run_dir} is not a directory: pass a run directory, .ecdysis/runs/<run-id>")
     path, missing = write_html(args.run_dir, args.output)
     for note in missing:
         print(f"ecdysis report: {note}", file=sys.stderr)

@@ -38,13 +38,16 @@ def test_html_option_writes_the_page_of_an_interrupted_evolution(pytester: pytes
 
 
 def test_empty_and_absent_run_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An empty run directory and a path that does not exist each give a page that says so (exit 0)."""
+    """An empty run directory gives a page that says so (exit 0); `ecdysis report` on a path that does not exist
+    is exit 2 and creates nothing (the session-end page still says what is missing)."""
     (tmp_path / "empty").mkdir()
     page = _page(tmp_path / "empty")
     assert "What is missing" in page and "is empty: the run wrote nothing" in page
     assert "is empty" in capsys.readouterr().err
-    page = _page(tmp_path / "nope")
+    page = html_report.render_view(html_report.gather(tmp_path / "nope"))  # --ecdysis-html at session end
     assert "is not a directory: nothing to show" in page
+    assert cli.main(["report", str(tmp_path / "nope")]) == 2  # a typo: exit 2, nothing created
+    assert "nope is not a directory" in capsys.readouterr().err and not (tmp_path / "nope").exists()
 
 
 def test_half_written_evolution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
