@@ -100,6 +100,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("rescore", "the incumbent each candidate is compared with: 'auto' (re-run beside the candidate, "
            "unless the model is deterministic: simulated with a fixed nonce), 'always', or 'never' (its "
            "earlier run) (default: auto)", default="auto"),
+    Option("response-cache", "evolution: reuse model responses to byte-identical requests of the same task, trial "
+           "and role across this run's sub-runs (common random numbers): on or off (default: off)", default="off"),
+    Option("cache-dir", "directory of the response cache (default: <run dir>/<run id>/response_cache)"),
+    Option("uncacheable", "comma-separated model names or base URLs the response cache never stores "
+           "(default: none)"),
     Option("accept-method", "the paired test: sign, wilcoxon or bootstrap (default: sign)", default="sign"),
     Option("concurrency", "trials in flight per worker: each xdist worker (or the single process with -n 0) runs "
            "up to C trials at once in threads, one pytest case per task x trial as without it; -n 2 "
@@ -198,6 +203,9 @@ class EcdysisConfig:
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
     diagnosis_budget_s: float = DEFAULT_DIAGNOSIS_BUDGET_S
     editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
+    response_cache: str = "off"
+    cache_dir: Path | None = None
+    uncacheable: tuple[str, ...] = ()
 
     def limits(self) -> dict[str, float | int]:
         """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
@@ -354,6 +362,8 @@ def read_config(config: Any) -> EcdysisConfig:
     if raw["accept-method"] not in METHODS:
         raise UsageError(f"--ecdysis-accept-method must be one of {', '.join(METHODS)}, got "
                          f"{raw['accept-method']!r}")
+    if raw["response-cache"] not in ("on", "off"):
+        raise UsageError(f"--ecdysis-response-cache must be on or off, got {raw['response-cache']!r}")
     if raw["rescore"] not in ("auto", "always", "never"):
         raise UsageError(f"--ecdysis-rescore must be one of auto, always, never, got {raw['rescore']!r}")
     accept_level = _float("accept-level", raw["accept-level"], 0.0, 1.0)
@@ -391,6 +401,9 @@ def read_config(config: Any) -> EcdysisConfig:
         accept_level=accept_level,
         accept_method=raw["accept-method"],
         rescore=raw["rescore"],
+        response_cache=raw["response-cache"],
+        cache_dir=Path(raw["cache-dir"]) if raw["cache-dir"] else None,
+        uncacheable=tuple(x.strip() for x in str(raw["uncacheable"] or "").split(",") if x.strip()),
         sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),
         evidence=evidence,
         evidence_limit=evidence_limit,

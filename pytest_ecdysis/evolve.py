@@ -220,7 +220,10 @@ class Evolution:
                               lambda: validate_stage(self, worktree, adir, run_id, label, base))
         out["wall_s"] += val.get("wall_s", 0.0)
         if val["outcome"]:
-            return {**out, "outcome": val["outcome"], "reason": val["reason"]}, None
+            return {**out, "outcome": val["outcome"], "reason": val["reason"],
+                    **({"reused_validation": val["reused_validation"]} if val.get("reused_validation") else {})}, None
+        if val.get("reused_validation"):
+            out["reused_validation"] = val["reused_validation"]
         inc_run = val.get("incumbent") or {"rescored": False, "run_path": base["run_path"], "score": base["score"],
                                            "pass_hat_k": base.get("pass_hat_k")}
         before, after = inc_run["score"], val["score"]

@@ -143,12 +143,21 @@ def validate_stage(ev: Evolution, worktree: gitops.Worktree, rdir: Path, run_id:
     Returns `{"outcome", "reason", "score", "harness_id", "run_path", "run_id", "exit_code", "wall_s",
     "pass_hat_k", "incumbent"}` (`incumbent`: the run the candidate is compared with, see
     `evolve_paired.score_pair`); `outcome` is `broken_candidate` when the sub-run produced no scores.
+    A candidate whose harness id was already validated on the same incumbent in this run reuses that
+    validation (`reused_validation`: the round or step directory it was made in; no sub-run).
     """
     from .evolve_paired import rescore_plan, score_pair
     from .harness import harness_id
 
     started = time.monotonic()
     hid = harness_id(worktree.harness_dir, ev.harness_dir.name)  # the worktree holds the snapshot's bytes
+    key = f"{base['harness_id']}>{hid}"
+    earlier = (ev.doc.get("validations") or {}).get(key)
+    if earlier:  # the same candidate on the same incumbent: never validated twice in one run
+        where = earlier["where"]
+        ev.say(f"{label}: candidate {hid} was already validated on incumbent {base['harness_id']} in this run "
+               f"({where}): its validation is reused, not run again")
+        return {**earlier["validation"], "reused_validation": where, "wall_s": 0.0}
     rescore, _ = rescore_plan(ev.cfg, os.environ)
     ev.say(f"{label}: validating candidate {hid} (sub-run {run_id})"
            + (f" beside a re-run of the incumbent {base['harness_id']} (sub-run {run_id}i)" if rescore else ""))
@@ -156,12 +165,42 @@ def validate_stage(ev: Evolution, worktree: gitops.Worktree, rdir: Path, run_id:
                                 files=ev.snapshot.files if ev.snapshot else None)
     if isinstance(sub, BrokenCandidate):
         ev.say(f"{label}: broken candidate: {sub}")
-        return {"outcome": "broken_candidate", "reason": str(sub), "harness_id": hid,
-                "wall_s": round(time.monotonic() - started, 2), "incumbent": incumbent}
+        return _remember(ev, key, rdir, {"outcome": "broken_candidate", "reason": str(sub), "harness_id": hid,
+                                         "wall_s": round(time.monotonic() - started, 2), "incumbent": incumbent})
+    cache = _cache_stats(ev, label, sub, incumbent)
     how = "re-scored beside it" if incumbent["rescored"] else f"earlier run: {incumbent['why']}"
     ev.say(f"{label}: candidate scored {fmt(sub.score)}, incumbent {fmt(incumbent['score'])} ({how}) "
            f"in {time.monotonic() - started:.1f} s")
-    return {"outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "harness_id": hid,
-            "run_path": str(sub.run_path), "run_id": run_id, "exit_code": sub.exit_code,
-            "wall_s": round(time.monotonic() - started, 2), "pass_hat_k": sub.summary.get("pass_hat_k"),
-            "incumbent": incumbent}
+    return _remember(ev, key, rdir, {
+        "outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "harness_id": hid,
+        "run_path": str(sub.run_path), "run_id": run_id, "exit_code": sub.exit_code,
+        "wall_s": round(time.monotonic() - started, 2), "pass_hat_k": sub.summary.get("pass_hat_k"),
+        "incumbent": incumbent, **({"cache": cache} if cache else {})})
+
+
+def _cache_stats(ev: Evolution, label: str, sub: Any, incumbent: dict[str, Any]) -> dict[str, Any] | None:
+    """With the response cache on: hits, misses and tokens saved of the candidate's sub-run and of the
+    incumbent's re-run (by their run ids), printed as one stage line; None without a cache."""
+    from .response_cache import ENV_DIR, run_stats
+
+    directory = os.environ.get(ENV_DIR)
+    if not directory:
+        return None
+    out = {"candidate": run_stats(Path(directory), str(sub.summary.get("run_id")))}
+    if incumbent.get("rescored"):
+        from .validate import read_run as _read
+
+        inc_summary, _ = _read(Path(incumbent["run_path"]))
+        out["incumbent"] = run_stats(Path(directory), str(inc_summary.get("run_id")))
+    ev.say(f"{label}: response cache: " + "; ".join(
+        f"{who} {st['hits']} hit(s) / {st['misses']} miss(es), {st['tokens_saved']} tokens saved"
+        for who, st in out.items()))
+    return out
+
+
+def _remember(ev: Evolution, key: str, rdir: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """Note `doc` in `evolution.json` under `validations["<incumbent id>><candidate id>"]` (with the round
+    or step directory it was made in), so the same candidate on the same incumbent is not validated again."""
+    where = rdir.relative_to(ev.dir).as_posix() if rdir.is_relative_to(ev.dir) else str(rdir)
+    ev.doc.setdefault("validations", {})[key] = {"where": where, "validation": doc}
+    return doc

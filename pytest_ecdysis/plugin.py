@@ -97,6 +97,10 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         check_run_dir(cfg.run_dir)
         if cfg.evolve:
+            from .response_cache import configure as configure_cache
+
+            configure_cache(cfg, state.run_path.absolute(), os.environ)
+        if cfg.evolve:
             from .preflight import preflight
 
             preflight(cfg, harness_dir)

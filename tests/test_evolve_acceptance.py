@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_evolve_loop import make_project
 
 from pytest_ecdysis import gate
 from pytest_ecdysis.acceptance import (
@@ -235,3 +236,26 @@ def test_rescore_plan() -> None:
     assert rescore_plan(cfg("always", nonce="ci"), {})[0] is True
     assert rescore_plan(cfg("never"), {}) == (False, "--ecdysis-rescore never: compared with the incumbent's "
                                                      "earlier run")
+
+
+def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Self-evolution: two specs whose edits give byte-identical candidates on the same incumbent (a tie,
+    rejected, so the base stays): the second step reuses the first one's validation, recorded, and starts
+    no sub-run; `--ecdysis-rescore never` compares with the incumbent's earlier run, recorded too."""
+    import json
+
+    from test_evolve_selfevolution import CONFTEST, _evolution, _lines, _run
+
+    project = make_project(pytester, monkeypatch, CONFTEST)
+    (project.path / "script.json").write_text(json.dumps([[{"value": 1}, {"value": 1}]]))
+    result = _run(project, 1, "--ecdysis-rescore", "never")
+    assert result.ret == 0, result.stdout.str()
+    (r1,) = _evolution(project)["rounds"]
+    s1, s2 = r1["steps"]
+    assert (s1["outcome"], s2["outcome"]) == ("rejected", "rejected")
+    assert s1["harness_id_after"] == s2["harness_id_after"]
+    assert "reused_validation" not in s1 and s2["reused_validation"] == "rounds/1/steps/1"
+    assert [x for x in _lines(project, "validate.log") if "-r1" in x] == ["run1-r1s1"]
+    assert s1["incumbent_run"]["rescored"] is False and "rescore never" in s1["incumbent_run"]["why"]
+    result.stdout.fnmatch_lines(["*step 2/2: candidate * was already validated on incumbent * in this run "
+                                 "(rounds/1/steps/1): its validation is reused*"])

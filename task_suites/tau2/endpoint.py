@@ -40,6 +40,7 @@ from pytest_ecdysis.config import (
 from pytest_ecdysis.deadline import RETRY_STATUS, Budget, DeadlineTransport, is_parse_failure
 from pytest_ecdysis.errors import EndpointFormatError, UsageError
 from pytest_ecdysis.replies import find_text_tool_calls, strip_reasoning
+from pytest_ecdysis.response_cache import wrap_transport
 
 __all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointLog", "EndpointSettings", "ModelViewTransport",
            "ReplyShapeTransport", "TrialBudget", "endpoint_for", "make_client", "trial_header"]
@@ -277,7 +278,7 @@ def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_
     sent (see `ModelViewTransport`); its `inner` is set here.
     """
     url, key = endpoint_for(model, base_url, sim_url)
-    inner = transport or httpx2.HTTPTransport()
+    inner = wrap_transport(transport or httpx2.HTTPTransport(), model=model, base_url=url)  # response_cache.py
     outer: httpx2.BaseTransport = BudgetTransport(inner, budget, settings)
     if reply_log is not None:
         outer = ReplyShapeTransport(outer, reply_log)
