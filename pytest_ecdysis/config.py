@@ -77,6 +77,8 @@ OPTIONS: tuple[Option, ...] = (
            "(default: example_harness)", default="example_harness"),
     Option("run-dir", "where runs are written (default: .ecdysis/runs)", default=".ecdysis/runs"),
     Option("evolve", "run the evolution loop at session end", default=False, action="store_true", ini=False),
+    Option("sandbox", "run harness code under bubblewrap: read-only file system, no network, run directories "
+           "and gold data hidden (default: off; needs `bwrap`)", default=False, action="store_true"),
     Option("rounds", "at most R candidate rounds (default: 3)", default="3"),
     Option("strategy", "ecdysis, ecdysis-nofdcr, self-evolution, harnessfix or self-harness (default: ecdysis)",
            default="ecdysis"),
@@ -194,6 +196,7 @@ class EcdysisConfig:
     test_models: tuple[str, ...]
     rootdir: Path
     html: Path | None = None
+    sandbox: bool = False
     sim_nonce: str | None = None
     concurrency: int = 1  # trials in flight per worker (`--ecdysis-concurrency`)
     self_evolution_cap: int = 5
@@ -224,6 +227,11 @@ def _raw(config: Any, opt: Option) -> Any:
     dest = "ecdysis_" + opt.name.replace("-", "_")
     value = config.getoption(dest)
     if opt.action in ("store_true",):
+        if not value and opt.ini:
+            ini = str(config.getini(dest) or "").strip().lower()
+            if ini not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+                raise UsageError(f"ini option {dest} must be true or false, got {ini!r}")
+            return ini in ("1", "true", "yes", "on")
         return value
     if opt.action == "append":
         return value or []
@@ -410,6 +418,7 @@ def read_config(config: Any) -> EcdysisConfig:
         test_models=test_models,
         rootdir=Path(str(config.rootpath)),
         html=html,
+        sandbox=bool(raw["sandbox"]),
         sim_nonce=_nonce(raw["sim-nonce"]),
         concurrency=_int("concurrency", raw["concurrency"], 1),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),

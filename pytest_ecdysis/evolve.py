@@ -40,11 +40,12 @@ run-directory files in `rundir`.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from . import gitops, integrity, safetext
+from . import gitops, integrity, safetext, sandbox
 from .acceptance import decide, decision_fields
 from .edit import make_editor
 from .errors import EcdysisError, GitError, IntegrityError, UsageError
@@ -100,6 +101,9 @@ class Evolution:
         self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
         self.doc = self._load_or_start()
         self.trusted = self._trusted_tree()
+        # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
+        hide = [self.dir.parent, self.ledger.path.parent, self.checkout / ".git"]
+        os.environ[sandbox.ENV_HIDE] = os.pathsep.join(str(p) for p in hide)
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -112,9 +116,7 @@ class Evolution:
         self.say(f"evolution {self.state.run_id}: up to {self.cfg.rounds} round(s), strategy "
                  f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
                  f"{fmt(self.doc['start']['score'])}")
-        self.say("no OS sandbox: candidate harness code runs with your user's rights in the validation "
-                 "sub-runs (it is checked statically, run from a private copy, and protected files are checked "
-                 "after each stage; see docs/evolution.md, threat model)")
+        self.say(sandbox.status_line() + "; see docs/evolution.md, threat model")
         try:
             for n in range(len(self.doc["rounds"]) + 1, self.cfg.rounds + 1):
                 result = self.round(n)

@@ -108,6 +108,11 @@ def pytest_configure(config: pytest.Config) -> None:
             from .gate import preflight as gate_preflight
 
             gate_preflight(cfg)
+        if cfg.sandbox:
+            from .sandbox import ENV_ON, check_available
+
+            check_available()
+            os.environ[ENV_ON] = "1"  # workers and validation sub-runs inherit it
         if cfg.uses_sim:
             from .sim.profiles import check_models
 

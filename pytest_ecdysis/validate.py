@@ -47,6 +47,7 @@ from typing import Any
 from .edit import import_check
 from .errors import RunDirError
 from .gitenv import child_env
+from .sandbox import enabled as sandbox_enabled
 
 #: Outer-run options a sub-run must not inherit: name -> takes a value.
 STRIPPED_OPTIONS: dict[str, bool] = {
@@ -191,7 +192,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
         env = subrun_env(inner_id, sim_url)
         if trusted is None and os.environ.get("PYTHONPATH"):
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # the fallback runs from the live checkout anyway
-        if check_import:
+        if check_import and not sandbox_enabled():  # sandboxed: the suite imports it in the sandbox
             problem = import_check(target, env=env)
             if problem:
                 raise BrokenCandidate(f"the candidate does not import: {problem}")

@@ -14,11 +14,11 @@ import pytest
 from pytest_ecdysis import safetext
 from pytest_ecdysis.config import is_sim_model
 from pytest_ecdysis.errors import UsageError
-from pytest_ecdysis.harness import load_harness
 from pytest_ecdysis.plugin import get_state, record_trial
 from pytest_ecdysis.records import TrialResult
 
 from . import suite
+from .agent_process import check_harness
 
 FIXTURE = "tau2_trial"
 
@@ -36,8 +36,11 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
         task_ids = suite.select_task_ids(domain, cfg.split, cfg.tasks)
         if task_ids:
             # A harness that does not import or provides no agent is one clear error before any trial,
-            # not a failed trial per case (which diagnosis would then try to "repair").
-            load_harness(state.harness_dir)
+            # not a failed trial per case (which diagnosis would then try to "repair"). Imported in the
+            # harness's own process (agent_process), never in this trusted one.
+            problem = check_harness(state.harness_dir)
+            if problem:
+                raise UsageError(problem)
     except UsageError as exc:
         raise pytest.Collector.CollectError(f"ecdysis usage error: {exc}") from None
     params = [

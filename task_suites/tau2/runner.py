@@ -33,11 +33,12 @@ import httpx2
 import openai
 
 from pytest_ecdysis.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
-from pytest_ecdysis.harness import load_harness
 from pytest_ecdysis.overflow import context_overflow
 from pytest_ecdysis.records import ToolCallRecord, TrialResult
 
 from . import suite
+from .agent_process import build_agent
+from .agent_process import prepare as prepare_agent
 from .endpoint import (
     EndpointLog,
     EndpointSettings,
@@ -87,6 +88,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     settings = settings or EndpointSettings.from_env()
     scorer = scorer or scorer_client()
     scorer.start()  # imports tau2 in its own process while this trial runs
+    prepare_agent(spec.harness_dir)  # the harness's process (once per worker), outside the trial's budget
     started = time.monotonic()
     task = suite.get_task(spec.domain, spec.task_id)
     environment = suite.get_environment(spec.domain)
@@ -106,9 +108,9 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     orchestrator = None
     reason, error, reward, components, checks = "agent_error", None, None, {}, None
     try:
-        harness = load_harness(spec.harness_dir)
-        agent = harness.build_agent(tools=environment.get_tools(), domain_policy=environment.get_policy(),
-                                    client=agent_client, model=spec.model, max_steps_hint=max_steps)
+        # the harness runs in a child process; its model calls come back through agent_client
+        agent = build_agent(harness_dir=spec.harness_dir, domain=spec.domain, model=spec.model, client=agent_client,
+                            max_steps_hint=max_steps, trial=spec.header, budget=budget, environment=environment)
         from .user import Tau2User
 
         user = Tau2User(scenario=task.user_scenario, client=user_client, model=spec.user_model)
