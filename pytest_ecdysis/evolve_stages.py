@@ -23,6 +23,26 @@ if TYPE_CHECKING:
     from .evolve import Evolution
 
 
+def why_no_evidence(records: list) -> str:
+    """Why a round has nothing to diagnose: no failure record at all, or each record kept out and why
+    (a failed incumbent whose replies were all unusable must not read as one with nothing failing)."""
+    if not records:
+        return "the incumbent has no failure records"
+    why: dict[str, int] = {}
+    for r in records:
+        if r.endpoint_problem or r.termination_reason == "endpoint_format_error":
+            key = "endpoint_format_error (the endpoint's replies could not be used: check the server's chat format and tool calling)"
+        elif r.suspect:
+            key = "of a suspect task"
+        elif r.termination_reason in ("infrastructure_error", "time_budget_exceeded"):
+            key = r.termination_reason
+        else:
+            key = str(r.kept_out or ("user_stop_after_confirmation" if r.user_stop_after_confirmation else "kept out"))
+        why[key] = why.get(key, 0) + 1
+    return (f"none of the incumbent's {len(records)} failure record(s) is usable evidence: "
+            + "; ".join(f"{count} {key}" for key, count in why.items()))
+
+
 def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> dict[str, Any]:
     """Records and groups of the incumbent's run -> the strategy's diagnosis -> `spec.json`.
 
@@ -37,8 +57,9 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
     records, groups = load_evidence(Path(inc["run_path"]))
     usable = [r for r in records if r.is_evidence()]
     if not usable:
-        ev.say(f"round {n}: no failure records below λ={cfg.threshold}: nothing to repair", n)
-        return {"outcome": "no_failures", "reason": "the incumbent has no failure records", "spec": None}
+        reason = why_no_evidence(records)
+        ev.say(f"round {n}: {reason}: nothing to repair", n)
+        return {"outcome": "no_failures", "reason": reason, "spec": None}
     _, trials = read_run(Path(inc["run_path"]))
     solved = sorted(solved_tasks(trials, cfg.threshold))
     tools_by_task = {key.split("/", 1)[-1]: sorted({c["name"] for t in trials for c in t.get("tool_calls", [])

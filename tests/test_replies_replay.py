@@ -71,7 +71,8 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     pytest.importorskip("tau2")
     from task_suites.tau2.endpoint import EndpointSettings
 
-    agent = ScriptedModel([response(doc), text("Your reservation JMO1MG is confirmed.")])
+    follow = [] if doc["kind"] == "empty" else [text("Your reservation JMO1MG is confirmed.")]  # empty: every time
+    agent = ScriptedModel([response(doc), *follow])
     result = run("3", agent, settings=EndpointSettings(max_retries=0))
     kind = doc["kind"]
     said = [m for m in result.messages if m["role"] == "assistant"][1:]  # [0] is τ²'s greeting
@@ -97,8 +98,9 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     elif kind == "server_error":
         assert result.termination_reason == "infrastructure_error" and result.reward is None
         assert str(doc["status"]) in result.error
-    else:  # empty
-        assert result.termination_reason == "endpoint_format_error"
+    else:  # empty, as SmolLM2 answered every agent request: one re-ask, then the trial ends
+        assert result.termination_reason == "endpoint_format_error" and "empty replies" in result.error
+        assert len(agent.requests) == 2
 
 
 def role_client(doc: dict, calls: list) -> RoleClient:
@@ -211,3 +213,16 @@ def test_an_editor_call_that_times_out_is_no_change(tmp_path: Path) -> None:
     result = BuiltinEditor(SimpleNamespace(), client=timing_out_client(calls)).edit(None, harness, spec_path=spec)
     assert not result.ok and "timed out" in result.detail and len(calls) == 1
     assert (harness / "config.py").read_text() == before
+
+
+def test_a_failed_incumbent_whose_records_are_all_kept_out_says_so() -> None:
+    """Measured with SmolLM2 (docs/real-model.md): every trial ended endpoint_format_error (empty replies),
+    so no record is evidence; the round's reason says that and why, not 'no failure records'."""
+    from pytest_ecdysis.evolve_stages import why_no_evidence
+    from pytest_ecdysis.records import FailureRecord
+
+    record = FailureRecord.model_validate({"suite": "tau2-airline", "task_id": "3", "trial": 0, "reward": 0.0,
+                                           "termination_reason": "endpoint_format_error", "endpoint_problem": True})
+    reason = why_no_evidence([record])
+    assert reason.startswith("none of the incumbent's 1 failure record(s) is usable evidence: 1 endpoint_format_error")
+    assert why_no_evidence([]) == "the incumbent has no failure records"
