@@ -305,6 +305,21 @@ def endpoint_limits_from_env() -> dict[str, float | int]:
     return {k: limits[k] for k in ("call_timeout_s", "max_retries", "trial_budget_s")}
 
 
+def _anchored(config: Any, opt_name: str, value: Any) -> Path:
+    """A path option as a Path. Given on the command line it means what it says (relative to the directory
+    pytest was started in, like `--junitxml`); from the ini file or the default it is relative to the
+    rootdir, so a run started from a subdirectory writes to the same `.ecdysis/` (which `.gitignore`
+    covers) and reads the same baseline. Returned relative to the current directory when it can be."""
+    path = Path(value)
+    if path.is_absolute() or config.getoption("ecdysis_" + opt_name.replace("-", "_")) is not None:
+        return path
+    anchored = Path(str(config.rootpath)) / path
+    try:
+        return Path(os.path.relpath(anchored))
+    except ValueError:  # another drive (Windows)
+        return anchored
+
+
 def read_config(config: Any) -> EcdysisConfig:
     """Read and check every option of a pytest `Config`.
 
@@ -393,7 +408,7 @@ def read_config(config: Any) -> EcdysisConfig:
         test_trials=_int("test-trials", raw["test-trials"], 0),
         threshold=_float("threshold", raw["threshold"], 0.0, 1.0),
         harness=str(raw["harness"]),
-        run_dir=Path(raw["run-dir"]),
+        run_dir=_anchored(config, "run-dir", raw["run-dir"]),
         evolve=evolve,
         rounds=_int("rounds", raw["rounds"], 1),
         strategy=strategy,
@@ -402,7 +417,7 @@ def read_config(config: Any) -> EcdysisConfig:
         resume=raw["resume"],
         save_baseline=Path(raw["save-baseline"]) if raw["save-baseline"] else None,
         gate=bool(raw["gate"]),
-        baseline=Path(raw["baseline"]),
+        baseline=_anchored(config, "baseline", raw["baseline"]),
         gate_tolerance=_float("gate-tolerance", raw["gate-tolerance"], 0.0, 1.0),
         gate_max_regressions=None if max_reg in (None, "") else _int("gate-max-regressions", max_reg, 0),
         accept=raw["accept"],

@@ -3,7 +3,7 @@
 A sub-run has the same suite arguments and xdist settings as the session (`config.invocation_params.args`),
 minus the options that belong to the outer run (evolution, gate, baseline, resume, run dir, harness,
 junit), plus `--ecdysis-harness <candidate>` and `--ecdysis-run-dir <dir>`. Never in-process: an imported
-harness module would be reused (DESIGN.md §5).
+harness module would be reused.
 
 With a `TrustedTree` (what evolution uses; docs/evolution.md, threat model) the sub-run runs from a fresh
 private copy of the user's checkout as it was when the evolution started (`integrity.pristine_copy`), with
@@ -252,7 +252,9 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
     """Run `python -m pytest args` in its own process group; the group is killed when it ends (a helper
     the harness started in the group does not outlive the sub-run). Returns (exit status, seconds, log)."""
     started = time.monotonic()
-    command = [sys.executable, "-m", "pytest", *args]
+    # -P: like the `pytest` command, not `python -m`, keep the start directory off sys.path: started from
+    # task_suites/, its tau2/ folder would shadow the τ² library in the sub-run and its workers
+    command = [sys.executable, "-P", "-m", "pytest", *args]
     with log_path.open("w") as log:
         log.write("$ " + " ".join(command) + "\n\n")
         log.flush()
@@ -411,7 +413,7 @@ def infra_drift(before: dict[str, Any], after: dict[str, Any]) -> str | None:
 
 
 def solved_tasks(trials: list[dict[str, Any]], threshold: float) -> set[str]:
-    """Tasks whose trials all reached `threshold` (DESIGN.md §4: *solved*); infrastructure errors do not
+    """Tasks whose trials all reached `threshold` (*solved*); infrastructure errors do not
     count as solved. Keys are `<suite>/<task_id>` when trials carry a suite, else the task id."""
     by_task: dict[str, list[bool]] = {}
     for t in trials:
