@@ -70,7 +70,8 @@ def _summary_md(args: argparse.Namespace) -> int:
 
 
 def compare_lines(a: Path, b: Path) -> list[str]:
-    """The `compare` report. Raises RunDirError for runs of different suites, splits or thresholds."""
+    """The `compare` report. Raises RunDirError for runs of different suites, splits or thresholds; runs of
+    different task sets (another `--ecdysis-tasks`) are marked, and scored on their common tasks only."""
     sa, _ = report.read_run(a)
     sb, _ = report.read_run(b)
     for key in ("suite", "split", "threshold"):
@@ -83,14 +84,33 @@ def compare_lines(a: Path, b: Path) -> list[str]:
         out.append(f"note: trials per task differ ({sa.get('trials')} vs {sb.get('trials')}); "
                    "'solved' means every trial succeeded")
     sc_a, sc_b = sa.get("suite_score"), sb.get("suite_score")
+    ta, tb = sa.get("tasks") or {}, sb.get("tasks") or {}
+    if set(ta) != set(tb):  # another --ecdysis-tasks: whole-run scores are over other tasks
+        common = sorted(set(ta) & set(tb))
+        out.append(f"DIFFERENT TASK SETS: {len(ta)} tasks vs {len(tb)}, {len(common)} in common; the whole-run "
+                   f"scores ({_score(sc_a)} and {_score(sc_b)}) are not comparable, so only the common tasks are")
+        sc_a, sc_b = _common_score(ta, common), _common_score(tb, common)
+        label = f"score on the {len(common)} common tasks"
+    else:
+        label = "suite score"
     if sc_a is not None and sc_b is not None:
-        out.append(f"suite score {sc_a:.3f} -> {sc_b:.3f} ({sc_b - sc_a:+.3f})")
+        out.append(f"{label} {sc_a:.3f} -> {sc_b:.3f} ({sc_b - sc_a:+.3f})")
     out.append(f"solved -> failed ({len(fl['solved_to_failed'])}): {', '.join(fl['solved_to_failed']) or 'none'}")
     out.append(f"failed -> solved ({len(fl['failed_to_solved'])}): {', '.join(fl['failed_to_solved']) or 'none'}")
     if fl["only_before"] or fl["only_after"]:
         out.append(f"tasks only in {a.name}: {', '.join(fl['only_before']) or 'none'}; only in {b.name}: "
                    f"{', '.join(fl['only_after']) or 'none'}")
     return out
+
+
+def _score(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _common_score(tasks: dict, common: list[str]) -> float | None:
+    """Successful trials / trials over the `common` task keys (None without trials)."""
+    n = sum(tasks[k].get("n", 0) for k in common)
+    return sum(tasks[k].get("successes", 0) for k in common) / n if n else None
 
 
 def _compare(args: argparse.Namespace) -> int:

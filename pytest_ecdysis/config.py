@@ -131,6 +131,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("text-tool-calls", "what a trial does with tool calls the agent's endpoint writes as text (Hermes "
            "<tool_call>, <function=...>, Mistral [TOOL_CALLS]) with tool_calls empty: 'reject' ends the trial as "
            "endpoint_format_error, 'parse' executes them and notes it (default: reject)", default="reject"),
+    Option("progress", "seconds between progress lines (done/total trials, elapsed, estimate) while trials "
+           "and evolution stages run; 0 turns them off (default: 20)", default="20"),
     Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
            default=None, action="append", ini=False),
     Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
@@ -162,7 +164,8 @@ def is_sim_model(name: str | None) -> bool:
 
 @dataclass(frozen=True)
 class EcdysisConfig:
-    """Every option, resolved and checked. Units: seconds for `sim_latency_s` and the `*_s` limits."""
+    """Every option, resolved and checked. Units: seconds for `sim_latency_s`, `progress_s` and the `*_s`
+    limits."""
 
     model: str
     base_url: str | None
@@ -214,6 +217,7 @@ class EcdysisConfig:
         """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
         diagnosis_budget_s, editor_budget_s}` (printed in the run's summary)."""
         return {field: getattr(self, field) for field, *_ in LIMITS.values()}
+    progress_s: float = 20.0
 
     @property
     def uses_sim(self) -> bool:
@@ -439,6 +443,7 @@ def read_config(config: Any) -> EcdysisConfig:
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
         **read_limits(raw, env),
+        progress_s=_float("progress", raw["progress"], 0.0, None),
     )
 
 

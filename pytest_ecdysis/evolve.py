@@ -55,10 +55,14 @@ from .evolve_report import OUTCOME_TEXT, FinalTable, fmt, summary_lines
 from .evolve_stages import diagnose_stage, edit_stage, validate_stage
 from .guard import gold_data_flags
 from .preflight import preflight
+from .progress import Count, Ticker, is_terminal, read_count
 from .records import SCHEMA_VERSION, ModificationSpec
 from .rundir import add_tokens, load_evidence, read_json, write_json
 from .testsplit import score_test
 from .validate import SubRun, TrustedTree, flips, infra_drift, read_run, run_suite
+
+#: stage checkpoints computed in this process, and what a progress line calls them.
+STAGE_NAMES = {"diagnosis.json": "diagnosis", "edit.json": "editor call"}
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "gold_data_flags", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
@@ -99,6 +103,7 @@ class Evolution:
         self.ledger = integrity.Ledger(self.dir, state.run_id, resume=bool(self.cfg.resume))
         self.checkout = integrity.checkout_root(self.harness_dir)
         self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
+        self.last_said = "evolution"
         self.doc = self._load_or_start()
         self.trusted = self._trusted_tree()
         # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
@@ -319,17 +324,29 @@ class Evolution:
                overrides: dict[str, str | None] | None = None,
                files: dict[str, bytes | None] | None = None, on_start: Any = None) -> SubRun:
         """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
-        from the trusted copy (see `validate.run_suite`); its run files are recorded in the ledger and the
-        protected files checked after it.
+        from the trusted copy (see `validate.run_suite`), with progress lines from the sub-run's
+        `progress.json` while it runs; its run files are recorded in the ledger and the protected files
+        checked after it.
 
         Raises:
             BrokenCandidate: see `validate.run_suite`.
             IntegrityError: a protected file changed (also recorded in `self.stop_error`).
         """
+        progress: dict[str, Path] = {}
+
+        def started(proc: Any) -> None:  # the sub-run writes its run directory privately: find its progress.json
+            args = [str(a) for a in proc.args]
+            if "--ecdysis-run-dir" in args:
+                at = len(args) - 1 - args[::-1].index("--ecdysis-run-dir")
+                progress["file"] = Path(args[at + 1]) / run_id / "progress.json"
+            if on_start is not None:
+                on_start(proc)
+
         try:
-            sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
-                            run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
-                            trusted=self.trusted, files=files, on_start=on_start)
+            with self.follow(self.last_said.split(" (")[0], lambda: progress.get("file")):
+                sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
+                                run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
+                                trusted=self.trusted, files=files, on_start=started)
         except IntegrityError as exc:  # it changed the trusted copy it ran from
             self.stop_error = exc
             raise
@@ -368,6 +385,18 @@ class Evolution:
                            harness_rel=self.harness_dir.resolve().relative_to(self.checkout).as_posix(),
                            digests=integrity.tree_digests(pristine), pythonpath=sorted(pythonpath))
 
+    def follow(self, label: str, progress_file: Any = None) -> Ticker:
+        """Progress lines while a stage runs (`progress.Ticker`); `progress_file()` names the sub-run's
+        `progress.json` once known. The pace of the starting run estimates a sub-run's time before its first
+        trial ends."""
+        n, wall = self.summary.get("n_trials"), self.summary.get("wall_s")
+
+        def count() -> Count | None:
+            path = progress_file() if progress_file else None
+            return read_count(path) if path else None
+
+        return Ticker(self.say, label, count=count, interval_s=self.cfg.progress_s,
+                      seconds_per_trial=wall / n if n and wall else None, live=is_terminal())
     # --- state -----------------------------------------------------------------------------------
 
     def _load_or_start(self) -> dict[str, Any]:
@@ -405,7 +434,8 @@ class Evolution:
                  "score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k"),
                  "run_path": str(self.dir), "round": 0}
         doc = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
-               "split": self.cfg.split, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
+               "split": self.cfg.split, "tasks": list(self.cfg.tasks) if self.cfg.tasks else None,
+               "threshold": self.cfg.threshold, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
                "editor": self.cfg.editor, "model": self.cfg.model, "harness": str(self.harness_dir),
                "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
                "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method, "level": self.cfg.accept_level},
@@ -425,14 +455,22 @@ class Evolution:
             doc = read_json(path, self.ledger)
             doc["fresh"] = False
             return doc
-        doc = compute()
+        stage = STAGE_NAMES.get(path.name)
+        if stage:  # in-process stages (diagnosis roles, the editor call) get progress lines of their own
+            where = path.relative_to(self.dir).parts[1:-1]  # rounds/<n>[/steps/<k>]/<stage>.json
+            with self.follow(f"round {where[0]}{' step ' + where[2] if len(where) > 2 else ''}: {stage}"):
+                doc = compute()
+        else:
+            doc = compute()
         write_json(path, doc, self.ledger)
         doc["fresh"] = True
         return doc
 
     def say(self, text: str, n: int | None = None) -> None:
         """One stage line on the terminal: `ecdysis [elapsed s] text`."""
+        self.last_said = text
         elapsed = time.monotonic() - self.started
         if getattr(self.tw, "width_of_current_line", 0):
             self.tw.line()  # the progress dots of the run before: start the stage lines on their own line
         self.tw.line(safetext.terminal(f"ecdysis [{elapsed:7.1f} s] {text}"))  # editor stderr, reasons: outside text
+        self.tw.flush()  # seen when said, also when the output is a pipe (CI logs, `| tee`)

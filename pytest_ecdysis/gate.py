@@ -13,11 +13,12 @@ with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
   that option is given); "solved" = every trial of the task succeeded.
 
-A baseline of another suite, split, trial count, model, λ or task selection is refused, not compared: at
-configure time (`preflight`, a usage error) for what the options tell, at the end for the collected
-suites and tasks.
+A baseline of another suite, split, trial count, model, λ or task selection is refused, not compared, as
+a usage error before any trial: at configure time (`preflight`) for what the options tell, right after
+collection (`refusal`, called by `selection.check_collected`) for the collected suites and tasks. Only for
+tests whose suite does not tell its tasks does the refusal wait for the end of the run (`verdict`).
 It passes otherwise, even with trials below λ. No pytest here; the plugin maps the verdict to the exit
-status (0 pass, 1 fail).
+status (0 pass, 1 fail, 4 refused: a usage error like the early refusals).
 """
 
 from __future__ import annotations
@@ -180,6 +181,24 @@ def task_rewards(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> t
     return side(baseline_tasks), side(run_tasks)
 
 
+def refusal(baseline: dict[str, Any], run_tasks: dict[str, Any]) -> str | None:
+    """Why a run over `run_tasks` (keys `<suite>/<task_id>`) cannot be compared with `baseline`, or None.
+
+    Used right after collection (`selection.check_collected`, a usage error before any trial) and at the
+    end of the run (`verdict`).
+    """
+    suites = "+".join(sorted({key.split("/", 1)[0] for key in run_tasks}))
+    diff = []
+    if suites and baseline.get("suite") and baseline["suite"] != suites:
+        diff.append(f"suite: baseline {baseline['suite']!r}, this run {suites!r}")
+    else:
+        diff = task_set_difference(baseline.get("tasks", {}), run_tasks)
+    if not diff:
+        return None
+    return ("it was made with other tasks (" + "; ".join(diff) + "); run the baseline's tests and "
+            "--ecdysis-tasks, or save a new baseline with --ecdysis-save-baseline")
+
+
 def regressions(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
     """Tasks solved in the baseline and not solved now (absent now counts as not solved)."""
     return sorted(k for k, v in baseline_tasks.items()
@@ -198,7 +217,8 @@ def verdict(
     v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),
                     tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path,
                     rule=rule)
-    diff = mismatches(baseline, summary)
+    # nothing collected: a failure below ("no trial case was collected"), not another suite ('none')
+    diff = mismatches(baseline, summary, MATCH_FIELDS if summary.get("tasks") else MATCH_FIELDS[1:])
     if not diff and not missing:
         diff = task_set_difference(baseline.get("tasks", {}), summary.get("tasks", {}))
     if diff:

@@ -34,3 +34,21 @@ def ecdysis_sim_knowledge() -> dict[str, Any]:
 @hookspec
 def ecdysis_strategies() -> dict[str, Any]:
     """Extra evolution strategies: ``{"name": factory}`` (see `pytest_ecdysis.strategies`)."""
+
+
+@hookspec
+def ecdysis_task_ids(split: str) -> dict[str, list[str]]:
+    """Task ids of this suite's tasks in `split` ('train', 'test' or 'all'): ``{"tau2-airline": ["0", ...]}``.
+
+    Only read to say where a `--ecdysis-tasks` id that selected nothing lives (another split or suite).
+    """
+
+
+@hookspec(firstresult=True)
+def ecdysis_case_task(nodeid: str) -> tuple[str, str | None] | None:
+    """`(suite, task_id)` when `nodeid` is a trial case of this suite, `(suite, None)` when it is this suite's
+    test that `--ecdysis-tasks` left without a case (pytest's `[NOTSET]` item), None when it is not this suite's.
+
+    Lets the controller check the task selection and a gate's baseline right after collection, before any
+    trial runs (under xdist it sees node ids only). Must be cheap: no imports of the benchmark.
+    """

@@ -50,6 +50,7 @@ class EcdysisState:
     outcome: Any = None  # set by session.finish: summary, gate verdict, evolution result
     messages: list[str] = field(default_factory=list)
     html_path: Path | None = None  # the page `--ecdysis-html` wrote
+    progress: Any = None  # progress.SessionProgress on the controller
 
     @property
     def run_path(self) -> Path:
@@ -93,7 +94,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONFIG_KEY] = state
     if not is_controller:
         return
+    from .progress import SessionProgress
+    from .verdict import VerdictPrinter
+
+    state.progress = SessionProgress(state.run_path, cfg.progress_s)
     config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
+    config.pluginmanager.register(VerdictPrinter(state), "ecdysis-verdict")
     try:
         check_run_dir(cfg.run_dir)
         if cfg.evolve:
@@ -212,10 +218,27 @@ class TrialCollector:
 
     def __init__(self, state: EcdysisState) -> None:
         self.state = state
+        self.checked = False
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # after every plugin's deselection (-k, -m, suites' own filters): the cases that will run
         self.state.collected = [i.nodeid for i in session.items if i.get_closest_marker("ecdysis_trial")]
+        self.check_selection([i.nodeid for i in session.items])
+        self.state.progress.collected(len(self.state.collected))
+
+    def check_selection(self, nodeids: list[str]) -> None:
+        """--ecdysis-tasks and the gate's baseline against what was collected, before any trial runs."""
+        cfg = self.state.cfg
+        if self.checked or not (cfg.tasks or cfg.gate):
+            return
+        self.checked = True
+        from .gate import load_baseline
+        from .selection import check_collected
+
+        try:
+            check_collected(cfg, nodeids, load_baseline(cfg.baseline) if cfg.gate else None)
+        except EcdysisError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "ecdysis_trial", None)
@@ -224,6 +247,7 @@ class TrialCollector:
         from .session import note_report
 
         note_report(self.state, report)
+        self.state.progress.report(report)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -231,6 +255,12 @@ class TrialCollector:
         from .session import note_collection
 
         note_collection(self.state, ids)
+        first = not self.checked  # every worker collects the same: the first one decides
+        self.check_selection(ids)
+        if first:
+            from .selection import classify
+
+            self.state.progress.collected(sum(map(len, classify(ids).cases.values())) or None, guess=len(ids))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -245,12 +275,28 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
 
     with sigterm_as_interrupt():  # SIGTERM stops the trials and the evolution as Ctrl-C does
         try:
-            result = yield
+            with state.progress.ticker(_progress_say(session, state)):  # lines while the trials run
+                result = yield
         except (session.Failed, session.Interrupted, KeyboardInterrupt, pytest.exit.Exception) as exc:
+            state.progress.close()
             _finish(session, state, stopped=str(exc) or type(exc).__name__)
             raise
+        state.progress.close()
         _finish(session, state, stopped=None)  # finish() writes nothing for a session without trials
     return result
+
+
+def _progress_say(session: pytest.Session, state: EcdysisState) -> Any:
+    """How progress lines are written: `ecdysis [elapsed s] text` through the terminal reporter, flushed so
+    they are seen when said also when the output is a pipe (CI logs, `| tee`)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(text: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"ecdysis [{time.time() - state.started:7.1f} s] {text}")
+            reporter._tw.flush()
+
+    return say
 
 
 def _finish(session: pytest.Session, state: EcdysisState, stopped: str | None) -> None:

@@ -83,3 +83,13 @@ def register_pytest_plugins(pluginmanager: Any) -> None:
         name = f"pytest-plugin-{id(plugin)}"
         if pm.get_plugin(name) is None and not pm.is_registered(plugin):
             pm.register(_PytestPlugin(function), name=name)
+
+
+def task_ids(split: str) -> dict[str, list[str]]:
+    """Task ids in `split` of every installed suite that tells: ``{suite: [task_id, ...]}``."""
+    return _merged(plugin_manager().hook.ecdysis_task_ids(split=split), "suite")
+
+
+def case_task(nodeid: str) -> tuple[str, str | None] | None:
+    """`(suite, task_id or None)` of a collected node id, or None when no installed suite claims it."""
+    return plugin_manager().hook.ecdysis_case_task(nodeid=nodeid)

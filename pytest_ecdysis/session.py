@@ -376,13 +376,14 @@ def exit_status(state: Any, exitstatus: int) -> int | None:
     """The exit status the README promises ("Exit status"), or None to keep pytest's.
 
     Interrupted, internal and usage errors (2, 3, 4) are kept. `--ecdysis-gate`: 0 when the gate passed,
-    1 when it failed. `--ecdysis-evolve`: 0 when the loop ran to the end, 1 when it stopped on an error.
+    1 when it failed, 4 when it refused the baseline. `--ecdysis-evolve`: 0 when the loop ran to the end,
+    1 when it stopped on an error.
     """
     outcome: RunOutcome | None = state.outcome
     if outcome is None or exitstatus in (2, 3, 4) or outcome.stopped:
         return None
-    if outcome.gate is not None:
-        return 0 if outcome.gate.passed else 1
+    if outcome.gate is not None:  # a refused baseline is a usage error, as when refused before the trials
+        return 0 if outcome.gate.passed else 4 if outcome.gate.refused else 1
     if state.cfg.evolve:
         return 1 if outcome.evolution_error else 0
     return None

@@ -56,7 +56,8 @@ def score_test(ev: Evolution) -> None:
             if model:
                 overrides.update({"--ecdysis-model": model, "--ecdysis-user-model": cfg.user_model})
             label = f"test{'' if model is None else ' with ' + model}: {which} harness"
-            ev.say(f"{label} ({cfg.test_trials} trial(s) per task)")
+            every = ", every test task: --ecdysis-tasks selects train tasks only" if cfg.tasks else ""
+            ev.say(f"{label} ({cfg.test_trials} trial(s) per task{every})")
             worktree = gitops.add_worktree(ev.harness_dir, commit)
             try:
                 t0 = time.monotonic()

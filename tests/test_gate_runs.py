@@ -80,7 +80,8 @@ def test_gate_fails_when_nothing_is_collected(pytester: pytest.Pytester) -> None
 
 
 def test_gate_refuses_a_mismatched_baseline(pytester: pytest.Pytester) -> None:
-    """Other trials/model/λ: usage error before any trial; other suite: refused at the end, not compared."""
+    """Other trials/model/λ: usage error before any trial; other suite (a suite that does not tell its tasks
+    after collection): refused at the end, not compared, and a usage error too."""
     save_baseline(pytester)
     result = gate_run(pytester, BASE, "--ecdysis-trials", "3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -89,7 +90,7 @@ def test_gate_refuses_a_mismatched_baseline(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*refuses baseline*threshold: baseline 1.0, this run 0.5*"])
     result = gate_run(pytester, {"syn-ret": BASE["syn-air"]})
-    assert result.ret == 1
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["*gate REFUSED*suite: baseline 'syn-air', this run 'syn-ret'*"])
 
 

@@ -168,3 +168,17 @@ def test_user_simulator_tokens_shown_when_spent(tmp_path: Path) -> None:
     summary["user_tokens"] = {"prompt": 40, "completion": 2, "total": 42}
     assert "user simulator tokens 42" in report.summary_markdown(summary, groups)
     assert any("user simulator tokens 42" in line for line in report.summary_lines(summary, groups))
+
+
+def test_cli_compare_marks_runs_of_different_task_sets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 3-task run against a 2-task run (another --ecdysis-tasks): the report says so first, does not
+    compare the whole-run scores, and scores both on the common tasks."""
+    a = make_run(tmp_path, "A", "tau2-airline", {"tau2-airline/1": True, "tau2-airline/2": False,
+                                                 "tau2-airline/3": False}, 0.333)
+    b = make_run(tmp_path, "B", "tau2-airline", {"tau2-airline/1": True, "tau2-airline/2": True}, 1.0)
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ("DIFFERENT TASK SETS: 3 tasks vs 2, 2 in common; the whole-run scores (0.333 and 1.000) "
+                        "are not comparable, so only the common tasks are")
+    assert lines[2] == "score on the 2 common tasks 0.500 -> 1.000 (+0.500)"
+    assert "tasks only in A: tau2-airline/3; only in B: none" in lines

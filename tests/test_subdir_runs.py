@@ -8,11 +8,16 @@ import os
 from pathlib import Path
 
 import pytest
-from test_records_pipeline import env, run, write_suite  # noqa: F401  (env: the fixture, used below)
+from test_records_pipeline import env, write_suite  # noqa: F401  (env: the fixture, used below)
 
 from pytest_ecdysis.validate import run_suite
 
 pytestmark = pytest.mark.usefixtures("env")
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """pytest in a subprocess started in the current directory (a subdirectory of the project)."""
+    return pytester.runpytest_subprocess("--ecdysis-harness", "harness", "-p", "no:cacheprovider", *args, timeout=300)
 
 
 def _project_with_suite_in(pytester: pytest.Pytester, sub: str) -> Path:

@@ -102,10 +102,11 @@ def test_split_tasks_and_trials_select_cases_with_readable_ids(pytester, user_en
 
 
 def test_unknown_task_id_is_reported_with_the_valid_ids(pytester, user_endpoint):
-    """A task id that exists in no τ² domain stops the run with a message naming the valid ids."""
+    """A task id that exists in no τ² domain stops the run before any trial with a usage error naming the
+    valid ids (see test_task_selection.py for the other kinds of ids that select nothing)."""
     result = _run(pytester, user_endpoint, "--ecdysis-tasks", "9999")
-    assert result.ret != 0
-    result.stdout.fnmatch_lines(["*9999 is not a τ² task id; valid ids in split 'train': tau2-airline: 0, 1, 3*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*9999 is a task of no installed suite; ids of split 'train': tau2-airline: 0, 1, 3*"])
 
 
 def test_a_harness_without_an_agent_stops_collection_before_any_trial(pytester, user_endpoint):

@@ -26,14 +26,17 @@ FIXTURE = "tau2_trial"
 def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
     """Parametrise the `tau2_trial` fixture with every (task, trial) of the selected split.
 
-    An unknown task id or split is reported as a collection error whose message names the valid ids.
+    A `--ecdysis-tasks` id of another domain or split selects nothing here; the controller reports an id
+    that selects no case of any collected suite as a usage error right after collection
+    (`pytest_ecdysis.selection`, through `registration.ecdysis_case_task`), before any trial runs.
     """
     if FIXTURE not in metafunc.fixturenames:
         return
     state = get_state(metafunc.config)
     cfg = state.cfg
+    wanted = None if cfg.tasks is None else set(cfg.tasks)
     try:
-        task_ids = suite.select_task_ids(domain, cfg.split, cfg.tasks)
+        task_ids = [t for t in suite.split_ids(domain, cfg.split) if wanted is None or t in wanted]
         if task_ids:
             # A harness that does not import or provides no agent is one clear error before any trial,
             # not a failed trial per case (which diagnosis would then try to "repair"). Imported in the

@@ -2,11 +2,14 @@
 
 - `ecdysis_harnesses`: the named harness `direct` (the paper's Direct row: model, tools and policy only);
 - `ecdysis_sim_knowledge`: the simulated model's knowledge of τ² tasks, imported lazily from
-  `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts.
+  `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
+- `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
+  the controller's checks of `--ecdysis-tasks` and of a gate's baseline right after collection.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,3 +28,22 @@ def ecdysis_sim_knowledge() -> dict[str, Any]:
     from .sim_knowledge import providers
 
     return providers()
+
+
+@hookimpl
+def ecdysis_task_ids(split: str) -> dict[str, list[str]]:
+    from .suite import DOMAINS, split_ids, suite_name
+
+    return {suite_name(d): list(split_ids(d, split)) for d in DOMAINS}
+
+
+#: the τ² cases' node ids: `.../test_airline.py::test_airline[3-t0]` (cases.py), `[NOTSET]` when none selected.
+CASE_ID = re.compile(r"::test_(?P<domain>airline|retail)\[(?:(?P<task>.+)-t\d+|NOTSET)\]$")
+
+
+@hookimpl
+def ecdysis_case_task(nodeid: str) -> tuple[str, str | None] | None:
+    match = CASE_ID.search(nodeid)
+    if match is None:
+        return None
+    return f"tau2-{match['domain']}", match["task"]

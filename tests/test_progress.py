@@ -1,0 +1,85 @@
+"""Progress lines a person can follow (issue 20 item 1): stage, done/total trials, elapsed, an estimate,
+at least every `--ecdysis-progress` seconds, during the session's trials and the evolution's sub-runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_evolve_loop import CONFTEST, _run, _script, make_project
+
+from pytest_ecdysis.progress import Count, Ticker, read_count, status_line
+
+SLOW_SUITE = '''
+import time
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", ["0", "1", "2", "3"])
+def test_task(request, task_id):
+    time.sleep(0.6)
+    reward = 1.0 if task_id != "3" else 0.0
+    record_trial(request.node, TrialResult(suite="slow", task_id=task_id, trial=0, reward=reward,
+                                           termination_reason="agent_stop", components={"db": reward}))
+    assert reward >= 1.0
+'''
+
+
+def test_status_line_says_done_total_elapsed_and_an_estimate() -> None:
+    """The pace so far estimates the rest; before the first trial, an earlier run's pace, else it says so."""
+    assert status_line("round 1: validating", Count(done=10, total=30, failed=2), 65.0) == (
+        "round 1: validating: 10/30 trials (2 failed), 1m05s elapsed, about 2m10s left")
+    assert status_line("test: start harness", Count(done=0, total=60), 30.0, seconds_per_trial=2.0) == (
+        "test: start harness: 0/60 trials, 30s elapsed, about 1m30s left")
+    assert status_line("s", Count(done=0, total=4), 3.0) == "s: 0/4 trials, 3s elapsed, estimate after the first trial"
+    assert status_line("round 2: diagnosis", None, 3725.0) == "round 2: diagnosis: 1h02m elapsed"
+
+
+def test_ticker_repeats_its_line_until_the_stage_ends(tmp_path) -> None:
+    """A ticker says a line every interval while the stage runs, reading the count each time, and stops."""
+    import time
+
+    lines: list[str] = []
+    (tmp_path / "progress.json").write_text(json.dumps({"done": 1, "total": 3, "failed": 0}))
+    with Ticker(lines.append, "stage", count=lambda: read_count(tmp_path / "progress.json"), interval_s=0.05):
+        time.sleep(0.4)
+    n = len(lines)
+    time.sleep(0.2)
+    assert n >= 3 and len(lines) == n and lines[0].startswith("stage: 1/3 trials, 0s elapsed, about 0s left")
+    with Ticker(lines.append, "off", interval_s=0):
+        time.sleep(0.1)
+    assert len(lines) == n
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest.Pytester,
+                                                                monkeypatch: pytest.MonkeyPatch, xdist: tuple) -> None:
+    """While the trials run: `ecdysis [t s] running the suite: k/4 trials ...` lines; at the end
+    progress.json in the run directory says 4/4 with 1 failed."""
+    monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
+    pytester.makepyfile(test_slow=SLOW_SUITE)
+    pytester.mkpydir("harness")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ecdysis-harness", "harness",
+                                           "--ecdysis-progress", "0.3", *xdist, timeout=300)
+    assert result.ret == 1
+    assert any(line.startswith("ecdysis [") and " running the suite: " in line and "/4 trials" in line
+               and "elapsed" in line for line in result.stdout.lines), result.stdout.str()
+    (run,) = (pytester.path / ".ecdysis" / "runs").iterdir()
+    assert json.loads((run / "progress.json").read_text())["done"] == 4
+    assert read_count(run / "progress.json") == Count(done=4, total=4, failed=1)
+
+
+def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Diagnosis, editor call, validation sub-run and test-split scoring each report while they run, the
+    sub-runs with their done/total trials read from the sub-run's progress.json."""
+    project = make_project(pytester, monkeypatch, CONFTEST)
+    _script(project, [{"knob": "x", "value": 2}])
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-progress", "0.2")
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    for stage in ("round 1: validating candidate tiny_harness@", "test: start harness", "test: frozen harness"):
+        assert any(stage in line and "elapsed" in line and line.startswith("ecdysis [") for line in out.splitlines()), stage
+    assert any("/4 trials" in line for line in out.splitlines() if "validating candidate" in line)

@@ -1,0 +1,36 @@
+"""`--ecdysis-resume` must repeat the interrupted run's options: a 3-task run resumed as 30 would score
+other trials against the recorded incumbent. Checked at configure time, before any trial (issue 20)."""
+
+from __future__ import annotations
+
+import pytest
+from test_evolve_loop import CONFTEST, _run, _script, make_project
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    return make_project(pytester, monkeypatch, CONFTEST)
+
+
+def test_resume_with_other_options_is_a_usage_error_before_any_trial(project: pytest.Pytester) -> None:
+    """Interrupted with --ecdysis-tasks 0,1: resuming without it (or with other trials) is refused with
+    exit 4, naming each option then and now, and leaves the run directory as it was; the same options
+    resume."""
+    _script(project, [{"knob": "x", "value": 2}])
+    (project.path / "interrupt-1").write_text("")
+    first = _run(project, "--ecdysis-rounds", "1", "--ecdysis-tasks", "0,1")
+    assert first.ret == 2, first.stdout.str()
+    (project.path / "interrupt-1").unlink()
+    run = project.path / ".ecdysis" / "runs" / "run1"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", "--ecdysis-trials", "2", run_id="")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ecdysis-resume run1: that run was started with other options "
+                                 "(--ecdysis-tasks 0,1 then, all now; --ecdysis-trials 1 then, 2 now); resume "
+                                 "with the options of the interrupted run*"])
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", "--ecdysis-tasks", "0,1", run_id="")
+    assert result.ret == 0, result.stdout.str()

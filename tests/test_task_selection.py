@@ -1,0 +1,77 @@
+"""`--ecdysis-tasks` and the gate's baseline are checked right after collection, before any trial runs:
+an id that selects nothing and a baseline of other tasks are usage errors (exit 4), with the real τ² suites."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_ecdysis import registry
+
+EXIT_USAGE = pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.fixture(autouse=True)
+def no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No trial may run in these tests; a dead simulated-model URL makes sure none could."""
+    monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ecdysis-run-dir", str(pytester.path / "runs"),
+                                         *args, timeout=600)
+
+
+def _refused_before_any_trial(result: pytest.RunResult, pytester: pytest.Pytester, *message: str) -> None:
+    assert result.ret == EXIT_USAGE, result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines(list(message))
+    out = result.stdout.str()
+    assert "passed" not in out and "failed" not in out and "skipped" not in out
+    assert not (pytester.path / "runs").exists()
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+def test_an_id_of_a_suite_that_was_not_collected_is_a_usage_error(pytester: pytest.Pytester, xdist: tuple) -> None:
+    """A retail-only train id (72) with only the airline module collected used to end as '1 skipped', exit 0;
+    now it says which suite has the id, with or without xdist; an id beside it that selects a case changes
+    nothing."""
+    assert "72" in registry.task_ids("train")["tau2-retail"] and "72" not in registry.task_ids("all")["tau2-airline"]
+    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "0,72", *xdist)
+    _refused_before_any_trial(result, pytester, "*--ecdysis-tasks: 72 is a task of tau2-retail, whose tests were "
+                                                "not collected (this session collected tau2-airline)*")
+
+
+def test_an_id_of_another_split_or_of_no_suite_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """An id of the test split with the train split names the split to pass; an id of no suite names the
+    valid ids; both are usage errors like every other bad option (was a collection error, exit 2)."""
+    test_only = next(t for t in registry.task_ids("test")["tau2-airline"]
+                     if not any(t in ids for ids in registry.task_ids("train").values()))
+    result = _run(pytester, "--pyargs", "task_suites.tau2", "--ecdysis-tasks", f"{test_only},9999")
+    _refused_before_any_trial(
+        result, pytester,
+        f"*--ecdysis-tasks: {test_only} is not in split 'train' (tau2-airline has it in split 'test'*); pass "
+        "--ecdysis-split test or all*; 9999 is a task of no installed suite; ids of split 'train': "
+        "tau2-airline: 0, 1, 3*; tau2-retail: *")
+
+
+def _baseline(pytester: pytest.Pytester, tasks: list[str]) -> str:
+    path = pytester.path / "baseline.json"
+    path.write_text(json.dumps({
+        "schema_version": 1, "kind": "ecdysis-baseline", "suite": "tau2-airline", "split": "train", "trials": 1,
+        "model": "sim", "threshold": 1.0, "suite_score": 1.0, "n_tasks": len(tasks),
+        "tasks": {f"tau2-airline/{t}": {"n": 1, "successes": 1, "solved": True} for t in tasks}}))
+    return str(path)
+
+
+def test_gate_with_a_baseline_of_other_tasks_is_refused_before_any_trial(pytester: pytest.Pytester) -> None:
+    """A baseline saved with --ecdysis-tasks 0,1 against a run of task 0, and against a run of the whole
+    split: refused after collection as a usage error (was: after the whole suite ran, exit 1)."""
+    baseline = _baseline(pytester, ["0", "1"])
+    args = ("--pyargs", "task_suites.tau2.test_airline", "--ecdysis-gate", "--ecdysis-baseline", baseline)
+    result = _run(pytester, *args, "--ecdysis-tasks", "0")
+    _refused_before_any_trial(result, pytester, "*--ecdysis-gate refuses baseline * before any trial: it was made "
+                                                "with other tasks (tasks: baseline has 2, this run 1 (only in the "
+                                                "baseline: tau2-airline/1; only in this run: none))*")
+    result = _run(pytester, *args)
+    _refused_before_any_trial(result, pytester, "*refuses baseline*tasks: baseline has 2, this run 30*")

@@ -1,0 +1,81 @@
+"""The last lines of an evolution or a gate say what happened (issue 20 item 2): after pytest's counts line
+comes the `ecdysis verdict` section, whose lines name the branch and how to see it (or why none was made),
+the gate's verdict, and say that the starting run's failed trials are not the run's failure."""
+
+from __future__ import annotations
+
+import pytest
+from test_evolve_loop import CONFTEST, _run, _script, make_project
+from test_gate_runs import save_baseline
+from test_records_pipeline import env  # noqa: F401  (the fixture, used by the gate test)
+
+from pytest_ecdysis.verdict import evolution_lines, verdict_lines
+
+
+def _tail(result: pytest.RunResult) -> list[str]:
+    """The lines after pytest's own last line (`=== 3 failed, 1 passed in 9.1s ===`)."""
+    lines = [line for line in result.stdout.lines if line.strip()]
+    last_counts = max(i for i, line in enumerate(lines) if " passed" in line and line.startswith("="))
+    return lines[last_counts + 1:]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    return make_project(pytester, monkeypatch, CONFTEST)
+
+
+def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures_were(project) -> None:
+    _script(project, [{"knob": "x", "value": 3}])
+    result = _run(project, "--ecdysis-rounds", "1")
+    assert result.ret == 0, result.stdout.str()
+    tail = _tail(result)
+    assert "ecdysis verdict" in tail[0]
+    assert tail[1].startswith("evolution finished: 1 of 1 round(s) accepted; train score 0.250 -> 0.750; "
+                              "held-out test split 0.250 -> 0.750 (1 trial(s) per task)")
+    assert tail[2].startswith("branch ecdysis/run1 holds the accepted change(s); see them with: git diff ")
+    assert "the 3 failed trial(s) listed above are the starting harness's trials" in "\n".join(tail)
+    assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
+
+
+def test_evolution_without_a_branch_says_why(project) -> None:
+    _script(project, [{"knob": "x", "value": 1}, None])
+    result = _run(project, "--ecdysis-rounds", "2")
+    assert result.ret == 0, result.stdout.str()
+    text = "\n".join(_tail(result))
+    assert "evolution finished: 0 of 2 round(s) accepted; train score 0.250 -> 0.250" in text
+    assert ("no branch was made: no round scored strictly higher than the harness it started from: round 1 "
+            "rejected") in text
+    assert "round 2 no spec (scripted: no spec)" in text
+    assert _tail(result)[-1].startswith("exit status 0 (success)")
+
+
+@pytest.mark.usefixtures("env")
+def test_gate_ends_with_its_verdict_after_the_failed_trials(pytester: pytest.Pytester) -> None:
+    save_baseline(pytester)
+    result = pytester.runpytest_subprocess("--ecdysis-harness", "harness", "-p", "no:cacheprovider",
+                                           "--ecdysis-trials", "2", "--ecdysis-gate", timeout=300)
+    assert result.ret == 0
+    tail = _tail(result)
+    assert "ecdysis verdict" in tail[0] and tail[1].startswith("gate PASSED: suite score 0.625 vs baseline 0.625")
+    assert "the 3 failed trial(s) listed above are within what the baseline allows" in tail[2]
+    assert tail[-1].startswith("exit status 0 (success)")
+
+
+def test_verdict_lines_of_a_stopped_evolution_and_a_failed_gate(tmp_path) -> None:
+    """Unit: an evolution stopped by an error says why and how to resume (when the loop had started); a
+    failed gate gives its reasons and exit status 1."""
+    (tmp_path / "evolution.json").write_text("{}")
+    lines = verdict_lines({"n_failures": 2}, evolve=True, gate=None, evolution=None,
+                          evolution_error="--ecdysis-evolve stopped: git failed", run_id="r1", run_path=tmp_path,
+                          exit_status=1)
+    assert [text for text, _ in lines] == [
+        "evolution stopped, nothing was made: --ecdysis-evolve stopped: git failed",
+        "what was done is kept: continue with --ecdysis-resume r1 (same options)",
+        f"exit status 1 (failure); files in {tmp_path} (read back with: ecdysis show {tmp_path})"]
+    assert evolution_lines(None, "x", "r1", resumable=False) == [("evolution stopped, nothing was made: x", "red")]
+    gate = {"passed": False, "headline": "gate FAILED: suite score 0.5 vs baseline 0.6",
+            "reasons": ["suite score 0.500 is 0.100 below", "2 regressed"]}
+    lines = verdict_lines({"n_failures": 3}, evolve=False, gate=gate, evolution=None, evolution_error=None,
+                          run_id="r", run_path=None, exit_status=1)
+    assert lines == [(gate["headline"], "red"), ("  - suite score 0.500 is 0.100 below", None),
+                     ("  - 2 regressed", None), ("exit status 1 (failure)", None)]
