@@ -40,6 +40,7 @@ class Count:
     done: int
     total: int | None
     failed: int = 0
+    pace_s: float | None = None  # seconds the `done` trials took since collection (workers starting excluded)
 
 
 def duration(seconds: float) -> str:
@@ -63,7 +64,7 @@ def status_line(label: str, count: Count | None, elapsed_s: float, seconds_per_t
         parts.append(f"{count.done}/{count.total} trials{failed},")
         todo = max(count.total - count.done, 0)
         if count.done:
-            left = elapsed_s / count.done * todo
+            left = (count.pace_s or elapsed_s) / count.done * todo
         elif seconds_per_trial:
             left = max(seconds_per_trial * count.total - elapsed_s, 0.0)
     parts.append(f"{duration(elapsed_s)} elapsed")
@@ -78,7 +79,8 @@ def read_count(path: Path) -> Count | None:
     """The count a run wrote to its `progress.json`, or None while there is none (or it is being replaced)."""
     try:
         data = json.loads(path.read_text())
-        return Count(done=int(data["done"]), total=data.get("total"), failed=int(data.get("failed", 0)))
+        return Count(done=int(data["done"]), total=data.get("total"), failed=int(data.get("failed", 0)),
+                     pace_s=data.get("trials_elapsed_s"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -92,6 +94,7 @@ class TrialCounter:
         self.done = 0
         self.failed = 0
         self.total: int | None = None
+        self.collected_at: float | None = None  # when the trials could start (collection finished)
         self._written = 0.0
 
     def finished(self, failed: bool) -> None:
@@ -100,8 +103,11 @@ class TrialCounter:
         self.failed += bool(failed)
         self.write()
 
+    def pace(self) -> float | None:
+        return None if self.collected_at is None else time.monotonic() - self.collected_at
+
     def count(self) -> Count:
-        return Count(done=self.done, total=self.total, failed=self.failed)
+        return Count(done=self.done, total=self.total, failed=self.failed, pace_s=self.pace())
 
     def write(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -109,7 +115,8 @@ class TrialCounter:
             return
         self._written = now
         doc = {"schema_version": SCHEMA_VERSION, "done": self.done, "total": self.total, "failed": self.failed,
-               "elapsed_s": round(now - self.started, 1)}
+               "elapsed_s": round(now - self.started, 1),
+               "trials_elapsed_s": None if self.collected_at is None else round(now - self.collected_at, 1)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
@@ -207,6 +214,8 @@ class SessionProgress:
         which node ids are trials, `guess` (every collected id) is used once a trial case has finished."""
         self._guess = guess
         self._collected = True
+        if self.counter.collected_at is None:
+            self.counter.collected_at = time.monotonic()
         if total:
             self.counter.total = total  # written with the first finished trial: a refused run writes nothing
 

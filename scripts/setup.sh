@@ -17,6 +17,9 @@ sys.exit(pathlib.Path(pytest_ecdysis.__file__).resolve().parents[1] != pathlib.P
 fi
 echo "setup: installing pytest-ecdysis and the τ² suites into .venv (about 15 s, minutes on a fresh machine)"
 rm -f "$STAMP"
+# pip -q is silent for minutes on a fresh machine: a line every 20 s says the install is still going
+( while sleep 20; do echo "setup: still installing ($SECONDS s)"; done ) &
+trap 'kill $! 2>/dev/null' EXIT
 .venv/bin/python -m pip install -q --upgrade pip
 # setuptools prints an "editable installation" notice box (a UserWarning) on every editable install
 PYTHONWARNINGS=ignore::UserWarning .venv/bin/python -m pip install -q -e '.[dev]'

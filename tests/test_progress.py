@@ -35,6 +35,9 @@ def test_status_line_says_done_total_elapsed_and_an_estimate() -> None:
         "test: start harness: 0/60 trials, 30s elapsed, about 1m30s left")
     assert status_line("s", Count(done=0, total=4), 3.0) == "s: 0/4 trials, 3s elapsed, estimate after the first trial"
     assert status_line("round 2: diagnosis", None, 3725.0) == "round 2: diagnosis: 1h02m elapsed"
+    # the pace counts from the end of collection: 100 s of workers starting do not inflate the estimate
+    assert status_line("running the suite", Count(done=4, total=30, pace_s=20.0), 120.0) == (
+        "running the suite: 4/30 trials, 2m00s elapsed, about 2m10s left")
 
 
 def test_ticker_repeats_its_line_until_the_stage_ends(tmp_path) -> None:
@@ -69,7 +72,8 @@ def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest
                and "elapsed" in line for line in result.stdout.lines), result.stdout.str()
     (run,) = (pytester.path / ".ecdysis" / "runs").iterdir()
     assert json.loads((run / "progress.json").read_text())["done"] == 4
-    assert read_count(run / "progress.json") == Count(done=4, total=4, failed=1)
+    count = read_count(run / "progress.json")
+    assert (count.done, count.total, count.failed) == (4, 4, 1) and count.pace_s is not None
 
 
 def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
