@@ -338,12 +338,13 @@ class Evolution:
             args = [str(a) for a in proc.args]
             if "--ecdysis-run-dir" in args:
                 at = len(args) - 1 - args[::-1].index("--ecdysis-run-dir")
-                progress["file"] = Path(args[at + 1]) / run_id / "progress.json"
+                progress["runs"] = Path(args[at + 1])  # the sub-run's own run id is private: one run in there
             if on_start is not None:
                 on_start(proc)
 
         try:
-            with self.follow(self.last_said.split(" (")[0], lambda: progress.get("file")):
+            with self.follow(self.last_said.split(" (")[0],
+                             lambda: next(progress["runs"].glob("*/progress.json"), None) if progress else None):
                 sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
                                 run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
                                 trusted=self.trusted, files=files, on_start=started)

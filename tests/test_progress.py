@@ -79,7 +79,8 @@ def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest
 def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Diagnosis, editor call, validation sub-run and test-split scoring each report while they run, the
     sub-runs with their done/total trials read from the sub-run's progress.json."""
-    project = make_project(pytester, monkeypatch, CONFTEST)
+    slow = "\n\nimport time as _time\n\n\n@pytest.fixture(autouse=True)\ndef _slow():\n    yield\n    _time.sleep(0.4)\n"
+    project = make_project(pytester, monkeypatch, "import pytest\n" + CONFTEST + slow)  # trials that take time
     _script(project, [{"knob": "x", "value": 2}])
     result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-progress", "0.2")
     assert result.ret == 0, result.stdout.str()
