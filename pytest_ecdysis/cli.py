@@ -136,7 +136,14 @@ def _gate(args: argparse.Namespace) -> int:
     import json
 
     from . import gate
+    from .config import _float, _int
 
+    try:  # the bounds of --ecdysis-gate-tolerance and --ecdysis-gate-max-regressions
+        _float("gate-tolerance", args.tolerance, 0.0, 1.0)
+        if args.max_regressions is not None:
+            _int("gate-max-regressions", args.max_regressions, 0)
+    except UsageError as exc:
+        raise RunDirError(str(exc).replace("--ecdysis-gate-", "--")) from None
     summary, _ = report.read_run(args.run_dir)
     try:
         baseline = gate.load_baseline(args.baseline)

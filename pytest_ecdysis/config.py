@@ -260,7 +260,7 @@ def _float(name: str, value: Any, lo: float, hi: float | None) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise UsageError(f"--ecdysis-{name} must be a number, got {value!r}") from None
-    if number < lo or (hi is not None and number > hi):
+    if not (number >= lo and (hi is None or number <= hi)):  # NaN fails both comparisons
         span = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise UsageError(f"--ecdysis-{name} must be {span}, got {number}")
     return number

@@ -11,6 +11,8 @@ BAD_OPTIONS = [
     (["--ecdysis-split", "dev"], "--ecdysis-split must be one of train, test, all"),
     (["--ecdysis-threshold", "1.5"], "--ecdysis-threshold must be in ?0.0, 1.0?"),
     (["--ecdysis-threshold", "x"], "--ecdysis-threshold must be a number"),
+    (["--ecdysis-threshold", "nan"], "--ecdysis-threshold must be in ?0.0, 1.0?, got nan"),
+    (["--ecdysis-gate-tolerance", "nan"], "--ecdysis-gate-tolerance must be in ?0.0, 1.0?, got nan"),
     (["--ecdysis-trials", "0"], "--ecdysis-trials must be an integer >= 1"),
     (["--ecdysis-test-trials", "-1"], "--ecdysis-test-trials must be an integer >= 0"),
     (["--ecdysis-evidence", "some"], "--ecdysis-evidence must be 'all' or 'failure-aware:N'"),

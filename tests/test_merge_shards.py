@@ -101,3 +101,16 @@ def test_merge_refuses_missing_duplicate_and_foreign_shards(pytester: pytest.Pyt
         merge([shards[0], subset, shards[2]], out)
     assert not out.exists()  # nothing written on a refusal
     assert ecdysis(["merge", str(shards[0]), str(shards[2]), "-o", str(out)]) == 2  # the command: exit 2, one line on stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tolerance", "-1"], "--tolerance must be in [0.0, 1.0], got -1.0"),
+    (["--tolerance", "nan"], "--tolerance must be in [0.0, 1.0], got nan"),
+    (["--max-regressions", "-3"], "--max-regressions must be an integer >= 0, got -3"),
+])
+def test_gate_command_refuses_bounds_the_pytest_option_refuses(tmp_path, capsys: pytest.CaptureFixture,
+                                                               args: list[str], message: str) -> None:
+    """`ecdysis gate` bounds its options like --ecdysis-gate-tolerance/-max-regressions (a negative tolerance
+    failed an equal score, NaN passed anything): exit 2 before any file is read or written."""
+    assert ecdysis(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "b.json"), *args]) == 2
+    assert message in capsys.readouterr().err
