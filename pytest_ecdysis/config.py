@@ -361,7 +361,10 @@ def read_config(config: Any) -> EcdysisConfig:
         head, _, n = evidence.partition(":")
         if head != "failure-aware" or not n:
             raise UsageError(f"--ecdysis-evidence must be 'all' or 'failure-aware:N', got {evidence!r}")
-        evidence_limit = _int("evidence", n, 1)
+        if not n.strip().isdigit() or int(n) < 1:
+            raise UsageError(f"--ecdysis-evidence failure-aware:N needs N an integer >= 1 (the most records diagnosis sees), "
+                             f"got {evidence!r}")
+        evidence_limit = int(n)
 
     editor = raw["editor"] or ("sim" if is_sim_model(diagnosis_model) else "builtin")
     if editor not in ("builtin", "sim") and not editor.startswith("cmd:"):

@@ -16,6 +16,8 @@ BAD_OPTIONS = [
     (["--ecdysis-trials", "0"], "--ecdysis-trials must be an integer >= 1"),
     (["--ecdysis-test-trials", "-1"], "--ecdysis-test-trials must be an integer >= 0"),
     (["--ecdysis-evidence", "some"], "--ecdysis-evidence must be 'all' or 'failure-aware:N'"),
+    (["--ecdysis-evidence", "failure-aware:x"], "--ecdysis-evidence failure-aware:N needs N an integer >= 1"),
+    (["--ecdysis-evidence", "failure-aware:0"], "--ecdysis-evidence failure-aware:N needs N an integer >= 1"),
     (["--ecdysis-editor", "vim"], "--ecdysis-editor must be 'builtin', 'sim' or 'cmd:"),
     (["--ecdysis-strategy", "magic"], "--ecdysis-strategy must be one of"),
     (["--ecdysis-harness", "no_such_harness"], "is neither a directory nor a registered harness name"),
