@@ -76,6 +76,9 @@ def _run(pytester: pytest.Pytester, run_dir: str, *extra: str) -> tuple[int, dic
     result = pytester.runpytest_subprocess(
         "--pyargs", "task_suites.tau2.test_airline", "-n", "2", "-rA", "-p", "no:cacheprovider", "--ecdysis-split", "all",
         "--ecdysis-tasks", "0,1,2", "--ecdysis-trials", "2", "--ecdysis-sim-nonce", "identity",
+        # a slow reply is waited for, not retried: a retried user-simulator call advances the simulated
+        # user a turn (pytest_ecdysis/sim/user.py), which on a loaded machine changes a run with or without C
+        "--ecdysis-call-timeout", "600",
         "--ecdysis-run-dir", run_dir, *extra, timeout=900)
     (path,) = (pytester.path / run_dir).iterdir()
     trials = {}
