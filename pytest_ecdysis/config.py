@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -332,6 +333,13 @@ def read_config(config: Any) -> EcdysisConfig:
     """
     raw = {opt.name: _raw(config, opt) for opt in OPTIONS}
     env = os.environ
+    for name in ("model", "base-url", "user-model", "diagnosis-model", "harness", "run-dir", "tasks"):
+        if isinstance(raw[name], str) and not raw[name].strip():  # `--ecdysis-model=` (an unset $MODEL)
+            raise UsageError(f"--ecdysis-{name} was given an empty value (an unset shell variable?); pass a "
+                             f"value, or leave the option out for its default")
+    if any(not str(m).strip() for m in raw["test-model"]):
+        raise UsageError("--ecdysis-test-model was given an empty value (an unset shell variable?); pass a "
+                         "model name, or leave the option out")
     model = raw["model"] or env.get("ECDYSIS_MODEL") or "sim"
     base_url = raw["base-url"] or env.get("OPENAI_BASE_URL") or None
     user_model = raw["user-model"] or model
@@ -347,12 +355,17 @@ def read_config(config: Any) -> EcdysisConfig:
         if not tasks:
             raise UsageError("--ecdysis-tasks was given but names no task id; pass e.g. --ecdysis-tasks 0,3,7")
 
-    for name in (model, user_model, diagnosis_model, *test_models):
+    if base_url and not re.match(r"https?://[^/\s]+", base_url):
+        raise UsageError(f"--ecdysis-base-url (or OPENAI_BASE_URL) must be an http(s) URL such as "
+                         f"http://localhost:8000/v1, got {base_url!r}")
+    for option, name in (("--ecdysis-model", model), ("--ecdysis-user-model", user_model),
+                         ("--ecdysis-diagnosis-model", diagnosis_model),
+                         *(("--ecdysis-test-model", m) for m in test_models)):
         if not is_sim_model(name) and not base_url and not env.get("OPENAI_API_KEY"):
             raise UsageError(
-                f"model {name!r} is not simulated, and neither --ecdysis-base-url (or OPENAI_BASE_URL) nor "
+                f"{option} {name!r} is not simulated, and neither --ecdysis-base-url (or OPENAI_BASE_URL) nor "
                 "OPENAI_API_KEY is set: point at your endpoint with --ecdysis-base-url URL, export "
-                "OPENAI_API_KEY, or use --ecdysis-model sim for the simulated model"
+                f"OPENAI_API_KEY, or use {option} sim for the simulated model"
             )
 
     evidence = str(raw["evidence"])

@@ -38,6 +38,11 @@ BAD_OPTIONS = [
     (["--ecdysis-accept-level", "1"], "--ecdysis-accept-level must be strictly between 0 and 1"),
     (["--ecdysis-accept-level", "1.5"], "--ecdysis-accept-level must be in ?0.0, 1.0?"),
     (["--ecdysis-accept-level", "five"], "--ecdysis-accept-level must be a number"),
+    (["--ecdysis-model="], "--ecdysis-model was given an empty value"),
+    (["--ecdysis-run-dir="], "--ecdysis-run-dir was given an empty value"),
+    (["--ecdysis-harness="], "--ecdysis-harness was given an empty value"),
+    (["--ecdysis-test-model="], "--ecdysis-test-model was given an empty value"),
+    (["--ecdysis-base-url", "notaurl"], "--ecdysis-base-url (or OPENAI_BASE_URL) must be an http(s) URL"),
 ]
 
 
@@ -57,7 +62,10 @@ def test_real_model_without_endpoint_is_a_usage_error(pytester: pytest.Pytester,
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess("--ecdysis-model", "gpt-4o-mini")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*not simulated*--ecdysis-base-url*OPENAI_API_KEY*"])
+    result.stderr.fnmatch_lines(["*--ecdysis-model 'gpt-4o-mini' is not simulated*--ecdysis-base-url*OPENAI_API_KEY*"])
+    result = pytester.runpytest_subprocess("--ecdysis-test-model", "gpt-4o")  # the hint names the option used
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ecdysis-test-model 'gpt-4o' is not simulated*or use --ecdysis-test-model sim*"])
 
 
 def test_ini_mirror_is_read(pytester: pytest.Pytester) -> None:
