@@ -51,6 +51,7 @@ class EcdysisState:
     messages: list[str] = field(default_factory=list)
     html_path: Path | None = None  # the page `--ecdysis-html` wrote
     progress: Any = None  # progress.SessionProgress on the controller
+    no_trials: bool = False  # --collect-only, --setup-plan, --fixtures, ...: no trial will run
 
     @property
     def run_path(self) -> Path:
@@ -98,6 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .verdict import VerdictPrinter
 
     state.progress = SessionProgress(state.run_path, cfg.progress_s)
+    state.no_trials = _runs_no_test(config)
     config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
     config.pluginmanager.register(VerdictPrinter(state), "ecdysis-verdict")
     try:
@@ -247,7 +249,8 @@ class TrialCollector:
         from .session import note_report
 
         note_report(self.state, report)
-        self.state.progress.report(report)
+        if not self.state.no_trials:  # `--setup-plan` reports every case without running it: write nothing
+            self.state.progress.report(report)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

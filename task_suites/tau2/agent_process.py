@@ -225,6 +225,7 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
             self.usage: dict[str, int] = {}
             self.stops: dict[int, bool] = {}
             self.infra: BaseException | None = None  # what the trial side saw on the wire
+            self.format_error: EndpointFormatError | None = None  # an unusable reply the trial side saw
             self.process = agent_process(harness_dir)
             self.request({"op": "start", "harness_dir": str(harness_dir), "domain": domain, "model": model,
                           "max_steps_hint": max_steps_hint, "trial": trial})
@@ -258,6 +259,9 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
             except openai.APIConnectionError as exc:
                 self.infra = exc
                 return {"op": "completion", "ok": False, "kind": "connection", "message": str(exc)}
+            except EndpointFormatError as exc:  # tool calls written as text, a server parse failure
+                self.format_error = exc
+                return {"op": "completion", "ok": False, "kind": "format", "message": str(exc)}
             except (TypeError, ValueError) as exc:  # bad arguments from the harness: its own error
                 return {"op": "completion", "ok": False, "kind": "arguments", "message": str(exc)}
 
@@ -269,6 +273,8 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
                 exc = InfrastructureError(text)
                 exc.__cause__ = self.infra
                 return exc
+            if self.format_error is not None:  # decided by what the trial side saw, not by what was raised
+                return self.format_error
             if kind == "EndpointFormatError":
                 return EndpointFormatError(text)
             detail = "" if self.infra is not None or kind not in INFRA_TYPES else \
@@ -347,6 +353,8 @@ class _Completions:
         if kind == "status":
             response = httpx.Response(int(reply.get("status") or 500), request=request)
             raise openai.APIStatusError(message, response=response, body=None)
+        if kind == "format":  # the trial ends as endpoint_format_error whatever the harness does with this
+            raise RuntimeError(f"endpoint format error: {message}")
         raise TypeError(message)
 
 
