@@ -9,17 +9,9 @@ from __future__ import annotations
 
 import re
 
-#: Added diff lines matching one of these read the benchmark's gold data or patch its scoring
-#: (docs/evolution.md, threat model): flagged statically, the candidate is rejected before validation.
-GOLD_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"evaluation_criteria", "reads a task's evaluation criteria (gold actions)"),
-    (r"tasks\.json|tasks_voice\.json|split_tasks\.json", "opens a τ² task file"),
-    (r"tau2[/\\.]data\b|\bDATA_DIR\b|data/tau2|domains[/\\]\w+[/\\](db|tasks)", "reads τ²'s data directory"),
-    (r"\b(expected_actions|communicate_info|reward_basis|nl_assertions|env_assertions)\b",
-     "reads gold task fields"),
-    (r"tau2\.evaluator|\bevaluate_simulation\b|\bEnvironmentEvaluator\b", "touches τ²'s evaluator"),
-    (r"\bpytest_ecdysis\b|\btask_suites\b", "touches the plugin or the task suites"),
-)
+from .staticcheck import GOLD_PATTERNS
+
+#: The gold-data patterns are the static check's own (one list): `staticcheck.GOLD_PATTERNS`.
 
 
 def gold_data_flags(diff_text: str) -> list[str]:
