@@ -53,7 +53,6 @@ from .evolve_alternatives import alternatives_round
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
 from .evolve_report import OUTCOME_TEXT, FinalTable, fmt, summary_lines
 from .evolve_stages import diagnose_stage, edit_stage, validate_stage
-from .guard import gold_data_flags
 from .preflight import preflight
 from .progress import Count, Ticker, is_terminal, read_count
 from .records import SCHEMA_VERSION, ModificationSpec
@@ -64,7 +63,7 @@ from .validate import SubRun, TrustedTree, flips, infra_drift, read_run, run_sui
 #: stage checkpoints computed in this process, and what a progress line calls them.
 STAGE_NAMES = {"diagnosis.json": "diagnosis", "edit.json": "editor call"}
 
-__all__ = ["MAX_INSTANCE_STEPS", "Evolution", "gold_data_flags", "load_evidence", "preflight", "run_evolution",
+__all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
 
 

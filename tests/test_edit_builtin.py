@@ -8,7 +8,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pytest_ecdysis.edit import BuiltinEditor, CommandEditor, apply_edit_blocks, import_check
-from pytest_ecdysis.evolve import gold_data_flags
 from pytest_ecdysis.llm import Completion
 from pytest_ecdysis.validate import strip_args, subrun_args
 
@@ -75,14 +74,6 @@ def test_cmd_editor_timeout_and_failure(tmp_path: Path) -> None:
     bad = CommandEditor(f"{sys.executable} -c 'raise SystemExit(2)' {{spec}}")
     result = bad.edit(None, h, spec_path=tmp_path / "spec.json")
     assert not result.ok and "status 2" in result.detail
-
-
-def test_gold_data_flags_read_added_lines_only() -> None:
-    """Added lines that open τ² task data or its evaluator are flagged; removed and context lines are not."""
-    diff = ("+++ b/h/tools.py\n+    crit = task.evaluation_criteria\n-    old = open('tasks.json')\n"
-            " context tau2/data\n+    from tau2.evaluator import evaluator\n+    x = 1\n")
-    flags = gold_data_flags(diff)
-    assert len(flags) == 2 and flags[0].startswith("h/tools.py: reads a task's evaluation criteria")
 
 
 def test_subrun_args_drop_outer_options() -> None:
