@@ -346,9 +346,7 @@ def read_config(config: Any) -> EcdysisConfig:
     diagnosis_model = raw["diagnosis-model"] or model
     test_models = tuple(raw["test-model"])
 
-    split = raw["split"]
-    if split not in SPLITS:
-        raise UsageError(f"--ecdysis-split must be one of {', '.join(SPLITS)}, got {split!r}")
+    split = _choice("split", raw["split"], SPLITS)
     tasks = None
     if raw["tasks"]:
         tasks = tuple(t.strip() for t in str(raw["tasks"]).split(",") if t.strip())
@@ -400,15 +398,9 @@ def read_config(config: Any) -> EcdysisConfig:
 
     from .acceptance import METHODS, RULES
 
-    if raw["accept"] not in RULES:
-        raise UsageError(f"--ecdysis-accept must be one of {', '.join(RULES)}, got {raw['accept']!r}")
-    if raw["accept-method"] not in METHODS:
-        raise UsageError(f"--ecdysis-accept-method must be one of {', '.join(METHODS)}, got "
-                         f"{raw['accept-method']!r}")
-    if raw["response-cache"] not in ("on", "off"):
-        raise UsageError(f"--ecdysis-response-cache must be on or off, got {raw['response-cache']!r}")
-    if raw["rescore"] not in ("auto", "always", "never"):
-        raise UsageError(f"--ecdysis-rescore must be one of auto, always, never, got {raw['rescore']!r}")
+    for name, choices in (("accept", RULES), ("accept-method", METHODS), ("response-cache", ("on", "off")),
+                          ("rescore", ("auto", "always", "never"))):
+        _choice(name, raw[name], tuple(choices))
     accept_level = _float("accept-level", raw["accept-level"], 0.0, 1.0)
     if not 0.0 < accept_level < 1.0:
         raise UsageError(f"--ecdysis-accept-level must be strictly between 0 and 1 (e.g. 0.05), got {accept_level}")

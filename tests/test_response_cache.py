@@ -110,7 +110,7 @@ def test_bad_cache_options_are_usage_errors(pytester: pytest.Pytester) -> None:
     (pytester.path / "afile").write_text("")
     result = pytester.runpytest_subprocess("--ecdysis-response-cache", "maybe")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-response-cache must be on or off, got 'maybe'*"])
+    result.stderr.fnmatch_lines(["*--ecdysis-response-cache must be one of on, off, got 'maybe'*"])
     result = pytester.runpytest_subprocess("--ecdysis-evolve", "--ecdysis-response-cache", "on",
                                            "--ecdysis-cache-dir", str(pytester.path / "afile" / "cache"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
