@@ -117,6 +117,10 @@ OPTIONS: tuple[Option, ...] = (
            "(default: env ECDYSIS_SIM_NONCE, else fresh per run and validation sub-run)"),
     Option("self-evolution-cap", "specs the self-evolution strategy patches per round, each with an editor call "
            "and a validation sub-run (default: 5)", default="5"),
+    Option("proposals", "proposals the self-harness strategy makes per round, each with its own analyst call, "
+           "editor call and validation sub-run; the Self-Harness description asks for at least 3, so a value "
+           "below 3 runs a reduced Self-Harness (1: a single proposal, no choice among alternatives) "
+           "(default: 3)", default="3"),
     Option("evidence", "which failure records diagnosis sees: 'all' or 'failure-aware:N' (default: all)",
            default="all"),
     Option("call-timeout", "seconds one model call of a trial may take, whole response included "
@@ -204,6 +208,7 @@ class EcdysisConfig:
     sim_nonce: str | None = None
     concurrency: int = 1  # trials in flight per worker (`--ecdysis-concurrency`)
     self_evolution_cap: int = 5
+    proposals: int = 3  # self-harness proposals per round (`--ecdysis-proposals`)
     text_tool_calls: str = "reject"
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     max_retries: int = DEFAULT_MAX_RETRIES
@@ -449,6 +454,7 @@ def read_config(config: Any) -> EcdysisConfig:
         sim_nonce=_nonce(raw["sim-nonce"]),
         concurrency=_int("concurrency", raw["concurrency"], 1),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
+        proposals=_int("proposals", raw["proposals"], 1),
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
         **read_limits(raw, env),
         progress_s=_float("progress", raw["progress"], 0.0, None),

@@ -438,6 +438,7 @@ class Evolution:
                "threshold": self.cfg.threshold, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
                "editor": self.cfg.editor, "model": self.cfg.model, "harness": str(self.harness_dir),
                "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
+               "proposals": getattr(self.cfg, "proposals", 3),
                "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method, "level": self.cfg.accept_level},
                "status": "running", "start": start, "incumbent": dict(start), "rounds": [], "branch": None,
                "test": None, "wall_s": 0.0, "run_path": str(self.dir)}

@@ -42,7 +42,8 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     """The final table of an evolution (terminal): per round score before/after, outcome, pass^k, flips,
     editor calls, tokens, wall-clock; then test scores side by side, and the branch."""
     cap = (f", at most {doc['self_evolution_cap']} specs a round" if doc.get("strategy") == "self-evolution"
-           and doc.get("self_evolution_cap") else "")
+           and doc.get("self_evolution_cap") else f", {doc['proposals']} proposals a round"
+           if doc.get("strategy") == "self-harness" and doc.get("proposals") else "")
     out = ["", f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}{cap}, "
            f"editor {doc.get('editor')})",
            f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'p':>6}  {'edits':>5}  "

@@ -24,6 +24,8 @@ BAD_OPTIONS = [
     (["--ecdysis-evolve", "--ecdysis-split", "test"], "the test split is held out"),
     (["--ecdysis-html", "."], "--ecdysis-html . is a directory; pass the page's file name"),
     (["--ecdysis-self-evolution-cap", "0"], "--ecdysis-self-evolution-cap must be an integer >= 1"),
+    (["--ecdysis-proposals", "0"], "--ecdysis-proposals must be an integer >= 1, got 0"),
+    (["--ecdysis-proposals", "three"], "--ecdysis-proposals must be an integer >= 1, got 'three'"),
     (["--ecdysis-sim-nonce", " "], "--ecdysis-sim-nonce must be a non-blank text"),
     (["--ecdysis-trial-budget", "0"], "--ecdysis-trial-budget must be a number of seconds > 0, got '0'"),
     (["--ecdysis-call-timeout", "-1"], "--ecdysis-call-timeout must be a number of seconds > 0, got '-1'"),

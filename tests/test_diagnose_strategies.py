@@ -21,10 +21,13 @@ from pytest_ecdysis.patterns import group
 from pytest_ecdysis.strategies.base import get_strategy
 
 
-def run(tmp_path, strategy, records, log):
+def run(tmp_path, strategy, records, log, proposals=None):
     harness = write_harness(tmp_path)
+    config = cfg(2)
+    if proposals is not None:
+        config.proposals = proposals
     return diagnose(records=records, groups=group(records), harness_dir=harness, history=[], solved_tasks=[],
-                    cfg=cfg(2), round_dir=tmp_path / "round", strategy=strategy, client=sim_client(log))
+                    cfg=config, round_dir=tmp_path / "round", strategy=strategy, client=sim_client(log))
 
 
 def evidence_of(body):
@@ -106,6 +109,18 @@ def test_self_harness_mines_records_when_groups_are_few(tmp_path):
     assert len(log) == 3 and len(d.specs) < 3
     rows = json.loads((tmp_path / "round" / "proposals.json").read_text())["proposals"]
     assert any(r["outcome"] == "duplicate" for r in rows)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_self_harness_makes_as_many_proposals_as_asked(tmp_path, n):
+    """--ecdysis-proposals N (cfg.proposals): N weaknesses, N analyst calls, at most N proposals; 4 weaknesses
+    come from three groups plus a single record of the largest."""
+    log = []
+    d = run(tmp_path, "self-harness", id_prefix_records() + incomplete_records() + blind_spot_records(), log,
+            proposals=n)
+    weak = json.loads((tmp_path / "round" / "weaknesses.json").read_text())["weaknesses"]
+    assert len(log) == len(weak) == n and 1 <= len(d.specs) <= n
+    assert "already proposed" not in log[0][1]["messages"][1]["content"].lower()
 
 
 def test_unknown_strategy_is_a_usage_error():

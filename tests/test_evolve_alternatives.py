@@ -105,7 +105,7 @@ def _project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftes
     return project
 
 
-def _run(project: pytest.Pytester, strategy: str, rounds: int) -> pytest.RunResult:
+def _run(project: pytest.Pytester, strategy: str, rounds: int, *extra: str) -> pytest.RunResult:
     mp = pytest.MonkeyPatch()
     mp.setenv("ECDYSIS_RUN_ID", "run1")
     try:
@@ -114,7 +114,7 @@ def _run(project: pytest.Pytester, strategy: str, rounds: int) -> pytest.RunResu
             "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness",
             "--ecdysis-strategy", strategy, "--ecdysis-rounds", str(rounds),
             "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
-            "--ecdysis-test-trials", "1", timeout=300)
+            "--ecdysis-test-trials", "1", *extra, timeout=300)
     finally:
         mp.undo()
 
@@ -130,8 +130,9 @@ def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester
     its spec, diff, validation and decision in rounds/1/proposals/<k>/."""
     project = _project(pytester, monkeypatch, CONFTEST)
     (project.path / "script.json").write_text(json.dumps([[{"value": 2}, {"value": 4, "skip": 0}, {"value": 3}]]))
-    result = _run(project, "self-harness", 1)
+    result = _run(project, "self-harness", 1, "--ecdysis-proposals", "4")
     assert result.ret == 0, result.stdout.str()
+    assert _evolution(project)["proposals"] == 4 and "4 proposals a round" in result.stdout.str()
     (r1,) = _evolution(project)["rounds"]
     assert r1["editor_calls"] == 3 and len((project.path / "editor.log").read_text().splitlines()) == 3
     assert [(p["outcome"], p["score_before"], p["score_after"]) for p in r1["proposals"]] == [

@@ -2,9 +2,9 @@
 modifications per round, each validated against the suite with regression tests, the best that passes kept.
 
 1. Mine weaknesses: each pattern group of the round is a weakness (cross-task groups and larger groups
-   first); when there are fewer than `PROPOSALS`, the records of the largest groups become weaknesses of
+   first); when there are fewer than the proposals asked for (`--ecdysis-proposals`, default `PROPOSALS`), the records of the largest groups become weaknesses of
    their own, so a round still gets several proposals.
-2. Propose: one analyst call per weakness (`PROPOSALS` at most), each seeing only that weakness's records,
+2. Propose: one analyst call per weakness (at most `--ecdysis-proposals`), each seeing only that weakness's records,
    the harness map, the history and the changes already proposed this round (asked for a different one),
    and asked for the single smallest change; a spec is cut to its first change (minimal) and a proposal
    identical to an earlier one (same component, files and parameters) is dropped as a duplicate.
@@ -29,7 +29,8 @@ from ..llm import RoleClient
 from ..records import SCHEMA_VERSION, FailureRecord, ModificationSpec, PatternGroup
 from .base import RoundInput
 
-#: Proposals per round (the Self-Harness description asks for several; at least three).
+#: The default of `--ecdysis-proposals`, proposals per round (the Self-Harness description asks for several:
+#: at least three; a smaller value is allowed and runs a reduced Self-Harness).
 PROPOSALS = 3
 
 
@@ -65,7 +66,8 @@ class SelfHarness:
     def propose(self, round_input: RoundInput, client: RoleClient) -> Diagnosis:
         start = time.monotonic()
         tx = Transcript(round_input.round_dir)
-        weaknesses = mine_weaknesses(round_input.records, round_input.groups)
+        weaknesses = mine_weaknesses(round_input.records, round_input.groups,
+                                     getattr(round_input.cfg, "proposals", PROPOSALS))
         prompt = load_prompt("analyst_nofdcr")
         specs: list[ModificationSpec] = []
         rows, problems, chars, seen = [], [], 0, {}
