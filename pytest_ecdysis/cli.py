@@ -133,17 +133,22 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    import json
-
     from . import gate
+    from .acceptance import METHODS
     from .config import _float, _int
+    from .rundir import write_json
 
-    try:  # the bounds of --ecdysis-gate-tolerance and --ecdysis-gate-max-regressions
+    try:  # the same bounds as --ecdysis-gate-tolerance, -gate-max-regressions and -accept-level
         _float("gate-tolerance", args.tolerance, 0.0, 1.0)
         if args.max_regressions is not None:
             _int("gate-max-regressions", args.max_regressions, 0)
+        level = _float("accept-level", args.accept_level, 0.0, 1.0)
+        if not 0.0 < level < 1.0:
+            raise UsageError(f"--ecdysis-accept-level must be strictly between 0 and 1 (e.g. 0.05), got {level}")
     except UsageError as exc:
-        raise RunDirError(str(exc).replace("--ecdysis-gate-", "--")) from None
+        raise RunDirError(str(exc).replace("--ecdysis-gate-", "--").replace("--ecdysis-", "--")) from None
+    if args.accept_method not in METHODS:
+        raise RunDirError(f"--accept-method must be one of {', '.join(METHODS)}, got {args.accept_method!r}")
     summary, _ = report.read_run(args.run_dir)
     try:
         baseline = gate.load_baseline(args.baseline)
@@ -151,9 +156,10 @@ def _gate(args: argparse.Namespace) -> int:
         raise RunDirError(str(exc).replace("--ecdysis-baseline", "--baseline")) from None
     v = gate.verdict(summary, baseline, tolerance=args.tolerance, max_regressions=args.max_regressions,
                      missing=summary.get("missing", []), n_collected=int(summary.get("n_collected") or 0),
-                     baseline_path=str(args.baseline))
-    summary["gate"] = v.as_dict()
-    (args.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+                     baseline_path=str(args.baseline), rule=args.accept, method=args.accept_method,
+                     level=level)
+    summary["gate"] = v.as_dict()  # as `pytest --ecdysis-gate` records it (docs/ci.md)
+    write_json(args.run_dir / "summary.json", summary)
     print(v.headline())
     for reason in v.reasons if not v.refused else []:
         print(f"  - {reason}")
@@ -191,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=0.0, help="allowed drop of the suite score (default 0)")
     p.add_argument("--max-regressions", type=int, default=None,
                    help="allowed tasks solved in the baseline and not now (default: not checked)")
+    p.add_argument("--accept", choices=("strict", "paired"), default="strict",
+                   help="strict: fail on any drop beyond the tolerance; paired: only on a significant one "
+                        "(as --ecdysis-accept)")
+    p.add_argument("--accept-method", default="sign", help="the paired test: sign, wilcoxon or bootstrap")
+    p.add_argument("--accept-level", type=float, default=0.05, help="the paired test's level, in (0, 1)")
     p.set_defaults(func=_gate)
     return parser
 

@@ -76,6 +76,10 @@ def test_the_gate_runs_on_the_merged_run(pytester: pytest.Pytester, capsys: pyte
     assert ecdysis(["gate", "merged", "--baseline", "higher.json"]) == 1
     assert "gate FAILED" in capsys.readouterr().out
     assert json.loads((pytester.path / "merged" / "summary.json").read_text())["gate"]["passed"] is False
+    # under the paired rule, one task dropping (2 trials of 4 tasks) is not a significant drop: it passes
+    assert ecdysis(["gate", "merged", "--baseline", "higher.json", "--accept", "paired"]) == 0
+    gate = json.loads((pytester.path / "merged" / "summary.json").read_text())["gate"]
+    assert gate["rule"] == "paired" and gate["method"] == "sign" and gate["level"] == 0.05
 
 
 def test_merge_refuses_missing_duplicate_and_foreign_shards(pytester: pytest.Pytester) -> None:
@@ -107,6 +111,8 @@ def test_merge_refuses_missing_duplicate_and_foreign_shards(pytester: pytest.Pyt
     (["--tolerance", "-1"], "--tolerance must be in [0.0, 1.0], got -1.0"),
     (["--tolerance", "nan"], "--tolerance must be in [0.0, 1.0], got nan"),
     (["--max-regressions", "-3"], "--max-regressions must be an integer >= 0, got -3"),
+    (["--accept-level", "1"], "--accept-level must be strictly between 0 and 1 (e.g. 0.05), got 1.0"),
+    (["--accept-method", "t-test"], "--accept-method must be one of sign, wilcoxon, bootstrap, got 't-test'"),
 ])
 def test_gate_command_refuses_bounds_the_pytest_option_refuses(tmp_path, capsys: pytest.CaptureFixture,
                                                                args: list[str], message: str) -> None:
