@@ -24,6 +24,11 @@ Recipe format (TOML)::
     name = "MAX_MODEL_CALLS"
     value = "${value}"
 
+A recipe may create a layer the harness lacks (the Direct harness has none): a `create_file` step
+(`template` = a file beside the recipe, its text written only when the file does not exist yet) followed
+by the steps that fill it in and wire it into the harness's other files; recipes sharing a layer share its
+template, so the one applied second finds the file and adds to it.
+
 Templates use `string.Template` placeholders (`${value}`); a parameter is substituted as a Python
 literal (`repr`), so a text rule becomes a quoted string, never code (`${raw_text}` is a str parameter's
 bare text, for prose such as a prompt line). Operations work on the module's
@@ -203,13 +208,21 @@ def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path,
         rel = step.get("file", recipe.file)
         if rel not in sources:
             path = harness_dir / rel
-            if not path.is_file():
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise RecipeError(f"recipe {recipe.knob!r} names {rel}, outside the harness directory")
+            if path.is_file():
+                originals[rel] = sources[rel] = path.read_text()
+            elif step.get("op") == "create_file":  # a layer the harness does not have yet
+                originals[rel] = sources[rel] = ""
+            else:
                 raise RecipeError(f"recipe {recipe.knob!r} edits {rel}, which this harness does not have")
-            originals[rel] = sources[rel] = path.read_text()
         op = OPS.get(step.get("op", ""))
         if op is None:
             raise RecipeError(f"recipe {recipe.knob!r}: unknown op {step.get('op')!r} (known: {sorted(OPS)})")
-        rendered = {k: _render(v, literals, recipe.knob) for k, v in step.items() if k not in ("op", "file")}
+        if step.get("op") == "create_file":  # the new file's text: a template beside the recipe
+            step = {**step, "text": _template(recipe, str(step.get("template", "")))}
+        rendered = {k: _render(v, literals, recipe.knob) for k, v in step.items()
+                    if k not in ("op", "file", "template")}
         sources[rel] = op(sources[rel], params=params, **rendered)
     for rel, source in sources.items():
         try:
@@ -220,6 +233,19 @@ def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path,
     for rel in changed:
         (harness_dir / rel).write_text(sources[rel])
     return bool(changed)
+
+
+def _template(recipe: Recipe, name: str) -> str:
+    """The text of a `create_file` step's `template` (relative to the recipe's directory).
+
+    Raises:
+        RecipeError: no template named, or the file is missing.
+    """
+    path = recipe.path.parent / name
+    if not name or not path.is_file():
+        raise RecipeError(f"recipe {recipe.knob!r}: create_file needs a template file beside the recipe, "
+                          f"got {name!r}")
+    return path.read_text()
 
 
 def _literal(value: Any) -> str:
@@ -265,6 +291,12 @@ def _replace_span(source: str, node: ast.AST, text: str) -> str:
     start = _offset(lines, node.lineno, node.col_offset)
     end = _offset(lines, node.end_lineno, node.end_col_offset)
     return source[:start] + text + source[end:]
+
+
+def op_create_file(source: str, *, text: str, params: dict[str, Any]) -> str:
+    """Create a file the harness does not have (a new layer module) from `text`; an existing file (another
+    recipe created it, or the harness has it) is left as it is."""
+    return source if source else text
 
 
 def op_set_constant(source: str, *, name: str, value: str, params: dict[str, Any]) -> str:
@@ -406,6 +438,7 @@ def _insert_top_level(source: str, text: str, after: str, at_end: bool = False) 
 
 
 OPS: dict[str, Callable[..., str]] = {
+    "create_file": op_create_file,
     "set_constant": op_set_constant,
     "ensure_constant": op_ensure_constant,
     "extend_sequence": op_extend_sequence,

@@ -642,7 +642,9 @@ def _engineer(world: World, turns: list[dict[str, Any]]) -> str:
         if not isinstance(p, dict):
             continue
         v = by_index.get(i, {"verdict": "accept"})
-        missing = [f for f in p.get("files", []) if world.files and f not in world.files]
+        # a module missing at the harness root is a layer the edit creates (the Direct harness has none)
+        missing = [f for f in p.get("files", []) if world.files and f not in world.files
+                   and not (str(f).endswith(".py") and "/" not in str(f))]
         if v.get("verdict") == "block":
             disputed.append({"change": p, "reason": v.get("reason", "")})
             left.extend({"signature": s, "reason": f"blocked by the critic: {v.get('reason', '')}"}
