@@ -1,6 +1,7 @@
 """Benchmark: every strategy of the paper's comparison table, on τ² airline and retail (issue 17, item 5).
 
     python benchmarks/compare_strategies.py --budget 60        # minutes; chooses tasks, rounds and trials
+    python benchmarks/compare_strategies.py --budget 80 --train 4 --test 2 --trials 3   # a plan of one's own
 
 Rows: Direct and Human-Aug. (the Direct and example harness, scored only), Self-Evolution, Ecdysis w/o FDCR,
 Ecdysis, HarnessFix, Self-Harness, creation from Direct (`ecdysis` evolving a copy of the Direct harness
@@ -78,9 +79,9 @@ def choose_plan(budget_min: float, trial_s: float) -> dict:
 
 
 #: the order rows run in (the table keeps ROWS' order): the two whose wall-clock the issue compares first,
-#: so a small budget still measures them
-RUN_ORDER = ("Direct", "Human-Aug.", "Ecdysis", "Self-Evolution", "Ecdysis w/o FDCR", "HarnessFix", "Self-Harness",
-             "Creation from Direct", "Ecdysis, failure-aware")
+#: so a small budget still measures them, then creation from Direct (it has never run before)
+RUN_ORDER = ("Direct", "Human-Aug.", "Ecdysis", "Self-Evolution", "Creation from Direct", "Ecdysis w/o FDCR",
+             "HarnessFix", "Self-Harness", "Ecdysis, failure-aware")
 WORKERS = "0"
 
 
@@ -218,11 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", dest="workers", default="0", help="pytest-xdist workers per run (default: 0; on a "
                         "loaded machine the workers' start-up costs more than two tasks take)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    for key, what in (("train", "train tasks"), ("test", "test tasks"), ("rounds", "rounds"),
+                      ("trials", "test trials"), ("cap", "self-evolution cap")):
+        parser.add_argument(f"--{key}", type=int, help=f"{what}, overriding the plan --budget chose")
     args = parser.parse_args(argv)
     global WORKERS
     WORKERS = args.workers
     sys.path.insert(0, str(REPO))
-    plan = choose_plan(args.budget, args.trial_seconds)
+    plan = {**choose_plan(args.budget, args.trial_seconds),
+            **{k: getattr(args, k) for k in ("train", "test", "rounds", "trials", "cap") if getattr(args, k)}}
     domains = [d for d in args.domains.split(",") if d]
     print(f"budget {args.budget:g} min, {args.trial_seconds:g} s/trial: plan {plan} (estimate "
           f"{estimate(plan, args.trial_seconds):.0f} min per domain, domains at the same time); latency "
