@@ -33,9 +33,11 @@ Only the controller runs this. It never imports tau2, task suites or harness cod
 imported and scored in subprocesses (`validate`).
 
 Where each part lives: the stages in `evolve_stages` (diagnosis, editor call + guard, validation), the
-acceptance rule in `acceptance`, instance-level rounds in `evolve_instance`, test-split scoring in
-`testsplit`, configure-time checks in `preflight`, the guard in `guard`, printing in `evolve_report`,
-run-directory files in `rundir`.
+acceptance rule in `acceptance`, instance-level rounds in `evolve_instance`, alternatives rounds in
+`evolve_alternatives`, paired re-scoring in `evolve_paired`, test-split scoring in `testsplit`,
+configure-time checks in `preflight`, the guard's static check in `staticcheck`, sub-runs from the trusted
+copy in `evolve_runs`, `evolution.json` and the stage checkpoints in `evolve_state`, printing in
+`evolve_report`, run-directory files in `rundir`.
 """
 
 from __future__ import annotations
@@ -45,23 +47,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import gitops, integrity, safetext, sandbox
+from . import gitops, integrity, sandbox
 from .acceptance import decide, decision_fields
 from .edit import make_editor
-from .errors import EcdysisError, GitError, IntegrityError, UsageError
+from .errors import EcdysisError, IntegrityError
 from .evolve_alternatives import alternatives_round
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
 from .evolve_report import OUTCOME_TEXT, FinalTable, fmt, summary_lines
+from .evolve_runs import TrustedRuns
 from .evolve_stages import diagnose_stage, edit_stage, validate_stage
+from .evolve_state import RunState
 from .preflight import preflight
-from .progress import Count, Ticker, is_terminal, read_count
-from .records import SCHEMA_VERSION, ModificationSpec
+from .records import ModificationSpec
 from .rundir import add_tokens, load_evidence, read_json, write_json
 from .testsplit import score_test
-from .validate import SubRun, TrustedTree, flips, infra_drift, read_run, run_suite
-
-#: stage checkpoints computed in this process, and what a progress line calls them.
-STAGE_NAMES = {"diagnosis.json": "diagnosis", "edit.json": "editor call"}
+from .validate import flips, infra_drift, read_run
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
@@ -82,8 +82,11 @@ def run_evolution(session: Any, state: Any, summary: dict[str, Any]) -> dict[str
     return doc
 
 
-class Evolution:
-    """One evolution run. State lives in `self.doc` (written to `evolution.json` after every stage)."""
+class Evolution(RunState, TrustedRuns):
+    """One evolution run. State lives in `self.doc` (written to `evolution.json` after every stage).
+
+    Its parts: `RunState` (`evolve_state`: `evolution.json`, stage checkpoints, stage lines) and
+    `TrustedRuns` (`evolve_runs`: validation sub-runs from the trusted copy, integrity checks, progress)."""
 
     def __init__(self, config: Any, state: Any, summary: dict[str, Any]) -> None:
         self.config = config
@@ -318,160 +321,3 @@ class Evolution:
         if validity is not None:
             self.doc["validity"] = validity
             self.say(summary_line(validity))
-
-    def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
-               overrides: dict[str, str | None] | None = None,
-               files: dict[str, bytes | None] | None = None, on_start: Any = None) -> SubRun:
-        """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
-        from the trusted copy (see `validate.run_suite`), with progress lines from the sub-run's
-        `progress.json` while it runs; its run files are recorded in the ledger and the protected files
-        checked after it.
-
-        Raises:
-            BrokenCandidate: see `validate.run_suite`.
-            IntegrityError: a protected file changed (also recorded in `self.stop_error`).
-        """
-        progress: dict[str, Path] = {}
-
-        def started(proc: Any) -> None:  # the sub-run writes its run directory privately: find its progress.json
-            args = [str(a) for a in proc.args]
-            if "--ecdysis-run-dir" in args:
-                at = len(args) - 1 - args[::-1].index("--ecdysis-run-dir")
-                progress["runs"] = Path(args[at + 1])  # the sub-run's own run id is private: one run in there
-            if on_start is not None:
-                on_start(proc)
-
-        try:
-            with self.follow(self.last_said.split(" (")[0],
-                             lambda: next(progress["runs"].glob("*/progress.json"), None) if progress else None):
-                sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
-                                run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
-                                trusted=self.trusted, files=files, on_start=started)
-        except IntegrityError as exc:  # it changed the trusted copy it ran from
-            self.stop_error = exc
-            raise
-        finally:
-            if self.stop_error is None:
-                self.check_integrity("the validation sub-run")
-        self.ledger.record_files(sub.run_path)
-        return sub
-
-    def check_integrity(self, when: str) -> None:
-        """Compare the protected files with their checksums at the start of the evolution.
-
-        Raises:
-            IntegrityError: something changed (named); kept in `self.stop_error`: the loop stops.
-        """
-        problems = integrity.changes(self.ledger.start or {}, integrity.take(self.roots))
-        if problems:
-            self.stop_error = IntegrityError(
-                f"protected files changed during {when}: " + "; ".join(problems[:8]) + ". The candidate is "
-                "rejected and the evolution stops; restore them (git status / git diff in your checkout, "
-                "pip install --force-reinstall for an installed package) and start a new run")
-            raise self.stop_error
-
-    def _trusted_tree(self) -> TrustedTree:
-        """The private copy of the checkout that validation sub-runs start from (`integrity.pristine_copy`)."""
-        pristine = integrity.pristine_copy(self.checkout, exclude=(self.dir.parent,))
-        tracked = integrity.checkout_files(self.checkout)
-        pythonpath = set()
-        for name in ("pytest_ecdysis", *integrity.suite_packages()):
-            path = integrity.package_dir(name)
-            if path is not None and path.is_relative_to(self.checkout):
-                rel = path.relative_to(self.checkout).as_posix()
-                if any(p.startswith(rel + "/") for p in tracked):
-                    pythonpath.add(Path(rel).parent.as_posix())
-        return TrustedTree(checkout=self.checkout, pristine=pristine,
-                           harness_rel=self.harness_dir.resolve().relative_to(self.checkout).as_posix(),
-                           digests=integrity.tree_digests(pristine), pythonpath=sorted(pythonpath))
-
-    def follow(self, label: str, progress_file: Any = None) -> Ticker:
-        """Progress lines while a stage runs (`progress.Ticker`); `progress_file()` names the sub-run's
-        `progress.json` once known. The pace of the starting run estimates a sub-run's time before its first
-        trial ends."""
-        n, wall = self.summary.get("n_trials"), self.summary.get("wall_s")
-
-        def count() -> Count | None:
-            path = progress_file() if progress_file else None
-            return read_count(path) if path else None
-
-        return Ticker(self.say, label, count=count, interval_s=self.cfg.progress_s,
-                      seconds_per_trial=wall / n if n and wall else None, live=is_terminal())
-    # --- state -----------------------------------------------------------------------------------
-
-    def _load_or_start(self) -> dict[str, Any]:
-        path = self.dir / "evolution.json"
-        suite = self.summary.get("suite")
-        if self.cfg.resume and path.is_file():
-            doc = read_json(path)  # unverified: only to name a run of another suite (a usage error)
-            if doc.get("suite") == suite:
-                if self.ledger.start is None:
-                    raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: no integrity ledger for this run "
-                                         f"at {self.ledger.path} (it keeps the digests of every checkpoint); its "
-                                         "files cannot be verified, start a new run")
-                doc = read_json(path, self.ledger)
-                problems = integrity.changes(self.ledger.start, integrity.take(self.roots))
-                if problems:
-                    raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: protected files changed since the "
-                                         "run started: " + "; ".join(problems[:8]) + "; restore them or start a "
-                                         "new run")
-                self.ledger.record_files_named(self.dir)  # the session just scored the incumbent again
-            if doc.get("suite") != suite:
-                raise UsageError(f"--ecdysis-resume {self.state.run_id}: that run evolved suite "
-                                 f"{doc.get('suite')!r}, this session collected {suite!r}; select the same "
-                                 "tests (and options) as the interrupted run")
-            if not gitops.commit_exists(self.harness_dir, doc["incumbent"]["commit"]):
-                raise GitError(f"--ecdysis-resume: the incumbent commit {doc['incumbent']['commit'][:12]} is gone "
-                               "from the repository (garbage-collected?); start a new run")
-            done = [r["round"] for r in doc["rounds"]]
-            self.say(f"resuming {self.state.run_id}: round(s) {done or 'none'} done; finished stages are not redone")
-            doc["wall_s_before"] = doc.get("wall_s") or 0.0
-            return doc
-        self.ledger.record_files_named(self.dir)
-        self.ledger.save_start(integrity.take(self.roots))
-        commit = gitops.head_commit(self.harness_dir)
-        start = {"commit": commit, "harness_id": self.state.harness_id,
-                 "score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k"),
-                 "run_path": str(self.dir), "round": 0}
-        doc = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
-               "split": self.cfg.split, "tasks": list(self.cfg.tasks) if self.cfg.tasks else None,
-               "threshold": self.cfg.threshold, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
-               "editor": self.cfg.editor, "model": self.cfg.model, "harness": str(self.harness_dir),
-               "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
-               "proposals": getattr(self.cfg, "proposals", 3),
-               "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method, "level": self.cfg.accept_level},
-               "status": "running", "start": start, "incumbent": dict(start), "rounds": [], "branch": None,
-               "test": None, "wall_s": 0.0, "run_path": str(self.dir)}
-        write_json(path, doc, self.ledger)
-        return doc
-
-    def checkpoint(self) -> None:
-        """Write `evolution.json` with the wall-clock so far."""
-        self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
-        write_json(self.dir / "evolution.json", self.doc, self.ledger)
-
-    def stage_json(self, path: Path, compute: Any) -> dict[str, Any]:
-        """The stage's checkpoint at `path` when it exists (`fresh` False), else `compute()` written there."""
-        if path.is_file():
-            doc = read_json(path, self.ledger)
-            doc["fresh"] = False
-            return doc
-        stage = STAGE_NAMES.get(path.name)
-        if stage:  # in-process stages (diagnosis roles, the editor call) get progress lines of their own
-            where = path.relative_to(self.dir).parts[1:-1]  # rounds/<n>[/steps/<k>]/<stage>.json
-            with self.follow(f"round {where[0]}{' step ' + where[2] if len(where) > 2 else ''}: {stage}"):
-                doc = compute()
-        else:
-            doc = compute()
-        write_json(path, doc, self.ledger)
-        doc["fresh"] = True
-        return doc
-
-    def say(self, text: str, n: int | None = None) -> None:
-        """One stage line on the terminal: `ecdysis [elapsed s] text`."""
-        self.last_said = text
-        elapsed = time.monotonic() - self.started
-        if getattr(self.tw, "width_of_current_line", 0):
-            self.tw.line()  # the progress dots of the run before: start the stage lines on their own line
-        self.tw.line(safetext.terminal(f"ecdysis [{elapsed:7.1f} s] {text}"))  # editor stderr, reasons: outside text
-        self.tw.flush()  # seen when said, also when the output is a pipe (CI logs, `| tee`)

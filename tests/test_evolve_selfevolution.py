@@ -38,7 +38,7 @@ def diagnose(*, records, groups, harness_dir, history, solved_tasks, cfg, round_
                            tokens={"prompt": 5, "completion": 2, "total": 7}, wall_s=0.01)
 
 
-import pytest_ecdysis.evolve as evolve
+import pytest_ecdysis.evolve_runs as evolve  # where the loop calls run_suite
 _run_suite = evolve.run_suite
 
 
