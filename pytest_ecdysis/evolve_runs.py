@@ -20,21 +20,6 @@ from .validate import SubRun, TrustedTree, run_suite
 class TrustedRuns:
     """Sub-runs, integrity checks and progress lines of an `Evolution`."""
 
-    cfg: Any
-    dir: Path
-    state: Any
-    summary: dict[str, Any]
-    ledger: Any
-    roots: Any
-    checkout: Path
-    harness_dir: Path
-    base_args: list[str]
-    cwd: Path
-    trusted: TrustedTree
-    stop_error: IntegrityError | None
-    last_said: str
-    say: Any
-
     def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
                overrides: dict[str, str | None] | None = None,
                files: dict[str, bytes | None] | None = None, on_start: Any = None) -> SubRun:

@@ -25,19 +25,6 @@ STAGE_NAMES = {"diagnosis.json": "diagnosis", "edit.json": "editor call"}
 class RunState:
     """`evolution.json`, stage checkpoints and stage lines of an `Evolution`."""
 
-    cfg: Any
-    dir: Path
-    state: Any
-    summary: dict[str, Any]
-    ledger: Any
-    roots: Any
-    harness_dir: Path
-    tw: Any
-    started: float
-    doc: dict[str, Any]
-    last_said: str
-    follow: Any
-
     def _load_or_start(self) -> dict[str, Any]:
         path = self.dir / "evolution.json"
         suite = self.summary.get("suite")
