@@ -104,7 +104,11 @@ OPTIONS: tuple[Option, ...] = (
            "unless the model is deterministic: simulated with a fixed nonce), 'always', or 'never' (its "
            "earlier run) (default: auto)", default="auto"),
     Option("response-cache", "evolution: reuse model responses to byte-identical requests of the same task, trial "
-           "and role across this run's sub-runs (common random numbers): on or off (default: off)", default="off"),
+           "and role across this run's sub-runs (common random numbers): on or off (default: off; with "
+           "--ecdysis-ablate, on for the ablation's re-validations unless set to off)"),
+    Option("ablate", "evolution: re-validate an accepted candidate of several changes (hunks of its diff) without "
+           "each in turn and drop those whose removal loses nothing under --ecdysis-accept (default: off)",
+           default=False, action="store_true"),
     Option("cache-dir", "directory of the response cache (default: <run dir>/<run id>/response_cache)"),
     Option("uncacheable", "comma-separated model names or base URLs the response cache never stores "
            "(default: none)"),
@@ -215,7 +219,8 @@ class EcdysisConfig:
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
     diagnosis_budget_s: float = DEFAULT_DIAGNOSIS_BUDGET_S
     editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
-    response_cache: str = "off"
+    response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
+    ablate: bool = False  # `--ecdysis-ablate`
     cache_dir: Path | None = None
     uncacheable: tuple[str, ...] = ()
 
@@ -403,9 +408,10 @@ def read_config(config: Any) -> EcdysisConfig:
 
     from .acceptance import METHODS, RULES
 
-    for name, choices in (("accept", RULES), ("accept-method", METHODS), ("response-cache", ("on", "off")),
-                          ("rescore", ("auto", "always", "never"))):
+    for name, choices in (("accept", RULES), ("accept-method", METHODS), ("rescore", ("auto", "always", "never"))):
         _choice(name, raw[name], tuple(choices))
+    if raw["response-cache"] is not None:  # not given: off, except for the ablation's re-validations
+        _choice("response-cache", raw["response-cache"], ("on", "off"))
     accept_level = _float("accept-level", raw["accept-level"], 0.0, 1.0)
     if not 0.0 < accept_level < 1.0:
         raise UsageError(f"--ecdysis-accept-level must be strictly between 0 and 1 (e.g. 0.05), got {accept_level}")
@@ -442,6 +448,7 @@ def read_config(config: Any) -> EcdysisConfig:
         accept_method=raw["accept-method"],
         rescore=raw["rescore"],
         response_cache=raw["response-cache"],
+        ablate=_ablate(config, bool(raw["ablate"]), evolve),
         cache_dir=Path(raw["cache-dir"]) if raw["cache-dir"] else None,
         uncacheable=tuple(x.strip() for x in str(raw["uncacheable"] or "").split(",") if x.strip()),
         sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),
@@ -459,6 +466,19 @@ def read_config(config: Any) -> EcdysisConfig:
         **read_limits(raw, env),
         progress_s=_float("progress", raw["progress"], 0.0, None),
     )
+
+
+def _ablate(config: Any, value: bool, evolve: bool) -> bool:
+    """`--ecdysis-ablate`: only with `--ecdysis-evolve` when given on the command line (the ini mirror
+    `ecdysis_ablate = true` is ignored by sessions that do not evolve, e.g. the gate's).
+
+    Raises:
+        UsageError: `--ecdysis-ablate` without `--ecdysis-evolve`.
+    """
+    if value and not evolve and config.getoption("ecdysis_ablate"):
+        raise UsageError("--ecdysis-ablate minimises accepted evolution candidates: it needs --ecdysis-evolve "
+                         "(or --ecdysis-resume RUN_ID)")
+    return value and evolve
 
 
 def _nonce(value: Any) -> str | None:

@@ -11,7 +11,10 @@
         score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
         score_before     <- a re-run of the incumbent started beside it (`evolve_paired`, `--ecdysis-rescore`)
         accept (`acceptance`, `--ecdysis-accept`): strict = score_after > score_before; paired = a paired test
-        over tasks at `--ecdysis-accept-level`; commit in the worktree; it becomes the incumbent
+        over tasks at `--ecdysis-accept-level`
+        ablate (`ablation`, `--ecdysis-ablate`): an accepted candidate of several changes (hunks of its diff)
+        re-validated without each in turn; a change whose removal loses nothing is dropped
+        commit (the kept changes) in the worktree; it becomes the incumbent
         (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
          in order, each on the incumbent the previous step left; at most --ecdysis-self-evolution-cap a round)
         (alternatives strategies, `self-harness`, `harnessfix`: each proposal edited and validated from the
@@ -23,9 +26,9 @@
 Files (docs/internals.md): `<run>/evolution.json` (also the checkpoint: finished rounds, the incumbent, the
 stage reached), `<run>/rounds/<n>/{spec.json, transcript.jsonl, candidate.diff, decision.json}` plus the
 stage checkpoints `diagnosis.json`, `edit.json`, `validation.json` and the sub-run's own run directory
-`rounds/<n>/<sub-run-id>/`; an instance-level round keeps its step files (`spec.json`, `edit.json`,
-`candidate.diff`, `validation.json`, the sub-run, `decision.json`) in `rounds/<n>/steps/<k>/` (listed in
-the round entry under `steps`); test scoring in `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`.
+`rounds/<n>/<sub-run-id>/` (with `--ecdysis-ablate`: `ablation.json` and `ablation/<i>/`); an
+instance-level round keeps its step files (`spec.json`, `edit.json`, `candidate.diff`, `validation.json`,
+the sub-run, `decision.json`) in `rounds/<n>/steps/<k>/` (listed in the round entry under `steps`); test scoring in `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`.
 A stage whose checkpoint file exists is never redone on `--ecdysis-resume`; Ctrl-C between or during
 stages leaves the run resumable.
 
@@ -48,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from . import gitops, integrity, sandbox
+from .ablation import ablate_accepted, commit_lines
 from .acceptance import decide, decision_fields
 from .edit import make_editor
 from .errors import EcdysisError, IntegrityError
@@ -223,7 +227,6 @@ class Evolution(RunState, TrustedRuns):
         if edit["outcome"]:
             return {**out, "outcome": edit["outcome"], "reason": edit["reason"]}, None
 
-        # validation sub-run of the same suite on the candidate
         # validation sub-run of the same suite on the candidate, beside a re-run of the incumbent
         val = self.stage_json(adir / "validation.json",
                               lambda: validate_stage(self, worktree, adir, run_id, label, base))
@@ -257,10 +260,18 @@ class Evolution(RunState, TrustedRuns):
         self.say(f"{label}: {decision.rule} rule: {'accept' if decision.accepted else 'reject'}: {decision.reason}")
         if not decision.accepted:
             return {**out, "outcome": "rejected", "reason": decision.reason}, None
+        ablated = ""
+        if self.cfg.ablate:  # minimal accepted edit: changes whose removal loses nothing are dropped
+            ablation, kept = ablate_accepted(self, worktree, adir, run_id, label, inc_run=inc_run, val=val,
+                                             before_trials=before_trials, out=out)
+            ablated = commit_lines(ablation)
+            if kept is not None:
+                decision, after = kept, out["score_after"]
+                val = {**val, **ablation["result"]}
         message = (f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
                    f"{after:.4f} ({self.cfg.split} split, {self.cfg.trials} trial(s) per task)\n"
                    f"acceptance: {decision.rule} rule; {decision.test.line() if decision.test else ''}\n"
-                   f"run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
+                   f"{ablated}run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
         assert self.snapshot is not None
         gitops.reset_to_snapshot(worktree, self.snapshot)  # exactly the validated bytes, whatever ran since
         sha = worktree.commit_paths(self.snapshot.changed, message)

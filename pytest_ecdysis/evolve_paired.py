@@ -59,9 +59,10 @@ def rescore_plan(cfg: Any, env: Mapping[str, str]) -> tuple[bool, str]:
 
 
 def score_pair(ev: Evolution, candidate_dir: Path, rdir: Path, run_id: str, base: dict[str, Any],
-               files: dict[str, bytes | None] | None = None) -> tuple[SubRun | BrokenCandidate, dict[str, Any]]:
-    """Validate the candidate (`files`, else the files under `candidate_dir`) and, per `rescore_plan`,
-    re-run the incumbent at `base["commit"]` together with it.
+               files: dict[str, bytes | None] | None = None,
+               env: dict[str, str] | None = None) -> tuple[SubRun | BrokenCandidate, dict[str, Any]]:
+    """Validate the candidate (`files`, else the files under `candidate_dir`; `env` added to its sub-run's
+    environment only) and, per `rescore_plan`, re-run the incumbent at `base["commit"]` together with it.
 
     Returns (the candidate's sub-run, or the `BrokenCandidate` it raised; the `incumbent_run` entry).
     Ctrl-C stops both sub-runs and propagates.
@@ -70,12 +71,12 @@ def score_pair(ev: Evolution, candidate_dir: Path, rdir: Path, run_id: str, base
     earlier = {"rescored": False, "why": why, "run_path": base["run_path"], "run_id": None,
                "score": base["score"], "pass_hat_k": base.get("pass_hat_k"), "cached_score": base["score"]}
     if not rescore:
-        return _attempt(lambda: ev.subrun(candidate_dir, rdir, run_id, files=files)), earlier
+        return _attempt(lambda: ev.subrun(candidate_dir, rdir, run_id, files=files, env=env)), earlier
     worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
     try:
         inc_id = f"{run_id}i"
-        candidate, incumbent = together(ev, [(candidate_dir, rdir, run_id, files),
-                                             (worktree.harness_dir, rdir / "incumbent", inc_id, None)])
+        candidate, incumbent = together(ev, [(candidate_dir, rdir, run_id, files, env),
+                                             (worktree.harness_dir, rdir / "incumbent", inc_id, None, None)])
     finally:
         worktree.remove()
     if isinstance(incumbent, BrokenCandidate):
@@ -86,16 +87,17 @@ def score_pair(ev: Evolution, candidate_dir: Path, rdir: Path, run_id: str, base
                        "cached_score": base["score"], "wall_s": round(incumbent.wall_s, 2)}
 
 
-def together(ev: Evolution, jobs: list[tuple[Path, Path, str, dict[str, bytes | None] | None]]
-             ) -> list[SubRun | BrokenCandidate]:
-    """Start one sub-run per `(harness_dir, run_dir, run_id, files)` at once and wait for all of them.
+def together(ev: Evolution, jobs: list[tuple[Path, Path, str, dict[str, bytes | None] | None,
+                                             dict[str, str] | None]]) -> list[SubRun | BrokenCandidate]:
+    """Start one sub-run per `(harness_dir, run_dir, run_id, files, env)` at once and wait for all of them.
 
     A sub-run that raises `BrokenCandidate` gives it in its place. Ctrl-C (or any other exception) stops
     every sub-run's process group and propagates.
     """
     procs: list[subprocess.Popen] = []
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ecdysis-subrun")
-    futures = [pool.submit(_attempt, lambda j=job: ev.subrun(j[0], j[1], j[2], files=j[3], on_start=procs.append))
+    futures = [pool.submit(_attempt, lambda j=job: ev.subrun(j[0], j[1], j[2], files=j[3], on_start=procs.append,
+                                                             env=j[4]))
                for job in jobs]
     try:
         return [f.result() for f in futures]

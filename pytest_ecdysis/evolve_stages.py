@@ -182,13 +182,18 @@ def validate_stage(ev: Evolution, worktree: gitops.Worktree, rdir: Path, run_id:
     rescore, _ = rescore_plan(ev.cfg, os.environ)
     ev.say(f"{label}: validating candidate {hid} (sub-run {run_id})"
            + (f" beside a re-run of the incumbent {base['harness_id']} (sub-run {run_id}i)" if rescore else ""))
+    extra = None
+    if getattr(ev.cfg, "ablate", False):  # record the candidate's responses for its ablation runs (`ablation`)
+        from .ablation import cache_env
+
+        extra, _ = cache_env(ev.cfg, rdir)
     sub, incumbent = score_pair(ev, worktree.harness_dir, rdir, run_id, base,
-                                files=ev.snapshot.files if ev.snapshot else None)
+                                files=ev.snapshot.files if ev.snapshot else None, env=extra)
     if isinstance(sub, BrokenCandidate):
         ev.say(f"{label}: broken candidate: {sub}")
         return _remember(ev, key, rdir, {"outcome": "broken_candidate", "reason": str(sub), "harness_id": hid,
                                          "wall_s": round(time.monotonic() - started, 2), "incumbent": incumbent})
-    cache = _cache_stats(ev, label, sub, incumbent)
+    cache = _cache_stats(ev, label, sub, incumbent, (extra or {}).get("ECDYSIS_RESPONSE_CACHE"))
     how = "re-scored beside it" if incumbent["rescored"] else f"earlier run: {incumbent['why']}"
     ev.say(f"{label}: candidate scored {fmt(sub.score)}, incumbent {fmt(incumbent['score'])} ({how}) "
            f"in {time.monotonic() - started:.1f} s")
@@ -199,16 +204,18 @@ def validate_stage(ev: Evolution, worktree: gitops.Worktree, rdir: Path, run_id:
         "incumbent": incumbent, **({"cache": cache} if cache else {})})
 
 
-def _cache_stats(ev: Evolution, label: str, sub: Any, incumbent: dict[str, Any]) -> dict[str, Any] | None:
+def _cache_stats(ev: Evolution, label: str, sub: Any, incumbent: dict[str, Any],
+                 own: str | None = None) -> dict[str, Any] | None:
     """With the response cache on: hits, misses and tokens saved of the candidate's sub-run and of the
-    incumbent's re-run (by their run ids), printed as one stage line; None without a cache."""
+    incumbent's re-run (by their run ids), printed as one stage line; None without a cache. `own`: a cache
+    directory of the candidate's sub-run alone (it records for the ablation, `ablation.cache_env`)."""
     from .response_cache import ENV_DIR, run_stats
 
-    directory = os.environ.get(ENV_DIR)
+    directory = own or os.environ.get(ENV_DIR)
     if not directory:
         return None
     out = {"candidate": run_stats(Path(directory), str(sub.summary.get("run_id")))}
-    if incumbent.get("rescored"):
+    if incumbent.get("rescored") and not own:
         from .validate import read_run as _read
 
         inc_summary, _ = _read(Path(incumbent["run_path"]))

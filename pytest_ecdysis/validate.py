@@ -52,6 +52,7 @@ from .sandbox import enabled as sandbox_enabled
 #: Outer-run options a sub-run must not inherit: name -> takes a value.
 STRIPPED_OPTIONS: dict[str, bool] = {
     "--ecdysis-evolve": False,
+    "--ecdysis-ablate": False,
     "--ecdysis-gate": False,
     "--ecdysis-resume": True,
     "--ecdysis-save-baseline": True,
@@ -165,13 +166,15 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
               run_id: str, sim_url: str | None, overrides: dict[str, str | None] | None = None,
               check_import: bool = True, trusted: TrustedTree | None = None,
               files: dict[str, bytes | None] | None = None,
-              on_start: Callable[[subprocess.Popen], None] | None = None) -> SubRun:
+              on_start: Callable[[subprocess.Popen], None] | None = None,
+              env: dict[str, str] | None = None) -> SubRun:
     """Run the suite on a harness in a subprocess and read its run directory `<run_dir>/<run_id>`.
 
     The harness is `files` (harness-relative path -> bytes, e.g. a `gitops.Snapshot`'s) when given, else
     the files under `harness_dir`. Output goes to `<run_dir>/pytest.log`. Ctrl-C stops the subprocess and
     propagates. `on_start` gets the process (its own process group) once started: a caller running
-    sub-runs in threads stops them with it.
+    sub-runs in threads stops them with it. `env` is added to the sub-run's environment (e.g. a response
+    cache directory for this sub-run only).
 
     Raises:
         BrokenCandidate: the harness does not import, or the sub-run wrote no `summary.json`, malformed
@@ -189,7 +192,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
             tree, target = None, private / "harness" / harness_dir.name
         _place_harness(target, harness_dir, files)
         inner_id = "sub-" + uuid.uuid4().hex[:12]  # no outer run id or path in the sub-run's environment
-        env = subrun_env(inner_id, sim_url)
+        env = {**subrun_env(inner_id, sim_url), **(env or {})}
         if trusted is None and os.environ.get("PYTHONPATH"):
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # the fallback runs from the live checkout anyway
         if check_import and not sandbox_enabled():  # sandboxed: the suite imports it in the sandbox

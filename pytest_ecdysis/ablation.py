@@ -1,0 +1,325 @@
+"""Minimal accepted edits (`--ecdysis-ablate`): an accepted candidate made of several changes is
+re-validated without each change in turn; a change whose removal loses nothing is dropped.
+
+*A change* is one hunk of the candidate's diff against its base, with zero lines of context (a run of
+added, removed or replaced lines; `difflib.SequenceMatcher` opcodes over the file's lines); a file the
+candidate adds or deletes, or a symlink, is one change. Not the spec's changes: the diff is what was
+validated and is committed (whatever the editor says it did), taking a hunk out needs no editor call,
+and its bytes are known. Above `MAX_CHANGES` hunks, one change per changed file; above `MAX_CHANGES`
+files the candidate is not ablated (said). A spec change made of two dependent hunks (a helper and its
+caller) is two changes here: without one of them the harness may not import, which counts as a loss.
+
+Greedy, in diff order (files by path, hunks top to bottom), while at least two changes are kept:
+`kept` without change i is validated (one sub-run, `rounds/<n>/ablation/<i>/`, beside nothing: it is
+compared with the run of `kept`). Change i is dropped when (`removal_loses` is None)
+
+- the run's acceptance rule (`--ecdysis-accept`) does not prefer `kept` to `kept` without i (strict: its
+  score is not strictly higher; paired: the paired test does not reject "no improvement"), and
+- `kept` without i is still accepted against the incumbent (the same rule, the incumbent's run the
+  candidate was compared with);
+
+it is kept when the reduced harness is broken, has other infrastructure errors (not comparable), or
+either test above says it loses. The kept harness is the last validated one, so its score, run and
+harness id are its own. Under `paired` a change stays only when it is a significant gain on its own:
+a real but small contributor can be dropped (stated in docs/evolution.md).
+
+The response cache (`response_cache`) makes this cheap: a removed change that never alters what the
+model is sent replays the candidate's responses and costs no model call. `cache_env` says when it is on.
+
+Files: `rounds/<n>/ablation.json` (`{"changes": [...], "kept": [i], "dropped": [i], "cache": ...}`, each
+change with `file`, `hunk`, `diff`, `validation`, `kept`, `why`), per step `rounds/<n>/ablation/<i>/
+validation.json` and the sub-run. Only the controller runs this; harness code runs only in sub-runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import gitops
+from .acceptance import decide
+from .evolve_report import fmt
+from .validate import BrokenCandidate, infra_drift, read_run
+
+if TYPE_CHECKING:
+    from .evolve import Evolution
+
+#: Above this many hunks a change is a file; above this many files the candidate is not ablated.
+MAX_CHANGES = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One change of a candidate: hunk `hunk` (0-based, within `file`; None: the whole file)."""
+
+    file: str  #: harness-relative path
+    hunk: int | None  #: index among the file's non-equal opcodes; None = the whole file
+    header: str  #: `@@ -a,b +c,d @@` (zero context), or `new file` / `deleted file` / `whole file`
+    diff: str  #: the hunk as unified-diff text (decoded with replacement)
+
+
+def _lines(data: bytes | None) -> list[bytes]:
+    return (data or b"").splitlines(keepends=True)
+
+
+def _opcodes(base: bytes, cand: bytes) -> list[tuple[str, int, int, int, int]]:
+    matcher = difflib.SequenceMatcher(None, _lines(base), _lines(cand), autojunk=False)
+    return [op for op in matcher.get_opcodes() if op[0] != "equal"]
+
+
+def _header(op: tuple[str, int, int, int, int]) -> str:
+    """`@@ -a,b +c,d @@` of one opcode (1-based lines, zero context, as `git diff -U0` writes it)."""
+    _, i1, i2, j1, j2 = op
+
+    def span(start: int, end: int) -> str:
+        n = end - start
+        return f"{start if n == 0 else start + 1}" + ("" if n == 1 else f",{n}")
+
+    return f"@@ -{span(i1, i2)} +{span(j1, j2)} @@"
+
+
+def _text(name: str, base: bytes, cand: bytes, op: tuple[str, int, int, int, int] | None) -> str:
+    """The change as unified-diff text: the whole file (`op` None) or one hunk, decoded with replacement."""
+    a, b = _lines(base), _lines(cand)
+    if op is not None:
+        _, i1, i2, j1, j2 = op
+        body = [b"-" + x for x in a[i1:i2]] + [b"+" + x for x in b[j1:j2]]
+        head = _header(op) + "\n"
+    else:
+        body = [b"-" + x for x in a] + [b"+" + x for x in b]
+        head = ""
+    text = b"".join(x if x.endswith(b"\n") else x + b"\n" for x in body).decode("utf-8", "replace")
+    return f"--- a/{name}\n+++ b/{name}\n{head}{text}"
+
+
+def changes_of(snap: gitops.Snapshot) -> list[Change]:
+    """The candidate's changes in diff order (module docstring); one per file above `MAX_CHANGES` hunks."""
+    out: list[Change] = []
+    names = sorted({p for p in snap.files if snap.files[p] != snap.base_files.get(p)}
+                   | (set(snap.base_files) - set(snap.files)))
+    for name in names:
+        base, cand = snap.base_files.get(name), snap.files.get(name, b"")
+        if name not in snap.files or name not in snap.base_files or base is None or cand is None:
+            header = ("deleted file" if name not in snap.files else "new file" if name not in snap.base_files
+                      else "whole file")
+            out.append(Change(name, None, header, _text(name, base or b"", cand or b"", None)))
+            continue
+        for k, op in enumerate(_opcodes(base, cand)):
+            out.append(Change(name, k, _header(op), _text(name, base, cand, op)))
+    if sum(c.hunk is not None for c in out) > MAX_CHANGES:
+        out = [Change(n, None, "whole file", _text(n, snap.base_files.get(n) or b"", snap.files.get(n) or b"", None))
+               for n in names]
+    return out
+
+
+def without(snap: gitops.Snapshot, changes: list[Change], dropped: set[int]) -> gitops.Snapshot:
+    """`snap` with the changes whose index (in `changes`) is in `dropped` taken back to the base."""
+    files = dict(snap.files)
+    for i in dropped:
+        c = changes[i]
+        if c.hunk is None:
+            if c.file in snap.base_files:
+                files[c.file] = snap.base_files[c.file]
+            else:
+                files.pop(c.file, None)
+    for name in {changes[i].file for i in dropped if changes[i].hunk is not None}:
+        gone = {changes[i].hunk for i in dropped if changes[i].file == name}
+        a, b = _lines(snap.base_files[name]), _lines(snap.files[name])
+        out: list[bytes] = []
+        at = 0
+        for k, (_, i1, i2, j1, j2) in enumerate(_opcodes(snap.base_files[name], snap.files[name] or b"")):
+            out += a[at:i1]
+            out += a[i1:i2] if k in gone else b[j1:j2]
+            at = i2
+        files[name] = b"".join(out + a[at:])
+    return dataclasses.replace(snap, files=files)
+
+
+def removal_loses(rule: str, *, method: str, level: float, inc: tuple[float, list], kept: tuple[float, list],
+                  reduced: tuple[float, list]) -> str | None:
+    """Why taking a change out of `kept` loses something under `rule` (None: it loses nothing).
+
+    Each argument is (suite score, `trials.jsonl` lines) of a run: the incumbent's, the kept harness's and
+    the kept harness without the change.
+    """
+    better = decide(rule, reduced[0], kept[0], reduced[1], kept[1], method=method, level=level)
+    if better.accepted:
+        return f"without it the {rule} rule prefers keeping it: {better.reason}"
+    still = decide(rule, inc[0], reduced[0], inc[1], reduced[1], method=method, level=level)
+    if not still.accepted:
+        return f"without it the candidate is no longer accepted against the incumbent: {still.reason}"
+    return None
+
+
+def cache_env(cfg: Any, adir: Path, env: Any = None) -> tuple[dict[str, str] | None, str]:
+    """(extra environment of the candidate's validation and the ablation sub-runs, the line that says it).
+
+    `--ecdysis-response-cache on`: the run's cache is already in the environment (None, said). Not given:
+    `<adir>/ablation_cache`, for the candidate's sub-run (all misses: it only records) and its ablation runs.
+    `off`, or the task model marked `--ecdysis-uncacheable`: no cache (None, said).
+    """
+    from .response_cache import ENV_DIR, ENV_UNCACHEABLE, uncacheable
+
+    env = os.environ if env is None else env
+    if cfg.response_cache == "off":
+        return None, "response cache off (--ecdysis-response-cache off): every re-validation calls the model"
+    if uncacheable(cfg.model, cfg.base_url, cfg.uncacheable):
+        return None, f"response cache off: {cfg.model} is marked --ecdysis-uncacheable"
+    if cfg.response_cache == "on" and env.get(ENV_DIR):
+        return None, f"response cache on ({env[ENV_DIR]})"
+    directory = str(adir.resolve() / "ablation_cache")
+    extra = {ENV_DIR: directory}
+    if cfg.uncacheable:
+        extra[ENV_UNCACHEABLE] = ",".join(cfg.uncacheable)
+    return extra, f"response cache turned on for the ablation ({directory}; --ecdysis-response-cache off turns it off)"
+
+
+def ablate(ev: Evolution, worktree: gitops.Worktree, adir: Path, run_id: str, label: str,
+           inc_run: dict[str, Any], val: dict[str, Any]) -> dict[str, Any]:
+    """Ablate the accepted candidate `ev.snapshot` (validated as `val`, compared with `inc_run`).
+
+    Returns the `ablation.json` document; `kept` lists the change indices kept. The caller rebuilds the
+    kept harness with `without` and takes its figures from `result` (`score`, `run_path`, `harness_id`,
+    `pass_hat_k`, `cache`). Raises what `Evolution.subrun` raises (IntegrityError).
+    """
+    from .response_cache import ENV_DIR
+
+    assert ev.snapshot is not None
+    snap, cfg = ev.snapshot, ev.cfg
+    changes = changes_of(snap)
+    doc: dict[str, Any] = {"unit": "hunk" if any(c.hunk is not None for c in changes) else "file",
+                           "changes": [dataclasses.asdict(c) for c in changes], "kept": list(range(len(changes))),
+                           "dropped": [], "rule": cfg.accept, "result": None}
+    if len(changes) < 2:
+        doc["skipped"] = "a single change: nothing to ablate"
+        return doc
+    if len(changes) > MAX_CHANGES:
+        doc["skipped"] = f"{len(changes)} changed files (more than {MAX_CHANGES}): not ablated"
+        ev.say(f"{label}: ablation: {doc['skipped']}")
+        return doc
+    extra, cache_line = cache_env(cfg, adir)
+    directory = (extra or {}).get(ENV_DIR) or (os.environ.get(ENV_DIR) if cfg.response_cache == "on" else None)
+    ev.say(f"{label}: ablation of {len(changes)} changes ({doc['unit']}s of the diff), one re-validation each "
+           f"while two or more are kept; {cache_line}")
+    _, inc_trials = read_run(Path(inc_run["run_path"]))
+    inc = (inc_run["score"], inc_trials)
+    current = {"score": val["score"], "run_path": val["run_path"], "harness_id": val["harness_id"],
+               "pass_hat_k": val.get("pass_hat_k")}
+    kept_summary, kept_trials = read_run(Path(current["run_path"]))
+    dropped: set[int] = set()
+    totals = {"hits": 0, "misses": 0, "tokens_saved": 0}
+    for i, change in enumerate(changes):
+        entry = doc["changes"][i]
+        if len(changes) - len(dropped) < 2:
+            entry.update(kept=True, why="the last change left: without it there is no candidate")
+            continue
+        reduced = without(snap, changes, dropped | {i})
+        sdir = adir / "ablation" / str(i + 1)
+        step = ev.stage_json(sdir / "validation.json", lambda r=reduced, s=sdir, k=i: _validate(
+            ev, worktree, r, s, f"{run_id}a{k + 1}", f"{label} ablation {k + 1}/{len(changes)}", extra))
+        step.pop("fresh", None)
+        entry["validation"] = step
+        for key in totals:
+            totals[key] += (step.get("cache") or {}).get(key, 0)
+        if step["outcome"]:
+            why = f"without it the harness is broken: {step['reason']}"
+        else:
+            ev.ledger.verify_run(Path(step["run_path"]))
+            red_summary, red_trials = read_run(Path(step["run_path"]))
+            drift = infra_drift(kept_summary, red_summary)
+            why = (f"{drift}: not compared" if drift else
+                   removal_loses(cfg.accept, method=cfg.accept_method, level=cfg.accept_level, inc=inc,
+                                 kept=(current["score"], kept_trials), reduced=(step["score"], red_trials)))
+        if why:
+            entry.update(kept=True, why=why)
+        else:
+            dropped.add(i)
+            entry.update(kept=False, why=f"removal lost nothing under the {cfg.accept} rule (suite score "
+                                         f"{fmt(current['score'])} with it, {fmt(step['score'])} without)")
+            current = {k: step.get(k) for k in ("score", "run_path", "harness_id", "pass_hat_k")}
+            kept_summary, kept_trials = red_summary, red_trials
+        ev.say(f"{label}: ablation {i + 1}/{len(changes)} {change.file} {change.header}: "
+               f"{'kept' if entry['kept'] else 'dropped'}: {entry['why']}")
+    if directory:
+        doc["cache"] = {"dir": directory, **totals}
+    doc["kept"] = [i for i in range(len(changes)) if i not in dropped]
+    doc["dropped"] = sorted(dropped)
+    doc["result"] = current
+    ev.say(f"{label}: ablation kept {len(doc['kept'])} of {len(changes)} change(s)"
+           + (f"; response cache {totals['hits']} hit(s) / {totals['misses']} miss(es), {totals['tokens_saved']} "
+              "tokens saved" if directory else ""))
+    gitops.reset_to_snapshot(worktree, snap)
+    return doc
+
+
+def _validate(ev: Evolution, worktree: gitops.Worktree, reduced: gitops.Snapshot, sdir: Path, run_id: str,
+              label: str, extra: dict[str, str] | None) -> dict[str, Any]:
+    """One ablation sub-run of `reduced`: `{"outcome", "reason", "score", "run_path", "harness_id",
+    "pass_hat_k", "wall_s", "cache"}`."""
+    from .harness import harness_id
+    from .response_cache import ENV_DIR, run_stats
+
+    started = time.monotonic()
+    gitops.reset_to_snapshot(worktree, reduced)
+    hid = harness_id(worktree.harness_dir, ev.harness_dir.name)
+    ev.say(f"{label}: validating {hid} (sub-run {run_id})")
+    try:
+        sub = ev.subrun(worktree.harness_dir, sdir, run_id, files=reduced.files, env=extra)
+    except BrokenCandidate as exc:
+        return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid,
+                "wall_s": round(time.monotonic() - started, 2)}
+    directory = (extra or {}).get(ENV_DIR) or os.environ.get(ENV_DIR)
+    cache = run_stats(Path(directory), str(sub.summary.get("run_id"))) if directory else None
+    return {"outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "run_path": str(sub.run_path),
+            "harness_id": hid, "pass_hat_k": sub.summary.get("pass_hat_k"),
+            "wall_s": round(time.monotonic() - started, 2), **({"cache": cache} if cache else {})}
+
+
+def commit_lines(doc: dict[str, Any]) -> str:
+    """The commit message's ablation paragraph: what was kept and what dropped, and why."""
+    if doc.get("skipped"):
+        return f"ablation (--ecdysis-ablate): {doc['skipped']}\n"
+    n = len(doc["changes"])
+    lines = [f"ablation (--ecdysis-ablate, {doc['rule']} rule): kept {len(doc['kept'])} of {n} change(s) "
+             f"({doc['unit']}s of the diff); dropped {len(doc['dropped'])}"]
+    for c in doc["changes"]:
+        lines.append(f"- {'kept' if c.get('kept', True) else 'dropped'}: {c['file']} {c['header']}"
+                     + (f": {c['why']}" if c.get("why") else ""))
+    return "\n".join(lines) + "\n"
+
+
+def ablate_accepted(ev: Evolution, worktree: gitops.Worktree, adir: Path, run_id: str, label: str, *,
+                    inc_run: dict[str, Any], val: dict[str, Any], before_trials: list,
+                    out: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The loop's hook after a candidate is accepted: ablate it (checkpoint `adir/ablation.json`), make
+    `ev.snapshot` the kept harness and update the round fields in `out` (`score_after`, `harness_id_after`,
+    `pass_hat_k_after`, `flips`, `decision`, `ablation`; the full candidate's score in `candidate_score`).
+
+    Returns (the `ablation.json` document, the decision on the kept harness against the incumbent, or
+    None when nothing was dropped).
+    """
+    from .validate import flips
+
+    doc = ev.stage_json(adir / "ablation.json",
+                        lambda: ablate(ev, worktree, adir, run_id, label, inc_run, val))
+    doc.pop("fresh", None)
+    out["ablation"] = {"changes": len(doc["changes"]), "kept": len(doc["kept"]), "dropped": len(doc["dropped"]),
+                       "unit": doc["unit"], "file": "ablation.json", **({"skipped": doc["skipped"]}
+                                                                         if doc.get("skipped") else {})}
+    if not doc["dropped"]:
+        return doc, None
+    assert ev.snapshot is not None
+    ev.snapshot = without(ev.snapshot, changes_of(ev.snapshot), set(doc["dropped"]))
+    kept = doc["result"]
+    _, after_trials = read_run(Path(kept["run_path"]))
+    cfg = ev.cfg
+    decision = decide(cfg.accept, inc_run["score"], kept["score"], before_trials, after_trials,
+                      method=cfg.accept_method, level=cfg.accept_level)
+    out.update(candidate_score=out.get("score_after"), score_after=kept["score"],
+               harness_id_after=kept["harness_id"], pass_hat_k_after=kept.get("pass_hat_k"),
+               flips=flips(before_trials, after_trials, cfg.threshold), decision=decision.fields())
+    return doc, decision
