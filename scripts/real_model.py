@@ -86,7 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature the proxy sets on agent requests (default: the harness's own)")
     p.add_argument("--no-tool-choice-shim", action="store_true",
-                   help="do not add tool_choice 'auto' to requests with tools (llama-cpp-python then never calls tools)")
+                   help="do not add tool_choice 'auto' to requests with tools (llama-cpp-python then never calls "
+                        "tools), nor turn an assistant's content null into \"\" (llama-cpp-python: HTTP 500)")
     p.add_argument("--agent-max-tokens", type=int, default=512,
                    help="max_tokens the proxy sets on agent requests that have none (default: 512; 0: none)")
     p.add_argument("--user-model", choices=("sim", "real"), default="sim",
@@ -105,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
     if args.model_file and not args.chat_format:
-        p.error("--model-file needs --chat-format (e.g. chatml-function-calling, gemma, chatml)")
+        p.error("--model-file needs --chat-format (e.g. chatml-tools, chatml-function-calling, gemma, chatml)")
     return args
 
 

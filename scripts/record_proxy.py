@@ -17,6 +17,11 @@ a second would hold one call for many minutes. Recorded as `capped: true`.
 OpenAI treats a missing `tool_choice` as "auto"; llama-cpp-python's server treats it as "none" and never
 returns a tool call (measured: docs/real-model.md). The harness does not send it, because vLLM refuses an
 explicit "auto" unless started with `--enable-auto-tool-choice`. Each line records `shimmed: true` then.
+
+`null_content` (on with `tool_choice_auto`): an assistant message with tool calls and `content: null` (the
+OpenAI shape the harness sends back) gets `content: ""`. llama-cpp-python 0.3.36's request model wants a
+string there and answers HTTP 500 with seven pydantic validation errors (measured: docs/real-model.md).
+Each line records `null_content: N` (messages rewritten) then.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class RecordingProxy:
         role = handler.headers.get("X-Ecdysis-Role", "")
         body: dict[str, Any] = {}
         shimmed = capped = False
+        nulls = 0
         if raw:
             try:
                 body = json.loads(raw)
@@ -94,11 +100,16 @@ class RecordingProxy:
                            and "tool_choice" not in body and not handler.headers.get("X-Ecdysis-No-Shim"))
             if shimmed:
                 body = {**body, "tool_choice": "auto"}
+            if self.tool_choice_auto and isinstance(body, dict) and isinstance(body.get("messages"), list):
+                for i, m in enumerate(body["messages"]):
+                    if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None:
+                        body["messages"][i] = {**m, "content": ""}
+                        nulls += 1
             capped = bool(role == "agent" and self.agent_max_tokens and isinstance(body, dict)
                           and body.get("max_tokens") is None and body.get("max_completion_tokens") is None)
             if capped:
                 body = {**body, "max_tokens": self.agent_max_tokens}
-            if shimmed or capped:
+            if shimmed or capped or nulls:
                 raw = json.dumps(body).encode()
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_HEADERS}
         started = time.time()
@@ -126,6 +137,6 @@ class RecordingProxy:
             reply = content.decode(errors="replace")
         line = {"t": round(started, 3), "wall_s": round(wall, 3), "path": handler.path, "role": role,
                 "trial": handler.headers.get("X-Ecdysis-Trial", ""), "request": summarise(body),
-                "shimmed": shimmed, "capped": capped, "status": status, "reply": reply}
+                "shimmed": shimmed, "capped": capped, "null_content": nulls, "status": status, "reply": reply}
         with self.lock, self.record.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(line, ensure_ascii=False) + "\n")
