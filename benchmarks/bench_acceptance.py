@@ -2,6 +2,7 @@
 
     python benchmarks/bench_acceptance.py sim [--decisions 20] [--profile noop] [--tasks 0,1,...] [-n 2]
     python benchmarks/bench_acceptance.py scripted [--decisions 2000]
+    python benchmarks/bench_acceptance.py rounds [--train 10 | --tasks 0,1,...] [--rounds 2] [--test-trials 1]
 
 `sim`: 2 x `--decisions` plain runs of τ² airline (train split or the `--tasks` ids of it, 1 trial per
 task, `example_harness`) on
@@ -11,6 +12,14 @@ compares run 2k (the incumbent) with run 2k+1 (a "candidate" identical to it: a 
 through `pytest_ecdysis.acceptance.decide`, exactly as a round does, under `strict` and under `paired`
 with each method at level 0.05. Prints each decision and the share accepted per rule; every acceptance
 is a false one. Also prints the share over all pairs of runs (more pairs, not independent).
+
+`rounds`: two evolution runs on the simulated model's default profile started together in a `git clone
+--local` of this repository (its committed HEAD), same train tasks (`--tasks`, default the first
+`--train` train ids), `--rounds`, test scoring at `--test-trials`: one under `--ecdysis-accept strict`
+(response cache off), one under `--ecdysis-accept paired` with `--ecdysis-response-cache on`. Prints per
+round each run's outcome, scores, p-value and validation wall-clock, the paired run's cache hits, misses
+and tokens saved, and both runs' test scores (start and frozen). The incumbent is re-scored beside each
+candidate in both (`--ecdysis-rescore auto`, nonce not fixed).
 
 `scripted`: the same decisions on scripted paired results: 30 tasks whose success chance is drawn per
 task (uniform 0.3-1.0), two independent draws per decision; no pytest, seconds.
@@ -93,6 +102,64 @@ def sim(args: argparse.Namespace) -> None:
            f"sim/{args.profile}, all ordered pairs of the {len(runs)} runs (not independent)")
 
 
+def evolve_run(clone: Path, out: Path, rule: str, args: argparse.Namespace, results: dict) -> None:
+    """One evolution run in `clone`; `results[rule]` = (evolution.json as a dict or None, wall s, tail)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-n", args.workers,
+           "--ecdysis-evolve", "--ecdysis-model", "sim", "--ecdysis-rounds", str(args.rounds),
+           "--ecdysis-tasks", args.tasks, "--ecdysis-test-trials", str(args.test_trials),
+           "--ecdysis-run-dir", str(out), "--ecdysis-accept", rule,
+           *(["--ecdysis-response-cache", "on"] if rule == "paired" else [])]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True)
+    found = sorted(out.glob("*/evolution.json"))
+    doc = json.loads(found[-1].read_text()) if found else None
+    results[rule] = (doc, time.monotonic() - start, (proc.stdout[-600:] + proc.stderr[-600:]).strip())
+
+
+def rounds(args: argparse.Namespace) -> None:
+    import threading
+
+    if not args.tasks:
+        from task_suites.tau2.suite import split_ids  # the benchmark may import the suite
+
+        args.tasks = ",".join(list(split_ids("airline", "train"))[:args.train])
+    with tempfile.TemporaryDirectory(prefix="ecdysis-rounds-") as tmp:
+        clone = Path(tmp) / "repo"
+        subprocess.run(["git", "clone", "--quiet", "--local", str(REPO), str(clone)], check=True)
+        print(f"train tasks {args.tasks}; {args.rounds} round(s); test trials {args.test_trials}; -n {args.workers}; "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        results: dict = {}
+        threads = [threading.Thread(target=evolve_run, args=(clone, Path(tmp) / rule, rule, args, results))
+                   for rule in ("strict", "paired")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(f"load {os.getloadavg()[0]:.1f} at the end", flush=True)
+        for rule in ("strict", "paired"):
+            doc, wall, tail = results[rule]
+            print(f"\n{rule}: {wall:.0f} s" + ("" if doc else f": no evolution.json\n{tail}"))
+            if not doc:
+                continue
+            print(f"  start train score {doc['start']['score']}")
+            for r in doc["rounds"]:
+                d, val = r.get("decision") or {}, {}
+                vpath = Path(doc["run_path"]) / "rounds" / str(r["round"]) / "validation.json"
+                if vpath.is_file():
+                    val = json.loads(vpath.read_text())
+                cache = val.get("cache") or {}
+                print(f"  round {r['round']}: {r['outcome']}: {r['score_before']} -> {r['score_after']}, "
+                      f"p={d.get('p_value')}, wins/losses {d.get('wins')}/{d.get('losses')}, validation "
+                      f"{val.get('wall_s')} s (incumbent re-run {(val.get('incumbent') or {}).get('wall_s')} s), "
+                      f"round {r.get('wall_s')} s; {r.get('spec_summary') or r.get('reason', '')[:80]}"
+                      + "".join(f"\n    cache {who}: {st}" for who, st in cache.items()))
+            test = doc.get("test") or {}
+            print("  test: " + ", ".join(f"{k} {v.get('suite_score')}" for k, v in test.items()
+                                         if isinstance(v, dict) and "suite_score" in v))
+
+
 def scripted(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     decisions = []
@@ -109,7 +176,10 @@ def scripted(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("sim", "scripted"))
+    parser.add_argument("mode", choices=("sim", "scripted", "rounds"))
+    parser.add_argument("--train", type=int, default=10, help="rounds: the first N train ids (without --tasks)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--test-trials", type=int, default=1)
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("--profile", default="noop")
     parser.add_argument("--tasks", default=None, help="sim: only these train task ids (comma-separated)")
@@ -118,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     print(f"bench_acceptance {args.mode} at commit {head.strip()}", flush=True)
-    sim(args) if args.mode == "sim" else scripted(args)
+    {"sim": sim, "scripted": scripted, "rounds": rounds}[args.mode](args)
     return 0
 
 

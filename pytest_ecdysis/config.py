@@ -106,6 +106,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("response-cache", "evolution: reuse model responses to byte-identical requests of the same task, trial "
            "and role across this run's sub-runs (common random numbers): on or off (default: off; with "
            "--ecdysis-ablate, on for the ablation's re-validations unless set to off)"),
+    Option("accept-extra-trials", "paired acceptance: K more trials of each task whose outcome flipped, for "
+           "candidate and incumbent, before deciding; the budget is printed (default: 0, off)", default="0"),
     Option("ablate", "evolution: re-validate an accepted candidate of several changes (hunks of its diff) without "
            "each in turn and drop those whose removal loses nothing under --ecdysis-accept (default: off)",
            default=False, action="store_true"),
@@ -221,6 +223,7 @@ class EcdysisConfig:
     editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
     response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
     ablate: bool = False  # `--ecdysis-ablate`
+    accept_extra_trials: int = 0  # `--ecdysis-accept-extra-trials`
     cache_dir: Path | None = None
     uncacheable: tuple[str, ...] = ()
 
@@ -449,6 +452,7 @@ def read_config(config: Any) -> EcdysisConfig:
         rescore=raw["rescore"],
         response_cache=raw["response-cache"],
         ablate=_ablate(config, bool(raw["ablate"]), evolve),
+        accept_extra_trials=_extra_trials(raw["accept-extra-trials"], raw["accept"]),
         cache_dir=Path(raw["cache-dir"]) if raw["cache-dir"] else None,
         uncacheable=tuple(x.strip() for x in str(raw["uncacheable"] or "").split(",") if x.strip()),
         sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),
@@ -479,6 +483,19 @@ def _ablate(config: Any, value: bool, evolve: bool) -> bool:
         raise UsageError("--ecdysis-ablate minimises accepted evolution candidates: it needs --ecdysis-evolve "
                          "(or --ecdysis-resume RUN_ID)")
     return value and evolve
+
+
+def _extra_trials(value: Any, rule: str) -> int:
+    """`--ecdysis-accept-extra-trials K`: an integer >= 0, above 0 only with `--ecdysis-accept paired`.
+
+    Raises:
+        UsageError: not an integer >= 0, or K > 0 under `strict` (its verdict is the score, not a test).
+    """
+    k = _int("accept-extra-trials", value, 0)
+    if k and rule != "paired":
+        raise UsageError(f"--ecdysis-accept-extra-trials {k} adds trials before a paired test: it needs "
+                         "--ecdysis-accept paired (the strict rule compares the two runs' scores as they are)")
+    return k
 
 
 def _nonce(value: Any) -> str | None:

@@ -11,7 +11,8 @@
         score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
         score_before     <- a re-run of the incumbent started beside it (`evolve_paired`, `--ecdysis-rescore`)
         accept (`acceptance`, `--ecdysis-accept`): strict = score_after > score_before; paired = a paired test
-        over tasks at `--ecdysis-accept-level`
+        over tasks at `--ecdysis-accept-level` (`--ecdysis-accept-extra-trials K`: first K more trials of the
+        tasks that flipped, for both harnesses, `evolve_extra`)
         ablate (`ablation`, `--ecdysis-ablate`): an accepted candidate of several changes (hunks of its diff)
         re-validated without each in turn; a change whose removal loses nothing is dropped
         commit (the kept changes) in the worktree; it becomes the incumbent
@@ -56,6 +57,7 @@ from .acceptance import decide, decision_fields
 from .edit import make_editor
 from .errors import EcdysisError, IntegrityError
 from .evolve_alternatives import alternatives_round
+from .evolve_extra import extra_trials
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
 from .evolve_report import OUTCOME_TEXT, FinalTable, fmt, summary_lines
 from .evolve_runs import TrustedRuns
@@ -256,6 +258,11 @@ class Evolution(RunState, TrustedRuns):
             return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
         decision = decide(self.cfg.accept, before, after, before_trials, after_trials,
                           method=self.cfg.accept_method, level=self.cfg.accept_level)
+        # paired: more trials of the flipped tasks, for both harnesses, before deciding (`evolve_extra`)
+        decision, extra = extra_trials(self, worktree.harness_dir, adir, run_id, label, base, before_trials,
+                                       after_trials, decision)
+        if extra is not None:
+            out["extra_trials"] = extra
         out["decision"] = decision.fields()
         self.say(f"{label}: {decision.rule} rule: {'accept' if decision.accepted else 'reject'}: {decision.reason}")
         if not decision.accepted:

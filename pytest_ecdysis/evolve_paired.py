@@ -25,6 +25,7 @@ import signal
 import subprocess
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,8 +76,8 @@ def score_pair(ev: Evolution, candidate_dir: Path, rdir: Path, run_id: str, base
     worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
     try:
         inc_id = f"{run_id}i"
-        candidate, incumbent = together(ev, [(candidate_dir, rdir, run_id, files, env),
-                                             (worktree.harness_dir, rdir / "incumbent", inc_id, None, None)])
+        candidate, incumbent = together(ev, [Job(candidate_dir, rdir, run_id, files, env),
+                                             Job(worktree.harness_dir, rdir / "incumbent", inc_id)])
     finally:
         worktree.remove()
     if isinstance(incumbent, BrokenCandidate):
@@ -87,17 +88,28 @@ def score_pair(ev: Evolution, candidate_dir: Path, rdir: Path, run_id: str, base
                        "cached_score": base["score"], "wall_s": round(incumbent.wall_s, 2)}
 
 
-def together(ev: Evolution, jobs: list[tuple[Path, Path, str, dict[str, bytes | None] | None,
-                                             dict[str, str] | None]]) -> list[SubRun | BrokenCandidate]:
-    """Start one sub-run per `(harness_dir, run_dir, run_id, files, env)` at once and wait for all of them.
+@dataclass(frozen=True)
+class Job:
+    """One sub-run of `together`: the arguments of `Evolution.subrun`."""
+
+    harness_dir: Path
+    run_dir: Path
+    run_id: str
+    files: dict[str, bytes | None] | None = None
+    env: dict[str, str] | None = None
+    overrides: dict[str, str | None] | None = None
+
+
+def together(ev: Evolution, jobs: list[Job]) -> list[SubRun | BrokenCandidate]:
+    """Start one sub-run per job at once and wait for all of them.
 
     A sub-run that raises `BrokenCandidate` gives it in its place. Ctrl-C (or any other exception) stops
     every sub-run's process group and propagates.
     """
     procs: list[subprocess.Popen] = []
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ecdysis-subrun")
-    futures = [pool.submit(_attempt, lambda j=job: ev.subrun(j[0], j[1], j[2], files=j[3], on_start=procs.append,
-                                                             env=j[4]))
+    futures = [pool.submit(_attempt, lambda j=job: ev.subrun(j.harness_dir, j.run_dir, j.run_id, files=j.files,
+                                                             on_start=procs.append, env=j.env, overrides=j.overrides))
                for job in jobs]
     try:
         return [f.result() for f in futures]

@@ -164,3 +164,69 @@ def test_ablate_without_evolve_is_a_usage_error(pytester: pytest.Pytester) -> No
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--ecdysis-ablate minimises accepted evolution candidates: it needs "
                                  "--ecdysis-evolve*"])
+
+
+# eight tasks, honouring --ecdysis-tasks and --ecdysis-trials; task i < 7 is solved when i < LEVEL; task 7 is
+# solved by a harness with LEVEL < 7, and by one with LEVEL >= 7 in every trial but the first (noise)
+FLAKY_SUITE = '''
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.plugin import get_state
+
+
+def pytest_generate_tests(metafunc):
+    cfg = get_state(metafunc.config).cfg
+    tasks = [str(i) for i in range(8) if cfg.tasks is None or str(i) in cfg.tasks]
+    metafunc.parametrize("task_id,trial", [(t, k) for t in tasks for k in range(cfg.trials)])
+
+
+@pytest.mark.ecdysis_trial
+def test_task(request, task_id, trial):
+    state = get_state(request.config)
+    level = load_harness(state.harness_dir).LEVEL
+    i = int(task_id)
+    reward = float(i < level if i < 7 else (level < 7 or trial >= 1))
+    record_trial(request.node, TrialResult(
+        suite="tiny", task_id=task_id, trial=trial, reward=reward, termination_reason="agent_stop",
+        components={"db": reward}, harness_id=state.harness_id,
+        tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
+    assert reward >= 1.0
+'''
+
+
+def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """LEVEL 1 -> 7 gains tasks 1-6 and loses task 7 in its first trial only. One trial per task: +6/-1, the
+    Wilcoxon test on ±1 differences is the sign test, p = 8/128 > 0.05: rejected. With 3 extra trials of the
+    7 flipped tasks for both harnesses, task 7's loss shrinks to -0.5 and p = 2/128: accepted, the budget
+    printed and recorded."""
+    project = make_project(pytester, monkeypatch, CONFTEST)
+    project.makepyfile(test_tiny=FLAKY_SUITE, editor=EDITOR)
+    _git(project.path, "commit", "-qam", "flaky suite")
+    _script(project, [{"set": {"LEVEL": 7}}])
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-test-trials", "0",
+                  "--ecdysis-accept", "paired", "--ecdysis-accept-method", "wilcoxon",
+                  "--ecdysis-accept-extra-trials", "3")
+    assert result.ret == 0, result.stdout.str()
+    (row,) = _evolution(project)["rounds"]
+    extra = row["extra_trials"]
+    assert extra["tasks"] == [f"tiny/{i}" for i in range(1, 8)] and extra["budget_trials"] == 42
+    assert extra["decision_before"]["p_value"] == pytest.approx(8 / 128)
+    assert row["outcome"] == "accepted" and row["decision"]["p_value"] == pytest.approx(2 / 128, abs=0.01)
+    assert row["decision"]["wins"] == 6 and row["decision"]["losses"] == 1
+    assert row["decision"]["effect"] == pytest.approx((6 - 0.5) / 8)
+    run = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1"
+    lines = (run / "extra" / "run1-r1x" / "trials.jsonl").read_text().splitlines()
+    assert len(lines) == 21 and (run / "extra" / "incumbent" / "run1-r1ix" / "trials.jsonl").is_file()
+    result.stdout.fnmatch_lines(["*round 1: extra trials: 7 flipped task(s) x 3 trial(s) x 2 harnesses = 42 "
+                                 "trial(s) (sub-runs run1-r1x, run1-r1ix)*",
+                                 "*round 1: paired rule: accept: *(with 3 extra trial(s) on 7 flipped task(s))*"])
+
+
+def test_extra_trials_need_the_paired_rule(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess("--ecdysis-accept-extra-trials", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ecdysis-accept-extra-trials 2 adds trials before a paired test: it needs "
+                                 "--ecdysis-accept paired*"])
