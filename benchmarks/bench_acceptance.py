@@ -1,6 +1,6 @@
 """Benchmark: how often each acceptance rule accepts a candidate that changes nothing (issue 16).
 
-    python benchmarks/bench_acceptance.py sim [--decisions 20] [--profile noop] [--tasks 0,1,...] [-n 2]
+    python benchmarks/bench_acceptance.py sim [--decisions 20] [--chain] [--profile noop] [--tasks 0,1,...] [-n 2]
     python benchmarks/bench_acceptance.py scripted [--decisions 2000]
     python benchmarks/bench_acceptance.py rounds [--train 10 | --tasks 0,1,...] [--rounds 2] [--test-trials 1]
 
@@ -11,7 +11,9 @@ with its own `--ecdysis-sim-nonce`, so every run is an independent draw of the s
 compares run 2k (the incumbent) with run 2k+1 (a "candidate" identical to it: a no-op by construction)
 through `pytest_ecdysis.acceptance.decide`, exactly as a round does, under `strict` and under `paired`
 with each method at level 0.05. Prints each decision and the share accepted per rule; every acceptance
-is a false one. Also prints the share over all pairs of runs (more pairs, not independent).
+is a false one. Also prints the share over all pairs of runs (more pairs, not independent). `--chain`
+halves the cost: `--decisions` + 1 runs, decision k compares run k-1 with run k (each decision has its
+own two nonces; neighbouring decisions share a run, so they are not independent).
 
 `rounds`: two evolution runs on the simulated model's default profile started together in a `git clone
 --local` of this repository (its committed HEAD), same train tasks (`--tasks`, default the first
@@ -84,20 +86,26 @@ def report(decisions: list[dict[str, tuple[bool, float]]], title: str) -> None:
 
 def sim(args: argparse.Namespace) -> None:
     runs: list[tuple[float, list[dict]]] = []
+    n_runs = args.decisions + 1 if args.chain else 2 * args.decisions
     with tempfile.TemporaryDirectory(prefix="ecdysis-accept-") as tmp:
-        for k in range(2 * args.decisions):
+        for k in range(n_runs):
             score, trials, wall = run_once(Path(tmp) / str(k), f"bench-accept-{k}", args.profile, args.workers,
                                          args.tasks)
             runs.append((score, trials))
-            print(f"run {k}: nonce bench-accept-{k}, suite score {score:.3f}, {len(trials)} trials, {wall:.0f} s",
-                  flush=True)
-            if k % 2 == 1:
+            failed = sorted((t["task_id"] for t in trials if (t.get("reward") or 0) < 1), key=str)
+            print(f"run {k}: nonce bench-accept-{k}, suite score {score:.3f}, {len(trials)} trials, failed "
+                  f"{','.join(map(str, failed)) or '-'}, {wall:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+            if k % 2 == 1 or (args.chain and k > 0):
                 d = judge(runs[k - 1], runs[k])
-                print(f"  decision {k // 2 + 1}: {runs[k - 1][0]:.3f} -> {score:.3f}: "
+                print(f"  decision {k if args.chain else k // 2 + 1}: {runs[k - 1][0]:.3f} -> {score:.3f}: "
                       + ", ".join(f"{lab} {'ACCEPT' if a else 'reject'} (p={p:.3g})" for lab, (a, p) in d.items()),
                       flush=True)
-    disjoint = [judge(runs[2 * i], runs[2 * i + 1]) for i in range(args.decisions)]
-    report(disjoint, f"sim/{args.profile}, disjoint pairs of runs")
+    if args.chain:  # decision k: run k-1 (incumbent) vs run k; neighbouring decisions share a run
+        report([judge(runs[i], runs[i + 1]) for i in range(args.decisions)],
+               f"sim/{args.profile}, consecutive pairs of runs (each decision its own two nonces)")
+    else:
+        report([judge(runs[2 * i], runs[2 * i + 1]) for i in range(args.decisions)],
+               f"sim/{args.profile}, disjoint pairs of runs")
     report([judge(runs[i], runs[j]) for i, j in itertools.permutations(range(len(runs)), 2)],
            f"sim/{args.profile}, all ordered pairs of the {len(runs)} runs (not independent)")
 
@@ -177,6 +185,8 @@ def scripted(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=("sim", "scripted", "rounds"))
+    parser.add_argument("--chain", action="store_true",
+                        help="sim: decisions+1 runs, decision k = run k-1 vs run k (half the runs; not independent)")
     parser.add_argument("--train", type=int, default=10, help="rounds: the first N train ids (without --tasks)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--test-trials", type=int, default=1)
