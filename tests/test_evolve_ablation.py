@@ -230,3 +230,25 @@ def test_extra_trials_need_the_paired_rule(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--ecdysis-accept-extra-trials 2 adds trials before a paired test: it needs "
                                  "--ecdysis-accept paired*"])
+
+
+def test_extra_trials_are_skipped_when_they_cannot_help() -> None:
+    """Off under strict or K = 0; skipped, with the reason, for a deterministic model (a rerun is
+    byte-identical), when no task flipped, and when no task rose."""
+    from types import SimpleNamespace
+
+    from pytest_ecdysis.acceptance import decide
+    from pytest_ecdysis.evolve_extra import flipped_tasks, skip_reason, task_score
+
+    def trials(rewards: list[float]) -> list[dict]:
+        return [{"suite": "s", "task_id": str(i), "reward": r} for i, r in enumerate(rewards)]
+
+    before, after, worse = trials([0.0, 1.0, 1.0]), trials([1.0, 1.0, 0.0]), trials([0.0, 0.0, 1.0])
+    assert flipped_tasks(before, after) == ["s/0", "s/2"] and task_score(after) == pytest.approx(2 / 3)
+    first = decide("paired", 2 / 3, 2 / 3, before, after)
+    cfg = SimpleNamespace(accept="paired", accept_extra_trials=2, model="sim", user_model="sim", sim_nonce=None)
+    assert skip_reason(cfg, {}, flipped_tasks(before, after), first) is None
+    assert skip_reason(SimpleNamespace(**{**vars(cfg), "accept_extra_trials": 0}), {}, ["s/0"], first) == "off"
+    assert "fixed nonce" in skip_reason(SimpleNamespace(**{**vars(cfg), "sim_nonce": "ci"}), {}, ["s/0"], first)
+    assert skip_reason(cfg, {}, [], first) == "no task flipped"
+    assert skip_reason(cfg, {}, ["s/1"], decide("paired", 2 / 3, 1 / 3, before, worse)).startswith("no task rose")
