@@ -33,7 +33,7 @@ import openai
 from .config import is_sim_model
 from .deadline import Budget, DeadlineTransport
 from .errors import ContextOverflowError, InfrastructureError, UsageError
-from .overflow import context_overflow
+from .overflow import completion_room, context_overflow
 from .replies import strip_reasoning
 
 #: Seconds per attempt of one role call (roles read long prompts; local models are slow).
@@ -148,7 +148,9 @@ class RoleClient:
 
         `json_mode` asks for `response_format={"type": "json_object"}`. An endpoint that rejects an optional
         parameter (`response_format`, `temperature`, `max_tokens`: HTTP 400 naming it) is asked again
-        without it, and this client never sends it again.
+        without it, and this client never sends it again. A prompt that fits the context while prompt +
+        `max_tokens` does not (the server's message gives both counts) is asked again once with `max_tokens`
+        = the room left.
 
         Raises:
             ContextOverflowError: the endpoint says the request does not fit the model's context window.
@@ -170,6 +172,10 @@ class RoleClient:
                     response = self._client.chat.completions.create(**kwargs)
                     break
                 except openai.BadRequestError as exc:
+                    room = completion_room(f"{exc.message} {exc.response.text}")
+                    if room and room < kwargs.get("max_tokens", 0):  # the prompt fits, max_tokens does not
+                        kwargs["max_tokens"] = room
+                        continue
                     named = [k for k in optional if k in kwargs and k in str(exc)]
                     if not named:
                         raise

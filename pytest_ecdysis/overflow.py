@@ -40,3 +40,18 @@ def context_overflow(status: int | None, text: str) -> str | None:
         return None
     message = re.search(r"""["']message["']\s*:\s*(["'])(.*?)(?<!\\)\1""", text or "", re.S)
     return (message.group(2) if message else text).strip()[:500]
+
+
+LIMIT = re.compile(r"maximum context length is (\d+) tokens", re.IGNORECASE)
+PARTS = re.compile(r"\((\d+) in the messages, (\d+) in the completion\)", re.IGNORECASE)
+
+
+def completion_room(text: str) -> int | None:
+    """Tokens left for the completion when only the asked completion did not fit: the prompt is shorter
+    than the context but prompt + `max_tokens` is not (llama-cpp-python, vLLM before 0.6 and OpenAI say
+    "maximum context length is N tokens ... (P in the messages, C in the completion)"); else None."""
+    limit, parts = LIMIT.search(text or ""), PARTS.search(text or "")
+    if not limit or not parts:
+        return None
+    room = int(limit.group(1)) - int(parts.group(1))
+    return room if room > 0 else None

@@ -211,6 +211,31 @@ def test_rejected_optional_parameters_are_not_sent_again(tmp_path):
     assert d.spec is not None and seen == [True] + [False] * 4
 
 
+def test_a_prompt_that_fits_without_its_max_tokens_is_asked_again_with_the_room_left(tmp_path):
+    """llama-cpp-python (ctx 8192) refuses prompt + max_tokens over the context with HTTP 400
+    context_length_exceeded even when the prompt itself fits: asked again with max_tokens = the room left;
+    a prompt that does not fit at all stays a context overflow (no spec, reason context_overflow)."""
+    seen = []
+
+    def answer(messages):
+        def fn(role, body):
+            seen.append(body.get("max_tokens"))
+            if body.get("max_tokens", 0) + messages > 8192:
+                return httpx2.Response(400, json={"error": {
+                    "message": f"This model's maximum context length is 8192 tokens. However, you requested "
+                               f"{messages + body['max_tokens']} tokens ({messages} in the messages, "
+                               f"{body['max_tokens']} in the completion). Please reduce the length of the "
+                               "messages or completion.", "type": "invalid_request_error", "param": "messages",
+                    "code": "context_length_exceeded"}})
+            return json.dumps(GOOD_SPEC)
+        return fn
+    d, _ = run(tmp_path / "fits", answer(5004), strategy="ecdysis-nofdcr")
+    assert d.spec is not None and seen == [4096, 3188]
+    seen.clear()
+    d, _ = run(tmp_path / "too_long", answer(9000), strategy="ecdysis-nofdcr")
+    assert d.spec is None and d.reason == "context_overflow" and seen == [4096]
+
+
 def test_absolute_paths_inside_the_harness_are_made_relative(tmp_path):
     """An absolute path inside the harness is accepted as relative; an absolute path elsewhere is refused."""
     from pytest_ecdysis.diagnose import validate_spec

@@ -88,3 +88,22 @@ def test_one_diagnosis_call_against_the_real_server(server_url, tmp_path):
     assert d.spec is not None or d.detail
     lines = (tmp_path / "round" / "transcript.jsonl").read_text().splitlines()
     assert len(lines) == d.calls and (d.calls >= 1 or d.reason in {"context_overflow", "slow_endpoint"})
+
+
+def test_chatml_tools_shows_tool_results_and_the_calls_made():
+    """`chatml-tools` (scripts/llama_server.py) renders what upstream's `chatml-function-calling` drops: the
+    `tool` turn with its result, and the assistant's earlier call, so the model sees what its call returned;
+    the tools are listed once, in the system turn, and the reply starts a fresh assistant turn."""
+    pytest.importorskip("llama_cpp")
+    from llama_server import render
+
+    tool = {"type": "function", "function": {"name": "get_reservation_details",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'}}
+    prompt = render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Show JMO1MG."},
+                     {"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'}], [tool])
+    assert prompt.count("functions.get_reservation_details:\n{") == 2  # the listing and the call made
+    assert '<|im_start|>tool\n{"status": "ok"}<|im_end|>' in prompt
+    assert prompt.startswith("<|im_start|>system\nBe brief.") and prompt.endswith("<|im_start|>assistant\n")
