@@ -7,9 +7,19 @@ level runs enough trials to fill it (`ceil(L / tasks)` per task, at least `--tri
 trials, wall-clock of the pytest run (process start to end), trials per minute, peak resident memory of
 the whole process tree (pytest, xdist workers, scorer processes; sampled every 0.2 s with psutil), and
 the ratio of the wall-clock to the ideal `trials x calls per trial x latency / in flight`, where calls per
-trial are the model completions the records show (agent and user-simulator messages).
+trial are the model completions the records show (agent and user-simulator messages, less τ²'s fixed
+greeting). Memory is the peak of the summed proportional set size (PSS, /proc/<pid>/smaps_rollup) of the
+process tree: the harness's trial processes are forks sharing their server's pages, which a sum of RSS
+would count once per fork.
+
+`--round C` instead runs one evolution round (`--ecdysis-evolve --ecdysis-rounds 1`, the sim editor, no
+test scoring, a fixed nonce) with `-n 2 --ecdysis-concurrency C` in a `git clone --local` of this
+repository, and prints its wall-clock against the physical limit at that latency: two suite runs at the
+endpoint's concurrency (2C: each the longer of the longest trial's calls x latency and all its calls x
+latency / 2C), plus the round's diagnosis and editor calls x latency (3K+1 and 1 for ecdysis).
 
     .venv/bin/python benchmarks/bench_concurrency.py [--tasks 30] [--levels 1,8,32,64] [--latency 2]
+    .venv/bin/python benchmarks/bench_concurrency.py --tasks 16 --round 32
 """
 
 from __future__ import annotations
@@ -30,15 +40,46 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tree_rss(root: psutil.Process) -> int:
-    """Bytes resident in `root` and all its descendants (processes that vanish are skipped)."""
+def tree_pss(root: psutil.Process) -> int:
+    """Bytes of proportional set size of `root` and all its descendants (processes that vanish are skipped)."""
     total = 0
     for proc in [root, *root.children(recursive=True)]:
         try:
-            total += proc.memory_info().rss
-        except psutil.Error:
+            with open(f"/proc/{proc.pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
+        except (psutil.Error, OSError, StopIteration):
             pass
     return total
+
+
+def calls_of(rows: list[dict]) -> tuple[int, int]:
+    """(all model completions, the most of one trial): agent and user messages less τ²'s fixed greeting."""
+    per = [sum(m["role"] in ("assistant", "user") for m in r["messages"]) - 1 for r in rows]
+    return sum(per), max(per, default=0)
+
+
+def measured(command: list[str], cwd: Path) -> tuple[psutil.Popen, bytes, float, int]:
+    """Run `command`; (process, output, wall seconds, peak PSS bytes of its tree sampled every 0.5 s)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID")}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    started = time.monotonic()
+    proc = psutil.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, tree_pss(proc))
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, _ = proc.communicate()
+    wall_s = time.monotonic() - started
+    done.set()
+    sampler.join()
+    return proc, out, wall_s, peak
 
 
 def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir: Path) -> dict:
@@ -48,27 +89,10 @@ def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir
                "no:cacheprovider", "--ecdysis-split", "all", "--ecdysis-tasks", ",".join(tasks),
                "--ecdysis-trials", str(trials), "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce",
                "bench", "--ecdysis-run-dir", str(run_dir), *xdist]
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    started = time.monotonic()
-    proc = psutil.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, tree_rss(proc))
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, _ = proc.communicate()
-    wall_s = time.monotonic() - started
-    done.set()
-    sampler.join()
+    proc, out, wall_s, peak = measured(command, workdir)
     (path,) = run_dir.iterdir()
     rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
-    calls = sum(sum(m["role"] in ("assistant", "user") for m in r["messages"]) for r in rows)
+    calls, _ = calls_of(rows)
     ideal_s = calls * latency / level
     return {"level": level, "trials": len(rows), "exit": proc.returncode, "wall_s": wall_s,
             "per_min": len(rows) / wall_s * 60, "peak_mb": peak / 2**20, "calls": calls, "ideal_s": ideal_s,
@@ -81,6 +105,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1, help="trials per task at least")
     parser.add_argument("--levels", default="1,8,32,64", help="trials in flight in all (1, or even numbers)")
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per simulated completion")
+    parser.add_argument("--round", type=int, default=0, metavar="C",
+                        help="instead: one evolution round at -n 2 --ecdysis-concurrency C")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from task_suites.tau2.suite import split_ids
@@ -89,9 +115,11 @@ def main() -> None:
     if any(level < 1 or (level > 1 and level % 2) for level in levels):
         parser.error(f"--levels must be 1 or even numbers (two workers share a level), got {args.levels}")
     tasks = list(split_ids("airline", "train"))[: args.tasks]
+    if args.round:
+        return bench_round(args.round, tasks, args.latency)
     print(f"simulated model (not a real LLM), latency {args.latency:g} s per completion; airline train split, "
           f"{len(tasks)} task(s); machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'in flight':>9} {'trials':>6} {'wall s':>8} {'trials/min':>10} {'peak MB':>8} {'calls':>6} "
+    print(f"{'in flight':>9} {'trials':>6} {'wall s':>8} {'trials/min':>10} {'PSS MB':>8} {'calls':>6} "
           f"{'ideal s':>8} {'x ideal':>7}")
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
         for level in levels:
@@ -101,6 +129,47 @@ def main() -> None:
                   f"{r['calls']:>6} {r['ideal_s']:>8.1f} {r['ratio']:>7.2f}", flush=True)
             if r["exit"] not in (0, 1):
                 print(f"  pytest exit status {r['exit']}: {r['tail']}")
+            print(f"  (load average {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S')})", flush=True)
+
+
+def bench_round(concurrency: int, tasks: list[str], latency: float) -> None:
+    """One evolution round against its physical limit (module docstring)."""
+    in_flight = 2 * concurrency
+    print(f"one evolution round, simulated model (not a real LLM), latency {latency:g} s; airline train, "
+          f"{len(tasks)} task(s); -n 2 --ecdysis-concurrency {concurrency}; load average {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory(prefix="bench-round-") as tmp:
+        clone, run_dir = Path(tmp) / "repo", Path(tmp) / "runs"
+        subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
+        command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
+                   "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
+                   "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
+                   "--ecdysis-rounds", "1", "--ecdysis-editor", "sim", "--ecdysis-test-trials", "0",
+                   "--ecdysis-rescore", "never", "--ecdysis-run-dir", str(run_dir)]
+        proc, out, wall_s, peak = measured(command, clone)
+        evo = sorted(run_dir.glob("*/evolution.json"))
+        if not evo:
+            print(f"no evolution.json (exit {proc.returncode}): {out.decode(errors='replace')[-1500:]}")
+            return
+        doc = json.loads(evo[-1].read_text())
+        runs = [evo[-1].parent, *(Path(json.loads(p.read_text())["run_path"])
+                                  for p in evo[-1].parent.glob("rounds/*/validation.json"))]
+        suite_limit, suite_calls = 0.0, []
+        for path in runs:
+            rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
+            calls, longest = calls_of(rows)
+            suite_calls.append(calls)
+            suite_limit += max(longest * latency, calls * latency / in_flight)
+        transcripts = list(evo[-1].parent.glob("rounds/*/transcript.jsonl"))
+        diagnosis = sum(len(p.read_text().splitlines()) for p in transcripts)
+        editor = sum(r.get("editor_calls", 0) for r in doc.get("rounds", []))
+        limit = suite_limit + (diagnosis + editor) * latency
+        stages = [{k: r.get(k) for k in ("outcome", "wall_s")} for r in doc.get("rounds", [])]
+        print(f"exit {proc.returncode}; suite runs {len(runs)} with {suite_calls} model calls; diagnosis calls "
+              f"{diagnosis}, editor calls {editor}; rounds {stages}")
+        print(f"wall-clock {wall_s:.1f} s (pytest start to end), physical limit {limit:.1f} s "
+              f"(suite runs {suite_limit:.1f} s + {diagnosis + editor} calls x {latency:g} s): "
+              f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
+              f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.pop("ECDYSIS_SIM_URL", None)
 os.environ.pop("ECDYSIS_RUN_ID", None)
@@ -10,6 +12,18 @@ os.environ.pop("ECDYSIS_RUN_ID", None)
 os.environ["ECDYSIS_SIM_NONCE"] = "tests"
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(autouse=True)
+def _own_run_and_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test inherits this session's run id or simulated server: the plugin exports both (for its
+    workers) after the pops above, so every pytest a test started reused them: two runs of one test (with
+    and without an option, say) sent the same trial headers to the same server, the second continuing the
+    first's conversations, and ran on that server's nonce and latency instead of their own options
+    (issue 18's identity test). A test that needs a server starts its own."""
+    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
+    monkeypatch.delenv("ECDYSIS_SIM_URL", raising=False)
+
 
 # numpy's and scipy's C extensions cannot be loaded twice in one process, and pytester's in-process runs
 # drop the modules they imported from sys.modules afterwards: import them here, before any such run, so

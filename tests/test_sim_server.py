@@ -73,6 +73,19 @@ def test_user_answers_per_scenario_and_ends_with_stop(sim):
     assert ask("Done. Is there anything else I can help you with?").endswith("###STOP###")
 
 
+def test_a_retried_user_request_gets_the_same_answer_and_no_extra_turn(sim):
+    """A user request sent again (a client that timed out while the server answered) is answered as the
+    first time and does not advance the simulated user: the next real turn is the one it would have been."""
+    user = client(sim.url, role="user", trial="run1/toy/1/1")
+    ask = lambda *texts: user.chat.completions.create(  # noqa: E731
+        model="sim", messages=[{"role": "system", "content": "x"}, *({"role": "user", "content": t} for t in texts)]
+    ).choices[0].message.content
+    opening = ask("Hi! How can I help you today?")
+    assert ask("Hi! How can I help you today?") == opening  # the retry
+    assert "I want" in opening
+    assert "yes" in ask("Hi! How can I help you today?", "Do you confirm (yes/no)?").lower()
+
+
 @pytest.mark.parametrize("model, code", [("sim/nope", "model_not_found"), ("gpt-4o", "model_not_found")])
 def test_unknown_profile_or_model_is_a_400_naming_known_profiles(sim, model, code):
     """An unknown profile is HTTP 400 with an OpenAI error body that names the known profiles."""

@@ -15,6 +15,8 @@ knowledge. Deterministic; it never reads the system prompt. Turn rules, first ma
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
@@ -50,12 +52,17 @@ class UserTrial:
         self.task = task
         self.turns = 0
         self.texts: list[str] = []
+        self.last: tuple[str, str] | None = None  # (request key, reply) of the latest turn
 
     def respond(self, messages: list[dict[str, Any]]) -> str:
+        key = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
+        if self.last is not None and self.last[0] == key:
+            return self.last[1]  # a retry of the same request (the conversation grows every turn): same answer
         agent_text = message_text(messages[-1]) if messages else ""
         text = self._reply(agent_text.lower())
         self.turns += 1
         self.texts.append(text)
+        self.last = (key, text)
         return text
 
     def _known(self) -> str:

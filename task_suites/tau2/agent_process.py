@@ -1,25 +1,27 @@
 """The harness's agent in a child process, behind a small JSON-lines protocol (docs/evolution.md, threat model).
 
 The trial process (trusted) owns τ²'s orchestrator, environment, user simulator, the scorer client, the
-model client and the trial record; harness code runs only in this child. Each side writes one JSON object
-per line (trial -> child on the child's stdin, child -> trial on a duplicate of its stdout; the child's
-fd 1 is pointed at its stderr, so a harness that prints cannot corrupt the protocol):
+model client and the trial record; harness code runs only in the harness's processes: one fork server
+per worker and harness (`agent_child.py`, started lazily, restarted when it died) and, forked from it,
+one process per trial, reached over its own Unix-socket connection. Each side writes one JSON object per
+line:
 
     trial -> child  {"op": "start", "harness_dir", "domain", "model", "max_steps_hint", "trial"}
                     {"op": "init_state", "history": [message...]}   {"op": "generate", "message": message|null}
                     {"op": "stop", "message": message|null}         {"op": "seed", "seed": int}
                     {"op": "completion", "ok": true, "response": <chat completion JSON>}  (answer to a call)
                     {"op": "completion", "ok": false, "kind": "timeout"|"connection"|"status", "status", "message"}
-    child -> trial  {"op": "call", "kwargs": {...}}   (the agent's chat.completions.create, made by the trial)
+    child -> trial  {"op": "hello", "pid": int}   (first, once)
+                    {"op": "call", "kwargs": {...}}   (the agent's chat.completions.create, made by the trial)
                     {"op": "done", "message": message|null, "is_stop": bool, "notes": [...], "usage": {...}}
                     {"op": "error", "type": "<exception class>", "message": "...", "traceback": "..."}
 
 Model calls go through the trial's own openai client (headers, budget, retries, `model_view`), so the
 child needs no key and no network. Whether an ending is an infrastructure error is decided by what the
 trial side saw on the wire, never by what the harness raised: a harness that raises a timeout the endpoint
-never had, hangs (no answer within the trial budget), dies or breaks the protocol is an agent failure.
-One child per worker process, reused across trials (a new agent per trial); restarted when it died.
-Run as `python -m task_suites.tau2.agent_process`.
+never had, hangs (no answer within the trial budget: its process is killed), dies or breaks the protocol
+is an agent failure. A process per trial means trials in flight at once (`--ecdysis-concurrency`) cannot
+reach each other's agent, and each starts from the same state as a trial run alone.
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
+
+from .agent_child import dump as _dump
 
 #: Seconds the child may take to start (import τ²) before it is declared dead; paid once per worker,
 #: outside any trial's budget (`prepare`).
@@ -48,66 +53,41 @@ class HarnessProcessError(RuntimeError):
     """The harness's process died, hung, broke the protocol or raised (an agent failure)."""
 
 
-# --- trial side ------------------------------------------------------------------------------------
+class _Wire:
+    """JSON lines over a pair of raw fds (a pipe pair or one socket), read in chunks: a line can be
+    hundreds of kB (whole conversations)."""
 
-
-class AgentProcess:
-    """The trial side's handle on the child: started lazily, restarted when it died."""
-
-    def __init__(self, harness_dir: Path) -> None:
-        self.harness_dir = Path(harness_dir).resolve()
-        self.proc: subprocess.Popen | None = None
+    def __init__(self) -> None:
         self.buffer = b""
-        self.dir = Path(tempfile.mkdtemp(prefix="ecdysis-agent-"))
-        self.log = self.dir / "stderr.log"
 
-    def ensure(self) -> subprocess.Popen:
-        if self.proc is None or self.proc.poll() is not None:
-            from pytest_ecdysis.sandbox import hidden_paths, wrap_command
+    def fds(self) -> tuple[int, int]:  # (read, write)
+        raise NotImplementedError
 
-            package_root = Path(__file__).resolve().parents[2]
-            env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_ENV_PREFIXES)}
-            # this process's own import path (trusted: harness code never ran here), the suite's root first
-            path = [str(package_root), *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))]
-            env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(path)), PYTHONDONTWRITEBYTECODE="1",
-                       LITELLM_LOCAL_MODEL_COST_MAP="True")
-            command = wrap_command([sys.executable, "-m", "task_suites.tau2.agent_process"],
-                                   visible=[self.harness_dir, package_root], scratch=self.dir,
-                                   hide=[*hidden_paths(), *gold_files()])
-            self.buffer = b""
-            with self.log.open("ab") as err:
-                self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                             cwd=self.dir, env=env, bufsize=0, start_new_session=True)
-            ready = self.receive(STARTUP_TIMEOUT_S)  # tau2 imported; no harness code has run yet
-            if ready.get("op") != "ready":
-                self.close()
-                raise HarnessProcessError(f"the harness process did not start ({ready})")
-        return self.proc
+    def lost(self, why: str) -> HarnessProcessError:  # the peer hung, died or broke the protocol
+        raise NotImplementedError
 
     def send(self, doc: dict[str, Any]) -> None:
-        proc = self.ensure()
         try:
             data = memoryview((json.dumps(doc, default=str) + "\n").encode())
+            fd = self.fds()[1]
             while data:
-                data = data[os.write(proc.stdin.fileno(), data):]
+                data = data[os.write(fd, data):]
         except (BrokenPipeError, OSError) as exc:
-            raise HarnessProcessError(f"the harness process died ({self._tail()}): {exc}") from None
+            raise self.lost(f"died: {exc}") from None
 
     def receive(self, timeout_s: float) -> dict[str, Any]:
-        proc = self.proc or self.ensure()
         deadline = time.monotonic() + max(timeout_s, 0.1)
-        fd = proc.stdout.fileno()
-        while b"\n" not in self.buffer:  # chunked reads: a line can be hundreds of kB (whole conversations)
+        fd = self.fds()[0]
+        while b"\n" not in self.buffer:
             ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
             if not ready:
-                self.close()
-                raise HarnessProcessError(f"the harness did not answer within {timeout_s:.0f} s (it hung); its "
-                                          "process was ended")
-            chunk = os.read(fd, 1 << 16)
+                raise self.lost(f"hung: no answer within {timeout_s:.0f} s")
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
             if not chunk:
-                code = proc.wait(timeout=5)
-                self.proc, self.buffer = None, b""
-                raise HarnessProcessError(f"the harness process died (exit status {code}): {self._tail()}")
+                raise self.lost("died")
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
         try:
@@ -115,9 +95,109 @@ class AgentProcess:
             if not isinstance(doc, dict) or "op" not in doc:
                 raise ValueError("not a protocol message")
         except ValueError:
-            self.close()
-            raise HarnessProcessError(f"the harness process broke the protocol (wrote {line[:80]!r})") from None
+            raise self.lost(f"broke the protocol (wrote {line[:80]!r})") from None
         return doc
+
+
+class AgentProcess(_Wire):
+    """The trial side's handle on the harness's fork server (`agent_child.py`): started lazily, restarted
+    when it died; `connect()` gives a trial its own process. Thread-safe (C trials of a worker share it)."""
+
+    def __init__(self, harness_dir: Path) -> None:
+        super().__init__()
+        self.harness_dir = Path(harness_dir).resolve()
+        self.proc: subprocess.Popen | None = None
+        self.dir = Path(tempfile.mkdtemp(prefix="ecdysis-agent-"))
+        self.log = self.dir / "stderr.log"
+        self.socket = ""
+        self.warm: set[str] = set()  # domains and harness dirs the running server has loaded
+        self.lock = threading.RLock()
+        self.quiet = False  # a `status` request that times out leaves the server running
+
+    def fds(self) -> tuple[int, int]:
+        proc = self.proc or self.ensure()
+        return proc.stdout.fileno(), proc.stdin.fileno()
+
+    def lost(self, why: str) -> HarnessProcessError:
+        if self.quiet:
+            return HarnessProcessError(why)
+        code = self.proc.poll() if self.proc is not None else None
+        self.close()
+        if why == "died":
+            return HarnessProcessError(f"the harness process died (exit status {code}): {self._tail()}")
+        if why.startswith("hung"):
+            return HarnessProcessError(f"the harness process {why} (it hung); its process was ended")
+        return HarnessProcessError(f"the harness process {why}")
+
+    def ensure(self) -> subprocess.Popen:
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            return self.proc
+
+    def _start(self) -> None:
+        from pytest_ecdysis.sandbox import hidden_paths, wrap_command
+
+        package_root = Path(__file__).resolve().parents[2]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_ENV_PREFIXES)}
+        # this process's own import path (trusted: harness code never ran here), the suite's root first
+        path = [str(package_root), *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))]
+        env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(path)), PYTHONDONTWRITEBYTECODE="1",
+                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+        command = wrap_command([sys.executable, "-m", "task_suites.tau2.agent_child"],
+                               visible=[self.harness_dir, package_root], scratch=self.dir,
+                               hide=[*hidden_paths(), *gold_files()])
+        self.buffer, self.warm = b"", set()
+        with self.log.open("ab") as err:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         cwd=self.dir, env=env, bufsize=0, start_new_session=True)
+        ready = self.receive(STARTUP_TIMEOUT_S)  # tau2 imported; no harness code has run yet
+        if ready.get("op") != "ready":
+            self.close()
+            raise HarnessProcessError(f"the harness process did not start ({ready})")
+        self.socket = ready["socket"]
+
+    def request(self, doc: dict[str, Any], timeout_s: float = STARTUP_TIMEOUT_S) -> dict[str, Any]:
+        """Send a server request (`check`, `domain`, `status`) and wait for its answer."""
+        with self.lock:
+            self.ensure()
+            self.send(doc)
+            while True:
+                reply = self.receive(timeout_s)
+                if doc["op"] != "status" and reply["op"] != "status":
+                    return reply
+                if doc["op"] == "status" and reply.get("pid") == doc["pid"]:
+                    return reply  # (a late answer to an earlier `status` is skipped)
+
+    def connect(self, domain: str) -> TrialLink:
+        """A process of its own for one trial, forked by the server once it has imported the harness
+        (an import error is reported by the trial's own `start`) and loaded `domain`'s tools."""
+        with self.lock:
+            self.ensure()
+            for op, key, value in (("check", "harness_dir", str(self.harness_dir)), ("domain", "domain", domain)):
+                if value not in self.warm:
+                    self.request({"op": op, key: value})
+                    self.warm.add(value)
+            where = self.socket
+        return TrialLink(self, where)
+
+    def kill(self, pid: int) -> None:
+        with self.lock:
+            if self.proc is not None and self.proc.poll() is None:
+                try:
+                    self.send({"op": "kill", "pid": pid})
+                except HarnessProcessError:
+                    pass
+
+    def exit_status(self, pid: int) -> int | None:
+        with self.lock:
+            self.quiet = True
+            try:
+                return self.request({"op": "status", "pid": pid}, timeout_s=10).get("code")
+            except HarnessProcessError:
+                return None
+            finally:
+                self.quiet = False
 
     def _tail(self) -> str:
         try:
@@ -127,24 +207,69 @@ class AgentProcess:
         return " | ".join(lines[-3:]) or "no output"
 
     def close(self) -> None:
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            self.proc = None
+        with self.lock:
+            if self.proc is not None:
+                try:
+                    os.killpg(self.proc.pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+                self.proc = None
+
+
+class TrialLink(_Wire):
+    """One trial's connection to its own harness process; a hang kills that process only."""
+
+    def __init__(self, server: AgentProcess, path: str) -> None:
+        super().__init__()
+        self.server, self.pid = server, None
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except OSError as exc:
+            self.sock.close()
+            raise HarnessProcessError(f"the harness process does not accept trials ({exc}): "
+                                      f"{server._tail()}") from None
+        hello = self.receive(STARTUP_TIMEOUT_S)
+        self.pid = hello.get("pid")
+
+    def fds(self) -> tuple[int, int]:
+        return self.sock.fileno(), self.sock.fileno()
+
+    def lost(self, why: str) -> HarnessProcessError:
+        self.close(kill=why.startswith(("hung", "broke")))
+        if why == "died" and self.pid is not None:
+            code = self.server.exit_status(self.pid)
+            return HarnessProcessError(f"the harness process died (exit status {code}): {self.server._tail()}")
+        if why.startswith("hung"):
+            return HarnessProcessError(f"the harness did not answer within the trial budget ({why}); its "
+                                       "process was ended")
+        return HarnessProcessError(f"the harness process {why}")
+
+    def close(self, kill: bool = False) -> None:
+        """Close the connection (the process ends at EOF); `kill`: end it now (it hung or broke the protocol)."""
+        if kill and self.pid is not None and self.sock.fileno() >= 0:
+            self.server.kill(self.pid)
+        self.sock.close()
 
 
 _PROCESSES: dict[Path, AgentProcess] = {}
 
 
+_PROCESSES_LOCK = threading.Lock()
+
+
 def agent_process(harness_dir: Path) -> AgentProcess:
-    """The worker's child process for `harness_dir` (one per harness and worker process)."""
+    """The worker's fork server for `harness_dir` (one per harness and worker process)."""
     key = Path(harness_dir).resolve()
+    with _PROCESSES_LOCK:
+        return _PROCESSES.get(key) or _new_process(key)
+
+
+def _new_process(key: Path) -> AgentProcess:
     if key not in _PROCESSES:
         for other in _PROCESSES.values():  # a worker runs one harness at a time: end the others' processes
             other.close()
@@ -182,9 +307,7 @@ def check_harness(harness_dir: Path) -> str | None:
         except UsageError as exc:
             return str(exc)
         return None
-    process = agent_process(harness_dir)
-    process.send({"op": "check", "harness_dir": str(harness_dir)})
-    reply = process.receive(STARTUP_TIMEOUT_S)
+    reply = agent_process(harness_dir).request({"op": "check", "harness_dir": str(harness_dir)})
     return reply.get("message") or "the harness failed to import" if reply.get("op") == "error" else None
 
 
@@ -226,16 +349,16 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
             self.stops: dict[int, bool] = {}
             self.infra: BaseException | None = None  # what the trial side saw on the wire
             self.format_error: EndpointFormatError | None = None  # an unusable reply the trial side saw
-            self.process = agent_process(harness_dir)
+            self.link = agent_process(harness_dir).connect(domain)
             self.request({"op": "start", "harness_dir": str(harness_dir), "domain": domain, "model": model,
                           "max_steps_hint": max_steps_hint, "trial": trial})
 
         def request(self, doc: dict[str, Any]) -> dict[str, Any]:
-            self.process.send(doc)
+            self.link.send(doc)
             while True:
-                reply = self.process.receive(budget.remaining() + 5.0)
+                reply = self.link.receive(budget.remaining() + 5.0)
                 if reply["op"] == "call":
-                    self.process.send(self.call(reply.get("kwargs") or {}))
+                    self.link.send(self.call(reply.get("kwargs") or {}))
                     continue
                 self.harness_notes = list(reply.get("notes") or self.harness_notes)
                 self.usage = dict(reply.get("usage") or self.usage)
@@ -296,6 +419,12 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
                 self.request({"op": "stop", "message": _dump(message)})
             except HarnessProcessError:
                 pass
+            finally:
+                self.close()
+
+        def close(self) -> None:
+            """End the trial's harness process (also called by the runner when τ² did not call `stop`)."""
+            self.link.close()
 
         def is_stop(self, message: Any) -> bool:  # noqa: PLR6301 - the orchestrator calls it on the instance
             if id(message) in self.stops:
@@ -310,150 +439,3 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
 
 INFRA_TYPES = {"InfrastructureError", "TimeBudgetExceeded", "APIError", "APITimeoutError", "APIConnectionError",
                "APIStatusError", "RateLimitError", "InternalServerError"}
-
-
-def _dump(message: Any) -> dict[str, Any] | None:
-    return None if message is None else message.model_dump(mode="json")
-
-
-# --- child side ------------------------------------------------------------------------------------
-
-
-def _load_message(t: Any, data: dict[str, Any] | None) -> Any:
-    if data is None:
-        return None
-    if "tool_messages" in data:
-        return t.MultiToolMessage.model_validate(data)
-    kinds = {"assistant": t.AssistantMessage, "user": t.UserMessage, "tool": t.ToolMessage,
-             "system": t.SystemMessage}
-    return kinds[data["role"]].model_validate(data)
-
-
-class _Completions:
-    def __init__(self, channel: _Channel) -> None:
-        self.channel = channel
-
-    def create(self, **kwargs: Any) -> Any:
-        import httpx
-        import openai
-        from openai._models import construct_type
-        from openai.types.chat import ChatCompletion
-
-        kwargs = {k: v for k, v in kwargs.items()  # headers are the trial side's; a timeout only as seconds
-                  if k != "extra_headers" and (k != "timeout" or isinstance(v, int | float))}
-        reply = self.channel.call(json.loads(json.dumps(kwargs, default=_jsonable)))
-        if reply.get("ok"):
-            return construct_type(type_=ChatCompletion, value=reply["response"])
-        request = httpx.Request("POST", "http://trial-side/v1/chat/completions")
-        kind, message = reply.get("kind"), reply.get("message", "")
-        if kind == "timeout":
-            raise openai.APITimeoutError(request=request)
-        if kind == "connection":
-            raise openai.APIConnectionError(message=message, request=request)
-        if kind == "status":
-            response = httpx.Response(int(reply.get("status") or 500), request=request)
-            raise openai.APIStatusError(message, response=response, body=None)
-        if kind == "format":  # the trial ends as endpoint_format_error whatever the harness does with this
-            raise RuntimeError(f"endpoint format error: {message}")
-        raise TypeError(message)
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    return str(value)
-
-
-class ProxyClient:
-    """What the harness gets as `client`: `client.chat.completions.create(**kwargs)` like openai's, made by
-    the trial side. `default_headers` names the trial (read-only use)."""
-
-    def __init__(self, channel: _Channel, trial: str) -> None:
-        self.chat = type("Chat", (), {})()
-        self.chat.completions = _Completions(channel)
-        self.default_headers = {"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": "agent"}
-
-
-class _Channel:
-    def __init__(self, inp: Any, out: Any) -> None:
-        self.inp, self.out = inp, out
-
-    def write(self, doc: dict[str, Any]) -> None:
-        self.out.write(json.dumps(doc, default=_jsonable) + "\n")
-        self.out.flush()
-
-    def read(self) -> dict[str, Any] | None:
-        line = self.inp.readline()
-        return json.loads(line) if line else None
-
-    def call(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        self.write({"op": "call", "kwargs": kwargs})
-        reply = self.read()
-        if reply is None:
-            raise SystemExit(0)
-        return reply
-
-
-def main() -> None:
-    """Serve the protocol on stdin / a duplicate of stdout until EOF."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    channel = _Channel(sys.stdin, out)
-    from pytest_ecdysis.harness import load_harness
-
-    from . import suite
-    from .tau2lib import load_tau2
-
-    t = load_tau2()
-    channel.write({"op": "ready"})
-    agent: Any = None
-    state: Any = None
-    environments: dict[str, Any] = {}
-    while True:
-        request = channel.read()
-        if request is None:
-            return
-        op = request.get("op")
-        try:
-            message = None
-            if op == "start":
-                harness = load_harness(Path(request["harness_dir"]))
-                if request["domain"] not in environments:  # tools and policy only: one per domain
-                    environments[request["domain"]] = suite.get_environment(request["domain"])
-                environment = environments[request["domain"]]
-                agent = harness.build_agent(tools=environment.get_tools(), domain_policy=environment.get_policy(),
-                                            client=ProxyClient(channel, request.get("trial", "")),
-                                            model=request["model"], max_steps_hint=request.get("max_steps_hint"))
-                state = None
-            elif op == "check":
-                load_harness(Path(request["harness_dir"]))
-            elif op == "init_state":
-                state = agent.get_init_state([_load_message(t, m) for m in request.get("history") or []] or None)
-            elif op == "generate":
-                message, state = agent.generate_next_message(_load_message(t, request.get("message")), state)
-            elif op == "stop":
-                agent.stop(_load_message(t, request.get("message")), state)
-            elif op == "seed":
-                agent.set_seed(request.get("seed"))
-            done = {"op": "done", "message": _dump(message),
-                    "is_stop": bool(message is not None and agent.is_stop(message)),
-                    "notes": list(getattr(agent, "harness_notes", []) or []),
-                    "usage": dict(getattr(agent, "usage", None) or {})}
-            channel.write(done)
-        except SystemExit:
-            return
-        except BaseException as exc:  # noqa: B036 - every failure goes back to the trial side as data
-            name = type(exc).__name__
-            if isinstance(exc, InfrastructureError | TimeBudgetExceeded):
-                name = type(exc).__name__
-            channel.write({"op": "error", "type": name, "message": str(exc),
-                           "traceback": "".join(traceback.format_exception(exc, limit=-3)),
-                           "notes": list(getattr(agent, "harness_notes", []) or []),
-                           "usage": dict(getattr(agent, "usage", None) or {})})
-            if isinstance(exc, KeyboardInterrupt):
-                return
-
-
-if __name__ == "__main__":
-    main()

@@ -9,8 +9,6 @@ reason. `record_trial` is called in every outcome, before the phase ends.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from pytest_ecdysis import safetext
@@ -38,12 +36,6 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
     cfg = state.cfg
     wanted = None if cfg.tasks is None else set(cfg.tasks)
     try:
-        if cfg.concurrency > 1 and os.environ.get("ECDYSIS_AGENT_PROCESS") != "0":
-            # the worker's one agent child serves one trial at a time (no trial id on its messages yet):
-            # threads sharing it would interleave their protocol messages (issue 18 item 1, open)
-            raise UsageError(f"--ecdysis-concurrency {cfg.concurrency} runs trials in threads of one worker, but "
-                             "the harness's agent process serves one trial at a time; use --ecdysis-concurrency 1, "
-                             "or ECDYSIS_AGENT_PROCESS=0 (the agent in the worker's process, without the boundary)")
         task_ids = [t for t in suite.split_ids(domain, cfg.split) if wanted is None or t in wanted]
         if task_ids:
             # A harness that does not import or provides no agent is one clear error before any trial,

@@ -124,6 +124,8 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
             raise
         reason, error = classify(exc, budget, spec)
         simulation = None
+    finally:
+        getattr(agent, "close", lambda: None)()  # the trial's harness process, however the trial ended
     if endpoint_log.format_error and reason not in ("time_budget_exceeded",):
         # the agent's endpoint sent an unusable reply: whatever the harness made of the failed call
         reason, error, simulation = "endpoint_format_error", endpoint_log.format_error, None
