@@ -40,6 +40,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--latency", type=float, default=2.0)
     args = parser.parse_args()
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack on stderr
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from pytest_ecdysis.harness import harness_id

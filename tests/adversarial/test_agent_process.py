@@ -84,9 +84,12 @@ def test_a_real_endpoint_failure_is_still_infrastructure() -> None:
 def test_hanging_dying_and_printing_harnesses(tmp_path: Path) -> None:
     """A harness that hangs is ended at the trial budget, one that dies is named with its exit status (both
     agent_error), one that prints to stdout does not break the protocol; the next trial runs normally."""
+    from task_suites.tau2.agent_process import agent_process
+
+    harness = _harness(tmp_path, "hang", "        import time\n        time.sleep(3600)")
+    agent_process(harness).connect("airline").close()  # its server up (τ², the harness, the domain) first
     started = time.monotonic()
-    hang = run("3", None, harness=_harness(tmp_path, "hang", "        import time\n        time.sleep(3600)"),
-               settings=FAST)
+    hang = run("3", None, harness=harness, settings=FAST)
     assert hang.termination_reason == "agent_error" and "did not answer" in hang.error
     assert time.monotonic() - started < FAST.trial_budget_s + 60  # the budget, plus a loaded machine's slack
     die = run("3", None, harness=_harness(tmp_path, "die", "        import os\n        os._exit(3)"), settings=FAST)
@@ -96,6 +99,34 @@ def test_hanging_dying_and_printing_harnesses(tmp_path: Path) -> None:
     assert loud.termination_reason in ("user_stop", "agent_stop"), loud.error
     again = run("3", None, harness=ORACLE_HARNESS, settings=FAST)
     assert again.reward == 1.0
+
+
+def test_trials_in_flight_have_processes_of_their_own(tmp_path: Path) -> None:
+    """Two trials at once in one worker (as with --ecdysis-concurrency): the harness hangs in one of them
+    (task 5; it sets a class attribute, module state of its own process) and ends that trial agent_error
+    at the budget; the trial beside it sees neither the hang nor the attribute and ends normally, long
+    before."""
+    import threading
+
+    setup = "    Agent.hang = '/5/' in kw['client'].default_headers['X-Ecdysis-Trial']"
+    body = "        import time\n        while getattr(Agent, 'hang', False):\n            time.sleep(1)"
+    harness = _harness(tmp_path, "hang_on_5", body, setup)
+    run("3", None, harness=harness, settings=FAST)  # warm: the harness's server, the scorer, τ²'s data
+    results, walls = {}, {}
+
+    def one(task: str) -> None:
+        started = time.monotonic()
+        results[task] = run(task, None, harness=harness, settings=FAST)
+        walls[task] = time.monotonic() - started
+
+    threads = [threading.Thread(target=one, args=(task,)) for task in ("5", "3")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results["5"].termination_reason == "agent_error" and "did not answer" in results["5"].error
+    assert results["3"].termination_reason in ("user_stop", "agent_stop"), results["3"].error
+    assert walls["3"] < walls["5"]
 
 
 def test_harness_code_cannot_reach_the_reward_or_the_record(tmp_path: Path) -> None:
