@@ -116,6 +116,7 @@ class RoleClient:
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
+        self.timeout_s = timeout_s
         self.budget = Budget(math.inf if budget_s is None else budget_s, label=stage)
         #: optional request parameters this endpoint rejected (HTTP 400 naming them): not sent again.
         self._rejected: set[str] = set()
@@ -133,8 +134,12 @@ class RoleClient:
     @classmethod
     def from_config(cls, cfg: Any, stage: str = "diagnosis", **kwargs: Any) -> RoleClient:
         """A client for `cfg.diagnosis_model` (an `EcdysisConfig`) with the stage's budget
-        (`cfg.diagnosis_budget_s` or `cfg.editor_budget_s`) and `cfg.max_retries`."""
+        (`cfg.diagnosis_budget_s` or `cfg.editor_budget_s`), `cfg.max_retries`, and per attempt the larger
+        of `DEFAULT_TIMEOUT_S` and `cfg.call_timeout_s` (`--ecdysis-call-timeout`): a slow endpoint's user
+        raises that one, and a role call cut at 180 s is asked again from the start (measured with a real
+        model: a 232-s critic call answered twice, docs/real-model.md)."""
         kwargs.setdefault("budget_s", getattr(cfg, f"{stage}_budget_s", None))
+        kwargs.setdefault("timeout_s", max(DEFAULT_TIMEOUT_S, float(getattr(cfg, "call_timeout_s", 0) or 0)))
         if getattr(cfg, "max_retries", None) is not None:
             kwargs.setdefault("max_retries", cfg.max_retries)
         return cls(cfg.diagnosis_model, base_url=cfg.base_url, stage=stage, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import httpx2
 import pytest
@@ -18,7 +19,7 @@ from test_diagnose_support import (
 
 from pytest_ecdysis.diagnose import diagnose
 from pytest_ecdysis.errors import InfrastructureError, UsageError
-from pytest_ecdysis.llm import RoleClient
+from pytest_ecdysis.llm import DEFAULT_TIMEOUT_S, RoleClient
 from pytest_ecdysis.patterns import group
 
 GOOD_SPEC = {
@@ -234,6 +235,16 @@ def test_a_prompt_that_fits_without_its_max_tokens_is_asked_again_with_the_room_
     seen.clear()
     d, _ = run(tmp_path / "too_long", answer(9000), strategy="ecdysis-nofdcr")
     assert d.spec is None and d.reason == "context_overflow" and seen == [4096]
+
+
+def test_role_calls_wait_at_least_as_long_as_the_call_timeout_a_user_raised():
+    """A slow endpoint's user raises --ecdysis-call-timeout; role calls (default 180 s per attempt) get it
+    too when it is longer, instead of being cut and asked again from the start."""
+    def cfg_with(seconds):
+        return SimpleNamespace(diagnosis_model="local", base_url="http://127.0.0.1:1/v1", call_timeout_s=seconds,
+                               max_retries=0, diagnosis_budget_s=1800.0)
+    assert RoleClient.from_config(cfg_with(600.0)).timeout_s == 600.0
+    assert RoleClient.from_config(cfg_with(60.0)).timeout_s == DEFAULT_TIMEOUT_S == 180.0
 
 
 def test_absolute_paths_inside_the_harness_are_made_relative(tmp_path):
