@@ -1,6 +1,6 @@
 """Scoring speed: time to score one trial with the suite's scorer against τ²'s own path (issue 18 item 3).
 
-    python benchmarks/bench_scoring.py [--tasks N] [--domains airline,retail]
+    python benchmarks/bench_scoring.py [--tasks N] [--domains airline,retail] [--trials K]
 
 Both paths score the same gold replays (`tests/gold_replay.py`: gold actions with the results a fresh
 environment returns, the communicate values stated, the user's stop), in separate fresh processes:
@@ -12,6 +12,10 @@ environment returns, the communicate values stated, the user's stop), in separat
 
 Prints per domain the mean seconds per trial of each path (the replays are built before timing), the
 speed-up, and whether every reward and component is identical. Goal (issue 18): at least 4x, identical.
+With `--trials K > 1` every replay is scored K times in turn (task by task, as k trials of a suite), and
+the figures are printed for the first trial of each task and for the later ones apart: the scorer reuses
+the gold environment's hashes from a task's first trial (`cow_scoring`). The warm-up scores a task
+outside the sample where there is one.
 """
 
 from __future__ import annotations
@@ -30,14 +34,15 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def worker(path: str, domain: str, ids: list[str]) -> None:
-    """Score the gold replays of `ids` by `path`; print one JSON line {task_id: [reward, components, s]}."""
+    """Score the gold replays of `ids` by `path` (`ids[0]` is the warm-up); print one JSON line
+    {"<task_id>#<n>": [reward, components, s]}, n counting the repeats of a task id."""
     from gold_replay import gold_simulation
 
     from task_suites.tau2 import scorer, suite
     from task_suites.tau2.tau2lib import load_tau2
 
     t = load_tau2()
-    sims = {i: gold_simulation(domain, i) for i in ids}
+    sims = {i: gold_simulation(domain, i) for i in set(ids)}
     client = scorer.ScorerClient()
     if path == "ecdysis":
         client.score(domain, ids[0], json.dumps(sims[ids[0]]))  # warm: start-up and the one-time build
@@ -45,7 +50,7 @@ def worker(path: str, domain: str, ids: list[str]) -> None:
         t.evaluate_simulation(simulation=t.SimulationRun.model_validate(sims[ids[0]]), task=suite.get_task(domain, ids[0]),
                               evaluation_type=t.EvaluationType.ALL, solo_mode=False, domain=domain)
     out = {}
-    for i in ids:
+    for i in ids[1:]:
         t0 = time.perf_counter()
         if path == "ecdysis":
             r = client.score(domain, i, json.dumps(sims[i]))
@@ -58,7 +63,8 @@ def worker(path: str, domain: str, ids: list[str]) -> None:
             comps = {scorer.COMPONENTS[getattr(k, "value", str(k)).upper()]: float(v)
                      for k, v in (info.reward_breakdown or {}).items()
                      if getattr(k, "value", str(k)).upper() in scorer.COMPONENTS}
-        out[i] = [reward, comps, time.perf_counter() - t0]
+        n = sum(key.startswith(f"{i}#") for key in out)
+        out[f"{i}#{n}"] = [reward, comps, time.perf_counter() - t0]
     peak = {"self_mb": _peak_mb(os.getpid())}
     if client.proc is not None:
         peak["scorer_mb"] = _peak_mb(client.proc.pid)
@@ -78,6 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=0, help="tasks per domain (0: all 50 airline + 114 retail)")
     ap.add_argument("--domains", default="airline,retail")
+    ap.add_argument("--trials", type=int, default=1, help="times each replay is scored (k trials of a task)")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -87,20 +94,27 @@ def main() -> None:
 
     print(f"scoring gold replays, one fresh process per path and domain; load {os.getloadavg()[0]:.1f}")
     for domain in args.domains.split(","):
-        ids = sorted(suite.all_tasks(domain), key=lambda x: int(x) if x.isdigit() else x)
-        ids = ids[:args.tasks] if args.tasks else ids
+        every = sorted(suite.all_tasks(domain), key=lambda x: int(x) if x.isdigit() else x)
+        ids = every[:args.tasks] if args.tasks else every
+        warm = next((i for i in every if i not in ids), ids[0])
+        order = [warm, *(i for i in ids for _ in range(args.trials))]
         res, peaks = {}, {}
         for path in ("tau2", "ecdysis"):
-            proc = subprocess.run([sys.executable, __file__, "--worker", path, domain, ",".join(ids)],
+            proc = subprocess.run([sys.executable, __file__, "--worker", path, domain, ",".join(order)],
                                   capture_output=True, text=True, cwd=ROOT, check=True)
             doc = json.loads(proc.stdout.strip().splitlines()[-1])
             res[path], peaks[path] = doc["trials"], doc["peak"]
-        mean = {p: sum(v[2] for v in r.values()) / len(r) for p, r in res.items()}
-        same = [i for i in ids if res["tau2"][i][:2] == res["ecdysis"][i][:2]]
-        ones = sum(res["ecdysis"][i][0] == 1.0 for i in ids)
-        print(f"{domain:8} {len(ids):3} trials  tau2 {mean['tau2']:.3f} s/trial  ecdysis {mean['ecdysis']:.3f} s/trial  "
-              f"speed-up {mean['tau2'] / mean['ecdysis']:.2f}x  identical rewards+components {len(same)}/{len(ids)}  "
-              f"reward 1.0: {ones}/{len(ids)}")
+        keys = list(res["tau2"])
+        same = [k for k in keys if res["tau2"][k][:2] == res["ecdysis"][k][:2]]
+        ones = sum(res["ecdysis"][k][0] == 1.0 for k in keys)
+        for label, part in (("first trials", [k for k in keys if k.endswith("#0")]),
+                            ("later trials", [k for k in keys if not k.endswith("#0")])):
+            if not part:
+                continue
+            mean = {p: sum(r[k][2] for k in part) / len(part) for p, r in res.items()}
+            print(f"{domain:8} {label}: {len(part):3}  tau2 {mean['tau2']:.3f} s/trial  ecdysis {mean['ecdysis']:.3f} "
+                  f"s/trial  speed-up {mean['tau2'] / mean['ecdysis']:.2f}x")
+        print(f"{'':8} identical rewards+components {len(same)}/{len(keys)}  reward 1.0: {ones}/{len(keys)}")
         print(f"{'':8} peak memory: tau2 path {peaks['tau2']['self_mb']:.0f} MB; ecdysis scorer process "
               f"{peaks['ecdysis'].get('scorer_mb', 0):.0f} MB (its worker {peaks['ecdysis']['self_mb']:.0f} MB)")
 

@@ -4,6 +4,7 @@ the suite's scorer process and by τ²'s `evaluate_simulation` with its default 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 
@@ -38,13 +39,15 @@ def _tau2_default(domain: str, task_id: str, sim: dict) -> tuple[float, dict]:
 @pytest.mark.skipif(not cow_scoring.available(), reason="copy-on-write scoring needs os.fork")
 def test_scorer_process_rewards_equal_tau2_default_path() -> None:
     """Gold replays (reward 1) and replays missing their last write (reward 0 on DB tasks), scored in turn by
-    one scorer process: rewards and components equal τ²'s own path, whatever was scored before."""
+    one scorer process: rewards and components equal τ²'s own path, whatever was scored before (a failing
+    replay first: the gold hashes a task's first child records are the gold environment's, not the
+    agent's, or the gold replay after it would score 0)."""
     client = scorer.ScorerClient()
     try:
         seen = []
         for domain, task_id in SAMPLE:
             gold = gold_simulation(domain, task_id)
-            for sim in (gold, _without_last_write(gold), gold):
+            for sim in (_without_last_write(gold), gold, _without_last_write(gold)):
                 expected = _tau2_default(domain, task_id, sim)
                 got = client.score(domain, task_id, json.dumps(sim))
                 assert (got["reward"], got["components"]) == expected, (domain, task_id)
@@ -66,3 +69,31 @@ def test_a_failing_or_dying_child_is_an_error_response_not_a_crash(monkeypatch: 
     died = cow_scoring.score_in_child("airline", lambda: os._exit(3))
     assert died["ok"] is False and "without an answer" in died["error"]
     assert cow_scoring.score_in_child("airline", lambda: {"ok": True, "reward": 1.0}) == {"ok": True, "reward": 1.0}
+
+
+@pytest.mark.skipif(not cow_scoring.available(), reason="copy-on-write scoring needs os.fork")
+def test_the_gold_hash_is_computed_once_per_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a task's first scoring child, later children of the task never hash the gold database again
+    (its hash method is made to raise in the parent), and still score 0 and 1 as τ² does."""
+    from tau2.registry import registry
+
+    monkeypatch.setattr(registry, "_domains", dict(registry._domains))
+    scorer._fast_environments()  # as in the scorer process
+    monkeypatch.setattr(cow_scoring, "_GOLD_HASHES", {})
+    gold = gold_simulation("airline", "14")
+    bad = _without_last_write(gold)
+
+    def run(sim: dict) -> float:
+        answer = cow_scoring.score_in_child("airline", functools.partial(scorer.score, "airline", "14", sim),
+                                              task_id="14")
+        assert answer.get("ok"), answer
+        return answer["reward"]
+
+    assert run(bad) == _tau2_default("airline", "14", bad)[0] == 0.0
+    assert ("airline", "14") in cow_scoring._GOLD_HASHES
+
+    def computed_again() -> str:
+        raise RuntimeError("the gold database was hashed again")
+
+    monkeypatch.setattr(cow_scoring._PRISTINE["airline"][1], "get_db_hash", computed_again, raising=False)
+    assert (run(gold), run(bad)) == (1.0, 0.0)

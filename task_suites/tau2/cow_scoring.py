@@ -11,6 +11,13 @@ answering. τ²'s evaluator code runs unchanged on environments with the same co
 constructor's, so rewards are identical (tested against τ²'s default path in `tests/test_scoring_speed.py`;
 `benchmarks/bench_scoring.py` prints the speed-up).
 
+The gold environment's final database depends on the task only (τ²'s initial state and gold actions,
+replayed on the same pristine database), so its two hashes (`get_db_hash`, `get_user_db_hash`, the walk
+over the whole database that is most of a scoring child's time) are computed by the first child that
+scores a task and reused by later children of the same task (k > 1 trials, the paired test's extra
+trials, a validation's rescoring): the child still replays the gold actions, only the hash is not
+recomputed. A task's first trial costs what it did.
+
 Used only where `os.fork` exists; elsewhere `scorer.score` runs in the process on unpickled copies. No
 harness code is ever imported here (the scorer process's rule).
 """
@@ -27,6 +34,9 @@ from typing import Any
 _PRISTINE: dict[str, list[Any]] = {}
 #: in a forked child: how many pristine environments of each domain were handed out.
 _HANDED: dict[str, int] | None = None
+#: (domain, task id) -> the gold environment's (db hash, user db hash), from the task's first scoring child.
+_GOLD_HASHES: dict[tuple[str, str], list[str | None]] = {}
+GOLD_HASH_KEY = "_gold_hashes"  # the child's answer carries the hashes it computed under this key
 
 
 def available() -> bool:
@@ -65,13 +75,15 @@ def used_environments(domain: str) -> tuple[Any, Any] | None:
     return agent, gold
 
 
-def score_in_child(domain: str, score: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run `score()` in a forked child and return its JSON-able response.
+def score_in_child(domain: str, score: Callable[[], dict[str, Any]], task_id: str | None = None) -> dict[str, Any]:
+    """Run `score()` in a forked child and return its JSON-able response; with `task_id`, the gold
+    environment's hashes are reused from the task's earlier child (module docstring).
 
     The child's failure is a response `{"ok": false, "error": ...}`, never an exception in the parent.
     """
     global _HANDED
     prepare(domain)
+    key = (domain, task_id) if task_id is not None else None
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: answer once, then leave without running any exit handler of the parent
@@ -79,8 +91,12 @@ def score_in_child(domain: str, score: Callable[[], dict[str, Any]]) -> dict[str
         try:
             os.close(read_fd)
             _HANDED = {}
+            computed = _gold_hashes(domain, key) if key is not None else None
             try:
-                data = json.dumps(score())
+                response = score()
+                if computed and all(h is not ... for h in computed) and isinstance(response, dict):
+                    response[GOLD_HASH_KEY] = computed
+                data = json.dumps(response)
             except Exception as exc:
                 data = json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
             with os.fdopen(write_fd, "w") as out:
@@ -95,4 +111,30 @@ def score_in_child(domain: str, score: Callable[[], dict[str, Any]]) -> dict[str
     _, status = os.waitpid(pid, 0)
     if not data:
         return {"ok": False, "error": f"the scoring child exited without an answer (wait status {status})"}
-    return json.loads(data)
+    response = json.loads(data)
+    hashes = response.pop(GOLD_HASH_KEY, None) if isinstance(response, dict) else None
+    if key is not None and hashes is not None:
+        _GOLD_HASHES[key] = hashes
+    return response
+
+
+def _gold_hashes(domain: str, key: tuple[str, str]) -> list[Any] | None:
+    """In a scoring child: make the gold environment (the evaluator's second construction) answer its
+    hashes from the cache, or record them as it computes them; returns the list that records them
+    (`...` until computed), or None when they came from the cache."""
+    gold = _PRISTINE[domain][1]
+    cached = _GOLD_HASHES.get(key)
+    if cached is not None:
+        gold.get_db_hash = lambda: cached[0]
+        gold.get_user_db_hash = lambda: cached[1]
+        return None
+    computed: list[Any] = [..., ...]
+    for n, name in enumerate(("get_db_hash", "get_user_db_hash")):
+        method = getattr(gold, name)
+
+        def recording(method: Callable[[], Any] = method, n: int = n) -> Any:
+            computed[n] = method()
+            return computed[n]
+
+        setattr(gold, name, recording)
+    return computed

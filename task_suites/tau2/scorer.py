@@ -180,7 +180,8 @@ def main() -> None:
             request = json.loads(line)
             domain, task_id, simulation = request["domain"], str(request["task_id"]), request["simulation"]
             if cow_scoring.available():  # τ²'s evaluator in a forked child, over environments built once
-                response = cow_scoring.score_in_child(domain, functools.partial(score, domain, task_id, simulation))
+                response = cow_scoring.score_in_child(domain, functools.partial(score, domain, task_id, simulation),
+                                                      task_id=task_id)
             else:
                 response = score(domain, task_id, simulation)
         except Exception as exc:  # the worker turns this into an infrastructure error with the text
