@@ -18,7 +18,8 @@ own two nonces; neighbouring decisions share a run, so they are not independent)
 `rounds`: two evolution runs on the simulated model's default profile started together in a `git clone
 --local` of this repository (its committed HEAD), same train tasks (`--tasks`, default the first
 `--train` train ids), `--rounds`, test scoring at `--test-trials`: one under `--ecdysis-accept strict`
-(response cache off), one under `--ecdysis-accept paired` with `--ecdysis-response-cache on`. Prints per
+(response cache off), one under `--ecdysis-accept paired` with `--ecdysis-response-cache on` (or off:
+`--paired-cache off`, to compare the rules alone). Prints per
 round each run's outcome, scores, p-value and validation wall-clock, the paired run's cache hits, misses
 and tokens saved, and both runs' test scores (start and frozen). The incumbent is re-scored beside each
 candidate in both (`--ecdysis-rescore auto`, nonce not fixed).
@@ -118,7 +119,7 @@ def evolve_run(clone: Path, out: Path, rule: str, args: argparse.Namespace, resu
            "--ecdysis-evolve", "--ecdysis-model", "sim", "--ecdysis-rounds", str(args.rounds),
            "--ecdysis-tasks", args.tasks, "--ecdysis-test-trials", str(args.test_trials),
            "--ecdysis-run-dir", str(out), "--ecdysis-accept", rule,
-           *(["--ecdysis-response-cache", "on"] if rule == "paired" else [])]
+           *(["--ecdysis-response-cache", "on"] if rule == "paired" and args.paired_cache == "on" else [])]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True)
     found = sorted(out.glob("*/evolution.json"))
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="sim: decisions+1 runs, decision k = run k-1 vs run k (half the runs; not independent)")
     parser.add_argument("--train", type=int, default=10, help="rounds: the first N train ids (without --tasks)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--paired-cache", choices=("on", "off"), default="on",
+                        help="rounds: the paired run's --ecdysis-response-cache (the strict run's is off)")
     parser.add_argument("--test-trials", type=int, default=1)
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("--profile", default="noop")
