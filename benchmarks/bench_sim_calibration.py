@@ -19,6 +19,16 @@ agree; `--nonce fresh` leaves it unset (each run its own nonce). `--reruns K` ad
 harness with nonces `rerun-1..K`: their scores per suite and the spread (max - min, standard deviation)
 are the run-to-run noise the profile's `noise` produces (shared/data: about +-0.07 on 15 tasks).
 
+`--spread PROFILES` (comma-separated) measures only the run-to-run noise, in process and fast
+(`benchmarks/sim_spread.py`): per profile and per `--noise` share tried (default: the profile's own),
+`--nonces` K fresh nonces each play the first `--tasks N` tasks of `--split` of the first `--suites` domain
+at one trial with the example harness; it prints every nonce's suite score, their standard deviation and
+range, how many tasks changed outcome, and the load average. The shared data's rerun noise (Life-Harness,
+`tau2-failure-modes.md`) is about +-0.07 on 15 tasks, i.e. about one task of 15 either way:
+
+    nice -n 10 python benchmarks/bench_sim_calibration.py --spread default,noop,sloppy_formats \
+        --suites airline --split train --tasks 15 --nonces 8 [--noise 0.35,0.7]
+
 Targets (issue 3): example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
 half of the example's failures with a `systematic` quirk; identical trial results across the two runs;
 cured above example. The figures are printed as measured; nothing here tunes the model.
@@ -144,7 +154,22 @@ def main() -> int:
     parser.add_argument("--nonce", default="calibration", help="run nonce of every run; 'fresh' leaves it unset")
     parser.add_argument("--reruns", type=int, default=0, help="extra example runs with nonces rerun-1..K")
     parser.add_argument("--suites", default="airline,retail", help="comma-separated τ² domains")
+    parser.add_argument("--spread", default=None, help="only the run-to-run spread of these profiles (comma-separated)")
+    parser.add_argument("--noise", default=None, help="--spread: noise shares to try (default: the profile's)")
+    parser.add_argument("--nonces", type=int, default=8, help="--spread: fresh nonces per profile and share")
+    parser.add_argument("--tasks", type=int, default=15, help="--spread: the first N tasks of the split")
+    parser.add_argument("--jobs", type=int, default=2, help="--spread: worker processes")
     args = parser.parse_args()
+    if args.spread:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from sim_spread import spread
+
+        noises = [float(x) for x in args.noise.split(",")] if args.noise else [None]
+        rows = spread(args.spread.split(","), noises, args.suites.split(",")[0], args.split, args.tasks,
+                      args.nonces, jobs=args.jobs)
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
+        return 0
     base = Path(args.base or tempfile.mkdtemp(prefix="ecdysis-calibration-"))
     labels = [x for x in args.only.split(",") if x]
     results = {}

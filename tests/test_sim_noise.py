@@ -72,3 +72,48 @@ def test_noise_must_be_a_share(profiles):
 
     with pytest.raises(UsageError, match="'noise' must be a number in \\[0, 1\\]"):
         parse_profile({"name": "x", "seed": 1, "quirks": {}, "noise": 2})
+
+
+def test_the_nonce_can_flip_every_draw_site(profiles):
+    """Noise 0.35, a quirk of rate 0.5: over 40 nonces, the draw of *every* one of 50 trials takes both
+    values. The redrawn sites are chosen per nonce, so no site is fixed for all reruns (a share of sites
+    chosen once per site would leave about two thirds of the trials the same on every rerun)."""
+    from pytest_ecdysis.sim.agent import AgentTrial
+    from pytest_ecdysis.sim.profiles import parse_profile
+
+    profile = parse_profile({"name": "spot", "seed": 7, "noise": 0.35, "difficulty": {"distribution": "fixed", "value": 0.5},
+                             "quirks": {"blind_spot": {"task_rate": 1.0, "rate": 0.5}}})
+    task = ToyKnowledge().task("1")
+    fired = [{AgentTrial(task, profile, trial, f"r{k}").fires("blind_spot", "trial") for k in range(40)}
+             for trial in range(50)]
+    assert fired == [{True, False}] * 50
+    fixed = [{AgentTrial(task, profile, trial, "ci").fires("blind_spot", "trial") for _ in range(3)} for trial in range(50)]
+    assert all(len(f) == 1 for f in fixed)
+
+
+def _tau2_trial(url: str, model: str, run_id: str, task_id: str):
+    from pathlib import Path
+
+    from task_suites.tau2.runner import TrialSpec, run_trial
+
+    harness = Path(__file__).resolve().parents[1] / "example_harness"
+    return run_trial(TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=run_id, model=model,
+                               user_model=model, harness_dir=harness, harness_id="example", sim_url=url))
+
+
+def test_reruns_of_a_real_tau2_task_differ_in_outcome_and_not_with_the_nonce_fixed(monkeypatch):
+    """τ² airline task 11 under `sim/noop` (its blind spot fires in most trials), trial 0, the example
+    harness: run ids `n1` and `n8` as their own nonces give different rewards (the blind spot fires in
+    one rerun only); with the nonce fixed, the same two run ids give identical trials."""
+    monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
+    monkeypatch.delenv("ECDYSIS_SIM_NONCE", raising=False)
+    fresh = start_background(default_profile="noop")
+    fixed = start_background(default_profile="noop", nonce="ci")
+    try:
+        rewards = {run_id: _tau2_trial(fresh.url, "sim/noop", run_id, "11").reward for run_id in ("n1", "n8")}
+        again = [_tau2_trial(fixed.url, "sim/noop", run_id, "11") for run_id in ("n1", "n8")]
+    finally:
+        fresh.stop()
+        fixed.stop()
+    assert sorted(rewards.values()) == [0.0, 1.0]
+    assert [(r.reward, r.messages) for r in again[:1]] == [(r.reward, r.messages) for r in again[1:]]

@@ -98,18 +98,27 @@ class AgentTrial:
     # -- draws ---------------------------------------------------------------------------------------
 
     def _u(self, *where: Any) -> float:
-        """The draw at `where`; a share `noise` of draw sites (fixed per site) also depends on the nonce."""
+        """The draw at `where`: under a nonce, with probability `noise` (decided per site *and* nonce) a
+        fresh draw of that nonce, else the run-independent draw of (profile, task, trial, site).
+
+        Choosing the redrawn sites per nonce (not once per site) is what lets every draw site, and so
+        whether any quirk fires on a trial, change between two runs: a site fixed for all nonces would
+        give the same outcome on every rerun. The marginal rate of each quirk is unchanged (both draws
+        are uniform); two nonces share a site's draw with probability (1 - noise)^2.
+        """
         base = (self.profile.seed, self.task.suite, self.task.task_id, self.trial)
-        if self.nonce and self.profile.noise > 0 and uniform(*base, "noisy", *where) < self.profile.noise:
+        if self.nonce and self.profile.noise > 0 and uniform(*base, "noisy", self.nonce, *where) < self.profile.noise:
             return uniform(*base, "nonce", self.nonce, *where)
         return uniform(*base, *where)
 
-    def _fires(self, kind: str, *where: Any, factor: float = 1.0) -> bool:
+    def fires(self, kind: str, *where: Any, factor: float = 1.0) -> bool:
+        """Whether quirk `kind` fires at draw site `where` of this trial (its rate scaled by the task's
+        difficulty and `factor`); a pure function of profile, task, trial, site and nonce."""
         rate = self.profile.scaled(kind, self.task.suite, self.task.task_id) * factor
         return rate > 0 and self._u(kind, *where) < rate
 
     def _draw_trial(self, kind: str, applicable: bool) -> bool:
-        return applicable and self._fires(kind, "trial")
+        return applicable and self.fires(kind, "trial")
 
     def _blind_spot(self) -> tuple[int, str] | None:
         """(write plan index, argument path) of this task's blind spot, if it has one this trial.
@@ -127,7 +136,7 @@ class AgentTrial:
         if not candidates:
             return None
         spot = candidates[choose(len(candidates), p.seed, self.task.suite, self.task.task_id, "blind_spot")]
-        return spot if self._fires("blind_spot", "trial") else None
+        return spot if self.fires("blind_spot", "trial") else None
 
     def _quirk(self, kind: str, cured: bool = False, **detail: Any) -> int:
         self.quirks.append({"kind": kind, "origin": GROUND_TRUTH_ORIGINS[kind], "step": self.step, "cured": cured,
@@ -231,10 +240,10 @@ class AgentTrial:
             if informs_form(result, gold, str(p.bend.bent), request_corpus(messages)):
                 self._cure(p.bend_quirk)  # the error shows the expected form: resend it corrected
                 return self._emit_call(p.plan_index, p.args, reread=p.reread)
-            if not after_repeat and self._fires("repeat_after_error", p.plan_index, self.calls):
+            if not after_repeat and self.fires("repeat_after_error", p.plan_index, self.calls):
                 return self._start_repeat(p, result)
             return self._give_up(f"no record matches the {p.bend.arg} I have", p.bend_quirk)
-        if not after_repeat and self._fires("repeat_after_error", p.plan_index, self.calls):
+        if not after_repeat and self.fires("repeat_after_error", p.plan_index, self.calls):
             return self._start_repeat(p, result)
         return self._done_call(p, messages)
 
@@ -258,7 +267,7 @@ class AgentTrial:
         writes = self.task.writes
         if (step.write and not self.early_end_drawn and len(writes) >= 2 and p.plan_index == writes[0]):
             self.early_end_drawn = True
-            if self._fires("early_end", "trial"):
+            if self.fires("early_end", "trial"):
                 quirk = self._quirk("early_end")
                 text = f"Your request has been taken care of. {CLOSING_TEXT}"
                 self.pending = Pending(kind="early_end", quirk=quirk, text=text)
@@ -317,7 +326,7 @@ class AgentTrial:
                                     **({} if because is None else {"because": because}))
                 args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"unseen{index}{dep.path}"))
                 self._bent(index, entry)
-            elif step.write and dep.source_step != USER_SOURCE and self._fires("context_loss", index, dep.path):
+            elif step.write and dep.source_step != USER_SOURCE and self.fires("context_loss", index, dep.path):
                 far = distance_from_end(dep.value, corpus) or 0
                 if far > self.profile.recall_chars:  # visible, but too far back for this model to recall
                     entry = self._quirk("context_loss", tool=step.name, arg=dep.path, distance_chars=far)
@@ -332,7 +341,7 @@ class AgentTrial:
             if not cured:
                 args = _set_path(args, path, wrong_value(gold, f"blind{index}"))
                 self._bent(index, entry)
-        if self._fires("slip", index) and args:
+        if self.fires("slip", index) and args:
             paths = sorted(k for k, v in args.items() if isinstance(v, (str, int, list)) and v not in ("", []))
             if paths:
                 path = paths[choose(len(paths), self.profile.seed, self.task.task_id, self.trial, "slip", index)]
@@ -366,7 +375,7 @@ class AgentTrial:
         return False
 
     def _draw_forget(self) -> bool:
-        return bool(self.task.communicate_info) and self._fires("forget_communicate", "trial")
+        return bool(self.task.communicate_info) and self.fires("forget_communicate", "trial")
 
     # -- emitting --------------------------------------------------------------------------------------
 
@@ -389,7 +398,7 @@ class AgentTrial:
             raw = quirk_repeat.raw_args
         elif first:
             self.sent.add(index)
-            if self._fires("malformed_args", index):
+            if self.fires("malformed_args", index):
                 pending.malformed_quirk = self._quirk("malformed_args", tool=step.name)
                 raw = raw[:-1] + ","  # a trailing comma and no closing brace: not JSON
             else:
@@ -401,7 +410,7 @@ class AgentTrial:
                     factor = (self.profile.documented_format_factor
                               if self._documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
                     if (pending.bend is None and _get_path(args, bend.arg) == gold
-                            and self._fires(bend.kind, bend.arg, factor=factor)):
+                            and self.fires(bend.kind, bend.arg, factor=factor)):
                         pending.bend = bend
                         pending.bend_quirk = self._quirk(bend.kind, tool=step.name, arg=bend.arg)
                         raw = json.dumps(_set_path(args, bend.arg, bend.bent))
@@ -484,5 +493,6 @@ class AgentTrial:
                 q["effect"] = effect
         cause, causes = trial_cause(quirks, closed=self.closed)
         return {"task_id": self.task.task_id, "trial": self.trial, "suite": self.task.suite,
-                "profile": self.profile.name, "agent_requests": self.step, "reached_final": self.reached_final,
+                "profile": self.profile.name, "agent_requests": self.step,
+                "reached_final": self.reached_final,
                 "closed": self.closed, "quirks": quirks, "cause": cause, "causes": causes}

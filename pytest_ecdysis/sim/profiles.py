@@ -8,10 +8,11 @@ A profile is a small JSON data file, `pytest_ecdysis/sim/profiles/<name>.json`:
      "quirks": {"id_case": {"rate": 0.15}, ..., "blind_spot": {"task_rate": 0.15, "rate": 0.85}}}
 
 Every draw is a pure function of `(profile seed, suite, task, trial, what, where)` through sha256, so the
-same inputs give the same trajectory in any process (no `hash()`, no global random state). A share
-`noise` of the draws (chosen per draw site, from the same inputs) also depends on a run nonce: fresh per
-run unless the run fixes it, so reruns of one harness vary as real models' do; with the nonce fixed,
-runs are byte-identical. A per-task
+same inputs give the same trajectory in any process (no `hash()`, no global random state). Under a run
+nonce (fresh per run unless the run fixes it), each draw is, with probability `noise` decided per draw
+site *and* nonce, a fresh draw of that nonce: any quirk may fire or not on any trial from one rerun to
+the next, so reruns of one harness vary as real models' do; with the nonce fixed, runs are
+byte-identical. A per-task
 latent difficulty `d ~ Beta(a, b)` multiplies every rate except `blind_spot` by `2*d` (mean 1): trials
 of one task are correlated, and pass^k falls the way real models' does (shared/data/tau2-failure-modes.md,
 "Consistency across trials"). Extra profiles can live outside the package: `ECDYSIS_SIM_PROFILES`
