@@ -111,6 +111,17 @@ def test_self_harness_mines_records_when_groups_are_few(tmp_path):
     assert any(r["outcome"] == "duplicate" for r in rows)
 
 
+def test_self_harness_takes_the_next_change_when_the_first_was_proposed(tmp_path):
+    """Two weaknesses of one group (the group, then one of its records) whose analyst answers list the same
+    two changes: the second proposal is the change not yet proposed, not a duplicate of the first."""
+    records = id_prefix_records()
+    log = []
+    d = run(tmp_path, "self-harness", records, log, proposals=2)
+    rows = json.loads((tmp_path / "round" / "proposals.json").read_text())["proposals"]
+    assert len(log) == 2 and [r["outcome"] for r in rows] == ["proposed", "proposed"]
+    assert [s.changes[0].parameters["knob"] for s in d.specs] == ["error_feedback", "id_normalisation"]
+
+
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_self_harness_makes_as_many_proposals_as_asked(tmp_path, n):
     """--ecdysis-proposals N (cfg.proposals): N weaknesses, N analyst calls, at most N proposals; 4 weaknesses

@@ -6,8 +6,9 @@ modifications per round, each validated against the suite with regression tests,
    their own, so a round still gets several proposals.
 2. Propose: one analyst call per weakness (at most `--ecdysis-proposals`), each seeing only that weakness's records,
    the harness map, the history and the changes already proposed this round (asked for a different one),
-   and asked for the single smallest change; a spec is cut to its first change (minimal) and a proposal
-   identical to an earlier one (same component, files and parameters) is dropped as a duplicate.
+   and asked for the single smallest change; a spec is cut to one change (minimal): its first change not
+   proposed earlier this round (diverse), and a spec whose every change was proposed already (same
+   component, files and parameters) is dropped as a duplicate.
 3. Validate and choose (`evolve_alternatives`): every distinct proposal is one editor call and one
    validation sub-run from the same incumbent; regression-aware (a proposal that breaks a task the
    incumbent solved does not pass); the best that passes becomes the incumbent.
@@ -88,8 +89,10 @@ class SelfHarness:
                 row.update(outcome=reason or "no_spec", detail=detail or "the spec proposes no change")
                 problems.append(f"{group.signature}: {row['detail']}")
             else:
-                trimmed = len(spec.changes) - 1
-                spec = spec.model_copy(update={"changes": spec.changes[:1]})
+                # minimal: one change, the first this round has not proposed yet (diverse)
+                singles = [spec.model_copy(update={"changes": [c]}) for c in spec.changes]
+                spec = next((x for x in singles if change_key(x) not in seen), singles[0])
+                trimmed = len(singles) - 1
                 key = change_key(spec)
                 if key in seen:
                     row.update(outcome="duplicate", duplicate_of=seen[key], summary=spec.summary)
