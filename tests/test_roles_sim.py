@@ -243,14 +243,17 @@ def test_critic_narrows_only_for_solved_tasks_the_change_would_touch(tmp_path):
 
 
 def test_roles_module_reads_no_server_state_or_ground_truth():
-    """sim/roles.py imports only the evidence protocol and records: never the agent, profiles or ground truth."""
+    """sim/roles.py and its stages (roles_evidence, roles_analysis) import only the evidence protocol and
+    records: never the agent, profiles or ground truth."""
     import ast
 
-    tree = ast.parse(Path(roles.__file__).read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    imported: set[str] = set()
+    for name in ("roles.py", "roles_evidence.py", "roles_analysis.py"):
+        tree = ast.parse((Path(roles.__file__).parent / name).read_text())
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
     assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "evidence", "records",
-                        "reading"}
+                        "reading", "roles_evidence", "roles_analysis"}
 
 
 def test_early_ends_split_across_groups_still_count_as_cross_task(tmp_path):
