@@ -64,11 +64,13 @@ class Pending:
 class AgentTrial:
     """The simulated model's state for one trial of one task, under one profile."""
 
-    def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "") -> None:
+    def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "",
+                 off: frozenset[str] = frozenset()) -> None:
         self.task = task
         self.profile = profile
         self.trial = trial
         self.nonce = nonce
+        self.off = off  # quirk kinds switched off (a replay asking whether one caused the failure)
         self.tools: list[Any] = []  # the tool schemas of the current request
         self.seen: dict[int, str] = {}  # plan index -> the latest tool result the model saw for it
         self.bent_by: dict[int, int] = {}  # plan index -> the ground-truth entry that bent its arguments
@@ -114,6 +116,8 @@ class AgentTrial:
     def fires(self, kind: str, *where: Any, factor: float = 1.0) -> bool:
         """Whether quirk `kind` fires at draw site `where` of this trial (its rate scaled by the task's
         difficulty and `factor`); a pure function of profile, task, trial, site and nonce."""
+        if kind in self.off:
+            return False
         rate = self.profile.scaled(kind, self.task.suite, self.task.task_id) * factor
         return rate > 0 and self._u(kind, *where) < rate
 
@@ -493,6 +497,6 @@ class AgentTrial:
                 q["effect"] = effect
         cause, causes = trial_cause(quirks, closed=self.closed)
         return {"task_id": self.task.task_id, "trial": self.trial, "suite": self.task.suite,
-                "profile": self.profile.name, "agent_requests": self.step,
+                "profile": self.profile.name, "nonce": self.nonce, "agent_requests": self.step,
                 "reached_final": self.reached_final,
                 "closed": self.closed, "quirks": quirks, "cause": cause, "causes": causes}

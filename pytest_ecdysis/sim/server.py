@@ -120,6 +120,14 @@ class SimModel:
         self._knowledge = knowledge
         self._lock = threading.Lock()
         self._trials: dict[str, TrialState] = {}
+        self._replays: dict[str, tuple[str, frozenset[str]]] = {}  # run id -> (nonce, quirk kinds off)
+
+    def replay(self, run_id: str, *, nonce: str, off: frozenset[str] | set[str] = frozenset()) -> None:
+        """Serve the trials of run id `run_id` as replays: drawn with `nonce` (the original trial's, from its
+        ground truth) and with the quirk kinds `off` switched off (`sim/replay.py`). Python only, never
+        over HTTP: the code holding this server decides; a harness cannot reach it."""
+        with self._lock:
+            self._replays[run_id] = (nonce, frozenset(off))
 
     # -- lookups -------------------------------------------------------------------------------------
 
@@ -219,7 +227,8 @@ class SimModel:
         with state.lock:
             if role == "agent":
                 if state.agent is None:
-                    state.agent = AgentTrial(task, profile, state.trial, nonce=self.nonce or state.run_id)
+                    nonce, off = self._replays.get(state.run_id) or (self.nonce or state.run_id, frozenset())
+                    state.agent = AgentTrial(task, profile, state.trial, nonce=nonce, off=off)
                     state.agent.user_texts = state.user_texts
                 return state.agent.respond(messages, tools)
             if state.user is None:
@@ -238,7 +247,7 @@ class SimModel:
         with state.lock:
             if state.agent is not None:
                 return state.agent.ground_truth()
-        return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None,
+        return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None, "nonce": None,
                 "agent_requests": 0, "reached_final": False, "closed": False, "quirks": [], "cause": None,
                 "causes": []}
 
