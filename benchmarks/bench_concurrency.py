@@ -166,6 +166,8 @@ def bench_round(concurrency: int, tasks: list[str], latency: float) -> None:
         stages = [{k: r.get(k) for k in ("outcome", "wall_s")} for r in doc.get("rounds", [])]
         print(f"exit {proc.returncode}; suite runs {len(runs)} with {suite_calls} model calls; diagnosis calls "
               f"{diagnosis}, editor calls {editor}; rounds {stages}")
+        if not stages:
+            print(out.decode(errors="replace")[-3000:])
         print(f"wall-clock {wall_s:.1f} s (pytest start to end), physical limit {limit:.1f} s "
               f"(suite runs {suite_limit:.1f} s + {diagnosis + editor} calls x {latency:g} s): "
               f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "

@@ -5,8 +5,6 @@ import os
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.pop("ECDYSIS_SIM_URL", None)
-os.environ.pop("ECDYSIS_RUN_ID", None)
 # The simulated model's noisy draws depend on a run nonce (docs/simulated-model.md): fixed in tests, so
 # every run, sub-run and rerun is byte-identical.
 os.environ["ECDYSIS_SIM_NONCE"] = "tests"
@@ -17,10 +15,12 @@ pytest_plugins = ["pytester"]
 @pytest.fixture(autouse=True)
 def _own_run_and_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test inherits this session's run id or simulated server: the plugin exports both (for its
-    workers) after the pops above, so every pytest a test started reused them: two runs of one test (with
+    workers), so every pytest a test started reused them: two runs of one test (with
     and without an option, say) sent the same trial headers to the same server, the second continuing the
     first's conversations, and ran on that server's nonce and latency instead of their own options
-    (issue 18's identity test). A test that needs a server starts its own."""
+    (issue 18's identity test). A test that needs a server starts its own. (Not popped when this file is
+    imported: xdist workers of a suite run from the repository root import it too, and lost the
+    controller's server before their configure read it.)"""
     monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
     monkeypatch.delenv("ECDYSIS_SIM_URL", raising=False)
 
