@@ -137,7 +137,9 @@ def bench_round(concurrency: int, tasks: list[str], latency: float) -> None:
     in_flight = 2 * concurrency
     print(f"one evolution round, simulated model (not a real LLM), latency {latency:g} s; airline train, "
           f"{len(tasks)} task(s); -n 2 --ecdysis-concurrency {concurrency}; load average {os.getloadavg()[0]:.1f}")
-    with tempfile.TemporaryDirectory(prefix="bench-round-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="bench-round-")  # kept: the run directories are the evidence
+    print(f"clone and run directories under {tmp}", flush=True)
+    if True:
         clone, run_dir = Path(tmp) / "repo", Path(tmp) / "runs"
         subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
         command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
