@@ -10,8 +10,9 @@ or `merged-<first shard's run id>`), `wall_s` (the slowest shard: shards run sid
 
 Refused, with one `RunDirError` naming the mismatch: a shard directory that is missing or unreadable;
 shards of different selections (test paths and `--ecdysis-tasks`), splits, trial counts, λ, harnesses or
-models; two shards holding the same case; a group of `--splits N` missing or given twice. No pytest, no
-network: it reads files.
+models; two shards holding the same case; a group of `--splits N` missing or given twice; an output
+directory that exists and is not empty (a merge never mixes its files with an earlier run's, e.g. the
+unsharded run a baseline came from). No pytest, no network: it reads files.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
 
     if not paths:
         raise RunDirError("no shard given: ecdysis merge SHARD_DIR... -o OUT")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirError(f"{out} exists and is not empty: merging into it would mix the merged files with "
+                          "what is there; pass a new or empty directory to -o")
     loaded = [(p, *read_shard(p)) for p in paths]
     check_compatible([(p, s) for p, s, _ in loaded])
     seen: dict[tuple[str, str, int], Path] = {}

@@ -104,7 +104,24 @@ def test_merge_refuses_missing_duplicate_and_foreign_shards(pytester: pytest.Pyt
     with pytest.raises(RunDirError, match=r"differ in selection \(test paths and --ecdysis-tasks\)"):
         merge([shards[0], subset, shards[2]], out)
     assert not out.exists()  # nothing written on a refusal
+    out.mkdir()
+    assert merge(shards, out)["n_trials"] == 14  # an empty output directory is fine
     assert ecdysis(["merge", str(shards[0]), str(shards[2]), "-o", str(out)]) == 2  # the command: exit 2, one line on stderr
+
+
+def test_merge_refuses_an_output_directory_that_is_not_empty(pytester: pytest.Pytester,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """`-o` naming an existing run directory (the unsharded run a baseline came from) overwrote its files and
+    left its own `sim/` and `progress.json` beside them: refused, exit 2, one line naming it, nothing written."""
+    write_suite(pytester, {"syn-air": {"1": [1.0], "2": [0.0]}})
+    run(pytester, "--ecdysis-run-dir", "whole")
+    (whole,) = list((pytester.path / "whole").iterdir())
+    shards = _shards(pytester, 2)
+    before = {p: p.read_bytes() for p in whole.rglob("*") if p.is_file()}
+    assert ecdysis(["merge", *map(str, shards), "-o", str(whole)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{whole} exists and is not empty" in err, err
+    assert {p: p.read_bytes() for p in whole.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("args, message", [
