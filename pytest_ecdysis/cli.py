@@ -7,7 +7,9 @@
     ecdysis pr-body RUN_DIR           the Markdown PR body of an evolution run (stdout)
     ecdysis summary-md RUN_DIR        the Markdown job summary of a run (stdout)
     ecdysis merge SHARD... -o OUT     one run directory from the shards of a sharded suite run
-    ecdysis gate RUN_DIR --baseline F the regression gate on a run directory (exit 0 pass, 1 fail)
+    ecdysis gate RUN_DIR --baseline F the regression gate on a run directory (exit 0 pass, 1 fail, 4 no
+                                      usable baseline: missing, unreadable, or of other options, tasks or
+                                      suite; the exit statuses of `pytest --ecdysis-gate`)
 
 Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, runs of different
 suites), with one line on stderr saying what to do. `report` writes a page even for a broken run
@@ -150,10 +152,11 @@ def _gate(args: argparse.Namespace) -> int:
     if args.accept_method not in METHODS:
         raise RunDirError(f"--accept-method must be one of {', '.join(METHODS)}, got {args.accept_method!r}")
     summary, _ = report.read_run(args.run_dir)
-    try:
-        baseline = gate.load_baseline(args.baseline)
+    try:  # a baseline that cannot be used: exit 4, as `pytest --ecdysis-gate` (a usage error there)
+        baseline = gate.load_baseline(args.baseline, who="ecdysis gate", option="--baseline")
     except UsageError as exc:
-        raise RunDirError(str(exc).replace("--ecdysis-baseline", "--baseline")) from None
+        print(f"ecdysis: error: {exc}", file=sys.stderr)
+        return 4
     v = gate.verdict(summary, baseline, tolerance=args.tolerance, max_regressions=args.max_regressions,
                      missing=summary.get("missing", []), n_collected=int(summary.get("n_collected") or 0),
                      baseline_path=str(args.baseline), rule=args.accept, method=args.accept_method,
@@ -163,7 +166,7 @@ def _gate(args: argparse.Namespace) -> int:
     print(v.headline())
     for reason in v.reasons if not v.refused else []:
         print(f"  - {reason}")
-    return 0 if v.passed else 1
+    return 0 if v.passed else 4 if v.refused else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

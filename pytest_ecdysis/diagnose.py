@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import ContextOverflowError, InfrastructureError, SpecError
+from .errors import ContextOverflowError, InfrastructureError, SpecError, shown
 from .evidence import Evidence, build_evidence, extract_json, render_turn, usable_records
 from .llm import Completion, RoleClient, add_tokens
 from .records import SCHEMA_VERSION, FailureRecord, ModificationSpec, PatternGroup
@@ -128,7 +128,7 @@ def validate_spec(value: Any, harness_dir: Path | None) -> ModificationSpec:
     try:
         spec = ModificationSpec.model_validate(value)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:8])
+        problems = shown([f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()], 8, "; ")
         raise SpecError(f"the JSON does not match the modification spec schema: {problems}") from None
     if harness_dir is None:
         return spec

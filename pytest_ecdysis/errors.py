@@ -70,3 +70,10 @@ class RunDirError(EcdysisError):
 class IntegrityError(EcdysisError):
     """A protected file (τ², the plugin, the suites, the user's checkout) changed during a validation, or a
     checkpoint read back is not what the controller wrote. The evolution stops; the message names the file."""
+
+
+def shown(items: list[str], limit: int = 5, sep: str = ", ") -> str:
+    """The first `limit` of `items` joined by `sep`, then "and N more" when some were left off ("none" when
+    empty), so a message never passes a cut list off as the whole one."""
+    more = len(items) - limit
+    return (sep.join(items[:limit]) or "none") + (f" and {more} more" if more > 0 else "")

@@ -18,7 +18,8 @@ a usage error before any trial: at configure time (`preflight`) for what the opt
 collection (`refusal`, called by `selection.check_collected`) for the collected suites and tasks. Only for
 tests whose suite does not tell its tasks does the refusal wait for the end of the run (`verdict`).
 It passes otherwise, even with trials below λ. No pytest here; the plugin maps the verdict to the exit
-status (0 pass, 1 fail, 4 refused: a usage error like the early refusals).
+status (0 pass, 1 fail, 4 refused: a usage error like the early refusals); `ecdysis gate` exits the same
+(and 4 for a missing or unreadable baseline, as `pytest --ecdysis-gate` does).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .acceptance import regression_test
-from .errors import RunDirError, UsageError
+from .errors import RunDirError, UsageError, shown
 from .records import SCHEMA_VERSION
 
 #: fields of a baseline that must equal the run's for a comparison to mean anything.
@@ -63,18 +64,22 @@ def save_baseline(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def load_baseline(path: Path) -> dict[str, Any]:
-    """Read a baseline file. Raises UsageError naming the file and how to make one."""
+def load_baseline(path: Path, *, who: str = "--ecdysis-gate", option: str = "--ecdysis-baseline") -> dict[str, Any]:
+    """Read a baseline file. Raises UsageError naming the file and how to make one.
+
+    `who` and `option` name the caller and its option for the baseline file in the message: the pytest
+    gate's (the defaults) or `ecdysis gate`'s (`"ecdysis gate"`, `"--baseline"`).
+    """
     if not path.is_file():
-        raise UsageError(f"--ecdysis-gate: no baseline at {path}; create one with a run on the target "
-                         f"branch and --ecdysis-save-baseline {path}, or point --ecdysis-baseline at it")
+        raise UsageError(f"{who}: no baseline at {path}; create one with a pytest run on the target branch "
+                         f"and --ecdysis-save-baseline {path}, or point {option} at it")
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or "suite_score" not in data or "tasks" not in data:
             raise ValueError("missing suite_score or tasks")
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--ecdysis-gate: baseline {path} is not a pytest-ecdysis baseline ({exc}); "
-                         "write it again with --ecdysis-save-baseline") from None
+        raise UsageError(f"{who}: baseline {path} is not a pytest-ecdysis baseline ({exc}); write it again "
+                         f"with a pytest run and --ecdysis-save-baseline, or point {option} at another file") from None
     return data
 
 
@@ -161,7 +166,7 @@ def task_set_difference(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any
     if not only_base and not only_run or not run_tasks:
         return []
     return [f"tasks: baseline has {len(baseline_tasks)}, this run {len(run_tasks)} (only in the baseline: "
-            f"{', '.join(only_base[:5]) or 'none'}; only in this run: {', '.join(only_run[:5]) or 'none'})"]
+            f"{shown(only_base)}; only in this run: {shown(only_run)})"]
 
 
 def task_rewards(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> tuple[dict[str, float],
@@ -229,8 +234,7 @@ def verdict(
     if n_collected == 0:
         v.reasons.append("no trial case was collected: check the test paths and --ecdysis-tasks")
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        v.reasons.append(f"{len(missing)} collected case(s) never reported a result: {shown}")
+        v.reasons.append(f"{len(missing)} collected case(s) never reported a result: {shown(missing)}")
     if summary.get("n_infra_errors"):
         v.reasons.append(f"{summary['n_infra_errors']} trial(s) ended with an infrastructure error; "
                          "the score is not comparable (check the endpoint and rerun)")
@@ -253,6 +257,6 @@ def verdict(
     v.regressions = regressions(baseline.get("tasks", {}), summary.get("tasks", {}))
     if max_regressions is not None and len(v.regressions) > max_regressions:
         v.reasons.append(f"{len(v.regressions)} task(s) solved in the baseline are not solved now "
-                         f"(allowed {max_regressions}): {', '.join(v.regressions[:10])}")
+                         f"(allowed {max_regressions}): {shown(v.regressions, 10)}")
     v.passed = not v.reasons
     return v

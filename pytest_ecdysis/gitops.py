@@ -32,7 +32,7 @@ from typing import Any
 import git
 
 from . import gitenv
-from .errors import GitError, UsageError
+from .errors import GitError, UsageError, shown
 
 BRANCH_PREFIX = "ecdysis/"
 #: Identity of the evolution's commits when neither git's configuration nor its environment gives one.
@@ -137,7 +137,7 @@ def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) ->
                          f"(`git add {pathspec} && git commit -m 'harness'`)")
     dirty = g.status("--porcelain", "--untracked-files=all", "--", pathspec)
     if dirty.strip():
-        files = ", ".join(line[3:] for line in dirty.splitlines()[:5])
+        files = shown([line[3:] for line in dirty.splitlines()])
         raise UsageError(
             f"the harness directory {rel} has uncommitted changes ({files}); evolution starts from the "
             "committed harness. Commit them (`git add {0} && git commit`) or stash them (`git stash push -- {0}`)"

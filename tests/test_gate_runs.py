@@ -120,3 +120,41 @@ def test_verdict_refuses_another_task_selection() -> None:
     run_summary = {**base, "suite_score": 1.0, "n_infra_errors": 0, "tasks": {"s/1": {"solved": True}}}
     v = gate.verdict(run_summary, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=1)
     assert v.refused and not v.passed and "only in the baseline: s/2" in v.reasons[0]
+
+
+def test_gate_command_exits_as_the_pytest_gate(pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
+    """`ecdysis gate` exits as `pytest --ecdysis-gate` does (4, a usage error, for a missing or unreadable
+    baseline and for one of other options or tasks: it exited 2 and 1), and its messages name its own
+    options (`--baseline`, never `--ecdysis-gate`/`--ecdysis-baseline`)."""
+    from pytest_ecdysis.cli import main as ecdysis
+
+    base = save_baseline(pytester)
+    run(pytester, "--ecdysis-trials", "2", "--ecdysis-run-dir", "runs")
+    (run_dir,) = list((pytester.path / "runs").iterdir())
+    assert ecdysis(["gate", str(run_dir), "--baseline", ".ecdysis/baseline.json"]) == 0
+    capsys.readouterr()
+    assert ecdysis(["gate", str(run_dir), "--baseline", "nowhere.json"]) == pytest.ExitCode.USAGE_ERROR == 4
+    err = capsys.readouterr().err
+    assert "ecdysis gate: no baseline at nowhere.json" in err and "point --baseline at it" in err, err
+    assert "--ecdysis-gate" not in err and "--ecdysis-baseline" not in err, err
+    (pytester.path / "junk.json").write_text("[]")
+    assert ecdysis(["gate", str(run_dir), "--baseline", "junk.json"]) == 4
+    err = capsys.readouterr().err
+    assert "baseline junk.json is not a pytest-ecdysis baseline" in err and "--ecdysis-baseline" not in err, err
+    (pytester.path / "trials3.json").write_text(json.dumps({**base, "trials": 3}))
+    assert ecdysis(["gate", str(run_dir), "--baseline", "trials3.json"]) == 4
+    assert "gate REFUSED" in capsys.readouterr().out
+    more = {f"syn-air/{i}": {"n": 2, "successes": 2, "solved": True} for i in range(10, 34)}
+    (pytester.path / "more.json").write_text(json.dumps({**base, "tasks": {**base["tasks"], **more}}))
+    assert ecdysis(["gate", str(run_dir), "--baseline", "more.json"]) == 4
+    out = capsys.readouterr().out  # 24 ids only in the baseline: 5 shown, and how many more
+    assert "only in the baseline: syn-air/10, syn-air/11, syn-air/12, syn-air/13, syn-air/14 and 19 more" in out
+
+
+def test_shown_says_how_many_were_left_off() -> None:
+    """A cut list in a message says how many it left off ("and N more"); the whole list is shown as is."""
+    from pytest_ecdysis.errors import shown
+
+    assert shown([]) == "none" and shown(["a", "b"]) == "a, b"
+    assert shown([str(i) for i in range(8)], 5) == "0, 1, 2, 3, 4 and 3 more"
+    assert shown(["x", "y", "z"], 2, "; ") == "x; y and 1 more"
