@@ -139,41 +139,40 @@ def bench_round(concurrency: int, tasks: list[str], latency: float) -> None:
           f"{len(tasks)} task(s); -n 2 --ecdysis-concurrency {concurrency}; load average {os.getloadavg()[0]:.1f}")
     tmp = tempfile.mkdtemp(prefix="bench-round-")  # kept: the run directories are the evidence
     print(f"clone and run directories under {tmp}", flush=True)
-    if True:
-        clone, run_dir = Path(tmp) / "repo", Path(tmp) / "runs"
-        subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
-        command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
-                   "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
-                   "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
-                   "--ecdysis-rounds", "1", "--ecdysis-editor", "sim", "--ecdysis-test-trials", "0",
-                   "--ecdysis-rescore", "never", "--ecdysis-run-dir", str(run_dir)]
-        proc, out, wall_s, peak = measured(command, clone)
-        evo = sorted(run_dir.glob("*/evolution.json"))
-        if not evo:
-            print(f"no evolution.json (exit {proc.returncode}): {out.decode(errors='replace')[-1500:]}")
-            return
-        doc = json.loads(evo[-1].read_text())
-        runs = [evo[-1].parent, *(Path(json.loads(p.read_text())["run_path"])
-                                  for p in evo[-1].parent.glob("rounds/*/validation.json"))]
-        suite_limit, suite_calls = 0.0, []
-        for path in runs:
-            rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
-            calls, longest = calls_of(rows)
-            suite_calls.append(calls)
-            suite_limit += max(longest * latency, calls * latency / in_flight)
-        transcripts = list(evo[-1].parent.glob("rounds/*/transcript.jsonl"))
-        diagnosis = sum(len(p.read_text().splitlines()) for p in transcripts)
-        editor = sum(r.get("editor_calls", 0) for r in doc.get("rounds", []))
-        limit = suite_limit + (diagnosis + editor) * latency
-        stages = [{k: r.get(k) for k in ("outcome", "wall_s")} for r in doc.get("rounds", [])]
-        print(f"exit {proc.returncode}; suite runs {len(runs)} with {suite_calls} model calls; diagnosis calls "
-              f"{diagnosis}, editor calls {editor}; rounds {stages}")
-        if not stages:
-            print(out.decode(errors="replace")[-3000:])
-        print(f"wall-clock {wall_s:.1f} s (pytest start to end), physical limit {limit:.1f} s "
-              f"(suite runs {suite_limit:.1f} s + {diagnosis + editor} calls x {latency:g} s): "
-              f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
-              f"load average {os.getloadavg()[0]:.1f}")
+    clone, run_dir = Path(tmp) / "repo", Path(tmp) / "runs"
+    subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
+    command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
+               "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
+               "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
+               "--ecdysis-rounds", "1", "--ecdysis-editor", "sim", "--ecdysis-test-trials", "0",
+               "--ecdysis-rescore", "never", "--ecdysis-run-dir", str(run_dir)]
+    proc, out, wall_s, peak = measured(command, clone)
+    evo = sorted(run_dir.glob("*/evolution.json"))
+    if not evo:
+        print(f"no evolution.json (exit {proc.returncode}): {out.decode(errors='replace')[-1500:]}")
+        return
+    doc = json.loads(evo[-1].read_text())
+    runs = [evo[-1].parent, *(Path(json.loads(p.read_text())["run_path"])
+                              for p in evo[-1].parent.glob("rounds/*/validation.json"))]
+    suite_limit, suite_calls = 0.0, []
+    for path in runs:
+        rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
+        calls, longest = calls_of(rows)
+        suite_calls.append(calls)
+        suite_limit += max(longest * latency, calls * latency / in_flight)
+    transcripts = list(evo[-1].parent.glob("rounds/*/transcript.jsonl"))
+    diagnosis = sum(len(p.read_text().splitlines()) for p in transcripts)
+    editor = sum(r.get("editor_calls", 0) for r in doc.get("rounds", []))
+    limit = suite_limit + (diagnosis + editor) * latency
+    stages = [{k: r.get(k) for k in ("outcome", "wall_s")} for r in doc.get("rounds", [])]
+    print(f"exit {proc.returncode}; suite runs {len(runs)} with {suite_calls} model calls; diagnosis calls "
+          f"{diagnosis}, editor calls {editor}; rounds {stages}")
+    if not stages:
+        print(out.decode(errors="replace")[-3000:])
+    print(f"wall-clock {wall_s:.1f} s (pytest start to end), physical limit {limit:.1f} s "
+          f"(suite runs {suite_limit:.1f} s + {diagnosis + editor} calls x {latency:g} s): "
+          f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
+          f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
