@@ -240,6 +240,12 @@ class Evolution(RunState, TrustedRuns):
             out["reused_validation"] = val["reused_validation"]
         inc_run = val.get("incumbent") or {"rescored": False, "run_path": base["run_path"], "score": base["score"],
                                            "pass_hat_k": base.get("pass_hat_k")}
+        for path in (inc_run["run_path"], val["run_path"]):
+            self.ledger.verify_run(Path(path))
+        before_summary, before_trials = read_run(Path(inc_run["run_path"]))
+        after_summary, after_trials = read_run(Path(val["run_path"]))
+        if before_summary.get("suite_score") != inc_run["score"]:  # the score of the trials compared, always
+            inc_run = {**inc_run, "recorded_score": inc_run["score"], "score": before_summary.get("suite_score")}
         before, after = inc_run["score"], val["score"]
         out["incumbent_run"] = inc_run
         out["score_before"] = before
@@ -247,10 +253,6 @@ class Evolution(RunState, TrustedRuns):
         out["pass_hat_k_before"] = inc_run.get("pass_hat_k")
         out["pass_hat_k_after"] = val.get("pass_hat_k")
         out["harness_id_after"] = val["harness_id"]
-        for path in (inc_run["run_path"], val["run_path"]):
-            self.ledger.verify_run(Path(path))
-        before_summary, before_trials = read_run(Path(inc_run["run_path"]))
-        after_summary, after_trials = read_run(Path(val["run_path"]))
         out["flips"] = flips(before_trials, after_trials, self.cfg.threshold)
 
         drift = infra_drift(before_summary, after_summary)

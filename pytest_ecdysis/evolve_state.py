@@ -52,6 +52,7 @@ class RunState:
             done = [r["round"] for r in doc["rounds"]]
             self.say(f"resuming {self.state.run_id}: round(s) {done or 'none'} done; finished stages are not redone")
             doc["wall_s_before"] = doc.get("wall_s") or 0.0
+            self._rescored_on_resume(doc)
             return doc
         self.ledger.record_files_named(self.dir)
         self.ledger.save_start(integrity.take(self.roots))
@@ -70,6 +71,20 @@ class RunState:
                "test": None, "wall_s": 0.0, "run_path": str(self.dir)}
         write_json(path, doc, self.ledger)
         return doc
+
+    def _rescored_on_resume(self, doc: dict[str, Any]) -> None:
+        """The resuming session scored the start harness again into this run directory, so the trials on disk
+        are the new run's: the start (and an incumbent still at it) take that run's score, and the change is
+        recorded in `rescored_on_resume` (a model that is not deterministic, or was not, moves it)."""
+        new = {"score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k")}
+        if doc["start"].get("run_path") != str(self.dir) or doc["start"].get("score") == new["score"]:
+            return
+        doc.setdefault("rescored_on_resume", []).append({"recorded_score": doc["start"].get("score"), **new})
+        self.say(f"the start harness scored {new['score']} in this session, {doc['start'].get('score')} when the run "
+                 "started: comparisons use this session's trials (the model is not deterministic)")
+        for entry in (doc["start"], doc["incumbent"]):
+            if entry.get("run_path") == str(self.dir):
+                entry.update(new)
 
     def checkpoint(self) -> None:
         """Write `evolution.json` with the wall-clock so far."""

@@ -16,6 +16,8 @@ import pytest
 pytest_plugins = ["pytester"]
 
 SUITE = '''
+import os
+
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
 from pytest_ecdysis.harness import load_harness
@@ -26,7 +28,7 @@ from pytest_ecdysis.plugin import get_state
 @pytest.mark.parametrize("task_id", ["0", "1", "2", "3"])
 def test_task(request, task_id):
     state = get_state(request.config)
-    level = load_harness(state.harness_dir).LEVEL
+    level = load_harness(state.harness_dir).LEVEL + int(os.environ.get("TINY_BONUS", "0"))  # a model that moved
     reward = 1.0 if int(task_id) < level else 0.0
     record_trial(request.node, TrialResult(
         suite="tiny", task_id=task_id, trial=0, reward=reward, termination_reason="agent_stop",
@@ -287,6 +289,28 @@ def test_resume_rebuilds_an_edited_candidate(project: pytest.Pytester) -> None:
     assert len((project.path / "editor.log").read_text().splitlines()) == 1
     assert len((project.path / "diagnose.log").read_text().splitlines()) == 1
     assert "LEVEL = 3" in _git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
+
+
+def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resuming session scores the start harness again into the run directory; when the model moved
+    (TINY_BONUS: one more task solved), the candidate is compared with that run's score, never with the
+    number recorded when the run started (a 0.25 -> 0.75 'gain' against trials that score 0.5)."""
+    _script(project, [{"knob": "x", "value": 2}])
+    (project.path / "interrupt-validate").write_text("")
+    assert _run(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never").ret == 2
+    assert _evolution(project)["start"]["score"] == 0.25
+    (project.path / "interrupt-validate").unlink()
+    monkeypatch.setenv("TINY_BONUS", "1")
+    second = _run(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-resume", "run1",
+                  run_id="")
+    assert second.ret == 0, second.stdout.str()
+    doc = _evolution(project)
+    assert doc["start"]["score"] == 0.5
+    assert [(r["recorded_score"], r["score"]) for r in doc["rescored_on_resume"]] == [(0.25, 0.5)]
+    (row,) = doc["rounds"]
+    assert (row["score_before"], row["score_after"], row["outcome"]) == (0.5, 0.75, "accepted")
+    second.stdout.fnmatch_lines(["*the start harness scored 0.5 in this session, 0.25 when the run started*"])
 
 
 def test_resume_errors(project: pytest.Pytester) -> None:
