@@ -8,7 +8,8 @@ one evolution round against it. Run through `scripts/real-model.sh` (which sets 
 Stages (`--stages`, comma-separated, in this order): `trials` (the cases, saved as a baseline), `gate`
 (the same cases gated against that baseline), `noise` (the cases `--repeat` times at `--temperature`),
 `evolve` (one round: FDCR roles and the built-in editor on the same real model, `--ecdysis-test-trials
-0`). The user simulator is the simulated one by default (`--user-model real` puts the real model there too).
+0`), `editor` (the built-in editor alone on the real model, with a small valid spec, on a copy of the
+example harness: the round reaches the editor only when the model's own spec validates). The user simulator is the simulated one by default (`--user-model real` puts the real model there too).
 
 Everything goes to `.ecdysis/real-model/<session>/`: `server.log`, `replies.jsonl` (every request's summary
 and the server's raw reply, recorded by a loopback proxy between pytest and the server), `runs/<run-id>/`
@@ -47,7 +48,14 @@ from measure import measure  # noqa: E402
 from record_proxy import RecordingProxy  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("probe", "trials", "gate", "noise", "evolve")
+STAGES = ("probe", "trials", "gate", "noise", "evolve", "editor")
+#: the editor stage's spec: one small, valid change (these models' own specs do not validate, so the
+#: evolve stage's round seldom reaches the editor; this stage gives the built-in editor a real model anyway).
+EDITOR_SPEC = {"summary": "Raise the model-call budget: trials end with the budget reached before the work is done.",
+               "changes": [{"component": "trajectory_regulation", "files": ["config.py"],
+                            "description": "Raise MAX_MODEL_CALLS by ten.", "trigger": "every trial",
+                            "addresses": ["max_steps|budget"], "parameters": {"knob": "max_model_calls"}}],
+               "left_alone": [], "watch_tasks": []}
 #: the probe stage's requests: small, so each shape of reply is recorded in seconds, not a whole trial.
 TOOL = {"type": "function", "function": {
     "name": "get_reservation_details", "description": "Get the details of a reservation.",
@@ -163,6 +171,33 @@ def probe(url: str, alias: str) -> dict:
     return out
 
 
+def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) -> dict:
+    """The built-in editor on the real model with `EDITOR_SPEC`, on a copy of the example harness under
+    `<session>/editor/`; returns `{ok, detail, calls, tokens, wall_s, changed}` (`changed`: files that differ
+    from the example harness afterwards; a failed edit restores them, so it is empty then)."""
+    import shutil
+
+    from pytest_ecdysis.edit import BuiltinEditor
+    from pytest_ecdysis.llm import RoleClient
+
+    work = session / "editor"
+    harness = work / "example_harness"
+    shutil.copytree(REPO / "example_harness", harness, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    spec = work / "spec.json"
+    spec.write_text(json.dumps(EDITOR_SPEC, indent=2) + "\n")
+    client = RoleClient(alias, base_url=url, timeout_s=max(180.0, args.call_timeout), max_retries=0, stage="editor")
+    print("\n== editor: the built-in editor, spec: raise MAX_MODEL_CALLS in config.py", flush=True)
+    result = BuiltinEditor(None, client=client).edit(None, harness, spec_path=spec)
+    changed = sorted(p.relative_to(harness).as_posix() for p in harness.rglob("*.py")
+                     if not (REPO / "example_harness" / p.relative_to(harness)).is_file()
+                     or p.read_bytes() != (REPO / "example_harness" / p.relative_to(harness)).read_bytes())
+    out = {"stage": "editor", "ok": result.ok, "detail": result.detail, "calls": result.calls,
+           "tokens": result.tokens, "wall_s": round(result.wall_s, 1), "changed": changed}
+    print(f"== editor: {'edited ' + ', '.join(changed) if result.ok else 'no change'}: {result.detail} "
+          f"({result.calls} call(s), {out['wall_s']:.0f} s)", flush=True)
+    return out
+
+
 def context_too_long(run: Path, args: argparse.Namespace) -> str | None:
     """One message when trials or the evolution round met the model's context limit, else None."""
     lines = [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()] \
@@ -218,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         for stage in args.stages:
             if stage == "probe":
                 facts["probes"] = probe(url, args.model)
+                continue
+            if stage == "editor":
+                facts["stages"].append(editor_stage(session, url, args.model, args))
                 continue
             if stage == "trials":
                 extra = ["--ecdysis-save-baseline", str(baseline)]

@@ -33,7 +33,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "replies"
 KINDS = {
     "tool_call": ("agent",), "text": ("agent",), "tool_call_as_text": ("agent",), "empty": ("agent", "role"),
     "context_overflow": ("agent", "role", "editor"), "server_error": ("agent", "role"),
-    "spec": ("role",), "spec_unparseable": ("role",), "edit_block": ("editor",), "no_edit_block": ("editor",),
+    "spec": ("role",), "spec_unparseable": ("role",), "spec_wrong_schema": ("role",), "edit_block": ("editor",), "no_edit_block": ("editor",),
 }
 CALL = ("get_reservation_details", {"reservation_id": "JMO1MG"})  # airline task 3's reservation
 
@@ -152,6 +152,9 @@ def test_spec_reply_through_diagnosis(doc: dict, tmp_path: Path) -> None:
     elif kind == "context_overflow":
         assert d.spec is None and d.reason == "context_overflow" and "context window" in d.detail
         assert len(calls) <= 2  # vLLM names max_tokens in its message: asked once more without it
+    elif kind == "spec_wrong_schema":  # JSON, but not a spec (SmolLM2's moderator): named after one repair
+        assert d.spec is None and d.reason == "invalid_spec" and len(calls) == 2
+        assert "does not match the modification spec schema" in d.detail
     else:  # spec_unparseable, empty
         assert d.spec is None and d.reason == "invalid_spec" and len(calls) == 2
         finish = doc["body"]["choices"][0]["finish_reason"]
