@@ -48,8 +48,11 @@ PARTS = re.compile(r"\((\d+) in the messages, (\d+) in the completion\)", re.IGN
 
 def completion_room(text: str) -> int | None:
     """Tokens left for the completion when only the asked completion did not fit: the prompt is shorter
-    than the context but prompt + `max_tokens` is not (llama-cpp-python, vLLM before 0.6 and OpenAI say
-    "maximum context length is N tokens ... (P in the messages, C in the completion)"); else None."""
+    than the context but prompt + `max_tokens` is not. vLLM's OpenAI server (before its "input tokens plus
+    'max_tokens'" wording, which names the parameter) refuses that with "maximum context length is N
+    tokens. However, you requested M tokens (P in the messages, C in the completion)"; llama-cpp-python
+    uses the same words only when the prompt alone does not fit (it cuts `max_tokens` itself), so the room
+    is then None."""
     limit, parts = LIMIT.search(text or ""), PARTS.search(text or "")
     if not limit or not parts:
         return None

@@ -213,9 +213,9 @@ def test_rejected_optional_parameters_are_not_sent_again(tmp_path):
 
 
 def test_a_prompt_that_fits_without_its_max_tokens_is_asked_again_with_the_room_left(tmp_path):
-    """llama-cpp-python (ctx 8192) refuses prompt + max_tokens over the context with HTTP 400
-    context_length_exceeded even when the prompt itself fits: asked again with max_tokens = the room left;
-    a prompt that does not fit at all stays a context overflow (no spec, reason context_overflow)."""
+    """vLLM's older OpenAI server (max_model_len 8192) refuses prompt + max_tokens over the context with
+    HTTP 400 even when the prompt itself fits: asked again with max_tokens = the room left; a prompt that
+    does not fit at all stays a context overflow (no spec, reason context_overflow)."""
     seen = []
 
     def answer(messages):
