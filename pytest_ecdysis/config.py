@@ -237,6 +237,12 @@ class EcdysisConfig:
     def uses_sim(self) -> bool:
         return any(is_sim_model(m) for m in (self.model, self.user_model, self.diagnosis_model, *self.test_models))
 
+    @property
+    def fixed_sim_nonce(self) -> str | None:
+        """The simulated model's run nonce when fixed (`--ecdysis-sim-nonce`, else env `ECDYSIS_SIM_NONCE`), or
+        None: a fresh nonce per run (the sim server's rule, `sim.server.SimModel`)."""
+        return self.sim_nonce or os.environ.get("ECDYSIS_SIM_NONCE") or None
+
     def replace(self, **changes: Any) -> EcdysisConfig:
         return dataclasses.replace(self, **changes)
 

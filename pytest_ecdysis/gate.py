@@ -34,20 +34,26 @@ from .errors import RunDirError, UsageError, shown
 from .records import SCHEMA_VERSION
 
 #: fields of a baseline that must equal the run's for a comparison to mean anything.
-MATCH_FIELDS = ("suite", "split", "trials", "model", "threshold")
+MATCH_FIELDS = ("suite", "split", "trials", "model", "threshold", "sim_nonce")
+#: of those, fields an older baseline may lack: compared only when the baseline has them. `sim_nonce`
+#: (the simulated model's fixed run nonce, None for a fresh one per run) is written for sim runs only.
+OPTIONAL_FIELDS = ("sim_nonce",)
+#: how a mismatch names a field whose name alone does not say what to change.
+FIELD_NAMES = {"sim_nonce": "simulated model's nonce (--ecdysis-sim-nonce or ECDYSIS_SIM_NONCE)"}
 
 
 def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The baseline document for a run summary (what `--ecdysis-save-baseline` writes).
 
-    Shape: `{schema_version, suite, split, trials, model, threshold, harness_id, run_id, suite_score,
-    pass_hat_k, n_tasks, tasks: {"<suite>/<task_id>": {"n", "successes", "solved", "mean_reward"}}}`.
+    Shape: `{schema_version, suite, split, trials, model, threshold, [sim_nonce,] harness_id, run_id,
+    suite_score, pass_hat_k, n_tasks, tasks: {"<suite>/<task_id>": {"n", "successes", "solved",
+    "mean_reward"}}}`; `sim_nonce` only when the summary has it (a simulated model: its fixed nonce or None).
     """
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "ecdysis-baseline",
         **{k: summary.get(k) for k in (*MATCH_FIELDS, "harness_id", "run_id", "suite_score",
-                                        "pass_hat_k", "n_tasks")},
+                                        "pass_hat_k", "n_tasks") if k in summary or k not in OPTIONAL_FIELDS},
         "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"],
                       "mean_reward": v.get("mean_reward")} for k, v in summary.get("tasks", {}).items()},
     }
@@ -84,27 +90,42 @@ def load_baseline(path: Path, *, who: str = "--ecdysis-gate", option: str = "--e
 
 
 def mismatches(baseline: dict[str, Any], run: dict[str, Any], fields: tuple[str, ...] = MATCH_FIELDS) -> list[str]:
-    """Human-readable differences of the fields that must match (empty when comparable)."""
+    """Human-readable differences of the fields that must match (empty when comparable). A field of
+    `OPTIONAL_FIELDS` is compared only when both sides have it (a baseline written before it was recorded
+    is accepted)."""
     out = []
     for name in fields:
+        if name in OPTIONAL_FIELDS and name not in baseline:
+            continue
         if name in run and baseline.get(name) != run.get(name):
-            out.append(f"{name}: baseline {baseline.get(name)!r}, this run {run.get(name)!r}")
+            b, r = baseline.get(name), run.get(name)
+            if name == "sim_nonce":
+                b, r = (repr(x) if x is not None else "none (a fresh nonce per run)" for x in (b, r))
+                out.append(f"{FIELD_NAMES[name]}: baseline {b}, this run {r}")
+            else:
+                out.append(f"{FIELD_NAMES.get(name, name)}: baseline {b!r}, this run {r!r}")
     return out
 
 
 def preflight(cfg: Any) -> None:
-    """Configure-time check of `--ecdysis-gate`: the baseline exists and matches split, trials, model and λ.
+    """Configure-time check of `--ecdysis-gate`: the baseline exists and matches split, trials, model, λ and,
+    for a simulated model, the nonce (when the baseline records it).
 
     Raises:
         UsageError: missing or unreadable baseline, or one made with other options.
     """
+    from .config import is_sim_model
+
     baseline = load_baseline(cfg.baseline)
-    diff = mismatches(baseline, {"split": cfg.split, "trials": cfg.trials, "model": cfg.model,
-                                 "threshold": cfg.threshold})
+    run = {"split": cfg.split, "trials": cfg.trials, "model": cfg.model, "threshold": cfg.threshold}
+    if is_sim_model(cfg.model):
+        run["sim_nonce"] = cfg.fixed_sim_nonce
+    diff = mismatches(baseline, run)
     if diff:
         raise UsageError(f"--ecdysis-gate refuses baseline {cfg.baseline}: it was made with other options "
                          f"({'; '.join(diff)}); scores are only comparable for the same suite, split, trials, "
-                         "model and λ (threshold). Run with those options, or save a new baseline.")
+                         "model, λ (threshold) and simulated model's nonce. Run with those options, or save a "
+                         "new baseline.")
 
 
 @dataclass
@@ -229,7 +250,7 @@ def verdict(
     if diff:
         v.refused = True
         v.reasons.append("baseline refused, not compared (" + "; ".join(diff) + "); save a baseline for "
-                         "this suite, split, trials and model")
+                         "this suite, split, trials, model and nonce")
         return v
     if n_collected == 0:
         v.reasons.append("no trial case was collected: check the test paths and --ecdysis-tasks")

@@ -9,9 +9,9 @@ or `merged-<first shard's run id>`), `wall_s` (the slowest shard: shards run sid
 `shards.wall_s_sum`), and a `shards` object naming the merged runs.
 
 Refused, with one `RunDirError` naming the mismatch: a shard directory that is missing or unreadable;
-shards of different selections (test paths and `--ecdysis-tasks`), splits, trial counts, λ, harnesses or
-models; two shards holding the same case; a group of `--splits N` missing or given twice; an output
-directory that exists and is not empty (a merge never mixes its files with an earlier run's, e.g. the
+shards of different selections (test paths and `--ecdysis-tasks`), splits, trial counts, λ, harnesses,
+models or simulated-model nonces; two shards holding the same case; a group of `--splits N` missing or
+given twice; an output directory that exists and is not empty (a merge never mixes its files with an earlier run's, e.g. the
 unsharded run a baseline came from). No pytest, no network: it reads files.
 """
 
@@ -29,7 +29,7 @@ from .errors import RunDirError
 from .records import SCHEMA_VERSION, TrialResult
 
 #: summary fields every shard must share for the union to be one run.
-SAME_FIELDS = ("split", "trials", "threshold", "harness_id", "model", "user_model")
+SAME_FIELDS = ("split", "trials", "threshold", "harness_id", "model", "user_model", "sim_nonce")
 
 
 def read_shard(path: Path) -> tuple[dict[str, Any], list[TrialResult]]:

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import failures, gate, gitenv, metrics, patterns, report, safetext
+from .config import is_sim_model
 from .errors import EcdysisError, RunDirError
 from .records import SCHEMA_VERSION, TrialResult
 
@@ -272,6 +273,8 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         "diagnosis_model": cfg.diagnosis_model, "limits": cfg.limits(), "n_collected": len(expected),
         "missing": missing, "stopped": stopped, "not_run": not_run, "problems": problems,
     }
+    if is_sim_model(cfg.model):  # a sim baseline is only comparable with runs of the same nonce (gate)
+        summary["sim_nonce"] = cfg.fixed_sim_nonce
     summary["selection"] = {"args": sorted(str(a) for a in session.config.args),
                             "tasks": list(cfg.tasks) if cfg.tasks else None}
     shard = _shard_of(session.config)

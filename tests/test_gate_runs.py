@@ -158,3 +158,36 @@ def test_shown_says_how_many_were_left_off() -> None:
     assert shown([]) == "none" and shown(["a", "b"]) == "a, b"
     assert shown([str(i) for i in range(8)], 5) == "0, 1, 2, 3, 4 and 3 more"
     assert shown(["x", "y", "z"], 2, "; ") == "x; y and 1 more"
+
+
+def test_gate_refuses_a_sim_baseline_of_another_nonce(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    """The baseline records the simulated model's nonce; a gate run with another one (or a fresh one per run)
+    is refused naming both, by pytest (exit 4 before any trial) and by `ecdysis gate`; a baseline written
+    before the field existed is still accepted."""
+    from pytest_ecdysis.cli import main as ecdysis
+
+    monkeypatch.delenv("ECDYSIS_SIM_NONCE")
+    write_suite(pytester, BASE)
+    run(pytester, "--ecdysis-trials", "2", "--ecdysis-sim-nonce", "ci", "--ecdysis-save-baseline", "b.json")
+    base = json.loads((pytester.path / "b.json").read_text())
+    assert base["sim_nonce"] == "ci"
+    assert gate_run(pytester, BASE, "--ecdysis-sim-nonce", "ci", "--ecdysis-baseline", "b.json").ret == 0
+    result = gate_run(pytester, BASE, "--ecdysis-sim-nonce", "other", "--ecdysis-baseline", "b.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*refuses baseline*simulated model's nonce*baseline 'ci', this run 'other'*"])
+    result = gate_run(pytester, BASE, "--ecdysis-baseline", "b.json")  # no nonce: a fresh one per run
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*baseline 'ci', this run none (a fresh nonce per run)*"])
+    monkeypatch.setenv("ECDYSIS_SIM_NONCE", "ci")  # the environment variable fixes it as the option does
+    assert gate_run(pytester, BASE, "--ecdysis-baseline", "b.json").ret == 0
+    (pytester.path / "old.json").write_text(json.dumps({k: v for k, v in base.items() if k != "sim_nonce"}))
+    assert gate_run(pytester, BASE, "--ecdysis-sim-nonce", "other", "--ecdysis-baseline", "old.json").ret == 0
+    monkeypatch.delenv("ECDYSIS_SIM_NONCE")
+    run(pytester, "--ecdysis-trials", "2", "--ecdysis-sim-nonce", "other", "--ecdysis-run-dir", "runs")
+    (run_dir,) = list((pytester.path / "runs").iterdir())
+    assert json.loads((run_dir / "summary.json").read_text())["sim_nonce"] == "other"
+    assert ecdysis(["gate", str(run_dir), "--baseline", "b.json"]) == 4
+    assert "simulated model's nonce (--ecdysis-sim-nonce or ECDYSIS_SIM_NONCE): baseline 'ci', this run 'other'" \
+        in capsys.readouterr().out
+    assert ecdysis(["gate", str(run_dir), "--baseline", "old.json"]) == 0
