@@ -112,6 +112,9 @@ def pytest_configure(config: pytest.Config) -> None:
             from .preflight import preflight
 
             preflight(cfg, harness_dir)
+            from .rundir import lock_run
+
+            lock_run(state.run_path, f"--ecdysis-resume {cfg.resume}" if cfg.resume else f"run {state.run_id}")
         if cfg.gate:
             from .gate import preflight as gate_preflight
 

@@ -75,3 +75,41 @@ def add_tokens(total: dict[str, int], more: dict[str, Any]) -> None:
 def slug(model: str | None) -> str:
     """A model name made safe for a directory or run-id part (`sim/strong` -> `sim_strong`)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", model or "")
+
+
+#: the lock file an evolution session holds in its run directory while it runs.
+LOCK_NAME = ".session.lock"
+_held: dict[Path, Any] = {}  # run directory -> the open lock file, held until the process exits
+
+
+def lock_run(run_path: Path, what: str) -> None:
+    """Hold an exclusive lock on `run_path` for the rest of this process (released when it exits, also on a
+    crash), so that two sessions never write one run directory (a resume of a run that is still going).
+
+    Raises:
+        UsageError: another process holds it; `what` names the option that chose this run (e.g.
+            `--ecdysis-resume RUN_ID`).
+    """
+    import fcntl
+    import os
+
+    from .errors import UsageError
+
+    run_path = run_path.absolute()
+    if run_path in _held:
+        return
+    run_path.mkdir(parents=True, exist_ok=True)
+    handle = open(run_path / LOCK_NAME, "a+")  # noqa: SIM115 - held open on purpose
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UsageError(f"{what}: the run {run_path} is in use by {holder}, which is still running; wait for it "
+                         "to finish (or stop it), then resume, or start a new run") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()}")
+    handle.flush()
+    _held[run_path] = handle

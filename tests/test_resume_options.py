@@ -34,3 +34,32 @@ def test_resume_with_other_options_is_a_usage_error_before_any_trial(project: py
 
     result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", "--ecdysis-tasks", "0,1", run_id="")
     assert result.ret == 0, result.stdout.str()
+
+
+def test_a_run_still_going_cannot_be_resumed(project: pytest.Pytester) -> None:
+    """A second session resuming a run whose session still runs is refused (exit 4, naming the process that
+    holds it) and writes nothing; once that process is gone the resume goes ahead."""
+    import subprocess
+    import sys
+
+    _script(project, [{"knob": "x", "value": 2}])
+    (project.path / "interrupt-1").write_text("")
+    assert _run(project, "--ecdysis-rounds", "1").ret == 2
+    (project.path / "interrupt-1").unlink()
+    run = project.path / ".ecdysis" / "runs" / "run1"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from pytest_ecdysis.rundir import lock_run; lock_run(Path(sys.argv[1]), 'x'); "
+                               "print('held', flush=True); time.sleep(120)", str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+        result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", run_id="")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*--ecdysis-resume run1: the run * is in use by process {holder.pid}, which is "
+                                     "still running; wait for it*"])
+        assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    finally:
+        holder.kill()
+        holder.wait()
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", run_id="")
+    assert result.ret == 0, result.stdout.str()
