@@ -33,23 +33,29 @@ def _show(args: argparse.Namespace) -> int:
     has_summary = not evo_file.is_file() or (Path(args.run_dir) / "summary.json").is_file()
     summary, groups = report.read_run(args.run_dir) if has_summary else ({}, [])
     doc = report.read_json(evo_file) if evo_file.is_file() else None
+    unfinished = doc is not None and doc.get("status") != "finished"
     try:
         if has_summary:
-            print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"))))
-            for weak in summary.get("weak_passes") or []:  # passes that rest on luck
-                print(f"  weak pass {weak['task']} t{weak['trial']}: {'; '.join(weak['reasons'])}")
+            weak = summary.get("weak_passes") or []  # passes that rest on luck
+            print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"),
+                                                 weak_hint="listed below" if weak else None)))
+            for w in weak:
+                print(f"  weak pass {w['task']} t{w['trial']}: {'; '.join(w['reasons'])}")
+        if unfinished:  # said before the rounds: no branch verdict yet, whatever the rounds so far show
+            print(f"evolution status {doc.get('status')!r}: still running (or interrupted), so no branch verdict "
+                  f"yet; resume an interrupted one with --ecdysis-resume {doc.get('run_id') or Path(args.run_dir).name}")
         if doc is not None:
             from .evolve_report import summary_lines as evolution_lines  # imports pytest: evolution runs only
 
-            print("\n".join(evolution_lines(doc)[1:]))
+            for line in evolution_lines(doc)[1:]:
+                if unfinished and not doc.get("branch") and line.startswith("no round was accepted"):
+                    continue  # the verdict of a finished evolution; said above for this one
+                print(line)
             if (doc.get("test") or {}).get("skipped"):
                 print(f"test split not scored: {doc['test']['skipped']}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RunDirError(f"{args.run_dir} has files that lack fields this version reads ({type(exc).__name__}: "
                           f"{exc}); written by another version or halfway? `ecdysis report` shows what it has") from None
-    if doc is not None and doc.get("status") != "finished":
-        print(f"evolution status {doc.get('status')!r}: interrupted or still running; resume with "
-              f"--ecdysis-resume {doc.get('run_id') or Path(args.run_dir).name}")
     return 0
 
 
@@ -138,15 +144,14 @@ def _gate(args: argparse.Namespace) -> int:
     from . import gate
     from .acceptance import METHODS
     from .config import _float, _int
+    from .config import level as level_of
     from .rundir import write_json
 
     try:  # the same bounds as --ecdysis-gate-tolerance, -gate-max-regressions and -accept-level
         _float("gate-tolerance", args.tolerance, 0.0, 1.0)
         if args.max_regressions is not None:
             _int("gate-max-regressions", args.max_regressions, 0)
-        level = _float("accept-level", args.accept_level, 0.0, 1.0)
-        if not 0.0 < level < 1.0:
-            raise UsageError(f"--ecdysis-accept-level must be strictly between 0 and 1 (e.g. 0.05), got {level}")
+        level = level_of("accept-level", args.accept_level)
     except UsageError as exc:
         raise RunDirError(str(exc).replace("--ecdysis-gate-", "--").replace("--ecdysis-", "--")) from None
     if args.accept_method not in METHODS:

@@ -286,6 +286,19 @@ def _float(name: str, value: Any, lo: float, hi: float | None) -> float:
     return number
 
 
+def level(name: str, value: Any) -> float:
+    """A test's level (`--ecdysis-accept-level`): a number in the open interval (0, 1); one message for any
+    other value (a bound in [0, 1] was said to be allowed, then refused)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not 0.0 < number < 1.0:  # NaN fails the comparison
+        raise UsageError(f"--ecdysis-{name} must be a number strictly between 0 and 1 (e.g. 0.05), got "
+                         f"{value if number is None else number!r}")
+    return number
+
+
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise UsageError(f"--ecdysis-{name} must be one of {', '.join(choices)}, got {value!r}")
@@ -421,9 +434,7 @@ def read_config(config: Any) -> EcdysisConfig:
         _choice(name, raw[name], tuple(choices))
     if raw["response-cache"] is not None:  # not given: off, except for the ablation's re-validations
         _choice("response-cache", raw["response-cache"], ("on", "off"))
-    accept_level = _float("accept-level", raw["accept-level"], 0.0, 1.0)
-    if not 0.0 < accept_level < 1.0:
-        raise UsageError(f"--ecdysis-accept-level must be strictly between 0 and 1 (e.g. 0.05), got {accept_level}")
+    accept_level = level("accept-level", raw["accept-level"])
 
     max_reg = raw["gate-max-regressions"]
     html = Path(raw["html"]) if raw["html"] else None

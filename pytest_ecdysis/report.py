@@ -120,9 +120,15 @@ def _ks(summary: dict[str, Any]) -> list[str]:
     return sorted((summary.get("pass_hat_k") or {}).keys(), key=int)
 
 
+#: where the terminal section's weak-pass line points (`ecdysis show` lists them itself).
+WEAK_PASSES_HINT = "`ecdysis show RUN_DIR` lists them"
+
+
 def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: dict[str, Any] | None = None,
-                  problems: list[str] | None = None) -> list[str]:
-    """The plain-text summary the terminal section and `ecdysis show` print (control characters escaped)."""
+                  problems: list[str] | None = None, *, weak_hint: str | None = WEAK_PASSES_HINT) -> list[str]:
+    """The plain-text summary the terminal section and `ecdysis show` print (control characters escaped).
+
+    `weak_hint`: where the weak passes are listed (None: no pointer; `ecdysis show` says "listed below")."""
     ks = _ks(summary)
     head = f"{'suite':<28}{'tasks':>6}{'trials':>7}{'score':>7}" + "".join(f"{'pass^' + k:>8}" for k in ks)
     head += f"{'solved':>7}{'infra':>6}"
@@ -144,7 +150,7 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
             f"{n} {why.replace('_', ' ')}" for why, n in summary["kept_out"].items()))
     if summary.get("n_weak_passes"):
         lines.append(f"weak passes: {summary['n_weak_passes']} (a communicate value under 3 characters or no tool "
-                     "call; `ecdysis show RUN_DIR` lists them)")
+                     f"call{'; ' + weak_hint if weak_hint else ''})")
     if summary.get("suspect_tasks"):
         lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")
     if groups:

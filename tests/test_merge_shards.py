@@ -128,7 +128,8 @@ def test_merge_refuses_an_output_directory_that_is_not_empty(pytester: pytest.Py
     (["--tolerance", "-1"], "--tolerance must be in [0.0, 1.0], got -1.0"),
     (["--tolerance", "nan"], "--tolerance must be in [0.0, 1.0], got nan"),
     (["--max-regressions", "-3"], "--max-regressions must be an integer >= 0, got -3"),
-    (["--accept-level", "1"], "--accept-level must be strictly between 0 and 1 (e.g. 0.05), got 1.0"),
+    (["--accept-level", "1"], "--accept-level must be a number strictly between 0 and 1 (e.g. 0.05), got 1.0"),
+    (["--accept-level", "1.5"], "--accept-level must be a number strictly between 0 and 1 (e.g. 0.05), got 1.5"),
     (["--accept-method", "t-test"], "--accept-method must be one of sign, wilcoxon, bootstrap, got 't-test'"),
 ])
 def test_gate_command_refuses_bounds_the_pytest_option_refuses(tmp_path, capsys: pytest.CaptureFixture,

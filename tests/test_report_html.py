@@ -195,3 +195,42 @@ def test_show_of_an_evolution_run_prints_rounds_test_and_branch(tmp_path: Path,
     (run / "evolution.json").write_text(json.dumps(doc))
     assert cli.main(["show", str(run)]) == 0
     assert "test split not scored: --ecdysis-test-trials 0" in capsys.readouterr().out
+
+
+def test_show_of_a_running_evolution_says_so_before_any_branch_verdict(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`ecdysis show` of an evolution still running said "no round was accepted: no branch" before saying its
+    status was 'running': the status comes first, and no branch verdict is given for it."""
+    run = tmp_path / "e"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "run_id": "e", "suite_score": 0.25,
+                                                  "by_suite": {"tiny": {"suite_score": 0.25}}}))
+    doc = {"schema_version": SCHEMA_VERSION, "run_id": "e", "status": "running", "branch": None,
+           "start": {"score": 0.25}, "rounds": []}
+    (run / "evolution.json").write_text(json.dumps(doc))
+    assert cli.main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "evolution status 'running': still running (or interrupted), so no branch verdict yet" in out
+    assert "no round was accepted" not in out
+    (run / "evolution.json").write_text(json.dumps({**doc, "status": "finished"}))
+    assert cli.main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "no round was accepted: no branch" in out and "evolution status" not in out
+
+
+def test_show_lists_weak_passes_without_pointing_at_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The terminal section points at `ecdysis show RUN_DIR` for the weak passes; `ecdysis show` itself listed
+    them under that same pointer (circular): it says they are listed below."""
+    from pytest_ecdysis import report
+
+    run = tmp_path / "w"
+    run.mkdir()
+    summary = {"schema_version": SCHEMA_VERSION, "run_id": "w", "suite_score": 1.0,
+               "by_suite": {"tiny": {"suite_score": 1.0}}, "n_weak_passes": 1,
+               "weak_passes": [{"task": "tiny/1", "trial": 0, "reasons": ["no tool call"]}]}
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert "`ecdysis show RUN_DIR` lists them" in "\n".join(report.summary_lines(summary, []))
+    assert cli.main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "ecdysis show RUN_DIR" not in out and "no tool call; listed below)" in out
+    assert "  weak pass tiny/1 t0: no tool call" in out
