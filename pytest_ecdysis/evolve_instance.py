@@ -101,8 +101,8 @@ def instance_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], diag:
         row.update(outcome="rejected", score_after=best["score_after"], flips=best["flips"],
                    harness_id_after=best["harness_id_after"], pass_hat_k_before=start.get("pass_hat_k"),
                    pass_hat_k_after=best.get("pass_hat_k_after"),
-                   reason=f"no step strictly raised the suite score (best: step {best['step']}, "
-                          f"{fmt(start['score'])} -> {fmt(best['score_after'])})")
+                   reason=f"no step was accepted (best: step {best['step']}, "
+                          f"{fmt(start['score'])} -> {fmt(best['score_after'])}: {best.get('reason', '')})")
     else:
         outcomes = [s["outcome"] for s in steps]
         row["outcome"] = next(o for o in ("broken_candidate", "guard_rejected", "no_change") if o in outcomes)

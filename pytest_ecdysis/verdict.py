@@ -55,9 +55,17 @@ def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, 
         why = "; ".join(f"round {r.get('round')} {OUTCOME_TEXT.get(r.get('outcome'), r.get('outcome'))}"
                         + (f" ({shorten(r.get('reason') or '', 90)})" if r.get("reason") else "")
                         for r in rounds) or "no round ran"
-        out.append((f"no branch was made: no round scored strictly higher than the harness it started from: {why}",
-                    "yellow"))
+        out.append((f"no branch was made: no round {_criterion(doc)}: {why}", "yellow"))
     return out
+
+
+def _criterion(doc: dict[str, Any]) -> str:
+    """What a round needed to be accepted under the run's `--ecdysis-accept` rule (`evolution.json` `accept`)."""
+    accept = doc.get("accept") or {}
+    if accept.get("rule") == "paired":
+        return (f"passed the paired {accept.get('method', 'sign')} test (an improvement significant at level "
+                f"{accept.get('level', 0.05):g})")
+    return "scored strictly higher than the harness it started from"
 
 
 def gate_lines(gate: dict[str, Any]) -> list[Line]:

@@ -79,3 +79,20 @@ def test_verdict_lines_of_a_stopped_evolution_and_a_failed_gate(tmp_path) -> Non
                           run_id="r", run_path=None, exit_status=1)
     assert lines == [(gate["headline"], "red"), ("  - suite score 0.500 is 0.100 below", None),
                      ("  - 2 regressed", None), ("exit status 1 (failure)", None)]
+
+
+def test_the_no_branch_line_names_the_run_s_acceptance_rule() -> None:
+    """Under --ecdysis-accept paired a round that rose but was not significant is not 'not strictly higher'."""
+    from pytest_ecdysis.verdict import evolution_lines
+
+    row = {"round": 1, "accepted": False, "outcome": "rejected",
+           "reason": "suite score 0.600 -> 0.800; sign test (+1/-0): p=0.5: not significant at level 0.2"}
+    doc = {"rounds": [row], "start": {"score": 0.6}, "incumbent": {"score": 0.6}, "branch": None,
+           "accept": {"rule": "paired", "method": "sign", "level": 0.2}}
+    (line, _), = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
+    assert line.startswith("no branch was made: no round passed the paired sign test (an improvement significant "
+                           "at level 0.2): round 1 rejected (suite score 0.600 -> 0.800")
+    doc["accept"] = {"rule": "strict", "method": "sign", "level": 0.05}
+    (line, _), = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
+    assert line.startswith("no branch was made: no round scored strictly higher than the harness it started from")
+
