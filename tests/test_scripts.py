@@ -59,3 +59,32 @@ def test_setup_reinstalls_when_venv_imports_another_checkout(tmp_path: Path) -> 
     shutil.rmtree(project / "pytest_ecdysis")
     _, calls = _setup(project)
     assert any("install -q -e .[dev]" in c for c in calls)
+
+
+def _test_sh(project: Path, *args: str) -> list[str]:
+    """The pytest arguments `scripts/test.sh ARGS` passes (a stand-in setup.sh and .venv python echo them)."""
+    (project / "scripts").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "scripts" / "test.sh", project / "scripts" / "test.sh")
+    (project / "scripts" / "setup.sh").write_text("#!/bin/sh\nexit 0\n")
+    (project / "scripts" / "setup.sh").chmod(0o755)
+    python = project / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    python.chmod(0o755)
+    (project / "tests").mkdir(exist_ok=True)
+    (project / "tests" / "test_x.py").write_text("")
+    proc = subprocess.run(["bash", "scripts/test.sh", *args], cwd=project, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_test_sh_runs_the_paths_it_is_given_else_everything(tmp_path: Path) -> None:
+    """`./scripts/test.sh tests/test_x.py` collected the whole suite (it always passed `tests`): test paths
+    among the arguments replace it; no argument, or options only (even `-k tests`), still run `tests`."""
+    assert _test_sh(tmp_path) == ["-m", "pytest", "tests", "-n", "2", "-q"]
+    assert _test_sh(tmp_path, "tests/test_x.py") == ["-m", "pytest", "-n", "2", "-q", "tests/test_x.py"]
+    assert _test_sh(tmp_path, "-n", "0", "tests/test_x.py::test_a", "-x") == [
+        "-m", "pytest", "-n", "2", "-q", "-n", "0", "tests/test_x.py::test_a", "-x"]
+    assert _test_sh(tmp_path, "-k", "tests", "-x") == ["-m", "pytest", "tests", "-n", "2", "-q", "-k", "tests", "-x"]
+    assert "tests" in _test_sh(tmp_path, "--ecdysis-tasks", "1,2")
