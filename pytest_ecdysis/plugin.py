@@ -31,6 +31,9 @@ CONFIG_KEY = pytest.StashKey["EcdysisState"]()
 TRIAL_KEY = pytest.StashKey[dict]()
 ENV_RUN_ID = "ECDYSIS_RUN_ID"
 ENV_SIM_URL = "ECDYSIS_SIM_URL"
+#: set by a controller beside the two above, for its own xdist workers: a controller that finds it set by
+#: another process is a session nested in a running one (an editor's or a harness's pytest), not its worker
+ENV_SESSION_PID = "ECDYSIS_SESSION_PID"
 
 
 @dataclass
@@ -82,8 +85,14 @@ def pytest_configure(config: pytest.Config) -> None:
     is_controller = not hasattr(config, "workerinput")
     run_id = os.environ.get(ENV_RUN_ID) if not is_controller else None
     if is_controller:
+        if os.environ.get(ENV_SESSION_PID, str(os.getpid())) != str(os.getpid()):
+            # nested in another session: its run id and simulated server are that session's, never this one's
+            # (sharing them wrote this session's files into its run directory and continued its conversations)
+            for name in (ENV_RUN_ID, ENV_SIM_URL):
+                os.environ.pop(name, None)
         run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
         os.environ[ENV_RUN_ID] = run_id  # inherited by xdist workers, which start after configure
+        os.environ[ENV_SESSION_PID] = str(os.getpid())
     state = EcdysisState(
         cfg=cfg,
         harness_dir=harness_dir,

@@ -241,8 +241,9 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
 def subrun_env(run_id: str, sim_url: str | None) -> dict[str, str]:
     """The sub-run's environment: the controller's, scrubbed (module docstring); `run_id` is the id the
     sub-run writes its run directory under."""
-    env = {k: v for k, v in child_env().items()
-           if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST")) and k not in SCRUBBED_ENV}
+    env = {k: v for k, v in child_env().items()  # ECDYSIS_SESSION_PID dropped: the ids below are given
+           if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST")) and k not in SCRUBBED_ENV
+           and k != "ECDYSIS_SESSION_PID"}
     env.update(ECDYSIS_RUN_ID=run_id, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1",
                LITELLM_LOCAL_MODEL_COST_MAP="True")
     if sim_url:

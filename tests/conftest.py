@@ -23,6 +23,7 @@ def _own_run_and_server(monkeypatch: pytest.MonkeyPatch) -> None:
     controller's server before their configure read it.)"""
     monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
     monkeypatch.delenv("ECDYSIS_SIM_URL", raising=False)
+    monkeypatch.delenv("ECDYSIS_SESSION_PID", raising=False)
 
 
 # numpy's and scipy's C extensions cannot be loaded twice in one process, and pytester's in-process runs

@@ -129,3 +129,32 @@ def test_a_trial_with_an_odd_harness_note_is_kept(pytester: pytest.Pytester, mon
     assert [t["reward"] for t in trials] == [1.0, 1.0]
     assert all(t["harness_notes"][0]["unserialisable"] == ["kind", "detail"] for t in trials)
     assert json.loads((run / "summary.json").read_text())["problems"] == []
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_session_nested_in_another_gets_its_own_run_and_server(pytester: pytest.Pytester, workers: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pytest started from inside a running session (an editor's or a harness's) inherits the run id and
+    simulated server that session exported for its workers; used, its files went into the outer run
+    directory and its trials continued the outer conversations. Marked as another process's, both are
+    dropped: the nested run writes its own run directory and starts its own server (also under xdist, whose
+    workers still get the nested session's)."""
+    monkeypatch.setenv("ECDYSIS_RUN_ID", "outer")
+    monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")  # the outer session's server (gone)
+    monkeypatch.setenv("ECDYSIS_SESSION_PID", "1")  # exported by another process's session
+    pytester.makepyfile(test_tiny=NOTES_SUITE)
+    (pytester.path / "h").mkdir()
+    (pytester.path / "h" / "__init__.py").write_text("def build_agent(**kw):\n    return None\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers, "--ecdysis-harness", "h",
+                                           "--ecdysis-run-dir", "runs")
+    assert result.ret == 0, result.stdout.str()
+    (run,) = (pytester.path / "runs").iterdir()
+    assert run.name != "outer" and len((run / "trials.jsonl").read_text().splitlines()) == 2
+    result.stdout.fnmatch_lines(["*simulated model (not a real LLM) serving at http://127.0.0.1:*"])
+    assert "127.0.0.1:9 " not in result.stdout.str()
+    # set by the user (no session marker), the run id is used as given
+    monkeypatch.delenv("ECDYSIS_SESSION_PID")
+    monkeypatch.setenv("ECDYSIS_RUN_ID", "chosen")
+    assert pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers, "--ecdysis-harness", "h",
+                                         "--ecdysis-run-dir", "runs").ret == 0
+    assert (pytester.path / "runs" / "chosen" / "summary.json").is_file()
