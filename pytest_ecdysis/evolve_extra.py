@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import gitops
 from .acceptance import Decision, decide, task_means
-from .evolve_paired import Job, deterministic, together
+from .evolve_paired import INCUMBENT_LABEL, Job, deterministic, together
 from .response_cache import ENV_DIR
 from .validate import BrokenCandidate, infra_drift
 
@@ -115,7 +115,8 @@ def _run(ev: Evolution, candidate_dir: Path, adir: Path, run_id: str, label: str
         cand, inc = together(ev, [
             Job(candidate_dir, adir / "extra", f"{run_id}x", ev.snapshot.files if ev.snapshot else None, no_cache,
                 overrides),
-            Job(worktree.harness_dir, adir / "extra" / "incumbent", f"{run_id}ix", None, no_cache, overrides)])
+            Job(worktree.harness_dir, adir / "extra" / "incumbent", f"{run_id}ix", None, no_cache, overrides,
+                label=f"extra trials: {INCUMBENT_LABEL}")])
     finally:
         worktree.remove()
     doc: dict[str, Any] = {"tasks": flipped, "trials_per_task": k, "budget_trials": budget,

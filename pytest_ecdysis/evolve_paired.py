@@ -77,7 +77,8 @@ def score_pair(ev: Evolution, candidate_dir: Path, rdir: Path, run_id: str, base
     try:
         inc_id = f"{run_id}i"
         candidate, incumbent = together(ev, [Job(candidate_dir, rdir, run_id, files, env),
-                                             Job(worktree.harness_dir, rdir / "incumbent", inc_id)])
+                                             Job(worktree.harness_dir, rdir / "incumbent", inc_id,
+                                                 label=INCUMBENT_LABEL)])
     finally:
         worktree.remove()
     if isinstance(incumbent, BrokenCandidate):
@@ -98,6 +99,11 @@ class Job:
     files: dict[str, bytes | None] | None = None
     env: dict[str, str] | None = None
     overrides: dict[str, str | None] | None = None
+    label: str | None = None  # its progress lines' label (default: the stage line said last)
+
+
+#: the progress label of the incumbent's re-run beside a candidate (the candidate's lines keep the stage's).
+INCUMBENT_LABEL = "re-running the incumbent (paired with the candidate)"
 
 
 def together(ev: Evolution, jobs: list[Job]) -> list[SubRun | BrokenCandidate]:
@@ -109,7 +115,8 @@ def together(ev: Evolution, jobs: list[Job]) -> list[SubRun | BrokenCandidate]:
     procs: list[subprocess.Popen] = []
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ecdysis-subrun")
     futures = [pool.submit(_attempt, lambda j=job: ev.subrun(j.harness_dir, j.run_dir, j.run_id, files=j.files,
-                                                             on_start=procs.append, env=j.env, overrides=j.overrides))
+                                                             on_start=procs.append, env=j.env, overrides=j.overrides,
+                                                             label=j.label))
                for job in jobs]
     try:
         return [f.result() for f in futures]

@@ -23,12 +23,11 @@ class TrustedRuns:
     def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
                overrides: dict[str, str | None] | None = None,
                files: dict[str, bytes | None] | None = None, on_start: Any = None,
-               env: dict[str, str] | None = None) -> SubRun:
+               env: dict[str, str] | None = None, label: str | None = None) -> SubRun:
         """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
         from the trusted copy (see `validate.run_suite`; `env` is added to its environment), with progress
-        lines from the sub-run's
-        `progress.json` while it runs; its run files are recorded in the ledger and the protected files
-        checked after it.
+        lines (`label`, default: the last stage line said) from the sub-run's `progress.json` while it runs;
+        its run files are recorded in the ledger and the protected files checked after it.
 
         Raises:
             BrokenCandidate: see `validate.run_suite`.
@@ -45,7 +44,7 @@ class TrustedRuns:
                 on_start(proc)
 
         try:
-            with self.follow(self.last_said.split(" (")[0],
+            with self.follow(label or self.last_said.split(" (")[0],
                              lambda: next(progress["runs"].glob("*/progress.json"), None) if progress else None):
                 sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
                                 run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
