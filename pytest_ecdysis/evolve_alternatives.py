@@ -37,7 +37,8 @@ def alternatives_round(ev: Evolution, n: int, rdir: Path, row: dict[str, Any], d
     start = ev.doc["incumbent"]
     specs = [ModificationSpec.model_validate(s) for s in diag["specs"]]
     regression_aware = bool(diag.get("regression_aware"))
-    ev.say(f"round {n}: {len(specs)} proposal(s) from the same incumbent, each edited and validated"
+    detail = f" ({diag['reason']})" if diag.get("reason") else ""  # the strategy's account of them
+    ev.say(f"round {n}: {len(specs)} proposal(s) from the same incumbent{detail}, each edited and validated"
            + (" (regression-aware: a proposal may not break a task the incumbent solves)" if regression_aware else ""),
            n)
     entries: list[dict[str, Any]] = []

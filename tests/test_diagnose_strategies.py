@@ -108,7 +108,11 @@ def test_self_harness_mines_records_when_groups_are_few(tmp_path):
     d = run(tmp_path, "self-harness", records, log)
     assert len(log) == 3 and len(d.specs) < 3
     rows = json.loads((tmp_path / "round" / "proposals.json").read_text())["proposals"]
-    assert any(r["outcome"] == "duplicate" for r in rows)
+    dup = sum(r["outcome"] == "duplicate" for r in rows)
+    assert dup >= 1
+    # fewer proposals than asked: the round's line says why (printed by the loop before the proposals run)
+    assert d.detail.startswith(f"{len(d.specs)} distinct proposal(s) from 3 weakness(es); {dup} answer(s) "
+                               "repeated an earlier proposal")
 
 
 def test_self_harness_takes_the_next_change_when_the_first_was_proposed(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from ..diagnose import Diagnosis, Transcript, evidence_for, load_prompt, role_messages, spec_call, write_spec
 from ..evidence import record_key, usable_records
@@ -116,11 +117,25 @@ class SelfHarness:
             write_spec(round_input.round_dir, specs[0])
         return Diagnosis(spec=specs[0] if specs else None, reason="" if specs else ("invalid_spec" if any(
             r["outcome"] in ("invalid_spec", "outside_harness") for r in rows) else "no_spec"),
-            detail=f"{len(specs)} distinct proposal(s) from {len(weaknesses)} weakness(es)" if specs
-            else "; ".join(problems[:5]) or "no weakness to propose for",
+            detail=_detail(specs, weaknesses, rows, problems),
             transcript=tx.lines, tokens=tx.tokens, wall_s=time.monotonic() - start, calls=len(tx.lines),
             specs=specs, alternatives=True, regression_aware=True, n_records=sum(len(r) for _, r in weaknesses),
             evidence_chars=chars)
+
+
+def _detail(specs: list[ModificationSpec], weaknesses: list[Any], rows: list[dict[str, Any]],
+            problems: list[str]) -> str:
+    """Why the round has the proposals it has: how many weaknesses gave a distinct one, and what the others
+    gave (a duplicate of an earlier proposal, no usable spec)."""
+    if not specs:
+        return "; ".join(problems[:5]) or "no weakness to propose for"
+    out = f"{len(specs)} distinct proposal(s) from {len(weaknesses)} weakness(es)"
+    dup = sum(r["outcome"] == "duplicate" for r in rows)
+    if dup:
+        out += f"; {dup} answer(s) repeated an earlier proposal"
+    if problems:
+        out += f"; {len(problems)} without a usable spec ({'; '.join(problems[:2])})"
+    return out
 
 
 STRATEGY = SelfHarness()
