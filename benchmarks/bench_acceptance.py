@@ -90,11 +90,11 @@ def sim(args: argparse.Namespace) -> None:
     n_runs = args.decisions + 1 if args.chain else 2 * args.decisions
     with tempfile.TemporaryDirectory(prefix="ecdysis-accept-") as tmp:
         for k in range(n_runs):
-            score, trials, wall = run_once(Path(tmp) / str(k), f"bench-accept-{k}", args.profile, args.workers,
-                                         args.tasks)
+            nonce = f"{args.nonce_prefix}-{k}"
+            score, trials, wall = run_once(Path(tmp) / str(k), nonce, args.profile, args.workers, args.tasks)
             runs.append((score, trials))
             failed = sorted((t["task_id"] for t in trials if (t.get("reward") or 0) < 1), key=str)
-            print(f"run {k}: nonce bench-accept-{k}, suite score {score:.3f}, {len(trials)} trials, failed "
+            print(f"run {k}: nonce {nonce}, suite score {score:.3f}, {len(trials)} trials, failed "
                   f"{','.join(map(str, failed)) or '-'}, {wall:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
             if k % 2 == 1 or (args.chain and k > 0):
                 d = judge(runs[k - 1], runs[k])
@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="noop")
     parser.add_argument("--tasks", default=None, help="sim: only these train task ids (comma-separated)")
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--nonce-prefix", default="bench-accept",
+                        help="sim: run k uses nonce PREFIX-k (another prefix: fresh draws for more decisions)")
     parser.add_argument("-n", dest="workers", default="2")
     args = parser.parse_args(argv)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
