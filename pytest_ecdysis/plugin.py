@@ -233,14 +233,20 @@ class TrialCollector:
     def __init__(self, state: EcdysisState) -> None:
         self.state = state
         self.checked = False
+        self.before_deselection: list[str] | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # before -k, -m and pytest-split (trylast) deselect: --ecdysis-tasks ids a split gave another shard
+        self.before_deselection = [i.nodeid for i in items]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # after every plugin's deselection (-k, -m, suites' own filters): the cases that will run
         self.state.collected = [i.nodeid for i in session.items if i.get_closest_marker("ecdysis_trial")]
-        self.check_selection([i.nodeid for i in session.items])
+        self.check_selection([i.nodeid for i in session.items], self.before_deselection)
         self.state.progress.collected(len(self.state.collected))
 
-    def check_selection(self, nodeids: list[str]) -> None:
+    def check_selection(self, nodeids: list[str], before_deselection: list[str] | None = None) -> None:
         """--ecdysis-tasks and the gate's baseline against what was collected, before any trial runs."""
         cfg = self.state.cfg
         if self.checked or not (cfg.tasks or cfg.gate):
@@ -250,7 +256,7 @@ class TrialCollector:
         from .selection import check_collected
 
         try:
-            check_collected(cfg, nodeids, load_baseline(cfg.baseline) if cfg.gate else None)
+            check_collected(cfg, nodeids, load_baseline(cfg.baseline) if cfg.gate else None, before_deselection)
         except EcdysisError as exc:
             raise pytest.UsageError(str(exc)) from None
 

@@ -3,9 +3,12 @@
 Suites that implement the `ecdysis_case_task` hook say which `(suite, task)` each collected node id is
 (under xdist the controller sees node ids only). From that:
 
-- `check_tasks`: every `--ecdysis-tasks` id selects at least one collected case. An id that selects none
-  is a usage error saying where it lives (another split, a suite whose tests were not collected, no suite
-  at all), never a silent "1 skipped" run that exits 0.
+- `check_tasks`: every `--ecdysis-tasks` id is a task, in the split, of a suite whose tests were collected.
+  An id that is not is a usage error saying where it lives (another split, a suite whose tests were not
+  collected, no suite at all), never a silent "1 skipped" run that exits 0. An id of a collected suite
+  whose cases were all deselected (pytest-split's `--splits/--group` gave them to another shard, or `-k`,
+  `-m`) is not an error: the plugin checks the collection as it was before any deselection where it sees
+  it (`TrialCollector.pytest_collection_modifyitems`; under xdist the workers' ids, after it).
 - `check_gate`: the collected `(suite, task)` pairs are the baseline's; another task set is refused as a
   usage error now, not after the whole suite ran (`gate.refusal`).
 
@@ -52,19 +55,25 @@ def classify(nodeids: Iterable[str]) -> Collected:
     return out
 
 
-def check_collected(cfg: Any, nodeids: Iterable[str], baseline: dict[str, Any] | None = None) -> None:
+def check_collected(cfg: Any, nodeids: Iterable[str], baseline: dict[str, Any] | None = None,
+                    before_deselection: Iterable[str] | None = None) -> None:
     """The checks this session asks for (`--ecdysis-tasks`, `--ecdysis-gate` with its `baseline`).
 
+    `nodeids`: the cases that will run; `before_deselection`: the collection before `-k`, `-m` or a split
+    deselected any (None: not known, `nodeids` stand for it). The ids are checked against the suites of
+    the latter, the baseline against the former.
+
     Raises:
-        UsageError: an id selects no collected case, or the gate's baseline holds other tasks.
+        UsageError: an id is no task of a collected suite, or the gate's baseline holds other tasks.
     """
     if not cfg.tasks and baseline is None:
         return
+    nodeids = list(nodeids)
     collected = classify(nodeids)
     if collected.unclaimed or not collected.suites:
         return  # tests of a suite that does not tell its tasks: the end of the run checks what it can
     if cfg.tasks:
-        check_tasks(cfg.tasks, cfg.split, collected)
+        check_tasks(cfg.tasks, cfg.split, collected if before_deselection is None else classify(before_deselection))
     if baseline is not None:
         from .gate import refusal
 
@@ -74,9 +83,13 @@ def check_collected(cfg: Any, nodeids: Iterable[str], baseline: dict[str, Any] |
 
 
 def check_tasks(requested: tuple[str, ...], split: str, collected: Collected) -> None:
-    """Raise a UsageError naming every requested id that selects no collected case, and where it lives."""
+    """Raise a UsageError naming every requested id that is no task (in `split`) of a collected suite, and
+    where it lives. An id of a collected suite with no collected case (deselected) passes."""
+    from .registry import task_ids
+
     selected = {key.split("/", 1)[1] for key in collected.cases}
-    missing = [t for t in dict.fromkeys(requested) if t not in selected]
+    known = {t for suite, ids in task_ids(split).items() if suite in collected.suites for t in ids}
+    missing = [t for t in dict.fromkeys(requested) if t not in selected and t not in known]
     if missing:
         raise UsageError("--ecdysis-tasks: " + "; ".join(_where(t, split, collected) for t in missing))
 
@@ -87,13 +100,9 @@ def _where(task: str, split: str, collected: Collected) -> str:
     in_split = task_ids(split)
     here = sorted(s for s, ids in in_split.items() if task in ids)
     ran = ", ".join(sorted(collected.suites))
-    if here:
-        not_collected = [s for s in here if s not in collected.suites]
-        if not_collected:
-            return (f"{task} is a task of {', '.join(not_collected)}, whose tests were not collected (this "
-                    f"session collected {ran}); add that suite's test module to the command")
-        return (f"{task} is a task of {', '.join(here)} in split {split!r}, but no collected case runs it "
-                "(deselected with -k or -m?)")
+    if here:  # (an id of a collected suite passed check_tasks: these suites' tests were not collected)
+        return (f"{task} is a task of {', '.join(here)}, whose tests were not collected (this session "
+                f"collected {ran}); add that suite's test module to the command")
     other = {s: sp for sp in ("train", "test") if sp != split for s, ids in task_ids(sp).items() if task in ids}
     if other:
         where = ", ".join(f"{s} has it in split {sp!r}" for s, sp in sorted(other.items()))

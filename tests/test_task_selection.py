@@ -73,3 +73,20 @@ def test_gate_with_a_baseline_of_other_tasks_is_refused_before_any_trial(pyteste
                                                 "baseline: tau2-airline/1; only in this run: none))*")
     result = _run(pytester, *args)
     _refused_before_any_trial(result, pytester, "*refuses baseline*tasks: baseline has 2, this run 30*")
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+def test_ids_a_split_gave_another_shard_are_no_error(pytester: pytest.Pytester, xdist: tuple) -> None:
+    """`--ecdysis-tasks 0,1,3,4,5,7 --splits 2 --group 1` (pytest-split) exited 4: the ids of the other shard
+    counted as unknown, with a wrong message (an airline id "is a task of tau2-retail, whose tests were not
+    collected"). An id of a collected suite that the split deselected is fine; an id of a suite that was not
+    collected still is a usage error under the split."""
+    pytest.importorskip("pytest_split", reason="pytest-split is in the dev extra (pip install -e .[dev])")
+    split = ("--splits", "2", "--group", "1", "--co", "-q", *xdist)
+    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "0,1,3,4,5,7", *split)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    out = result.stdout.str()
+    assert "test_airline[0-t0]" in out and "test_airline[7-t0]" not in out  # the split did deselect some
+    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "0,1,72", *split)
+    assert result.ret == EXIT_USAGE
+    result.stderr.fnmatch_lines(["*--ecdysis-tasks: 72 is a task of tau2-retail, whose tests were not collected*"])
