@@ -48,8 +48,6 @@ def _show(args: argparse.Namespace) -> int:
             from .evolve_report import summary_lines as evolution_lines  # imports pytest: evolution runs only
 
             for line in evolution_lines(doc)[1:]:
-                if unfinished and not doc.get("branch") and line.startswith("no round was accepted"):
-                    continue  # the verdict of a finished evolution; said above for this one
                 print(line)
             if (doc.get("test") or {}).get("skipped"):
                 print(f"test split not scored: {doc['test']['skipped']}")

@@ -75,7 +75,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         out.append(summary_line(doc["validity"]))
     if doc.get("branch"):
         out.append(f"branch {doc['branch']}; view its diff: {doc.get('diff_command')}")
-    else:
+    elif doc.get("status") == "finished":  # a running (or interrupted) evolution has no branch verdict yet
         out.append("no round was accepted: no branch")
     out.append(f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s; files in {doc.get('run_path', '')}".rstrip())
     return out
