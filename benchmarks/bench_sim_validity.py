@@ -58,6 +58,7 @@ def row_of(strategy: str, label: str, doc: dict | None, wall: float, tail: str) 
     accepted = sum(sum(bool(s.get("accepted")) for s in r.get("steps") or []) or int(bool(r.get("accepted")))
                    for r in doc.get("rounds", []))
     return {"strategy": strategy, "run": label, "run_id": doc.get("run_id"), "wall_s": round(wall),
+            "load": [round(x, 1) for x in os.getloadavg()],
             "train_start": doc["start"].get("score"), "train_final": doc["incumbent"].get("score"),
             "test_start": (test.get("start") or {}).get("suite_score"),
             "test_frozen": (test.get("frozen") or {}).get("suite_score"),
