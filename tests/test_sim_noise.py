@@ -23,12 +23,13 @@ def noisy_profile(tmp_path, noise: float) -> str:
 
 
 def outcomes(url: str, model: str, run_id: str, trials: int = 6) -> list[tuple]:
-    """(messages, ground truth) of `trials` trials of toy task 1 under run id `run_id`."""
+    """(messages, ground truth without its `nonce`) of `trials` trials of toy task 1 under run id `run_id`."""
     out = []
     for trial in range(trials):
         header = f"{run_id}/toy/1/{trial}"
         result = ToyHarness(truncate_at=None).run(url, header, model=model)
         truth = fetch_ground_truth(url, header)
+        truth.pop("nonce")  # the nonce the draws used (the run id when none is fixed): not an outcome
         out.append((json.dumps(result["messages"]), json.dumps(truth, sort_keys=True)))
     return out
 
