@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import shown
+
 #: Scores closer than this are equal (float sums of rewards over trials).
 EPSILON = 1e-12
 #: `--ecdysis-accept` values.
@@ -243,9 +245,9 @@ def decide_no_regression(strict: Decision, solved_to_failed: list[str]) -> Decis
     """
     if not strict.accepted or not solved_to_failed:
         return strict
-    shown = ", ".join(solved_to_failed[:5]) + (f" (+{len(solved_to_failed) - 5})" if len(solved_to_failed) > 5 else "")
+    broken = shown(solved_to_failed)
     return dataclasses.replace(strict, accepted=False, reason=f"{strict.reason}, but it breaks "
-                               f"{len(solved_to_failed)} task(s) the incumbent solved: {shown}: regression")
+                               f"{len(solved_to_failed)} task(s) the incumbent solved: {broken}: regression")
 
 
 def choose_best(candidates: list[tuple[bool, float | None, int]]) -> int | None:

@@ -55,7 +55,7 @@ from . import gitops, integrity, sandbox
 from .ablation import ablate_accepted, commit_lines
 from .acceptance import decide, decision_fields
 from .edit import make_editor
-from .errors import EcdysisError, IntegrityError
+from .errors import EcdysisError, IntegrityError, shown
 from .evolve_alternatives import alternatives_round
 from .evolve_extra import extra_trials
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
@@ -320,7 +320,7 @@ class Evolution(RunState, TrustedRuns):
                                                self.doc["incumbent"]["commit"])
         if outside:
             raise IntegrityError(f"the incumbent commit {self.doc['incumbent']['commit'][:12]} changes files "
-                                 f"outside the harness ({', '.join(outside[:5])}); no branch is made")
+                                 f"outside the harness ({shown(outside)}); no branch is made")
         name = gitops.create_branch(self.harness_dir, self.state.run_id, self.doc["incumbent"]["commit"])
         self.doc["branch"] = name
         self.doc["diff_command"] = f"git diff {self.doc['start']['commit'][:12]} {name}"

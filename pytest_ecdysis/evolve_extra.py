@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import gitops
 from .acceptance import Decision, decide, task_means
+from .errors import shown
 from .evolve_paired import INCUMBENT_LABEL, Job, deterministic, together
 from .response_cache import ENV_DIR
 from .validate import BrokenCandidate, infra_drift
@@ -105,8 +106,7 @@ def _run(ev: Evolution, candidate_dir: Path, adir: Path, run_id: str, label: str
     ids = sorted({key.split("/", 1)[-1] for key in flipped})
     budget = 2 * k * len(flipped)
     ev.say(f"{label}: extra trials: {len(flipped)} flipped task(s) x {k} trial(s) x 2 harnesses = {budget} "
-           f"trial(s) (sub-runs {run_id}x, {run_id}ix): {', '.join(flipped[:10])}"
-           + (f" (+{len(flipped) - 10})" if len(flipped) > 10 else ""))
+           f"trial(s) (sub-runs {run_id}x, {run_id}ix): {shown(flipped, 10)}")
     started = time.monotonic()
     overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": str(k)}
     no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from .acceptance import accept_text
+from .errors import shown
 
 #: The words a round's `outcome` is printed with.
 OUTCOME_TEXT = {
@@ -56,7 +57,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
                    f"{r.get('editor_calls', 0):>5}  "
                    f"{r.get('tokens', {}).get('total', 0):>8}  "
                    f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
-                   + (f" (lost: {', '.join(lost[:6])})" if lost else ""))
+                   + (f" (lost: {shown(lost, 6)})" if lost else ""))
         for st in r.get("steps") or []:  # instance-level rounds (self-evolution): one line per patched spec
             out.append(f"{'step ' + str(st['step']):>12}  {fmt(st.get('score_before')):>7} -> "
                        f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}")

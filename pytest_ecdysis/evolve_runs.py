@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import integrity
-from .errors import IntegrityError
+from .errors import IntegrityError, shown
 from .progress import Count, Ticker, is_terminal, read_count
 from .validate import SubRun, TrustedTree, run_suite
 
@@ -67,7 +67,7 @@ class TrustedRuns:
         problems = integrity.changes(self.ledger.start or {}, integrity.take(self.roots))
         if problems:
             self.stop_error = IntegrityError(
-                f"protected files changed during {when}: " + "; ".join(problems[:8]) + ". The candidate is "
+                f"protected files changed during {when}: " + shown(problems, 8, "; ") + ". The candidate is "
                 "rejected and the evolution stops; restore them (git status / git diff in your checkout, "
                 "pip install --force-reinstall for an installed package) and start a new run")
             raise self.stop_error

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import gitops
+from .errors import shown
 from .evolve_report import fmt, shorten
 from .records import ModificationSpec
 from .rundir import load_evidence, spec_of, write_json
@@ -137,7 +138,7 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
         doc.update(outcome="no_change", reason=f"the editor failed: {result.detail}")
     elif outside:
         doc.update(outcome="guard_rejected", reason="the edit changed files outside the harness directory "
-                   "(committed or not): " + ", ".join(outside[:10]))
+                   "(committed or not): " + shown(outside, 10))
     elif not changed:
         doc.update(outcome="no_change", reason=f"the editor changed no harness file ({result.detail})")
     elif snap.too_large:
@@ -147,7 +148,7 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
                    "harness package (or its entry point)")
     elif findings:
         doc.update(outcome="guard_rejected", reason=f"the static check flagged {len(findings)} construct(s) a "
-                   "harness must not use: " + "; ".join(findings[:5]))
+                   "harness must not use: " + shown(findings, 5, "; "))
     else:
         doc.update(outcome=None, reason=result.detail)
     ev.say(f"{label}: editor {ev.cfg.editor} (1 call, {result.wall_s:.1f} s of the "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import gitops, integrity, safetext
-from .errors import GitError, IntegrityError, UsageError
+from .errors import GitError, IntegrityError, UsageError, shown
 from .evolve_instance import MAX_INSTANCE_STEPS
 from .records import SCHEMA_VERSION
 from .rundir import read_json, write_json
@@ -39,7 +39,7 @@ class RunState:
                 problems = integrity.changes(self.ledger.start, integrity.take(self.roots))
                 if problems:
                     raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: protected files changed since the "
-                                         "run started: " + "; ".join(problems[:8]) + "; restore them or start a "
+                                         "run started: " + shown(problems, 8, "; ") + "; restore them or start a "
                                          "new run")
                 self.ledger.record_files_named(self.dir)  # the session just scored the incumbent again
             if doc.get("suite") != suite:
