@@ -49,7 +49,8 @@ def evolution_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
     _git(repo, "config", "user.name", "Dev")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "harness")
-    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "PYTEST_ADDOPTS",
+    # a session-scoped fixture runs before the per-test clean-up (conftest): drop this session's exports here
+    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "PYTEST_ADDOPTS", "ECDYSIS_SESSION_PID",
                                                              "GITHUB_STEP_SUMMARY", "PYTEST_XDIST_WORKER")}
     env.update(ECDYSIS_RUN_ID="evo1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     page = repo / "out" / "page.html"
