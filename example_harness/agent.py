@@ -278,6 +278,8 @@ def _text_of(content: Any) -> str:
 
 
 def _assistant_calls_dict(calls: list[tuple[str, str, str]]) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [
+    # content "" rather than OpenAI's null: llama-cpp-python's server answers null with HTTP 500
+    # (docs/real-model.md); OpenAI, vLLM and Ollama take either
+    return {"role": "assistant", "content": "", "tool_calls": [
         {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, name, args in calls
     ]}
