@@ -141,19 +141,18 @@ def _merge(args: argparse.Namespace) -> int:
 def _gate(args: argparse.Namespace) -> int:
     from . import gate
     from .acceptance import METHODS
-    from .config import _float, _int
+    from .config import _choice, _float, _int
     from .config import level as level_of
     from .rundir import write_json
 
-    try:  # the same bounds as --ecdysis-gate-tolerance, -gate-max-regressions and -accept-level
+    try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions, -accept-level, -accept-method
         _float("gate-tolerance", args.tolerance, 0.0, 1.0)
         if args.max_regressions is not None:
             _int("gate-max-regressions", args.max_regressions, 0)
         level = level_of("accept-level", args.accept_level)
+        _choice("accept-method", args.accept_method, METHODS)
     except UsageError as exc:
         raise RunDirError(str(exc).replace("--ecdysis-gate-", "--").replace("--ecdysis-", "--")) from None
-    if args.accept_method not in METHODS:
-        raise RunDirError(f"--accept-method must be one of {', '.join(METHODS)}, got {args.accept_method!r}")
     summary, _ = report.read_run(args.run_dir)
     try:  # a baseline that cannot be used: exit 4, as `pytest --ecdysis-gate` (a usage error there)
         baseline = gate.load_baseline(args.baseline, who="ecdysis gate", option="--baseline")
