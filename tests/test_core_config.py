@@ -71,13 +71,17 @@ def test_real_model_without_endpoint_is_a_usage_error(pytester: pytest.Pytester,
     result.stderr.fnmatch_lines(["*--ecdysis-test-model 'gpt-4o' is not simulated*or use --ecdysis-test-model sim*"])
 
 
-def test_ini_mirror_is_read(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("ini, message", [
+    ("ecdysis_trials = 0", "--ecdysis-trials must be an integer >= 1, got 0"),
+    ("ecdysis_concurrency = -1", "--ecdysis-concurrency must be an integer >= 1, got -1"),
+])
+def test_ini_mirror_is_read(pytester: pytest.Pytester, ini: str, message: str) -> None:
     """An ini key ecdysis_<name> sets the option; a bad ini value is also a usage error."""
-    pytester.makeini("[pytest]\necdysis_trials = 0\n")
+    pytester.makeini(f"[pytest]\n{ini}\n")
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-trials must be an integer >= 1, got 0*"])
+    result.stderr.fnmatch_lines([f"*{message}*"])
 
 
 def test_harness_id_changes_with_content(tmp_path) -> None:

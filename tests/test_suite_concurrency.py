@@ -64,14 +64,6 @@ def test_bad_concurrency_is_a_usage_error(pytester: pytest.Pytester, args: list[
     result.stderr.fnmatch_lines([f"*{message}*"])
 
 
-def test_ini_mirror_below_one_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\necdysis_concurrency = -1\n")
-    pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-concurrency must be an integer >= 1, got -1*"])
-
-
 def _run(pytester: pytest.Pytester, run_dir: str, *extra: str) -> tuple[int, dict]:
     result = pytester.runpytest_subprocess(
         "--pyargs", "task_suites.tau2.test_airline", "-n", "2", "-rA", "-p", "no:cacheprovider", "--ecdysis-split", "all",
