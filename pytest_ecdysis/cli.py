@@ -7,6 +7,8 @@
     ecdysis pr-body RUN_DIR           the Markdown PR body of an evolution run (stdout)
     ecdysis summary-md RUN_DIR        the Markdown job summary of a run (stdout)
     ecdysis merge SHARD... -o OUT     one run directory from the shards of a sharded suite run
+    ecdysis baseline RUN_DIR [-o F]   write a complete (merged) run's scores as a baseline (what
+                                      `--ecdysis-save-baseline` writes; default .ecdysis/baseline.json)
     ecdysis gate RUN_DIR --baseline F the regression gate on a run directory (exit 0 pass, 1 fail, 4 no
                                       usable baseline: missing, unreadable, or of other options, tasks or
                                       suite; the exit statuses of `pytest --ecdysis-gate`)
@@ -138,6 +140,22 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _baseline(args: argparse.Namespace) -> int:
+    from . import gate
+
+    summary, _ = report.read_run(args.run_dir)
+    if "suite_score" not in summary:
+        raise RunDirError(f"{args.run_dir} has no suite score to save; pass the run directory of a suite run "
+                          "(or of `ecdysis merge`)")
+    if why := gate.incomplete(summary):
+        raise RunDirError(f"baseline not written to {args.output}: {args.run_dir} is incomplete ({why}); "
+                          "rerun the missing shards or cases when the endpoint is healthy")
+    path = gate.save_baseline(summary, args.output)
+    print(f"baseline of {args.run_dir} written to {path}: suite score {report._fmt(summary.get('suite_score'))}, "
+          f"{summary.get('n_tasks')} task(s) x {summary.get('trials')} trial(s)")
+    return 0
+
+
 def _gate(args: argparse.Namespace) -> int:
     from . import gate
     from .acceptance import METHODS
@@ -196,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="the merged run directory to write")
     p.add_argument("--run-id", default=None, help="run id of the merged run (default: merged-<first shard>)")
     p.set_defaults(func=_merge)
+    p = sub.add_parser("baseline", help="write a (merged) run's scores as the gate's baseline file")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("-o", "--output", type=Path, default=Path(".ecdysis/baseline.json"),
+                   help="the baseline file (default .ecdysis/baseline.json)")
+    p.set_defaults(func=_baseline)
     p = sub.add_parser("gate", help="the regression gate on a (merged) run directory")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--baseline", type=Path, default=Path(".ecdysis/baseline.json"))

@@ -59,6 +59,18 @@ def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def incomplete(summary: dict[str, Any]) -> str | None:
+    """Why a run's summary cannot be a baseline (None when it can): a missing case, a case pytest did not
+    run, an infrastructure error or no trial at all would make the baseline's score a partial one."""
+    parts = [f"{len(summary.get(k) or [])} {what}" for k, what in (("missing", "missing case(s)"),
+                                                                    ("not_run", "case(s) not run")) if summary.get(k)]
+    if summary.get("n_infra_errors"):
+        parts.append(f"{summary['n_infra_errors']} infrastructure error(s)")
+    if not summary.get("n_trials"):
+        parts.append("no trial")
+    return ", ".join(parts) or None
+
+
 def save_baseline(summary: dict[str, Any], path: Path) -> Path:
     """Write the baseline of `summary` to `path` (parents created). Raises RunDirError if not writable."""
     try:

@@ -290,9 +290,9 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         problems.append(str(exc))
 
     if cfg.save_baseline:
-        if missing or not_run or summary["n_infra_errors"] or not trials:
-            problems.append(f"baseline not written to {cfg.save_baseline}: the run is incomplete (missing cases, "
-                            "infrastructure errors or no trial); rerun when the endpoint is healthy")
+        if why := gate.incomplete(summary):
+            problems.append(f"baseline not written to {cfg.save_baseline}: the run is incomplete ({why}); "
+                            "rerun when the endpoint is healthy")
         else:
             try:
                 outcome.baseline_written = gate.save_baseline(summary, cfg.save_baseline)

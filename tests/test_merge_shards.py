@@ -82,6 +82,27 @@ def test_the_gate_runs_on_the_merged_run(pytester: pytest.Pytester, capsys: pyte
     assert gate["rule"] == "paired" and gate["method"] == "sign" and gate["level"] == 0.05
 
 
+def test_a_baseline_from_merged_shards_equals_the_unsharded_runs(pytester: pytest.Pytester,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """`ecdysis baseline MERGED` writes what `--ecdysis-save-baseline` writes on one whole run (a suite that
+    outgrew one runner gets its baseline from its shards); an incomplete run is refused, nothing written."""
+    plan = {"syn-air": {"1": [1.0, 1.0], "2": [1.0, 0.0], "3": [0.0, 0.0], "4": [1.0, 1.0]}}
+    write_suite(pytester, plan)
+    run(pytester, "--ecdysis-trials", "2", "--ecdysis-save-baseline", "whole.json")
+    assert ecdysis(["merge", *map(str, _shards(pytester, 2)), "-o", "merged"]) == 0
+    assert ecdysis(["baseline", "merged", "-o", "sharded.json"]) == 0
+    assert "suite score 0.625, 4 task(s) x 2 trial(s)" in capsys.readouterr().out
+    whole, sharded = (json.loads((pytester.path / f).read_text()) for f in ("whole.json", "sharded.json"))
+    assert {k: v for k, v in sharded.items() if k != "run_id"} == {k: v for k, v in whole.items() if k != "run_id"}
+    assert ecdysis(["gate", "merged", "--baseline", "sharded.json"]) == 0
+    write_suite(pytester, {"syn-air": {**plan["syn-air"], "5": [None, 1.0]}})  # an infrastructure error
+    run(pytester, "--ecdysis-trials", "2", "--ecdysis-run-dir", "broken")
+    (broken,) = list((pytester.path / "broken").iterdir())
+    assert ecdysis(["baseline", str(broken), "-o", "broken.json"]) == 2
+    assert "incomplete (1 infrastructure error(s))" in capsys.readouterr().err
+    assert not (pytester.path / "broken.json").exists()
+
+
 def test_merge_refuses_missing_duplicate_and_foreign_shards(pytester: pytest.Pytester) -> None:
     """A missing group, a group given twice, a shard of another trial count or selection: one clear error."""
     write_suite(pytester, PLAN)
