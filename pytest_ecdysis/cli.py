@@ -159,8 +159,8 @@ def _baseline(args: argparse.Namespace) -> int:
 def _gate(args: argparse.Namespace) -> int:
     from . import gate
     from .acceptance import METHODS
-    from .config import _choice, _float, _int
-    from .config import level as level_of
+    from .config_values import _choice, _float, _int
+    from .config_values import level as level_of
     from .rundir import write_json
 
     try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions, -accept-level, -accept-method

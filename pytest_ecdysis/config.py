@@ -1,7 +1,8 @@
-"""Command-line options, their ini mirrors, and the frozen `EcdysisConfig` read at configure time.
+"""The frozen `EcdysisConfig`: every option read and checked at configure time.
 
-Options are declared once here (the README's options table lists them) and read into one frozen object; every value is checked
-at configure time and a bad one is a `UsageError` naming the fix. Checks that need other modules
+The options are declared once in `options` (the README's options table lists them) and each kind of value
+is checked in `config_values`; `read_config` reads them into one frozen object, checks the values that
+depend on each other, and a bad value is a `UsageError` naming the fix. Checks that need other modules
 (harness resolution, pre-flight git checks, endpoint reachability) live with those modules and are
 called from `plugin.pytest_configure`. This module must not import tau2, task suites or harnesses.
 """
@@ -15,7 +16,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .config_values import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_DIAGNOSIS_BUDGET_S,
+    DEFAULT_EDITOR_BUDGET_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TRIAL_BUDGET_S,
+    LIMITS,
+    _ablate,
+    _anchored,
+    _choice,
+    _extra_trials,
+    _float,
+    _int,
+    _nonce,
+    endpoint_limits_from_env,
+    level,
+    read_limits,
+)
 from .errors import UsageError
+from .options import OPTIONS, Option, _raw, add_options
+
+#: Names other modules import from here (kept where they were before `options` and `config_values`).
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_DIAGNOSIS_BUDGET_S", "DEFAULT_EDITOR_BUDGET_S", "DEFAULT_MAX_RETRIES",
+           "DEFAULT_TRIAL_BUDGET_S", "ENV_PREFIXES", "LIMITS", "OPTIONS", "SPLITS", "EcdysisConfig", "Option",
+           "add_options", "endpoint_limits_from_env", "is_sim_model", "level", "read_config", "read_limits",
+           "unset_empty_env"]
 
 SPLITS = ("train", "test", "all")
 
@@ -33,139 +59,6 @@ def unset_empty_env(environ: Any = None) -> list[str]:
     for name in empty:
         del env[name]
     return empty
-#: Time limits (seconds) and retries of model calls; each has an option, an ini key and an env fallback.
-DEFAULT_CALL_TIMEOUT_S = 60.0  # one model call, whole response included
-DEFAULT_MAX_RETRIES = 3
-DEFAULT_TRIAL_BUDGET_S = 900.0  # a τ² trial makes ~10-60 model calls
-DEFAULT_DIAGNOSIS_BUDGET_S = 1800.0  # one round's roles: 3 x K passes + a moderator, up to 180 s per call
-DEFAULT_EDITOR_BUDGET_S = 900.0  # one round's edit (the builtin editor's calls or a cmd: editor's process)
-#: option name -> (config field, env fallbacks in order, default, kind); kind "int" is a count >= 0,
-#: "seconds" a number > 0.
-LIMITS: dict[str, tuple[str, tuple[str, ...], float, str]] = {
-    "call-timeout": ("call_timeout_s", ("ECDYSIS_CALL_TIMEOUT_S",), DEFAULT_CALL_TIMEOUT_S, "seconds"),
-    "max-retries": ("max_retries", ("ECDYSIS_MAX_RETRIES",), DEFAULT_MAX_RETRIES, "int"),
-    "trial-budget": ("trial_budget_s", ("ECDYSIS_TRIAL_BUDGET_S",), DEFAULT_TRIAL_BUDGET_S, "seconds"),
-    "diagnosis-budget": ("diagnosis_budget_s", ("ECDYSIS_DIAGNOSIS_BUDGET_S",), DEFAULT_DIAGNOSIS_BUDGET_S, "seconds"),
-    "editor-budget": ("editor_budget_s", ("ECDYSIS_EDITOR_BUDGET_S", "ECDYSIS_EDITOR_TIMEOUT"),
-                      DEFAULT_EDITOR_BUDGET_S, "seconds"),
-}
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str  # without the --ecdysis- prefix
-    help: str
-    default: Any = None
-    type: Any = str
-    action: str | None = None
-    ini: bool = True
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("model", "task (agent) model; 'sim' or 'sim/<profile>' selects the simulated model "
-           "(default: env ECDYSIS_MODEL, else 'sim')"),
-    Option("base-url", "OpenAI-compatible endpoint for models that are not 'sim...' "
-           "(default: env OPENAI_BASE_URL, else the openai client's default)"),
-    Option("user-model", "user-simulator model (default: the task model)"),
-    Option("diagnosis-model", "model for the FDCR roles and the built-in editor (default: the task model)"),
-    Option("split", "which tasks: train, test or all (default: train)", default="train"),
-    Option("tasks", "only these task ids, comma-separated, within the split (default: all)"),
-    Option("trials", "trials per task (default: 1)", default="1"),
-    Option("test-trials", "trials per task when evolution scores start and frozen harness on test; 0 skips "
-           "the test scoring (default: 3)", default="3"),
-    Option("threshold", "failure threshold λ on reward, in [0, 1] (default: 1.0)", default="1.0"),
-    Option("harness", "harness directory, or a name a suite registers such as 'direct' "
-           "(default: example_harness)", default="example_harness"),
-    Option("run-dir", "where runs are written (default: .ecdysis/runs)", default=".ecdysis/runs"),
-    Option("evolve", "run the evolution loop at session end", default=False, action="store_true", ini=False),
-    Option("sandbox", "run harness code under bubblewrap: read-only file system, no network, run directories "
-           "and gold data hidden (default: off; needs `bwrap`)", default=False, action="store_true"),
-    Option("rounds", "at most R candidate rounds (default: 3)", default="3"),
-    Option("strategy", "ecdysis, ecdysis-nofdcr, self-evolution, harnessfix or self-harness (default: ecdysis)",
-           default="ecdysis"),
-    Option("fdcr-passes", "passes K of Analyst, Critic and Engineer (default: 2)", default="2"),
-    Option("editor", "'builtin', 'sim', or 'cmd:<command template>' "
-           "(default: 'sim' when the diagnosis model is sim, else 'builtin')"),
-    Option("resume", "continue an interrupted evolution run (RUN_ID)", ini=False),
-    Option("save-baseline", "write this run's scores as a baseline to FILE", ini=False),
-    Option("gate", "compare against a baseline; the verdict is the exit status", default=False,
-           action="store_true", ini=False),
-    Option("baseline", "the baseline the gate reads (default: .ecdysis/baseline.json)",
-           default=".ecdysis/baseline.json"),
-    Option("gate-tolerance", "allowed drop of the suite score (default: 0.0)", default="0.0"),
-    Option("gate-max-regressions", "allowed number of tasks solved in the baseline and not now "
-           "(default: not checked)"),
-    Option("accept", "acceptance rule of evolution rounds and of the gate: 'strict' (the suite score strictly "
-           "rises / does not drop) or 'paired' (a paired test over tasks at --ecdysis-accept-level) "
-           "(default: strict)", default="strict"),
-    Option("accept-level", "level α of the paired test, in (0, 1): the chance that a change that does "
-           "nothing is accepted (or, with the gate, fails it) (default: 0.05)", default="0.05"),
-    Option("rescore", "the incumbent each candidate is compared with: 'auto' (re-run beside the candidate, "
-           "unless the model is deterministic: simulated with a fixed nonce), 'always', or 'never' (its "
-           "earlier run) (default: auto)", default="auto"),
-    Option("response-cache", "evolution: reuse model responses to byte-identical requests of the same task, trial "
-           "and role across this run's sub-runs (common random numbers): on or off (default: off; with "
-           "--ecdysis-ablate, on for the ablation's re-validations unless set to off)"),
-    Option("accept-extra-trials", "paired acceptance: K more trials of each task whose outcome flipped, for "
-           "candidate and incumbent, before deciding; the budget is printed (default: 0, off)", default="0"),
-    Option("ablate", "evolution: re-validate an accepted candidate of several changes (hunks of its diff) without "
-           "each in turn and drop those whose removal loses nothing under --ecdysis-accept (default: off)",
-           default=False, action="store_true"),
-    Option("cache-dir", "directory of the response cache (default: <run dir>/<run id>/response_cache)"),
-    Option("uncacheable", "comma-separated model names or base URLs the response cache never stores "
-           "(default: none)"),
-    Option("accept-method", "the paired test: sign, wilcoxon or bootstrap (default: sign)", default="sign"),
-    Option("concurrency", "trials in flight per worker: each xdist worker (or the single process with -n 0) runs "
-           "up to C trials at once in threads, one pytest case per task x trial as without it; -n 2 "
-           "--ecdysis-concurrency 32 keeps 64 trials in flight (default: 1)", default="1"),
-    Option("sim-latency", "fixed delay in seconds per simulated completion (default: 0)", default="0"),
-    Option("sim-nonce", "run nonce of the simulated model's noisy draws; fix it for identical reruns "
-           "(default: env ECDYSIS_SIM_NONCE, else fresh per run and validation sub-run)"),
-    Option("self-evolution-cap", "specs the self-evolution strategy patches per round, each with an editor call "
-           "and a validation sub-run (default: 5)", default="5"),
-    Option("proposals", "proposals the self-harness strategy makes per round, each with its own analyst call, "
-           "editor call and validation sub-run; the Self-Harness description asks for at least 3, so a value "
-           "below 3 runs a reduced Self-Harness (1: a single proposal, no choice among alternatives) "
-           "(default: 3)", default="3"),
-    Option("evidence", "which failure records diagnosis sees: 'all' or 'failure-aware:N' (default: all)",
-           default="all"),
-    Option("call-timeout", "seconds one model call of a trial may take, whole response included "
-           "(default: env ECDYSIS_CALL_TIMEOUT_S, else 60)"),
-    Option("max-retries", "retries of a model call after HTTP 429/5xx, timeouts or refused connections "
-           "(default: env ECDYSIS_MAX_RETRIES, else 3)"),
-    Option("trial-budget", "total wall-clock seconds of one trial, all calls and retries "
-           "(default: env ECDYSIS_TRIAL_BUDGET_S, else 900)"),
-    Option("diagnosis-budget", "total seconds of one round's diagnosis, all role calls "
-           "(default: env ECDYSIS_DIAGNOSIS_BUDGET_S, else 1800)"),
-    Option("editor-budget", "total seconds of one round's edit: the builtin editor's calls or a cmd: editor's "
-           "process (default: env ECDYSIS_EDITOR_BUDGET_S, else ECDYSIS_EDITOR_TIMEOUT, else 900)"),
-    Option("text-tool-calls", "what a trial does with tool calls the agent's endpoint writes as text (Hermes "
-           "<tool_call>, <function=...>, Mistral [TOOL_CALLS]) with tool_calls empty: 'reject' ends the trial as "
-           "endpoint_format_error, 'parse' executes them and notes it (default: reject)", default="reject"),
-    Option("progress", "seconds between progress lines (done/total trials, elapsed, estimate) while trials "
-           "and evolution stages run; 0 turns them off (default: 20)", default="20"),
-    Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
-           default=None, action="append", ini=False),
-    Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
-           "to FILE (default: none; `ecdysis report RUN_DIR` makes it later)", ini=False),
-)
-
-
-def add_options(parser: Any) -> None:
-    """Register every option (prefix `--ecdysis-`) and its ini mirror `ecdysis_<name>` on a pytest parser."""
-    group = parser.getgroup("ecdysis", "pytest-ecdysis: evolve and gate LLM agent harnesses")
-    for opt in OPTIONS:
-        dest = "ecdysis_" + opt.name.replace("-", "_")
-        kwargs: dict[str, Any] = {"dest": dest, "help": opt.help}
-        if opt.action:
-            kwargs["action"] = opt.action
-            kwargs["default"] = opt.default if opt.action != "append" else None
-        else:
-            kwargs["default"] = None  # None = not given on the command line; ini/default resolved later
-            kwargs["metavar"] = opt.name.split("-")[-1].upper()
-        group.addoption("--ecdysis-" + opt.name, **kwargs)
-        if opt.ini:
-            parser.addini(dest, help=opt.help, default=None)
 
 
 def is_sim_model(name: str | None) -> bool:
@@ -246,115 +139,6 @@ class EcdysisConfig:
     def replace(self, **changes: Any) -> EcdysisConfig:
         return dataclasses.replace(self, **changes)
 
-
-def _raw(config: Any, opt: Option) -> Any:
-    dest = "ecdysis_" + opt.name.replace("-", "_")
-    value = config.getoption(dest)
-    if opt.action in ("store_true",):
-        if not value and opt.ini:
-            ini = str(config.getini(dest) or "").strip().lower()
-            if ini not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
-                raise UsageError(f"ini option {dest} must be true or false, got {ini!r}")
-            return ini in ("1", "true", "yes", "on")
-        return value
-    if opt.action == "append":
-        return value or []
-    if value is None and opt.ini:
-        ini = config.getini(dest)
-        value = ini if ini not in (None, "", []) else None
-    return opt.default if value is None else value
-
-
-def _int(name: str, value: Any, minimum: int) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"--ecdysis-{name} must be an integer >= {minimum}, got {value!r}") from None
-    if number < minimum:
-        raise UsageError(f"--ecdysis-{name} must be an integer >= {minimum}, got {number}")
-    return number
-
-
-def _float(name: str, value: Any, lo: float, hi: float | None) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"--ecdysis-{name} must be a number, got {value!r}") from None
-    if not (number >= lo and (hi is None or number <= hi)):  # NaN fails both comparisons
-        span = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise UsageError(f"--ecdysis-{name} must be {span}, got {number}")
-    return number
-
-
-def level(name: str, value: Any) -> float:
-    """A test's level (`--ecdysis-accept-level`): a number in the open interval (0, 1); one message for any
-    other value (a bound in [0, 1] was said to be allowed, then refused)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or not 0.0 < number < 1.0:  # NaN fails the comparison
-        raise UsageError(f"--ecdysis-{name} must be a number strictly between 0 and 1 (e.g. 0.05), got "
-                         f"{value if number is None else number!r}")
-    return number
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise UsageError(f"--ecdysis-{name} must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _limit(name: str, value: Any, source: str) -> float | int:
-    field, _, _, kind = LIMITS[name]
-    where = f" (from {source})" if source.startswith("env") else ""
-    try:
-        number = int(value) if kind == "int" else float(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or (kind == "int" and number < 0) or (kind == "seconds" and not number > 0):
-        want = "an integer >= 0" if kind == "int" else "a number of seconds > 0"
-        raise UsageError(f"--ecdysis-{name} must be {want}, got {value!r}{where}; set --ecdysis-{name} "
-                         f"(or ini ecdysis_{name.replace('-', '_')})")
-    return number
-
-
-def read_limits(raw: dict[str, Any], env: Any = None) -> dict[str, float | int]:
-    """The time limits and retries: option, else ini (both in `raw`), else env fallback, else default.
-
-    Returns `{config field: value}`. Raises UsageError for a zero or negative budget or timeout, retries
-    below 0, or a value that is not a number (the message names where it came from).
-    """
-    env = os.environ if env is None else env
-    out: dict[str, float | int] = {}
-    for name, (field, env_names, default, _) in LIMITS.items():
-        value, source = raw.get(name), f"--ecdysis-{name}"
-        for env_name in env_names:
-            if value is None and env.get(env_name) not in (None, ""):
-                value, source = env[env_name], f"env {env_name}"
-        out[field] = _limit(name, default if value is None else value, source)
-    return out
-
-
-def endpoint_limits_from_env() -> dict[str, float | int]:
-    """`{call_timeout_s, max_retries, trial_budget_s}` from the env fallbacks (for runs outside pytest)."""
-    limits = read_limits({})
-    return {k: limits[k] for k in ("call_timeout_s", "max_retries", "trial_budget_s")}
-
-
-def _anchored(config: Any, opt_name: str, value: Any) -> Path:
-    """A path option as a Path. Given on the command line it means what it says (relative to the directory
-    pytest was started in, like `--junitxml`); from the ini file or the default it is relative to the
-    rootdir, so a run started from a subdirectory writes to the same `.ecdysis/` (which `.gitignore`
-    covers) and reads the same baseline. Returned relative to the current directory when it can be."""
-    path = Path(value)
-    if path.is_absolute() or config.getoption("ecdysis_" + opt_name.replace("-", "_")) is not None:
-        return path
-    anchored = Path(str(config.rootpath)) / path
-    try:
-        return Path(os.path.relpath(anchored))
-    except ValueError:  # another drive (Windows)
-        return anchored
 
 
 def read_config(config: Any) -> EcdysisConfig:
@@ -488,38 +272,3 @@ def read_config(config: Any) -> EcdysisConfig:
         progress_s=_float("progress", raw["progress"], 0.0, None),
     )
 
-
-def _ablate(config: Any, value: bool, evolve: bool) -> bool:
-    """`--ecdysis-ablate`: only with `--ecdysis-evolve` when given on the command line (the ini mirror
-    `ecdysis_ablate = true` is ignored by sessions that do not evolve, e.g. the gate's).
-
-    Raises:
-        UsageError: `--ecdysis-ablate` without `--ecdysis-evolve`.
-    """
-    if value and not evolve and config.getoption("ecdysis_ablate"):
-        raise UsageError("--ecdysis-ablate minimises accepted evolution candidates: it needs --ecdysis-evolve "
-                         "(or --ecdysis-resume RUN_ID)")
-    return value and evolve
-
-
-def _extra_trials(value: Any, rule: str) -> int:
-    """`--ecdysis-accept-extra-trials K`: an integer >= 0, above 0 only with `--ecdysis-accept paired`.
-
-    Raises:
-        UsageError: not an integer >= 0, or K > 0 under `strict` (its verdict is the score, not a test).
-    """
-    k = _int("accept-extra-trials", value, 0)
-    if k and rule != "paired":
-        raise UsageError(f"--ecdysis-accept-extra-trials {k} adds trials before a paired test: it needs "
-                         "--ecdysis-accept paired (the strict rule compares the two runs' scores as they are)")
-    return k
-
-
-def _nonce(value: Any) -> str | None:
-    """`--ecdysis-sim-nonce`: any non-blank text, else None (unset)."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    if not text:
-        raise UsageError(f"--ecdysis-sim-nonce must be a non-blank text (e.g. --ecdysis-sim-nonce ci), got {value!r}")
-    return text

@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from .config import EcdysisConfig, add_options, read_config, unset_empty_env
+from .config import EcdysisConfig, read_config, unset_empty_env
 from .errors import EcdysisError, UsageError
 from .harness import harness_id, resolve_harness
+from .options import add_options
 from .registry import register_pytest_plugins
 
 CONFIG_KEY = pytest.StashKey["EcdysisState"]()
