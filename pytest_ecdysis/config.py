@@ -114,6 +114,7 @@ class EcdysisConfig:
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
     diagnosis_budget_s: float = DEFAULT_DIAGNOSIS_BUDGET_S
     editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
+    editor_context_tokens: int = 0  # `--ecdysis-editor-context`: 0 = no limit
     response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
     ablate: bool = False  # `--ecdysis-ablate`
     accept_extra_trials: int = 0  # `--ecdysis-accept-extra-trials`
@@ -268,6 +269,7 @@ def read_config(config: Any) -> EcdysisConfig:
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
         proposals=_int("proposals", raw["proposals"], 1),
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
+        editor_context_tokens=_int("editor-context", raw["editor-context"], 0),
         **read_limits(raw, env),
         progress_s=_float("progress", raw["progress"], 0.0, None),
     )

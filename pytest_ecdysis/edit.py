@@ -3,8 +3,9 @@
 One protocol, three implementations, chosen by `--ecdysis-editor`:
 
 - `builtin`: an LLM (the diagnosis model, through `pytest_ecdysis.llm`) answers with SEARCH/REPLACE
-  edit blocks; they are applied to harness files, then a syntax and import check runs, with one repair
-  attempt that shows the model the error; an empty reply, one with no usable edit block, a prompt longer
+  edit blocks; its prompt shows the files the spec names and lists the rest, fitted to
+  `--ecdysis-editor-context` (`edit_prompt`); the blocks are applied to harness files, then a syntax and
+  import check runs, with one repair attempt that shows the model the error; an empty reply, one with no usable edit block, a prompt longer
   than the model's context and a call that timed out all end as `ok=False` with the reason;
 - `cmd:<template>`: an external coding agent (OpenCode, Aider, a script); `{spec}` becomes the path of
   `spec.json`, `{harness}` the candidate's harness directory; run with a timeout in the candidate
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .edit_prompt import build_prompt
 from .errors import ContextOverflowError, InfrastructureError, UsageError
 from .gitenv import child_env
 
@@ -50,6 +52,8 @@ class EditResult:
     wall_s: float = 0.0
     not_implementable: list[dict[str, str]] = field(default_factory=list)
     calls: int = 1  #: editor model calls made (the builtin editor's repair attempt is a second one)
+    #: the builtin editor's prompt record (`edit_prompt.EditorPrompt.record`): files shown, listed, left out
+    prompt: dict[str, Any] = field(default_factory=dict)
 
 
 class Editor(Protocol):
@@ -214,8 +218,8 @@ lines copied exactly from the current file (empty to create a new file)
 the new lines
 >>>>>>> REPLACE
 
-Keep each change minimal; edit only files of the harness shown; never read or mention the benchmark's
-task data or evaluator."""
+Keep each change minimal; edit the harness files shown (the others are listed by name only: copy SEARCH
+lines only from files you were shown); never read or mention the benchmark's task data or evaluator."""
 
 
 class BuiltinEditor:
@@ -242,8 +246,14 @@ class BuiltinEditor:
         if hasattr(self.client, "restart_budget"):
             self.client.restart_budget()  # each round's edit has the whole editor budget
         tokens = {"prompt": 0, "completion": 0, "total": 0}
-        messages = [{"role": "system", "content": EDITOR_SYSTEM},
-                    {"role": "user", "content": _editor_prompt(spec_path.read_text(), harness_dir)}]
+        prompt = build_prompt(spec_path.read_text(), harness_dir, _source_files(harness_dir),
+                              context_tokens=int(getattr(self.cfg, "editor_context_tokens", 0) or 0),
+                              system_prompt=EDITOR_SYSTEM)
+        record = prompt.record()
+        if prompt.problem:
+            return EditResult(ok=False, detail=prompt.problem, tokens=tokens, calls=0, prompt=record,
+                              wall_s=time.monotonic() - started)
+        messages = [{"role": "system", "content": EDITOR_SYSTEM}, {"role": "user", "content": prompt.text}]
         backup = {p: p.read_bytes() for p in _source_files(harness_dir)}
         problem = ""
         for attempt in (1, 2):
@@ -256,23 +266,23 @@ class BuiltinEditor:
                     raise
                 _restore(harness_dir, backup)
                 return EditResult(ok=False, detail=f"editor call {attempt} failed: {exc}", tokens=tokens,
-                                  wall_s=time.monotonic() - started, calls=attempt)
+                                  wall_s=time.monotonic() - started, calls=attempt, prompt=record)
             tokens = add_tokens(tokens, reply.tokens)
             problem = ("the reply was empty" if not reply.text.strip() else
                        apply_edit_blocks(reply.text, harness_dir)) or check_sources(harness_dir)
             if not problem:
                 problem = import_check(harness_dir) or ""
             if not problem:
-                return EditResult(ok=True, detail=f"applied edit blocks (attempt {attempt})", tokens=tokens,
-                                  wall_s=time.monotonic() - started, calls=attempt)
+                return EditResult(ok=True, detail=f"applied edit blocks (attempt {attempt}; {prompt.note})",
+                                  tokens=tokens, wall_s=time.monotonic() - started, calls=attempt, prompt=record)
             if attempt == 1:
                 messages += [{"role": "assistant", "content": reply.text},
                              {"role": "user", "content": f"That edit failed: {problem}\nThe files are as they "
                               "were before your edit. Answer with corrected edit blocks."}]
                 _restore(harness_dir, backup)
         _restore(harness_dir, backup)
-        return EditResult(ok=False, detail=f"edit failed after one repair attempt: {problem}", tokens=tokens,
-                          wall_s=time.monotonic() - started, calls=2)
+        return EditResult(ok=False, detail=f"edit failed after one repair attempt: {problem} ({prompt.note})",
+                          tokens=tokens, wall_s=time.monotonic() - started, calls=2, prompt=record)
 
 
 def _source_files(harness_dir: Path) -> list[Path]:
@@ -287,14 +297,6 @@ def _restore(harness_dir: Path, backup: dict[Path, bytes]) -> None:
             path.unlink()
     for path, data in backup.items():
         path.write_bytes(data)
-
-
-def _editor_prompt(spec_json: str, harness_dir: Path) -> str:
-    parts = [f"Modification spec:\n{spec_json}\n\nHarness files:"]
-    for path in _source_files(harness_dir):
-        if path.suffix == ".py":
-            parts.append(f"\n{path.relative_to(harness_dir).as_posix()}\n```python\n{path.read_text()}```")
-    return "\n".join(parts)
 
 
 def apply_edit_blocks(text: str, harness_dir: Path) -> str | None:

@@ -111,7 +111,7 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
     `broken_candidate`; static-check findings (`staticcheck`) -> `guard_rejected`. After the editor the
     protected files are checked (`ev.check_integrity`).
 
-    Writes `rdir/candidate.diff`. Returns `{"editor", "ok", "detail", "tokens", "wall_s", "calls", "changed",
+    Writes `rdir/candidate.diff`. Returns `{"editor", "ok", "detail", "tokens", "wall_s", "calls", "prompt", "changed",
     "outside_harness", "gold_data_flags", "static_findings", "not_implementable", "outcome", "reason"}`
     (`gold_data_flags` is kept for readers of older runs: the static findings as text).
     """
@@ -133,7 +133,7 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
                            "tokens": result.tokens, "wall_s": round(result.wall_s, 2), "changed": changed,
                            "outside_harness": outside, "gold_data_flags": findings, "static_findings": findings,
                            "not_implementable": result.not_implementable,
-                           "calls": int(getattr(result, "calls", 1) or 1)}
+                           "calls": int(getattr(result, "calls", 1)), "prompt": getattr(result, "prompt", {})}
     if not result.ok:
         doc.update(outcome="no_change", reason=f"the editor failed: {result.detail}")
     elif outside:
@@ -151,7 +151,7 @@ def edit_stage(ev: Evolution, spec: ModificationSpec, worktree: gitops.Worktree,
                    "harness must not use: " + shown(findings, 5, "; "))
     else:
         doc.update(outcome=None, reason=result.detail)
-    ev.say(f"{label}: editor {ev.cfg.editor} (1 call, {result.wall_s:.1f} s of the "
+    ev.say(f"{label}: editor {ev.cfg.editor} ({doc['calls']} call{'' if doc['calls'] == 1 else 's'}, {result.wall_s:.1f} s of the "
            f"{getattr(ev.cfg, 'editor_budget_s', 0):g} s editor budget): {len(changed)} file(s) changed"
            + (f"; {doc['reason']}" if doc["outcome"] else f": {', '.join(changed)}"))
     return doc

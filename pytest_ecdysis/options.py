@@ -103,6 +103,9 @@ OPTIONS: tuple[Option, ...] = (
            "(default: env ECDYSIS_DIAGNOSIS_BUDGET_S, else 1800)"),
     Option("editor-budget", "total seconds of one round's edit: the builtin editor's calls or a cmd: editor's "
            "process (default: env ECDYSIS_EDITOR_BUDGET_S, else ECDYSIS_EDITOR_TIMEOUT, else 900)"),
+    Option("editor-context", "context window in tokens of the model the built-in editor calls: its prompt (the "
+           "spec, the files the spec names in full, the other harness files by name) is fitted to it, files that do "
+           "not fit are listed instead; 0: no limit (default: 0)", default="0"),
     Option("text-tool-calls", "what a trial does with tool calls the agent's endpoint writes as text (Hermes "
            "<tool_call>, <function=...>, Mistral [TOOL_CALLS]) with tool_calls empty: 'reject' ends the trial as "
            "endpoint_format_error, 'parse' executes them and notes it (default: reject)", default="reject"),

@@ -173,9 +173,11 @@ def probe(url: str, alias: str) -> dict:
 
 def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) -> dict:
     """The built-in editor on the real model with `EDITOR_SPEC`, on a copy of the example harness under
-    `<session>/editor/`; returns `{ok, detail, calls, tokens, wall_s, changed}` (`changed`: files that differ
+    `<session>/editor/`, its prompt fitted to the server's `--ctx`; returns `{ok, detail, calls, tokens, wall_s,
+    changed, prompt}` (`prompt`: the files shown and listed, `edit_prompt`; `changed`: files that differ
     from the example harness afterwards; a failed edit restores them, so it is empty then)."""
     import shutil
+    from types import SimpleNamespace
 
     from pytest_ecdysis.edit import BuiltinEditor
     from pytest_ecdysis.llm import RoleClient
@@ -187,12 +189,13 @@ def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) 
     spec.write_text(json.dumps(EDITOR_SPEC, indent=2) + "\n")
     client = RoleClient(alias, base_url=url, timeout_s=max(180.0, args.call_timeout), max_retries=0, stage="editor")
     print("\n== editor: the built-in editor, spec: raise MAX_MODEL_CALLS in config.py", flush=True)
-    result = BuiltinEditor(None, client=client).edit(None, harness, spec_path=spec)
+    cfg = SimpleNamespace(editor_context_tokens=args.ctx)  # --ecdysis-editor-context: the server's --ctx
+    result = BuiltinEditor(cfg, client=client).edit(None, harness, spec_path=spec)
     changed = sorted(p.relative_to(harness).as_posix() for p in harness.rglob("*.py")
                      if not (REPO / "example_harness" / p.relative_to(harness)).is_file()
                      or p.read_bytes() != (REPO / "example_harness" / p.relative_to(harness)).read_bytes())
     out = {"stage": "editor", "ok": result.ok, "detail": result.detail, "calls": result.calls,
-           "tokens": result.tokens, "wall_s": round(result.wall_s, 1), "changed": changed}
+           "tokens": result.tokens, "wall_s": round(result.wall_s, 1), "changed": changed, "prompt": result.prompt}
     print(f"== editor: {'edited ' + ', '.join(changed) if result.ok else 'no change'}: {result.detail} "
           f"({result.calls} call(s), {out['wall_s']:.0f} s)", flush=True)
     return out
@@ -266,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 extra = ["--ecdysis-gate", "--ecdysis-baseline", str(baseline)]
             elif stage == "evolve":
                 extra = ["--ecdysis-evolve", "--ecdysis-rounds", "1", "--ecdysis-diagnosis-model", args.model,
-                         "--ecdysis-editor", "builtin", "--ecdysis-test-trials", "0",
+                         "--ecdysis-editor", "builtin", "--ecdysis-editor-context", str(args.ctx),
+                         "--ecdysis-test-trials", "0",
                          "--ecdysis-fdcr-passes", str(args.fdcr_passes)]
             else:  # noise
                 for i in range(1, args.repeat + 1):

@@ -32,6 +32,7 @@ BAD_OPTIONS = [
     (["--ecdysis-max-retries", "-1"], "--ecdysis-max-retries must be an integer >= 0, got '-1'"),
     (["--ecdysis-diagnosis-budget", "soon"], "--ecdysis-diagnosis-budget must be a number of seconds > 0"),
     (["--ecdysis-editor-budget", "0"], "--ecdysis-editor-budget must be a number of seconds > 0"),
+    (["--ecdysis-editor-context", "-5"], "--ecdysis-editor-context must be an integer >= 0, got -5"),
     (["--ecdysis-text-tool-calls", "guess"], "--ecdysis-text-tool-calls must be one of reject, parse, got 'guess'"),
     (["--ecdysis-rescore", "sometimes"], "--ecdysis-rescore must be one of auto, always, never"),
     (["--ecdysis-accept", "lenient"], "--ecdysis-accept must be one of strict, paired"),
@@ -74,6 +75,7 @@ def test_real_model_without_endpoint_is_a_usage_error(pytester: pytest.Pytester,
 @pytest.mark.parametrize("ini, message", [
     ("ecdysis_trials = 0", "--ecdysis-trials must be an integer >= 1, got 0"),
     ("ecdysis_concurrency = -1", "--ecdysis-concurrency must be an integer >= 1, got -1"),
+    ("ecdysis_editor_context = 8k", "--ecdysis-editor-context must be an integer >= 0, got '8k'"),
 ])
 def test_ini_mirror_is_read(pytester: pytest.Pytester, ini: str, message: str) -> None:
     """An ini key ecdysis_<name> sets the option; a bad ini value is also a usage error."""
