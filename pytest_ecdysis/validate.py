@@ -1,9 +1,8 @@
 """Validation sub-runs: score a harness by running the user's own suite in a `pytest` subprocess.
 
 A sub-run has the same suite arguments and xdist settings as the session (`config.invocation_params.args`),
-minus the options that belong to the outer run (evolution, gate, baseline, resume, run dir, harness,
-junit), plus `--ecdysis-harness <candidate>` and `--ecdysis-run-dir <dir>`. Never in-process: an imported
-harness module would be reused.
+minus the options that belong to the outer run, plus the candidate and a run directory (`subrun_setup`:
+arguments, environment, trusted copy). Never in-process: an imported harness module would be reused.
 
 With a `TrustedTree` (what evolution uses; docs/evolution.md, threat model) the sub-run runs from a fresh
 private copy of the user's checkout as it was when the evolution started (`integrity.pristine_copy`), with
@@ -14,26 +13,18 @@ controller after the process (and its process group) ended, so no path of the ou
 sub-run's arguments, environment or open files. The copy is checked file by file afterwards; a change is
 an `IntegrityError`.
 
-Environment: inherited from the controller (never from harness code) without the user's repository-local
-git variables (`gitenv.child_env`), minus the routes that load code
-before the suite does (`PYTHONPATH`, `PYTHONSTARTUP`, `PYTHONHOME`, `PYTHONUSERBASE`, `PYTEST_ADDOPTS` and
-`PYTEST_PLUGINS`, whose values become explicit arguments, outer options stripped), plus
-`PYTHONNOUSERSITE=1` (no user site-packages `.pth` files), `PYTHONDONTWRITEBYTECODE=1`, a fresh
-`ECDYSIS_RUN_ID` and the running simulated server's `ECDYSIS_SIM_URL`.
-
-Its results are read back from its run directory: `trials.jsonl` must parse line by line as trial results
-and agree with `summary.json`, else the candidate is broken (`BrokenCandidate`).
+Its results are read back from its run directory (`subrun_results`): `trials.jsonl` must parse line by
+line as trial results and agree with `summary.json`, else the candidate is broken (`BrokenCandidate`).
+This module re-exports the names other modules import from it (`read_run`, `flips`, `subrun_args`, ...).
 This module must not import tau2, task suites or harness code.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -46,36 +37,25 @@ from typing import Any
 
 from .edit import import_check
 from .errors import RunDirError
-from .gitenv import child_env
 from .sandbox import enabled as sandbox_enabled
+from .subrun_results import disagreement, flips, infra_drift, read_run, solved_tasks
+from .subrun_setup import (
+    SCRUBBED_ENV,
+    STRIPPED_OPTIONS,
+    TrustedTree,
+    _check_copy,
+    _place_harness,
+    _read_only,
+    _remap,
+    _rmtree,
+    strip_args,
+    subrun_args,
+    subrun_env,
+)
 
-#: Outer-run options a sub-run must not inherit: name -> takes a value.
-STRIPPED_OPTIONS: dict[str, bool] = {
-    "--ecdysis-evolve": False,
-    "--ecdysis-ablate": False,
-    "--ecdysis-gate": False,
-    "--ecdysis-resume": True,
-    "--ecdysis-save-baseline": True,
-    "--ecdysis-baseline": True,
-    "--ecdysis-gate-tolerance": True,
-    "--ecdysis-gate-max-regressions": True,
-    "--ecdysis-rounds": True,
-    "--ecdysis-harness": True,
-    "--ecdysis-run-dir": True,
-    "--ecdysis-test-model": True,
-    "--ecdysis-html": True,
-    "--junitxml": True,
-    "--junit-xml": True,
-    "--lf": False,
-    "--last-failed": False,
-    "--ff": False,
-    "--failed-first": False,
-    "-x": False,
-    "--exitfirst": False,
-    "--maxfail": True,
-    "--sw": False,
-    "--stepwise": False,
-}
+#: Names other modules import from here (kept where they were before `subrun_setup`, `subrun_results`).
+__all__ = ["SCRUBBED_ENV", "STRIPPED_OPTIONS", "BrokenCandidate", "SubRun", "TrustedTree", "disagreement", "flips",
+           "infra_drift", "read_run", "run_suite", "solved_tasks", "strip_args", "subrun_args", "subrun_env"]
 
 
 @dataclass
@@ -97,69 +77,6 @@ class SubRun:
 
 class BrokenCandidate(Exception):
     """The candidate does not import, or its sub-run produced no scores (the round ends `broken_candidate`)."""
-
-
-def strip_args(args: list[str] | tuple[str, ...], drop: dict[str, bool] | None = None) -> list[str]:
-    """`args` without the options in `drop` (default `STRIPPED_OPTIONS`), in `--opt v` and `--opt=v` forms."""
-    drop = STRIPPED_OPTIONS if drop is None else drop
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in drop:
-            skip = drop[name] and "=" not in arg
-            continue
-        out.append(arg)
-    return out
-
-
-def subrun_args(base_args: list[str] | tuple[str, ...], *, harness_dir: Path, run_dir: Path,
-                overrides: dict[str, str | None] | None = None) -> list[str]:
-    """The sub-run's pytest arguments: the suite arguments, the candidate, the run dir, and overrides
-    (e.g. `{"--ecdysis-split": "test", "--ecdysis-trials": "3", "--ecdysis-tasks": None}`), which replace
-    any given value (None: drop the option)."""
-    overrides = overrides or {}
-    args = strip_args(base_args, {**STRIPPED_OPTIONS, **{k: True for k in overrides}})
-    args += ["--ecdysis-harness", str(harness_dir), "--ecdysis-run-dir", str(run_dir)]
-    for name, value in overrides.items():
-        if value is not None:
-            args += [name, value]
-    return args
-
-
-#: Environment variables that would load code before (or instead of) the trusted suite and plugin.
-SCRUBBED_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
-                "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
-
-
-@dataclass
-class TrustedTree:
-    """The pristine copy a sub-run is started from (`integrity.pristine_copy`) and how paths map into it.
-
-    `checkout`: the user's repository root; `pristine`: its copy; `harness_rel`: the harness directory
-    relative to both; `digests`: `integrity.tree_digests(pristine)` (checked against each sub-run's copy);
-    `pythonpath`: directories relative to the root that hold the plugin or suite packages (editable
-    installs), put first on the sub-run's `PYTHONPATH` so they are imported from the copy.
-    """
-
-    checkout: Path
-    pristine: Path
-    harness_rel: str
-    digests: dict[str, str]
-    pythonpath: list[str] = field(default_factory=list)
-
-    def map_path(self, path: Path) -> Path | None:
-        """`path` (in the live checkout) inside a copy rooted at `self.pristine`; None when outside."""
-        try:
-            return self.pristine / Path(path).resolve().relative_to(self.checkout.resolve())
-        except ValueError:
-            return None
-
-    def remove(self) -> None:
-        _rmtree(self.pristine.parent)
 
 
 def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir: Path, run_dir: Path,
@@ -238,19 +155,6 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
                   wall_s=wall, log_path=log_path)
 
 
-def subrun_env(run_id: str, sim_url: str | None) -> dict[str, str]:
-    """The sub-run's environment: the controller's, scrubbed (module docstring); `run_id` is the id the
-    sub-run writes its run directory under."""
-    env = {k: v for k, v in child_env().items()  # ECDYSIS_SESSION_PID dropped: the ids below are given
-           if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST")) and k not in SCRUBBED_ENV
-           and k != "ECDYSIS_SESSION_PID"}
-    env.update(ECDYSIS_RUN_ID=run_id, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1",
-               LITELLM_LOCAL_MODEL_COST_MAP="True")
-    if sim_url:
-        env["ECDYSIS_SIM_URL"] = sim_url
-    return env
-
-
 def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
          on_start: Callable[[subprocess.Popen], None] | None = None) -> tuple[int, float, str]:
     """Run `python -m pytest args` in its own process group; the group is killed when it ends (a helper
@@ -286,150 +190,3 @@ def _kill_group(pgid: int, sig: int) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-
-def _place_harness(target: Path, harness_dir: Path, files: dict[str, bytes | None] | None) -> None:
-    from .harness import harness_files
-
-    if target.exists():
-        _rmtree(target)
-    target.mkdir(parents=True)
-    if files is None:
-        files = {p.as_posix(): (harness_dir / p).read_bytes() for p in harness_files(harness_dir)}
-    for rel, data in files.items():
-        if data is None:  # a symlink: never followed, never copied
-            continue
-        path = target / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-
-
-def _remap(arg: str, trusted: TrustedTree, tree: Path) -> str:
-    """An argument that is an absolute path into the live checkout, pointed into the copy instead."""
-    name, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
-    if not os.path.isabs(value):
-        return arg
-    mapped = trusted.map_path(Path(value))
-    if mapped is None:
-        return arg
-    inside = tree / mapped.relative_to(trusted.pristine)
-    return f"{name}{eq}{inside}" if eq else str(inside)
-
-
-def _read_only(tree: Path) -> None:
-    for path in [tree, *tree.rglob("*")]:
-        if path.is_symlink():
-            continue
-        mode = path.stat().st_mode
-        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-
-def _rmtree(path: Path) -> None:
-    def writable(func: Any, name: str, _exc: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(name), stat.S_IRWXU)
-            os.chmod(name, stat.S_IRWXU)
-            func(name)
-        except OSError:
-            pass
-
-    if path.exists():
-        shutil.rmtree(path, onerror=writable)
-
-
-def _check_copy(trusted: TrustedTree, tree: Path) -> None:
-    from .errors import IntegrityError
-    from .integrity import changes, tree_digests
-
-    prefix = "" if trusted.harness_rel in ("", ".") else trusted.harness_rel + "/"
-    now = {p: d for p, d in tree_digests(tree).items() if not (prefix and p.startswith(prefix))}
-    before = {p: d for p, d in trusted.digests.items() if not (prefix and p.startswith(prefix))}
-    problems = changes({"the trusted copy": before}, {"the trusted copy": now})
-    if problems:
-        raise IntegrityError("the validation sub-run changed the trusted copy of your checkout it ran from: "
-                             + "; ".join(problems) + "; the candidate is rejected and the evolution stops")
-
-
-def read_run(run_path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """`(summary.json, trials.jsonl lines)` of a run directory.
-
-    Raises:
-        RunDirError: `summary.json` missing or unreadable, or a line of `trials.jsonl` that is not a JSON
-            object with `task_id` and `termination_reason`.
-    """
-    try:
-        summary = json.loads((run_path / "summary.json").read_text())
-        if not isinstance(summary, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"cannot read {run_path / 'summary.json'}: {exc}") from None
-    trials_path = run_path / "trials.jsonl"
-    trials = []
-    if trials_path.is_file():
-        for n, line in enumerate(trials_path.read_text(errors="replace").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                trial = json.loads(line)
-                if not isinstance(trial, dict) or "task_id" not in trial or "termination_reason" not in trial:
-                    raise ValueError("not a trial result (no task_id or termination_reason)")
-            except ValueError as exc:
-                raise RunDirError(f"{trials_path} line {n} is malformed: {exc}") from None
-            trials.append(trial)
-    return summary, trials
-
-
-def disagreement(summary: dict[str, Any], trials: list[dict[str, Any]]) -> str | None:
-    """Why `summary.json` does not match `trials.jsonl` (trial count, infrastructure errors, mean reward),
-    or None. A summary edited after the fact, or trials dropped, shows here."""
-    from .records import INFRA_REASONS
-
-    scored = [t.get("reward") for t in trials if t.get("termination_reason") not in INFRA_REASONS]
-    if any(not isinstance(r, int | float) for r in scored):
-        return "a scored trial has no numeric reward"
-    infra = len(trials) - len(scored)
-    if summary.get("n_trials") != len(trials):
-        return f"summary says {summary.get('n_trials')} trials, trials.jsonl has {len(trials)}"
-    if summary.get("n_infra_errors") is not None and summary.get("n_infra_errors") != infra:
-        return f"summary says {summary.get('n_infra_errors')} infrastructure errors, trials.jsonl has {infra}"
-    mean = sum(scored) / len(scored) if scored else None
-    got = summary.get("suite_score")
-    if (mean is None) != (got is None) or (mean is not None and abs(float(got) - mean) > 1e-9):
-        return f"summary score {got} is not the mean reward of trials.jsonl ({mean})"
-    return None
-
-
-def infra_drift(before: dict[str, Any], after: dict[str, Any]) -> str | None:
-    """Why the candidate's run is not comparable with the incumbent's (more infrastructure errors, fewer
-    scored trials, more missing cases), or None. `before`/`after` are run summaries (`summary.json`)."""
-    def n(summary: dict[str, Any], key: str) -> int:
-        value = summary.get(key)
-        return len(value) if isinstance(value, list) else int(value or 0)
-
-    if n(after, "n_infra_errors") > n(before, "n_infra_errors"):
-        return (f"infrastructure drift: {n(after, 'n_infra_errors')} infrastructure error(s) against the "
-                f"incumbent's {n(before, 'n_infra_errors')}")
-    if n(after, "n_scored") < n(before, "n_scored"):
-        return f"infrastructure drift: {n(after, 'n_scored')} scored trial(s) against the incumbent's {n(before, 'n_scored')}"
-    if n(after, "missing") > n(before, "missing"):
-        return (f"infrastructure drift: {n(after, 'missing')} case(s) never reported against the incumbent's "
-                f"{n(before, 'missing')}")
-    return None
-
-
-def solved_tasks(trials: list[dict[str, Any]], threshold: float) -> set[str]:
-    """Tasks whose trials all reached `threshold` (*solved*); infrastructure errors do not
-    count as solved. Keys are `<suite>/<task_id>` when trials carry a suite, else the task id."""
-    by_task: dict[str, list[bool]] = {}
-    for t in trials:
-        key = f"{t['suite']}/{t['task_id']}" if t.get("suite") else str(t["task_id"])
-        reward = t.get("reward")
-        by_task.setdefault(key, []).append(reward is not None and reward >= threshold)
-    return {k for k, oks in by_task.items() if all(oks)}
-
-
-def flips(before: list[dict[str, Any]], after: list[dict[str, Any]], threshold: float) -> dict[str, list[str]]:
-    """Per-task changes between two runs of the same tasks: `solved_to_failed`, `failed_to_solved`."""
-    tasks = {f"{t['suite']}/{t['task_id']}" if t.get("suite") else str(t["task_id"]) for t in before}
-    a, b = solved_tasks(before, threshold), solved_tasks(after, threshold)
-    return {"solved_to_failed": sorted(t for t in tasks if t in a and t not in b),
-            "failed_to_solved": sorted(t for t in tasks if t not in a and t in b)}
