@@ -3,7 +3,7 @@ CI runners (pytest-split's `--splits N --group i`, one matrix job per group).
 
 The merged directory has the files of any run (`summary.json`, `trials.jsonl`, `failures.jsonl`,
 `groups.json`, `junit.xml`, and `sim/ground_truth.jsonl` when the shards have one), computed from the
-union of the shards' trials by the same code as a single run (`session.aggregate`), so its figures,
+union of the shards' trials by the same code as a single run (`run_files.aggregate`), so its figures,
 records, groups and JUnit equal those of the same suite run unsharded. Differences: `run_id` (`--run-id`
 or `merged-<first shard's run id>`), `wall_s` (the slowest shard: shards run side by side; their sum is
 `shards.wall_s_sum`), and a `shards` object naming the merged runs.
@@ -86,7 +86,7 @@ def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
     Raises:
         RunDirError: see the module docstring; nothing is written then.
     """
-    from .session import aggregate, write_run_dir
+    from .run_files import aggregate, write_run_dir
 
     if not paths:
         raise RunDirError("no shard given: ecdysis merge SHARD_DIR... -o OUT")

@@ -222,7 +222,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     data = item.stash.get(TRIAL_KEY, None)
     if data is not None and (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
-        from .session import json_safe_trial
+        from .run_coverage import json_safe_trial
 
         report.ecdysis_trial = json_safe_trial(data, item.nodeid)
     return report
@@ -265,7 +265,7 @@ class TrialCollector:
         data = getattr(report, "ecdysis_trial", None)
         if data is not None:
             self.state.trials[report.nodeid] = data
-        from .session import note_report
+        from .run_coverage import note_report
 
         note_report(self.state, report)
         if not self.state.no_trials:  # `--setup-plan` reports every case without running it: write nothing
@@ -274,7 +274,7 @@ class TrialCollector:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """Under xdist the controller collects nothing: learn the collected ids from the workers."""
-        from .session import note_collection
+        from .run_coverage import note_collection
 
         note_collection(self.state, ids)
         first = not self.checked  # every worker collects the same: the first one decides

@@ -13,11 +13,14 @@ The plugin calls, on the controller only:
 
 A session that collected no trial case and was asked for no gate or baseline writes nothing: the plugin
 stays out of the way of ordinary test runs.
+
+The parts: `run_coverage` (what was collected and reported), `run_files` (the figures and the files of
+the run directory); this module decides what the end of the run does with them and re-exports the names
+other modules use as `session.<name>`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -28,25 +31,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from . import failures, gate, gitenv, metrics, patterns, report, safetext
+from . import gate, gitenv, metrics, report, safetext
 from .config import is_sim_model
 from .errors import EcdysisError, RunDirError
-from .records import SCHEMA_VERSION, TrialResult
+from .records import SCHEMA_VERSION
+from .run_coverage import (
+    SHOW_MISSING,
+    Coverage,
+    _name,
+    coverage,
+    expected_cases,
+    json_safe_trial,
+    note_collection,
+    note_report,
+)
+from .run_files import _parse_trials, aggregate, write_run_dir, write_summary
 
-#: how many missing node ids a message names before "and N more".
-SHOW_MISSING = 10
-
-
-@dataclass
-class Coverage:
-    """What the controller learnt about collection and reports (filled by the plugin's hooks)."""
-
-    xdist_ids: set[str] = field(default_factory=set)  # union of the workers' collections
-    reported: set[str] = field(default_factory=set)  # node ids with any report
-    non_trial: set[str] = field(default_factory=set)  # reported, without the ecdysis_trial marker
-    crashed: list[str] = field(default_factory=list)  # xdist "worker crashed while running" reports
+#: Names other modules use as `session.<name>` (kept where they were before `run_coverage`, `run_files`).
+__all__ = ["SHOW_MISSING", "Coverage", "RunOutcome", "aggregate", "coverage", "exit_status", "expected_cases",
+           "finish", "json_safe_trial", "note_collection", "note_report", "sigterm_as_interrupt",
+           "terminal_summary", "write_run_dir", "write_summary"]
 
 
 @dataclass
@@ -64,159 +68,6 @@ class RunOutcome:
     baseline_written: Path | None = None
     evolution: Any = None
     evolution_error: str | None = None
-
-
-def coverage(state: Any) -> Coverage:
-    cov = getattr(state, "_ecdysis_coverage", None)
-    if cov is None:
-        cov = Coverage()
-        state._ecdysis_coverage = cov
-    return cov
-
-
-def note_collection(state: Any, ids: list[str] | tuple[str, ...]) -> None:
-    """Record one xdist worker's collected node ids (`pytest_xdist_node_collection_finished`)."""
-    coverage(state).xdist_ids.update(ids)
-
-
-def note_report(state: Any, report: Any) -> None:
-    """Record a test report: which node ids reported, which are not trials, which crashed a worker."""
-    cov = coverage(state)
-    if report.when == "???":  # xdist's handle_crashitem report
-        cov.crashed.append(report.nodeid)
-        return
-    cov.reported.add(report.nodeid)
-    if getattr(report, "ecdysis_trial", None) is None and "ecdysis_trial" not in (report.keywords or {}):
-        cov.non_trial.add(report.nodeid)
-
-
-def json_safe_trial(data: dict, nodeid: str) -> dict:
-    """`data` when JSON can carry it, else a JSON-safe marker the controller reports as a problem.
-
-    Runs on workers before the report is serialised: an attribute xdist cannot serialise makes it crash
-    or print "no tests ran", and the case's result would vanish without a word.
-    """
-    try:
-        json.dumps(data)
-    except (TypeError, ValueError) as exc:
-        return {"ecdysis_error": f"the trial result of {nodeid} is not JSON-serialisable ({exc}); pass "
-                                 "record_trial a TrialResult or a dict of JSON-safe builtins"}
-    return data
-
-
-def expected_cases(state: Any) -> set[str]:
-    """Trial node ids that should have reported a result.
-
-    Without xdist: the items marked `ecdysis_trial`. With xdist (the controller sees only ids): every id
-    the workers collected, minus the ones whose reports show they are not trials; an id that never
-    reported stays expected, so a crashed or silent case is named rather than dropped.
-    """
-    cov = coverage(state)
-    if cov.xdist_ids:
-        return (cov.xdist_ids - cov.non_trial) | set(state.trials)
-    return set(state.collected) | set(state.trials)
-
-
-def _parse_trials(raw: dict[str, dict], problems: list[str]) -> list[TrialResult]:
-    out = []
-    for nodeid, data in raw.items():
-        if isinstance(data, dict) and "ecdysis_error" in data:
-            problems.append(data["ecdysis_error"])
-            continue
-        try:
-            t = TrialResult.model_validate(data)
-        except ValidationError as exc:
-            problems.append(f"{nodeid}: its trial result is not a valid TrialResult ({exc.error_count()} "
-                            f"error(s), first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}); left out")
-            continue
-        t.nodeid = nodeid  # the report's node id is what coverage is checked against
-        out.append(t)
-    out.sort(key=lambda t: (*metrics._natural(metrics.task_key(t)), t.trial))
-    return out
-
-
-def aggregate(
-    trials: list[TrialResult], *, threshold: float, trials_per_task: int, model: str,
-    prices: dict[str, dict[str, float]], user_model: str | None = None,
-) -> tuple[dict[str, Any], failures.Triage, list[Any]]:
-    """(summary figures, triage, groups) of a list of trials: the pure core of `finish` (benchmarked)."""
-    suites = sorted({t.suite for t in trials})
-    block = metrics.score_block(trials, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
-                                prices=prices, user_model=user_model)
-    by_suite = {}
-    for s in suites:
-        sub = [t for t in trials if t.suite == s]
-        by_suite[s] = metrics.score_block(sub, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
-                                          prices=prices, user_model=user_model)
-        by_suite[s].pop("tasks")
-        by_suite[s].pop("weak_passes", None)
-    tri = failures.triage(trials, threshold)
-    groups = patterns.group(tri.records)
-    block.update(
-        suite="+".join(suites) or "none",
-        by_suite=by_suite,
-        n_failures=len(tri.records),
-        n_evidence=len(tri.evidence),
-        kept_out=dict(sorted(Counter(r.kept_out for r in tri.records if r.kept_out).items())),
-        n_groups=len(groups),
-        n_cross_task_groups=sum(g.cross_task for g in groups),
-        suspect_tasks=sorted({metrics.task_key(t) for t in trials if t.suspect}, key=metrics._natural),
-    )
-    return block, tri, groups
-
-
-def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialResult], tri: failures.Triage,
-                  groups: list[Any], missing: list[str], threshold: float, not_run: list[str] | None = None,
-                  ) -> list[str]:
-    """Write the five files of a run directory (docs/records.md), the data first: `trials.jsonl`,
-    `failures.jsonl`, `groups.json`, `summary.json`, then the rendering `junit.xml`.
-
-    Returns the problems of report files that could not be written (a `junit.xml` that failed is named,
-    the data files are already on disk; `summary.json` is rewritten to list the problem).
-
-    Raises:
-        RunDirError: the directory or one of the data files cannot be written.
-    """
-    try:
-        run_path.mkdir(parents=True, exist_ok=True)
-        with open(run_path / "trials.jsonl", "w", encoding="utf-8") as fh:
-            for t in trials:
-                fh.write(t.model_dump_json() + "\n")
-        with open(run_path / "failures.jsonl", "w", encoding="utf-8") as fh:
-            for r in tri.records:
-                fh.write(r.model_dump_json() + "\n")
-        (run_path / "groups.json").write_text(json.dumps(
-            {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]}, indent=1))
-        write_summary(run_path, summary)
-    except OSError as exc:
-        raise RunDirError(f"cannot write the run directory {run_path}: {exc.strerror or exc}; pass a writable "
-                          "--ecdysis-run-dir (the results are still in the terminal summary)") from None
-    problems = []
-    try:
-        report.write_junit(run_path / "junit.xml", trials, missing, threshold, not_run=not_run,
-                           stopped=summary.get("stopped"))
-    except Exception as exc:  # noqa: BLE001 - a rendering must never lose the run written above
-        problems.append(f"junit.xml not written ({type(exc).__name__}: {exc}); summary.json and trials.jsonl "
-                        f"in {run_path} hold the results")
-    if problems:
-        summary.setdefault("problems", []).extend(problems)  # the same list as the outcome's problems
-        try:
-            write_summary(run_path, summary)
-        except OSError:
-            pass  # the first summary.json is there; the problem is still printed
-    return problems
-
-
-def write_summary(run_path: Path, summary: dict[str, Any]) -> None:
-    """`summary.json`, replaced atomically (a reader never sees half a file). Raises OSError."""
-    tmp = run_path / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-    tmp.replace(run_path / "summary.json")
-
-
-def _name(ids: list[str]) -> str:
-    more = len(ids) - SHOW_MISSING
-    return ", ".join(ids[:SHOW_MISSING]) + (f" and {more} more" if more > 0 else "")
 
 
 def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome | None:
