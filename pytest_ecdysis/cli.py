@@ -127,7 +127,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _pr_body(args: argparse.Namespace) -> int:
-    print(report.render_pr_body(args.run_dir), end="")
+    from .pr_body import render_pr_body
+
+    print(render_pr_body(args.run_dir), end="")
     return 0
 
 

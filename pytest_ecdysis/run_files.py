@@ -3,7 +3,8 @@
 `aggregate(trials, ...)` is the pure core of `session.finish` (summary figures, triage, pattern groups;
 also used by `ecdysis merge` and benchmarked by `benchmarks/bench_aggregate.py`); `write_run_dir` writes
 the five files of a run directory (docs/records.md): the data first, then the rendering `junit.xml`
-(`report.write_junit`), whose failure loses nothing already written. No pytest import.
+(`write_junit`: one `<testsuite>` per suite, one `<testcase>` per trial, every text from outside made
+XML-safe by `safetext.xml`, issue 11 case 3), whose failure loses nothing already written. No pytest import.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 from pydantic import ValidationError
 
-from . import failures, metrics, patterns, report
+from . import failures, metrics, patterns, safetext
 from .errors import RunDirError
+from .metrics import is_success
 from .records import SCHEMA_VERSION, TrialResult
+from .report import _fmt
 
 
 def _parse_trials(raw: dict[str, dict], problems: list[str]) -> list[TrialResult]:
@@ -96,7 +100,7 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
                           "--ecdysis-run-dir (the results are still in the terminal summary)") from None
     problems = []
     try:
-        report.write_junit(run_path / "junit.xml", trials, missing, threshold, not_run=not_run,
+        write_junit(run_path / "junit.xml", trials, missing, threshold, not_run=not_run,
                            stopped=summary.get("stopped"))
     except Exception as exc:  # noqa: BLE001 - a rendering must never lose the run written above
         problems.append(f"junit.xml not written ({type(exc).__name__}: {exc}); summary.json and trials.jsonl "
@@ -115,3 +119,56 @@ def write_summary(run_path: Path, summary: dict[str, Any]) -> None:
     tmp = run_path / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     tmp.replace(run_path / "summary.json")
+
+
+def write_junit(path: Path, trials: list[TrialResult], missing: list[str], threshold: float, *,
+                not_run: list[str] | None = None, stopped: str | None = None) -> Path:
+    """`junit.xml`: one `<testsuite>` per suite, one `<testcase>` per trial with properties
+    `reward`, `termination_reason`, `task_id`, `trial`, `suite`, `harness_id`; failures for reward < λ,
+    errors for infrastructure errors and for missing cases (suite `missing`); cases pytest never ran because
+    it stopped early (`not_run`, reason `stopped`) are skipped (suite `not_run`). Every text is made XML-safe
+    (`safetext.xml`). Raises OSError when `path` cannot be written."""
+    x = safetext.xml
+    xml = JUnitXml(name="pytest-ecdysis")
+    suites: dict[str, TestSuite] = {}
+    for t in trials:
+        ts = suites.get(t.suite)
+        if ts is None:
+            ts = suites[t.suite] = TestSuite(x(t.suite))
+        module, _, name = x(t.nodeid or f"{t.suite}::{t.task_id}-t{t.trial}").rpartition("::")
+        case = TestCase(name or x(t.nodeid), classname=module.replace("/", ".").removesuffix(".py"), time=t.wall_s)
+        props = Properties()
+        for key, value in (("reward", "" if t.reward is None else f"{t.reward:g}"),
+                           ("termination_reason", t.termination_reason), ("task_id", t.task_id),
+                           ("trial", str(t.trial)), ("suite", t.suite), ("harness_id", t.harness_id)):
+            props.add_property(Property(key, x(value)))
+        case.append(props)
+        if t.is_infra_error:
+            case.result = [Error(x(t.error or t.termination_reason), x(t.termination_reason))]
+        elif not is_success(t.reward, threshold):
+            comps = ", ".join(f"{k}={v:g}" for k, v in t.components.items()) or "none"
+            case.result = [Failure(x(f"reward {_fmt(t.reward)} < λ {threshold:g}; components {comps}; "
+                                     f"termination {t.termination_reason}"), "below_threshold")]
+        ts.append(case)  # add_testcase recounts the suite each time (quadratic)
+    if missing:
+        ts = suites["missing"] = TestSuite("missing")
+        for nodeid in missing:
+            module, _, name = x(nodeid).rpartition("::")
+            case = TestCase(name or x(nodeid), classname=module.replace("/", ".").removesuffix(".py"))
+            case.result = [Error("the case was collected but never reported a result "
+                                 "(crashed worker or unserialisable report)", "missing")]
+            ts.append(case)
+    if not_run:
+        ts = suites["not_run"] = TestSuite("not_run")
+        for nodeid in not_run:
+            module, _, name = x(nodeid).rpartition("::")
+            case = TestCase(name or x(nodeid), classname=module.replace("/", ".").removesuffix(".py"))
+            case.result = [Skipped(x(f"not run: pytest stopped early ({stopped or 'interrupted'})"), "not_run")]
+            ts.append(case)
+    for ts in suites.values():
+        ts.update_statistics()
+        xml.add_testsuite(ts)
+    xml.update_statistics()
+    xml.write(str(path), pretty=len(trials) <= 2000)  # pretty-printing costs ~1 ms per case
+    return path
+

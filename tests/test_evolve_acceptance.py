@@ -191,7 +191,7 @@ def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
 
     from test_evolve_loop import CONFTEST, _run, _script, make_project
 
-    from pytest_ecdysis.report import render_pr_body
+    from pytest_ecdysis.pr_body import render_pr_body
 
     project = make_project(pytester, monkeypatch, CONFTEST)
     _script(project, [{"knob": "x", "value": 3}])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from junitparser import Error, Failure, JUnitXml, Properties
 
-from pytest_ecdysis import cli, report
+from pytest_ecdysis import cli, pr_body, report, run_files
 from pytest_ecdysis.records import SCHEMA_VERSION, TrialResult
 
 
@@ -22,7 +22,7 @@ def test_junit_has_per_case_properties_and_results(tmp_path: Path) -> None:
         TrialResult(suite="tau2-retail", task_id="9", trial=0, nodeid="t/test_ret.py::test_retail[9-t0]",
                     termination_reason="infrastructure_error", error="HTTP 503 after 3 retries"),
     ]
-    path = report.write_junit(tmp_path / "junit.xml", trials, ["t/test_ret.py::test_retail[10-t0]"], 1.0)
+    path = run_files.write_junit(tmp_path / "junit.xml", trials, ["t/test_ret.py::test_retail[10-t0]"], 1.0)
     xml = JUnitXml.fromfile(str(path))
     suites = {s.name: s for s in xml}
     assert set(suites) == {"tau2-airline", "tau2-retail", "missing"}
@@ -136,7 +136,7 @@ def make_evolution_run(root: Path) -> Path:
 def test_pr_body_from_a_recorded_evolution_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """PR body: test scores before/after with pass^k, each round, flips and spec of accepted rounds, cost."""
     run = make_evolution_run(tmp_path)
-    body = report.render_pr_body(run)
+    body = pr_body.render_pr_body(run)
     assert "| before (start) | 0.350 | 0.350 | 0.200 | 0.100 |" in body
     assert "| after (frozen) | 0.450 | 0.450 | 0.300 | 0.200 |" in body
     assert "change on test: +0.100" in body

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis import report, safetext, session
+from pytest_ecdysis import report, run_files, safetext, session
 from pytest_ecdysis.failures import triage
 from pytest_ecdysis.records import TrialResult
 
@@ -40,7 +40,7 @@ def _trial(error: str, **kw) -> TrialResult:
 def test_junit_is_well_formed_with_control_characters(tmp_path: Path) -> None:
     """Every text of `junit.xml` (names, properties, messages) is XML-safe; the escapes are readable."""
     t = _trial(HOSTILE, harness_id="h\x00")
-    report.write_junit(tmp_path / "junit.xml", [t], ["test_x.py::test_\x1b[0]"], 1.0)
+    run_files.write_junit(tmp_path / "junit.xml", [t], ["test_x.py::test_\x1b[0]"], 1.0)
     root = ET.parse(tmp_path / "junit.xml").getroot()
     (error,) = [e for e in root.iter("error") if e.get("type") == "infrastructure_error"]
     assert "\\x1b[31mCUDA out of memory" in error.get("message") and "\\x00" in error.get("message")
@@ -65,7 +65,7 @@ def test_a_failed_junit_is_a_problem_after_the_data_is_written(tmp_path: Path,
     def broken(*args, **kwargs):
         raise ValueError("not well-formed (invalid token)")
 
-    monkeypatch.setattr(report, "write_junit", broken)
+    monkeypatch.setattr(run_files, "write_junit", broken)
     trials = [_trial("boom")]
     summary = {"run_id": "r", "problems": []}
     problems = session.write_run_dir(tmp_path / "r", summary, trials, triage(trials, 1.0), [], [], 1.0)
