@@ -19,7 +19,10 @@ endpoint's concurrency (2C: each the longer of the longest trial's calls x laten
 latency / 2C), plus the round's diagnosis and editor calls x latency (3K+1 and 1 for ecdysis).
 
     .venv/bin/python benchmarks/bench_concurrency.py [--tasks 30] [--levels 1,8,32,64] [--latency 2]
-    .venv/bin/python benchmarks/bench_concurrency.py --tasks 16 --round 32
+    .venv/bin/python benchmarks/bench_concurrency.py --tasks 16 --round 32 [--breakdown]
+
+`--breakdown` also prints where each pytest session's time went (`breakdown_trace.py`: start-up, worker
+spawn, collection, fork server, trials, scoring, teardown), the validation sub-run's included.
 """
 
 from __future__ import annotations
@@ -58,10 +61,14 @@ def calls_of(rows: list[dict]) -> tuple[int, int]:
     return sum(per), max(per, default=0)
 
 
-def measured(command: list[str], cwd: Path) -> tuple[psutil.Popen, bytes, float, int]:
-    """Run `command`; (process, output, wall seconds, peak PSS bytes of its tree sampled every 0.5 s)."""
+def measured(command: list[str], cwd: Path, trace: Path | None = None) -> tuple[psutil.Popen, bytes, float, int]:
+    """Run `command`; (process, output, wall seconds, peak PSS bytes of its tree sampled every 0.5 s).
+    With `trace`, the run's pytest sessions write their phases there (`breakdown_trace`)."""
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    if trace is not None:
+        command = [*command, "-p", "benchmarks.breakdown_trace"]
+        env["ECDYSIS_BENCH_TRACE"] = str(trace)
     started = time.monotonic()
     proc = psutil.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peak = 0
@@ -82,14 +89,20 @@ def measured(command: list[str], cwd: Path) -> tuple[psutil.Popen, bytes, float,
     return proc, out, wall_s, peak
 
 
-def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir: Path) -> dict:
+def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir: Path,
+              breakdown: bool = False) -> dict:
     run_dir = workdir / f"runs-{level}"
     xdist = ["-n", "0"] if level == 1 else ["-n", "2", "--ecdysis-concurrency", str(level // 2)]
     command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-p",
                "no:cacheprovider", "--ecdysis-split", "all", "--ecdysis-tasks", ",".join(tasks),
                "--ecdysis-trials", str(trials), "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce",
                "bench", "--ecdysis-run-dir", str(run_dir), *xdist]
-    proc, out, wall_s, peak = measured(command, workdir)
+    trace = workdir / f"trace-{level}.jsonl" if breakdown else None
+    proc, out, wall_s, peak = measured(command, ROOT if breakdown else workdir, trace)
+    if trace is not None:
+        from breakdown_trace import report
+
+        report(trace)
     (path,) = run_dir.iterdir()
     rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
     calls, _ = calls_of(rows)
@@ -107,6 +120,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per simulated completion")
     parser.add_argument("--round", type=int, default=0, metavar="C",
                         help="instead: one evolution round at -n 2 --ecdysis-concurrency C")
+    parser.add_argument("--breakdown", action="store_true", help="also print where each pytest session's time went")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from task_suites.tau2.suite import split_ids
@@ -116,7 +130,7 @@ def main() -> None:
         parser.error(f"--levels must be 1 or even numbers (two workers share a level), got {args.levels}")
     tasks = list(split_ids("airline", "train"))[: args.tasks]
     if args.round:
-        return bench_round(args.round, tasks, args.latency)
+        return bench_round(args.round, tasks, args.latency, args.breakdown)
     print(f"simulated model (not a real LLM), latency {args.latency:g} s per completion; airline train split, "
           f"{len(tasks)} task(s); machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'in flight':>9} {'trials':>6} {'wall s':>8} {'trials/min':>10} {'PSS MB':>8} {'calls':>6} "
@@ -124,7 +138,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
         for level in levels:
             trials = max(args.trials, math.ceil(level / len(tasks)))
-            r = run_level(level, tasks, trials, args.latency, Path(tmp))
+            r = run_level(level, tasks, trials, args.latency, Path(tmp), args.breakdown)
             print(f"{r['level']:>9} {r['trials']:>6} {r['wall_s']:>8.1f} {r['per_min']:>10.1f} {r['peak_mb']:>8.0f} "
                   f"{r['calls']:>6} {r['ideal_s']:>8.1f} {r['ratio']:>7.2f}", flush=True)
             if r["exit"] not in (0, 1):
@@ -132,7 +146,7 @@ def main() -> None:
             print(f"  (load average {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S')})", flush=True)
 
 
-def bench_round(concurrency: int, tasks: list[str], latency: float) -> None:
+def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: bool = False) -> None:
     """One evolution round against its physical limit (module docstring)."""
     in_flight = 2 * concurrency
     print(f"one evolution round, simulated model (not a real LLM), latency {latency:g} s; airline train, "
@@ -146,7 +160,8 @@ def bench_round(concurrency: int, tasks: list[str], latency: float) -> None:
                "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
                "--ecdysis-rounds", "1", "--ecdysis-editor", "sim", "--ecdysis-test-trials", "0",
                "--ecdysis-rescore", "never", "--ecdysis-run-dir", str(run_dir)]
-    proc, out, wall_s, peak = measured(command, clone)
+    trace = Path(tmp) / "trace.jsonl" if breakdown else None
+    proc, out, wall_s, peak = measured(command, clone, trace)
     evo = sorted(run_dir.glob("*/evolution.json"))
     if not evo:
         print(f"no evolution.json (exit {proc.returncode}): {out.decode(errors='replace')[-1500:]}")
@@ -173,6 +188,10 @@ def bench_round(concurrency: int, tasks: list[str], latency: float) -> None:
           f"(suite runs {suite_limit:.1f} s + {diagnosis + editor} calls x {latency:g} s): "
           f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
           f"load average {os.getloadavg()[0]:.1f}")
+    if trace is not None:
+        from breakdown_trace import report
+
+        report(trace)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+"""Where a suite run's wall-clock goes: a pytest plugin that timestamps its phases, and the table it prints.
+
+Loaded with `-p benchmarks.breakdown_trace` (by `bench_concurrency.py --breakdown`) while env
+`ECDYSIS_BENCH_TRACE` names a file: every pytest process of the run (controller, xdist workers, and the
+same in a validation sub-run, which keeps the session's `-p` options and environment) appends one JSON line
+per event `{"t", "pid", "ppid", "role", "event", ...}` (`t`: Unix seconds). In the workers it also wraps
+the suite's functions whose time it reports (the harness's fork server start, the scorer's start and each
+score, each trial). Nothing of the product changes: the wrappers only time the calls they wrap, and they
+are installed by this benchmark's plugin only.
+
+`report(path)` prints, per pytest session (a controller and its workers), the phases in the order they
+happen: interpreter and pytest start, plugin and conftest import and configure (the controller's includes
+the simulated server start), xdist worker spawn, worker start, collection (the τ² import and the fork
+server's start: `check_harness` runs at collection), trials (first start to last end; trial seconds; the
+scorer's start and scoring seconds), teardown (end of the run loop to process exit, the controller's
+evolution included).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ENV = "ECDYSIS_BENCH_TRACE"
+
+
+def _role() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER") or "controller"
+
+
+def event(name: str, **extra: Any) -> None:
+    """Append one event line to the trace file (a no-op without `ECDYSIS_BENCH_TRACE`)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    line = {"t": time.time(), "pid": os.getpid(), "ppid": os.getppid(), "role": _role(), "event": name, **extra}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _started() -> float:
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+event("process_start", at=_started())
+event("trace_imported")
+atexit.register(lambda: event("exit"))
+
+
+def _timed(owner: Any, name: str, label: str, fields: Any = None) -> None:
+    original = getattr(owner, name)
+    if getattr(original, "_traced", False):
+        return
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        begun = time.time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            event(label, begun=begun, s=time.time() - begun, **(fields(*args, **kwargs) if fields else {}))
+
+    wrapper._traced = True  # type: ignore[attr-defined]
+    setattr(owner, name, wrapper)
+
+
+def _install() -> None:
+    from task_suites.tau2 import agent_process
+
+    _timed(agent_process.AgentProcess, "_start", "forkserver_start")
+    _timed(agent_process, "check_harness", "check_harness")
+
+
+def _install_trials() -> None:
+    from task_suites.tau2 import runner, scorer  # imported here as the first trial would (openai, httpx2)
+
+    _timed(scorer.ScorerClient, "_start", "scorer_spawn")
+    _timed(scorer.ScorerClient, "score", "score", lambda self, domain, task_id, *_: {"task": task_id})
+    _timed(runner, "run_trial", "trial", lambda spec, *a, **k: {"task": spec.task_id, "trial": spec.trial})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    event("configure_begin")
+    if os.environ.get(ENV) and (hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0)):
+        config._ecdysis_trace_workers = True  # the process that runs trials
+        _install()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    event("configure_end")  # right after every plugin's pytest_configure (a historic hook cannot be wrapped)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Any:
+    event("collection_begin")
+    try:
+        return (yield)
+    finally:
+        event("collection_end", items=len(session.items))
+        if os.environ.get(ENV) and hasattr(session.config, "_ecdysis_trace_workers"):
+            _install_trials()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> Any:
+    event("runtestloop_begin")
+    try:
+        return (yield)
+    finally:
+        event("runtestloop_end")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    event("unconfigure")
+
+
+def report(path: Path) -> None:
+    """Print the phases of every pytest session in the trace file (module docstring)."""
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    controllers = [x["pid"] for x in lines if x["role"] == "controller" and x["event"] == "process_start"]
+    for pid in controllers:
+        own = [x for x in lines if x["pid"] == pid]
+        workers = sorted({x["pid"] for x in lines if x["ppid"] == pid and x["role"] != "controller"})
+        _session(own, [[x for x in lines if x["pid"] == w] for w in workers])
+
+
+def _first(events: list[dict], name: str, key: str = "t") -> float | None:
+    return next((x.get(key, x["t"]) for x in events if x["event"] == name), None)
+
+
+def _session(ctl: list[dict], workers: list[list[dict]]) -> None:
+    t0 = _first(ctl, "process_start", "at")
+    rows: list[tuple[str, float | None, float | None]] = []
+
+    def span(label: str, a: float | None, b: float | None) -> None:
+        rows.append((label, None if a is None else a - t0, None if a is None or b is None else b - a))
+
+    span("controller: interpreter + pytest import (±1 s)", t0, _first(ctl, "trace_imported"))
+    span("controller: plugins, conftest, options", _first(ctl, "trace_imported"), _first(ctl, "configure_begin"))
+    span("controller: configure (sim server start)", _first(ctl, "configure_begin"), _first(ctl, "configure_end"))
+    for events in workers:
+        role = events[0]["role"]
+        rows.append((f"{role}: process started (±1 s: /proc start time)", _first(events, "process_start", "at") - t0, None))
+        span(f"{role}: interpreter + pytest import (±1 s)", _first(events, "process_start", "at"),
+             _first(events, "trace_imported"))
+        span(f"{role}: plugins, conftest, options", _first(events, "trace_imported"), _first(events, "configure_begin"))
+        span(f"{role}: configure", _first(events, "configure_begin"), _first(events, "configure_end"))
+        span(f"{role}: collection (τ² import, fork server)", _first(events, "collection_begin"),
+             _first(events, "collection_end"))
+        fork = [x for x in events if x["event"] == "forkserver_start"]
+        if fork:
+            span(f"{role}:   of which fork server start", fork[0]["begun"], fork[0]["begun"] + fork[0]["s"])
+        trials = [x for x in events if x["event"] == "trial"]
+        if trials:
+            a, b = min(x["begun"] for x in trials), max(x["begun"] + x["s"] for x in trials)
+            span(f"{role}: collection end -> first trial", _first(events, "collection_end"), a)
+            span(f"{role}: trials ({len(trials)}; {sum(x['s'] for x in trials):.1f} trial-s)", a, b)
+        scores = [x for x in events if x["event"] == "score"]
+        if scores:
+            span(f"{role}:   first score (scorer start included)", scores[0]["begun"], scores[0]["begun"] + scores[0]["s"])
+            span(f"{role}:   scoring ({len(scores)} in turn, {sum(x['s'] for x in scores):.1f} s)",
+                 scores[0]["begun"], scores[-1]["begun"] + scores[-1]["s"])
+        span(f"{role}: last trial -> exit", max((x["begun"] + x["s"] for x in trials), default=None),
+             _first(events, "exit"))
+    span("controller: run loop (workers' whole life)", _first(ctl, "runtestloop_begin"), _first(ctl, "runtestloop_end"))
+    span("controller: after the run loop -> exit (reports, evolution)", _first(ctl, "runtestloop_end"),
+         _first(ctl, "exit"))
+    span("controller: whole process", t0, _first(ctl, "exit"))
+    print(f"  {'phase':60} {'at s':>7} {'took s':>7}")
+    for label, at, took in rows:
+        print(f"  {label:60} {'' if at is None else f'{at:7.1f}':>7} {'' if took is None else f'{took:7.1f}':>7}")
