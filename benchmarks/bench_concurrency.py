@@ -58,7 +58,8 @@ def tree_pss(root: psutil.Process) -> int:
 #: process kinds of a run's tree, by a part of their command line (first match), for the CPU table
 KINDS = (("agent_child", "harness fork servers (+ their trial processes)"),
          ("task_suites.tau2.scorer", "scorers (+ their scoring children)"),
-         ("execnet", "xdist workers (trials, orchestrator)"), ("pytest", "pytest controllers (+ sim server)"))
+         ("sys.stdin.readline", "xdist workers (trials, orchestrator)"),
+         ("pytest", "pytest controllers (+ sim server, evolution)"))
 
 
 def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:

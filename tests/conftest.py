@@ -26,7 +26,13 @@ def _own_run_and_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ECDYSIS_SESSION_PID", raising=False)
 
 
-# numpy's and scipy's C extensions cannot be loaded twice in one process, and pytester's in-process runs
-# drop the modules they imported from sys.modules afterwards: import them here, before any such run, so
-# the paired acceptance test (acceptance.py) works in every in-process run.
-import scipy.stats  # noqa: E402, F401
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """numpy's and scipy's C extensions cannot be loaded twice in one process, and pytester's in-process runs
+    drop the modules they imported from sys.modules afterwards: import them before the first test that uses
+    pytester (before its fixture takes the snapshot of sys.modules), so the paired acceptance test
+    (acceptance.py) works in every in-process run. Not at import: suite runs started from the repository
+    root (benchmarks, validation sub-runs of a clone) load this file in every process, and scipy.stats cost
+    each about 0.9 CPU s and 60 MB (issue 18's round breakdown)."""
+    if "pytester" in getattr(item, "fixturenames", ()):
+        import scipy.stats  # noqa: F401
