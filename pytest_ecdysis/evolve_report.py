@@ -83,10 +83,13 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def score_line(entry: dict[str, Any]) -> str:
-    """`0.450 (pass^3 0.300)`: a suite score with pass^k for the largest k."""
+    """`0.450 (pass^3 0.300, 31452 tokens/task)`: a suite score with pass^k for the largest k and, when
+    recorded, the tokens per task (efficiency)."""
     hat = entry.get("pass_hat_k") or {}
     k = max(hat, key=int) if hat else None
-    return f"{fmt(entry.get('suite_score'))}" + (f" (pass^{k} {fmt(hat[k])})" if k else "")
+    parts = ([f"pass^{k} {fmt(hat[k])}"] if k else []) + (
+        [f"{entry['tokens_per_task']} tokens/task"] if entry.get("tokens_per_task") is not None else [])
+    return f"{fmt(entry.get('suite_score'))}" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def pass_hat(hat: dict[str, Any] | None) -> str:

@@ -2,7 +2,8 @@
 
 Each harness is checked out at its commit in a temporary worktree and scored by a validation sub-run with
 `--ecdysis-split test --ecdysis-trials <test-trials>` (and once more per `--ecdysis-test-model`). Results
-go to `evolution.json` under `test` (`start`, `frozen`, `trials`, `transfer`); sub-runs to
+go to `evolution.json` under `test` (`start`, `frozen`, `trials`, `transfer`; each scored harness with its
+capability, `suite_score`, and efficiency, `tokens_per_task`); sub-runs to
 `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`. A slot already filled is not re-scored
 on `--ecdysis-resume`.
 """
@@ -21,6 +22,15 @@ from .validate import BrokenCandidate
 
 if TYPE_CHECKING:
     from .evolve import Evolution
+
+
+def efficiency(summary: dict) -> dict[str, int | None]:
+    """`tokens` (the agent's total on the test run) and `tokens_per_task` (that total / tasks, so summed over a
+    task's `--ecdysis-test-trials` trials; None without tasks): with `suite_score` (capability, held-out
+    success) the efficiency a harness is reported with (HarnessDev's creation stage, docs/evolution.md)."""
+    total = int((summary.get("tokens") or {}).get("total", 0))
+    n_tasks = summary.get("n_tasks") or 0
+    return {"tokens": total, "tokens_per_task": round(total / n_tasks) if n_tasks else None}
 
 
 def score_test(ev: Evolution) -> None:
@@ -70,7 +80,7 @@ def score_test(ev: Evolution) -> None:
             s = sub.summary
             slot[which] = {"suite_score": s.get("suite_score"), "pass_hat_k": s.get("pass_hat_k"),
                            "pass_at_k": s.get("pass_at_k"), "n_trials": s.get("n_trials"),
-                           "n_tasks": s.get("n_tasks"), "harness_id": s.get("harness_id"),
+                           "n_tasks": s.get("n_tasks"), **efficiency(s), "harness_id": s.get("harness_id"),
                            "run_path": str(sub.run_path), "commit": commit}
             ev.say(f"{label}: suite score {fmt(s.get('suite_score'))} ({time.monotonic() - t0:.1f} s)")
             ev.checkpoint()

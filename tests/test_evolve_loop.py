@@ -253,6 +253,64 @@ def test_test_trials_zero_skips_the_test_scoring(project: pytest.Pytester) -> No
     assert not (project.path / ".ecdysis" / "runs" / "run1" / "test").exists()
 
 
+def test_held_out_scores_carry_capability_and_efficiency(project: pytest.Pytester) -> None:
+    """Start and frozen harness on test are reported with capability (suite score) and efficiency (agent
+    tokens per task, summed over the task's test trials): here a trial costs 100 x LEVEL tokens (the tiny
+    suite runs one trial a task), so the start (LEVEL 1) costs 100 tokens a task and the frozen harness
+    (LEVEL 3) 300, in evolution.json, the summary line and the pull-request body."""
+    from pytest_ecdysis.pr_body import render_pr_body
+
+    suite = (project.path / "test_tiny.py").read_text()
+    (project.path / "test_tiny.py").write_text(suite.replace(
+        "tool_calls=[", 'tokens={"prompt": 100 * level, "completion": 0, "total": 100 * level}, tool_calls=[', 1))
+    _git(project.path, "commit", "-qam", "trials report tokens")
+    _script(project, [{"knob": "x", "value": 3}])
+    result = _run(project, "--ecdysis-rounds", "1")
+    assert result.ret == 0, result.stdout.str()
+    test = _evolution(project)["test"]
+    assert (test["start"]["suite_score"], test["start"]["tokens_per_task"], test["start"]["tokens"]) == (0.25, 100, 400)
+    assert (test["frozen"]["suite_score"], test["frozen"]["tokens_per_task"]) == (0.75, 300)
+    result.stdout.fnmatch_lines(["*test split*start 0.250 (pass^1 0.250, 100 tokens/task)*frozen 0.750*300 tokens/task*"])
+    body = render_pr_body(project.path / ".ecdysis" / "runs" / "run1")
+    assert "| before (start) | 0.250 | 0.250 | 100 |" in body
+    assert "| after (frozen) | 0.750 | 0.750 | 300 |" in body
+
+
+REPAIRING_EDITOR = CONFTEST + '''
+import pytest_ecdysis.evolve as _evolve
+from pytest_ecdysis.edit import BuiltinEditor
+from pytest_ecdysis.llm import Completion
+
+BLOCK = "__init__.py\\n<<<<<<< SEARCH\\nLEVEL = 1\\n=======\\nLEVEL = {}\\n>>>>>>> REPLACE\\n"
+
+
+class Client:
+    """The editor model: a first answer that does not parse, then a repaired one."""
+
+    replies = [BLOCK.format("("), BLOCK.format(3)]
+
+    def complete(self, role, messages, **kw):
+        return Completion(self.replies.pop(0), {"prompt": 10, "completion": 5, "total": 15}, 0.0)
+
+
+_evolve.make_editor = lambda cfg: BuiltinEditor(cfg, client=Client())
+'''
+
+
+def test_a_repair_call_counts_as_an_editor_call(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round's `editor_calls` is the true number of editor model calls: the built-in editor's first
+    answer breaks the syntax, its one repair call makes the edit, and the round counts 2 calls (and both
+    calls' tokens), not 1 per edit."""
+    project = make_project(pytester, monkeypatch, REPAIRING_EDITOR)
+    _script(project, [{"knob": "x", "value": 3}])
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-test-trials", "0")
+    assert result.ret == 0, result.stdout.str()
+    (r1,) = _evolution(project)["rounds"]
+    assert (r1["outcome"], r1["score_after"], r1["editor_calls"]) == ("accepted", 0.75, 2)
+    edit = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "edit.json").read_text())
+    assert (edit["calls"], edit["tokens"]["total"]) == (2, 30) and "attempt 2" in edit["detail"]
+
+
 def test_resume_after_interruption(project: pytest.Pytester) -> None:
     """Ctrl-C during round 2 leaves a resumable run; `--ecdysis-resume` continues without redoing round 1
     (one editor call per round overall) and ends with the branch."""

@@ -190,7 +190,7 @@ def test_show_of_an_evolution_run_prints_rounds_test_and_branch(tmp_path: Path,
     (run / "evolution.json").write_text(json.dumps(doc))
     page = html_report.render(run)  # the page holds the same: chart, rounds, test, transfer, branch
     assert '<svg id="chart"' in page and "test score: start → frozen</span><b>0.250 → 0.750" in page
-    assert "<code>sim/strong</code></td><td colspan=\"2\">0.500 → 1.000" in page and "ecdysis/e" in page
+    assert "<code>sim/strong</code></td><td colspan=\"3\">0.500 → 1.000" in page and "ecdysis/e" in page
     doc["test"] = {"skipped": "--ecdysis-test-trials 0: not scored on test"}
     (run / "evolution.json").write_text(json.dumps(doc))
     assert cli.main(["show", str(run)]) == 0
