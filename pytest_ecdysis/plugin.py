@@ -6,8 +6,9 @@ Thin by design (STYLE.md 1): every stage of the pipeline is a plain module. What
   controller pick a run id, start the simulated model when a model is `sim...`, run pre-flight checks.
 - `pytest_runtest_makereport`: copy the trial result a suite recorded with `record_trial` onto the
   report as `report.ecdysis_trial` (JSON-safe builtins, which xdist can serialise).
-- controller only (`not hasattr(config, "workerinput")`): collect trial results from reports, and
-  after the run loop write the run directory, apply the gate, run evolution.
+- controller only (`not hasattr(config, "workerinput")`): the checks before any trial and the simulated
+  server (`controller.prepare`), collect trial results from reports (`controller.TrialCollector`), and
+  after the run loop write the run directory, apply the gate, run evolution (`session`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from .config import EcdysisConfig, read_config, unset_empty_env
+from .controller import TrialCollector, prepare, runs_no_test
 from .errors import EcdysisError, UsageError
 from .harness import harness_id, resolve_harness
 from .options import add_options
@@ -109,43 +111,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from .verdict import VerdictPrinter
 
     state.progress = SessionProgress(state.run_path, cfg.progress_s)
-    state.no_trials = _runs_no_test(config)
+    state.no_trials = runs_no_test(config)
     config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
     config.pluginmanager.register(VerdictPrinter(state), "ecdysis-verdict")
     try:
-        check_run_dir(cfg.run_dir)
-        if cfg.evolve:
-            from .response_cache import configure as configure_cache
-
-            configure_cache(cfg, state.run_path.absolute(), os.environ)
-        if cfg.evolve:
-            from .preflight import preflight
-
-            preflight(cfg, harness_dir)
-            from .rundir import lock_run
-
-            lock_run(state.run_path, f"--ecdysis-resume {cfg.resume}" if cfg.resume else f"run {state.run_id}")
-        if cfg.gate:
-            from .gate import preflight as gate_preflight
-
-            gate_preflight(cfg)
-        if cfg.sandbox:
-            from .sandbox import ENV_ON, check_available
-
-            check_available()
-            os.environ[ENV_ON] = "1"  # workers and validation sub-runs inherit it
-        if cfg.uses_sim:
-            from .sim.profiles import check_models
-
-            check_models([cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models])
-        if cfg.uses_sim and not state.sim_url and not _runs_no_test(config):
-            from .sim.server import start_background
-
-            state.sim_server = start_background(latency_s=cfg.sim_latency_s, nonce=cfg.sim_nonce)
-            state.sim_url = state.sim_server.url
-            os.environ[ENV_SIM_URL] = state.sim_url
-            # printed at session start: the terminal reporter does not exist yet at tryfirst configure
-            state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
+        prepare(config, state)
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -159,30 +129,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from .xdist_schedule import make_scheduler
 
     return make_scheduler(config, log)
-
-
-def _runs_no_test(config: pytest.Config) -> bool:
-    """`--collect-only`, `--setup-plan`, `--fixtures`, `--fixtures-per-test`, `--markers`, `--help`: no trial
-    will run, so no simulated server is started (and, for the first two, nothing is written)."""
-    opt = config.option
-    return any(getattr(opt, name, False) for name in ("collectonly", "setupplan", "showfixtures",
-                                                      "show_fixtures_per_test", "markers", "help"))
-
-
-def check_run_dir(run_dir: Path) -> None:
-    """Configure-time check that runs can be written under `run_dir` (creates nothing): the nearest
-    existing ancestor must be a writable directory, so a bad path fails before any trial runs.
-
-    Raises:
-        UsageError: `run_dir` (or an ancestor) is a file, or not writable.
-    """
-    path = run_dir.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
-        problem = "is not a directory" if not path.is_dir() else "is not writable"
-        raise UsageError(f"--ecdysis-run-dir {run_dir}: {path} {problem}; pass a writable --ecdysis-run-dir "
-                         "(or ini ecdysis_run_dir)")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -228,70 +174,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     return report
 
 
-class TrialCollector:
-    """Controller-side plugin object: remembers collected trial cases and the results their reports carry."""
-
-    def __init__(self, state: EcdysisState) -> None:
-        self.state = state
-        self.checked = False
-        self.before_deselection: list[str] | None = None
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        # before -k, -m and pytest-split (trylast) deselect: --ecdysis-tasks ids a split gave another shard
-        self.before_deselection = [i.nodeid for i in items]
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        # after every plugin's deselection (-k, -m, suites' own filters): the cases that will run
-        self.state.collected = [i.nodeid for i in session.items if i.get_closest_marker("ecdysis_trial")]
-        self.check_selection([i.nodeid for i in session.items], self.before_deselection)
-        self.state.progress.collected(len(self.state.collected))
-
-    def check_selection(self, nodeids: list[str], before_deselection: list[str] | None = None) -> None:
-        """--ecdysis-tasks and the gate's baseline against what was collected, before any trial runs."""
-        cfg = self.state.cfg
-        if self.checked or not (cfg.tasks or cfg.gate):
-            return
-        self.checked = True
-        from .gate import load_baseline
-        from .selection import check_collected
-
-        try:
-            check_collected(cfg, nodeids, load_baseline(cfg.baseline) if cfg.gate else None, before_deselection)
-        except EcdysisError as exc:
-            raise pytest.UsageError(str(exc)) from None
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, "ecdysis_trial", None)
-        if data is not None:
-            self.state.trials[report.nodeid] = data
-        from .run_coverage import note_report
-
-        note_report(self.state, report)
-        if not self.state.no_trials:  # `--setup-plan` reports every case without running it: write nothing
-            self.state.progress.report(report)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        """Under xdist the controller collects nothing: learn the collected ids from the workers."""
-        from .run_coverage import note_collection
-
-        note_collection(self.state, ids)
-        first = not self.checked  # every worker collects the same: the first one decides
-        self.check_selection(ids)
-        if first:
-            from .selection import classify
-
-            self.state.progress.collected(sum(map(len, classify(ids).cases.values())) or None, guess=len(ids))
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
     """After the run loop: `session.finish` writes the run, also when pytest stopped early (`-x`,
     `--maxfail`, Ctrl-C, SIGTERM, `pytest.exit()`: what ran is written, the rest named as not run, the stop
     re-raised so the exit status stays pytest's); nothing for `--collect-only` or `--setup-plan`."""
     state = session.config.stash.get(CONFIG_KEY, None)
-    if state is None or not state.is_controller or _runs_no_test(session.config):
+    if state is None or not state.is_controller or runs_no_test(session.config):
         return (yield)
     from .session import sigterm_as_interrupt
 
