@@ -8,7 +8,7 @@ FDCR (`ecdysis`, docs/diagnosis.md): Analyst, Critic and Engineer share one tran
 (`cfg.fdcr_passes`), then the Moderator writes the spec: 3K+1 calls. `ecdysis-nofdcr`: one analyst
 call writes the spec: 1 call. Other strategies live in `pytest_ecdysis.strategies`.
 
-Structured output: the spec-writing call asks for JSON mode; the answer is parsed as JSON, else from a
+Structured output (`spec_answer`): the spec-writing call asks for JSON mode; the answer is parsed as JSON, else from a
 fenced block or the first object in the text (`evidence.extract_json`); an answer that does not validate
 against `ModificationSpec`, or that names files outside the harness, gets **one** repair call with the
 error; if that fails too, the spec is None with the reason. Written to `round_dir`: `transcript.jsonl`
@@ -30,12 +30,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from .errors import ContextOverflowError, InfrastructureError, SpecError, shown
-from .evidence import Evidence, build_evidence, extract_json, render_turn, usable_records
+from .errors import ContextOverflowError, InfrastructureError
+from .evidence import Evidence, build_evidence, render_turn, usable_records
 from .llm import Completion, RoleClient, add_tokens
-from .records import SCHEMA_VERSION, FailureRecord, ModificationSpec, PatternGroup
+from .records import FailureRecord, ModificationSpec, PatternGroup
+from .spec_answer import spec_call, unusable, validate_spec, write_spec
+
+#: Names other modules import from here (kept where they were before `spec_answer`).
+__all__ = ["FORMATS", "ROLES", "Diagnosis", "Transcript", "diagnose", "evidence_for", "finish", "load_prompt",
+           "role_messages", "run_fdcr", "run_single_analyst", "spec_call", "stopped", "timed_out", "unusable",
+           "validate_spec", "write_spec"]
 
 ROLES = ("analyst", "critic", "engineer")
 #: What each role is asked to answer with (the `format` of the `<respond .../>` marker).
@@ -111,87 +115,6 @@ def role_messages(role: str, prompt: str, pass_: int | None, passes: int, eviden
                  f'<respond role="{role}" pass="{"final" if pass_ is None else pass_}" passes="{passes}" '
                  f'format="{fmt}"/>')
     return [{"role": "system", "content": prompt}, {"role": "user", "content": "\n\n".join(parts)}]
-
-
-def validate_spec(value: Any, harness_dir: Path | None) -> ModificationSpec:
-    """A parsed answer as a `ModificationSpec` whose files all lie inside `harness_dir`.
-
-    A leading `<harness dir name>/` on a path is dropped (models often write it), and an absolute path
-    inside the harness is made relative.
-
-    Raises:
-        SpecError: no JSON object, a schema mismatch (the pydantic errors, shortened), or a file path that
-            leaves the harness directory.
-    """
-    if not isinstance(value, Mapping):
-        raise SpecError("the answer holds no JSON object; answer with one JSON object of the spec's shape")
-    try:
-        spec = ModificationSpec.model_validate(value)
-    except ValidationError as exc:
-        problems = shown([f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()], 8, "; ")
-        raise SpecError(f"the JSON does not match the modification spec schema: {problems}") from None
-    if harness_dir is None:
-        return spec
-    root = Path(harness_dir).resolve()
-    outside = []
-    for i, change in enumerate(spec.changes):
-        files = []
-        for name in change.files:
-            rel = name.strip()
-            if rel.startswith(root.name + "/") and not (root / rel).exists():
-                rel = rel[len(root.name) + 1:]
-            target = (root / rel).resolve()  # an absolute path stays absolute here
-            if target == root or root in target.parents:
-                rel = target.relative_to(root).as_posix() if Path(rel).is_absolute() else rel
-            if (target != root and root not in target.parents) or not rel:
-                outside.append(f"{name!r} (change {i + 1})")
-            files.append(rel)
-        change.files = files
-    if outside:
-        raise SpecError(f"the spec names files outside the harness directory {root}: {', '.join(outside)}; "
-                        "a spec may only name paths relative to the harness directory")
-    return spec
-
-
-def write_spec(round_dir: Path | None, spec: ModificationSpec, name: str = "spec.json") -> None:
-    if round_dir is None:
-        return
-    Path(round_dir).mkdir(parents=True, exist_ok=True)
-    data = spec.model_dump(mode="json")
-    data["schema_version"] = SCHEMA_VERSION
-    (Path(round_dir) / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def spec_call(client: RoleClient, role: str, messages: list[dict[str, Any]], tx: Transcript,
-              pass_: int | None, harness_dir: Path | None) -> tuple[ModificationSpec | None, str, str]:
-    """Ask `role` for a spec; parse, validate, and repair once. Returns `(spec, reason, detail)`."""
-    reply = client.complete(role, messages, json_mode=True)
-    tx.add(role, pass_, reply)
-    try:
-        return validate_spec(extract_json(reply.text), harness_dir), "", ""
-    except SpecError as exc:
-        error = unusable(reply, exc)
-    repair = messages + [
-        {"role": "assistant", "content": reply.text},
-        {"role": "user", "content": f"Your answer could not be used: {error}. Answer again with only the "
-                                    "corrected JSON object of the modification spec."},
-    ]
-    reply = client.complete(role, repair, json_mode=True)
-    tx.add(role, pass_, reply, repair=True)
-    try:
-        return validate_spec(extract_json(reply.text), harness_dir), "", ""
-    except SpecError as exc:
-        reason = "outside_harness" if "outside the harness" in str(exc) else "invalid_spec"
-        return None, reason, f"{role} answer unusable after one repair: {unusable(reply, exc)}"
-
-
-def unusable(reply: Completion, exc: SpecError) -> str:
-    """Why a spec answer could not be used, naming an empty reply and one cut at the token limit."""
-    if not reply.text.strip():
-        return f"the reply was empty (finish_reason {reply.finish_reason!r})"
-    if reply.finish_reason == "length":
-        return f"{exc} (the reply was cut at the token limit: finish_reason 'length')"
-    return str(exc)
 
 
 def run_fdcr(evidence: Evidence, client: RoleClient, passes: int, tx: Transcript,
