@@ -21,8 +21,10 @@ latency / 2C), plus the round's diagnosis and editor calls x latency (3K+1 and 1
     .venv/bin/python benchmarks/bench_concurrency.py [--tasks 30] [--levels 1,8,32,64] [--latency 2]
     .venv/bin/python benchmarks/bench_concurrency.py --tasks 16 --round 32 [--breakdown]
 
-`--breakdown` also prints where each pytest session's time went (`breakdown_trace.py`: start-up, worker
-spawn, collection, fork server, trials, scoring, teardown), the validation sub-run's included.
+`--rev COMMIT` runs the round on that commit (two of these started together compare before and after a
+change under the same load). `--breakdown` also prints where each pytest session's time went
+(`breakdown_trace.py`: start-up, worker spawn, collection, fork server, trials, scoring, teardown), the
+validation sub-run's included, and CPU seconds by kind of process.
 """
 
 from __future__ import annotations
@@ -159,6 +161,7 @@ def main() -> None:
     parser.add_argument("--round", type=int, default=0, metavar="C",
                         help="instead: one evolution round at -n 2 --ecdysis-concurrency C")
     parser.add_argument("--breakdown", action="store_true", help="also print where each pytest session's time went")
+    parser.add_argument("--rev", help="with --round: run this commit of the repository instead of HEAD")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from task_suites.tau2.suite import split_ids
@@ -168,7 +171,7 @@ def main() -> None:
         parser.error(f"--levels must be 1 or even numbers (two workers share a level), got {args.levels}")
     tasks = list(split_ids("airline", "train"))[: args.tasks]
     if args.round:
-        return bench_round(args.round, tasks, args.latency, args.breakdown)
+        return bench_round(args.round, tasks, args.latency, args.breakdown, args.rev)
     print(f"simulated model (not a real LLM), latency {args.latency:g} s per completion; airline train split, "
           f"{len(tasks)} task(s); machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'in flight':>9} {'trials':>6} {'wall s':>8} {'trials/min':>10} {'PSS MB':>8} {'calls':>6} "
@@ -184,7 +187,8 @@ def main() -> None:
             print(f"  (load average {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S')})", flush=True)
 
 
-def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: bool = False) -> None:
+def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: bool = False,
+                rev: str | None = None) -> None:
     """One evolution round against its physical limit (module docstring)."""
     in_flight = 2 * concurrency
     print(f"one evolution round, simulated model (not a real LLM), latency {latency:g} s; airline train, "
@@ -193,6 +197,8 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
     print(f"clone and run directories under {tmp}", flush=True)
     clone, run_dir = Path(tmp) / "repo", Path(tmp) / "runs"
     subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
+    if rev:  # an earlier commit, e.g. to compare before and after a change under the same load
+        subprocess.run(["git", "checkout", "--quiet", rev], cwd=clone, check=True)
     command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
                "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
                "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
