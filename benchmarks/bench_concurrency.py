@@ -236,7 +236,7 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
         from breakdown_trace import report
 
         report(trace)
-        print(cpu_table(proc.cpu_seen))
+    print(cpu_table(proc.cpu_seen))
 
 
 if __name__ == "__main__":
