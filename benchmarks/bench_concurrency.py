@@ -198,7 +198,7 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
     clone, run_dir = Path(tmp) / "repo", Path(tmp) / "runs"
     subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
     if rev:  # an earlier commit, e.g. to compare before and after a change under the same load
-        subprocess.run(["git", "checkout", "--quiet", rev], cwd=clone, check=True)
+        subprocess.run(["git", "checkout", "--quiet", "-B", "bench-rev", rev], cwd=clone, check=True)
     command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
                "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
                "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
