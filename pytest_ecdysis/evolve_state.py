@@ -15,6 +15,7 @@ from typing import Any
 from . import gitops, integrity, safetext
 from .errors import GitError, IntegrityError, UsageError, shown
 from .evolve_instance import MAX_INSTANCE_STEPS
+from .preflight import DECISION_DEFAULTS
 from .records import SCHEMA_VERSION
 from .rundir import read_json, write_json
 
@@ -67,6 +68,7 @@ class RunState:
                "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
                "proposals": getattr(self.cfg, "proposals", 3),
                "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method, "level": self.cfg.accept_level},
+               **{name: getattr(self.cfg, name, default) for name, default in DECISION_DEFAULTS.items()},
                "status": "running", "start": start, "incumbent": dict(start), "rounds": [], "branch": None,
                "test": None, "wall_s": 0.0, "run_path": str(self.dir)}
         write_json(path, doc, self.ledger)

@@ -50,13 +50,27 @@ def preflight(cfg: Any, harness_dir: Path) -> None:
 
 
 #: options an evolution records in `evolution.json` and a resume must repeat: its scores (the incumbent's,
-#: the rounds') are only comparable with a session that runs the same trials.
-RESUME_FIELDS = ("split", "tasks", "trials", "model", "threshold")
+#: the rounds') are only comparable with a session that runs the same trials, and its rounds were decided
+#: (diagnosed, edited, accepted) under the same rules; a session that changed them would finish a run whose
+#: record names one rule and whose rounds followed another.
+RESUME_FIELDS = ("split", "tasks", "trials", "model", "threshold", "strategy", "editor", "self_evolution_cap",
+                 "proposals", "accept", "rescore", "evidence", "accept_extra_trials", "ablate")
+#: the decision options `evolution.json` records at its top level beside `accept` (with the value a
+#: configuration without the attribute means).
+DECISION_DEFAULTS = {"rescore": "auto", "evidence": "all", "accept_extra_trials": 0, "ablate": False}
 
 
 def _option_value(cfg: Any, name: str) -> Any:
-    value = getattr(cfg, name)
+    if name == "accept":  # recorded as {rule, method, level}
+        return {"rule": cfg.accept, "method": cfg.accept_method, "level": cfg.accept_level}
+    value = getattr(cfg, name, DECISION_DEFAULTS.get(name))
     return list(value) if name == "tasks" and value is not None else value
+
+
+def _shown(name: str, value: Any) -> str:
+    if name == "accept" and isinstance(value, dict):
+        return f"{value.get('rule')} (method {value.get('method')}, level {value.get('level')})"
+    return "all" if value is None else ",".join(value) if isinstance(value, list) else str(value)
 
 
 def check_resume_options(cfg: Any, doc: dict[str, Any]) -> None:
@@ -69,8 +83,7 @@ def check_resume_options(cfg: Any, doc: dict[str, Any]) -> None:
     for name in RESUME_FIELDS:
         if name in doc and doc[name] != _option_value(cfg, name):
             then, now = doc[name], _option_value(cfg, name)
-            shown = [("all" if v is None else ",".join(v) if isinstance(v, list) else v) for v in (then, now)]
-            diff.append(f"--ecdysis-{name} {shown[0]} then, {shown[1]} now")
+            diff.append(f"--ecdysis-{name.replace('_', '-')} {_shown(name, then)} then, {_shown(name, now)} now")
     if diff:
         raise UsageError(f"--ecdysis-resume {cfg.resume}: that run was started with other options ("
                          + "; ".join(diff) + "); resume with the options of the interrupted run, or start a new "

@@ -36,6 +36,26 @@ def test_resume_with_other_options_is_a_usage_error_before_any_trial(project: py
     assert result.ret == 0, result.stdout.str()
 
 
+@pytest.mark.parametrize(("extra", "said"), [
+    (("--ecdysis-accept", "paired"), "--ecdysis-accept strict (method sign, level 0.05) then, "
+                                      "paired (method sign, level 0.05) now"),
+    (("--ecdysis-strategy", "self-evolution"), "--ecdysis-strategy ecdysis then, self-evolution now"),
+    (("--ecdysis-evidence", "failure-aware:1"), "--ecdysis-evidence all then, failure-aware:1 now"),
+])
+def test_resume_under_another_decision_rule_is_a_usage_error(project: pytest.Pytester, extra: tuple,
+                                                             said: str) -> None:
+    """The rounds of a run were decided under its rule: a resume under another (a strict run resumed as
+    paired finished with `accept.rule` strict in evolution.json and `rule: paired` in a round's decision) is
+    refused before any trial, naming the option then and now."""
+    _script(project, [{"knob": "x", "value": 2}])
+    (project.path / "interrupt-1").write_text("")
+    assert _run(project, "--ecdysis-rounds", "1").ret == 2
+    (project.path / "interrupt-1").unlink()
+    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", *extra, run_id="")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"*that run was started with other options ({said}); resume*"])
+
+
 def test_a_run_still_going_cannot_be_resumed(project: pytest.Pytester) -> None:
     """A second session resuming a run whose session still runs is refused (exit 4, naming the process that
     holds it) and writes nothing; once that process is gone the resume goes ahead."""
