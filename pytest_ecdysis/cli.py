@@ -183,7 +183,9 @@ def _gate(args: argparse.Namespace) -> int:
                      missing=summary.get("missing", []), n_collected=int(summary.get("n_collected") or 0),
                      baseline_path=str(args.baseline), rule=args.accept, method=args.accept_method,
                      level=level)
-    summary["gate"] = v.as_dict()  # as `pytest --ecdysis-gate` records it (docs/ci.md)
+    if summary.get("gate"):  # an earlier verdict (the pytest gate's, or another rule's) is kept, not replaced
+        summary.setdefault("gate_history", []).append(summary["gate"])
+    summary["gate"] = {**v.as_dict(), "by": "ecdysis gate"}  # as `pytest --ecdysis-gate` records it (docs/ci.md)
     write_json(args.run_dir / "summary.json", summary)
     print(v.headline())
     for reason in v.reasons if not v.refused else []:

@@ -95,6 +95,9 @@ def load_baseline(path: Path, *, who: str = "--ecdysis-gate", option: str = "--e
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or "suite_score" not in data or "tasks" not in data:
             raise ValueError("missing suite_score or tasks")
+        if data.get("kind") != "ecdysis-baseline":  # e.g. a run's summary.json: it has both fields
+            raise ValueError(f"its kind is {data.get('kind')!r}, not 'ecdysis-baseline'; a run directory's "
+                             "summary.json becomes a baseline through `ecdysis baseline RUN_DIR -o FILE`")
     except (OSError, ValueError) as exc:
         raise UsageError(f"{who}: baseline {path} is not a pytest-ecdysis baseline ({exc}); write it again "
                          f"with a pytest run and --ecdysis-save-baseline, or point {option} at another file") from None

@@ -95,6 +95,13 @@ def test_a_baseline_from_merged_shards_equals_the_unsharded_runs(pytester: pytes
     whole, sharded = (json.loads((pytester.path / f).read_text()) for f in ("whole.json", "sharded.json"))
     assert {k: v for k, v in sharded.items() if k != "run_id"} == {k: v for k, v in whole.items() if k != "run_id"}
     assert ecdysis(["gate", "merged", "--baseline", "sharded.json"]) == 0
+    # a run's summary.json is not a baseline (it has suite_score and tasks too): refused, the verdict kept
+    assert ecdysis(["gate", "merged", "--baseline", "merged/summary.json"]) == 4
+    assert "its kind is None, not 'ecdysis-baseline'" in capsys.readouterr().err
+    assert ecdysis(["gate", "merged", "--baseline", "whole.json", "--accept", "paired"]) == 0
+    doc = json.loads((pytester.path / "merged" / "summary.json").read_text())
+    assert doc["gate"]["rule"] == "paired" and doc["gate"]["by"] == "ecdysis gate"
+    assert [g["rule"] for g in doc["gate_history"]] == ["strict"]  # the earlier verdict is kept
     write_suite(pytester, {"syn-air": {**plan["syn-air"], "5": [None, 1.0]}})  # an infrastructure error
     run(pytester, "--ecdysis-trials", "2", "--ecdysis-run-dir", "broken")
     (broken,) = list((pytester.path / "broken").iterdir())
