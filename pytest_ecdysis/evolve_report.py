@@ -114,3 +114,37 @@ def fmt(x: Any) -> str:
 def shorten(text: str, width: int) -> str:
     """`text` cut at a word boundary to at most `width` characters, with an ellipsis when cut."""
     return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" …") if text else ""
+
+
+def caveats(doc: dict[str, Any]) -> list[str]:
+    """What a reviewer of an evolution's branch must know beside its headline scores, from `evolution.json`:
+
+    - each accepted round's deciding comparison when it was made against a re-run of the incumbent (the
+      headline's "train score A -> B" takes A from the start's first run, so A -> B is not what was compared);
+    - an accepted round whose paired test was not significant at the run's level (the strict rule accepts
+      any rise, and a rise that size is often run-to-run noise);
+    - under the simulated model, accepted edits its ground truth attributes to no cured quirk (`validity`).
+    Shape: plain sentences, empty when there is nothing to say.
+    """
+    out = []
+    for r in doc.get("rounds") or []:
+        if not r.get("accepted"):
+            continue
+        inc = r.get("incumbent_run") if isinstance(r.get("incumbent_run"), dict) else {}
+        if inc.get("rescored"):
+            out.append(f"round {r.get('round')} was decided on {fmt(r.get('score_before'))} -> "
+                       f"{fmt(r.get('score_after'))}: the candidate against the incumbent re-run beside it "
+                       f"(that incumbent's earlier run scored {fmt(inc.get('cached_score'))})")
+        d = r.get("decision") or {}
+        p, level = d.get("p_value"), d.get("level", (doc.get("accept") or {}).get("level", 0.05))
+        if d.get("rule", "strict") == "strict" and p is not None and level is not None and p > level:
+            out.append(f"round {r.get('round')} was accepted by the strict rule (any rise) although the paired "
+                       f"{d.get('method', 'sign')} test gives p={p:.3g} (+{d.get('wins', '?')}/-{d.get('losses', '?')} "
+                       f"tasks): a rise this size is often run-to-run noise; --ecdysis-accept paired accepts only a "
+                       "significant one")
+    v = doc.get("validity") or {}
+    if v.get("noise"):
+        out.append(f"the simulated model's ground truth attributes {v['noise']} of {v.get('accepted_edits')} "
+                   "accepted edit(s) to no quirk the edit cured (noise between the runs compared), "
+                   f"{v.get('systematic_fixes', 0)} to systematic fixes")
+    return out

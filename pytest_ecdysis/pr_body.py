@@ -84,6 +84,11 @@ def render_pr_body(run_path: Path | str) -> str:
     if model.startswith("sim"):
         out += ["", "_Simulated model (no real LLM): the figures show the loop working, not a model's quality._"]
 
+    from .evolve_report import caveats
+
+    if notes := caveats(evo):
+        out += ["", "### Read before merging", ""] + [f"- {c}" for c in notes]
+
     test = evo.get("test") or {}
     if test:
         (s0, p0), (s1, p1) = _score_of(test.get("start")), _score_of(test.get("frozen"))

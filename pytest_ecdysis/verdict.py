@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from .evolve_report import OUTCOME_TEXT, fmt, shorten
+from .evolve_report import OUTCOME_TEXT, caveats, fmt, shorten
 
 Line = tuple[str, str | None]  # (text, colour: "green", "yellow", "red" or None)
 
@@ -49,6 +49,7 @@ def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, 
     if doc.get("branch"):
         out.append((f"branch {doc['branch']} holds the accepted change(s); see them with: {doc.get('diff_command')}",
                     "green"))
+        out += [(f"read before merging: {c}", "yellow") for c in caveats(doc)]
         out.append(("your checkout, index and current branch were not touched; review the branch, then merge it "
                     "or delete it (git branch -D " + doc["branch"] + ")", None))
     else:

@@ -84,7 +84,7 @@ def test_ratio_t_and_false_acceptances():
     assert summarise(edits, "default", curable=True)["false_acceptances"] == 0
     assert summarise(edits, None, curable=None)["false_acceptances"] is None
     text = summary_line(summarise(edits, "noop", curable=False))
-    assert "t = 0.67" in text and "false acceptances 2" in text
+    assert "t (accepted edits that are not systematic fixes) = 0.67" in text and "false acceptances 2" in text
     assert has_curable_quirks("noop") is False and has_curable_quirks("default") is True
 
 
@@ -115,6 +115,29 @@ def test_evolution_validity_joins_every_accepted_round_and_step_with_its_runs(tm
         (1, None, "systematic_fix"), (2, 2, "accommodation")]
     assert validity["t"] == 0.5 and validity["false_acceptances"] == 0 and validity["profile"] == "default"
     assert evolution_validity({**doc, "start": {"run_path": str(tmp_path / "none")}}, evo) is None
+
+
+def test_an_edit_is_judged_against_the_incumbent_rerun_it_was_compared_with(tmp_path):
+    """A round decided against the incumbent re-run beside the candidate (`incumbent_run`): the cures are
+    read against that re-run's quirks, not the incumbent's earlier run (where the same tasks failed on
+    quirks that, in other draws, the candidate never met). Read against the earlier run, this edit, which
+    cured an id format on two tasks, was called noise."""
+    runs = {name: tmp_path / name for name in ("start", "rerun", "cand")}
+    for task in ("1", "2"):
+        write_ground_truth(runs["start"], line(task, True, [q("early_end", "systematic", effect="early_end")],
+                                               {"kind": "early_end", "origin": "systematic", "entry": 0}))
+        write_ground_truth(runs["rerun"], line(task, True, [q("id_case", "systematic", effect="gave_up")],
+                                               {"kind": "id_case", "origin": "systematic", "entry": 0}))
+        write_ground_truth(runs["cand"], line(task, False, [q("id_case", "systematic", cured=True)]))
+    evo = tmp_path / "evo"
+    (evo / "rounds/1").mkdir(parents=True)
+    (evo / "rounds/1/validation.json").write_text(json.dumps({"run_path": str(runs["cand"])}))
+    row = {"round": 1, "accepted": True, "flips": {"failed_to_solved": [f"{S}/1", f"{S}/2"]}}
+    doc = {"start": {"run_path": str(runs["start"])}, "test": None, "rounds": [row]}
+    assert evolution_validity(doc, evo)["edits"][0]["class"] == "noise"  # no re-run recorded: the earlier run
+    row["incumbent_run"] = {"rescored": True, "run_path": str(runs["rerun"])}
+    (edit,) = evolution_validity(doc, evo)["edits"]
+    assert edit["class"] == "systematic_fix" and {c["status"] for c in edit["cures"]} == {"cured"}
 
 
 def test_the_cause_is_the_root_the_failure_rests_on():

@@ -96,3 +96,36 @@ def test_the_no_branch_line_names_the_run_s_acceptance_rule() -> None:
     (line, _), = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
     assert line.startswith("no branch was made: no round scored strictly higher than the harness it started from")
 
+
+
+def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) -> None:
+    """A strict round accepted against the incumbent's re-run (0.200 -> 0.400; its earlier run 0.400, so the
+    headline reads 0.400 -> 0.400) with p=0.5, and an edit the simulated ground truth calls noise: the
+    verdict and the PR body say all three before the reader merges; a significant round without a re-run
+    or ground truth gets no caveat."""
+    import json
+
+    from pytest_ecdysis.evolve_report import caveats
+    from pytest_ecdysis.pr_body import render_pr_body
+
+    row = {"round": 1, "accepted": True, "outcome": "accepted", "score_before": 0.2, "score_after": 0.4,
+           "incumbent_run": {"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4},
+           "decision": {"rule": "strict", "method": "sign", "p_value": 0.5, "level": 0.05, "wins": 1, "losses": 0}}
+    doc = {"rounds": [row], "start": {"score": 0.4}, "incumbent": {"score": 0.4}, "branch": "ecdysis/r1",
+           "diff_command": "git diff a ecdysis/r1", "accept": {"rule": "strict", "method": "sign", "level": 0.05},
+           "validity": {"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1}}
+    said = [text for text, colour in evolution_lines(doc, None, "r1") if text.startswith("read before merging")]
+    assert said == [
+        "read before merging: round 1 was decided on 0.200 -> 0.400: the candidate against the incumbent re-run "
+        "beside it (that incumbent's earlier run scored 0.400)",
+        "read before merging: round 1 was accepted by the strict rule (any rise) although the paired sign test "
+        "gives p=0.5 (+1/-0 tasks): a rise this size is often run-to-run noise; --ecdysis-accept paired accepts "
+        "only a significant one",
+        "read before merging: the simulated model's ground truth attributes 1 of 1 accepted edit(s) to no quirk "
+        "the edit cured (noise between the runs compared), 0 to systematic fixes"]
+    (tmp_path / "evolution.json").write_text(json.dumps(doc))
+    body = render_pr_body(tmp_path)
+    assert "### Read before merging" in body and body.count("\n- round 1 was") == 2
+    quiet = {**doc, "validity": {"noise": 0}, "rounds": [{**row, "incumbent_run": {"rescored": False},
+                                                          "decision": {**row["decision"], "p_value": 0.01}}]}
+    assert caveats(quiet) == []

@@ -134,7 +134,7 @@ def summary_line(validity: dict[str, Any]) -> str:
     return (f"validity (simulated ground truth, profile {validity.get('profile')}): "
             f"{validity['accepted_edits']} accepted edit(s): {validity['systematic_fixes']} systematic fix(es), "
             f"{validity['accommodations']} accommodation(s), {validity['noise']} on noise; "
-            f"accommodation ratio t = {'-' if t is None else f'{t:.2f}'}"
+            f"accommodation ratio t (accepted edits that are not systematic fixes) = {'-' if t is None else f'{t:.2f}'}"
             + ("" if fa is None else f"; false acceptances {fa}"))
 
 
@@ -150,7 +150,8 @@ def _run_path(path: Path) -> str | None:
 def accepted_edits(doc: dict[str, Any], run_dir: Path) -> list[dict[str, Any]]:
     """`[{"round", "step", "before", "after", "gained"}]` for every accepted round, self-evolution step or
     kept proposal of an alternatives round (`step` None unless a self-evolution step), in order, with the
-    run paths of the incumbent before and of the validated candidate after."""
+    run paths of the incumbent's trials the decision compared with (its re-run beside the candidate, when
+    the round recorded one under `incumbent_run`, else its earlier run) and of the validated candidate."""
     current = doc["start"]["run_path"]
     out = []
     for row in doc.get("rounds", []):
@@ -166,7 +167,11 @@ def accepted_edits(doc: dict[str, Any], run_dir: Path) -> list[dict[str, Any]]:
             after = _run_path(udir / "validation.json")
             if after is None:
                 continue
-            out.append({"round": n, "step": unit.get("step") if row.get("steps") else None, "before": current,
+            # the trials the decision compared with: a re-run of the incumbent beside the candidate when there
+            # was one (its quirks, not those of the incumbent's earlier run, are what the edit met)
+            inc = unit.get("incumbent_run") or row.get("incumbent_run")
+            before = inc["run_path"] if isinstance(inc, dict) and inc.get("run_path") else current
+            out.append({"round": n, "step": unit.get("step") if row.get("steps") else None, "before": before,
                         "after": after, "gained": (unit.get("flips") or {}).get("failed_to_solved", [])})
             current = after
     return out
