@@ -219,6 +219,14 @@ def main() -> None:
     from .tau2lib import load_tau2
 
     t = load_tau2()
+    # what every trial process's proxy client needs (`_Completions.create`), imported once here: imported
+    # after the fork it cost each trial process about 0.7 CPU s and 20-40 MB of private memory (litellm
+    # used to import it here, before τ² was imported without it; docs/benchmarks.md)
+    import httpx  # noqa: F401
+    import openai  # noqa: F401
+    from openai._models import construct_type  # noqa: F401
+    from openai.types.chat import ChatCompletion  # noqa: F401
+
     path = Path.cwd() / SOCKET_NAME
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
