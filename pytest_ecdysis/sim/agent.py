@@ -19,49 +19,35 @@ by a marker word; the tool schemas and system prompt are inputs too (an id forma
 lowers the rate of the matching id habit). The one deliberate exception: `blind_spot` is cured only
 when a system message contains the correct value literally (an over-fitted rule). A share `noise` of
 the draws depends on the run nonce. This module must not import tau2.
+
+`AgentTrial` is in three parts: this module follows the plan and reads the request (`respond`, the
+arguments the model means: `_intended`); `agent_draws.QuirkDraws` draws the quirks and reports the ground
+truth; `agent_emit.Emitting` writes the messages the model sends (and holds `Pending`, `CLOSING_TEXT`,
+`CONFIRM_TEXT`, re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
-from .causes import LATE_EFFECTS, trial_cause
-from .knowledge import USER_SOURCE, Dependency, IdBend, SimTask, id_like, is_error_text, leaves
-from .profiles import GROUND_TRUTH_ORIGINS, Profile, choose, uniform
+from .agent_draws import QuirkDraws
+from .agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
+from .knowledge import USER_SOURCE, Dependency, SimTask, is_error_text
+from .profiles import Profile, choose
 from .reading import distance_from_end, informs_form, message_text, request_corpus, visible
 from .values import _get_path, _set_path, wrong_value
 
-CONFIRM_TEXT = "Do you confirm (yes/no)?"
-CLOSING_TEXT = "Is there anything else I can help you with?"
+#: Names other modules use as `sim.agent.<name>` (kept where they were before `agent_draws`, `agent_emit`).
+__all__ = ["CLOSING_TEXT", "CONFIRM_TEXT", "MAX_MALFORMED", "MAX_REPEATS", "MAX_REREADS", "AgentTrial", "Pending"]
+
 MAX_REPEATS = 6  # identical repeats of a failing call before the model gives up
 MAX_MALFORMED = 3  # malformed resends when the harness answers nothing
 MAX_REREADS = 2  # extra lookups before each write under verbose_rereads
 
 
-@dataclass
-class Pending:
-    """What the model sent last and is waiting to see answered."""
-
-    kind: str  # call | confirm | early_end | final | giveup
-    call_id: str = ""
-    plan_index: int = -1
-    args: dict[str, Any] = field(default_factory=dict)
-    raw_args: str = ""
-    bend: IdBend | None = None
-    bend_quirk: int | None = None
-    malformed_quirk: int | None = None
-    reread: bool = False
-    repeat_quirk: int | None = None
-    first_error: str | None = None
-    repeats: int = 0
-    quirk: int | None = None  # early_end / forget_communicate index
-    text: str = ""
-
-
-class AgentTrial:
+class AgentTrial(QuirkDraws, Emitting):
     """The simulated model's state for one trial of one task, under one profile."""
 
     def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "",
@@ -96,66 +82,6 @@ class AgentTrial:
         self.verbose = self._draw_trial("verbose_rereads", len(task.plan) >= profile.long_task_min_steps)
         self.verbose_quirk: int | None = None
         self._blind = self._blind_spot()
-
-    # -- draws ---------------------------------------------------------------------------------------
-
-    def _u(self, *where: Any) -> float:
-        """The draw at `where`: under a nonce, with probability `noise` (decided per site *and* nonce) a
-        fresh draw of that nonce, else the run-independent draw of (profile, task, trial, site).
-
-        Choosing the redrawn sites per nonce (not once per site) is what lets every draw site, and so
-        whether any quirk fires on a trial, change between two runs: a site fixed for all nonces would
-        give the same outcome on every rerun. The marginal rate of each quirk is unchanged (both draws
-        are uniform); two nonces share a site's draw with probability (1 - noise)^2.
-        """
-        base = (self.profile.seed, self.task.suite, self.task.task_id, self.trial)
-        if self.nonce and self.profile.noise > 0 and uniform(*base, "noisy", self.nonce, *where) < self.profile.noise:
-            return uniform(*base, "nonce", self.nonce, *where)
-        return uniform(*base, *where)
-
-    def fires(self, kind: str, *where: Any, factor: float = 1.0) -> bool:
-        """Whether quirk `kind` fires at draw site `where` of this trial (its rate scaled by the task's
-        difficulty and `factor`); a pure function of profile, task, trial, site and nonce."""
-        if kind in self.off:
-            return False
-        rate = self.profile.scaled(kind, self.task.suite, self.task.task_id) * factor
-        return rate > 0 and self._u(kind, *where) < rate
-
-    def _draw_trial(self, kind: str, applicable: bool) -> bool:
-        return applicable and self.fires(kind, "trial")
-
-    def _blind_spot(self) -> tuple[int, str] | None:
-        """(write plan index, argument path) of this task's blind spot, if it has one this trial.
-
-        Drawn per task (not per trial) among the id-like values of its writes, so that a rule naming
-        that very value is the only cure; then it fires per trial with the profile's rate.
-        """
-        p = self.profile
-        if p.blind_spot_task_rate <= 0:
-            return None
-        if uniform(p.seed, self.task.suite, self.task.task_id, "blind_spot_task") >= p.blind_spot_task_rate:
-            return None
-        candidates = [(i, path) for i in self.task.writes
-                      for path, value in leaves(self.task.plan[i].arguments) if id_like(value)]
-        if not candidates:
-            return None
-        spot = candidates[choose(len(candidates), p.seed, self.task.suite, self.task.task_id, "blind_spot")]
-        return spot if self.fires("blind_spot", "trial") else None
-
-    def _quirk(self, kind: str, cured: bool = False, **detail: Any) -> int:
-        self.quirks.append({"kind": kind, "origin": GROUND_TRUTH_ORIGINS[kind], "step": self.step, "cured": cured,
-                            **detail})
-        return len(self.quirks) - 1
-
-    def _bent(self, index: int, entry: int) -> None:
-        """Entry `entry` put a wrong value into the arguments of plan step `index`."""
-        self.bent_by.setdefault(index, entry)
-        if self.task.plan[index].write:
-            self.effects.setdefault(entry, "wrong_write")
-
-    def _cure(self, index: int | None) -> None:
-        if index is not None:
-            self.quirks[index]["cured"] = True
 
     # -- the request ---------------------------------------------------------------------------------
 
@@ -367,136 +293,15 @@ class AgentTrial:
             return "never_obtained", self.bent_by.get(dep.source_step)
         return ("dropped" if dep.value in seen else "cut"), None
 
-    def _documented(self, tool: str, arg: str, gold: str, bent: str) -> bool:
-        """Whether the request's schema of `tool` shows the form of `arg` (an example or the rule)."""
-        for schema in self.tools:
-            fn = (schema or {}).get("function") or {}
-            if fn.get("name") != tool:
-                continue
-            prop = ((fn.get("parameters") or {}).get("properties") or {}).get(arg.split("[")[0].split(".")[0]) or {}
-            text = f"{prop.get('description', '')} {json.dumps(prop.get('examples', ''))} {prop.get('pattern', '')}"
-            return informs_form(text, gold, bent, "")
-        return False
 
-    def _draw_forget(self) -> bool:
-        return bool(self.task.communicate_info) and self.fires("forget_communicate", "trial")
 
-    # -- emitting --------------------------------------------------------------------------------------
 
-    def _call_id(self) -> str:
-        self.calls += 1
-        digest = hashlib.sha256(f"{self.task.suite}/{self.task.task_id}/{self.trial}".encode()).hexdigest()
-        return f"call_{digest[:10]}_{self.calls}"
 
-    def _emit_call(self, index: int, args: dict[str, Any], *, reread: bool = False,
-                   quirk_repeat: Pending | None = None) -> dict[str, Any]:
-        """Send a planned call; on its first sending, presentation quirks (malformed JSON, id bends) may fire."""
-        step = self.task.plan[index]
-        call_id = self._call_id()
-        pending = Pending(kind="call", call_id=call_id, plan_index=index, args=args, reread=reread)
-        first = quirk_repeat is None and not reread and index not in self.sent
-        raw = json.dumps(args)
-        if quirk_repeat is not None:  # resend the malformed call: the harness answered nothing
-            pending.malformed_quirk = quirk_repeat.malformed_quirk
-            pending.repeats = quirk_repeat.repeats + 1
-            raw = quirk_repeat.raw_args
-        elif first:
-            self.sent.add(index)
-            if self.fires("malformed_args", index):
-                pending.malformed_quirk = self._quirk("malformed_args", tool=step.name)
-                raw = raw[:-1] + ","  # a trailing comma and no closing brace: not JSON
-            else:
-                for bend in step.id_bends:  # a format habit: drawn at the first call carrying the id
-                    if (bend.kind, bend.arg) in self.id_habits:
-                        continue
-                    self.id_habits.add((bend.kind, bend.arg))
-                    gold = _get_path(step.arguments, bend.arg)
-                    factor = (self.profile.documented_format_factor
-                              if self._documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
-                    if (pending.bend is None and _get_path(args, bend.arg) == gold
-                            and self.fires(bend.kind, bend.arg, factor=factor)):
-                        pending.bend = bend
-                        pending.bend_quirk = self._quirk(bend.kind, tool=step.name, arg=bend.arg)
-                        raw = json.dumps(_set_path(args, bend.arg, bend.bent))
-        pending.raw_args = raw
-        self.pending = pending
-        return self._tool_message(call_id, step.name, raw)
 
-    def _final(self, messages: list[dict[str, Any]], *, forget: bool) -> dict[str, Any]:
-        self.reached_final = True
-        prior = self.pending if self.pending is not None and self.pending.kind == "final" else None
-        quirk = prior.quirk if prior is not None else None
-        if prior is None and forget:
-            quirk = self._quirk("forget_communicate")
-        if self.task.writes:
-            body = "Thank you for your patience: I have completed the requested changes."
-        else:
-            body = "Thank you for your patience: I have looked into your request."
-        if self.task.communicate_info and not forget:
-            body += " For your reference: " + "; ".join(self._figures(messages)) + "."
-        text = f"{body} {CLOSING_TEXT}"
-        self.pending = Pending(kind="final", quirk=quirk, text=text)
-        return self._assistant_text(text)
 
-    def _figures(self, messages: list[dict[str, Any]]) -> list[str]:
-        """The figures the final answer states: each read from the request (a figure found in no tool
-        result is the model's own computation), guessed wrong when the request lacks it."""
-        corpus = request_corpus(messages)
-        sources = {dep.path: dep for dep in self.task.figures}
-        out = []
-        for k, value in enumerate(self.task.communicate_info):
-            dep = sources.get(f"communicate_info[{k}]")
-            if dep is None or visible(value, corpus, figure=True):
-                out.append(value)
-                continue
-            if k not in self.figure_entries:
-                why, because = self._why_unseen(dep)
-                entry = self._quirk("unseen_value", tool="final_answer", arg=dep.path, why=why,
-                                    **({} if because is None else {"because": because}))
-                self.figure_entries[k] = entry
-                self.effects[entry] = "wrong_figure"
-            out.append(str(wrong_value(value, f"figure{k}")))
-        return out
 
-    def _give_up(self, why: str, entry: int | None = None) -> dict[str, Any]:
-        if entry is not None:
-            self.effects.setdefault(entry, "gave_up")
-        text = f"I'm sorry, {why}, so I am unable to complete this request. {CLOSING_TEXT}"
-        self.pending = Pending(kind="giveup", text=text)
-        return self._assistant_text(text)
 
-    def _text(self, text: str, pending: Pending) -> dict[str, Any]:
-        self.pending = pending
-        return self._assistant_text(text)
 
-    def _assistant_text(self, text: str) -> dict[str, Any]:
-        if CLOSING_TEXT in text:
-            self.closed = True
-        return {"role": "assistant", "content": text}
 
-    @staticmethod
-    def _tool_message(call_id: str, name: str, raw_args: str) -> dict[str, Any]:
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_args}}]}
 
-    # -- ground truth ----------------------------------------------------------------------------------
 
-    def ground_truth(self) -> dict[str, Any]:
-        """The entries drawn so far, with `cured` settled for trial-level quirks, each damaging entry's
-        `effect`, and the trial's `cause` (`sim/causes.py`; read at trial end)."""
-        quirks = [dict(q) for q in self.quirks]
-        if self.verbose_quirk is not None:
-            # the harness let the model run to a closing of its own: the budget allowed the extra calls
-            quirks[self.verbose_quirk]["cured"] = self.closed
-        for i, q in enumerate(quirks):
-            effect = self.effects.get(i) or (None if q["cured"] else LATE_EFFECTS.get(q["kind"]))
-            if q["kind"] in ("id_case", "id_prefix") and not q["cured"] and effect is None:
-                step = next((s for s in self.task.plan if s.name == q.get("tool")), None)
-                effect = "wrong_write" if step is not None and step.write else None
-            if effect and not q["cured"]:
-                q["effect"] = effect
-        cause, causes = trial_cause(quirks, closed=self.closed)
-        return {"task_id": self.task.task_id, "trial": self.trial, "suite": self.task.suite,
-                "profile": self.profile.name, "nonce": self.nonce, "agent_requests": self.step,
-                "reached_final": self.reached_final,
-                "closed": self.closed, "quirks": quirks, "cause": cause, "causes": causes}
