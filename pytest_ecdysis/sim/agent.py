@@ -34,9 +34,17 @@ from typing import Any
 
 from .agent_draws import QuirkDraws
 from .agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
-from .knowledge import USER_SOURCE, Dependency, SimTask, is_error_text
+from .knowledge import USER_SOURCE, Dependency, SimTask, is_error_text, leaves
 from .profiles import Profile, choose
-from .reading import distance_from_end, informs_form, message_text, request_corpus, visible
+from .reading import (
+    POLICY_COVERAGE,
+    distance_from_end,
+    informs_form,
+    message_text,
+    policy_coverage,
+    request_corpus,
+    visible,
+)
 from .values import _get_path, _set_path, wrong_value
 
 #: Names other modules use as `sim.agent.<name>` (kept where they were before `agent_draws`, `agent_emit`).
@@ -262,6 +270,18 @@ class AgentTrial(QuirkDraws, Emitting):
                     entry = self._quirk("context_loss", tool=step.name, arg=dep.path, distance_chars=far)
                     args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"{index}{dep.path}"))
                     self._bent(index, entry)
+        if step.write and (coverage := policy_coverage(self.task.policy, messages)) < POLICY_COVERAGE:
+            # the harness did not give the model the domain policy: what the policy decides (a cabin, a
+            # payment, a refund) is guessed, so the write goes wrong; an id the request shows stays right
+            deps = {d.path for d in step.dependencies}
+            paths = [path for path, _ in leaves(step.arguments) if path not in deps] or \
+                    [path for path, _ in leaves(step.arguments)]
+            if paths:
+                path = paths[choose(len(paths), self.profile.seed, self.task.task_id, "policy", index)]
+                entry = self._quirk("unseen_value", tool=step.name, arg=path, why="policy_missing",
+                                    policy_coverage=round(coverage, 3))
+                args = _set_path(args, path, wrong_value(_get_path(args, path), f"policy{index}{path}"))
+                self._bent(index, entry)
         if self._blind is not None and self._blind[0] == index:
             path = self._blind[1]
             gold = _get_path(step.arguments, path)

@@ -80,8 +80,10 @@ class SimTask:
     `plan`: ordered tool calls (lookups and gold actions); `communicate_info`: values the agent must
     state in its final answer (τ²'s communicate check: case-insensitive substring, commas removed);
     `figures`: the `Dependency` of each communicate_info value found in a tool result of the plan
-    (a figure found nowhere is computed by the model); `extra`: anything else a suite wants to pass to
-    its own policies (not read by the generic server).
+    (a figure found nowhere is computed by the model); `policy`: the domain policy the model must be given
+    to act by it (τ²: the environment's policy; "" when the suite has none): a request whose system text
+    carries too little of it (`reading.policy_coverage`) gets writes the policy would have decided wrong;
+    `extra`: anything else a suite wants to pass to its own policies (not read by the generic server).
     """
 
     suite: str
@@ -90,6 +92,7 @@ class SimTask:
     scenario: Scenario
     communicate_info: tuple[str, ...] = ()
     figures: tuple[Dependency, ...] = ()
+    policy: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -114,3 +114,20 @@ def informs_form(text: str, gold: str, bent: str, corpus: str) -> bool:
             if token != bent.strip() and any(c.isdigit() for c in token) and form(token) == target:
                 return True
     return states_rule(text, gold, bent) and visible(gold.strip(), corpus)
+
+
+#: Share of the domain policy's words a request's system text must carry for the model to know the policy.
+POLICY_COVERAGE = 0.5
+_WORD = re.compile(r"[a-z]{6,}")
+
+
+def policy_coverage(policy: str, messages: list[dict[str, Any]]) -> float:
+    """Share (0-1) of the distinct words of six letters or more in `policy` that the request's system and
+    developer messages contain: how much of the domain policy the harness gave the model. A paraphrase or a
+    shortened policy keeps most of these words; a prompt without the policy keeps few. 1.0 for an empty
+    policy (a suite that registered none)."""
+    words = set(_WORD.findall(policy.lower()))
+    if not words:
+        return 1.0
+    system = " ".join(message_text(m) for m in messages if m.get("role") in ("system", "developer")).lower()
+    return len(words & set(_WORD.findall(system))) / len(words)

@@ -126,7 +126,7 @@ class Tau2Knowledge:
         figures = tuple(dep for k, value in enumerate(info)
                         for dep in [_source(f"communicate_info[{k}]", value, "", "", results, loose=True)] if dep is not None)
         return SimTask(suite=self.suite, task_id=str(task.id), plan=tuple(plan), scenario=scenario,
-                       communicate_info=info, figures=figures)
+                       communicate_info=info, figures=figures, policy=str(env.get_policy() or ""))
 
     def _environment(self, task: Any) -> Any:
         """The shared pristine environment, or a fresh one with the task's initial state applied."""
