@@ -36,9 +36,10 @@ stages leaves the run resumable.
 Only the controller runs this. It never imports tau2, task suites or harness code: candidates are
 imported and scored in subprocesses (`validate`).
 
-Where each part lives: the stages in `evolve_stages` (diagnosis, editor call + guard, validation), the
-acceptance rule in `acceptance`, instance-level rounds in `evolve_instance`, alternatives rounds in
-`evolve_alternatives`, paired re-scoring in `evolve_paired`, test-split scoring in `testsplit`,
+Where each part lives: the stages in `evolve_stages` (diagnosis, editor call + guard, validation) and
+`evolve_accept` (decision and commit), the acceptance rule in `acceptance`, instance-level rounds in
+`evolve_instance`, alternatives rounds in `evolve_alternatives`, paired re-scoring in `evolve_paired`,
+test-split scoring in `testsplit`,
 configure-time checks in `preflight`, the guard's static check in `staticcheck`, sub-runs from the trusted
 copy in `evolve_runs`, `evolution.json` and the stage checkpoints in `evolve_state`, printing in
 `evolve_report`, run-directory files in `rundir`.
@@ -52,12 +53,11 @@ from pathlib import Path
 from typing import Any
 
 from . import gitops, integrity, sandbox
-from .ablation import ablate_accepted, commit_lines
-from .acceptance import decide, decision_fields
+from .acceptance import decision_fields
 from .edit import make_editor
 from .errors import EcdysisError, IntegrityError, shown
+from .evolve_accept import accept_stage
 from .evolve_alternatives import alternatives_round
-from .evolve_extra import extra_trials
 from .evolve_instance import MAX_INSTANCE_STEPS, instance_round
 from .evolve_report import OUTCOME_TEXT, FinalTable, fmt, summary_lines
 from .evolve_runs import TrustedRuns
@@ -67,7 +67,6 @@ from .preflight import preflight
 from .records import ModificationSpec
 from .rundir import add_tokens, load_evidence, read_json, write_json
 from .testsplit import score_test
-from .validate import flips, infra_drift, read_run
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
@@ -238,59 +237,8 @@ class Evolution(RunState, TrustedRuns):
                     **({"reused_validation": val["reused_validation"]} if val.get("reused_validation") else {})}, None
         if val.get("reused_validation"):
             out["reused_validation"] = val["reused_validation"]
-        inc_run = val.get("incumbent") or {"rescored": False, "run_path": base["run_path"], "score": base["score"],
-                                           "pass_hat_k": base.get("pass_hat_k")}
-        for path in (inc_run["run_path"], val["run_path"]):
-            self.ledger.verify_run(Path(path))
-        before_summary, before_trials = read_run(Path(inc_run["run_path"]))
-        after_summary, after_trials = read_run(Path(val["run_path"]))
-        if before_summary.get("suite_score") != inc_run["score"]:  # the score of the trials compared, always
-            inc_run = {**inc_run, "recorded_score": inc_run["score"], "score": before_summary.get("suite_score")}
-        before, after = inc_run["score"], val["score"]
-        out["incumbent_run"] = inc_run
-        out["score_before"] = before
-        out["score_after"] = after
-        out["pass_hat_k_before"] = inc_run.get("pass_hat_k")
-        out["pass_hat_k_after"] = val.get("pass_hat_k")
-        out["harness_id_after"] = val["harness_id"]
-        out["flips"] = flips(before_trials, after_trials, self.cfg.threshold)
-
-        drift = infra_drift(before_summary, after_summary)
-        if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
-            return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
-        decision = decide(self.cfg.accept, before, after, before_trials, after_trials,
-                          method=self.cfg.accept_method, level=self.cfg.accept_level)
-        # paired: more trials of the flipped tasks, for both harnesses, before deciding (`evolve_extra`)
-        decision, extra = extra_trials(self, worktree.harness_dir, adir, run_id, label, base, before_trials,
-                                       after_trials, decision)
-        if extra is not None:
-            out["extra_trials"] = extra
-        out["decision"] = decision.fields()
-        self.say(f"{label}: {decision.rule} rule: {'accept' if decision.accepted else 'reject'}: {decision.reason}")
-        if not decision.accepted:
-            return {**out, "outcome": "rejected", "reason": decision.reason}, None
-        ablated = ""
-        if self.cfg.ablate:  # minimal accepted edit: changes whose removal loses nothing are dropped
-            ablation, kept = ablate_accepted(self, worktree, adir, run_id, label, inc_run=inc_run, val=val,
-                                             before_trials=before_trials, out=out)
-            ablated = commit_lines(ablation)
-            if kept is not None:
-                decision, after = kept, out["score_after"]
-                val = {**val, **ablation["result"]}
-        message = (f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
-                   f"{after:.4f} ({self.cfg.split} split, {self.cfg.trials} trial(s) per task)\n"
-                   f"acceptance: {decision.rule} rule; {decision.test.line() if decision.test else ''}\n"
-                   f"{ablated}run {self.state.run_id}, editor {self.cfg.editor}, strategy {self.cfg.strategy}\n")
-        assert self.snapshot is not None
-        gitops.reset_to_snapshot(worktree, self.snapshot)  # exactly the validated bytes, whatever ran since
-        sha = worktree.commit_paths(self.snapshot.changed, message)
-        committed = gitops.committed_files(worktree, sha)
-        if committed != {k: v for k, v in self.snapshot.files.items() if v is not None}:
-            raise IntegrityError(f"the commit {sha[:12]} does not hold the validated candidate's bytes; the "
-                                 "evolution stops (no branch is made from it)")
-        out.update(outcome="accepted", accepted=True, commit=sha, reason=decision.reason)
-        return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
-                     "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}
+        return accept_stage(self, spec, worktree, adir, base, val, out, label=label, run_id=run_id,
+                            title=title)
 
     def finish_round(self, row: dict[str, Any], rdir: Path, *, already_written: bool = False) -> dict[str, Any]:
         """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
