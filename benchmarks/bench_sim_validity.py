@@ -80,6 +80,28 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines + [" | ".join(str(r.get(k, "")) for k in keys) for r in rows])
 
 
+def summary(rows: list[dict], train: str, test_trials: int) -> str:
+    """The issue's figures in one table (`default` mode): per strategy, the train tasks it evolved on,
+    test start -> frozen, Direct on test, whether the example harness (the start) scores between Direct
+    and 1.0, accepted edits, their classes, t, and the Self-Evolution cap beside it."""
+    lines = [f"train: {train} x 1 trial; test: the whole test split x {test_trials} trials",
+             "strategy | train start -> end | test start -> frozen | frozen - start | Direct (test) | "
+             "Direct < example < 1.0 | accepted | systematic/accommodation/noise | t | cap",
+             " | ".join("---" for _ in range(10))]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['strategy']} | error: {r['error'][-200:]!r}")
+            continue
+        start, frozen, direct = r["test_start"], r["test_frozen"], r.get("direct_test")
+        delta = f"{frozen - start:+.3f}" if start is not None and frozen is not None else "-"
+        between = "-" if start is None or direct is None else ("yes" if direct < start < 1.0 else "no")
+        lines.append(" | ".join(str(x) for x in (
+            r["strategy"], f"{r['train_start']} -> {r['train_final']}", f"{start} -> {frozen}", delta, direct,
+            between, r["accepted_edits"], f"{r['systematic']}/{r['accommodation']}/{r['noise']}",
+            "-" if r["t"] is None else r["t"], r["cap"] or "-")))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=("default", "noop"))
@@ -134,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(row), flush=True)
     if rows:
         print(table(rows))
+    if args.mode == "default" and rows:
+        print(summary(rows, f"tasks {args.tasks}" if args.tasks else "the whole train split", args.test_trials))
     if args.mode == "noop":
         for strategy in strategies:
             mine = [r for r in rows if r["strategy"] == strategy and "error" not in r]

@@ -4,7 +4,7 @@ A profile is a small JSON data file, `pytest_ecdysis/sim/profiles/<name>.json`:
 
     {"schema_version": 1, "name": "default", "description": "...", "seed": 20260311,
      "difficulty": {"distribution": "beta", "a": 0.6, "b": 0.6},   # or {"distribution": "fixed", "value": 0.5}
-     "long_task_min_steps": 7, "noise": 0.35, "recall_chars": 6000, "documented_format_factor": 0.5,
+     "long_task_min_steps": 7, "noise": 1.0, "recall_chars": 6000, "documented_format_factor": 0.5,
      "quirks": {"id_case": {"rate": 0.15}, ..., "blind_spot": {"task_rate": 0.15, "rate": 0.85}}}
 
 Every draw is a pure function of `(profile seed, suite, task, trial, what, where)` through sha256, so the
