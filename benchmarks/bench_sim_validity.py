@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                         "the test split is always scored whole)")
     parser.add_argument("--direct", choices=("yes", "no", "only"), default="yes",
                         help="default: also (or only) score Direct on the test split")
+    parser.add_argument("--direct-score", type=float, default=None,
+                        help="with --direct no: Direct's test score from an earlier `--direct only` run (same "
+                        "commit of the simulated model), shown in the summary")
     parser.add_argument("-n", dest="workers", default="2")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         common = ["-n", args.workers, "--ecdysis-rounds", str(args.rounds), "--ecdysis-self-evolution-cap",
                   str(args.cap), *(["--ecdysis-tasks", args.tasks] if args.tasks else [])]
         if args.mode == "default":
-            direct = None
+            direct = args.direct_score
             if args.direct != "no":
                 code, wall, tail = pytest_run(clone, Path(tmp) / "direct", [
                     "-n", args.workers, "--ecdysis-harness", "direct", "--ecdysis-split", "test", "--ecdysis-trials",
