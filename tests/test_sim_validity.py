@@ -64,6 +64,22 @@ def test_a_flip_with_no_cure_behind_it_is_noise():
     cures = edit_cures(before, after, [f"{S}/1", f"{S}/2"])
     assert [c["status"] for c in cures] == ["not_drawn", "not_drawn"]
     assert classify(cures) == "noise"
+    assert classify(cures, held_out_kinds={"slip"}) == "noise"  # a model quirk is never a systematic fix
+
+
+def test_a_curable_cause_not_redrawn_is_confirmed_by_the_held_out_split():
+    """Under a fresh nonce per sub-run the validation run may simply not draw the cause again (task 21's
+    early_end after a completion check, measured): with that kind cured by the frozen harness on the
+    held-out split the edit is a systematic fix; a held-out cure of another kind does not make it one."""
+    before = [line("21", True, [q("early_end", "systematic", effect="ended_early")],
+                   {"kind": "early_end", "origin": "systematic", "entry": 0})]
+    cures = edit_cures(before, [line("21", False)], [f"{S}/21"])
+    assert [c["status"] for c in cures] == ["not_drawn"]
+    assert classify(cures) == "noise"
+    assert classify(cures, held_out_kinds={"early_end"}) == "systematic_fix"
+    assert classify(cures, held_out_kinds={"repeat_after_error"}) == "noise"
+    still = edit_cures(before, [line("21", False, [q("early_end", "systematic", effect="ended_early")])], [f"{S}/21"])
+    assert classify(still, held_out_kinds={"early_end"}) == "noise"
 
 
 def test_a_harness_limit_is_cured_when_every_trial_closes():

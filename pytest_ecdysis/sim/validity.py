@@ -11,7 +11,10 @@ and `cause`, see `sim/causes.py`):
   edit), or `still_present`.
 
 An edit is a **systematic fix** when it cured a harness-curable cause (origin `systematic` or `harness`)
-on at least two tasks, or a cause of a kind also cured on the held-out test split (start -> frozen); an
+on at least two tasks, or when one of its flipped tasks had failed on a harness-curable kind that the
+frozen harness cured on the held-out test split (start -> frozen), whether that cause was cured or
+`not_drawn` in the validation run (with a fresh nonce per sub-run, the validation run redraws every
+quirk, so a cause it did not draw again says nothing either way; the held-out split decides); an
 **accommodation** when it cured something but only a model-origin cause or on one task; **noise** when
 no cure stands behind any of its flips. The accommodation ratio `t` is the share of accepted edits that
 are not systematic fixes. On a profile with no harness-curable quirk kind, every accepted edit that is
@@ -93,7 +96,10 @@ def classify(cures: list[dict[str, Any]], held_out_kinds: Iterable[str] = ()) ->
     """`systematic_fix`, `accommodation` or `noise` for one accepted edit (module docstring)."""
     cured = [c for c in cures if c["status"] == "cured"]
     curable = [c for c in cured if c["origin"] in CURABLE_ORIGINS]
-    if len({c["task"] for c in curable}) >= SYSTEMATIC_MIN_TASKS or {c["kind"] for c in curable} & set(held_out_kinds):
+    # a curable cause that was not redrawn in the validation run (a fresh nonce) is confirmed by the held-out
+    # split: the frozen harness cured that kind there
+    held = {c["kind"] for c in cures if c["origin"] in CURABLE_ORIGINS and c["status"] in ("cured", "not_drawn")}
+    if len({c["task"] for c in curable}) >= SYSTEMATIC_MIN_TASKS or held & set(held_out_kinds):
         return "systematic_fix"
     return "accommodation" if cured else "noise"
 
