@@ -92,13 +92,15 @@ def summary(rows: list[dict], train: str, test_trials: int) -> str:
         if "error" in r:
             lines.append(f"{r['strategy']} | error: {r['error'][-200:]!r}")
             continue
-        start, frozen, direct = r["test_start"], r["test_frozen"], r.get("direct_test")
+        start, frozen, direct = (None if x is None else round(x, 3)
+                                 for x in (r["test_start"], r["test_frozen"], r.get("direct_test")))
         delta = f"{frozen - start:+.3f}" if start is not None and frozen is not None else "-"
-        between = "-" if start is None or direct is None else ("yes" if direct < start < 1.0 else "no")
+        between = "-" if start is None or direct is None else (
+            "yes" if direct < start < 1.0 else f"no ({'equal' if direct == start else 'not between'})")
+        train = " -> ".join("-" if x is None else f"{x:.3f}" for x in (r["train_start"], r["train_final"]))
         lines.append(" | ".join(str(x) for x in (
-            r["strategy"], f"{r['train_start']} -> {r['train_final']}", f"{start} -> {frozen}", delta, direct,
-            between, r["accepted_edits"], f"{r['systematic']}/{r['accommodation']}/{r['noise']}",
-            "-" if r["t"] is None else r["t"], r["cap"] or "-")))
+            r["strategy"], train, f"{start} -> {frozen}", delta, direct, between, r["accepted_edits"],
+            f"{r['systematic']}/{r['accommodation']}/{r['noise']}", "-" if r["t"] is None else r["t"], r["cap"] or "-")))
     return "\n".join(lines)
 
 
