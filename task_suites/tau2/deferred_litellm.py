@@ -4,9 +4,10 @@
 which imports litellm at module level for τ²'s own LLM agent, user simulator and NL-assertion judge. The
 suites use none of them (their agent is the harness's, their user simulator `user.py`, their reward
 `EvaluationType.ALL`, which calls no judge), yet litellm was most of the cost of every τ² import: measured
-here, `load_tau2()` took 3.5-4.2 s of CPU and 250 MB resident with it against 0.5-0.6 s and 89 MB with
-this stand-in (`benchmarks/bench_concurrency.py --breakdown`; docs/benchmarks.md), paid by every worker,
-fork server and scorer of every suite run.
+here, `load_tau2()` in a fresh interpreter took 3.5-4.2 s of CPU and 250 MB resident with it against
+0.5-0.6 s and 89 MB with this stand-in (docs/benchmarks.md, "Where a round's time goes"), paid by every
+worker, fork server and scorer of every suite run. A process that forks trial processes must import what
+they need that litellm used to bring along (`agent_child` imports openai before forking).
 
 `installed()` puts stand-in modules for exactly the names `tau2.utils.llm_utils` takes at import
 (`litellm`, `litellm.caching.caching.Cache`, `litellm.main.ModelResponse`/`Usage`) into `sys.modules`
