@@ -15,6 +15,10 @@ Retries also live here (the openai client gets `max_retries=0`): HTTP 429 and 5x
 could not parse the model's output (`PARSE_FAILURE_MARKERS`: llama.cpp's "Failed to parse input",
 vLLM's tool-parser errors) is never retried: asking again replays the same defect.
 
+A 200 reply to `/chat/completions` that is not a chat completion (not JSON, truncated, no
+`choices[0].message`: `replies.completion_problem`) raises `UnusableReplyError`, an infrastructure error
+naming the URL and what came back, whichever role sent the call; it is not retried.
+
 Once the budget is spent no attempt is made: `Budget.exhausted` is set, `Budget.pending` says what was in
 flight (`{"role", "url", "phase", "waited_s", "bytes"}`; phase `connect`, `headers`, `body` or `backoff`)
 and the request fails with `httpx2.ReadTimeout`. So a budget bounds the wall-clock of everything sent
@@ -30,6 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
+
+from .errors import UnusableReplyError
+from .replies import completion_problem
 
 #: statuses retried with backoff.
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -180,7 +187,7 @@ class DeadlineTransport(httpx2.BaseTransport):
             else:
                 if (response.status_code not in RETRY_STATUS or attempt >= self.max_retries
                         or is_parse_failure(response.status_code, response.read())):
-                    return response
+                    return _usable(request, response)
                 wait = _retry_after(response)
                 response.close()
             attempt += 1
@@ -216,6 +223,18 @@ class DeadlineTransport(httpx2.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _usable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+    """`response`, or `UnusableReplyError` for a 200 that is not a chat completion (module docstring)."""
+    if response.status_code != 200:
+        return response
+    problem = completion_problem(request.url.path, response.headers.get("content-type", ""), response.read())
+    if problem is None:
+        return response
+    role = request.headers.get("x-ecdysis-role") or "model"
+    raise UnusableReplyError(f"the {role} call to {request.url} got HTTP 200 with {problem}; the endpoint is not an "
+                             "OpenAI-compatible chat completions API (check --ecdysis-base-url: it ends in /v1)")
 
 
 def _retry_after(response: httpx2.Response) -> float | None:

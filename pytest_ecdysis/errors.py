@@ -4,7 +4,8 @@
     ├── UsageError            bad option, ini value, missing dependency, failed pre-flight check
     │                         (raised at configure time; pytest shows it as a usage error, exit 4)
     ├── InfrastructureError   endpoint down, timeout, rate limit after retries: never a failure record
-    │   └── TimeBudgetExceeded   the trial's total time budget ran out
+    │   ├── TimeBudgetExceeded   the trial's total time budget ran out
+    │   └── UnusableReplyError   HTTP 200 whose body is not a chat completion (not JSON, no choices/message)
     ├── ContextOverflowError  the server said a request does not fit the model's context window
     ├── EndpointFormatError   the endpoint's reply cannot be used (ends a trial as `endpoint_format_error`)
     ├── SpecError             a modification spec that does not validate, or names files outside the harness
@@ -38,6 +39,13 @@ class TimeBudgetExceeded(InfrastructureError):
     """A trial used up its total wall-clock budget (seconds) across all calls and retries."""
 
     termination_reason = "time_budget_exceeded"
+
+
+class UnusableReplyError(InfrastructureError):
+    """The endpoint answered HTTP 200 with a body that is not a chat completion (not JSON, truncated JSON,
+    no `choices[0].message`): a proxy's HTML page, a wrong path. Raised by `deadline.DeadlineTransport` for
+    every role (agent, user simulator, FDCR roles, editor); the message names the URL and the first 200
+    characters that came back. Never the agent's failure."""
 
 
 class ContextOverflowError(EcdysisError):

@@ -22,6 +22,10 @@ Two kinds of text reach `message.content` that are not the model's words to the 
   (as a native call carries them), or the raw text when it is not a JSON object (`problem` says why), so a
   caller can give it the same outcome as a native call with that defect.
 
+A third shape is no reply at all: an HTTP 200 to `/chat/completions` whose body is not a chat completion
+(an HTML page from a proxy, truncated JSON, `choices: []`). `completion_problem(path, content_type, body)`
+names what is wrong with it, or returns None.
+
 Pure functions, no I/O; used by the trial's client layer (`task_suites/tau2/endpoint.py`), the τ² user
 simulator and the role client. This module must not import tau2, task suites or harness code.
 """
@@ -175,3 +179,32 @@ def _scalar(value: str) -> object:
         return json.loads(value)
     except ValueError:
         return value
+
+
+#: characters of an unusable body quoted in the error (enough to recognise an HTML page or a proxy's message).
+QUOTED_CHARS = 200
+
+
+def completion_problem(path: str, content_type: str, body: bytes) -> str | None:
+    """What makes an HTTP 200 reply to `path` unusable as a chat completion, or None when it is one.
+
+    Only `.../chat/completions` is checked, and not a streamed reply (`text/event-stream`). The body must
+    be a JSON object with a non-empty `choices` list whose first item has a `message` object. The
+    content-type is not required to be JSON (the openai client reads a JSON body whatever its
+    content-type) but is named in the answer, with the first `QUOTED_CHARS` characters of the body.
+    """
+    if not path.rstrip("/").endswith("/chat/completions") or "event-stream" in content_type:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        what = "an empty body" if not body.strip() else "a body that is not JSON"
+    else:
+        choices = doc.get("choices") if isinstance(doc, dict) else None
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict) \
+                and isinstance(choices[0].get("message"), dict):
+            return None
+        what = "JSON without choices[0].message" if isinstance(doc, dict) else "JSON that is not an object"
+    quoted = body[:QUOTED_CHARS * 4].decode("utf-8", "replace")[:QUOTED_CHARS]
+    more = "..." if len(body) > len(quoted.encode()) else ""
+    return f"{what} (content-type {content_type or 'none'}, {len(body)} bytes): {quoted!r}{more}"

@@ -7,7 +7,8 @@ or a diagnosis role), else by `default`:
 - `("trickle", interval_s, reply)`: headers at once, then the JSON body one byte every `interval_s`;
 - `("whitespace", n, interval_s, reply)`: headers, then `n` spaces one every `interval_s` (a gateway's
   keep-alive while the model generates), then the JSON;
-- `("silence",)`: headers, then nothing until the client goes away.
+- `("silence",)`: headers, then nothing until the client goes away;
+- `("raw", body, content_type)`: HTTP 200 with exactly these bytes (a reply that is not a chat completion).
 
     with SlowEndpoint(agent=("trickle", 0.1, {"content": "hi"})) as server:
         base_url = server.url          # http://127.0.0.1:PORT/v1
@@ -47,6 +48,13 @@ class SlowEndpoint:
                 role = self.headers.get("x-ecdysis-role", "default")
                 outer.requests.append((role, time.monotonic()))
                 kind, *args = outer.behaviours.get(role, outer.behaviours["default"])
+                if kind == "raw":
+                    self.send_response(200)
+                    self.send_header("Content-Type", args[1])
+                    self.send_header("Content-Length", str(len(args[0])))
+                    self.end_headers()
+                    self.wfile.write(args[0])
+                    return
                 reply = args[-1] if kind != "silence" else None
                 payload = completion_bytes(reply(body) if callable(reply) else reply) if reply is not None else b""
                 prefix = b" " * args[0] if kind == "whitespace" else b""

@@ -178,3 +178,62 @@ def test_the_limits_are_options_that_reach_the_trial_and_the_summary(pytester: p
     assert summary["limits"]["trial_budget_s"] == 8.0 and summary["n_infra_errors"] == 1
     trial = json.loads((run_dir / "trials.jsonl").read_text())
     assert trial["termination_reason"] == "time_budget_exceeded" and trial["pending_call"]["role"] == "agent"
+
+
+# -- HTTP 200 replies that are not chat completions ---------------------------------------------------
+
+#: bodies an endpoint (or a proxy in front of it) answered with HTTP 200, none of them a chat completion.
+UNUSABLE = {
+    "html": (b"<html>hello, not json</html>", "text/html"),
+    "html-said-json": (b"<html>hello, not json</html>", "application/json"),
+    "no-choices": (b'{"id": "x", "object": "chat.completion", "choices": []}', "application/json"),
+    "no-message": (b'{"id": "x", "choices": [{"index": 0, "finish_reason": "stop"}]}', "application/json"),
+    "truncated": (b'{"id": "x", "choices": [{"index": 0, "message": {"role": "assist', "application/json"),
+    "empty": (b"", "application/json"),
+}
+
+
+@pytest.mark.parametrize("body", UNUSABLE, ids=list(UNUSABLE))
+@pytest.mark.parametrize("stage", ["diagnosis", "editor"])
+def test_an_unusable_200_to_a_role_or_the_editor_is_an_infrastructure_error(body, stage):
+    """A 200 whose body is not a chat completion reaches an FDCR role or the built-in editor as an
+    InfrastructureError naming the URL and what came back (never a JSONDecodeError, never "no spec")."""
+    from pytest_ecdysis.errors import UnusableReplyError
+
+    with SlowEndpoint(analyst=("raw", *UNUSABLE[body]), editor=("raw", *UNUSABLE[body])) as server:
+        client = RoleClient("m", base_url=server.url, budget_s=30.0, stage=stage, transport=httpx2.HTTPTransport())
+        role = "analyst" if stage == "diagnosis" else "editor"
+        with pytest.raises(UnusableReplyError) as info:
+            client.complete(role, [{"role": "user", "content": "x"}])
+        assert len(server.requests) == 1  # not retried: asking again gets the same page
+    said = str(info.value)
+    assert f"the {role} call to {server.url}/chat/completions got HTTP 200" in said
+    assert repr(UNUSABLE[body][0].decode()[:200]) in said and UNUSABLE[body][1] in said
+    assert isinstance(info.value, InfrastructureError)
+
+
+def test_a_json_chat_completion_with_another_content_type_is_usable():
+    """The openai client reads a JSON body whatever its content-type, so the check does too."""
+    from slow_endpoint import completion_bytes
+
+    with SlowEndpoint(analyst=("raw", completion_bytes({"content": "fine"}), "text/plain")) as server:
+        client = RoleClient("m", base_url=server.url, budget_s=30.0, transport=httpx2.HTTPTransport())
+        assert client.complete("analyst", [{"role": "user", "content": "x"}]).text == "fine"
+
+
+@pytest.mark.parametrize(("role", "body"), [("agent", "html"), ("agent", "truncated"), ("agent", "no-message"),
+                                            ("user", "html")])
+def test_an_unusable_200_ends_a_trial_as_an_infrastructure_error(role, body, warm_tau2):
+    """The agent's (through the harness's process) or the user simulator's endpoint answers 200 with a
+    body that is not a chat completion: the trial ends as infrastructure_error (no reward, no failure
+    record), naming the endpoint and the body, not as the harness's agent_error."""
+    from pytest_ecdysis.failures import triage
+
+    other = "user" if role == "agent" else "agent"
+    with SlowEndpoint(**{role: ("raw", *UNUSABLE[body]), other: ("ok", HELLO)}) as server:
+        result, _ = run_trial_over(server, budget_s=60.0, call_timeout_s=30.0)
+    assert result.termination_reason == "infrastructure_error", result.error
+    assert f"the {role} call to {server.url}/chat/completions got HTTP 200" in result.error
+    assert repr(UNUSABLE[body][0].decode()) in result.error
+    tri = triage([result], 1.0)
+    assert tri.records == [] and tri.infra_errors == [result]

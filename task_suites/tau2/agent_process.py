@@ -34,7 +34,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_ecdysis.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
+from pytest_ecdysis.errors import (
+    EndpointFormatError,
+    InfrastructureError,
+    TimeBudgetExceeded,
+    UnusableReplyError,
+)
 
 from .agent_child import dump as _dump
 from .agent_wire import (
@@ -112,6 +117,7 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
             self.stops: dict[int, bool] = {}
             self.infra: BaseException | None = None  # what the trial side saw on the wire
             self.format_error: EndpointFormatError | None = None  # an unusable reply the trial side saw
+            self.unusable: UnusableReplyError | None = None  # the last call's reply was not a chat completion
             self.link = agent_process(harness_dir).connect(domain)
             self.request({"op": "start", "harness_dir": str(harness_dir), "domain": domain, "model": model,
                           "max_steps_hint": max_steps_hint, "trial": trial})
@@ -134,7 +140,11 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
 
             try:
                 raw = client.chat.completions.with_raw_response.create(**kwargs)
+                self.unusable = None  # the harness asked again and got a usable reply
                 return {"op": "completion", "ok": True, "response": json.loads(raw.http_response.text)}
+            except UnusableReplyError as exc:  # HTTP 200 that is not a chat completion (deadline.py)
+                self.unusable = self.infra = exc
+                return {"op": "completion", "ok": False, "kind": "connection", "message": str(exc)}
             except openai.APIStatusError as exc:
                 self.infra = exc
                 return {"op": "completion", "ok": False, "kind": "status", "status": exc.status_code,
@@ -155,6 +165,8 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
             kind, text = reply.get("type", ""), reply.get("message", "")
             if budget.exhausted:
                 return TimeBudgetExceeded(text)
+            if self.unusable is not None:  # whatever the harness made of it: the endpoint's failure
+                return self.unusable
             if self.infra is not None and kind in INFRA_TYPES:
                 exc = InfrastructureError(text)
                 exc.__cause__ = self.infra
