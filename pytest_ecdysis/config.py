@@ -30,6 +30,7 @@ from .config_values import (
     _float,
     _int,
     _nonce,
+    check_needs,
     endpoint_limits_from_env,
     level,
     read_limits,
@@ -225,7 +226,7 @@ def read_config(config: Any) -> EcdysisConfig:
     html = Path(raw["html"]) if raw["html"] else None
     if html is not None and html.is_dir():
         raise UsageError(f"--ecdysis-html {html} is a directory; pass the page's file name, e.g. {html / 'report.html'}")
-    return EcdysisConfig(
+    cfg = EcdysisConfig(
         model=model,
         base_url=base_url,
         user_model=user_model,
@@ -253,7 +254,7 @@ def read_config(config: Any) -> EcdysisConfig:
         accept_method=raw["accept-method"],
         rescore=raw["rescore"],
         response_cache=raw["response-cache"],
-        ablate=_ablate(config, bool(raw["ablate"]), evolve),
+        ablate=_ablate(bool(raw["ablate"]), evolve),
         accept_extra_trials=_extra_trials(raw["accept-extra-trials"], raw["accept"]),
         cache_dir=Path(raw["cache-dir"]) if raw["cache-dir"] else None,
         uncacheable=tuple(x.strip() for x in str(raw["uncacheable"] or "").split(",") if x.strip()),
@@ -273,4 +274,6 @@ def read_config(config: Any) -> EcdysisConfig:
         **read_limits(raw, env),
         progress_s=_float("progress", raw["progress"], 0.0, None),
     )
+    check_needs(config, evolve, cfg.gate)  # after the values' own checks: a bad value is named first
+    return cfg
 

@@ -126,16 +126,34 @@ def _anchored(config: Any, opt_name: str, value: Any) -> Path:
         return anchored
 
 
-def _ablate(config: Any, value: bool, evolve: bool) -> bool:
-    """`--ecdysis-ablate`: only with `--ecdysis-evolve` when given on the command line (the ini mirror
-    `ecdysis_ablate = true` is ignored by sessions that do not evolve, e.g. the gate's).
+def check_needs(config: Any, evolve: bool, gate: bool) -> None:
+    """Options that only an evolution or a gate reads (`options.Option.needs`) given on the command line of
+    a session that does neither: one `UsageError` naming them all (they would be silently ignored). The
+    ini mirrors stay allowed: a project's ini may hold its evolution and gate settings.
 
     Raises:
-        UsageError: `--ecdysis-ablate` without `--ecdysis-evolve`.
+        UsageError: e.g. `--ecdysis-rounds 5` without `--ecdysis-evolve`.
     """
-    if value and not evolve and config.getoption("ecdysis_ablate"):
-        raise UsageError("--ecdysis-ablate minimises accepted evolution candidates: it needs --ecdysis-evolve "
-                         "(or --ecdysis-resume RUN_ID)")
+    from .options import OPTIONS, given_on_command_line
+
+    args = tuple(getattr(getattr(config, "invocation_params", None), "args", ()) or ())
+    jobs = {"evolve": evolve, "gate": gate}
+    idle = [o for o in OPTIONS if o.needs and not any(jobs[j] for j in o.needs) and given_on_command_line(args, o)]
+    if not idle:
+        return
+    job = {"evolve": "an evolution", "gate": "the gate"}
+    flag = {"evolve": "--ecdysis-evolve (or --ecdysis-resume RUN_ID)", "gate": "--ecdysis-gate"}
+    lines = [f"--ecdysis-{o.name} is read only by {' or '.join(job[j] for j in o.needs)}: it needs "
+             f"{' or '.join(flag[j] for j in o.needs)}" for o in idle]
+    keys = ", ".join("ecdysis_" + o.name.replace("-", "_") for o in idle if o.ini)
+    keep = f", or keep the setting in the ini file ({keys}), which other sessions ignore" if keys else ""
+    raise UsageError("; ".join(lines) + f". Without it the option would be silently ignored: drop it, add the "
+                     f"job{keep}")
+
+
+def _ablate(value: bool, evolve: bool) -> bool:
+    """`--ecdysis-ablate`: on only in an evolution (given on the command line without one, `check_needs`
+    refuses it; the ini mirror `ecdysis_ablate = true` is ignored by sessions that do not evolve)."""
     return value and evolve
 
 

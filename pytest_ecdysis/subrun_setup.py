@@ -1,7 +1,8 @@
 """What a validation sub-run starts from: its arguments, its environment and its trusted copy.
 
 Arguments (`subrun_args`): the session's suite arguments and xdist settings, minus the options that belong
-to the outer run (`STRIPPED_OPTIONS`: evolution, gate, baseline, resume, run dir, harness, junit), plus
+to the outer run (`STRIPPED_OPTIONS`: evolution, gate, baseline, resume, run dir, harness, junit, and every
+option only an evolution or a gate reads), plus
 `--ecdysis-harness <candidate>` and `--ecdysis-run-dir <dir>`.
 
 Environment (`subrun_env`): inherited from the controller (never from harness code) without the user's
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .gitenv import child_env
+from .options import OPTIONS
 
 #: Outer-run options a sub-run must not inherit: name -> takes a value.
 STRIPPED_OPTIONS: dict[str, bool] = {
@@ -56,6 +58,9 @@ STRIPPED_OPTIONS: dict[str, bool] = {
     "--sw": False,
     "--stepwise": False,
 }
+#: ... and every option only an evolution or a gate reads (`options.Option.needs`): a sub-run does neither,
+#: and would refuse them (`config_values.check_needs`); the controller reads them.
+STRIPPED_OPTIONS.update({"--ecdysis-" + o.name: o.action != "store_true" for o in OPTIONS if o.needs})
 
 
 def strip_args(args: list[str] | tuple[str, ...], drop: dict[str, bool] | None = None) -> list[str]:

@@ -142,3 +142,62 @@ def test_bad_time_limit_in_the_environment_is_a_usage_error(pytester: pytest.Pyt
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--ecdysis-max-retries must be an integer >= 0, got 'many' (from env "
                                  "ECDYSIS_MAX_RETRIES)*"])
+
+
+#: a valid value for each option that only an evolution or a gate reads (None: a flag without value).
+JOB_ONLY_VALUES = {"diagnosis-model": "sim", "editor": "sim", "response-cache": "on", "cache-dir": "cache",
+                   "uncacheable": "m", "baseline": "b.json", "gate-max-regressions": "0", "test-model": "sim",
+                   "ablate": None, "diagnosis-budget": "60", "editor-budget": "60"}
+
+
+def _job_only_options():
+    from pytest_ecdysis.options import OPTIONS
+
+    return [o for o in OPTIONS if o.needs]
+
+
+def test_the_job_only_list_covers_the_options_only_a_job_reads():
+    """The list the next test runs over: every evolution-only and gate-only option, none of the others."""
+    names = {o.name: o.needs for o in _job_only_options()}
+    assert names["rounds"] == ("evolve",) and names["test-model"] == ("evolve",) and names["ablate"] == ("evolve",)
+    assert names["gate-tolerance"] == ("gate",) and names["accept"] == ("evolve", "gate")
+    assert not {"model", "trials", "split", "tasks", "harness", "evolve", "gate", "save-baseline"} & set(names)
+
+
+@pytest.mark.parametrize("form", ["space", "equals"])
+@pytest.mark.parametrize("name", [o.name for o in _job_only_options()])
+def test_an_option_only_a_job_reads_needs_that_job_on_the_command_line(pytester: pytest.Pytester, name, form):
+    """`--ecdysis-rounds 5` (or `=5`) without --ecdysis-evolve would be ignored: a usage error naming the
+    option and the job it needs. The same key in the ini file is allowed (a project keeps its evolution
+    and gate settings there) and the session runs."""
+    from pytest_ecdysis.options import OPTIONS
+
+    opt = next(o for o in OPTIONS if o.name == name)
+    value = JOB_ONLY_VALUES.get(name, opt.default if isinstance(opt.default, str) else "1")
+    flag = f"--ecdysis-{name}"
+    args = [flag] if value is None else ([flag, value] if form == "space" else [f"{flag}={value}"])
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    needs = "--ecdysis-evolve" if opt.needs == ("evolve",) else "--ecdysis-gate" if opt.needs == ("gate",) \
+        else "--ecdysis-evolve (or --ecdysis-resume RUN_ID) or --ecdysis-gate"
+    assert f"{flag} is read only by" in result.stderr.str() and f"it needs {needs}" in result.stderr.str()
+    if opt.ini and form == "space":  # the ini mirror is no error
+        pytester.makeini(f"[pytest]\necdysis_{name.replace('-', '_')} = {'true' if value is None else value}\n")
+        assert pytester.runpytest().ret == pytest.ExitCode.OK
+
+
+def test_job_only_options_pass_with_their_job_and_are_not_given_to_sub_runs():
+    """With its job the option is accepted; validation sub-runs (no job) never inherit it."""
+    from types import SimpleNamespace
+
+    from pytest_ecdysis.config_values import check_needs
+    from pytest_ecdysis.subrun_setup import strip_args
+
+    args = ["--ecdysis-rounds", "5", "--ecdysis-ablate", "--ecdysis-accept=paired", "--ecdysis-baseline", "b.json",
+            "--ecdysis-trials", "2"]
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=tuple(args)))
+    with pytest.raises(UsageError, match="--ecdysis-baseline is read only by the gate"):
+        check_needs(config, evolve=True, gate=False)
+    check_needs(SimpleNamespace(invocation_params=SimpleNamespace(args=tuple(args[:4]))), evolve=True, gate=False)
+    assert strip_args(args) == ["--ecdysis-trials", "2"]
