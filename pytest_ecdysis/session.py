@@ -87,7 +87,8 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
     for t in trials:
         t.harness_id = t.harness_id or state.harness_id
     expected = expected_cases(state)
-    if not expected and not trials and not (cfg.gate or cfg.save_baseline):
+    shard = _shard_of(session.config)  # an empty shard (pytest-split gave it no case) is a shard all the same
+    if not expected and not trials and not (cfg.gate or cfg.save_baseline or shard):
         return None
     cov = coverage(state)
     missing = sorted(expected - {t.nodeid for t in trials})
@@ -106,7 +107,7 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
                             "print 'no tests ran' and exit 0; trial results must be JSON-safe "
                             "(record_trial(item, TrialResult(...)))")
         session.testsfailed += len(missing)
-    if not expected and not trials:
+    if not expected and not trials and not shard:
         problems.append("no trial case was collected (no test marked ecdysis_trial): check the test paths "
                         "and --ecdysis-tasks")
 
@@ -128,7 +129,6 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         summary["sim_nonce"] = cfg.fixed_sim_nonce
     summary["selection"] = {"args": sorted(str(a) for a in session.config.args),
                             "tasks": list(cfg.tasks) if cfg.tasks else None}
-    shard = _shard_of(session.config)
     if shard:
         summary["shard"] = shard  # `ecdysis merge` checks that every group of the split is there
     outcome = RunOutcome(summary=summary, groups=[g.model_dump(mode="json") for g in groups], missing=missing,
@@ -229,7 +229,8 @@ def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:
 def exit_status(state: Any, exitstatus: int) -> int | None:
     """The exit status the README promises ("Exit status"), or None to keep pytest's.
 
-    Interrupted, internal and usage errors (2, 3, 4) are kept. `--ecdysis-gate`: 0 when the gate passed,
+    Interrupted, internal and usage errors (2, 3, 4) are kept. A pytest-split shard that holds no case
+    (pytest's 5, "no tests collected") is 0: its run directory is written and `ecdysis merge` takes it. `--ecdysis-gate`: 0 when the gate passed,
     1 when it failed, 4 when it refused the baseline. `--ecdysis-evolve`: 0 when the loop ran to the end,
     1 when it stopped on an error.
     """
@@ -240,6 +241,8 @@ def exit_status(state: Any, exitstatus: int) -> int | None:
         return 0 if outcome.gate.passed else 4 if outcome.gate.refused else 1
     if state.cfg.evolve:
         return 1 if outcome.evolution_error else 0
+    if exitstatus == 5 and outcome.summary.get("shard") and not outcome.summary.get("n_trials"):
+        return 0  # an empty shard (more --splits than cases) is written and merged like any other
     return None
 
 

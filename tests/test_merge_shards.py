@@ -166,3 +166,25 @@ def test_gate_command_refuses_bounds_the_pytest_option_refuses(tmp_path, capsys:
     failed an equal score, NaN passed anything): exit 2 before any file is read or written."""
     assert ecdysis(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "b.json"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
+def test_an_empty_shard_is_a_shard(pytester: pytest.Pytester, xdist: tuple) -> None:
+    """More --splits than cases: a group pytest-split gives no case exits 0 and writes its run directory
+    (0 trials, its shard info, no problem), and `ecdysis merge` takes it with the others."""
+    plan = {"syn-air": {"1": [1.0], "2": [1.0]}}
+    write_suite(pytester, plan)
+    run(pytester, "--ecdysis-run-dir", "whole")
+    (whole,) = list((pytester.path / "whole").iterdir())
+    shards = []
+    for group in (1, 2, 3):
+        result = run(pytester, "--splits", "3", "--group", str(group), "--ecdysis-run-dir", f"shard-{group}",
+                     *(xdist if group == 3 else ()))
+        assert result.ret == pytest.ExitCode.OK, (group, result.stdout.str()[-2000:])
+        (run_dir,) = list((pytester.path / f"shard-{group}").iterdir())
+        shards.append(run_dir)
+    empty = json.loads((shards[2] / "summary.json").read_text())
+    assert empty["shard"] == {"splits": 3, "group": 3} and empty["n_trials"] == 0 and empty["problems"] == []
+    assert (shards[2] / "trials.jsonl").read_text() == ""
+    assert ecdysis(["merge", *map(str, shards), "-o", str(pytester.path / "merged")]) == 0
+    assert _results(pytester.path / "merged") == _results(whole)
