@@ -111,9 +111,11 @@ class RunState:
         return doc
 
     def say(self, text: str, n: int | None = None) -> None:
-        """One stage line on the terminal: `ecdysis [elapsed s] text`."""
+        """One stage line on the terminal: `ecdysis [elapsed s] text`, seconds since the pytest session
+        started (the clock of the suite's own progress lines, which it continues)."""
         self.last_said = text
-        elapsed = time.monotonic() - self.started
+        session_start = getattr(self.state, "started", None)
+        elapsed = time.time() - session_start if session_start else time.monotonic() - self.started
         if getattr(self.tw, "width_of_current_line", 0):
             self.tw.line()  # the progress dots of the run before: start the stage lines on their own line
         self.tw.line(safetext.terminal(f"ecdysis [{elapsed:7.1f} s] {text}"))  # editor stderr, reasons: outside text

@@ -162,7 +162,7 @@ def test_ablate_without_evolve_is_a_usage_error(pytester: pytest.Pytester) -> No
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess("--ecdysis-ablate")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-ablate minimises accepted evolution candidates: it needs "
+    result.stderr.fnmatch_lines(["*--ecdysis-ablate is read only by an evolution: it needs "
                                  "--ecdysis-evolve*"])
 
 

@@ -88,6 +88,9 @@ def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkey
     for stage in ("round 1: validating candidate tiny_harness@", "test: start harness", "test: frozen harness"):
         assert any(stage in line and "elapsed" in line and line.startswith("ecdysis [") for line in out.splitlines()), stage
     assert any("/4 trials" in line for line in out.splitlines() if "validating candidate" in line)
+    # one clock from the session's start: the evolution's lines go on from the suite's, never restart at 0
+    clock = [float(line.split("[", 1)[1].split("s]", 1)[0]) for line in out.splitlines() if line.startswith("ecdysis [")]
+    assert clock == sorted(clock) and len(clock) > 3, clock
     # the incumbent's re-run beside the candidate reports under its own label, not as a second candidate
     assert any("re-running the incumbent (paired with the candidate): " in line and "/4 trials" in line
                for line in out.splitlines())
