@@ -221,19 +221,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("baseline", help="write a (merged) run's scores as the gate's baseline file")
     p.add_argument("run_dir", type=Path)
     p.add_argument("-o", "--output", type=Path, default=Path(".ecdysis/baseline.json"),
-                   help="the baseline file (default .ecdysis/baseline.json)")
+                   help="the baseline file (default: %(default)s)")
     p.set_defaults(func=_baseline)
     p = sub.add_parser("gate", help="the regression gate on a (merged) run directory")
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--baseline", type=Path, default=Path(".ecdysis/baseline.json"))
-    p.add_argument("--tolerance", type=float, default=0.0, help="allowed drop of the suite score (default 0)")
+    p.add_argument("--baseline", type=Path, default=Path(".ecdysis/baseline.json"),
+                   help="the baseline file the gate reads (default: %(default)s)")
+    p.add_argument("--tolerance", type=float, default=0.0, help="allowed drop of the suite score (default: %(default)s)")
     p.add_argument("--max-regressions", type=int, default=None,
                    help="allowed tasks solved in the baseline and not now (default: not checked)")
     p.add_argument("--accept", choices=("strict", "paired"), default="strict",
                    help="strict: fail on any drop beyond the tolerance; paired: only on a significant one "
-                        "(as --ecdysis-accept)")
-    p.add_argument("--accept-method", default="sign", help="the paired test: sign, wilcoxon or bootstrap")
-    p.add_argument("--accept-level", type=float, default=0.05, help="the paired test's level, in (0, 1)")
+                        "(as --ecdysis-accept) (default: %(default)s)")
+    p.add_argument("--accept-method", default="sign", help="the paired test: sign, wilcoxon or bootstrap "
+                   "(default: %(default)s)")
+    p.add_argument("--accept-level", type=float, default=0.05, help="the paired test's level, in (0, 1) (default: %(default)s)")
     p.set_defaults(func=_gate)
     return parser
 

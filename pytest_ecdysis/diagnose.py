@@ -147,7 +147,7 @@ def finish(spec: ModificationSpec | None, reason: str, detail: str, tx: Transcri
         write_spec(round_dir, spec)
         if not spec.changes:
             reason = "no_spec"
-            detail = f"the spec proposes no change ({len(spec.left_alone)} group(s) left alone)"
+            detail = f"the spec proposes no change, {len(spec.left_alone)} group(s) left alone"
             spec = None
     return Diagnosis(spec=spec, reason=reason, detail=detail, transcript=tx.lines, tokens=tx.tokens,
                      wall_s=time.monotonic() - start, calls=len(tx.lines), specs=[spec] if spec else [],

@@ -79,8 +79,8 @@ def diagnose_stage(ev: Evolution, n: int, rdir: Path, incumbent_dir: Path) -> di
     reason = str(getattr(result, "detail", "") or getattr(result, "reason", "") or "")
     budget = f" [{wall:.1f} s of the {getattr(cfg, 'diagnosis_budget_s', 0):g} s diagnosis budget]"
     if spec is None:
-        ev.say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): no spec "
-               f"({reason or 'no reason given'}){budget}", n)
+        ev.say(f"round {n}: diagnosis of {len(usable)} record(s) in {len(groups)} group(s): no spec: "
+               f"{reason or 'no reason given'}{budget}", n)
         return {"outcome": "no_spec", "reason": reason or "diagnosis produced no spec", "spec": None,
                 "tokens": tokens, "wall_s": wall}
     spec_doc = spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)

@@ -13,6 +13,7 @@ Thin by design (STYLE.md 1): every stage of the pipeline is a plain module. What
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -199,11 +200,16 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
 
 def _progress_say(session: pytest.Session, state: EcdysisState) -> Any:
     """How progress lines are written: `ecdysis [elapsed s] text` through the terminal reporter, flushed so
-    they are seen when said also when the output is a pipe (CI logs, `| tee`)."""
+    they are seen when said also when the output is a pipe (CI logs, `| tee`). Output capture is suspended
+    around the write (as pytest's live logging does): without xdist the ticker's thread says its line while
+    a test runs, and the line went into that test's captured output instead of the terminal."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    capman = session.config.pluginmanager.get_plugin("capturemanager")
 
     def say(text: str) -> None:
-        if reporter is not None:
+        if reporter is None:
+            return
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
             reporter.write_line(f"ecdysis [{time.time() - state.started:7.1f} s] {text}")
             reporter._tw.flush()
 

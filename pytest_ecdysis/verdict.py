@@ -30,7 +30,13 @@ def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, 
     """The verdict of an evolution: its `evolution.json` document, or the error that stopped it (and
     whether the loop had started, so that `--ecdysis-resume` can continue it)."""
     if error or not doc:
-        out: list[Line] = [(f"evolution stopped, nothing was made: {error or 'no evolution result'}", "red")]
+        why = (error or "").removeprefix("--ecdysis-evolve stopped: ").removeprefix("--ecdysis-evolve: ")
+        if not why:  # no error and no result: the loop was interrupted (Ctrl-C, SIGTERM)
+            head = "evolution interrupted before it finished: no verdict"
+        else:  # a resumable loop may have accepted rounds already: "nothing was made" would not be true
+            head = f"evolution stopped before it finished: {why}" if resumable else \
+                f"evolution stopped, nothing was made: {why}"
+        out: list[Line] = [(head, "red")]
         if resumable:
             out.append((f"what was done is kept: continue with --ecdysis-resume {run_id} (same options)", None))
         return out

@@ -131,6 +131,7 @@ def test_empty_spec_is_no_spec(tmp_path):
     empty = {"summary": "nothing", "changes": [], "left_alone": [{"signature": "s", "reason": "model"}]}
     d, _ = run(tmp_path, scripted([json.dumps(empty)]), passes=1)
     assert d.spec is None and d.reason == "no_spec" and (tmp_path / "round" / "spec.json").exists()
+    assert d.detail == "the spec proposes no change, 1 group(s) left alone"  # it goes inside "no spec (...)" lines
 
 
 @pytest.mark.parametrize("records", [[], [rec("1", suspect=True)], [rec("1", reason="infrastructure_error")]])

@@ -191,3 +191,23 @@ def test_gate_refuses_a_sim_baseline_of_another_nonce(pytester: pytest.Pytester,
     assert "simulated model's nonce (--ecdysis-sim-nonce or ECDYSIS_SIM_NONCE): baseline 'ci', this run 'other'" \
         in capsys.readouterr().out
     assert ecdysis(["gate", str(run_dir), "--baseline", "old.json"]) == 0
+
+
+def test_every_subcommand_option_with_a_default_shows_it_in_its_help() -> None:
+    """`ecdysis gate --help` showed no default for --baseline: every subcommand's option with a default
+    says it in `--help` (the value argparse would use, so the text cannot drift from it)."""
+    import argparse
+
+    from pytest_ecdysis.cli import build_parser
+
+    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    checked = 0
+    for name, sub in subparsers.choices.items():
+        text = " ".join(sub.format_help().split())
+        for action in sub._actions:
+            if not action.option_strings or action.default is None or action.default is argparse.SUPPRESS \
+                    or isinstance(action, argparse._HelpAction | argparse._StoreTrueAction):
+                continue
+            checked += 1
+            assert f"(default: {action.default})" in text, (name, action.option_strings, text)
+    assert checked >= 6  # baseline -o, gate --baseline --tolerance --accept --accept-method --accept-level

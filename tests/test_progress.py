@@ -70,6 +70,9 @@ def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest
     assert result.ret == 1
     assert any(line.startswith("ecdysis [") and " running the suite: " in line and "/4 trials" in line
                and "elapsed" in line for line in result.stdout.lines), result.stdout.str()
+    # written where pytest's own terminal output goes, never into a running test's captured output (-n 0,
+    # no terminal: the lines fell into the failing test's "Captured stdout call")
+    assert "Captured stdout" not in result.stdout.str(), result.stdout.str()
     (run,) = (pytester.path / ".ecdysis" / "runs").iterdir()
     assert json.loads((run / "progress.json").read_text())["done"] == 4
     count = read_count(run / "progress.json")

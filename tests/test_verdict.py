@@ -46,6 +46,7 @@ def test_evolution_without_a_branch_says_why(project) -> None:
     assert ("no branch was made: no round scored strictly higher than the harness it started from: round 1 "
             "rejected") in text
     assert "round 2 no spec (scripted: no spec)" in text
+    assert "group(s): no spec: scripted: no spec [" in result.stdout.str()  # the stage line: no nested parentheses
     assert _tail(result)[-1].startswith("exit status 0 (success)")
 
 
@@ -69,10 +70,13 @@ def test_verdict_lines_of_a_stopped_evolution_and_a_failed_gate(tmp_path) -> Non
                           evolution_error="--ecdysis-evolve stopped: git failed", run_id="r1", run_path=tmp_path,
                           exit_status=1)
     assert [text for text, _ in lines] == [
-        "evolution stopped, nothing was made: --ecdysis-evolve stopped: git failed",
+        "evolution stopped before it finished: git failed",  # not "nothing was made": rounds may be kept
         "what was done is kept: continue with --ecdysis-resume r1 (same options)",
         f"exit status 1 (failure); files in {tmp_path} (read back with: ecdysis show {tmp_path})"]
     assert evolution_lines(None, "x", "r1", resumable=False) == [("evolution stopped, nothing was made: x", "red")]
+    # interrupted (Ctrl-C, SIGTERM): no error and no result; it said "nothing was made: no evolution result"
+    assert evolution_lines(None, None, "r1", resumable=True)[0] == (
+        "evolution interrupted before it finished: no verdict", "red")
     gate = {"passed": False, "headline": "gate FAILED: suite score 0.5 vs baseline 0.6",
             "reasons": ["suite score 0.500 is 0.100 below", "2 regressed"]}
     lines = verdict_lines({"n_failures": 3}, evolve=False, gate=gate, evolution=None, evolution_error=None,
