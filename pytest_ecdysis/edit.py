@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .edit_prompt import build_prompt
+from .edit_prompt import build_prompt, reply_tokens
 from .errors import ContextOverflowError, InfrastructureError, UsageError
 from .gitenv import child_env
 
@@ -236,7 +236,9 @@ class BuiltinEditor:
         if self._client is None:
             from .llm import RoleClient
 
-            self._client = RoleClient.from_config(self.cfg, stage="editor")  # --ecdysis-editor-budget
+            context = int(getattr(self.cfg, "editor_context_tokens", 0) or 0)  # --ecdysis-editor-context
+            extra = {"max_tokens": reply_tokens(context)} if context else {}
+            self._client = RoleClient.from_config(self.cfg, stage="editor", **extra)  # --ecdysis-editor-budget
         return self._client
 
     def edit(self, spec: Any, harness_dir: Path, *, spec_path: Path) -> EditResult:
@@ -255,7 +257,7 @@ class BuiltinEditor:
                               wall_s=time.monotonic() - started)
         messages = [{"role": "system", "content": EDITOR_SYSTEM}, {"role": "user", "content": prompt.text}]
         backup = {p: p.read_bytes() for p in _source_files(harness_dir)}
-        problem = ""
+        problems: list[str] = []
         for attempt in (1, 2):
             try:
                 reply = self.client.complete("editor", messages)
@@ -272,17 +274,32 @@ class BuiltinEditor:
                        apply_edit_blocks(reply.text, harness_dir)) or check_sources(harness_dir)
             if not problem:
                 problem = import_check(harness_dir) or ""
+            if problem and getattr(reply, "finish_reason", None) == "length":
+                problem += (f" (the reply was cut at the token limit after {reply.tokens.get('completion', 0)} "
+                            "tokens: finish_reason 'length')")
+            problems.append(f"attempt {attempt}: {problem}")
             if not problem:
                 return EditResult(ok=True, detail=f"applied edit blocks (attempt {attempt}; {prompt.note})",
                                   tokens=tokens, wall_s=time.monotonic() - started, calls=attempt, prompt=record)
             if attempt == 1:
-                messages += [{"role": "assistant", "content": reply.text},
+                messages += [{"role": "assistant", "content": _echo(reply.text)},
                              {"role": "user", "content": f"That edit failed: {problem}\nThe files are as they "
                               "were before your edit. Answer with corrected edit blocks."}]
                 _restore(harness_dir, backup)
         _restore(harness_dir, backup)
-        return EditResult(ok=False, detail=f"edit failed after one repair attempt: {problem} ({prompt.note})",
+        return EditResult(ok=False, detail=f"edit failed after one repair attempt: {'; '.join(problems)} ({prompt.note})",
                           tokens=tokens, wall_s=time.monotonic() - started, calls=2, prompt=record)
+
+
+#: Characters of a failed answer shown back to the model in the repair turn; a longer one is cut (a small
+#: model's 4,096-token repetition came back whole and made the repair prompt 4,959 tokens, docs/real-model.md).
+REPAIR_ECHO_CHARS = 4000
+
+
+def _echo(text: str) -> str:
+    if len(text) <= REPAIR_ECHO_CHARS:
+        return text
+    return text[:REPAIR_ECHO_CHARS] + f"\n[... {len(text) - REPAIR_ECHO_CHARS} more characters of this answer not shown]"
 
 
 def _source_files(harness_dir: Path) -> list[Path]:

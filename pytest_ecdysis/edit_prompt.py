@@ -34,11 +34,17 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+def reply_tokens(context_tokens: int) -> int:
+    """The reply's share of a context of `context_tokens` (`REPLY_SHARE`, at least `MIN_REPLY_TOKENS`): the
+    editor's `max_tokens` when `--ecdysis-editor-context` is set (a small model that repeats itself to the
+    limit then stops there: SmolLM2 wrote 4,096 tokens of one repeated sentence in 456 s, docs/real-model.md)."""
+    return max(MIN_REPLY_TOKENS, int(context_tokens * REPLY_SHARE))
+
+
 def prompt_room(context_tokens: int, system_prompt: str) -> int:
     """Estimated tokens left for the user prompt in a context of `context_tokens`: the context less the
-    reply's share (`REPLY_SHARE`, at least `MIN_REPLY_TOKENS`) and the system prompt; 0 when none is left."""
-    reply = max(MIN_REPLY_TOKENS, int(context_tokens * REPLY_SHARE))
-    return max(0, context_tokens - reply - estimate_tokens(system_prompt))
+    reply's share (`reply_tokens`) and the system prompt; 0 when none is left."""
+    return max(0, context_tokens - reply_tokens(context_tokens) - estimate_tokens(system_prompt))
 
 
 @dataclass

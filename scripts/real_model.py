@@ -180,6 +180,7 @@ def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) 
     from types import SimpleNamespace
 
     from pytest_ecdysis.edit import BuiltinEditor
+    from pytest_ecdysis.edit_prompt import reply_tokens
     from pytest_ecdysis.llm import RoleClient
 
     work = session / "editor"
@@ -187,7 +188,8 @@ def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) 
     shutil.copytree(REPO / "example_harness", harness, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
     spec = work / "spec.json"
     spec.write_text(json.dumps(EDITOR_SPEC, indent=2) + "\n")
-    client = RoleClient(alias, base_url=url, timeout_s=max(180.0, args.call_timeout), max_retries=0, stage="editor")
+    client = RoleClient(alias, base_url=url, timeout_s=max(180.0, args.call_timeout), max_retries=0, stage="editor",
+                        max_tokens=reply_tokens(args.ctx))  # as BuiltinEditor.client with --ecdysis-editor-context
     print("\n== editor: the built-in editor, spec: raise MAX_MODEL_CALLS in config.py", flush=True)
     cfg = SimpleNamespace(editor_context_tokens=args.ctx)  # --ecdysis-editor-context: the server's --ctx
     result = BuiltinEditor(cfg, client=client).edit(None, harness, spec_path=spec)

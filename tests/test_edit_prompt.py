@@ -115,3 +115,13 @@ def test_named_files_reads_any_spec_text() -> None:
     spec = {"changes": [{"files": ["a.py", "/b.py"]}, {"files": ["a.py", " c.md "]}, {"files": "x"}, "y"]}
     assert named_files(json.dumps(spec)) == ["a.py", "b.py", "c.md"]
     assert named_files("not json") == named_files("[1]") == named_files('{"changes": 3}') == []
+
+
+def test_the_editor_asks_for_at_most_the_replys_share_of_the_context() -> None:
+    """With --ecdysis-editor-context the editor's max_tokens is the reply's share (a quarter, at least 512):
+    a model that repeats itself stops there instead of at the client's 4,096 tokens."""
+    cfg = SimpleNamespace(editor_context_tokens=8192, diagnosis_model="m", base_url="http://127.0.0.1:9/v1",
+                          editor_budget_s=60.0, call_timeout_s=10.0, max_retries=0)
+    assert BuiltinEditor(cfg).client.max_tokens == 2048
+    assert BuiltinEditor(SimpleNamespace(**{**vars(cfg), "editor_context_tokens": 1024})).client.max_tokens == 512
+    assert BuiltinEditor(SimpleNamespace(**{**vars(cfg), "editor_context_tokens": 0})).client.max_tokens == 4096

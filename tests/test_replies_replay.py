@@ -23,7 +23,7 @@ from suite_scripted import EXAMPLE_HARNESS, ScriptedModel, run, text
 from test_diagnose_support import id_prefix_records
 
 from pytest_ecdysis.diagnose import diagnose
-from pytest_ecdysis.edit import BuiltinEditor
+from pytest_ecdysis.edit import REPAIR_ECHO_CHARS, BuiltinEditor
 from pytest_ecdysis.errors import InfrastructureError
 from pytest_ecdysis.llm import RoleClient
 from pytest_ecdysis.patterns import group
@@ -167,7 +167,8 @@ def test_spec_reply_through_diagnosis(doc: dict, tmp_path: Path) -> None:
 def test_editor_reply_through_the_builtin_editor(doc: dict, tmp_path: Path) -> None:
     """An answer with an edit block edits the harness copy and passes the import check; one without a
     usable edit fails (no exception, files as before) after one repair, and a context overflow at once:
-    the round is `no_change` with the reason."""
+    the round is `no_change` with the reason; a reply cut at the token limit says so, and its repair turn
+    shows it back cut to `REPAIR_ECHO_CHARS`."""
     harness, calls = harness_copy(tmp_path), []
     spec = tmp_path / "spec.json"
     spec.write_text('{"summary": "raise the budget", "changes": []}')
@@ -182,6 +183,10 @@ def test_editor_reply_through_the_builtin_editor(doc: dict, tmp_path: Path) -> N
     else:
         assert not result.ok and len(calls) == 2 and "no edit block" in result.detail
         assert (harness / "config.py").read_text() == before
+        if doc["body"]["choices"][0]["finish_reason"] == "length":  # a runaway answer (SmolLM2's, recorded)
+            assert "cut at the token limit after 4096 tokens: finish_reason 'length'" in result.detail
+            echoed = calls[1]["messages"][2]["content"]  # shown back in the repair turn, cut
+            assert len(echoed) < REPAIR_ECHO_CHARS + 100 < len(doc["body"]["choices"][0]["message"]["content"])
 
 
 def timing_out_client(calls: list, after: int = 0) -> RoleClient:
