@@ -78,7 +78,7 @@ def _timed(owner: Any, name: str, label: str, fields: Any = None) -> None:
 def _install() -> None:
     from task_suites.tau2 import agent_process
 
-    _timed(agent_process.AgentProcess, "_start", "forkserver_start")
+    _timed(agent_process.AgentProcess, "_await_ready", "forkserver_start")
     _timed(agent_process, "check_harness", "check_harness")
 
 
@@ -162,7 +162,7 @@ def _session(ctl: list[dict], workers: list[list[dict]]) -> None:
              _first(events, "collection_end"))
         fork = [x for x in events if x["event"] == "forkserver_start"]
         if fork:
-            span(f"{role}:   of which fork server start", fork[0]["begun"], fork[0]["begun"] + fork[0]["s"])
+            span(f"{role}:   of which waiting for the fork server", fork[0]["begun"], fork[0]["begun"] + fork[0]["s"])
         trials = [x for x in events if x["event"] == "trial"]
         if trials:
             a, b = min(x["begun"] for x in trials), max(x["begun"] + x["s"] for x in trials)

@@ -54,7 +54,7 @@ from .agent_wire import (
 
 #: Names other modules use as `agent_process.<name>` (kept where they were before `agent_wire`).
 __all__ = ["HIDDEN_ENV_PREFIXES", "INFRA_TYPES", "STARTUP_TIMEOUT_S", "AgentProcess", "HarnessProcessError",
-           "TrialLink", "agent_process", "build_agent", "check_harness", "gold_files", "prepare"]
+           "TrialLink", "agent_process", "build_agent", "check_harness", "gold_files", "prepare", "start_early"]
 
 
 def prepare(harness_dir: Path) -> None:
@@ -66,6 +66,14 @@ def prepare(harness_dir: Path) -> None:
     """
     if os.environ.get("ECDYSIS_AGENT_PROCESS") != "0":
         agent_process(harness_dir).ensure()
+
+
+def start_early(harness_dir: Path) -> None:
+    """Spawn the worker's child for `harness_dir` without waiting for it, so that its τ² import overlaps
+    this process's own (collection: `cases.generate_trials`); `check_harness` and `prepare` wait for it.
+    No-op with `ECDYSIS_AGENT_PROCESS=0`."""
+    if os.environ.get("ECDYSIS_AGENT_PROCESS") != "0":
+        agent_process(harness_dir).spawn()
 
 
 def check_harness(harness_dir: Path) -> str | None:

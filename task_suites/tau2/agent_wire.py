@@ -110,12 +110,22 @@ class AgentProcess(_Wire):
         return HarnessProcessError(f"the harness process {why}")
 
     def ensure(self) -> subprocess.Popen:
+        """The running server, started (or restarted) and waited for as needed."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
-                self._start()
+                self._spawn()
+            if not self.socket:
+                self._await_ready()
             return self.proc
 
-    def _start(self) -> None:
+    def spawn(self) -> None:
+        """Start the server's process without waiting for it (it imports τ² while the caller goes on);
+        `ensure` waits for it."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._spawn()
+
+    def _spawn(self) -> None:
         from pytest_ecdysis.sandbox import hidden_paths, wrap_command
 
         package_root = Path(__file__).resolve().parents[2]
@@ -127,10 +137,12 @@ class AgentProcess(_Wire):
         command = wrap_command([sys.executable, "-m", "task_suites.tau2.agent_child"],
                                visible=[self.harness_dir, package_root], scratch=self.dir,
                                hide=[*hidden_paths(), *gold_files()])
-        self.buffer, self.warm = b"", set()
+        self.buffer, self.warm, self.socket = b"", set(), ""
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          cwd=self.dir, env=env, bufsize=0, start_new_session=True)
+
+    def _await_ready(self) -> None:
         ready = self.receive(STARTUP_TIMEOUT_S)  # tau2 imported; no harness code has run yet
         if ready.get("op") != "ready":
             self.close()

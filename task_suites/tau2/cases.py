@@ -18,7 +18,7 @@ from pytest_ecdysis.plugin import get_state, record_trial
 from pytest_ecdysis.records import TrialResult
 
 from . import suite
-from .agent_process import check_harness
+from .agent_process import check_harness, start_early
 
 FIXTURE = "tau2_trial"
 
@@ -35,6 +35,7 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
     state = get_state(metafunc.config)
     cfg = state.cfg
     wanted = None if cfg.tasks is None else set(cfg.tasks)
+    start_early(state.harness_dir)  # the harness's fork server imports τ² while this process does
     try:
         task_ids = [t for t in suite.split_ids(domain, cfg.split) if wanted is None or t in wanted]
         if task_ids:
