@@ -1,7 +1,9 @@
 """pytest-ecdysis: evolve (train) runtime harnesses for LLM agents on a task suite, and gate changes in CI.
 
-Public API: the record types suites produce and `record_trial`, which a suite's test calls with its
-`TrialResult`. Everything else is reached through pytest options (`pytest --help`, group "ecdysis").
+Public API: the record types suites produce, `record_trial`, which a suite's test calls with its
+`TrialResult`, and `get_state`, the session's resolved options for a suite's parametrisation (a suite of
+one's own: docs/own-suite.md). Everything else is reached through pytest options (`pytest --help`, group
+"ecdysis").
 """
 
 from .errors import (
@@ -33,6 +35,7 @@ __all__ = [
     "ToolCallRecord",
     "TrialResult",
     "UsageError",
+    "get_state",
     "record_trial",
 ]
 
@@ -42,3 +45,12 @@ def record_trial(item, result) -> None:  # noqa: ANN001 - thin re-export
     from .plugin import record_trial as _record
 
     _record(item, result)
+
+
+def get_state(config):  # noqa: ANN001, ANN201 - thin re-export
+    """The session's resolved options (`.cfg`: `trials`, `tasks`, `split`, `threshold`, `model`, ...), harness
+    and run id, from a pytest `Config` (see `plugin.get_state`); a suite's `pytest_generate_tests` reads
+    `--ecdysis-trials` and `--ecdysis-tasks` here. Tests get the same object as the `ecdysis` fixture."""
+    from .plugin import get_state as _get
+
+    return _get(config)

@@ -73,7 +73,7 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
     head = f"{'suite':<28}{'tasks':>6}{'trials':>7}{'score':>7}" + "".join(f"{'pass^' + k:>8}" for k in ks)
     head += f"{'solved':>7}{'infra':>6}"
     lines = [f"run {summary.get('run_id')}  split {summary.get('split')}  model {summary.get('model')}  "
-             f"harness {summary.get('harness_id')}", head]
+             f"harness {summary.get('harness_id') or 'none'}", head]
     for label, s in score_rows(summary):
         row = f"{label:<28}{s.get('n_tasks', 0):>6}{s.get('n_trials', 0):>7}{_fmt(s.get('suite_score')):>7}"
         row += "".join(f"{_fmt((s.get('pass_hat_k') or {}).get(k)):>8}" for k in ks)
@@ -130,7 +130,7 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
         if not gate.get("passed") and gate.get("reasons"):
             out += [f"- {r}" for r in gate["reasons"] if r not in gate["headline"]] + [""]
     out.append(f"split `{summary.get('split')}` · model `{summary.get('model')}` · harness "
-               f"`{summary.get('harness_id')}` · λ {summary.get('threshold')}")
+               f"`{summary.get('harness_id') or 'none'}` · λ {summary.get('threshold')}")
     if str(summary.get("model", "")).startswith("sim"):
         out.append("\n_Simulated model (no real LLM): figures show the pipeline, not a model's quality._")
     out += ["", "| suite | tasks | trials | score | " + " | ".join(f"pass^{k}" for k in ks) + " | solved | infra |",

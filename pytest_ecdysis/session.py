@@ -84,8 +84,9 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
     cfg = state.cfg
     problems: list[str] = []
     trials = _parse_trials(state.trials, problems)  # invalid results are named, then counted as missing
+    harness = run_harness_id(session.config, state, trials)
     for t in trials:
-        t.harness_id = t.harness_id or state.harness_id
+        t.harness_id = t.harness_id or harness or ""
     expected = expected_cases(state)
     shard = _shard_of(session.config)  # an empty shard (pytest-split gave it no case) is a shard all the same
     if not expected and not trials and not (cfg.gate or cfg.save_baseline or shard):
@@ -121,7 +122,7 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         "split": cfg.split, "trials": cfg.trials, "threshold": cfg.threshold,
         **summary,
         "wall_s": round(time.time() - state.started, 3),
-        "harness_id": state.harness_id, "model": cfg.model, "user_model": cfg.user_model,
+        "harness_id": harness, "model": cfg.model, "user_model": cfg.user_model,
         "diagnosis_model": cfg.diagnosis_model, "limits": cfg.limits(), "n_collected": len(expected),
         "missing": missing, "stopped": stopped, "not_run": not_run, "problems": problems,
     }
@@ -172,6 +173,18 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
     elif cfg.evolve:
         _evolve(session, state, outcome)
     return outcome
+
+
+def run_harness_id(config: Any, state: Any, trials: list[Any]) -> str | None:
+    """The harness the run names (`summary.json` `harness_id`): the session's when a trial recorded a harness
+    id, `--ecdysis-harness` (ini `ecdysis_harness`) was given, evolution runs or no valid trial came back
+    (as before: shards of one run keep one id for `ecdysis merge`); None when trials came back and none of
+    that holds, e.g. a suite of one's own that runs no harness (docs/own-suite.md): the default
+    `example_harness` was no part of that run, and reports then say "harness none"."""
+    if not trials or any(t.harness_id for t in trials) or state.cfg.evolve:
+        return state.harness_id
+    given = config.getoption("ecdysis_harness", None) or config.getini("ecdysis_harness")
+    return state.harness_id if given else None
 
 
 def _shard_of(config: Any) -> dict[str, int] | None:

@@ -14,7 +14,7 @@ import pytest
 SYNTH = '''
 import json, os
 import pytest
-from pytest_ecdysis.plugin import record_trial
+from pytest_ecdysis import record_trial
 from pytest_ecdysis.records import ToolCallRecord, TrialResult
 
 PLAN = json.loads({plan!r})  # {{suite: {{task_id: [reward or null (infra) per trial]}}}}

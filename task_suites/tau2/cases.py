@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ecdysis import safetext
+from pytest_ecdysis import get_state, record_trial, safetext
 from pytest_ecdysis.config import is_sim_model
 from pytest_ecdysis.errors import UsageError
-from pytest_ecdysis.plugin import get_state, record_trial
 from pytest_ecdysis.records import TrialResult
 
 from . import suite
