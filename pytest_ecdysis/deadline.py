@@ -160,11 +160,18 @@ class DeadlineTransport(httpx2.BaseTransport):
         connect_timeout_s: seconds to open a connection (within the attempt's deadline).
         backoff_s: first pause between attempts (doubled each retry).
         sleep: how to pause (tests pass a recorder).
+        retry_timeouts: whether an attempt cut at the call timeout is retried. The FDCR roles and the editor
+            pass False: their calls are long generations, and a server that accepted the request keeps
+            computing it after the client gives up (llama-cpp-python does, docs/real-model.md), so a retry
+            queues behind the abandoned one and times out too (measured: Gemma 3's analyst, 1,201 s for
+            nothing). A connection failure, 429 or 5xx is still retried.
     """
 
     def __init__(self, inner: httpx2.BaseTransport, budget: Budget, *, call_timeout_s: float, max_retries: int,
-                 connect_timeout_s: float = 10.0, backoff_s: float = 0.5, sleep: Any = time.sleep) -> None:
+                 connect_timeout_s: float = 10.0, backoff_s: float = 0.5, sleep: Any = time.sleep,
+                 retry_timeouts: bool = True) -> None:
         self.inner, self.budget, self.sleep = inner, budget, sleep
+        self.retry_timeouts = retry_timeouts
         self.call_timeout_s, self.max_retries = call_timeout_s, max_retries
         self.connect_timeout_s, self.backoff_s = connect_timeout_s, backoff_s
 
@@ -178,8 +185,9 @@ class DeadlineTransport(httpx2.BaseTransport):
             response = None
             try:
                 response = self._attempt(request, min(self.call_timeout_s, left), left)
-            except httpx2.TransportError:
-                if attempt >= self.max_retries or self.budget.remaining() <= 0:
+            except httpx2.TransportError as exc:
+                cut = isinstance(exc, httpx2.ReadTimeout) and "call timeout" in str(exc)
+                if attempt >= self.max_retries or self.budget.remaining() <= 0 or (cut and not self.retry_timeouts):
                     if self.budget.remaining() <= 0 and not self.budget.exhausted:
                         self._exhausted(request, "connect", 0.0, 0)
                     raise

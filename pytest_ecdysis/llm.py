@@ -123,7 +123,7 @@ class RoleClient:
         if client is None:
             url, key = resolve_endpoint(model, base_url)
             deadline = DeadlineTransport(transport or httpx2.HTTPTransport(), self.budget, call_timeout_s=timeout_s,
-                                         max_retries=max_retries)
+                                         max_retries=max_retries, retry_timeouts=False)
             client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout_s, max_retries=0,
                                    http_client=httpx2.Client(transport=deadline, timeout=timeout_s))
         else:
@@ -190,7 +190,10 @@ class RoleClient:
         except openai.APITimeoutError as exc:
             if self.budget.exhausted:
                 raise InfrastructureError(f"{role} call to {self.model!r}: {self.budget.describe()}") from exc
-            raise InfrastructureError(f"{role} call to {self.model!r} timed out after retries: {exc}") from exc
+            raise InfrastructureError(
+                f"{role} call to {self.model!r} timed out: {exc.__cause__ or exc}; not asked again (a server that "
+                "accepted it may still be computing it, and a retry would queue behind it); a slow model needs a "
+                "longer --ecdysis-call-timeout") from exc
         except openai.APIConnectionError as exc:
             raise InfrastructureError(f"{role} call to {self.model!r}: endpoint unreachable: {exc}") from exc
         except openai.APIStatusError as exc:

@@ -69,6 +69,20 @@ def test_a_call_timeout_covers_the_whole_response_and_is_retried():
     assert elapsed < 3 * 0.6 + MARGIN_S and not budget.exhausted and budget.attempts == 3
 
 
+def test_a_role_call_cut_at_its_call_timeout_is_not_asked_again():
+    """The roles' and editor's client (RoleClient): an answer that outlasts the call timeout is one attempt,
+    not 1 + max_retries (a server that accepted it keeps computing it, and a retry queues behind it: Gemma
+    3's analyst on llama-cpp-python, 1,201 s for nothing); the error says why and what to raise."""
+    with SlowEndpoint(analyst=("whitespace", 200, 0.05, {"content": "late"})) as server:
+        client = RoleClient("m", base_url=server.url, timeout_s=0.6, max_retries=3, budget_s=60.0)
+        started = time.monotonic()
+        with pytest.raises(InfrastructureError, match=r"analyst call to 'm' timed out: no complete response within "
+                                                      r"the call timeout of 0\.6 s.*not asked again.*--ecdysis-call-timeout"):
+            client.complete("analyst", [{"role": "user", "content": "x"}])
+        elapsed = time.monotonic() - started
+    assert client.budget.attempts == 1 and elapsed < 0.6 + MARGIN_S
+
+
 def test_whitespace_keep_alive_within_the_deadline_is_an_ordinary_reply():
     """A gateway's leading whitespace that ends before the deadline is no error: the JSON after it is read."""
     with SlowEndpoint(agent=("whitespace", 10, 0.02, {"content": "fine"})) as server:
