@@ -274,8 +274,18 @@ def _new_process(key: Path) -> AgentProcess:
 
 def gold_files() -> list[Path]:
     """τ²'s task files (evaluation criteria, splits): covered in the sandbox; the child needs only the
-    domains' databases and policies."""
-    from tau2.utils.utils import DATA_DIR
+    domains' databases and policies.
+
+    Raises:
+        UsageError: τ² does not import (not installed, or this suite's folder shadows it): the same message
+            as `tau2lib.load_tau2`, since this can be the first τ² import of a worker (`start_early`).
+    """
+    try:
+        from tau2.utils.utils import DATA_DIR
+    except ImportError as exc:
+        from .tau2lib import UsageError, _missing
+
+        raise UsageError(_missing(exc)) from None
 
     domains = Path(DATA_DIR) / "tau2" / "domains"
     return sorted(p for p in domains.glob("*/*.json") if p.name.startswith(("tasks", "split_tasks")))
