@@ -149,6 +149,11 @@ class _Attempt:
                 pass
 
 
+class CallTimeout(httpx2.ReadTimeout):
+    """An attempt cut at the transport's per-call timeout (not at the budget's end): the server accepted the
+    request and may still be computing it (`DeadlineTransport(retry_timeouts=False)` does not ask again)."""
+
+
 class DeadlineTransport(httpx2.BaseTransport):
     """An httpx2 transport with a total deadline per attempt, a shared `Budget`, and bounded retries.
 
@@ -186,7 +191,7 @@ class DeadlineTransport(httpx2.BaseTransport):
             try:
                 response = self._attempt(request, min(self.call_timeout_s, left), left)
             except httpx2.TransportError as exc:
-                cut = isinstance(exc, httpx2.ReadTimeout) and "call timeout" in str(exc)
+                cut = isinstance(exc, CallTimeout)
                 if attempt >= self.max_retries or self.budget.remaining() <= 0 or (cut and not self.retry_timeouts):
                     if self.budget.remaining() <= 0 and not self.budget.exhausted:
                         self._exhausted(request, "connect", 0.0, 0)
@@ -220,7 +225,7 @@ class DeadlineTransport(httpx2.BaseTransport):
         if per_call >= left - 1e-3:  # the attempt's deadline was the budget's end
             self._exhausted(request, job.phase, waited, job.bytes)
             raise httpx2.ReadTimeout(self.budget.describe(), request=request)
-        raise httpx2.ReadTimeout(f"no complete response within the call timeout of {self.call_timeout_s:g} s "
+        raise CallTimeout(f"no complete response within the call timeout of {self.call_timeout_s:g} s "
                                  f"(phase {job.phase}, {job.bytes} body bytes received)", request=request)
 
     def _exhausted(self, request: httpx2.Request, phase: str, waited: float, received: int) -> None:
