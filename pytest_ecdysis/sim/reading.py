@@ -11,6 +11,7 @@ visible elsewhere in the request). This module must not import tau2, a suite or 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -121,12 +122,18 @@ POLICY_COVERAGE = 0.5
 _WORD = re.compile(r"[a-z]{6,}")
 
 
+@functools.lru_cache(maxsize=8)
+def _policy_words(policy: str) -> frozenset[str]:
+    """The words `policy_coverage` looks for (one set per domain policy, not one per write request)."""
+    return frozenset(_WORD.findall(policy.lower()))
+
+
 def policy_coverage(policy: str, messages: list[dict[str, Any]]) -> float:
     """Share (0-1) of the distinct words of six letters or more in `policy` that the request's system and
     developer messages contain: how much of the domain policy the harness gave the model. A paraphrase or a
     shortened policy keeps most of these words; a prompt without the policy keeps few. 1.0 for an empty
     policy (a suite that registered none)."""
-    words = set(_WORD.findall(policy.lower()))
+    words = _policy_words(policy)
     if not words:
         return 1.0
     system = " ".join(message_text(m) for m in messages if m.get("role") in ("system", "developer")).lower()
