@@ -9,7 +9,7 @@ task, `example_harness`) on
 the simulated model's no-op profile (`sim/noop`: no harness-curable quirk, run-to-run noise on), each
 with its own `--ecdysis-sim-nonce`, so every run is an independent draw of the same harness. Decision k
 compares run 2k (the incumbent) with run 2k+1 (a "candidate" identical to it: a no-op by construction)
-through `pytest_ecdysis.acceptance.decide`, exactly as a round does, under `strict` and under `paired`
+through `pytest_ecdysis.gate.acceptance.decide`, exactly as a round does, under `strict` and under `paired`
 with each method at level 0.05. Prints each decision and the share accepted per rule; every acceptance
 is a false one. Also prints the share over all pairs of runs (more pairs, not independent). `--chain`
 halves the cost: `--decisions` + 1 runs, decision k compares run k-1 with run k (each decision has its
@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pytest_ecdysis.acceptance import METHODS, decide  # noqa: E402
+from pytest_ecdysis.gate.acceptance import METHODS, decide  # noqa: E402
 
 SUITE = "task_suites/tau2/test_airline.py"
 RULES = [("strict", "sign")] + [("paired", m) for m in METHODS]

@@ -46,7 +46,7 @@ def main() -> None:
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack on stderr
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from pytest_ecdysis.harness import harness_id
+    from pytest_ecdysis.core.harness import harness_id
     from pytest_ecdysis.sim.server import start_background
     from task_suites.tau2.agent_process import agent_process
     from task_suites.tau2.runner import TrialSpec, run_trial

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 MEASURE = """
 import json, os, sys, time
 from pathlib import Path
-from pytest_ecdysis.harness import harness_id
+from pytest_ecdysis.core.harness import harness_id
 from pytest_ecdysis.sim.server import start_background
 from task_suites.tau2.runner import TrialSpec, run_trial
 from task_suites.tau2.suite import split_ids

@@ -23,7 +23,8 @@ import tracemalloc
 import zlib
 from pathlib import Path
 
-from pytest_ecdysis import metrics, session
+from pytest_ecdysis.core import metrics
+from pytest_ecdysis.run import session
 
 TOOLS = ["get_user_details", "get_reservation_details", "update_reservation_flights", "cancel_reservation",
          "book_reservation", "get_order_details", "modify_pending_order_items", "return_delivered_order_items"]

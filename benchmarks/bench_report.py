@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_ecdysis import html_report
+from pytest_ecdysis.report import html as html_report
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -41,9 +41,9 @@ def _evidence_limit(value: str) -> int | None:
 
 
 def bench_diagnosis(run_dir: Path, strategies: list[str], evidence: list[str], passes: int) -> list[dict]:
-    from pytest_ecdysis.diagnose import diagnose
-    from pytest_ecdysis.llm import RoleClient
-    from pytest_ecdysis.records import FailureRecord, PatternGroup
+    from pytest_ecdysis.core.records import FailureRecord, PatternGroup
+    from pytest_ecdysis.diagnose.round import diagnose
+    from pytest_ecdysis.endpoint.role_client import RoleClient
     from pytest_ecdysis.sim.server import start_background
 
     records = [FailureRecord.model_validate_json(line) for line in

@@ -36,7 +36,7 @@ for key in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID"):
 STARTUP = (
     "import time; t=time.perf_counter(); import pytest, pytest_ecdysis.plugin, task_suites.tau2.cases; "
     "from task_suites.tau2.tau2lib import load_tau2; load_tau2(); import task_suites.tau2.runner; "
-    "from pytest_ecdysis.harness import load_harness; load_harness(__import__('pathlib').Path('{h}')); "
+    "from pytest_ecdysis.core.harness import load_harness; load_harness(__import__('pathlib').Path('{h}')); "
     "print(time.perf_counter()-t)"
 )
 
@@ -44,7 +44,7 @@ DIRECT = """
 import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from pytest_ecdysis.harness import harness_id
+from pytest_ecdysis.core.harness import harness_id
 from task_suites.tau2.runner import TrialSpec, run_trial
 h = Path(sys.argv[2])
 walls = []

@@ -33,7 +33,7 @@ import openai
 from tau2.agent.base import BaseAgent
 from tau2.data_model.message import AssistantMessage, MultiToolMessage, ToolCall, ToolMessage, UserMessage
 
-from pytest_ecdysis.errors import EndpointFormatError, InfrastructureError
+from pytest_ecdysis.core.errors import EndpointFormatError, InfrastructureError
 
 from . import closing, config, context, feedback, prompts
 from . import tools as tool_interface

@@ -6,7 +6,7 @@ one's own: docs/own-suite.md). Everything else is reached through pytest options
 "ecdysis").
 """
 
-from .errors import (
+from pytest_ecdysis.core.errors import (
     EcdysisError,
     EditorError,
     EndpointFormatError,
@@ -17,7 +17,14 @@ from .errors import (
     TimeBudgetExceeded,
     UsageError,
 )
-from .records import FailureRecord, ModificationSpec, PatternGroup, RoundResult, ToolCallRecord, TrialResult
+from pytest_ecdysis.core.records import (
+    FailureRecord,
+    ModificationSpec,
+    PatternGroup,
+    RoundResult,
+    ToolCallRecord,
+    TrialResult,
+)
 
 __all__ = [
     "EcdysisError",
@@ -42,7 +49,7 @@ __all__ = [
 
 def record_trial(item, result) -> None:  # noqa: ANN001 - thin re-export
     """Attach a suite's `TrialResult` to the running pytest item (see `plugin.record_trial`)."""
-    from .plugin import record_trial as _record
+    from pytest_ecdysis.plugin import record_trial as _record
 
     _record(item, result)
 
@@ -51,6 +58,6 @@ def get_state(config):  # noqa: ANN001, ANN201 - thin re-export
     """The session's resolved options (`.cfg`: `trials`, `tasks`, `split`, `threshold`, `model`, ...), harness
     and run id, from a pytest `Config` (see `plugin.get_state`); a suite's `pytest_generate_tests` reads
     `--ecdysis-trials` and `--ecdysis-tasks` here. Tests get the same object as the `ecdysis` fixture."""
-    from .plugin import get_state as _get
+    from pytest_ecdysis.plugin import get_state as _get
 
     return _get(config)

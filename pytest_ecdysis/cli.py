@@ -26,8 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import report
-from .errors import EcdysisError, RunDirError, UsageError
+from pytest_ecdysis.core.errors import EcdysisError, RunDirError, UsageError
+from pytest_ecdysis.report import summary as report
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -47,7 +47,9 @@ def _show(args: argparse.Namespace) -> int:
             print(f"evolution status {doc.get('status')!r}: still running (or interrupted), so no branch verdict "
                   f"yet; resume an interrupted one with --ecdysis-resume {doc.get('run_id') or Path(args.run_dir).name}")
         if doc is not None:
-            from .evolve_report import summary_lines as evolution_lines  # imports pytest: evolution runs only
+            from pytest_ecdysis.report.evolution import (
+                summary_lines as evolution_lines,  # imports pytest: evolution runs only
+            )
 
             for line in evolution_lines(doc)[1:]:
                 print(line)
@@ -60,7 +62,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .html_report import write_html
+    from pytest_ecdysis.report.html import write_html
 
     if not args.run_dir.is_dir():  # a typo: never create it and write a page into it
         raise RunDirError(f"{args.run_dir} is not a directory: pass a run directory, .ecdysis/runs/<run-id>")
@@ -127,14 +129,14 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _pr_body(args: argparse.Namespace) -> int:
-    from .pr_body import render_pr_body
+    from pytest_ecdysis.report.pr_body import render_pr_body
 
     print(render_pr_body(args.run_dir), end="")
     return 0
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from .merge import merge
+    from pytest_ecdysis.run.merge import merge
 
     summary = merge(args.shards, args.output, run_id=args.run_id)
     print(f"merged {len(args.shards)} shard(s) into {args.output}: {summary['n_trials']} trial(s) of "
@@ -143,7 +145,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    from . import gate
+    from pytest_ecdysis.gate import baseline as gate
 
     summary, _ = report.read_run(args.run_dir)
     if "suite_score" not in summary:
@@ -159,11 +161,11 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from . import gate
-    from .acceptance import METHODS
-    from .config_values import _choice, _float, _int
-    from .config_values import level as level_of
-    from .rundir import write_json
+    from pytest_ecdysis.core.config_values import _choice, _float, _int
+    from pytest_ecdysis.core.config_values import level as level_of
+    from pytest_ecdysis.core.rundir import write_json
+    from pytest_ecdysis.gate import baseline as gate
+    from pytest_ecdysis.gate.acceptance import METHODS
 
     try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions, -accept-level, -accept-method
         _float("gate-tolerance", args.tolerance, 0.0, 1.0)

@@ -16,59 +16,20 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .config import EcdysisConfig, read_config, unset_empty_env
-from .controller import TrialCollector, prepare, runs_no_test
-from .errors import EcdysisError, UsageError
-from .harness import harness_id, resolve_harness
-from .options import add_options
-from .registry import register_pytest_plugins
+from pytest_ecdysis.core.config import read_config, unset_empty_env
+from pytest_ecdysis.core.errors import EcdysisError, UsageError
+from pytest_ecdysis.core.harness import harness_id, resolve_harness
+from pytest_ecdysis.core.options import add_options
+from pytest_ecdysis.core.registry import register_pytest_plugins
+from pytest_ecdysis.run.controller import TrialCollector, prepare, runs_no_test
+from pytest_ecdysis.run.state import ENV_RUN_ID, ENV_SESSION_PID, ENV_SIM_URL, EcdysisState, new_run_id
 
 CONFIG_KEY = pytest.StashKey["EcdysisState"]()
 TRIAL_KEY = pytest.StashKey[dict]()
-ENV_RUN_ID = "ECDYSIS_RUN_ID"
-ENV_SIM_URL = "ECDYSIS_SIM_URL"
-#: set by a controller beside the two above, for its own xdist workers: a controller that finds it set by
-#: another process is a session nested in a running one (an editor's or a harness's pytest), not its worker
-ENV_SESSION_PID = "ECDYSIS_SESSION_PID"
-
-
-@dataclass
-class EcdysisState:
-    """Per-session state, kept in `config.stash` (never on `config._...`)."""
-
-    cfg: EcdysisConfig
-    harness_dir: Path
-    harness_id: str
-    run_id: str
-    is_controller: bool
-    sim_url: str | None = None
-    sim_server: Any = None
-    trials: dict[str, dict] = field(default_factory=dict)  # nodeid -> TrialResult JSON
-    collected: list[str] = field(default_factory=list)
-    started: float = field(default_factory=time.time)
-    outcome: Any = None  # set by session.finish: summary, gate verdict, evolution result
-    messages: list[str] = field(default_factory=list)
-    html_path: Path | None = None  # the page `--ecdysis-html` wrote
-    progress: Any = None  # progress.SessionProgress on the controller
-    no_trials: bool = False  # --collect-only, --setup-plan, --fixtures, ...: no trial will run
-
-    @property
-    def run_path(self) -> Path:
-        return self.cfg.run_dir / self.run_id
-
-
-def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
@@ -81,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
         register_pytest_plugins(config.pluginmanager)  # strategies a conftest.py defines (`ecdysis_strategies`)
         cfg = read_config(config)
         harness_dir = resolve_harness(cfg.harness, cfg.rootdir)
-        from .xdist_schedule import check_dist
+        from pytest_ecdysis.run.xdist_schedule import check_dist
 
         check_dist(config, cfg.concurrency)
     except EcdysisError as exc:
@@ -108,8 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONFIG_KEY] = state
     if not is_controller:
         return
-    from .progress import SessionProgress
-    from .verdict import VerdictPrinter
+    from pytest_ecdysis.report.progress import SessionProgress
+    from pytest_ecdysis.report.verdict import VerdictPrinter
 
     state.progress = SessionProgress(state.run_path, cfg.progress_s)
     state.no_trials = runs_no_test(config)
@@ -127,7 +88,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     state = config.stash.get(CONFIG_KEY, None)
     if state is None or state.cfg.concurrency <= 1:
         return None
-    from .xdist_schedule import make_scheduler
+    from pytest_ecdysis.run.xdist_schedule import make_scheduler
 
     return make_scheduler(config, log)
 
@@ -169,7 +130,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     data = item.stash.get(TRIAL_KEY, None)
     if data is not None and (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
-        from .run_coverage import json_safe_trial
+        from pytest_ecdysis.run.coverage import json_safe_trial
 
         report.ecdysis_trial = json_safe_trial(data, item.nodeid)
     return report
@@ -183,7 +144,7 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
     state = session.config.stash.get(CONFIG_KEY, None)
     if state is None or not state.is_controller or runs_no_test(session.config):
         return (yield)
-    from .session import sigterm_as_interrupt
+    from pytest_ecdysis.run.session import sigterm_as_interrupt
 
     with sigterm_as_interrupt():  # SIGTERM stops the trials and the evolution as Ctrl-C does
         try:
@@ -217,7 +178,7 @@ def _progress_say(session: pytest.Session, state: EcdysisState) -> Any:
 
 
 def _finish(session: pytest.Session, state: EcdysisState, stopped: str | None) -> None:
-    from .session import finish
+    from pytest_ecdysis.run.session import finish
 
     try:
         finish(session, state, stopped=stopped)
@@ -228,7 +189,7 @@ def _finish(session: pytest.Session, state: EcdysisState, stopped: str | None) -
 def write_html_page(state: EcdysisState) -> None:
     """`--ecdysis-html FILE`: the run's page (html_report), after evolution, also when it was interrupted
     (the page then says so and how to resume); a failure to write it is a run problem, not an exception."""
-    from .html_report import write_html
+    from pytest_ecdysis.report.html import write_html
 
     outcome = state.outcome
     if outcome.run_path is None:
@@ -244,7 +205,7 @@ def write_html_page(state: EcdysisState) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(CONFIG_KEY, None)
     if state is not None and state.is_controller and state.outcome is not None:
-        from .session import exit_status
+        from pytest_ecdysis.run.session import exit_status
 
         if state.cfg.html is not None:
             write_html_page(state)
@@ -256,7 +217,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(CONFIG_KEY, None)
     if state is not None and state.is_controller and state.outcome is not None:
-        from .session import terminal_summary
+        from pytest_ecdysis.run.session import terminal_summary
 
         terminal_summary(terminalreporter, state)
         if state.html_path is not None:

@@ -65,10 +65,10 @@ def tool_call_ok(call: dict[str, Any], tools: list[str]) -> bool:
 
 
 def replies(path: Path) -> dict[str, Any]:
-    from pytest_ecdysis.diagnose import validate_spec
-    from pytest_ecdysis.edit import EDIT_BLOCK
-    from pytest_ecdysis.errors import SpecError
-    from pytest_ecdysis.evidence import extract_json
+    from pytest_ecdysis.core.errors import SpecError
+    from pytest_ecdysis.diagnose.fdcr import validate_spec
+    from pytest_ecdysis.edit.editors import EDIT_BLOCK
+    from pytest_ecdysis.evidence.build import extract_json
 
     by_role: dict[str, dict[str, Any]] = defaultdict(lambda: defaultdict(int))
     walls: dict[str, list[float]] = defaultdict(list)

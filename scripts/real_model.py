@@ -179,9 +179,9 @@ def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) 
     import shutil
     from types import SimpleNamespace
 
-    from pytest_ecdysis.edit import BuiltinEditor
-    from pytest_ecdysis.edit_prompt import reply_tokens
-    from pytest_ecdysis.llm import RoleClient
+    from pytest_ecdysis.edit.editors import BuiltinEditor
+    from pytest_ecdysis.edit.prompt import reply_tokens
+    from pytest_ecdysis.endpoint.role_client import RoleClient
 
     work = session / "editor"
     harness = work / "example_harness"

@@ -78,7 +78,7 @@ def run(task_id: str, agent: ScriptedModel | None, *, domain: str = "airline", h
         settings: Any = None, user: ScriptedModel | None = None, base_url: str = "http://scripted.invalid/v1",
         agent_transport: Any = None) -> Any:
     """One trial through the suite's runner with scripted agent and user endpoints."""
-    from pytest_ecdysis.harness import harness_id
+    from pytest_ecdysis.core.harness import harness_id
     from task_suites.tau2.runner import TrialSpec, run_trial
 
     spec = TrialSpec(domain=domain, task_id=task_id, trial=0, run_id="test-run", model="scripted",
@@ -94,7 +94,7 @@ Handler = Callable[[httpx2.Request], httpx2.Response]
 def warm_up() -> None:
     """Import τ², the example harness and the user simulator and load the airline environment once, so a
     timed trial measures its endpoint, not this process's first imports (seconds on a loaded machine)."""
-    from pytest_ecdysis.harness import load_harness
+    from pytest_ecdysis.core.harness import load_harness
     from task_suites.tau2 import suite, user  # noqa: F401
 
     suite.get_environment("airline")

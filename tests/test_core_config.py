@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ecdysis.errors import UsageError
-from pytest_ecdysis.harness import harness_id, resolve_harness
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.core.harness import harness_id, resolve_harness
 
 BAD_OPTIONS = [
     (["--ecdysis-split", "dev"], "--ecdysis-split must be one of train, test, all"),
@@ -109,7 +109,7 @@ def test_harness_directory_without_package_is_refused(tmp_path) -> None:
 
 def test_a_harness_without_build_agent_is_refused_on_every_load(tmp_path) -> None:
     """load_harness caches imported harnesses; the missing-agent check must hold for the cached module too."""
-    from pytest_ecdysis.harness import load_harness
+    from pytest_ecdysis.core.harness import load_harness
 
     h = tmp_path / "noagent"
     h.mkdir()
@@ -122,7 +122,7 @@ def test_a_harness_without_build_agent_is_refused_on_every_load(tmp_path) -> Non
 def test_time_limits_come_from_option_then_ini_then_env_then_default() -> None:
     """Each limit: the option (or its ini mirror) wins over the env fallback, which wins over the default;
     a bad env value is the same usage error, naming the variable."""
-    from pytest_ecdysis.config import read_limits
+    from pytest_ecdysis.core.config import read_limits
 
     env = {"ECDYSIS_CALL_TIMEOUT_S": "7", "ECDYSIS_MAX_RETRIES": "0", "ECDYSIS_EDITOR_TIMEOUT": "42"}
     limits = read_limits({"call-timeout": "5", "trial-budget": "30"}, env)
@@ -151,7 +151,7 @@ JOB_ONLY_VALUES = {"diagnosis-model": "sim", "editor": "sim", "response-cache": 
 
 
 def _job_only_options():
-    from pytest_ecdysis.options import OPTIONS
+    from pytest_ecdysis.core.options import OPTIONS
 
     return [o for o in OPTIONS if o.needs]
 
@@ -170,7 +170,7 @@ def test_an_option_only_a_job_reads_needs_that_job_on_the_command_line(pytester:
     """`--ecdysis-rounds 5` (or `=5`) without --ecdysis-evolve would be ignored: a usage error naming the
     option and the job it needs. The same key in the ini file is allowed (a project keeps its evolution
     and gate settings there) and the session runs."""
-    from pytest_ecdysis.options import OPTIONS
+    from pytest_ecdysis.core.options import OPTIONS
 
     opt = next(o for o in OPTIONS if o.name == name)
     value = JOB_ONLY_VALUES.get(name, opt.default if isinstance(opt.default, str) else "1")
@@ -191,8 +191,8 @@ def test_job_only_options_pass_with_their_job_and_are_not_given_to_sub_runs():
     """With its job the option is accepted; validation sub-runs (no job) never inherit it."""
     from types import SimpleNamespace
 
-    from pytest_ecdysis.config_values import check_needs
-    from pytest_ecdysis.subrun_setup import strip_args
+    from pytest_ecdysis.core.config_values import check_needs
+    from pytest_ecdysis.validate.setup import strip_args
 
     args = ["--ecdysis-rounds", "5", "--ecdysis-ablate", "--ecdysis-accept=paired", "--ecdysis-baseline", "b.json",
             "--ecdysis-trials", "2"]

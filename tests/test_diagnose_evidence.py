@@ -16,7 +16,8 @@ from test_diagnose_support import (
     write_harness,
 )
 
-from pytest_ecdysis.evidence import (
+from pytest_ecdysis.core.records import ModificationSpec, PatternGroup
+from pytest_ecdysis.evidence.build import (
     build_evidence,
     cut,
     extract_json,
@@ -27,8 +28,7 @@ from pytest_ecdysis.evidence import (
     render_turn,
     select_records,
 )
-from pytest_ecdysis.patterns import group
-from pytest_ecdysis.records import ModificationSpec, PatternGroup
+from pytest_ecdysis.evidence.patterns import group
 
 
 def many_failures(n: int):

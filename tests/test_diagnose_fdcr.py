@@ -17,10 +17,10 @@ from test_diagnose_support import (
     write_harness,
 )
 
-from pytest_ecdysis.diagnose import diagnose
-from pytest_ecdysis.errors import InfrastructureError, UsageError
-from pytest_ecdysis.llm import DEFAULT_TIMEOUT_S, RoleClient
-from pytest_ecdysis.patterns import group
+from pytest_ecdysis.core.errors import InfrastructureError, UsageError
+from pytest_ecdysis.diagnose.round import diagnose
+from pytest_ecdysis.endpoint.role_client import DEFAULT_TIMEOUT_S, RoleClient
+from pytest_ecdysis.evidence.patterns import group
 
 GOOD_SPEC = {
     "summary": "Name the argument in tool errors.",
@@ -250,8 +250,8 @@ def test_role_calls_wait_at_least_as_long_as_the_call_timeout_a_user_raised():
 
 def test_absolute_paths_inside_the_harness_are_made_relative(tmp_path):
     """An absolute path inside the harness is accepted as relative; an absolute path elsewhere is refused."""
-    from pytest_ecdysis.diagnose import validate_spec
-    from pytest_ecdysis.errors import SpecError
+    from pytest_ecdysis.core.errors import SpecError
+    from pytest_ecdysis.diagnose.fdcr import validate_spec
 
     harness = write_harness(tmp_path)
     inside = dict(GOOD_SPEC, changes=[dict(GOOD_SPEC["changes"][0], files=[str(harness / "feedback.py")])])

@@ -14,11 +14,11 @@ from test_diagnose_support import (
     write_harness,
 )
 
-from pytest_ecdysis.diagnose import diagnose
-from pytest_ecdysis.errors import UsageError
-from pytest_ecdysis.evidence import parse_evidence
-from pytest_ecdysis.patterns import group
-from pytest_ecdysis.strategies.base import get_strategy
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.diagnose.round import diagnose
+from pytest_ecdysis.diagnose.strategies.base import get_strategy
+from pytest_ecdysis.evidence.build import parse_evidence
+from pytest_ecdysis.evidence.patterns import group
 
 
 def run(tmp_path, strategy, records, log, proposals=None):
@@ -75,7 +75,7 @@ def test_harnessfix_traces_attributes_consolidates_and_scopes(tmp_path):
 
 def test_harnessfix_drops_a_repair_outside_its_operator(tmp_path):
     """A change the analyst writes outside the files its operator may touch is dropped and recorded."""
-    from pytest_ecdysis.strategies.harness_traces import in_scope
+    from pytest_ecdysis.diagnose.strategies.harness_traces import in_scope
 
     op = {"may_touch": ["config.py"], "creates": False}
     assert in_scope(["config.py"], op) and not in_scope(["prompts.py"], op)
@@ -99,7 +99,7 @@ def test_self_harness_proposes_diverse_minimal_modifications(tmp_path):
 def test_self_harness_mines_records_when_groups_are_few(tmp_path):
     """One pattern group of several tasks still gives three weaknesses (the group, then its records); the same
     proposal twice is kept once."""
-    from pytest_ecdysis.strategies.self_harness import mine_weaknesses
+    from pytest_ecdysis.diagnose.strategies.self_harness import mine_weaknesses
 
     records = incomplete_records(("7", "8", "9"))
     weak = mine_weaknesses(records, group(records))

@@ -15,10 +15,10 @@ from typing import Any
 import httpx2
 import openai
 
-from pytest_ecdysis.evidence import build_evidence
-from pytest_ecdysis.llm import RoleClient
-from pytest_ecdysis.patterns import group
-from pytest_ecdysis.records import FailureRecord, ToolCallRecord
+from pytest_ecdysis.core.records import FailureRecord, ToolCallRecord
+from pytest_ecdysis.endpoint.role_client import RoleClient
+from pytest_ecdysis.evidence.build import build_evidence
+from pytest_ecdysis.evidence.patterns import group
 from pytest_ecdysis.sim import roles
 
 
@@ -155,7 +155,7 @@ def evidence_text(records: list[FailureRecord], harness: Path | None = None, **k
 def body_for(role: str, records: list[FailureRecord], harness: Path | None = None, fmt: str | None = None,
              turns: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
     """A request body as `diagnose` would send it for `role` (first pass, or with the given turns)."""
-    from pytest_ecdysis.diagnose import FORMATS, load_prompt, role_messages
+    from pytest_ecdysis.diagnose.fdcr import FORMATS, load_prompt, role_messages
 
     fmt = fmt or FORMATS[role]
     prompt = load_prompt("analyst_nofdcr" if (role == "analyst" and fmt == "spec") else role)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis.errors import UsageError
-from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.core.harness import load_harness
 from pytest_ecdysis.sim.editor import apply_spec, check_usable, load_recipes
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_harness"

@@ -14,11 +14,11 @@ import pytest
 from suite_scripted import DIRECT_HARNESS, ScriptedModel, call, run, text
 from test_diagnose_support import blind_spot_records, cfg, id_prefix_records, incomplete_records, sim_client
 
-from pytest_ecdysis import gitops
-from pytest_ecdysis.diagnose import diagnose
-from pytest_ecdysis.edit import SimEditor
-from pytest_ecdysis.evolve_stages import edit_stage
-from pytest_ecdysis.patterns import group
+from pytest_ecdysis.diagnose.round import diagnose
+from pytest_ecdysis.edit.editors import SimEditor
+from pytest_ecdysis.evidence.patterns import group
+from pytest_ecdysis.evolve.stages import edit_stage
+from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.sim.editor import apply_spec, load_recipes
 
 pytest.importorskip("tau2")

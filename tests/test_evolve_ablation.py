@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from test_evolve_loop import CONFTEST, _evolution, _run, _script, make_project
 
-from pytest_ecdysis.ablation import changes_of, removal_loses, without
-from pytest_ecdysis.gitops import Snapshot
+from pytest_ecdysis.evolve.ablation import changes_of, removal_loses, without
+from pytest_ecdysis.git.ops import Snapshot
 
 pytest_plugins = ["pytester"]
 
@@ -19,7 +19,7 @@ pytest_plugins = ["pytester"]
 SUITE = '''
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
-from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.core.harness import load_harness
 from pytest_ecdysis.plugin import get_state
 
 
@@ -171,7 +171,7 @@ def test_ablate_without_evolve_is_a_usage_error(pytester: pytest.Pytester) -> No
 FLAKY_SUITE = '''
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
-from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.core.harness import load_harness
 from pytest_ecdysis.plugin import get_state
 
 
@@ -237,8 +237,8 @@ def test_extra_trials_are_skipped_when_they_cannot_help() -> None:
     byte-identical), when no task flipped, and when no task rose."""
     from types import SimpleNamespace
 
-    from pytest_ecdysis.acceptance import decide
-    from pytest_ecdysis.evolve_extra import flipped_tasks, skip_reason, task_score
+    from pytest_ecdysis.evolve.extra_trials import flipped_tasks, skip_reason, task_score
+    from pytest_ecdysis.gate.acceptance import decide
 
     def trials(rewards: list[float]) -> list[dict]:
         return [{"suite": "s", "task_id": str(i), "reward": r} for i, r in enumerate(rewards)]

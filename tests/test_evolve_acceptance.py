@@ -8,8 +8,8 @@ import random
 import pytest
 from test_evolve_loop import make_project
 
-from pytest_ecdysis import gate
-from pytest_ecdysis.acceptance import (
+from pytest_ecdysis.gate import baseline as gate
+from pytest_ecdysis.gate.acceptance import (
     METHODS,
     decide,
     decide_paired,
@@ -191,7 +191,7 @@ def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
 
     from test_evolve_loop import CONFTEST, _run, _script, make_project
 
-    from pytest_ecdysis.pr_body import render_pr_body
+    from pytest_ecdysis.report.pr_body import render_pr_body
 
     project = make_project(pytester, monkeypatch, CONFTEST)
     _script(project, [{"knob": "x", "value": 3}])
@@ -223,7 +223,7 @@ def test_rescore_plan() -> None:
     fixed nonce) under `auto`; `always` and `never` force either way; the reason is said."""
     from types import SimpleNamespace
 
-    from pytest_ecdysis.evolve_paired import rescore_plan
+    from pytest_ecdysis.evolve.paired import rescore_plan
 
     def cfg(rescore: str, model: str = "sim", nonce: str | None = None) -> SimpleNamespace:
         return SimpleNamespace(rescore=rescore, model=model, user_model=model, sim_nonce=nonce)

@@ -15,7 +15,7 @@ pytest_plugins = ["pytester"]
 SUITE = '''
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
-from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.core.harness import load_harness
 from pytest_ecdysis.plugin import get_state
 
 
@@ -54,7 +54,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest_ecdysis
-from pytest_ecdysis.records import ModificationSpec, SpecChange
+from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
 HERE = Path(__file__).parent
 
@@ -69,16 +69,16 @@ def diagnose(*, round_dir, strategy, **_):
                            wall_s=0.01)
 
 
-module = types.ModuleType("pytest_ecdysis.diagnose")
+module = types.ModuleType("pytest_ecdysis.diagnose.round")
 module.diagnose = diagnose
-sys.modules["pytest_ecdysis.diagnose"] = module
-pytest_ecdysis.diagnose = module
+sys.modules["pytest_ecdysis.diagnose.round"] = module
+pytest_ecdysis.diagnose.round = module
 '''
 
 # A user's own strategy, registered from conftest.py; its diagnosis goes through the real `diagnose`.
 USER_CONFTEST = '''
-from pytest_ecdysis.diagnose import Diagnosis
-from pytest_ecdysis.records import ModificationSpec, SpecChange
+from pytest_ecdysis.diagnose.fdcr import Diagnosis
+from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
 
 class Mine:

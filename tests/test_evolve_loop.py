@@ -20,7 +20,7 @@ import os
 
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
-from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.core.harness import load_harness
 from pytest_ecdysis.plugin import get_state
 
 
@@ -53,7 +53,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest_ecdysis
-from pytest_ecdysis.records import ModificationSpec, SpecChange
+from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
 HERE = Path(__file__).parent
 
@@ -74,7 +74,7 @@ def diagnose(*, records, groups, harness_dir, history, solved_tasks, cfg, round_
     return SimpleNamespace(spec=spec, reason="", tokens={"prompt": 5, "completion": 2, "total": 7}, wall_s=0.01)
 
 
-import pytest_ecdysis.evolve_runs as evolve  # where the loop calls run_suite
+import pytest_ecdysis.evolve.runs as evolve  # where the loop calls run_suite
 _run_suite = evolve.run_suite
 
 
@@ -86,10 +86,10 @@ def run_suite(**kwargs):
 
 
 evolve.run_suite = run_suite
-module = types.ModuleType("pytest_ecdysis.diagnose")
+module = types.ModuleType("pytest_ecdysis.diagnose.round")
 module.diagnose = diagnose
-sys.modules["pytest_ecdysis.diagnose"] = module
-pytest_ecdysis.diagnose = module
+sys.modules["pytest_ecdysis.diagnose.round"] = module
+pytest_ecdysis.diagnose.round = module
 '''
 
 # Scripted editor: reads the spec and edits the harness as told; logs each call.
@@ -258,7 +258,7 @@ def test_held_out_scores_carry_capability_and_efficiency(project: pytest.Pyteste
     tokens per task, summed over the task's test trials): here a trial costs 100 x LEVEL tokens (the tiny
     suite runs one trial a task), so the start (LEVEL 1) costs 100 tokens a task and the frozen harness
     (LEVEL 3) 300, in evolution.json, the summary line and the pull-request body."""
-    from pytest_ecdysis.pr_body import render_pr_body
+    from pytest_ecdysis.report.pr_body import render_pr_body
 
     suite = (project.path / "test_tiny.py").read_text()
     (project.path / "test_tiny.py").write_text(suite.replace(
@@ -277,9 +277,9 @@ def test_held_out_scores_carry_capability_and_efficiency(project: pytest.Pyteste
 
 
 REPAIRING_EDITOR = CONFTEST + '''
-import pytest_ecdysis.evolve as _evolve
-from pytest_ecdysis.edit import BuiltinEditor
-from pytest_ecdysis.llm import Completion
+import pytest_ecdysis.evolve.loop as _evolve
+from pytest_ecdysis.edit.editors import BuiltinEditor
+from pytest_ecdysis.endpoint.role_client import Completion
 
 BLOCK = "__init__.py\\n<<<<<<< SEARCH\\nLEVEL = 1\\n=======\\nLEVEL = {}\\n>>>>>>> REPLACE\\n"
 

@@ -11,7 +11,7 @@ import json
 import pytest
 from test_evolve_loop import _git, make_project
 
-from pytest_ecdysis.evolve import MAX_INSTANCE_STEPS
+from pytest_ecdysis.evolve.loop import MAX_INSTANCE_STEPS
 
 pytest_plugins = ["pytester"]
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest_ecdysis
-from pytest_ecdysis.records import ModificationSpec, SpecChange
+from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
 HERE = Path(__file__).parent
 
@@ -38,7 +38,7 @@ def diagnose(*, records, groups, harness_dir, history, solved_tasks, cfg, round_
                            tokens={"prompt": 5, "completion": 2, "total": 7}, wall_s=0.01)
 
 
-import pytest_ecdysis.evolve_runs as evolve  # where the loop calls run_suite
+import pytest_ecdysis.evolve.runs as evolve  # where the loop calls run_suite
 _run_suite = evolve.run_suite
 
 
@@ -53,10 +53,10 @@ def run_suite(**kwargs):
 
 
 evolve.run_suite = run_suite
-module = types.ModuleType("pytest_ecdysis.diagnose")
+module = types.ModuleType("pytest_ecdysis.diagnose.round")
 module.diagnose = diagnose
-sys.modules["pytest_ecdysis.diagnose"] = module
-pytest_ecdysis.diagnose = module
+sys.modules["pytest_ecdysis.diagnose.round"] = module
+pytest_ecdysis.diagnose.round = module
 '''
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from test_records_pipeline import env, run, write_suite  # noqa: F401  (env: the fixture, used below)
 
-from pytest_ecdysis import gate
+from pytest_ecdysis.gate import baseline as gate
 
 pytestmark = pytest.mark.usefixtures("env")
 
@@ -153,7 +153,7 @@ def test_gate_command_exits_as_the_pytest_gate(pytester: pytest.Pytester, capsys
 
 def test_shown_says_how_many_were_left_off() -> None:
     """A cut list in a message says how many it left off ("and N more"); the whole list is shown as is."""
-    from pytest_ecdysis.errors import shown
+    from pytest_ecdysis.core.errors import shown
 
     assert shown([]) == "none" and shown(["a", "b"]) == "a, b"
     assert shown([str(i) for i in range(8)], 5) == "0, 1, 2, 3, 4 and 3 more"

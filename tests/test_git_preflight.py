@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis import gitops
-from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.git import ops as gitops
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -88,7 +88,7 @@ def test_plugin_runs_preflight_before_trials(pytester: pytest.Pytester, monkeypa
 
 def test_sim_editor_needs_recipes(repo: Path) -> None:
     """`--ecdysis-editor sim` with a harness without recipes names `builtin` and `cmd:`."""
-    from pytest_ecdysis.edit import check_editor
+    from pytest_ecdysis.edit.editors import check_editor
 
     with pytest.raises(UsageError, match="builtin.*cmd:"):
         check_editor("sim", repo / "harness")

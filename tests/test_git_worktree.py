@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis import gitops
-from pytest_ecdysis.errors import GitError
+from pytest_ecdysis.core.errors import GitError
+from pytest_ecdysis.git import ops as gitops
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -35,6 +35,6 @@ def test_direct_sends_policy_as_system_prompt_and_arguments_unnormalised():
 
 def test_direct_is_registered_by_name(tmp_path):
     """`--ecdysis-harness direct` resolves through the suite's registration hook."""
-    from pytest_ecdysis.harness import resolve_harness
+    from pytest_ecdysis.core.harness import resolve_harness
 
     assert resolve_harness("direct", tmp_path) == DIRECT_HARNESS.resolve()

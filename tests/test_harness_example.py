@@ -159,7 +159,7 @@ def test_case6_budget_hit_with_a_call_pending_is_recorded_and_aggregates(tiny_bu
     """Case 6: when the step budget runs out right after the model issued a call, the call is not run,
     the trial ends by agent stop with the budget text, the TrialResult lists the call with no result and
     a `budget_exhausted` note, and the records stage turns it into a failure record without crashing."""
-    from pytest_ecdysis import failures
+    from pytest_ecdysis.evidence import failures
 
     agent = ScriptedModel([call(GET, json.dumps({"reservation_id": RES}), call_id="c1"),
                            call("cancel_reservation", json.dumps({"reservation_id": RES}), call_id="c2")])

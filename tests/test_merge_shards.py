@@ -9,8 +9,8 @@ import pytest
 from test_records_pipeline import env, read_jsonl, run, write_suite  # noqa: F401  (env: the fixture)
 
 from pytest_ecdysis.cli import main as ecdysis
-from pytest_ecdysis.errors import RunDirError
-from pytest_ecdysis.merge import merge
+from pytest_ecdysis.core.errors import RunDirError
+from pytest_ecdysis.run.merge import merge
 
 pytest.importorskip("pytest_split", reason="pytest-split is in the dev extra (pip install -e .[dev])")
 pytestmark = pytest.mark.usefixtures("env")

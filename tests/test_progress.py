@@ -8,7 +8,7 @@ import json
 import pytest
 from test_evolve_loop import CONFTEST, _run, _script, make_project
 
-from pytest_ecdysis.progress import Count, Ticker, read_count, status_line
+from pytest_ecdysis.report.progress import Count, Ticker, read_count, status_line
 
 SLOW_SUITE = '''
 import time

@@ -75,9 +75,9 @@ def test_one_diagnosis_call_against_the_real_server(server_url, tmp_path):
     spec with the reason; the transcript holds every answered call."""
     from test_diagnose_support import id_prefix_records, write_harness
 
-    from pytest_ecdysis.diagnose import diagnose
-    from pytest_ecdysis.llm import RoleClient
-    from pytest_ecdysis.patterns import group
+    from pytest_ecdysis.diagnose.round import diagnose
+    from pytest_ecdysis.endpoint.role_client import RoleClient
+    from pytest_ecdysis.evidence.patterns import group
 
     records = id_prefix_records()
     cfg = SimpleNamespace(fdcr_passes=1, evidence_limit=None, diagnosis_model="smollm2", base_url=server_url)

@@ -15,7 +15,7 @@ SYNTH = '''
 import json, os
 import pytest
 from pytest_ecdysis import record_trial
-from pytest_ecdysis.records import ToolCallRecord, TrialResult
+from pytest_ecdysis.core.records import ToolCallRecord, TrialResult
 
 PLAN = json.loads({plan!r})  # {{suite: {{task_id: [reward or null (infra) per trial]}}}}
 SUSPECT = set({suspect!r})

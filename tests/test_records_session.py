@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_ecdysis import session
-from pytest_ecdysis.errors import GitError
-from pytest_ecdysis.gate import GateVerdict
+from pytest_ecdysis.core.errors import GitError
+from pytest_ecdysis.gate.baseline import GateVerdict
+from pytest_ecdysis.run import session
 
 
 def outcome(gate: GateVerdict | None = None, run_path: Path | None = Path("/tmp/x")) -> session.RunOutcome:
@@ -41,13 +41,13 @@ def test_exit_status_follows_the_gate_and_keeps_pytest_errors() -> None:
 def test_evolution_errors_are_reported_and_fail_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """run_evolution raising an EcdysisError -> a clear message and exit 1; returning -> exit 0; the
     validation sub-runs it starts do not see $GITHUB_STEP_SUMMARY (one job summary, not one per sub-run)."""
-    fake = types.ModuleType("pytest_ecdysis.evolve")
+    fake = types.ModuleType("pytest_ecdysis.evolve.loop")
 
     def boom(session_, state_, summary):  # noqa: ANN001, ANN202
         raise GitError("the branch ecdysis/x exists")
 
     fake.run_evolution = boom
-    monkeypatch.setitem(sys.modules, "pytest_ecdysis.evolve", fake)
+    monkeypatch.setitem(sys.modules, "pytest_ecdysis.evolve.loop", fake)
     st = state(evolve=True, out=outcome())
     session._evolve(None, st, st.outcome)
     assert st.outcome.evolution_error == "--ecdysis-evolve stopped: the branch ecdysis/x exists"
@@ -63,8 +63,8 @@ def test_evolution_errors_are_reported_and_fail_the_run(monkeypatch: pytest.Monk
 
 
 def test_missing_evolution_module_gives_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without pytest_ecdysis.evolve the run still finishes, with a message naming what is missing."""
-    monkeypatch.setitem(sys.modules, "pytest_ecdysis.evolve", None)  # import raises ImportError
+    """Without pytest_ecdysis.evolve.loop the run still finishes, with a message naming what is missing."""
+    monkeypatch.setitem(sys.modules, "pytest_ecdysis.evolve.loop", None)  # import raises ImportError
     st = state(evolve=True, out=outcome())
     session._evolve(None, st, st.outcome)
     assert "run_evolution is missing" in st.outcome.evolution_error

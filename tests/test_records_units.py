@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from pytest_ecdysis import failures, metrics, patterns
-from pytest_ecdysis.errors import UsageError
-from pytest_ecdysis.records import FailureRecord, ToolCallRecord, TrialResult
+from pytest_ecdysis.core import metrics
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.core.records import FailureRecord, ToolCallRecord, TrialResult
+from pytest_ecdysis.evidence import failures, patterns
 
 
 def trial(task: str, k: int, reward: float | None, suite: str = "s", **kw) -> TrialResult:

@@ -22,11 +22,11 @@ import pytest
 from suite_scripted import EXAMPLE_HARNESS, ScriptedModel, run, text
 from test_diagnose_support import id_prefix_records
 
-from pytest_ecdysis.diagnose import diagnose
-from pytest_ecdysis.edit import REPAIR_ECHO_CHARS, BuiltinEditor
-from pytest_ecdysis.errors import InfrastructureError
-from pytest_ecdysis.llm import RoleClient
-from pytest_ecdysis.patterns import group
+from pytest_ecdysis.core.errors import InfrastructureError
+from pytest_ecdysis.diagnose.round import diagnose
+from pytest_ecdysis.edit.editors import REPAIR_ECHO_CHARS, BuiltinEditor
+from pytest_ecdysis.endpoint.role_client import RoleClient
+from pytest_ecdysis.evidence.patterns import group
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "replies"
 #: kind -> the paths it is replayed through.
@@ -231,8 +231,8 @@ def test_an_editor_call_that_times_out_is_no_change(tmp_path: Path) -> None:
 def test_a_failed_incumbent_whose_records_are_all_kept_out_says_so() -> None:
     """Measured with SmolLM2 (docs/real-model.md): every trial ended endpoint_format_error (empty replies),
     so no record is evidence; the round's reason says that and why, not 'no failure records'."""
-    from pytest_ecdysis.evolve_stages import why_no_evidence
-    from pytest_ecdysis.records import FailureRecord
+    from pytest_ecdysis.core.records import FailureRecord
+    from pytest_ecdysis.evolve.stages import why_no_evidence
 
     record = FailureRecord.model_validate({"suite": "tau2-airline", "task_id": "3", "trial": 0, "reward": 0.0,
                                            "termination_reason": "endpoint_format_error", "endpoint_problem": True})

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from test_evolve_loop import CONFTEST, _run_with_id, _script, make_project
 
-from pytest_ecdysis import cli, html_report
-from pytest_ecdysis.records import SCHEMA_VERSION
+from pytest_ecdysis import cli
+from pytest_ecdysis.core.records import SCHEMA_VERSION
+from pytest_ecdysis.report import html as html_report
 
 pytest_plugins = ["pytester"]
 
@@ -221,7 +222,7 @@ def test_show_of_a_running_evolution_says_so_before_any_branch_verdict(tmp_path:
 def test_show_lists_weak_passes_without_pointing_at_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The terminal section points at `ecdysis show RUN_DIR` for the weak passes; `ecdysis show` itself listed
     them under that same pointer (circular): it says they are listed below."""
-    from pytest_ecdysis import report
+    from pytest_ecdysis.report import summary as report
 
     run = tmp_path / "w"
     run.mkdir()

@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 from junitparser import Error, Failure, JUnitXml, Properties
 
-from pytest_ecdysis import cli, pr_body, report, run_files
-from pytest_ecdysis.records import SCHEMA_VERSION, TrialResult
+from pytest_ecdysis import cli
+from pytest_ecdysis.core.records import SCHEMA_VERSION, TrialResult
+from pytest_ecdysis.report import pr_body
+from pytest_ecdysis.report import summary as report
+from pytest_ecdysis.run import files as run_files
 
 
 def test_junit_has_per_case_properties_and_results(tmp_path: Path) -> None:

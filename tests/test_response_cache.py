@@ -10,7 +10,7 @@ import httpx2
 import openai
 import pytest
 
-from pytest_ecdysis.response_cache import (
+from pytest_ecdysis.endpoint.response_cache import (
     ENV_DIR,
     ENV_UNCACHEABLE,
     CachingTransport,

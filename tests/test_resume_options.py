@@ -68,7 +68,7 @@ def test_a_run_still_going_cannot_be_resumed(project: pytest.Pytester) -> None:
     (project.path / "interrupt-1").unlink()
     run = project.path / ".ecdysis" / "runs" / "run1"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from pytest_ecdysis.rundir import lock_run; lock_run(Path(sys.argv[1]), 'x'); "
+                               "from pytest_ecdysis.core.rundir import lock_run; lock_run(Path(sys.argv[1]), 'x'); "
                                "print('held', flush=True); time.sleep(120)", str(run)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

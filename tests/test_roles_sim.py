@@ -20,10 +20,10 @@ from test_diagnose_support import (
     write_harness,
 )
 
-from pytest_ecdysis.diagnose import diagnose
-from pytest_ecdysis.evidence import extract_json
-from pytest_ecdysis.patterns import group
-from pytest_ecdysis.records import ModificationSpec
+from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.diagnose.round import diagnose
+from pytest_ecdysis.evidence.build import extract_json
+from pytest_ecdysis.evidence.patterns import group
 from pytest_ecdysis.sim import roles
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ecdysis.config import unset_empty_env
-from pytest_ecdysis.records import TrialResult
+from pytest_ecdysis.core.config import unset_empty_env
+from pytest_ecdysis.core.records import TrialResult
 
 WF = Path(__file__).resolve().parents[1] / ".github" / "workflows"
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from test_evolve_loop import CONFTEST, _git, _script, make_project
 
-from pytest_ecdysis import gitenv, gitops
+from pytest_ecdysis.git import env as gitenv
+from pytest_ecdysis.git import ops as gitops
 
 #: The variables a git hook exports, pointing at the repository `r` the hook runs for (name -> value).
 HOOK_VARS = {
@@ -111,7 +112,7 @@ def test_git_work_ignores_hook_variables(repo: Path, var: str, tmp_path_factory:
 def test_editor_process_does_not_see_hook_variables(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A `cmd:` editor that runs `git add -A` after editing (coding agents do) stages into the candidate's
     index, never the user's, with every hook variable exported; the editor sees none of them."""
-    from pytest_ecdysis.edit import CommandEditor
+    from pytest_ecdysis.edit.editors import CommandEditor
 
     agent = repo / "agent.py"
     agent.write_text("import os, subprocess, sys\nfrom pathlib import Path\n"

@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis import report, run_files, safetext, session
-from pytest_ecdysis.failures import triage
-from pytest_ecdysis.records import TrialResult
+from pytest_ecdysis.core import safetext
+from pytest_ecdysis.core.records import TrialResult
+from pytest_ecdysis.evidence.failures import triage
+from pytest_ecdysis.report import summary as report
+from pytest_ecdysis.run import files as run_files
+from pytest_ecdysis.run import session
 
 HOSTILE = "\x1b[31mCUDA out of memory\x1b[0m\x00 at step \x07 7\r\u202eevil"
 CONTROL = [chr(c) for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, 0x9b]]

@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.core.harness import load_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sim_toy import ToyHarness, ToyKnowledge
 
-from pytest_ecdysis.errors import InfrastructureError
+from pytest_ecdysis.core.errors import InfrastructureError
 from pytest_ecdysis.sim.client import fetch_ground_truth, read_ground_truth, write_ground_truth
 from pytest_ecdysis.sim.server import start_background
 

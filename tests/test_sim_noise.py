@@ -68,7 +68,7 @@ def test_the_nonce_is_read_from_the_environment(profiles, monkeypatch):
 
 def test_noise_must_be_a_share(profiles):
     """A noise outside [0, 1] is a usage error naming the field."""
-    from pytest_ecdysis.errors import UsageError
+    from pytest_ecdysis.core.errors import UsageError
     from pytest_ecdysis.sim.profiles import parse_profile
 
     with pytest.raises(UsageError, match="'noise' must be a number in \\[0, 1\\]"):

@@ -14,7 +14,7 @@ import openai
 import pytest
 from sim_toy import ToyHarness, ToyKnowledge, write_profile
 
-from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.sim import server as server_mod
 from pytest_ecdysis.sim.client import fetch_ground_truth
 from pytest_ecdysis.sim.profiles import load_profile, parse_profile

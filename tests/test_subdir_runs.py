@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_records_pipeline import env, write_suite  # noqa: F401  (env: the fixture, used below)
 
-from pytest_ecdysis.validate import run_suite
+from pytest_ecdysis.validate.subrun import run_suite
 
 pytestmark = pytest.mark.usefixtures("env")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis.xdist_schedule import owns
+from pytest_ecdysis.run.xdist_schedule import owns
 from task_suites.tau2.trial_pool import TrialPool
 
 

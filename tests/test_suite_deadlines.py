@@ -17,9 +17,9 @@ import openai
 import pytest
 from slow_endpoint import SlowEndpoint
 
-from pytest_ecdysis.deadline import Budget, DeadlineTransport
-from pytest_ecdysis.errors import InfrastructureError
-from pytest_ecdysis.llm import RoleClient
+from pytest_ecdysis.core.errors import InfrastructureError
+from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport
+from pytest_ecdysis.endpoint.role_client import RoleClient
 
 #: seconds a budget may be overrun: thread hand-over, one trickled chunk, a loaded 2-core machine.
 MARGIN_S = 1.5
@@ -133,7 +133,7 @@ def run_trial_over(server: SlowEndpoint, budget_s: float, call_timeout_s: float)
     pytest.importorskip("tau2")
     from suite_scripted import EXAMPLE_HARNESS
 
-    from pytest_ecdysis.harness import harness_id
+    from pytest_ecdysis.core.harness import harness_id
     from task_suites.tau2.endpoint import EndpointSettings
     from task_suites.tau2.runner import TrialSpec, run_trial
 
@@ -153,7 +153,7 @@ def run_trial_over(server: SlowEndpoint, budget_s: float, call_timeout_s: float)
 def test_a_slow_agent_endpoint_ends_the_trial_within_its_budget(pattern, warm_tau2):
     """The agent's endpoint misbehaves in time: the trial ends as time_budget_exceeded (an infrastructure
     error: no reward, no failure record) within its budget plus a small margin, with the pending call."""
-    from pytest_ecdysis.failures import triage
+    from pytest_ecdysis.evidence.failures import triage
 
     with SlowEndpoint(agent=pattern, user=("ok", HELLO)) as server:
         result, conversation_s = run_trial_over(server, budget_s=BUDGET_S, call_timeout_s=BUDGET_S - 1.0)
@@ -212,7 +212,7 @@ UNUSABLE = {
 def test_an_unusable_200_to_a_role_or_the_editor_is_an_infrastructure_error(body, stage):
     """A 200 whose body is not a chat completion reaches an FDCR role or the built-in editor as an
     InfrastructureError naming the URL and what came back (never a JSONDecodeError, never "no spec")."""
-    from pytest_ecdysis.errors import UnusableReplyError
+    from pytest_ecdysis.core.errors import UnusableReplyError
 
     with SlowEndpoint(analyst=("raw", *UNUSABLE[body]), editor=("raw", *UNUSABLE[body])) as server:
         client = RoleClient("m", base_url=server.url, budget_s=30.0, stage=stage, transport=httpx2.HTTPTransport())
@@ -241,7 +241,7 @@ def test_an_unusable_200_ends_a_trial_as_an_infrastructure_error(role, body, war
     """The agent's (through the harness's process) or the user simulator's endpoint answers 200 with a
     body that is not a chat completion: the trial ends as infrastructure_error (no reward, no failure
     record), naming the endpoint and the body, not as the harness's agent_error."""
-    from pytest_ecdysis.failures import triage
+    from pytest_ecdysis.evidence.failures import triage
 
     other = "user" if role == "agent" else "agent"
     with SlowEndpoint(**{role: ("raw", *UNUSABLE[body]), other: ("ok", HELLO)}) as server:

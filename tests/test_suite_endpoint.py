@@ -6,7 +6,7 @@ import httpx2
 import openai
 import pytest
 
-from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.core.errors import UsageError
 from task_suites.tau2.endpoint import (
     BudgetTransport,
     EndpointSettings,

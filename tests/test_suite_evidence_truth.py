@@ -11,9 +11,9 @@ from suite_scripted import ScriptedModel, call, run, scripted_user, text
 
 pytest.importorskip("tau2")
 
-from pytest_ecdysis.failures import triage  # noqa: E402
-from pytest_ecdysis.metrics import score_block  # noqa: E402
-from pytest_ecdysis.patterns import group  # noqa: E402
+from pytest_ecdysis.core.metrics import score_block  # noqa: E402
+from pytest_ecdysis.evidence.failures import triage  # noqa: E402
+from pytest_ecdysis.evidence.patterns import group  # noqa: E402
 from task_suites.tau2.endpoint import EndpointSettings  # noqa: E402
 
 FAST = EndpointSettings(call_timeout_s=30.0, max_retries=3, trial_budget_s=300.0, backoff_s=0.01)
@@ -174,7 +174,7 @@ def test_the_evaluator_checks_are_kept_and_a_short_value_in_a_date_is_a_weak_pas
     reasons = block["weak_passes"][0]["reasons"]
     assert "no tool call" in reasons and "'4' under 3 characters" in reasons[0]
     from pytest_ecdysis import cli
-    from pytest_ecdysis.session import aggregate
+    from pytest_ecdysis.run.session import aggregate
 
     summary, _, _ = aggregate([result], threshold=1.0, trials_per_task=1, model="m", prices={})
     (tmp_path / "summary.json").write_text(json.dumps({"schema_version": 1, "run_id": "r", **summary}))

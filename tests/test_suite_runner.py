@@ -12,7 +12,7 @@ from suite_scripted import ScriptedModel, call, run, text
 
 pytest.importorskip("tau2")
 
-from pytest_ecdysis.errors import UsageError  # noqa: E402
+from pytest_ecdysis.core.errors import UsageError  # noqa: E402
 from task_suites.tau2 import suite, suspect  # noqa: E402
 from task_suites.tau2.endpoint import EndpointSettings  # noqa: E402
 

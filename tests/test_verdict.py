@@ -9,7 +9,7 @@ from test_evolve_loop import CONFTEST, _run, _script, make_project
 from test_gate_runs import save_baseline
 from test_records_pipeline import env  # noqa: F401  (the fixture, used by the gate test)
 
-from pytest_ecdysis.verdict import evolution_lines, verdict_lines
+from pytest_ecdysis.report.verdict import evolution_lines, verdict_lines
 
 
 def _tail(result: pytest.RunResult) -> list[str]:
@@ -87,7 +87,7 @@ def test_verdict_lines_of_a_stopped_evolution_and_a_failed_gate(tmp_path) -> Non
 
 def test_the_no_branch_line_names_the_run_s_acceptance_rule() -> None:
     """Under --ecdysis-accept paired a round that rose but was not significant is not 'not strictly higher'."""
-    from pytest_ecdysis.verdict import evolution_lines
+    from pytest_ecdysis.report.verdict import evolution_lines
 
     row = {"round": 1, "accepted": False, "outcome": "rejected",
            "reason": "suite score 0.600 -> 0.800; sign test (+1/-0): p=0.5: not significant at level 0.2"}
@@ -109,8 +109,8 @@ def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) 
     or ground truth gets no caveat."""
     import json
 
-    from pytest_ecdysis.evolve_report import caveats
-    from pytest_ecdysis.pr_body import render_pr_body
+    from pytest_ecdysis.report.evolution import caveats
+    from pytest_ecdysis.report.pr_body import render_pr_body
 
     row = {"round": 1, "accepted": True, "outcome": "accepted", "score_before": 0.2, "score_after": 0.4,
            "incumbent_run": {"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4},

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis.config import OPTIONS
+from pytest_ecdysis.core.config import OPTIONS
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is in the dev extra")
 

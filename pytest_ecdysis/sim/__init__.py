@@ -10,6 +10,6 @@
 See docs/simulated-model.md. Nothing here imports tau2, the task suites or a harness.
 """
 
-from .knowledge import Dependency, IdBend, PlanStep, Scenario, SimKnowledge, SimTask
+from pytest_ecdysis.sim.knowledge import Dependency, IdBend, PlanStep, Scenario, SimKnowledge, SimTask
 
 __all__ = ["Dependency", "IdBend", "PlanStep", "Scenario", "SimKnowledge", "SimTask"]

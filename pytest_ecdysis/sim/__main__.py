@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import UsageError
+from pytest_ecdysis.core.errors import UsageError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nonce", default=None, help="run nonce of the noisy draws (default: env ECDYSIS_SIM_NONCE, "
                         "else each run id; fix it for identical reruns)")
     args = parser.parse_args(argv)
-    from .server import SimModel, SimServerHandle, make_server
+    from pytest_ecdysis.sim.server import SimModel, SimServerHandle, make_server
 
     try:
         if args.latency < 0:

@@ -32,11 +32,11 @@ import hashlib
 import json
 from typing import Any
 
-from .agent_draws import QuirkDraws
-from .agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
-from .knowledge import USER_SOURCE, Dependency, SimTask, is_error_text, leaves
-from .profiles import Profile, choose
-from .reading import (
+from pytest_ecdysis.sim.agent_draws import QuirkDraws
+from pytest_ecdysis.sim.agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
+from pytest_ecdysis.sim.knowledge import USER_SOURCE, Dependency, SimTask, is_error_text, leaves
+from pytest_ecdysis.sim.profiles import Profile, choose
+from pytest_ecdysis.sim.reading import (
     POLICY_COVERAGE,
     distance_from_end,
     informs_form,
@@ -45,7 +45,7 @@ from .reading import (
     request_corpus,
     visible,
 )
-from .values import _get_path, _set_path, wrong_value
+from pytest_ecdysis.sim.values import _get_path, _set_path, wrong_value
 
 #: Names other modules use as `sim.agent.<name>` (kept where they were before `agent_draws`, `agent_emit`).
 __all__ = ["CLOSING_TEXT", "CONFIRM_TEXT", "MAX_MALFORMED", "MAX_REPEATS", "MAX_REREADS", "AgentTrial", "Pending"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .causes import LATE_EFFECTS, trial_cause
-from .knowledge import id_like, leaves
-from .profiles import GROUND_TRUTH_ORIGINS, choose, uniform
+from pytest_ecdysis.sim.causes import LATE_EFFECTS, trial_cause
+from pytest_ecdysis.sim.knowledge import id_like, leaves
+from pytest_ecdysis.sim.profiles import GROUND_TRUTH_ORIGINS, choose, uniform
 
 
 class QuirkDraws:

@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .knowledge import IdBend
-from .reading import informs_form, request_corpus, visible
-from .values import _get_path, _set_path, wrong_value
+from pytest_ecdysis.sim.knowledge import IdBend
+from pytest_ecdysis.sim.reading import informs_form, request_corpus, visible
+from pytest_ecdysis.sim.values import _get_path, _set_path, wrong_value
 
 CONFIRM_TEXT = "Do you confirm (yes/no)?"
 CLOSING_TEXT = "Is there anything else I can help you with?"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import InfrastructureError
+from pytest_ecdysis.core.errors import InfrastructureError
 
 GROUND_TRUTH_FILE = "sim/ground_truth.jsonl"
 

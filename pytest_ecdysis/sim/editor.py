@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
-from .edit_ops import OPS, RecipeError, _literal
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.sim.edit_ops import OPS, RecipeError, _literal
 
 RECIPES_DIR = "recipes"
 _TYPES: dict[str, Callable[[Any], bool]] = {

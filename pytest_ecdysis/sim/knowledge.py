@@ -1,7 +1,7 @@
 """What the simulated model knows of a task suite: the protocol a suite implements, and its nouns.
 
 A suite registers one provider per suite name through the `ecdysis_sim_knowledge` hook
-(`pytest_ecdysis.registry.sim_knowledge()`); the server asks it for a `SimTask` the first time a trial
+(`pytest_ecdysis.core.registry.sim_knowledge()`); the server asks it for a `SimTask` the first time a trial
 of that task is seen. The provider owns everything suite-specific: the gold plan (lookups + gold
 actions, in order), which write arguments take their value from an earlier tool result, how a quirk
 bends a tool call of this suite (which arguments are ids, what a wrong case or a dropped prefix looks

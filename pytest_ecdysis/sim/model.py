@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UsageError
-from .agent import AgentTrial
-from .knowledge import SimKnowledge
-from .profiles import Profile, known_profiles, load_profile
-from .user import UserTrial
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.sim.agent import AgentTrial
+from pytest_ecdysis.sim.knowledge import SimKnowledge
+from pytest_ecdysis.sim.profiles import Profile, known_profiles, load_profile
+from pytest_ecdysis.sim.user import UserTrial
 
 TRIAL_HEADER = "X-Ecdysis-Trial"
 ENV_NONCE = "ECDYSIS_SIM_NONCE"
@@ -116,7 +116,7 @@ class SimModel:
     def knowledge(self) -> dict[str, SimKnowledge]:
         with self._lock:
             if self._knowledge is None:
-                from ..registry import sim_knowledge
+                from pytest_ecdysis.core.registry import sim_knowledge
 
                 self._knowledge = dict(sim_knowledge())
             return self._knowledge

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from pytest_ecdysis.core.errors import UsageError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 ENV_PROFILE_DIR = "ECDYSIS_SIM_PROFILES"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .profiles import QUIRK_ORIGINS
+from pytest_ecdysis.sim.profiles import QUIRK_ORIGINS
 
 #: A replay of one failed trial: the quirk kinds to switch off -> the replay's reward (None: no reward,
 #: e.g. an infrastructure error).

@@ -3,7 +3,7 @@
     text = answer("critic", {"messages": [...], ...})     # the body of a /v1/chat/completions request
 
 A pure function of the request's messages: the evidence JSON the prompt carries (`<evidence>...`, see
-`pytest_ecdysis.evidence`), the shared transcript (`<turn role=... pass=...>`) and the `<respond ...
+`pytest_ecdysis.evidence.build`), the shared transcript (`<turn role=... pass=...>`) and the `<respond ...
 format=.../>` marker. It never reads the server's quirk state or ground truth, so a fresh server gives the
 same answer to the same prompt, and removing a group's evidence removes that group from the spec.
 It knows no harness's wording: mechanisms are found from signals any harness produces (the tool result
@@ -38,8 +38,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..evidence import EVIDENCE_CLOSE, extract_json, parse_evidence, parse_turns
-from .roles_analysis import World, _dedupe_left
+from pytest_ecdysis.evidence.build import EVIDENCE_CLOSE, extract_json, parse_evidence, parse_turns
+from pytest_ecdysis.sim.roles_analysis import World, _dedupe_left
 
 ROLES = ("analyst", "critic", "engineer", "moderator")
 RESPOND_RE = re.compile(r'<respond role="(\w+)" pass="(\w+)" passes="(\d+)" format="(\w+)"/>')

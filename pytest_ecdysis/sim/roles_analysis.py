@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..records import SCHEMA_VERSION
-from .roles_evidence import KNOBS, MAX_MODEL_CALLS_CAP, READ_TOOL_RE, VALUE_KNOBS, Evidence, _round_up
+from pytest_ecdysis.core.records import SCHEMA_VERSION
+from pytest_ecdysis.sim.roles_evidence import (
+    KNOBS,
+    MAX_MODEL_CALLS_CAP,
+    READ_TOOL_RE,
+    VALUE_KNOBS,
+    Evidence,
+    _round_up,
+)
 
 
 class World(Evidence):

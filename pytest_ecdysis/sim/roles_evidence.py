@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .reading import form, states_rule
+from pytest_ecdysis.sim.reading import form, states_rule
 
 #: knob -> (component, harness setting or function that locates the file, default file).
 KNOBS: dict[str, tuple[str, str, str]] = {

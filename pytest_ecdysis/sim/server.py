@@ -18,7 +18,7 @@ Routing of a completion (header `X-Ecdysis-Role`):
 
 Other roles can be added to `ROLE_HANDLERS` (name -> callable(role, body) -> str). The trial header is
 `<run-id>/<suite>/<task-id>/<trial>`; the suite must be one a provider knows
-(`pytest_ecdysis.registry.sim_knowledge()`). The profile comes from each request's `model` (`sim` ->
+(`pytest_ecdysis.core.registry.sim_knowledge()`). The profile comes from each request's `model` (`sim` ->
 the server's default profile, `sim/<profile>`). Request errors are HTTP 400 with an OpenAI error body
 `{"error": {"message", "type", "code"}}`; the server stays up for the other workers.
 
@@ -35,9 +35,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from ..errors import UsageError
-from .knowledge import SimKnowledge
-from .model import (
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.sim.knowledge import SimKnowledge
+from pytest_ecdysis.sim.model import (
     DIAGNOSIS_ROLES,
     ENV_NONCE,
     ROLE_HANDLERS,
@@ -49,7 +49,7 @@ from .model import (
     TrialState,
     parse_trial,
 )
-from .profiles import known_profiles
+from pytest_ecdysis.sim.profiles import known_profiles
 
 #: Names other modules use as `sim.server.<name>` (kept where they were before `sim.model`).
 __all__ = ["DIAGNOSIS_ROLES", "ENV_NONCE", "MAX_BODY_BYTES", "ROLE_HANDLERS", "ROLE_HEADER", "TRIAL_HEADER",

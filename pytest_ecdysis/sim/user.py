@@ -20,8 +20,8 @@ import json
 import re
 from typing import Any
 
-from .knowledge import SimTask
-from .reading import message_text
+from pytest_ecdysis.sim.knowledge import SimTask
+from pytest_ecdysis.sim.reading import message_text
 
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"

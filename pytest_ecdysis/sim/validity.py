@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .client import read_ground_truth
-from .profiles import QUIRK_ORIGINS, load_profile
+from pytest_ecdysis.sim.client import read_ground_truth
+from pytest_ecdysis.sim.profiles import QUIRK_ORIGINS, load_profile
 
 #: Origins a harness change can cure (`sim/profiles.py`: profile quirks and harness-made failures).
 CURABLE_ORIGINS = ("systematic", "harness")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .profiles import choose
+from pytest_ecdysis.sim.profiles import choose
 
 
 def wrong_value(value: Any, salt: str) -> Any:

@@ -120,7 +120,7 @@ class _Channel:
 def serve_trial(channel: _Channel, t: Any, environments: dict[str, Any]) -> None:
     """One trial's protocol (`agent_process` module docstring) until EOF; `environments`: domain -> τ²
     environment (tools and policy only)."""
-    from pytest_ecdysis.harness import load_harness
+    from pytest_ecdysis.core.harness import load_harness
 
     from . import suite
 
@@ -213,7 +213,7 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from pytest_ecdysis.harness import load_harness
+    from pytest_ecdysis.core.harness import load_harness
 
     from . import suite
     from .tau2lib import load_tau2

@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_ecdysis.errors import (
+from pytest_ecdysis.core.errors import (
     EndpointFormatError,
     InfrastructureError,
     TimeBudgetExceeded,
@@ -83,8 +83,8 @@ def check_harness(harness_dir: Path) -> str | None:
     Raises:
         HarnessProcessError: the child could not start.
     """
-    from pytest_ecdysis.errors import UsageError
-    from pytest_ecdysis.harness import load_harness
+    from pytest_ecdysis.core.errors import UsageError
+    from pytest_ecdysis.core.harness import load_harness
 
     if os.environ.get("ECDYSIS_AGENT_PROCESS") == "0":
         try:
@@ -110,7 +110,7 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
     from .tau2lib import load_tau2
 
     if os.environ.get("ECDYSIS_AGENT_PROCESS") == "0":
-        from pytest_ecdysis.harness import load_harness
+        from pytest_ecdysis.core.harness import load_harness
 
         return load_harness(harness_dir).build_agent(tools=environment.get_tools(),
                                                      domain_policy=environment.get_policy(), client=client,

@@ -126,7 +126,7 @@ class AgentProcess(_Wire):
                 self._spawn()
 
     def _spawn(self) -> None:
-        from pytest_ecdysis.sandbox import hidden_paths, wrap_command
+        from pytest_ecdysis.validate.sandbox import hidden_paths, wrap_command
 
         package_root = Path(__file__).resolve().parents[2]
         env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_ENV_PREFIXES)}

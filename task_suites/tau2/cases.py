@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ecdysis import get_state, record_trial, safetext
-from pytest_ecdysis.config import is_sim_model
-from pytest_ecdysis.errors import UsageError
-from pytest_ecdysis.records import TrialResult
+from pytest_ecdysis import get_state, record_trial
+from pytest_ecdysis.core import safetext
+from pytest_ecdysis.core.config import is_sim_model
+from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.core.records import TrialResult
 
 from . import suite
 from .agent_process import check_harness, start_early
@@ -27,7 +28,7 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
 
     A `--ecdysis-tasks` id of another domain or split selects nothing here; the controller reports an id
     that selects no case of any collected suite as a usage error right after collection
-    (`pytest_ecdysis.selection`, through `registration.ecdysis_case_task`), before any trial runs.
+    (`pytest_ecdysis.run.selection`, through `registration.ecdysis_case_task`), before any trial runs.
     """
     if FIXTURE not in metafunc.fixturenames:
         return

@@ -1,7 +1,7 @@
 """OpenAI clients for a trial: per-trial headers, per-call deadline, bounded retries, total time budget.
 
 The suite builds the clients and hands them to the harness (docs/internals.md, "Trial flow"), so a harness needs no code for
-headers, retries or budgets. Deadlines and retries live in `pytest_ecdysis.deadline.DeadlineTransport`
+headers, retries or budgets. Deadlines and retries live in `pytest_ecdysis.endpoint.deadline.DeadlineTransport`
 (the openai client gets `max_retries=0`), shared with the diagnosis roles and the editor:
 
 - each attempt has a total deadline of `min(call_timeout_s, seconds left in the trial budget)` that covers
@@ -30,22 +30,22 @@ from typing import Any
 import httpx2
 import openai
 
-from pytest_ecdysis.config import (
+from pytest_ecdysis.core.config import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TRIAL_BUDGET_S,
     endpoint_limits_from_env,
     is_sim_model,
 )
-from pytest_ecdysis.deadline import RETRY_STATUS, Budget, DeadlineTransport, is_parse_failure
-from pytest_ecdysis.errors import EndpointFormatError, UsageError
-from pytest_ecdysis.replies import find_text_tool_calls, strip_reasoning
-from pytest_ecdysis.response_cache import wrap_transport
+from pytest_ecdysis.core.errors import EndpointFormatError, UsageError
+from pytest_ecdysis.endpoint.deadline import RETRY_STATUS, Budget, DeadlineTransport, is_parse_failure
+from pytest_ecdysis.endpoint.replies import find_text_tool_calls, strip_reasoning
+from pytest_ecdysis.endpoint.response_cache import wrap_transport
 
 __all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointLog", "EndpointSettings", "ModelViewTransport",
            "ReplyShapeTransport", "TrialBudget", "endpoint_for", "make_client", "trial_header"]
 
-#: The trial's budget: a `pytest_ecdysis.deadline.Budget` labelled "trial" (name kept for callers).
+#: The trial's budget: a `pytest_ecdysis.endpoint.deadline.Budget` labelled "trial" (name kept for callers).
 TrialBudget = Budget
 
 
@@ -132,7 +132,7 @@ class EndpointLog:
 class ReplyShapeTransport(httpx2.BaseTransport):
     """The agent's replies as the protocol promises them, or a recorded endpoint defect.
 
-    On every agent reply (`pytest_ecdysis.replies`): reasoning is removed from `content` and
+    On every agent reply (`pytest_ecdysis.endpoint.replies`): reasoning is removed from `content` and
     `reasoning_content` dropped; a tool call written as text with `tool_calls` empty is, with
     `text_tool_calls="parse"`, turned into a real tool call (note `text_tool_calls`), else the reply is
     refused: `EndpointLog.format_error` is set and the call fails. A 5xx saying the server could not

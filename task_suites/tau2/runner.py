@@ -2,13 +2,13 @@
 
 `run_trial(spec)` is the suite's code path with no pytest in it (the pytest layer in `cases.py` only
 parametrises, calls this, and records the result). It never raises for a trial outcome: every ending is a
-`TrialResult` with a termination reason (`pytest_ecdysis.records.TerminationReason`):
+`TrialResult` with a termination reason (`pytest_ecdysis.core.records.TerminationReason`):
 
 - τ²'s own (`user_stop`, `agent_stop`, `max_steps`, `too_many_errors`, ...) when the orchestrator ends;
 - `infrastructure_error`: the endpoint refused, timed out, or kept answering 429/5xx after the bounded
   retries; also a scorer process that fails (never the agent's fault);
 - `time_budget_exceeded`: the trial's total budget (`EndpointSettings.trial_budget_s`) ran out, body reads
-  included (`pytest_ecdysis.deadline`); `TrialResult.pending_call` says which model call was in flight;
+  included (`pytest_ecdysis.endpoint.deadline`); `TrialResult.pending_call` says which model call was in flight;
 - `endpoint_format_error`: the harness found the endpoint's reply unusable (`EndpointFormatError`), or the
   agent's client layer did (`endpoint.EndpointLog.format_error`: tool calls written as text without
   `--ecdysis-text-tool-calls parse`, a server that could not parse the model's output); such a trial
@@ -32,9 +32,9 @@ from typing import Any
 import httpx2
 import openai
 
-from pytest_ecdysis.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
-from pytest_ecdysis.overflow import context_overflow
-from pytest_ecdysis.records import ToolCallRecord, TrialResult
+from pytest_ecdysis.core.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
+from pytest_ecdysis.core.records import ToolCallRecord, TrialResult
+from pytest_ecdysis.endpoint.overflow import context_overflow
 
 from . import suite
 from .agent_process import build_agent

@@ -10,7 +10,7 @@ import functools
 import pickle
 from typing import Any
 
-from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.core.errors import UsageError
 
 from .tau2lib import DOMAINS, load_tau2
 

@@ -23,7 +23,7 @@ import sys
 import types
 from pathlib import Path
 
-from pytest_ecdysis.errors import UsageError
+from pytest_ecdysis.core.errors import UsageError
 
 from . import deferred_litellm
 

@@ -4,7 +4,7 @@ Against a real endpoint a trial waits on the model almost all the time, so a wor
 trials in threads of its own process (a thread costs far less memory than a worker and its scorer) while
 pytest still sets up and reports the cases one by one, in order. The case's `tau2_trial` fixture calls
 `TrialPool.result(item)`: it starts every not-yet-started case of this worker's share up to C ahead of
-`item` (the share is `pytest_ecdysis.xdist_schedule.own_positions`, the same rule the controller's
+`item` (the share is `pytest_ecdysis.run.xdist_schedule.own_positions`, the same rule the controller's
 scheduler uses), then waits for the item's own trial. A case outside the share (a crashed worker's,
 handed over) runs when asked, as without concurrency.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ecdysis.xdist_schedule import own_positions
+from pytest_ecdysis.run.xdist_schedule import own_positions
 
 POOL_KEY = pytest.StashKey["TrialPool"]()
 

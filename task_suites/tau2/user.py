@@ -21,8 +21,8 @@ from typing import Any
 
 import openai
 
-from pytest_ecdysis.errors import InfrastructureError
-from pytest_ecdysis.replies import strip_reasoning
+from pytest_ecdysis.core.errors import InfrastructureError
+from pytest_ecdysis.endpoint.replies import strip_reasoning
 
 from .tau2lib import load_tau2
 

@@ -66,7 +66,7 @@ def test_a_timeout_the_endpoint_never_had_is_an_agent_failure(tmp_path: Path) ->
     result = run("3", ScriptedModel(GOOD), harness=_harness(tmp_path, "fake_timeout", body), settings=FAST)
     assert result.termination_reason == "agent_error" and result.reward == 0.0
     assert "no endpoint failure was seen" in result.error
-    body = ("        from pytest_ecdysis.errors import InfrastructureError\n"
+    body = ("        from pytest_ecdysis.core.errors import InfrastructureError\n"
             "        raise InfrastructureError('the endpoint is down, honest')")
     result = run("3", ScriptedModel(GOOD), harness=_harness(tmp_path, "fake_infra", body), settings=FAST)
     assert result.termination_reason == "agent_error" and result.reward == 0.0

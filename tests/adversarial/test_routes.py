@@ -22,7 +22,7 @@ pytest_plugins = ["pytester"]
 SUITE = '''
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
-from pytest_ecdysis.harness import load_harness
+from pytest_ecdysis.core.harness import load_harness
 from pytest_ecdysis.plugin import get_state
 
 
@@ -45,7 +45,7 @@ def test_task(request, task_id):
 # The static check can be switched off by a file, to test the layers behind it on their own (as if the
 # candidate had found a construct the check does not know).
 NO_STATIC = '''
-import pytest_ecdysis.staticcheck as staticcheck
+import pytest_ecdysis.validate.static as staticcheck
 if (HERE / "no-static-check").exists():
     staticcheck.check_candidate = lambda *a, **k: []
 '''

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis.harness import harness_files
+from pytest_ecdysis.core.harness import harness_files
 from pytest_ecdysis.sim.editor import apply_spec
-from pytest_ecdysis.staticcheck import check_candidate, check_file
+from pytest_ecdysis.validate.static import check_candidate, check_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_harness"
 

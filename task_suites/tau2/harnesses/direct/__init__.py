@@ -16,7 +16,7 @@ from typing import Any
 from tau2.agent.base import BaseAgent
 from tau2.data_model.message import AssistantMessage, MultiToolMessage, ToolCall, ToolMessage, UserMessage
 
-from pytest_ecdysis.errors import EndpointFormatError
+from pytest_ecdysis.core.errors import EndpointFormatError
 
 
 class DirectAgent(BaseAgent):

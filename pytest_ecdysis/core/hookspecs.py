@@ -1,0 +1,54 @@
+"""Hook specifications through which task suites register what they offer.
+
+A suite package exposes a module in the `pytest_ecdysis` entry-point group implementing some of these
+hooks (the τ² suite: `task_suites.tau2.registration`). The plugin package never imports a suite directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("ecdysis")
+hookimpl = pluggy.HookimplMarker("ecdysis")
+
+
+@hookspec
+def ecdysis_harnesses() -> dict[str, str]:
+    """Named harnesses this suite offers: ``{"direct": "/abs/path/to/harness_dir"}``.
+
+    `--ecdysis-harness NAME` resolves a name that is not an existing directory through these.
+    """
+
+
+@hookspec
+def ecdysis_sim_knowledge() -> dict[str, Any]:
+    """What the simulated model knows of this suite's tasks: ``{"tau2-airline": provider, ...}``.
+
+    A provider implements `pytest_ecdysis.sim.knowledge.SimKnowledge` (gold plans, user scenarios).
+    Called lazily, only when a simulated server starts.
+    """
+
+
+@hookspec
+def ecdysis_strategies() -> dict[str, Any]:
+    """Extra evolution strategies: ``{"name": factory}`` (see `pytest_ecdysis.diagnose.strategies`)."""
+
+
+@hookspec
+def ecdysis_task_ids(split: str) -> dict[str, list[str]]:
+    """Task ids of this suite's tasks in `split` ('train', 'test' or 'all'): ``{"tau2-airline": ["0", ...]}``.
+
+    Only read to say where a `--ecdysis-tasks` id that selected nothing lives (another split or suite).
+    """
+
+
+@hookspec(firstresult=True)
+def ecdysis_case_task(nodeid: str) -> tuple[str, str | None] | None:
+    """`(suite, task_id)` when `nodeid` is a trial case of this suite, `(suite, None)` when it is this suite's
+    test that `--ecdysis-tasks` left without a case (pytest's `[NOTSET]` item), None when it is not this suite's.
+
+    Lets the controller check the task selection and a gate's baseline right after collection, before any
+    trial runs (under xdist it sees node ids only). Must be cheap: no imports of the benchmark.
+    """

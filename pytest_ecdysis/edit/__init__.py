@@ -1,0 +1,1 @@
+"""Editors (builtin, cmd:, sim) turning a modification spec into a harness edit; the edit prompt."""

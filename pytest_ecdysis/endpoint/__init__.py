@@ -1,0 +1,1 @@
+"""The one model client: deadlines, retries, reply parsing, context overflow, the response cache, role calls."""

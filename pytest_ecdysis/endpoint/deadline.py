@@ -1,0 +1,257 @@
+"""Total deadlines for model calls: per attempt and per budget (a trial, a diagnosis or editor stage).
+
+An HTTP client's read timeout restarts on every byte, so a server that sends its headers and then trickles
+the body (one byte a second, or keep-alive whitespace while the model generates, as some gateways do) holds
+the caller far past any timeout. `DeadlineTransport` wraps a network transport and enforces, for each
+attempt, a deadline of `min(call_timeout_s, seconds left in the budget)` over the whole exchange:
+connect, headers **and** body. The attempt runs in a helper thread while the caller waits on the deadline;
+at the deadline the caller gets an `httpx2.ReadTimeout` at once, and the helper's socket is shut down
+(a watchdog) so the helper stops too. The body is read in full inside the transport (non-streamed
+chat completions; a streamed response is buffered).
+
+Retries also live here (the openai client gets `max_retries=0`): HTTP 429 and 5xx and transport errors
+(refused, reset, timed out) are retried at most `max_retries` times with backoff `backoff_s * 2**n` s
+(a `Retry-After` wins, capped at `MAX_BACKOFF_S` and by the budget). A 5xx whose body says the server
+could not parse the model's output (`PARSE_FAILURE_MARKERS`: llama.cpp's "Failed to parse input",
+vLLM's tool-parser errors) is never retried: asking again replays the same defect.
+
+A 200 reply to `/chat/completions` that is not a chat completion (not JSON, truncated, no
+`choices[0].message`: `replies.completion_problem`) raises `UnusableReplyError`, an infrastructure error
+naming the URL and what came back, whichever role sent the call; it is not retried.
+
+Once the budget is spent no attempt is made: `Budget.exhausted` is set, `Budget.pending` says what was in
+flight (`{"role", "url", "phase", "waited_s", "bytes"}`; phase `connect`, `headers`, `body` or `backoff`)
+and the request fails with `httpx2.ReadTimeout`. So a budget bounds the wall-clock of everything sent
+through it, within a second or so. This module must not import tau2, task suites or harness code.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+
+from pytest_ecdysis.core.errors import UnusableReplyError
+from pytest_ecdysis.endpoint.replies import completion_problem
+
+#: statuses retried with backoff.
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+#: the longest pause between two attempts, seconds (a longer `Retry-After` is cut to this).
+MAX_BACKOFF_S = 8.0
+#: lower-cased substrings of a 5xx body that mean "the server could not parse the model's reply":
+#: a defect of the endpoint's output, not a transient failure (llama.cpp, vLLM, Ollama wording).
+PARSE_FAILURE_MARKERS = ("failed to parse", "error parsing tool call", "could not parse", "unable to parse",
+                         "invalid tool call", "tool call parsing")
+
+
+@dataclass
+class Budget:
+    """Total wall-clock seconds shared by every call sent through it (one trial, or one stage).
+
+    `label` names it in messages ("trial", "diagnosis", "editor"); `pending` is filled when it runs out.
+    """
+
+    seconds: float
+    label: str = "trial"
+    started: float = field(default_factory=time.monotonic)
+    exhausted: bool = False
+    attempts: int = 0
+    retries: int = 0
+    pending: dict[str, Any] | None = None
+
+    def remaining(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+    def used_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def restart(self) -> None:
+        """Start the budget again (a stage run once per round with one client)."""
+        self.started, self.exhausted, self.pending = time.monotonic(), False, None
+
+    def describe(self) -> str:
+        """One line: what ran out and what was in flight."""
+        text = f"the {self.label} time budget of {self.seconds:g} s ran out ({self.attempts} requests, {self.retries} retries)"
+        if self.pending:
+            p = self.pending
+            text += (f" while the {p.get('role') or 'model'} call to {p.get('url')} was pending in phase "
+                     f"{p.get('phase')} ({p.get('waited_s', 0):.1f} s, {p.get('bytes', 0)} body bytes received)")
+        return text
+
+
+def is_parse_failure(status: int, body: bytes) -> bool:
+    """True for a 5xx whose body reports that the server could not parse the model's output."""
+    if status < 500:
+        return False
+    text = body[:4000].decode("utf-8", "replace").lower()
+    return any(marker in text for marker in PARSE_FAILURE_MARKERS)
+
+
+class _Attempt:
+    """One request in a helper thread; the caller waits for it until the deadline."""
+
+    def __init__(self, inner: httpx2.BaseTransport, request: httpx2.Request, deadline: float) -> None:
+        self.inner, self.request, self.deadline = inner, request, deadline
+        self.phase, self.bytes, self.started = "connect", 0, time.monotonic()
+        self.response: httpx2.Response | None = None
+        self.error: BaseException | None = None
+        self.streams: list[Any] = []
+        self.aborted = False
+        self.done = threading.Event()
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+            self.streams.append(info["return_value"])
+        elif event.endswith("send_request_headers.complete"):
+            self.phase = "headers"
+
+    def run(self) -> None:
+        raw = None
+        try:
+            self.request.extensions["trace"] = self._trace
+            raw = self.inner.handle_request(self.request)
+            stream = raw.extensions.get("network_stream")
+            if stream is not None:
+                self.streams.append(stream)
+            self.phase = "body"
+            chunks = []
+            for chunk in raw.stream:
+                chunks.append(chunk)
+                self.bytes += len(chunk)
+                if self.aborted or time.monotonic() > self.deadline:
+                    self.aborted = True
+                    return
+            self.response = httpx2.Response(raw.status_code, headers=raw.headers,
+                                            stream=httpx2.ByteStream(b"".join(chunks)), extensions=raw.extensions)
+        except BaseException as exc:  # handed to the waiting caller
+            self.error = exc
+        finally:
+            if raw is not None:
+                try:
+                    raw.close()
+                except Exception:
+                    pass
+            self.done.set()
+
+    def abort(self) -> None:
+        """The watchdog: stop the helper by shutting its socket down (it is blocked in a read)."""
+        self.aborted = True
+        for stream in self.streams:
+            try:
+                sock = stream.get_extra_info("socket")
+                if isinstance(sock, socket.socket):
+                    sock.shutdown(socket.SHUT_RDWR)
+            except Exception:
+                pass
+
+
+class CallTimeout(httpx2.ReadTimeout):
+    """An attempt cut at the transport's per-call timeout (not at the budget's end): the server accepted the
+    request and may still be computing it (`DeadlineTransport(retry_timeouts=False)` does not ask again)."""
+
+
+class DeadlineTransport(httpx2.BaseTransport):
+    """An httpx2 transport with a total deadline per attempt, a shared `Budget`, and bounded retries.
+
+    Args:
+        inner: the network transport (`httpx2.HTTPTransport()`, or `httpx2.MockTransport` in tests).
+        budget: the `Budget` every request through this transport draws on.
+        call_timeout_s: seconds one attempt may take, body included.
+        max_retries: retries after 429/5xx (parse failures excepted) and transport errors.
+        connect_timeout_s: seconds to open a connection (within the attempt's deadline).
+        backoff_s: first pause between attempts (doubled each retry).
+        sleep: how to pause (tests pass a recorder).
+        retry_timeouts: whether an attempt cut at the call timeout is retried. The FDCR roles and the editor
+            pass False: their calls are long generations, and a server that accepted the request keeps
+            computing it after the client gives up (llama-cpp-python does, docs/real-model.md), so a retry
+            queues behind the abandoned one and times out too (measured: Gemma 3's analyst, 1,201 s for
+            nothing). A connection failure, 429 or 5xx is still retried.
+    """
+
+    def __init__(self, inner: httpx2.BaseTransport, budget: Budget, *, call_timeout_s: float, max_retries: int,
+                 connect_timeout_s: float = 10.0, backoff_s: float = 0.5, sleep: Any = time.sleep,
+                 retry_timeouts: bool = True) -> None:
+        self.inner, self.budget, self.sleep = inner, budget, sleep
+        self.retry_timeouts = retry_timeouts
+        self.call_timeout_s, self.max_retries = call_timeout_s, max_retries
+        self.connect_timeout_s, self.backoff_s = connect_timeout_s, backoff_s
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        attempt = 0
+        while True:
+            left = self.budget.remaining()
+            if left <= 0:
+                self._exhausted(request, "backoff" if attempt else "connect", 0.0, 0)
+                raise httpx2.ReadTimeout(self.budget.describe(), request=request)
+            response = None
+            try:
+                response = self._attempt(request, min(self.call_timeout_s, left), left)
+            except httpx2.TransportError as exc:
+                cut = isinstance(exc, CallTimeout)
+                if attempt >= self.max_retries or self.budget.remaining() <= 0 or (cut and not self.retry_timeouts):
+                    if self.budget.remaining() <= 0 and not self.budget.exhausted:
+                        self._exhausted(request, "connect", 0.0, 0)
+                    raise
+                wait = None
+            else:
+                if (response.status_code not in RETRY_STATUS or attempt >= self.max_retries
+                        or is_parse_failure(response.status_code, response.read())):
+                    return _usable(request, response)
+                wait = _retry_after(response)
+                response.close()
+            attempt += 1
+            self.budget.retries += 1
+            delay = self.backoff_s * 2 ** (attempt - 1) if wait is None else wait
+            self.sleep(min(delay, MAX_BACKOFF_S, max(self.budget.remaining(), 0.0)))
+
+    def _attempt(self, request: httpx2.Request, per_call: float, left: float) -> httpx2.Response:
+        request.extensions["timeout"] = {"connect": min(self.connect_timeout_s, per_call), "read": per_call,
+                                         "write": per_call, "pool": per_call}
+        self.budget.attempts += 1
+        job = _Attempt(self.inner, request, time.monotonic() + per_call)
+        threading.Thread(target=job.run, name="ecdysis-model-call", daemon=True).start()
+        finished = job.done.wait(per_call)
+        if finished and not job.aborted:
+            if job.error is not None:
+                raise job.error
+            assert job.response is not None
+            return job.response
+        job.abort()
+        waited = time.monotonic() - job.started
+        if per_call >= left - 1e-3:  # the attempt's deadline was the budget's end
+            self._exhausted(request, job.phase, waited, job.bytes)
+            raise httpx2.ReadTimeout(self.budget.describe(), request=request)
+        raise CallTimeout(f"no complete response within the call timeout of {self.call_timeout_s:g} s "
+                                 f"(phase {job.phase}, {job.bytes} body bytes received)", request=request)
+
+    def _exhausted(self, request: httpx2.Request, phase: str, waited: float, received: int) -> None:
+        self.budget.exhausted = True
+        if self.budget.pending is None:
+            self.budget.pending = {"role": request.headers.get("x-ecdysis-role"), "url": str(request.url),
+                                   "phase": phase, "waited_s": round(waited, 3), "bytes": received}
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _usable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+    """`response`, or `UnusableReplyError` for a 200 that is not a chat completion (module docstring)."""
+    if response.status_code != 200:
+        return response
+    problem = completion_problem(request.url.path, response.headers.get("content-type", ""), response.read())
+    if problem is None:
+        return response
+    role = request.headers.get("x-ecdysis-role") or "model"
+    raise UnusableReplyError(f"the {role} call to {request.url} got HTTP 200 with {problem}; the endpoint is not an "
+                             "OpenAI-compatible chat completions API (check --ecdysis-base-url: it ends in /v1)")
+
+
+def _retry_after(response: httpx2.Response) -> float | None:
+    try:
+        return float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""Failure records, pattern groups and what diagnosis may see of them."""

@@ -1,0 +1,90 @@
+"""The acceptance stage of a round: a validated candidate against the incumbent's run, decided and committed.
+
+`accept_stage(ev, ...)` is the last part of `Evolution.attempt`, after `evolve_stages.validate_stage`:
+it reads the two runs compared (the incumbent's re-run or earlier run, the candidate's; both checked
+against the ledger), refuses a comparison the candidate's infrastructure errors would skew
+(`validate.infra_drift`), applies the run's rule (`acceptance.decide`, with `--ecdysis-accept-extra-trials`
+through `evolve_extra`), minimises an accepted candidate (`--ecdysis-ablate`, `ablation`) and commits
+exactly the validated bytes in the candidate's worktree (`gitops`), checking the commit holds them.
+This module must not import tau2, task suites or harness code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_ecdysis.core.errors import IntegrityError
+from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.evolve.ablation import ablate_accepted, commit_lines
+from pytest_ecdysis.evolve.extra_trials import extra_trials
+from pytest_ecdysis.gate.acceptance import decide
+from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.validate.subrun import flips, infra_drift, read_run
+
+if TYPE_CHECKING:
+    from pytest_ecdysis.evolve.context import RoundContext
+
+
+def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path,
+                 base: dict[str, Any], val: dict[str, Any], out: dict[str, Any], *, label: str, run_id: str,
+                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Decide on a validated candidate (`val`: its `validation.json`) against `base` (the incumbent) and
+    commit it when accepted. Returns `Evolution.attempt`'s `(round-row fields, new incumbent or None)`.
+
+    Raises:
+        IntegrityError: the commit does not hold the validated candidate's bytes (the evolution stops).
+    """
+    inc_run = val.get("incumbent") or {"rescored": False, "run_path": base["run_path"], "score": base["score"],
+                                       "pass_hat_k": base.get("pass_hat_k")}
+    for path in (inc_run["run_path"], val["run_path"]):
+        ev.ledger.verify_run(Path(path))
+    before_summary, before_trials = read_run(Path(inc_run["run_path"]))
+    after_summary, after_trials = read_run(Path(val["run_path"]))
+    if before_summary.get("suite_score") != inc_run["score"]:  # the score of the trials compared, always
+        inc_run = {**inc_run, "recorded_score": inc_run["score"], "score": before_summary.get("suite_score")}
+    before, after = inc_run["score"], val["score"]
+    out["incumbent_run"] = inc_run
+    out["score_before"] = before
+    out["score_after"] = after
+    out["pass_hat_k_before"] = inc_run.get("pass_hat_k")
+    out["pass_hat_k_after"] = val.get("pass_hat_k")
+    out["harness_id_after"] = val["harness_id"]
+    out["flips"] = flips(before_trials, after_trials, ev.cfg.threshold)
+
+    drift = infra_drift(before_summary, after_summary)
+    if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
+        return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
+    decision = decide(ev.cfg.accept, before, after, before_trials, after_trials,
+                      method=ev.cfg.accept_method, level=ev.cfg.accept_level)
+    # paired: more trials of the flipped tasks, for both harnesses, before deciding (`evolve_extra`)
+    decision, extra = extra_trials(ev, worktree.harness_dir, adir, run_id, label, base, before_trials,
+                                   after_trials, decision)
+    if extra is not None:
+        out["extra_trials"] = extra
+    out["decision"] = decision.fields()
+    ev.say(f"{label}: {decision.rule} rule: {'accept' if decision.accepted else 'reject'}: {decision.reason}")
+    if not decision.accepted:
+        return {**out, "outcome": "rejected", "reason": decision.reason}, None
+    ablated = ""
+    if ev.cfg.ablate:  # minimal accepted edit: changes whose removal loses nothing are dropped
+        ablation, kept = ablate_accepted(ev, worktree, adir, run_id, label, inc_run=inc_run, val=val,
+                                         before_trials=before_trials, out=out)
+        ablated = commit_lines(ablation)
+        if kept is not None:
+            decision, after = kept, out["score_after"]
+            val = {**val, **ablation["result"]}
+    message = (f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
+               f"{after:.4f} ({ev.cfg.split} split, {ev.cfg.trials} trial(s) per task)\n"
+               f"acceptance: {decision.rule} rule; {decision.test.line() if decision.test else ''}\n"
+               f"{ablated}run {ev.state.run_id}, editor {ev.cfg.editor}, strategy {ev.cfg.strategy}\n")
+    assert ev.snapshot is not None
+    gitops.reset_to_snapshot(worktree, ev.snapshot)  # exactly the validated bytes, whatever ran since
+    sha = worktree.commit_paths(ev.snapshot.changed, message)
+    committed = gitops.committed_files(worktree, sha)
+    if committed != {k: v for k, v in ev.snapshot.files.items() if v is not None}:
+        raise IntegrityError(f"the commit {sha[:12]} does not hold the validated candidate's bytes; the "
+                             "evolution stops (no branch is made from it)")
+    out.update(outcome="accepted", accepted=True, commit=sha, reason=decision.reason)
+    return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
+                 "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}

@@ -1,0 +1,135 @@
+"""Extra trials for the tasks that flipped, before a `paired` decision (`--ecdysis-accept-extra-trials K`).
+
+Under `--ecdysis-accept paired`, after the candidate's validation and the incumbent's run, the tasks whose
+mean reward differs between the two runs (the *flipped* tasks: the only ones the paired test counts) get
+K more trials each, for both harnesses: two sub-runs started together (`evolve_paired.together`,
+`--ecdysis-tasks <flipped> --ecdysis-trials K`), in `<round or step dir>/extra/` (`<run-id>x`) and
+`extra/incumbent/` (`<run-id>ix`). The decision is then taken once, on all trials of both runs pooled per
+task (`acceptance.decide`, with each side's score the mean over tasks of its per-task mean rewards, so the
+tasks given more trials do not weigh more). One step, not a sequential test: the budget is fixed before
+it starts, 2 x K x (flipped tasks) trials, and printed.
+
+Under "no improvement" both harnesses draw each task's outcomes alike, so pooling more trials of the
+tasks that flipped keeps the test's level; what it buys: a task that flipped by noise moves toward a tie
+(a noise loss no longer hides a real gain, a noise win no longer makes one). With the sign test a task
+counts only by its sign, so extra trials can turn wins into ties but never add a win; `wilcoxon` and
+`bootstrap` also weigh how much each task moved.
+
+Skipped (said, recorded): K = 0 (the default); the models are deterministic (`evolve_paired.deterministic`:
+a rerun is byte-identical); no task flipped; no task rose (nothing can become significant). The extra
+sub-runs do not use the response cache (the same trial index would replay the first trial's responses).
+An extra run that is broken or has infrastructure errors leaves the first decision in force (said).
+Only the controller runs this; harness code is imported only in sub-runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_ecdysis.core.errors import shown
+from pytest_ecdysis.endpoint.response_cache import ENV_DIR
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, together
+from pytest_ecdysis.gate.acceptance import Decision, decide, task_means
+from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.validate.subrun import BrokenCandidate, infra_drift
+
+if TYPE_CHECKING:
+    from pytest_ecdysis.evolve.context import RoundContext
+
+
+def flipped_tasks(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
+    """Task keys (`<suite>/<task_id>`) scored in both runs whose mean reward differs, sorted."""
+    b, a = task_means(before), task_means(after)
+    return sorted(k for k in set(b) & set(a) if abs(a[k] - b[k]) > 1e-12)
+
+
+def task_score(trials: list[dict[str, Any]]) -> float | None:
+    """Mean over tasks of the per-task mean reward (None without a scored trial)."""
+    means = task_means(trials)
+    return sum(means.values()) / len(means) if means else None
+
+
+def skip_reason(cfg: Any, env: Any, flipped: list[str], first: Decision) -> str | None:
+    """Why no extra trials are run (None: run them)."""
+    if not getattr(cfg, "accept_extra_trials", 0) or cfg.accept != "paired":
+        return "off"
+    why = deterministic(cfg, env)
+    if why:
+        return f"not needed: {why}"
+    if not flipped:
+        return "no task flipped"
+    if first.test is not None and first.test.wins == 0:
+        return "no task rose: more trials cannot make the candidate significantly better"
+    return None
+
+
+def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
+                 before: list[dict[str, Any]], after: list[dict[str, Any]],
+                 first: Decision) -> tuple[Decision, dict[str, Any] | None]:
+    """The decision after extra trials of the flipped tasks (checkpoint `adir/extra_trials.json`), or `first`
+    unchanged when they are skipped (the record then says why; None when the option is off).
+
+    Returns (the decision, the round's `extra_trials` record: `tasks`, `trials_per_task`, `budget_trials`,
+    `runs`, `decision_before` (the first decision's fields), `skipped`).
+    """
+    cfg = ev.cfg
+    flipped = flipped_tasks(before, after)
+    why = skip_reason(cfg, os.environ, flipped, first)
+    if why == "off":
+        return first, None
+    if why:
+        ev.say(f"{label}: extra trials skipped: {why}")
+        return first, {"skipped": why, "tasks": flipped}
+    doc = ev.stage_json(adir / "extra_trials.json",
+                        lambda: _run(ev, candidate_dir, adir, run_id, label, base, flipped))
+    doc.pop("fresh", None)
+    if doc.get("problem"):
+        ev.say(f"{label}: extra trials not used: {doc['problem']}")
+        return first, {**doc, "decision_before": first.fields()}
+    from pytest_ecdysis.validate.subrun import read_run
+
+    (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
+    pooled_before, pooled_after = [*before, *inc], [*after, *cand]
+    decision = decide(cfg.accept, task_score(pooled_before), task_score(pooled_after), pooled_before,
+                      pooled_after, method=cfg.accept_method, level=cfg.accept_level)
+    reason = f"{decision.reason} (with {cfg.accept_extra_trials} extra trial(s) on {len(flipped)} flipped task(s))"
+    decision = Decision(decision.accepted, reason, decision.rule, decision.test)
+    return decision, {**doc, "decision_before": first.fields()}
+
+
+def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
+         flipped: list[str]) -> dict[str, Any]:
+    k = ev.cfg.accept_extra_trials
+    ids = sorted({key.split("/", 1)[-1] for key in flipped})
+    budget = 2 * k * len(flipped)
+    ev.say(f"{label}: extra trials: {len(flipped)} flipped task(s) x {k} trial(s) x 2 harnesses = {budget} "
+           f"trial(s) (sub-runs {run_id}x, {run_id}ix): {shown(flipped, 10)}")
+    started = time.monotonic()
+    overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": str(k)}
+    no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials
+    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    try:
+        cand, inc = together(ev, [
+            Job(candidate_dir, adir / "extra", f"{run_id}x", ev.snapshot.files if ev.snapshot else None, no_cache,
+                overrides),
+            Job(worktree.harness_dir, adir / "extra" / "incumbent", f"{run_id}ix", None, no_cache, overrides,
+                label=f"extra trials: {INCUMBENT_LABEL}")])
+    finally:
+        worktree.remove()
+    doc: dict[str, Any] = {"tasks": flipped, "trials_per_task": k, "budget_trials": budget,
+                           "wall_s": round(time.monotonic() - started, 2)}
+    broken = [f"{who}: {run}" for who, run in (("candidate", cand), ("incumbent", inc))
+              if isinstance(run, BrokenCandidate)]
+    if broken:
+        return {**doc, "problem": "; ".join(broken)}
+    assert not isinstance(cand, BrokenCandidate) and not isinstance(inc, BrokenCandidate)
+    doc["runs"] = {who: {"run_path": str(run.run_path), "score": run.summary.get("suite_score")}
+                   for who, run in (("candidate", cand), ("incumbent", inc))}
+    drift = infra_drift(inc.summary, cand.summary) or (
+        "infrastructure errors" if (inc.summary.get("n_infra_errors") or cand.summary.get("n_infra_errors")) else "")
+    if drift:
+        doc["problem"] = f"{drift} in the extra runs"
+    return doc

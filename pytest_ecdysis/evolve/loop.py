@@ -1,0 +1,292 @@
+"""The evolution loop (`--ecdysis-evolve`), readable top to bottom; checkpointed after every stage.
+
+    incumbent = the harness the session just scored (its run directory holds the evidence)
+    for round n in 1..R:
+        records, groups  <- the incumbent's run directory (failures.jsonl, groups.json)
+        spec             <- diagnosis (the chosen strategy)            no records -> `no_failures`, stop
+                                                                       no spec    -> `no_spec`
+        edit             <- exactly one editor call, in a temporary git worktree at the incumbent
+        change           <- the diff of the harness directory         none       -> `no_change`
+        guard            <- only harness files; no gold-data reads    otherwise  -> `guard_rejected`
+        score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
+        score_before     <- a re-run of the incumbent started beside it (`evolve_paired`, `--ecdysis-rescore`)
+        accept (`acceptance`, `--ecdysis-accept`): strict = score_after > score_before; paired = a paired test
+        over tasks at `--ecdysis-accept-level` (`--ecdysis-accept-extra-trials K`: first K more trials of the
+        tasks that flipped, for both harnesses, `evolve_extra`)
+        ablate (`ablation`, `--ecdysis-ablate`): an accepted candidate of several changes (hunks of its diff)
+        re-validated without each in turn; a change whose removal loses nothing is dropped
+        commit (the kept changes) in the worktree; it becomes the incumbent
+        (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
+         in order, each on the incumbent the previous step left; at most --ecdysis-self-evolution-cap a round)
+        (alternatives strategies, `self-harness`, `harnessfix`: each proposal edited and validated from the
+         same incumbent in `rounds/<n>/proposals/<k>/`, the best that passes kept: `evolve_alternatives`)
+    branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
+    score start and frozen harness on the test split (`--ecdysis-test-trials`), and per `--ecdysis-test-model`
+    under the simulated model: the validity of each accepted edit from the ground truth (`sim/validity.py`)
+
+Files (docs/internals.md): `<run>/evolution.json` (also the checkpoint: finished rounds, the incumbent, the
+stage reached), `<run>/rounds/<n>/{spec.json, transcript.jsonl, candidate.diff, decision.json}` plus the
+stage checkpoints `diagnosis.json`, `edit.json`, `validation.json` and the sub-run's own run directory
+`rounds/<n>/<sub-run-id>/` (with `--ecdysis-ablate`: `ablation.json` and `ablation/<i>/`); an
+instance-level round keeps its step files (`spec.json`, `edit.json`, `candidate.diff`, `validation.json`,
+the sub-run, `decision.json`) in `rounds/<n>/steps/<k>/` (listed in the round entry under `steps`); test scoring in `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`.
+A stage whose checkpoint file exists is never redone on `--ecdysis-resume`; Ctrl-C between or during
+stages leaves the run resumable.
+
+Only the controller runs this. It never imports tau2, task suites or harness code: candidates are
+imported and scored in subprocesses (`validate`).
+
+Where each part lives: the stages in `evolve_stages` (diagnosis, editor call + guard, validation) and
+`evolve_accept` (decision and commit), the acceptance rule in `acceptance`, instance-level rounds in
+`evolve_instance`, alternatives rounds in `evolve_alternatives`, paired re-scoring in `evolve_paired`,
+test-split scoring in `testsplit`,
+configure-time checks in `preflight`, the guard's static check in `staticcheck`, sub-runs from the trusted
+copy in `evolve_runs`, `evolution.json` and the stage checkpoints in `evolve_state`, printing in
+`evolve_report`, run-directory files in `rundir`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
+from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
+from pytest_ecdysis.edit.editors import make_editor
+from pytest_ecdysis.evolve.accept import accept_stage
+from pytest_ecdysis.evolve.alternatives import alternatives_round
+from pytest_ecdysis.evolve.instance import MAX_INSTANCE_STEPS, instance_round
+from pytest_ecdysis.evolve.preflight import preflight
+from pytest_ecdysis.evolve.runs import TrustedRuns
+from pytest_ecdysis.evolve.stages import diagnose_stage, edit_stage, validate_stage
+from pytest_ecdysis.evolve.state import RunState
+from pytest_ecdysis.evolve.testsplit import score_test
+from pytest_ecdysis.gate.acceptance import decision_fields
+from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.report.evolution import OUTCOME_TEXT, FinalTable, fmt, summary_lines
+from pytest_ecdysis.validate import integrity, sandbox
+
+__all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
+           "summary_lines"]
+
+
+def run_evolution(session: Any, state: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """Run (or resume) the loop after the session scored the incumbent; returns `evolution.json` as a dict.
+
+    Raises:
+        UsageError: `--ecdysis-resume` of a run of another suite.
+        EcdysisError: git failed; the run directory keeps what was done.
+    """
+    doc = Evolution(session.config, state, summary).run()
+    manager = session.config.pluginmanager
+    if manager.has_plugin("ecdysis-evolution-table"):
+        manager.unregister(name="ecdysis-evolution-table")
+    manager.register(FinalTable(doc), "ecdysis-evolution-table")
+    return doc
+
+
+class Evolution(RunState, TrustedRuns):
+    """One evolution run. State lives in `self.doc` (written to `evolution.json` after every stage).
+
+    Its parts: `RunState` (`evolve_state`: `evolution.json`, stage checkpoints, stage lines) and
+    `TrustedRuns` (`evolve_runs`: validation sub-runs from the trusted copy, integrity checks, progress)."""
+
+    def __init__(self, config: Any, state: Any, summary: dict[str, Any]) -> None:
+        self.config = config
+        self.state = state
+        self.cfg = state.cfg
+        self.dir: Path = Path(state.run_path).resolve()
+        self.harness_dir: Path = Path(state.harness_dir)
+        self.summary = summary
+        self.started = time.monotonic()
+        self.tw = config.get_terminal_writer()
+        self.base_args = [str(a) for a in config.invocation_params.args]
+        self.cwd = Path(config.invocation_params.dir)
+        self.editor = make_editor(self.cfg)
+        self.snapshot: gitops.Snapshot | None = None  # the current candidate's bytes (set by edit_stage)
+        self.stop_error: IntegrityError | None = None  # set when a protected file changed: the loop stops
+        self.ledger = integrity.Ledger(self.dir, state.run_id, resume=bool(self.cfg.resume))
+        self.checkout = integrity.checkout_root(self.harness_dir)
+        self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
+        self.last_said = "evolution"
+        self.doc = self._load_or_start()
+        self.trusted = self._trusted_tree()
+        # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
+        hide = [self.dir.parent, self.ledger.path.parent, self.checkout / ".git"]
+        os.environ[sandbox.ENV_HIDE] = os.pathsep.join(str(p) for p in hide)
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        if self.doc["start"]["score"] is None:
+            n_infra = self.summary.get("n_infra_errors")
+            raise EcdysisError(
+                f"evolution needs a scored incumbent, and this run scored no trial ({n_infra} infrastructure "
+                f"error(s)); fix the endpoint (see {self.dir / 'trials.jsonl'}), then run again")
+        self.say(f"evolution {self.state.run_id}: up to {self.cfg.rounds} round(s), strategy "
+                 f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
+                 f"{fmt(self.doc['start']['score'])}")
+        self.say(sandbox.status_line() + "; see docs/evolution.md, threat model")
+        try:
+            for n in range(len(self.doc["rounds"]) + 1, self.cfg.rounds + 1):
+                result = self.round(n)
+                if result["outcome"] == "no_failures":
+                    break
+            self.make_branch()
+            score_test(self)
+            self.measure_validity()
+        except KeyboardInterrupt:
+            self.checkpoint()
+            self.say(f"interrupted: resume with --ecdysis-resume {self.state.run_id}")
+            raise
+        finally:
+            self.trusted.remove()
+        self.doc["status"] = "finished"
+        self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
+        self.checkpoint()
+        return self.doc
+
+    def round(self, n: int) -> dict[str, Any]:
+        """One round; every stage reads its checkpoint when present instead of redoing the work."""
+        rdir = self.dir / "rounds" / str(n)
+        rdir.mkdir(parents=True, exist_ok=True)
+        inc = self.doc["incumbent"]
+        row: dict[str, Any] = {
+            "round": n, "strategy": self.cfg.strategy, "score_before": inc["score"], "score_after": None,
+            "accepted": False, "editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
+            "wall_s": 0.0, "flips": {"solved_to_failed": [], "failed_to_solved": []}, "outcome": None,
+            "reason": "", "harness_id_before": inc["harness_id"], "harness_id_after": None,
+            "spec_summary": None,
+        }
+        if (rdir / "decision.json").is_file():  # decided just before an interruption
+            decision = read_json(rdir / "decision.json", self.ledger)
+            self.doc["incumbent"] = decision["incumbent"]
+            return self.finish_round(decision["round"], rdir, already_written=True)
+        # the incumbent's source, checked out in a temporary worktree: diagnosis reads it, the editor edits it
+        worktree = gitops.add_worktree(self.harness_dir, inc["commit"])
+        try:
+            # 1. records -> groups -> diagnosis -> spec
+            diag = self.stage_json(rdir / "diagnosis.json",
+                                   lambda: diagnose_stage(self, n, rdir, worktree.harness_dir))
+            add_tokens(row["tokens"], diag.get("tokens", {}))
+            row["wall_s"] += diag.get("wall_s", 0.0)
+            if diag["outcome"]:
+                return self.finish_round({**row, "outcome": diag["outcome"], "reason": diag["reason"]}, rdir)
+            if diag.get("instance_level"):  # self-evolution: the specs are patched one by one
+                return instance_round(self, n, rdir, row, diag)
+            if diag.get("alternatives"):  # self-harness, harnessfix: proposals from the same base, best kept
+                return alternatives_round(self, n, rdir, row, diag)
+            spec = ModificationSpec.model_validate(diag["spec"])
+            row["spec_summary"] = spec.summary
+
+            # 2.-4. exactly one editor call in the worktree, validation, acceptance
+            out, new_incumbent = self.attempt(spec, worktree, rdir, inc, label=f"round {n}",
+                                              run_id=f"{self.state.run_id}-r{n}", title=f"ecdysis round {n}")
+            add_tokens(row["tokens"], out.pop("tokens"))
+            row["wall_s"] += out.pop("wall_s")
+            row.update(out)
+            if new_incumbent is not None:
+                self.doc["incumbent"] = {**new_incumbent, "round": n}
+            return self.finish_round(row, rdir)
+        finally:
+            worktree.remove()
+
+    def attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any], *,
+                label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """One candidate: editor call in `worktree` (at `base`'s commit), guard, validation, acceptance.
+
+        Stage checkpoints (`edit.json`, `validation.json`) and `candidate.diff` go to `adir`; the editor
+        reads `adir/spec.json`. Returns the round-row fields it decided (`outcome`, `reason`, `editor_calls`,
+        `tokens`, `wall_s`, and after a validation `score_after`, `flips`, pass^k, `harness_id_after`, and
+        `accepted`/`commit`) and the new incumbent (None unless accepted).
+        """
+        out: dict[str, Any] = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
+                               "wall_s": 0.0}
+        # the editor call; the change is the diff of the harness directory
+        self.snapshot = None
+        try:
+            return self._attempt(spec, worktree, adir, base, out, label=label, run_id=run_id, title=title)
+        except IntegrityError as exc:  # a protected file changed: this candidate is rejected, the loop stops
+            if self.stop_error is None:
+                raise
+            self.say(f"{label}: {exc}")
+            return {**out, "outcome": "guard_rejected", "reason": str(exc)}, None
+
+    def _attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any],
+                 out: dict[str, Any], *, label: str, run_id: str,
+                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        edit = self.stage_json(adir / "edit.json", lambda: edit_stage(self, spec, worktree, adir, label))
+        if not edit["fresh"] and not edit["outcome"]:
+            # resumed: rebuild the candidate from its recorded diff (checked against the ledger)
+            worktree.apply(self.ledger.read(adir / "candidate.diff").decode())
+            self.snapshot = gitops.snapshot(worktree, worktree.commit)
+        out["editor_calls"] = int(edit.get("calls", 1))  # the true count: a repair call counts
+        out["wall_s"] += edit.get("wall_s", 0.0)
+        add_tokens(out["tokens"], edit.get("tokens", {}))
+        if edit["outcome"]:
+            return {**out, "outcome": edit["outcome"], "reason": edit["reason"]}, None
+
+        # validation sub-run of the same suite on the candidate, beside a re-run of the incumbent
+        val = self.stage_json(adir / "validation.json",
+                              lambda: validate_stage(self, worktree, adir, run_id, label, base))
+        out["wall_s"] += val.get("wall_s", 0.0)
+        if val["outcome"]:
+            return {**out, "outcome": val["outcome"], "reason": val["reason"],
+                    **({"reused_validation": val["reused_validation"]} if val.get("reused_validation") else {})}, None
+        if val.get("reused_validation"):
+            out["reused_validation"] = val["reused_validation"]
+        return accept_stage(self, spec, worktree, adir, base, val, out, label=label, run_id=run_id,
+                            title=title)
+
+    def finish_round(self, row: dict[str, Any], rdir: Path, *, already_written: bool = False) -> dict[str, Any]:
+        """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
+        if not already_written:
+            row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
+            write_json(rdir / "decision.json", {**decision_fields(row), "round": row,
+                                                "incumbent": self.doc["incumbent"]}, self.ledger)
+        self.doc["rounds"].append(row)
+        self.checkpoint()
+        if self.stop_error is not None:
+            raise self.stop_error
+        after = f" -> {fmt(row['score_after'])}" if row.get("score_after") is not None else ""
+        self.say(f"round {row['round']}: {OUTCOME_TEXT[row['outcome']]} (score {fmt(row['score_before'])}{after})"
+                 + (f": {row['reason']}" if row.get("reason") and row["outcome"] != "accepted" else ""), row["round"])
+        return row
+
+    def make_branch(self) -> None:
+        """Branch `ecdysis/<run-id>` at the last accepted commit; none when no round was accepted."""
+        accepted = [r for r in self.doc["rounds"] if r.get("accepted")]
+        if not accepted:
+            self.doc["branch"] = None
+            self.say("no round was accepted: no branch created")
+            return
+        if self.doc.get("branch"):
+            return
+        outside = gitops.paths_changed_outside(self.harness_dir, self.doc["start"]["commit"],
+                                               self.doc["incumbent"]["commit"])
+        if outside:
+            raise IntegrityError(f"the incumbent commit {self.doc['incumbent']['commit'][:12]} changes files "
+                                 f"outside the harness ({shown(outside)}); no branch is made")
+        name = gitops.create_branch(self.harness_dir, self.state.run_id, self.doc["incumbent"]["commit"])
+        self.doc["branch"] = name
+        self.doc["diff_command"] = f"git diff {self.doc['start']['commit'][:12]} {name}"
+        elsewhere = gitops.uncommitted_elsewhere(self.harness_dir)
+        note = (f"; {elsewhere} uncommitted change(s) elsewhere in your checkout were left alone"
+                if elsewhere else "")
+        commits = sum(sum(bool(st.get("accepted")) for st in r.get("steps") or []) or 1 for r in accepted)
+        self.say(f"branch {name}: {commits} commit(s), one per accepted round (or self-evolution step); your "
+                 f"checkout, index and current branch were not touched{note}. View: {self.doc['diff_command']}")
+        self.checkpoint()
+
+    def measure_validity(self) -> None:
+        """Under the simulated model: join each accepted edit's flips with the ground truth (`sim/validity.py`),
+        record `validity` in `evolution.json` and print the accommodation ratio t."""
+        from pytest_ecdysis.sim.validity import evolution_validity, summary_line
+
+        validity = evolution_validity(self.doc, self.dir)
+        if validity is not None:
+            self.doc["validity"] = validity
+            self.say(summary_line(validity))

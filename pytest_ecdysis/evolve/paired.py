@@ -1,0 +1,139 @@
+"""Paired re-scoring: the incumbent is scored beside each candidate, in the same session.
+
+A candidate is compared with a fresh run of the incumbent started together with its validation sub-run
+(two `pytest` subprocesses started at the same moment, same suite arguments, tasks and trials, running
+side by side, so endpoint drift hits both alike), not with a number cached from an earlier run: a noisy
+model's incumbent score is otherwise its luckiest run, and that winner's curse carries into every later
+round. `--ecdysis-rescore`:
+
+- `auto` (the default): re-score, unless the models are deterministic (every model simulated and the
+  simulated model's nonce fixed, `--ecdysis-sim-nonce` or `ECDYSIS_SIM_NONCE`: a rerun is byte-identical),
+  when the incumbent's earlier run is reused;
+- `always`: re-score even then;
+- `never`: compare with the incumbent's earlier run (the paper's loop).
+
+Either way the round records under `incumbent_run` which run it compared with and why (`rescored`,
+`why`, `run_path`, `score`, `cached_score`). The re-run lives in `<round or step dir>/incumbent/`
+(`pytest.log`, the sub-run `<run-id>i/`). A re-run that fails (an endpoint down) falls back to the
+earlier run, said in `why`. Only the controller runs this; harness code is imported only in sub-runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_ecdysis.core.config import is_sim_model
+from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun
+
+if TYPE_CHECKING:
+    from pytest_ecdysis.evolve.context import RoundContext
+
+#: `--ecdysis-rescore` values.
+RESCORE = ("auto", "always", "never")
+
+
+def deterministic(cfg: Any, env: Mapping[str, str]) -> str | None:
+    """Why a rerun of one harness would be byte-identical (None when it would not, or is not known to)."""
+    nonce = getattr(cfg, "sim_nonce", None) or env.get("ECDYSIS_SIM_NONCE")
+    if nonce and is_sim_model(cfg.model) and is_sim_model(cfg.user_model):
+        return f"simulated model with a fixed nonce ({nonce!r}): a rerun is byte-identical"
+    return None
+
+
+def rescore_plan(cfg: Any, env: Mapping[str, str]) -> tuple[bool, str]:
+    """(re-score the incumbent beside the candidate?, why) under `cfg.rescore`."""
+    mode = getattr(cfg, "rescore", "auto")
+    if mode == "never":
+        return False, "--ecdysis-rescore never: compared with the incumbent's earlier run"
+    why = deterministic(cfg, env)
+    if mode == "auto" and why:
+        return False, f"reused the incumbent's earlier run: {why}"
+    return True, "re-scored beside the candidate, in the same session"
+
+
+def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, base: dict[str, Any],
+               files: dict[str, bytes | None] | None = None,
+               env: dict[str, str] | None = None) -> tuple[SubRun | BrokenCandidate, dict[str, Any]]:
+    """Validate the candidate (`files`, else the files under `candidate_dir`; `env` added to its sub-run's
+    environment only) and, per `rescore_plan`, re-run the incumbent at `base["commit"]` together with it.
+
+    Returns (the candidate's sub-run, or the `BrokenCandidate` it raised; the `incumbent_run` entry).
+    Ctrl-C stops both sub-runs and propagates.
+    """
+    rescore, why = rescore_plan(ev.cfg, os.environ)
+    earlier = {"rescored": False, "why": why, "run_path": base["run_path"], "run_id": None,
+               "score": base["score"], "pass_hat_k": base.get("pass_hat_k"), "cached_score": base["score"]}
+    if not rescore:
+        return _attempt(lambda: ev.subrun(candidate_dir, rdir, run_id, files=files, env=env)), earlier
+    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    try:
+        inc_id = f"{run_id}i"
+        candidate, incumbent = together(ev, [Job(candidate_dir, rdir, run_id, files, env),
+                                             Job(worktree.harness_dir, rdir / "incumbent", inc_id,
+                                                 label=INCUMBENT_LABEL)])
+    finally:
+        worktree.remove()
+    if isinstance(incumbent, BrokenCandidate):
+        return candidate, {**earlier, "why": f"the incumbent's re-run failed ({incumbent}); compared with its "
+                                            "earlier run"}
+    return candidate, {"rescored": True, "why": why, "run_path": str(incumbent.run_path), "run_id": inc_id,
+                       "score": incumbent.summary.get("suite_score"), "pass_hat_k": incumbent.summary.get("pass_hat_k"),
+                       "cached_score": base["score"], "wall_s": round(incumbent.wall_s, 2)}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One sub-run of `together`: the arguments of `Evolution.subrun`."""
+
+    harness_dir: Path
+    run_dir: Path
+    run_id: str
+    files: dict[str, bytes | None] | None = None
+    env: dict[str, str] | None = None
+    overrides: dict[str, str | None] | None = None
+    label: str | None = None  # its progress lines' label (default: the stage line said last)
+
+
+#: the progress label of the incumbent's re-run beside a candidate (the candidate's lines keep the stage's).
+INCUMBENT_LABEL = "re-running the incumbent (paired with the candidate)"
+
+
+def together(ev: RoundContext, jobs: list[Job]) -> list[SubRun | BrokenCandidate]:
+    """Start one sub-run per job at once and wait for all of them.
+
+    A sub-run that raises `BrokenCandidate` gives it in its place. Ctrl-C (or any other exception) stops
+    every sub-run's process group and propagates.
+    """
+    procs: list[subprocess.Popen] = []
+    pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ecdysis-subrun")
+    futures = [pool.submit(_attempt, lambda j=job: ev.subrun(j.harness_dir, j.run_dir, j.run_id, files=j.files,
+                                                             on_start=procs.append, env=j.env, overrides=j.overrides,
+                                                             label=j.label))
+               for job in jobs]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _attempt(run: Any) -> SubRun | BrokenCandidate:
+    try:
+        return run()
+    except BrokenCandidate as exc:
+        return exc

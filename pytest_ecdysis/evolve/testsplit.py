@@ -1,0 +1,86 @@
+"""After the rounds: score the start and the frozen harness on the held-out test split, side by side.
+
+Each harness is checked out at its commit in a temporary worktree and scored by a validation sub-run with
+`--ecdysis-split test --ecdysis-trials <test-trials>` (and once more per `--ecdysis-test-model`). Results
+go to `evolution.json` under `test` (`start`, `frozen`, `trials`, `transfer`; each scored harness with its
+capability, `suite_score`, and efficiency, `tokens_per_task`); sub-runs to
+`<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`. A slot already filled is not re-scored
+on `--ecdysis-resume`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_ecdysis.core.errors import EcdysisError
+from pytest_ecdysis.core.rundir import slug
+from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.report.evolution import fmt
+from pytest_ecdysis.validate.subrun import BrokenCandidate
+
+if TYPE_CHECKING:
+    from pytest_ecdysis.evolve.context import RoundContext
+
+
+def efficiency(summary: dict) -> dict[str, int | None]:
+    """`tokens` (the agent's total on the test run) and `tokens_per_task` (that total / tasks, so summed over a
+    task's `--ecdysis-test-trials` trials; None without tasks): with `suite_score` (capability, held-out
+    success) the efficiency a harness is reported with (HarnessDev's creation stage, docs/evolution.md)."""
+    total = int((summary.get("tokens") or {}).get("total", 0))
+    n_tasks = summary.get("n_tasks") or 0
+    return {"tokens": total, "tokens_per_task": round(total / n_tasks) if n_tasks else None}
+
+
+def score_test(ev: RoundContext) -> None:
+    """Fill `ev.doc["test"]`, checkpointing after every scored harness.
+
+    Raises:
+        EcdysisError: a harness could not be scored (its sub-run did not produce a summary).
+    """
+    cfg = ev.cfg
+    if not ev.doc.get("test"):
+        ev.doc["test"] = {"start": None, "frozen": None, "trials": cfg.test_trials, "transfer": {}}
+    test = ev.doc["test"]
+    if cfg.test_trials == 0:
+        test["skipped"] = "--ecdysis-test-trials 0: the start and frozen harness were not scored on test"
+        ev.say(test["skipped"])
+        ev.checkpoint()
+        return
+    start_c, frozen_c = ev.doc["start"]["commit"], ev.doc["incumbent"]["commit"]
+    models: list[tuple[str | None, Path]] = [(None, ev.dir / "test")]
+    models += [(m, ev.dir / "test" / "transfer" / slug(m)) for m in cfg.test_models]
+    for model, base in models:
+        slot = test if model is None else test["transfer"].setdefault(model, {"start": None, "frozen": None})
+        for which, commit in (("start", start_c), ("frozen", frozen_c)):
+            if slot.get(which):
+                continue
+            if which == "frozen" and commit == start_c:
+                slot["frozen"] = dict(slot["start"], same_as_start=True)
+                ev.checkpoint()
+                continue
+            overrides: dict[str, str | None] = {"--ecdysis-split": "test",
+                                                "--ecdysis-trials": str(cfg.test_trials),
+                                                "--ecdysis-tasks": None}
+            if model:
+                overrides.update({"--ecdysis-model": model, "--ecdysis-user-model": cfg.user_model})
+            label = f"test{'' if model is None else ' with ' + model}: {which} harness"
+            every = ", every test task: --ecdysis-tasks selects train tasks only" if cfg.tasks else ""
+            ev.say(f"{label} ({cfg.test_trials} trial(s) per task{every})")
+            worktree = gitops.add_worktree(ev.harness_dir, commit)
+            try:
+                t0 = time.monotonic()
+                sub = ev.subrun(worktree.harness_dir, base / which,
+                                f"{ev.state.run_id}-test-{slug(model) + '-' if model else ''}{which}", overrides)
+            except BrokenCandidate as exc:
+                raise EcdysisError(f"{label} could not be scored: {exc}") from None
+            finally:
+                worktree.remove()
+            s = sub.summary
+            slot[which] = {"suite_score": s.get("suite_score"), "pass_hat_k": s.get("pass_hat_k"),
+                           "pass_at_k": s.get("pass_at_k"), "n_trials": s.get("n_trials"),
+                           "n_tasks": s.get("n_tasks"), **efficiency(s), "harness_id": s.get("harness_id"),
+                           "run_path": str(sub.run_path), "commit": commit}
+            ev.say(f"{label}: suite score {fmt(s.get('suite_score'))} ({time.monotonic() - t0:.1f} s)")
+            ev.checkpoint()

@@ -1,0 +1,1 @@
+"""Comparing two runs: the acceptance rules' statistics and the regression gate against a baseline."""

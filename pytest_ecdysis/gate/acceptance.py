@@ -1,0 +1,263 @@
+"""The acceptance rule: is the candidate kept? Pure functions over scores and per-task rewards.
+
+Two rules (`--ecdysis-accept`, docs/evolution.md "Acceptance"):
+
+- `strict` (the default, the paper's rule, Ecdysis §3): accept iff the suite score strictly rises; single
+  tasks may drop. Its false-acceptance rate is not controlled: with a noisy model an unchanged harness
+  is "better" about half the time.
+- `paired`: accept only when a one-sided paired test over tasks rejects "no improvement" at the level
+  `--ecdysis-accept-level` (α, default 0.05), so a candidate that changes nothing is accepted with
+  probability at most about α. The pairs are the per-task mean rewards of the incumbent's and the
+  candidate's runs (tasks scored in both); the method is `--ecdysis-accept-method`:
+  `sign` (exact binomial sign test on the tasks that changed, `scipy.stats.binomtest`; conservative,
+  the default), `wilcoxon` (signed-rank test, `scipy.stats.wilcoxon`, zeros dropped; exact without tied
+  magnitudes, else a seeded permutation test, about 1 s; with a single magnitude, e.g. ±1 differences of
+  one trial per task, it is the sign test and computed as one), or `bootstrap`
+  (percentile bootstrap over tasks of the mean difference, `scipy.stats.bootstrap`; p is the share of
+  resampled means <= 0; approximate for few tasks).
+
+Every decision reports the effect (mean per-task difference, candidate - incumbent), a two-sided
+(1 - 2α) percentile-bootstrap interval of it over tasks (its lower end is the one-sided α lower bound;
+fixed seed, so a decision is reproducible) and the method's one-sided p-value; under `strict` these are
+reported too, for information. The gate (`gate.py`) uses the same test the other way round: "the run
+is worse than the baseline".
+
+Other rules (e.g. rejecting on infrastructure drift) belong here as further pure functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_ecdysis.core.config_values import METHODS, RULES
+from pytest_ecdysis.core.errors import shown
+
+#: Scores closer than this are equal (float sums of rewards over trials).
+EPSILON = 1e-12
+#: Resamples of the bootstrap interval and of the `bootstrap` method; its seed (reproducible decisions).
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 0
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A one-sided paired test of "after is better than before" over tasks.
+
+    `effect` and `interval` are in reward units (mean over tasks of the per-task mean-reward difference,
+    in [-1, 1]); `interval` is None with fewer than 2 tasks.
+    """
+
+    method: str  #: `sign`, `wilcoxon` or `bootstrap`
+    n_tasks: int  #: tasks scored in both runs
+    wins: int  #: tasks whose mean reward rose
+    losses: int  #: tasks whose mean reward fell
+    effect: float  #: mean per-task difference (after - before)
+    interval: tuple[float, float] | None  #: two-sided (1 - 2·level) bootstrap interval of `effect`
+    p_value: float  #: one-sided p-value of "no improvement"
+    level: float  #: α the interval was made for
+
+    def line(self) -> str:
+        """`sign test over 30 tasks (+3/-1): effect +0.067, 90% interval [+0.000, +0.133], p=0.312`."""
+        iv = (f", {100 * (1 - 2 * self.level):.0f}% interval [{self.interval[0]:+.3f}, {self.interval[1]:+.3f}]"
+              if self.interval else "")
+        return (f"{self.method} test over {self.n_tasks} task(s) (+{self.wins}/-{self.losses}): effect "
+                f"{self.effect:+.3f}{iv}, p={self.p_value:.3g}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one validated candidate, with the figures `decision.json` records."""
+
+    accepted: bool  #: keep the candidate (it becomes the incumbent)
+    reason: str  #: one line for the round's `reason`, e.g. `suite score 0.400 -> 0.500`
+    rule: str = "strict"  #: `strict` or `paired`
+    test: PairedTest | None = None  #: the paired test (None when no per-task rewards were given)
+
+    def fields(self) -> dict[str, Any]:
+        """`{rule, method, effect, interval, p_value, level, n_tasks, wins, losses}` (None where unknown)."""
+        t = self.test
+        return {"rule": self.rule, "method": t.method if t else None, "effect": t.effect if t else None,
+                "interval": list(t.interval) if t and t.interval else None, "p_value": t.p_value if t else None,
+                "level": t.level if t else None, "n_tasks": t.n_tasks if t else 0,
+                "wins": t.wins if t else 0, "losses": t.losses if t else 0}
+
+
+#: The `decision.json` fields of a round (or step) without a validated candidate.
+NO_DECISION: dict[str, Any] = {"rule": None, "method": None, "effect": None, "interval": None, "p_value": None,
+                               "level": None}
+
+
+def decision_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level `decision.json` fields of a round or step row: its `decision` (see `Decision.fields`),
+    or `NO_DECISION` when no candidate was validated."""
+    return dict(row.get("decision") or NO_DECISION)
+
+
+def task_means(trials: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Per-task mean reward of `trials.jsonl` lines, keyed `<suite>/<task_id>` (the task id without a suite).
+
+    Trials without a reward (infrastructure errors) are left out; a task with none is absent.
+    """
+    sums: dict[str, list[float]] = {}
+    for t in trials:
+        if t.get("reward") is None:
+            continue
+        key = f"{t['suite']}/{t['task_id']}" if t.get("suite") else str(t["task_id"])
+        sums.setdefault(key, []).append(float(t["reward"]))
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+def paired_differences(before: Mapping[str, float], after: Mapping[str, float]) -> list[float]:
+    """`after[k] - before[k]` for the tasks in both, in task-key order."""
+    return [after[k] - before[k] for k in sorted(set(before) & set(after))]
+
+
+def paired_test(diffs: list[float], *, method: str = "sign", level: float = 0.05) -> PairedTest:
+    """One-sided test of "mean per-task difference > 0" (H0: no improvement) on `diffs`.
+
+    Raises:
+        ValueError: unknown method, or level outside (0, 1).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown paired-test method {method!r}; use one of {', '.join(METHODS)}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    import numpy as np
+    from scipy import stats
+
+    d = np.asarray([0.0 if abs(x) <= EPSILON else float(x) for x in diffs], dtype=float)
+    n = len(d)
+    wins, losses = int((d > 0).sum()), int((d < 0).sum())
+    effect = float(d.mean()) if n else 0.0
+    interval, dist = _bootstrap(d, level)
+    if wins == 0:  # nothing rose: no test can call this an improvement
+        p = 1.0
+    elif method == "sign":
+        p = float(stats.binomtest(wins, wins + losses, 0.5, alternative="greater").pvalue)
+    elif method == "wilcoxon":
+        nz = d[d != 0]  # zeros dropped; exact distribution without ties, a seeded permutation test with them
+        if np.all(np.abs(nz) == abs(nz[0])):  # one magnitude (±1: one trial per task): the sign test, exactly
+            p = float(stats.binomtest(wins, wins + losses, 0.5, alternative="greater").pvalue)
+        else:
+            tied = len(np.unique(np.abs(nz))) < len(nz)
+            how = stats.PermutationMethod(rng=np.random.default_rng(BOOTSTRAP_SEED)) if tied else "exact"
+            p = float(stats.wilcoxon(nz, alternative="greater", method=how).pvalue)
+    else:
+        p = 1.0 if dist is None else float((np.sum(dist <= 0) + 1) / (len(dist) + 1))
+    return PairedTest(method=method, n_tasks=n, wins=wins, losses=losses, effect=effect, interval=interval,
+                      p_value=min(1.0, p), level=level)
+
+
+def _bootstrap(d: Any, level: float) -> tuple[tuple[float, float] | None, Any]:
+    """(two-sided (1 - 2·level) percentile interval of the mean, the bootstrap distribution) over tasks."""
+    import numpy as np
+    from scipy import stats
+
+    if len(d) < 2:
+        return None, None
+    if np.all(d == d[0]):  # degenerate: every resample has the same mean
+        return (float(d[0]), float(d[0])), np.full(BOOTSTRAP_RESAMPLES, float(d[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = stats.bootstrap((d,), np.mean, confidence_level=1 - 2 * level, method="percentile",
+                              n_resamples=BOOTSTRAP_RESAMPLES, rng=np.random.default_rng(BOOTSTRAP_SEED))
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (low, high), res.bootstrap_distribution
+
+
+def regression_test(baseline: Mapping[str, float], run: Mapping[str, float], *, method: str = "sign",
+                    level: float = 0.05) -> PairedTest:
+    """The gate's test: one-sided paired test of "the run is worse than the baseline" over the tasks in both.
+
+    `effect` and `interval` are run - baseline (negative: a drop); `wins`/`losses` count tasks the run
+    raised/lowered; `p_value` is that of "no drop". Raises ValueError like `paired_test`.
+    """
+    t = paired_test(paired_differences(run, baseline), method=method, level=level)
+    iv = None if t.interval is None else (0.0 - t.interval[1], 0.0 - t.interval[0])  # 0.0 - x: no -0.0
+    return dataclasses.replace(t, effect=0.0 - t.effect, interval=iv, wins=t.losses, losses=t.wins)
+
+
+def decide_strict(before: float | None, after: float | None, test: PairedTest | None = None) -> Decision:
+    """Accept iff `after > before` (strictly); an unknown score (None) is never accepted.
+
+    Args:
+        before: the incumbent's suite score in [0, 1] (mean reward over all trials), or None.
+        after: the candidate's suite score on the same split and trials, or None.
+        test: the paired test of the same runs, recorded for information (does not change the verdict).
+    """
+    line = f"suite score {_fmt(before)} -> {_fmt(after)}" + (f"; {test.line()}" if test else "")
+    if after is not None and before is not None and after > before + EPSILON:
+        return Decision(True, line, "strict", test)
+    return Decision(False, f"{line}: not strictly higher", "strict", test)
+
+
+def decide_paired(before: float | None, after: float | None, test: PairedTest) -> Decision:
+    """Accept iff the paired test rejects "no improvement" at its level and the suite score rose."""
+    line = f"suite score {_fmt(before)} -> {_fmt(after)}; {test.line()}"
+    rose = after is not None and before is not None and after > before + EPSILON
+    if rose and test.p_value <= test.level:
+        return Decision(True, f"{line} <= {test.level:g}", "paired", test)
+    why = "not strictly higher" if not rose else f"not significant at level {test.level:g}"
+    return Decision(False, f"{line}: {why}", "paired", test)
+
+
+def decide(rule: str, before: float | None, after: float | None, before_trials: Iterable[Mapping[str, Any]],
+           after_trials: Iterable[Mapping[str, Any]], *, method: str = "sign", level: float = 0.05) -> Decision:
+    """The decision under `rule` (`strict` or `paired`) for two runs' suite scores and `trials.jsonl` lines.
+
+    Raises:
+        ValueError: unknown rule or method, or level outside (0, 1).
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown acceptance rule {rule!r}; use one of {', '.join(RULES)}")
+    test = paired_test(paired_differences(task_means(before_trials), task_means(after_trials)),
+                       method=method, level=level)
+    return decide_strict(before, after, test) if rule == "strict" else decide_paired(before, after, test)
+
+
+def accept_text(accept: dict[str, Any]) -> str:
+    """`strict rule (sign test recorded, level 0.05)` or `paired sign test at level 0.05`."""
+    if accept.get("rule") == "paired":
+        return f"paired {accept.get('method')} test at level {accept.get('level')}"
+    return f"strict rule (score strictly rises; {accept.get('method')} test recorded, level {accept.get('level')})"
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{float(x):.3f}"
+
+
+def decide_no_regression(strict: Decision, solved_to_failed: list[str]) -> Decision:
+    """Regression-aware acceptance (HarnessFix, Self-Harness): the strict verdict, and no task the incumbent
+    solved (in every trial) may fail with the candidate. A candidate that raises the score but breaks a solved
+    task is rejected, its reason naming the broken tasks.
+
+    Args:
+        strict: the verdict of the score rule on the same candidate (`decide_strict`, or a successor).
+        solved_to_failed: task ids solved by the incumbent and not by the candidate (`validate.flips`).
+    """
+    if not strict.accepted or not solved_to_failed:
+        return strict
+    broken = shown(solved_to_failed)
+    return dataclasses.replace(strict, accepted=False, reason=f"{strict.reason}, but it breaks "
+                               f"{len(solved_to_failed)} task(s) the incumbent solved: {broken}: regression")
+
+
+def choose_best(candidates: list[tuple[bool, float | None, int]]) -> int | None:
+    """The index of the candidate to keep among alternatives validated from the same incumbent.
+
+    Args:
+        candidates: per candidate `(passed, score_after, n_changes)`; `passed` is its own verdict.
+    Returns:
+        the index of the passing candidate with the highest score (ties: fewer changes, then the earlier
+        one, so the minimal modification wins), or None when none passed.
+    """
+    passing = [(i, s, c) for i, (ok, s, c) in enumerate(candidates) if ok and s is not None]
+    if not passing:
+        return None
+    best = max(passing, key=lambda x: (round(float(x[1]), 12), -x[2], -x[0]))
+    return best[0]

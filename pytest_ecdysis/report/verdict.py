@@ -1,0 +1,126 @@
+"""The last lines of an evolution or a gate run: what happened, in words, after everything pytest prints.
+
+pytest ends a run with its short test summary (`FAILED ...` lines) and the counts line (`5 failed, 25
+passed`). In an evolution those failures are the starting harness's trials, the evidence the loop worked
+from, and in a gate they may be within the baseline's: read last, they look like the run's failure. So
+after pytest's counts line (`VerdictPrinter`, an outermost `pytest_sessionfinish` wrapper) the run ends
+with an `ecdysis verdict` section:
+
+- evolution: how many rounds were accepted and the scores; the branch and how to see it, or why no
+  branch was made (each round's outcome); or why the loop stopped and how to resume;
+- gate: PASSED / FAILED / REFUSED and why;
+- either way: what the failed trials above are, the exit status, and where the files are.
+
+`verdict_lines` is pure (plain data in, `(text, colour)` out) so `ecdysis` tools and tests can call it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ecdysis.report.evolution import OUTCOME_TEXT, caveats, fmt, shorten
+
+Line = tuple[str, str | None]  # (text, colour: "green", "yellow", "red" or None)
+
+
+def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, resumable: bool = False) -> list[Line]:
+    """The verdict of an evolution: its `evolution.json` document, or the error that stopped it (and
+    whether the loop had started, so that `--ecdysis-resume` can continue it)."""
+    if error or not doc:
+        why = (error or "").removeprefix("--ecdysis-evolve stopped: ").removeprefix("--ecdysis-evolve: ")
+        if not why:  # no error and no result: the loop was interrupted (Ctrl-C, SIGTERM)
+            head = "evolution interrupted before it finished: no verdict"
+        else:  # a resumable loop may have accepted rounds already: "nothing was made" would not be true
+            head = f"evolution stopped before it finished: {why}" if resumable else \
+                f"evolution stopped, nothing was made: {why}"
+        out: list[Line] = [(head, "red")]
+        if resumable:
+            out.append((f"what was done is kept: continue with --ecdysis-resume {run_id} (same options)", None))
+        return out
+    rounds = doc.get("rounds") or []
+    accepted = [r for r in rounds if r.get("accepted")]
+    start, end = doc.get("start") or {}, doc.get("incumbent") or {}
+    head = (f"evolution finished: {len(accepted)} of {len(rounds)} round(s) accepted; train score "
+            f"{fmt(start.get('score'))} -> {fmt(end.get('score'))}")
+    test = doc.get("test") or {}
+    if test.get("start") and test.get("frozen"):
+        head += (f"; held-out test split {fmt(test['start'].get('suite_score'))} -> "
+                 f"{fmt(test['frozen'].get('suite_score'))} ({test.get('trials')} trial(s) per task)")
+    elif test.get("skipped"):
+        head += "; test split not scored (--ecdysis-test-trials 0)"
+    out = [(head, "green" if doc.get("branch") else "yellow")]
+    if doc.get("branch"):
+        out.append((f"branch {doc['branch']} holds the accepted change(s); see them with: {doc.get('diff_command')}",
+                    "green"))
+        out += [(f"read before merging: {c}", "yellow") for c in caveats(doc)]
+        out.append(("your checkout, index and current branch were not touched; review the branch, then merge it "
+                    "or delete it (git branch -D " + doc["branch"] + ")", None))
+    else:
+        why = "; ".join(f"round {r.get('round')} {OUTCOME_TEXT.get(r.get('outcome'), r.get('outcome'))}"
+                        + (f" ({shorten(r.get('reason') or '', 90)})" if r.get("reason") else "")
+                        for r in rounds) or "no round ran"
+        out.append((f"no branch was made: no round {_criterion(doc)}: {why}", "yellow"))
+    return out
+
+
+def _criterion(doc: dict[str, Any]) -> str:
+    """What a round needed to be accepted under the run's `--ecdysis-accept` rule (`evolution.json` `accept`)."""
+    accept = doc.get("accept") or {}
+    if accept.get("rule") == "paired":
+        return (f"passed the paired {accept.get('method', 'sign')} test (an improvement significant at level "
+                f"{accept.get('level', 0.05):g})")
+    return "scored strictly higher than the harness it started from"
+
+
+def gate_lines(gate: dict[str, Any]) -> list[Line]:
+    """The gate's verdict: its headline and, when it did not pass, its reasons."""
+    colour = "green" if gate.get("passed") else "red"
+    out: list[Line] = [(gate["headline"], colour)]
+    if not gate.get("passed"):
+        out += [(f"  - {r}", None) for r in gate.get("reasons", []) if r not in gate["headline"]]
+    return out
+
+
+def verdict_lines(summary: dict[str, Any], *, evolve: bool, gate: dict[str, Any] | None, evolution: Any,
+                  evolution_error: str | None, run_id: str, run_path: Any, exit_status: int) -> list[Line]:
+    """Every line of the `ecdysis verdict` section, in order (see the module docstring)."""
+    out: list[Line] = []
+    if evolve:
+        resumable = bool(run_path) and (Path(run_path) / "evolution.json").is_file()
+        out += evolution_lines(evolution, evolution_error, run_id, resumable)
+    if gate:
+        out += gate_lines(gate)
+    failed = int(summary.get("n_failures") or 0) + int(summary.get("n_infra_errors") or 0)
+    if failed and exit_status == 0:
+        whose = ("the starting harness's trials, the evidence the loop worked from" if evolve
+                 else "within what the baseline allows")
+        out.append((f"the {failed} failed trial(s) listed above are {whose}: they do not fail this run", None))
+    word = {0: "success", 1: "failure", 2: "interrupted", 4: "usage error"}.get(exit_status, "error")
+    where = f"; files in {run_path} (read back with: ecdysis show {run_path})" if run_path else ""
+    out.append((f"exit status {exit_status} ({word}){where}", None))
+    return out
+
+
+class VerdictPrinter:
+    """Prints the verdict section after pytest's own last line (registered on the controller)."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
+        result = yield  # every other implementation ran: pytest's counts line is printed, the status is final
+        state, outcome = self.state, self.state.outcome
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if outcome is None or reporter is None or not (state.cfg.evolve or state.cfg.gate):
+            return result
+        lines = verdict_lines(outcome.summary, evolve=state.cfg.evolve, gate=outcome.summary.get("gate"),
+                              evolution=outcome.evolution, evolution_error=outcome.evolution_error,
+                              run_id=state.run_id, run_path=outcome.run_path, exit_status=int(session.exitstatus))
+        reporter.write_sep("=", "ecdysis verdict")
+        for text, colour in lines:
+            reporter.write_line(text, **({colour: True, "bold": colour != "yellow"} if colour else {}))
+        return result

@@ -1,0 +1,151 @@
+"""The controller's own parts of a session: its set-up at configure time and its trial collector.
+
+`prepare(config, state)` runs, on the controller only, after the options were read: the run directory
+must be writable (`check_run_dir`), the response cache, evolution's pre-flight and run lock, the gate's
+pre-flight, the sandbox and the simulated models are checked, and a simulated server is started when a
+model is `sim...` and none is running (`ECDYSIS_SIM_URL`). Each check raises an `EcdysisError` naming the
+fix (the plugin turns it into a usage error). `runs_no_test(config)` tells the sessions that run no trial.
+
+`TrialCollector` (registered by `plugin.pytest_configure` on the controller only) keeps the collected
+trial cases (`state.collected`, after every plugin's deselection), checks `--ecdysis-tasks` and the gate's
+baseline against the collection before any trial runs (`selection.check_collected`), stores each
+report's trial result (`state.trials`) and feeds `run_coverage` and the progress lines.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_ecdysis.core.errors import EcdysisError, UsageError
+
+if TYPE_CHECKING:
+    from pytest_ecdysis.run.state import EcdysisState
+
+
+def prepare(config: pytest.Config, state: EcdysisState) -> None:
+    """The controller's checks and its simulated server (module docstring).
+
+    Raises:
+        EcdysisError: the first check that fails (UsageError, GitError, ...), naming the fix.
+    """
+    from pytest_ecdysis.run.state import ENV_SIM_URL
+
+    cfg = state.cfg
+    check_run_dir(cfg.run_dir)
+    if cfg.evolve:
+        from pytest_ecdysis.endpoint.response_cache import configure as configure_cache
+
+        configure_cache(cfg, state.run_path.absolute(), os.environ)
+    if cfg.evolve:
+        from pytest_ecdysis.evolve.preflight import preflight
+
+        preflight(cfg, state.harness_dir)
+        from pytest_ecdysis.core.rundir import lock_run
+
+        lock_run(state.run_path, f"--ecdysis-resume {cfg.resume}" if cfg.resume else f"run {state.run_id}")
+    if cfg.gate:
+        from pytest_ecdysis.gate.baseline import preflight as gate_preflight
+
+        gate_preflight(cfg)
+    if cfg.sandbox:
+        from pytest_ecdysis.validate.sandbox import ENV_ON, check_available
+
+        check_available()
+        os.environ[ENV_ON] = "1"  # workers and validation sub-runs inherit it
+    if cfg.uses_sim:
+        from pytest_ecdysis.sim.profiles import check_models
+
+        check_models([cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models])
+    if cfg.uses_sim and not state.sim_url and not runs_no_test(config):
+        from pytest_ecdysis.sim.server import start_background
+
+        state.sim_server = start_background(latency_s=cfg.sim_latency_s, nonce=cfg.sim_nonce)
+        state.sim_url = state.sim_server.url
+        os.environ[ENV_SIM_URL] = state.sim_url
+        # printed at session start: the terminal reporter does not exist yet at tryfirst configure
+        state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
+
+
+def runs_no_test(config: pytest.Config) -> bool:
+    """`--collect-only`, `--setup-plan`, `--fixtures`, `--fixtures-per-test`, `--markers`, `--help`: no trial
+    will run, so no simulated server is started (and, for the first two, nothing is written)."""
+    opt = config.option
+    return any(getattr(opt, name, False) for name in ("collectonly", "setupplan", "showfixtures",
+                                                      "show_fixtures_per_test", "markers", "help"))
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Configure-time check that runs can be written under `run_dir` (creates nothing): the nearest
+    existing ancestor must be a writable directory, so a bad path fails before any trial runs.
+
+    Raises:
+        UsageError: `run_dir` (or an ancestor) is a file, or not writable.
+    """
+    path = run_dir.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        problem = "is not a directory" if not path.is_dir() else "is not writable"
+        raise UsageError(f"--ecdysis-run-dir {run_dir}: {path} {problem}; pass a writable --ecdysis-run-dir "
+                         "(or ini ecdysis_run_dir)")
+
+
+class TrialCollector:
+    """Controller-side plugin object: remembers collected trial cases and the results their reports carry."""
+
+    def __init__(self, state: EcdysisState) -> None:
+        self.state = state
+        self.checked = False
+        self.before_deselection: list[str] | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # before -k, -m and pytest-split (trylast) deselect: --ecdysis-tasks ids a split gave another shard
+        self.before_deselection = [i.nodeid for i in items]
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # after every plugin's deselection (-k, -m, suites' own filters): the cases that will run
+        self.state.collected = [i.nodeid for i in session.items if i.get_closest_marker("ecdysis_trial")]
+        self.check_selection([i.nodeid for i in session.items], self.before_deselection)
+        self.state.progress.collected(len(self.state.collected))
+
+    def check_selection(self, nodeids: list[str], before_deselection: list[str] | None = None) -> None:
+        """--ecdysis-tasks and the gate's baseline against what was collected, before any trial runs."""
+        cfg = self.state.cfg
+        if self.checked or not (cfg.tasks or cfg.gate):
+            return
+        self.checked = True
+        from pytest_ecdysis.gate.baseline import load_baseline
+        from pytest_ecdysis.run.selection import check_collected
+
+        try:
+            check_collected(cfg, nodeids, load_baseline(cfg.baseline) if cfg.gate else None, before_deselection)
+        except EcdysisError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "ecdysis_trial", None)
+        if data is not None:
+            self.state.trials[report.nodeid] = data
+        from pytest_ecdysis.run.coverage import note_report
+
+        note_report(self.state, report)
+        if not self.state.no_trials:  # `--setup-plan` reports every case without running it: write nothing
+            self.state.progress.report(report)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """Under xdist the controller collects nothing: learn the collected ids from the workers."""
+        from pytest_ecdysis.run.coverage import note_collection
+
+        note_collection(self.state, ids)
+        first = not self.checked  # every worker collects the same: the first one decides
+        self.check_selection(ids)
+        if first:
+            from pytest_ecdysis.run.selection import classify
+
+            self.state.progress.collected(sum(map(len, classify(ids).cases.values())) or None, guess=len(ids))

@@ -1,0 +1,121 @@
+"""What a session collected, checked on the controller right after collection, before any trial runs.
+
+Suites that implement the `ecdysis_case_task` hook say which `(suite, task)` each collected node id is
+(under xdist the controller sees node ids only). From that:
+
+- `check_tasks`: every `--ecdysis-tasks` id is a task, in the split, of a suite whose tests were collected.
+  An id that is not is a usage error saying where it lives (another split, a suite whose tests were not
+  collected, no suite at all), never a silent "1 skipped" run that exits 0. An id of a collected suite
+  whose cases were all deselected (pytest-split's `--splits/--group` gave them to another shard, or `-k`,
+  `-m`) is not an error: the plugin checks the collection as it was before any deselection where it sees
+  it (`TrialCollector.pytest_collection_modifyitems`; under xdist the workers' ids, after it).
+- `check_gate`: the collected `(suite, task)` pairs are the baseline's; another task set is refused as a
+  usage error now, not after the whole suite ran (`gate.refusal`).
+
+Node ids no suite claims (ordinary tests, suites without the hook) leave both checks to the end of the
+run (`gate.verdict` still refuses there). This module must not import tau2 or task suites: it asks
+`registry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_ecdysis.core.errors import UsageError
+
+#: how many valid ids a message lists per suite before "... (N in all)".
+SHOW_IDS = 40
+
+
+@dataclass
+class Collected:
+    """The collected node ids, sorted by what the suites say they are."""
+
+    cases: dict[str, list[str]] = field(default_factory=dict)  # "<suite>/<task_id>" -> node ids
+    suites: set[str] = field(default_factory=set)  # suites with a collected test (with or without cases)
+    unclaimed: list[str] = field(default_factory=list)  # node ids no suite claims
+
+
+def classify(nodeids: Iterable[str]) -> Collected:
+    """Ask the installed suites what each node id is."""
+    from pytest_ecdysis.core.registry import case_task
+
+    out = Collected()
+    for nodeid in nodeids:
+        claim = case_task(nodeid)
+        if claim is None:
+            out.unclaimed.append(nodeid)
+            continue
+        suite, task = claim
+        out.suites.add(suite)
+        if task is not None:
+            out.cases.setdefault(f"{suite}/{task}", []).append(nodeid)
+    return out
+
+
+def check_collected(cfg: Any, nodeids: Iterable[str], baseline: dict[str, Any] | None = None,
+                    before_deselection: Iterable[str] | None = None) -> None:
+    """The checks this session asks for (`--ecdysis-tasks`, `--ecdysis-gate` with its `baseline`).
+
+    `nodeids`: the cases that will run; `before_deselection`: the collection before `-k`, `-m` or a split
+    deselected any (None: not known, `nodeids` stand for it). The ids are checked against the suites of
+    the latter, the baseline against the former.
+
+    Raises:
+        UsageError: an id is no task of a collected suite, or the gate's baseline holds other tasks.
+    """
+    if not cfg.tasks and baseline is None:
+        return
+    nodeids = list(nodeids)
+    collected = classify(nodeids)
+    if collected.unclaimed or not collected.suites:
+        return  # tests of a suite that does not tell its tasks: the end of the run checks what it can
+    if cfg.tasks:
+        check_tasks(cfg.tasks, cfg.split, collected if before_deselection is None else classify(before_deselection))
+    if baseline is not None:
+        from pytest_ecdysis.gate.baseline import refusal
+
+        reason = refusal(baseline, {key: None for key in collected.cases})
+        if reason:
+            raise UsageError(f"--ecdysis-gate refuses baseline {cfg.baseline} before any trial: {reason}")
+
+
+def check_tasks(requested: tuple[str, ...], split: str, collected: Collected) -> None:
+    """Raise a UsageError naming every requested id that is no task (in `split`) of a collected suite, and
+    where it lives. An id of a collected suite with no collected case (deselected) passes."""
+    from pytest_ecdysis.core.registry import task_ids
+
+    selected = {key.split("/", 1)[1] for key in collected.cases}
+    known = {t for suite, ids in task_ids(split).items() if suite in collected.suites for t in ids}
+    missing = [t for t in dict.fromkeys(requested) if t not in selected and t not in known]
+    if missing:
+        raise UsageError("--ecdysis-tasks: " + "; ".join(_where(t, split, collected) for t in missing))
+
+
+def _where(task: str, split: str, collected: Collected) -> str:
+    from pytest_ecdysis.core.registry import task_ids
+
+    in_split = task_ids(split)
+    here = sorted(s for s, ids in in_split.items() if task in ids)
+    ran = ", ".join(sorted(collected.suites))
+    if here:  # (an id of a collected suite passed check_tasks: these suites' tests were not collected)
+        return (f"{task} is a task of {', '.join(here)}, whose tests were not collected (this session "
+                f"collected {ran}); add that suite's test module to the command")
+    other = {s: sp for sp in ("train", "test") if sp != split for s, ids in task_ids(sp).items() if task in ids}
+    if other:
+        where = ", ".join(f"{s} has it in split {sp!r}" for s, sp in sorted(other.items()))
+        return (f"{task} is not in split {split!r} ({where}); pass --ecdysis-split {next(iter(other.values()))} "
+                f"or all, or ids of split {split!r}: {_ids(in_split, collected.suites)}")
+    return f"{task} is a task of no installed suite; ids of split {split!r}: {_ids(in_split, collected.suites)}"
+
+
+def _ids(by_suite: dict[str, list[str]], suites: set[str]) -> str:
+    shown = []
+    for suite, ids in sorted(by_suite.items()):
+        if suites and suite not in suites:
+            continue
+        more = f", ... ({len(ids)} in all)" if len(ids) > SHOW_IDS else ""
+        shown.append(f"{suite}: {', '.join(ids[:SHOW_IDS])}{more}")
+    return "; ".join(shown) or "none"
