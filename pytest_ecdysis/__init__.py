@@ -1,6 +1,7 @@
 """pytest-ecdysis: evolve (train) runtime harnesses for LLM agents on a task suite, and gate changes in CI.
 
-Public API: the record types suites produce, `record_trial`, which a suite's test calls with its
+Public API: the record types suites produce, `hookimpl` (the marker of the `pytest_ecdysis` entry-point hooks a
+suite implements: `core/hookspecs.py`), `record_trial`, which a suite's test calls with its
 `TrialResult`, and `get_state`, the session's resolved options for a suite's parametrisation (a suite of
 one's own: docs/own-suite.md). Everything else is reached through pytest options (`pytest --help`, group
 "ecdysis").
@@ -17,6 +18,7 @@ from pytest_ecdysis.core.errors import (
     TimeBudgetExceeded,
     UsageError,
 )
+from pytest_ecdysis.core.hookspecs import hookimpl
 from pytest_ecdysis.core.records import (
     FailureRecord,
     ModificationSpec,
@@ -43,6 +45,7 @@ __all__ = [
     "TrialResult",
     "UsageError",
     "get_state",
+    "hookimpl",
     "record_trial",
 ]
 

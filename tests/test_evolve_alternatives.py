@@ -72,6 +72,7 @@ def diagnose(*, round_dir, strategy, **_):
 module = types.ModuleType("pytest_ecdysis.diagnose.round")
 module.diagnose = diagnose
 sys.modules["pytest_ecdysis.diagnose.round"] = module
+import pytest_ecdysis.diagnose  # noqa: E402
 pytest_ecdysis.diagnose.round = module
 '''
 

@@ -89,6 +89,7 @@ evolve.run_suite = run_suite
 module = types.ModuleType("pytest_ecdysis.diagnose.round")
 module.diagnose = diagnose
 sys.modules["pytest_ecdysis.diagnose.round"] = module
+import pytest_ecdysis.diagnose  # noqa: E402
 pytest_ecdysis.diagnose.round = module
 '''
 

@@ -252,8 +252,9 @@ def test_roles_module_reads_no_server_state_or_ground_truth():
         tree = ast.parse((Path(roles.__file__).parent / name).read_text())
         imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-    assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "evidence", "records",
-                        "reading", "roles_evidence", "roles_analysis"}
+    assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "pytest_ecdysis.evidence.build",
+                        "pytest_ecdysis.core.records", "pytest_ecdysis.sim.reading", "pytest_ecdysis.sim.roles_evidence",
+                        "pytest_ecdysis.sim.roles_analysis"}
 
 
 def test_early_ends_split_across_groups_still_count_as_cross_task(tmp_path):

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pytest_ecdysis.core.hookspecs import hookimpl
+from pytest_ecdysis import hookimpl
 
 HARNESSES_DIR = Path(__file__).resolve().parent / "harnesses"
 
