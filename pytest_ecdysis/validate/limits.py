@@ -5,7 +5,7 @@ and validation sub-runs inherit them; the trusted trial process passes them to t
 as arguments, and the server applies them with `setrlimit` (`apply`) before any harness code runs: the
 address space (RLIMIT_AS) of the server and of every trial process forked from it, and the CPU time
 (RLIMIT_CPU) of each trial process (its counter starts at zero at the fork) and of the server (on top of
-what its start-up used). Past the memory limit an allocation fails (`MemoryError` in Python); past the
+what its start-up used, plus `SERVER_EXTRA_CPU_S`). Past the memory limit an allocation fails (`MemoryError` in Python); past the
 CPU limit the kernel sends SIGXCPU, then SIGKILL `CPU_GRACE_S` later. Either ends the trial `agent_error`
 with a reason naming the limit and its value (`exceeded`). Under bubblewrap the process has no
 capability to raise its hard limits; without the sandbox a harness running as root could (the threat
@@ -34,6 +34,9 @@ DEFAULT_MEMORY_MB = 4096
 DEFAULT_CPU_S = 900
 #: Seconds between SIGXCPU (the soft limit, which a harness may catch) and SIGKILL (the hard limit).
 CPU_GRACE_S = 5
+#: CPU seconds the fork server gets beyond `cpu_s` and its start-up: it also loads each domain's tools
+#: (trusted, about a second each) and forks every trial, over a worker's whole session.
+SERVER_EXTRA_CPU_S = 120
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def apply(limits: Limits, *, server: bool) -> None:
         used = 0
         if server:
             usage = resource.getrusage(resource.RUSAGE_SELF)
-            used = int(usage.ru_utime + usage.ru_stime) + 1
+            used = int(usage.ru_utime + usage.ru_stime) + 1 + SERVER_EXTRA_CPU_S
         set_limit(resource.RLIMIT_CPU, limits.cpu_s + used, limits.cpu_s + used + CPU_GRACE_S)
 
 
