@@ -156,7 +156,10 @@ def wrap_command(command: list[str], *, visible: list[Path], scratch: Path, hide
     args += [a for path in [*bound] for a in ("--ro-bind", str(path), str(path))]
     args += _cover(covered)
     args += [a for path in inside for a in ("--ro-bind", str(path), str(path))]
-    args += _cover([*hidden_paths(), *hide])
+    hidden = [*hidden_paths(), *hide]
+    args += _cover(hidden)
+    # the covering tmpfs made read-only (after what is bound inside them): a write fails, as elsewhere
+    args += [a for path in [*covered, *hidden] if path.is_dir() for a in ("--remount-ro", str(path))]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch), "--"]
     return args + command
 
