@@ -17,6 +17,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from test_records_pipeline import env  # noqa: F401  (the fixture: no simulated server, a fresh run id)
 
 from pytest_ecdysis.core.errors import InfrastructureError, UsageError
 from pytest_ecdysis.validate import limits, sandbox
@@ -150,3 +151,23 @@ def test_verdict_lists_what_only_the_sandbox_stops() -> None:
     lines = verdict_lines({}, evolve=False, gate={"passed": True, "headline": "gate PASSED"}, evolution=None,
                           evolution_error=None, run_id="r", run_path=None, exit_status=0)
     assert len(lines) == 2
+
+
+@pytest.mark.usefixtures("env")
+def test_a_gate_run_with_the_sandbox_off_lists_what_only_it_stops(pytester: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate run with `--ecdysis-sandbox off`: its verdict section carries the line naming what harness
+    code could reach (ancestors' environments, the network, writes to the venv); with the sandbox on (where
+    it can start) the line is absent."""
+    from test_gate_runs import BASE, gate_run, save_baseline
+
+    monkeypatch.setenv(sandbox.ENV_ON, os.environ.get(sandbox.ENV_ON, "0"))  # in-process runs export theirs
+    monkeypatch.setenv(sandbox.ENV_WHY, os.environ.get(sandbox.ENV_WHY, ""))
+    save_baseline(pytester)
+    off = gate_run(pytester, BASE, "--ecdysis-sandbox", "off")
+    off.stdout.fnmatch_lines(["*ecdysis verdict*", "*harness code ran with your rights (--ecdysis-sandbox off); "
+                              "only the sandbox stops: *ancestors' environments*the network*writes to the venv*",
+                              "exit status 0*"])
+    if sandbox.probe() is None:
+        on = gate_run(pytester, BASE)
+        assert on.ret == 0 and "harness code ran with your rights" not in on.stdout.str()
