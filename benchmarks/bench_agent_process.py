@@ -16,7 +16,9 @@ then R timed passes; the figure is the median over passes of the mean wall-clock
 overhead is relative to `in-process` and, for the sandbox, to `child`. Target: under 5 %. The
 first-trial start-up of the child is printed apart (it is paid once per worker). The machine's 1-minute
 load average is printed before and after each mode: on a shared machine it swings more than the
-boundary costs, so modes run interleaved, one pass each in turn (`--rounds`).
+boundary costs, so modes run interleaved, one pass each in turn (`--rounds`). `--startup N` also times
+N starts of the fork server (to its `ready`, τ² imported) with and without bubblewrap, interleaved: the
+sandbox's one cost that is not per trial (once per worker and harness).
 """
 
 from __future__ import annotations
@@ -61,6 +63,32 @@ server.stop()
 """
 
 
+STARTUP = """
+import json, sys, time
+from pathlib import Path
+from task_suites.tau2.agent_wire import AgentProcess
+walls = []
+for _ in range(int(sys.argv[2])):
+    server = AgentProcess(Path(sys.argv[1]))
+    t = time.perf_counter()
+    server.ensure()
+    walls.append(time.perf_counter() - t)
+    server.close()
+print(json.dumps(walls))
+"""
+
+
+def startup(sandboxed: bool, repeats: int) -> list[float]:
+    """Seconds from starting the harness's fork server to its `ready` (τ² imported), `repeats` times."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ECDYSIS_")}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", ECDYSIS_SANDBOX="1" if sandboxed else "0")
+    out = subprocess.run([sys.executable, "-c", STARTUP, str(REPO / "example_harness"), str(repeats)], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"start-up failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def measure(mode: str, tasks: int, repeats: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ECDYSIS_")}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", ECDYSIS_SIM_NONCE="bench",
@@ -78,7 +106,17 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per mode and round")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of all modes, interleaved")
+    parser.add_argument("--startup", type=int, default=0, help="also time N starts of the fork server per mode")
     args = parser.parse_args()
+    if args.startup:
+        modes_on = [False] + ([True] if shutil.which("bwrap") else [])
+        times: dict[bool, list[float]] = {m: [] for m in modes_on}
+        for _ in range(args.startup):  # interleaved, one start each in turn
+            for on in modes_on:
+                times[on] += startup(on, 1)
+        for on, walls in times.items():
+            print(f"  fork server start ({'sandbox' if on else 'off'}): median {statistics.median(walls):.2f} s "
+                  f"of {len(walls)} ({', '.join(f'{w:.2f}' for w in walls)}), load {os.getloadavg()[0]:.1f}")
     modes = ["in-process", "child"] + (["child+sandbox"] if shutil.which("bwrap") else [])
     results: dict[str, dict] = {m: {"per_trial_s": [], "first_trial_s": [], "load": []} for m in modes}
     for _ in range(args.rounds):

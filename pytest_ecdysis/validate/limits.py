@@ -9,7 +9,8 @@ what its start-up used, plus `SERVER_EXTRA_CPU_S`). Past the memory limit an all
 CPU limit the kernel sends SIGXCPU, then SIGKILL `CPU_GRACE_S` later. Either ends the trial `agent_error`
 with a reason naming the limit and its value (`exceeded`). Under bubblewrap the process has no
 capability to raise its hard limits; without the sandbox a harness running as root could (the threat
-model in docs/evolution.md says so).
+model in docs/evolution.md says so). With `ECDYSIS_AGENT_PROCESS=0` (the harness in the trial process,
+benchmarks only) there is no harness process to bound.
 
 The defaults are far above what a τ² trial's harness process uses (docs/benchmarks.md, "Bounds"):
 measured with `benchmarks/bench_agent_memory.py`. `protect_this_process` makes a trusted process
