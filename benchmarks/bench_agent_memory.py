@@ -36,14 +36,18 @@ def rollup(pid: int) -> tuple[int, int]:
 
 
 def status_peaks(pid: int) -> dict[str, int]:
-    """VmPeak (address space), VmHWM (resident) and VmData (data segment) in bytes of one process: the
-    figures the per-process limits (`--ecdysis-agent-memory`, RLIMIT_AS) are chosen from."""
+    """VmPeak (address space), VmHWM (resident) and VmData (data segment) in bytes, and the CPU time used so
+    far (`cpu_ms`) of one process: the figures the per-process limits (`--ecdysis-agent-memory`,
+    `--ecdysis-agent-cpu`) are chosen from."""
     out = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             key, _, rest = line.partition(":")
             if key in ("VmPeak", "VmHWM", "VmData"):
                 out[key] = int(rest.split()[0]) * 1024
+    with open(f"/proc/{pid}/stat") as f:  # utime, stime (fields 14, 15, clock ticks) after the ")" of comm
+        fields = f.read().rsplit(")", 1)[1].split()
+    out["cpu_ms"] = (int(fields[11]) + int(fields[12])) * 1000 // os.sysconf("SC_CLK_TCK")
     return out
 
 
@@ -76,7 +80,7 @@ def main() -> None:
 
     def measure(count: int, run: str) -> dict:
         peak = {"server_pss": 0, "forks": 0, "fork_pss": 0, "fork_uss": 0, "per_fork_pss": 0, "per_fork_uss": 0,
-                "worker_rss": 0, "VmPeak": 0, "VmHWM": 0, "VmData": 0, "server_VmPeak": 0}
+                "worker_rss": 0, "VmPeak": 0, "VmHWM": 0, "VmData": 0, "cpu_ms": 0, "server_VmPeak": 0}
         done = threading.Event()
 
         def sample() -> None:
@@ -86,7 +90,8 @@ def main() -> None:
                     try:
                         root = psutil.Process(zygote.pid)
                         tree = [root, *root.children(recursive=True)]  # bwrap first under the sandbox
-                        server_pid = next((p.pid for p in tree if "agent_child" in " ".join(p.cmdline())), None)
+                        server_pid = next((p.pid for p in tree if "agent_child" in " ".join(p.cmdline())
+                                           and not p.name().startswith("bwrap")), None)
                         forks = [p.pid for p in tree if p.pid != server_pid and p.ppid() == server_pid]
                         figures = [rollup(pid) for pid in forks]
                         for pid in forks:
@@ -130,7 +135,8 @@ def main() -> None:
               f"this (worker) process RSS {p['worker_rss'] / mb:.0f} MB (after warm-up {rss_before / mb:.0f} MB); "
               f"wall {p['wall_s']:.0f} s", flush=True)
         print(f"    peak of one trial process: address space (VmPeak) {p['VmPeak'] / mb:.0f} MB, resident (VmHWM) "
-              f"{p['VmHWM'] / mb:.0f} MB, data (VmData) {p['VmData'] / mb:.0f} MB; fork server VmPeak "
+              f"{p['VmHWM'] / mb:.0f} MB, data (VmData) {p['VmData'] / mb:.0f} MB, CPU time {p['cpu_ms'] / 1000:.2f} s "
+              f"(sampled, at least); fork server VmPeak "
               f"{p['server_VmPeak'] / mb:.0f} MB", flush=True)
     server.stop()
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 ENV_MEMORY = "ECDYSIS_AGENT_MEMORY_MB"
 ENV_CPU = "ECDYSIS_AGENT_CPU_S"
-#: Address space of one harness process, MB. A τ² trial's process peaks near 1.1 GB of address space
-#: (~150 MB resident) on the example harness (docs/benchmarks.md, "Bounds"); 4 GB is ~3.5x that.
+#: Address space of one harness process, MB. A τ² trial's process peaks at 1310 MB of address space
+#: (134 MB resident) on the example harness (docs/benchmarks.md, issue 27); 4096 MB is 3.1x that.
 DEFAULT_MEMORY_MB = 4096
-#: CPU seconds of one trial's harness process; a τ² trial's uses under 2 s (docs/benchmarks.md, "Bounds"),
-#: and its wall-clock budget (`--ecdysis-trial-budget`) defaults to 900 s.
+#: CPU seconds of one trial's harness process; a τ² trial's used about 0.1 s (docs/benchmarks.md, issue
+#: 27), and its wall-clock budget (`--ecdysis-trial-budget`) defaults to 900 s.
 DEFAULT_CPU_S = 900
 #: Seconds between SIGXCPU (the soft limit, which a harness may catch) and SIGKILL (the hard limit).
 CPU_GRACE_S = 5

@@ -125,9 +125,9 @@ def test_the_child_environment_is_an_allowlist() -> None:
     whatever its name."""
     from task_suites.tau2.agent_wire import child_env
 
-    env = {"PATH": "/bin", "LC_ALL": "C", "HOME": "/h", "OPENAI_API_KEY": "k", "MY_SERVICE_TOKEN": "t",
-           "HF_TOKEN": "h", "ECDYSIS_SIM_URL": "http://x", "DATABASE_URL": "postgres://u:p@h/db"}
-    assert child_env(env) == {"PATH": "/bin", "LC_ALL": "C", "HOME": "/h"}
+    given = {"PATH": "/bin", "LC_ALL": "C", "HOME": "/h", "OPENAI_API_KEY": "k", "MY_SERVICE_TOKEN": "t",
+             "HF_TOKEN": "h", "ECDYSIS_SIM_URL": "http://x", "DATABASE_URL": "postgres://u:p@h/db"}
+    assert child_env(given) == {"PATH": "/bin", "LC_ALL": "C", "HOME": "/h"}
 
 
 def test_limits_name_the_bound() -> None:
