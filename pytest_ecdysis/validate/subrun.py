@@ -98,6 +98,8 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
         BrokenCandidate: the harness does not import, or the sub-run wrote no `summary.json`, malformed
             `trials.jsonl`, or scored no trial.
         IntegrityError: the sub-run changed a file of its trusted copy (outside the harness directory).
+        SandboxStartError: bubblewrap could not start a harness process in the sub-run (its log says so):
+            an infrastructure error, not the candidate's; the loop stops, resumable.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     private = Path(tempfile.mkdtemp(prefix="ecdysis-subrun-"))

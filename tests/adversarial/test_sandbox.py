@@ -171,3 +171,26 @@ def test_a_gate_run_with_the_sandbox_off_lists_what_only_it_stops(pytester: pyte
     if sandbox.probe() is None:
         on = gate_run(pytester, BASE)
         assert on.ret == 0 and "harness code ran with your rights" not in on.stdout.str()
+
+
+def test_a_sub_run_whose_sandbox_did_not_start_stops_the_loop_not_the_candidate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A validation sub-run whose log says bubblewrap could not start the harness's process: the sub-run
+    raises `SandboxStartError` (an infrastructure error that stops the evolution, resumable) instead of
+    `BrokenCandidate` (which would end the round `broken_candidate`)."""
+    from pytest_ecdysis.validate import subrun
+
+    said = (f"E   task_suites.tau2.agent_wire.SandboxStartError: {sandbox.START_FAILURE_MARK}: bwrap: execvp "
+            "/tmp/venv/bin/python: No such file or directory")
+    monkeypatch.setattr(subrun, "_run", lambda args, cwd, environ, log, on_start=None: (2, 1.0, f"collecting\n{said}\n"))
+    harness = tmp_path / "h"
+    harness.mkdir()
+    (harness / "__init__.py").write_text("def build_agent(**kw):\n    return None\n")
+    with pytest.raises(sandbox.SandboxStartError, match="execvp /tmp/venv/bin/python") as caught:
+        subrun.run_suite(base_args=[], cwd=tmp_path, harness_dir=harness, run_dir=tmp_path / "runs", run_id="r",
+                         sim_url=None, check_import=False)
+    assert "--ecdysis-sandbox off" in str(caught.value) and not isinstance(caught.value, subrun.BrokenCandidate)
+    monkeypatch.setattr(subrun, "_run", lambda args, cwd, environ, log, on_start=None: (2, 1.0, "collecting\n"))
+    with pytest.raises(subrun.BrokenCandidate):  # without the line: the candidate's sub-run, as before
+        subrun.run_suite(base_args=[], cwd=tmp_path, harness_dir=harness, run_dir=tmp_path / "runs", run_id="r",
+                         sim_url=None, check_import=False)
