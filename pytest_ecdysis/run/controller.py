@@ -78,6 +78,15 @@ def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
 
     decision = sandbox.decide(cfg.sandbox)
     sandbox.export(decision)
+    # this session's runs (other runs' records included) covered too, beside what a parent already covers,
+    # unless the run directory holds the harness or the suite (`--ecdysis-run-dir .`)
+    runs = Path(cfg.run_dir).absolute()
+    needed = [Path.cwd().absolute(), *([Path(state.harness_dir).absolute()] if getattr(state, "harness_dir", None)
+                                       else [])]
+    hide = [*map(str, sandbox.hidden_paths())]
+    if not any(p.is_relative_to(runs) for p in needed):
+        hide.append(str(runs))
+    os.environ[sandbox.ENV_HIDE] = os.pathsep.join(dict.fromkeys(hide))
     limits.export(cfg.agent_memory_mb, cfg.agent_cpu_s)
     state.sandbox_verdict = sandbox.verdict_line()
     limits.protect_this_process()  # its environment (keys) unreadable by same-user processes it starts

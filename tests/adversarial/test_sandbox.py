@@ -194,3 +194,25 @@ def test_a_sub_run_whose_sandbox_did_not_start_stops_the_loop_not_the_candidate(
     with pytest.raises(subrun.BrokenCandidate):  # without the line: the candidate's sub-run, as before
         subrun.run_suite(base_args=[], cwd=tmp_path, harness_dir=harness, run_dir=tmp_path / "runs", run_id="r",
                          sim_url=None, check_import=False)
+
+
+def test_the_controller_exports_its_decision_limits_and_hidden_run_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare_sandbox` exports the decision, the limits and the session's run directory to cover (beside
+    what a parent session covers); `off` puts the verdict line on the state and no start line."""
+    from types import SimpleNamespace
+
+    from pytest_ecdysis.run.controller import prepare_sandbox
+
+    for name in (sandbox.ENV_ON, sandbox.ENV_WHY, limits.ENV_MEMORY, limits.ENV_CPU):
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv(sandbox.ENV_HIDE, "/parent/runs")
+    cfg = SimpleNamespace(sandbox="off", agent_memory_mb=512, agent_cpu_s=30, run_dir=tmp_path / "runs")
+    state = SimpleNamespace(messages=[], sandbox_verdict=None)
+    prepare_sandbox(cfg, state)
+    assert os.environ[sandbox.ENV_ON] == "0" and limits.from_env() == limits.Limits(512, 30)
+    assert os.environ[sandbox.ENV_HIDE].split(os.pathsep) == ["/parent/runs", str(tmp_path / "runs")]
+    assert state.messages == [] and "only the sandbox stops" in state.sandbox_verdict
+    monkeypatch.setenv(sandbox.ENV_HIDE, "")
+    prepare_sandbox(SimpleNamespace(**{**vars(cfg), "run_dir": Path("/")}), state)  # it holds the harness
+    assert os.environ[sandbox.ENV_HIDE] == ""
