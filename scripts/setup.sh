@@ -5,6 +5,19 @@
 # .venv imports. FORCE_INSTALL=1 reinstalls anyway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The OS sandbox of harness code (--ecdysis-sandbox, default auto) needs bubblewrap: Debian's package is its
+# trusted source (docs/evolution.md, threat model). Installed here when missing and this runs as root with
+# apt-get (as CI does); otherwise said once: runs then go on without the sandbox, and say so.
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing Debian's bubblewrap (the OS sandbox of harness code)"
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+      || echo "setup: apt-get install bubblewrap failed: harness code will run without the OS sandbox"
+  else
+    echo "setup: no bwrap: harness code runs without the OS sandbox; install it with: sudo apt-get install bubblewrap"
+  fi
+fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

@@ -49,6 +49,7 @@ def _run(pytester, user_endpoint, *args):
     return pytester.runpytest_subprocess(
         "--pyargs", "task_suites.tau2", "-n", "2", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
         "--ecdysis-base-url", url, "--ecdysis-harness", str(ORACLE_HARNESS),
+        "--ecdysis-sandbox", "off",  # the oracle harness reads τ²'s gold data, which the sandbox hides
         "--ecdysis-run-dir", str(pytester.path / "runs"), *args, timeout=900,
     )
 

@@ -104,7 +104,9 @@ class EcdysisConfig:
     test_models: tuple[str, ...]
     rootdir: Path
     html: Path | None = None
-    sandbox: bool = False
+    sandbox: str = "auto"  # `--ecdysis-sandbox`: auto, on or off
+    agent_memory_mb: int = 4096  # `--ecdysis-agent-memory`
+    agent_cpu_s: int = 900  # `--ecdysis-agent-cpu`
     sim_nonce: str | None = None
     concurrency: int = 1  # trials in flight per worker (`--ecdysis-concurrency`)
     self_evolution_cap: int = 5
@@ -264,7 +266,9 @@ def read_config(config: Any) -> EcdysisConfig:
         test_models=test_models,
         rootdir=Path(str(config.rootpath)),
         html=html,
-        sandbox=bool(raw["sandbox"]),
+        sandbox=_choice("sandbox", str(raw["sandbox"]).strip().lower(), ("auto", "on", "off")),
+        agent_memory_mb=_int("agent-memory", raw["agent-memory"], 0),
+        agent_cpu_s=_int("agent-cpu", raw["agent-cpu"], 0),
         sim_nonce=_nonce(raw["sim-nonce"]),
         concurrency=_int("concurrency", raw["concurrency"], 1),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),

@@ -48,8 +48,10 @@ OPTIONS: tuple[Option, ...] = (
            "(default: example_harness)", default="example_harness"),
     Option("run-dir", "where runs are written (default: .ecdysis/runs)", default=".ecdysis/runs"),
     Option("evolve", "run the evolution loop at session end", default=False, action="store_true", ini=False),
-    Option("sandbox", "run harness code under bubblewrap: read-only file system, no network, run directories "
-           "and gold data hidden (default: off; needs `bwrap`)", default=False, action="store_true"),
+    Option("sandbox", "auto, on or off: run harness code under bubblewrap (read-only file system, no network, "
+           "own PID namespace, run directories, caches and gold data hidden); auto: wherever bwrap can start "
+           "here, else said in one line; on: a usage error where it cannot (install: apt-get install "
+           "bubblewrap) (default: auto)", default="auto"),
     Option("rounds", "at most R candidate rounds (default: 3)", default="3", needs=EVOLVE),
     Option("strategy", "ecdysis, ecdysis-nofdcr, self-evolution, harnessfix or self-harness (default: ecdysis)",
            default="ecdysis", needs=EVOLVE),
@@ -119,6 +121,10 @@ OPTIONS: tuple[Option, ...] = (
            "and evolution stages run; 0 turns them off (default: 20)", default="20"),
     Option("test-model", "(repeatable) also score start and frozen harness on test with this model",
            default=None, action="append", ini=False, needs=EVOLVE),
+    Option("agent-memory", "address space in MB of each harness process (RLIMIT_AS); past it an allocation "
+           "fails and the trial ends agent_error naming the limit; 0: none (default: 4096)", default="4096"),
+    Option("agent-cpu", "CPU seconds of each trial's harness process (RLIMIT_CPU); past it the process is "
+           "ended and the trial ends agent_error naming the limit; 0: none (default: 900)", default="900"),
     Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
            "to FILE (default: none; `ecdysis report RUN_DIR` makes it later)", ini=False),
 )

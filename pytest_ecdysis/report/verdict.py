@@ -9,7 +9,8 @@ with an `ecdysis verdict` section:
 - evolution: how many rounds were accepted and the scores; the branch and how to see it, or why no
   branch was made (each round's outcome); or why the loop stopped and how to resume;
 - gate: PASSED / FAILED / REFUSED and why;
-- either way: what the failed trials above are, the exit status, and where the files are.
+- either way: what the failed trials above are, whether harness code ran without the OS sandbox (and what
+  only the sandbox stops), the exit status, and where the files are.
 
 `verdict_lines` is pure (plain data in, `(text, colour)` out) so `ecdysis` tools and tests can call it.
 """
@@ -85,8 +86,11 @@ def gate_lines(gate: dict[str, Any]) -> list[Line]:
 
 
 def verdict_lines(summary: dict[str, Any], *, evolve: bool, gate: dict[str, Any] | None, evolution: Any,
-                  evolution_error: str | None, run_id: str, run_path: Any, exit_status: int) -> list[Line]:
-    """Every line of the `ecdysis verdict` section, in order (see the module docstring)."""
+                  evolution_error: str | None, run_id: str, run_path: Any, exit_status: int,
+                  sandbox: str | None = None) -> list[Line]:
+    """Every line of the `ecdysis verdict` section, in order (see the module docstring). `sandbox`: the
+    line saying harness code ran without the OS sandbox and what only the sandbox stops (None: it ran
+    sandboxed; `validate.sandbox.verdict_line`)."""
     out: list[Line] = []
     if evolve:
         resumable = bool(run_path) and (Path(run_path) / "evolution.json").is_file()
@@ -98,6 +102,8 @@ def verdict_lines(summary: dict[str, Any], *, evolve: bool, gate: dict[str, Any]
         whose = ("the starting harness's trials, the evidence the loop worked from" if evolve
                  else "within what the baseline allows")
         out.append((f"the {failed} failed trial(s) listed above are {whose}: they do not fail this run", None))
+    if sandbox:
+        out.append((sandbox, "yellow"))
     word = {0: "success", 1: "failure", 2: "interrupted", 4: "usage error"}.get(exit_status, "error")
     where = f"; files in {run_path} (read back with: ecdysis show {run_path})" if run_path else ""
     out.append((f"exit status {exit_status} ({word}){where}", None))
@@ -119,7 +125,8 @@ class VerdictPrinter:
             return result
         lines = verdict_lines(outcome.summary, evolve=state.cfg.evolve, gate=outcome.summary.get("gate"),
                               evolution=outcome.evolution, evolution_error=outcome.evolution_error,
-                              run_id=state.run_id, run_path=outcome.run_path, exit_status=int(session.exitstatus))
+                              run_id=state.run_id, run_path=outcome.run_path, exit_status=int(session.exitstatus),
+                              sandbox=getattr(state, "sandbox_verdict", None))
         reporter.write_sep("=", "ecdysis verdict")
         for text, colour in lines:
             reporter.write_line(text, **({colour: True, "bold": colour != "yellow"} if colour else {}))

@@ -2,7 +2,7 @@
 
 `prepare(config, state)` runs, on the controller only, after the options were read: the run directory
 must be writable (`check_run_dir`), the response cache, evolution's pre-flight and run lock, the gate's
-pre-flight, the sandbox and the simulated models are checked, and a simulated server is started when a
+pre-flight, the sandbox (`prepare_sandbox`) and the simulated models are checked, and a simulated server is started when a
 model is `sim...` and none is running (`ECDYSIS_SIM_URL`). Each check raises an `EcdysisError` naming the
 fix (the plugin turns it into a usage error). `runs_no_test(config)` tells the sessions that run no trial.
 
@@ -51,11 +51,7 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         from pytest_ecdysis.gate.baseline import preflight as gate_preflight
 
         gate_preflight(cfg)
-    if cfg.sandbox:
-        from pytest_ecdysis.validate.sandbox import ENV_ON, check_available
-
-        check_available()
-        os.environ[ENV_ON] = "1"  # workers and validation sub-runs inherit it
+    prepare_sandbox(cfg, state)  # also for --collect-only: collection imports the harness in its process
     if cfg.uses_sim:
         from pytest_ecdysis.sim.profiles import check_models
 
@@ -68,6 +64,34 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         os.environ[ENV_SIM_URL] = state.sim_url
         # printed at session start: the terminal reporter does not exist yet at tryfirst configure
         state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
+
+
+def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
+    """Decide `--ecdysis-sandbox` (auto, on, off) once, for this session's workers and sub-runs (they inherit
+    the environment), and the per-process limits of harness code; say it in one line when harness code will
+    run with the user's rights.
+
+    Raises:
+        UsageError: `on` and no sandbox can start here (naming the install command).
+    """
+    from pytest_ecdysis.validate import limits, sandbox
+
+    decision = sandbox.decide(cfg.sandbox)
+    sandbox.export(decision)
+    # this session's runs (other runs' records included) covered too, beside what a parent already covers,
+    # unless the run directory holds the harness or the suite (`--ecdysis-run-dir .`)
+    runs = Path(cfg.run_dir).absolute()
+    needed = [Path.cwd().absolute(), *([Path(state.harness_dir).absolute()] if getattr(state, "harness_dir", None)
+                                       else [])]
+    hide = [*map(str, sandbox.hidden_paths())]
+    if not any(p.is_relative_to(runs) for p in needed):
+        hide.append(str(runs))
+    os.environ[sandbox.ENV_HIDE] = os.pathsep.join(dict.fromkeys(hide))
+    limits.export(cfg.agent_memory_mb, cfg.agent_cpu_s)
+    state.sandbox_verdict = sandbox.verdict_line()
+    limits.protect_this_process()  # its environment (keys) unreadable by same-user processes it starts
+    if not decision.on and decision.mode == "auto":  # printed at session start (the reporter does not exist yet)
+        state.messages.append("ecdysis: " + sandbox.status_line())
 
 
 def runs_no_test(config: pytest.Config) -> bool:

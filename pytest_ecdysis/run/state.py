@@ -38,6 +38,7 @@ class EcdysisState:
     html_path: Path | None = None  # the page `--ecdysis-html` wrote
     progress: Any = None  # progress.SessionProgress on the controller
     no_trials: bool = False  # --collect-only, --setup-plan, --fixtures, ...: no trial will run
+    sandbox_verdict: str | None = None  # the verdict's line when harness code ran without the sandbox
 
     @property
     def run_path(self) -> Path:

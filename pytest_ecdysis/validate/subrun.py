@@ -38,6 +38,7 @@ from typing import Any
 from pytest_ecdysis.core.errors import RunDirError
 from pytest_ecdysis.edit.editors import import_check
 from pytest_ecdysis.validate.results import disagreement, flips, infra_drift, read_run, solved_tasks
+from pytest_ecdysis.validate.sandbox import SandboxStartError, start_failure
 from pytest_ecdysis.validate.sandbox import enabled as sandbox_enabled
 from pytest_ecdysis.validate.setup import (
     SCRUBBED_ENV,
@@ -97,6 +98,8 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
         BrokenCandidate: the harness does not import, or the sub-run wrote no `summary.json`, malformed
             `trials.jsonl`, or scored no trial.
         IntegrityError: the sub-run changed a file of its trusted copy (outside the harness directory).
+        SandboxStartError: bubblewrap could not start a harness process in the sub-run (its log says so):
+            an infrastructure error, not the candidate's; the loop stops, resumable.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     private = Path(tempfile.mkdtemp(prefix="ecdysis-subrun-"))
@@ -141,6 +144,10 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
             shutil.copytree(src, run_path, symlinks=False, ignore_dangling_symlinks=True)
     finally:
         _rmtree(private)
+    sandbox_failed = start_failure(log_text)
+    if sandbox_failed:  # the tool failed, not the candidate: the loop stops, resumable (issue 27)
+        raise SandboxStartError(f"a validation sub-run could not start harness code: {sandbox_failed}; see "
+                                f"{log_path}; fix the sandbox (or pass --ecdysis-sandbox off), then resume")
     try:
         summary, trials = read_run(run_path)
     except RunDirError as exc:

@@ -1,14 +1,15 @@
 """The harness's side of the process boundary: a fork server that runs one agent per trial process.
 
-Started once per worker and harness by `agent_process.AgentProcess` as `python -m task_suites.tau2.agent_child`
-(under bubblewrap with `--ecdysis-sandbox`). It imports τ² and the suite (never harness code by itself),
+Started once per worker and harness by `agent_process.AgentProcess` as `python -m task_suites.tau2.agent_child
+--memory-mb N --cpu-s N` (under bubblewrap unless `--ecdysis-sandbox off` or none can start); the limits
+are applied (`validate.limits.apply`) after its own imports and before any harness code. It imports τ² and the suite (never harness code by itself),
 listens on a Unix socket `agent.sock` in its scratch directory and answers on stdin/stdout (one JSON object
 per line; the process's fd 1 is pointed at its stderr, so a harness that prints cannot corrupt the protocol):
 
     server -> trial  {"op": "ready", "socket": path}                      (once, at start)
     trial -> server  {"op": "check", "harness_dir"}   -> {"op": "done"} | {"op": "error", "message", ...}
                      {"op": "domain", "domain"}       -> {"op": "done"} | {"op": "error", ...}
-                     {"op": "status", "pid"}          -> {"op": "status", "code": exit status | null}
+                     {"op": "status", "pid"}          -> {"op": "status", "code": exit status | null, "cpu_s"}
                      {"op": "kill", "pid"}            (no answer)
 
 `check` imports the harness here, so every trial process starts from the imported harness; `domain` builds
@@ -184,13 +185,17 @@ class _Lines:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def _fork_trial(conn: socket.socket, listener: socket.socket, out: Any, t: Any, environments: dict) -> int:
+def _fork_trial(conn: socket.socket, listener: socket.socket, out: Any, t: Any, environments: dict,
+                limits: Any) -> int:
     pid = os.fork()
     if pid:
         conn.close()
         return pid
     code = 0
     try:  # the trial's process: nothing of the server's channels stays open for harness code
+        from pytest_ecdysis.validate.limits import apply
+
+        apply(limits, server=False)  # its own CPU time (the counter restarted at the fork)
         listener.close()
         out.close()
         null = os.open(os.devnull, os.O_RDONLY)
@@ -208,8 +213,22 @@ def _fork_trial(conn: socket.socket, listener: socket.socket, out: Any, t: Any, 
         os._exit(code)
 
 
-def main() -> None:
+def _limits(argv: list[str]) -> Any:
+    """The per-process limits the trial side passed (`--memory-mb N --cpu-s N`; defaults when absent)."""
+    import argparse
+
+    from pytest_ecdysis.validate.limits import DEFAULT_CPU_S, DEFAULT_MEMORY_MB, Limits
+
+    parser = argparse.ArgumentParser(prog="agent_child")
+    parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB)
+    parser.add_argument("--cpu-s", type=int, default=DEFAULT_CPU_S)
+    args = parser.parse_args(argv)
+    return Limits(args.memory_mb, args.cpu_s)
+
+
+def main(argv: list[str] | None = None) -> None:
     """Serve the server protocol on stdin / a duplicate of stdout until EOF."""
+    limits = _limits(sys.argv[1:] if argv is None else argv)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -227,13 +246,16 @@ def main() -> None:
     from openai._models import construct_type  # noqa: F401
     from openai.types.chat import ChatCompletion  # noqa: F401
 
+    from pytest_ecdysis.validate.limits import apply
+
+    apply(limits, server=True)  # the trusted imports are done; harness code runs from `check` on
     path = Path.cwd() / SOCKET_NAME
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(256)
     environments: dict[str, Any] = {}
-    codes: dict[int, int] = {}  # exit status of ended trial processes, until asked for
+    codes: dict[int, tuple[int, float]] = {}  # (exit status, CPU s) of ended trial processes, until asked for
     waiting: list[int] = []  # `status` asked before the process was reaped
     stdin = _Lines(0)
 
@@ -246,19 +268,20 @@ def main() -> None:
         ready, _, _ = select.select([0, listener], [], [], 0.2)
         while True:  # reap ended trial processes
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
-            codes[pid] = os.waitstatus_to_exitcode(status)
+            codes[pid] = (os.waitstatus_to_exitcode(status), round(usage.ru_utime + usage.ru_stime, 2))
         for pid in [p for p in waiting if p in codes]:
             waiting.remove(pid)
-            write({"op": "status", "pid": pid, "code": codes.pop(pid)})
+            code, cpu_s = codes.pop(pid)
+            write({"op": "status", "pid": pid, "code": code, "cpu_s": cpu_s})
         if listener in ready:
             conn, _ = listener.accept()
             gc.freeze()  # the collector must not write to every shared page of the forked process
-            _fork_trial(conn, listener, out, t, environments)
+            _fork_trial(conn, listener, out, t, environments, limits)
         if 0 not in ready:
             continue
         requests = stdin.take()

@@ -183,6 +183,9 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
                 return self.format_error
             if kind == "EndpointFormatError":
                 return EndpointFormatError(text)
+            limit = self.link.server.limit_reached(raised=kind)
+            if limit:
+                return HarnessProcessError(f"{limit}: the harness raised {kind}: {text}")
             detail = "" if self.infra is not None or kind not in INFRA_TYPES else \
                 " (no endpoint failure was seen on the wire: an agent failure)"
             return HarnessProcessError(f"the harness raised {kind}: {text}{detail}\n{reply.get('traceback', '')}")

@@ -4,8 +4,10 @@
 started lazily, restarted when it died, ended at exit); `AgentProcess.connect(domain)` forks a process for
 one trial and returns its `TrialLink`. Both speak JSON lines (`_Wire`; the protocol is in
 `agent_process`'s docstring); a peer that dies, hangs past the timeout or breaks the protocol is a
-`HarnessProcessError` (an agent failure). The child gets no key and no `ECDYSIS_*` variable
-(`HIDDEN_ENV_PREFIXES`) and, sandboxed, does not see τ²'s task files (`gold_files`).
+`HarnessProcessError` (an agent failure); a sandbox that does not start is a `SandboxStartError` (an
+infrastructure error). The child gets only the variables `CHILD_ENV` names (no key, no `ECDYSIS_*`, no
+URL), the per-process limits as arguments (`validate.limits`) and, sandboxed, does not see τ²'s task
+files (`gold_files`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .agent_env import CHILD_ENV, HIDDEN_ENV_PREFIXES, child_env, gold_files
+
+__all__ = ["CHILD_ENV", "HIDDEN_ENV_PREFIXES", "STARTUP_TIMEOUT_S", "AgentProcess", "HarnessProcessError",
+           "TrialLink", "agent_process", "child_env", "gold_files"]
+
 #: Seconds the child may take to start (import τ²) before it is declared dead; paid once per worker,
 #: outside any trial's budget (`prepare`).
 STARTUP_TIMEOUT_S = 300.0
-#: Environment variables the child does not get: keys and the run's addresses (it calls nothing itself).
-HIDDEN_ENV_PREFIXES = ("OPENAI_", "ECDYSIS_", "ANTHROPIC_", "AWS_", "AZURE_", "GITHUB_", "GH_")
-
-
 class HarnessProcessError(RuntimeError):
     """The harness's process died, hung, broke the protocol or raised (an agent failure)."""
 
@@ -93,6 +96,8 @@ class AgentProcess(_Wire):
         self.warm: set[str] = set()  # domains and harness dirs the running server has loaded
         self.lock = threading.RLock()
         self.quiet = False  # a `status` request that times out leaves the server running
+        self.sandboxed = False  # the running server was started under bubblewrap
+        self.limits: Any = None  # its `limits.Limits`, set at start
 
     def fds(self) -> tuple[int, int]:
         proc = self.proc or self.ensure()
@@ -112,6 +117,7 @@ class AgentProcess(_Wire):
     def ensure(self) -> subprocess.Popen:
         """The running server, started (or restarted) and waited for as needed."""
         with self.lock:
+            self._restart_if_decision_changed()
             if self.proc is None or self.proc.poll() is not None:
                 self._spawn()
             if not self.socket:
@@ -125,25 +131,47 @@ class AgentProcess(_Wire):
             if self.proc is None or self.proc.poll() is not None:
                 self._spawn()
 
+    def _restart_if_decision_changed(self) -> None:
+        """A server started under the other sandbox decision (`ECDYSIS_SANDBOX` changed: tests) is ended."""
+        from pytest_ecdysis.validate.sandbox import enabled
+
+        if self.proc is not None and self.proc.poll() is None and self.sandboxed != enabled():
+            self.close()
+
     def _spawn(self) -> None:
+        from pytest_ecdysis.validate.limits import from_env as limits_from_env
+        from pytest_ecdysis.validate.limits import protect_this_process
         from pytest_ecdysis.validate.sandbox import hidden_paths, wrap_command
 
+        protect_this_process()  # this process's environment (keys) unreadable by the child's user
         package_root = Path(__file__).resolve().parents[2]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_ENV_PREFIXES)}
+        env = child_env(os.environ)
         # this process's own import path (trusted: harness code never ran here), the suite's root first
         path = [str(package_root), *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))]
         env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(path)), PYTHONDONTWRITEBYTECODE="1",
                    LITELLM_LOCAL_MODEL_COST_MAP="True")
-        command = wrap_command([sys.executable, "-m", "task_suites.tau2.agent_child"],
-                               visible=[self.harness_dir, package_root], scratch=self.dir,
-                               hide=[*hidden_paths(), *gold_files()])
+        self.limits = limits_from_env()
+        command = wrap_command([sys.executable, "-m", "task_suites.tau2.agent_child",
+                                "--memory-mb", str(self.limits.memory_mb), "--cpu-s", str(self.limits.cpu_s)],
+                               visible=[self.harness_dir, package_root, *map(Path, dict.fromkeys(path))],
+                               scratch=self.dir, hide=[*hidden_paths(), *gold_files()])
+        self.sandboxed = command[0] != sys.executable
         self.buffer, self.warm, self.socket = b"", set(), ""
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          cwd=self.dir, env=env, bufsize=0, start_new_session=True)
 
     def _await_ready(self) -> None:
-        ready = self.receive(STARTUP_TIMEOUT_S)  # tau2 imported; no harness code has run yet
+        try:
+            ready = self.receive(STARTUP_TIMEOUT_S)  # tau2 imported; no harness code has run yet
+        except HarnessProcessError as exc:
+            if self.sandboxed and "bwrap:" in str(exc):  # bubblewrap's own message: no harness code ran
+                from pytest_ecdysis.validate.sandbox import START_FAILURE_MARK, SandboxStartError
+
+                said = str(exc)[str(exc).index("bwrap:"):]
+                raise SandboxStartError(f"{START_FAILURE_MARK}: {said} (an infrastructure error, not the "
+                                        "harness's; see docs/evolution.md, threat model)") from None
+            raise
         if ready.get("op") != "ready":
             self.close()
             raise HarnessProcessError(f"the harness process did not start ({ready})")
@@ -182,14 +210,25 @@ class AgentProcess(_Wire):
                     pass
 
     def exit_status(self, pid: int) -> int | None:
+        return self.ended(pid).get("code")
+
+    def ended(self, pid: int) -> dict[str, Any]:
+        """How a trial process ended: `{"code": exit status (negative: the signal) | None, "cpu_s": CPU
+        seconds it used | None}` ({} when the server does not answer)."""
         with self.lock:
             self.quiet = True
             try:
-                return self.request({"op": "status", "pid": pid}, timeout_s=10).get("code")
+                return self.request({"op": "status", "pid": pid}, timeout_s=10)
             except HarnessProcessError:
-                return None
+                return {}
             finally:
                 self.quiet = False
+
+    def limit_reached(self, **seen: Any) -> str | None:
+        """The per-process limit a harness process ran into (`limits.exceeded`), or None."""
+        from pytest_ecdysis.validate.limits import exceeded
+
+        return exceeded(self.limits, **seen) if self.limits is not None else None
 
     def _tail(self) -> str:
         try:
@@ -234,7 +273,11 @@ class TrialLink(_Wire):
     def lost(self, why: str) -> HarnessProcessError:
         self.close(kill=why.startswith(("hung", "broke")))
         if why == "died" and self.pid is not None:
-            code = self.server.exit_status(self.pid)
+            end = self.server.ended(self.pid)
+            code = end.get("code")
+            limit = self.server.limit_reached(exit_code=code, cpu_s=end.get("cpu_s"))
+            if limit:
+                return HarnessProcessError(f"{limit}: it was ended (exit status {code})")
             return HarnessProcessError(f"the harness process died (exit status {code}): {self.server._tail()}")
         if why.startswith("hung"):
             return HarnessProcessError(f"the harness did not answer within the trial budget ({why}); its "
@@ -270,22 +313,3 @@ def _new_process(key: Path) -> AgentProcess:
 
         atexit.register(_PROCESSES[key].close)
     return _PROCESSES[key]
-
-
-def gold_files() -> list[Path]:
-    """τ²'s task files (evaluation criteria, splits): covered in the sandbox; the child needs only the
-    domains' databases and policies.
-
-    Raises:
-        UsageError: τ² does not import (not installed, or this suite's folder shadows it): the same message
-            as `tau2lib.load_tau2`, since this can be the first τ² import of a worker (`start_early`).
-    """
-    try:
-        from tau2.utils.utils import DATA_DIR
-    except ImportError as exc:
-        from .tau2lib import UsageError, _missing
-
-        raise UsageError(_missing(exc)) from None
-
-    domains = Path(DATA_DIR) / "tau2" / "domains"
-    return sorted(p for p in domains.glob("*/*.json") if p.name.startswith(("tasks", "split_tasks")))

@@ -81,7 +81,7 @@ def test_a_real_endpoint_failure_is_still_infrastructure() -> None:
     assert result.termination_reason == "infrastructure_error" and result.reward is None
 
 
-def test_hanging_dying_and_printing_harnesses(tmp_path: Path) -> None:
+def test_hanging_dying_and_printing_harnesses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A harness that hangs is ended at the trial budget, one that dies is named with its exit status (both
     agent_error), one that prints to stdout does not break the protocol; the next trial runs normally."""
     from task_suites.tau2.agent_process import agent_process
@@ -97,6 +97,7 @@ def test_hanging_dying_and_printing_harnesses(tmp_path: Path) -> None:
     body = "        import os\n        print('hello', flush=True)\n        os.write(1, b'not json\\n')"
     loud = run("3", None, harness=_harness(tmp_path, "loud", body), settings=FAST)
     assert loud.termination_reason in ("user_stop", "agent_stop"), loud.error
+    monkeypatch.setenv("ECDYSIS_SANDBOX", "0")  # the oracle reads τ²'s gold data: not in the sandbox
     again = run("3", None, harness=ORACLE_HARNESS, settings=FAST)
     assert again.reward == 1.0
 
