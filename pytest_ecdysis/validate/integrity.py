@@ -213,7 +213,10 @@ class Ledger:
             self._save()
 
     def write(self, path: Path, data: bytes) -> None:
-        """Write `data` to `path` (atomically) and record its digest."""
+        """Write `data` to `path` (atomically, known secrets redacted: `core.secrets`) and record its digest."""
+        from pytest_ecdysis.core.secrets import redact_bytes
+
+        data = redact_bytes(data)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_bytes(data)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import RunDirError
+from pytest_ecdysis.core.secrets import redact
 from pytest_ecdysis.edit.editors import import_check
 from pytest_ecdysis.validate.results import disagreement, flips, infra_drift, read_run, solved_tasks
 from pytest_ecdysis.validate.sandbox import enabled as sandbox_enabled
@@ -129,7 +130,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
             env["PYTHONPATH"] = os.pathsep.join(str(tree / p) for p in trusted.pythonpath)
             _read_only(tree)
         code, wall, log_text = _run(args, run_cwd, env, private / "pytest.log", on_start)
-        (run_dir / "pytest.log").write_text(log_text)
+        (run_dir / "pytest.log").write_text(redact(log_text))
         log_path = run_dir / "pytest.log"
         if trusted is not None and tree is not None:
             _check_copy(trusted, tree)
@@ -181,7 +182,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
             _kill_group(proc.pid, signal.SIGKILL)
             raise
         _kill_group(proc.pid, signal.SIGKILL)
-    return code, time.monotonic() - started, log_path.read_text(errors="replace")
+    return code, time.monotonic() - started, redact(log_path.read_text(errors="replace"))
 
 
 def _kill_group(pgid: int, sig: int) -> None:
