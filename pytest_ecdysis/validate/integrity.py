@@ -6,8 +6,9 @@ Three pieces, all controller-side (no candidate code ever runs in the process th
   that decide a score: τ²'s installed package (its data and evaluator), the plugin, the packages the
   installed suites register (entry point group `pytest_ecdysis`), Python's startup files (`*.pth`,
   `sitecustomize.py`, `usercustomize.py` in the site directories), and the user's checkout (tracked and
-  untracked, not ignored, files; the run directory excluded). Taken before and after each validation;
-  any difference rejects the candidate and stops the evolution (`IntegrityError`).
+  untracked, not ignored, files; the run directory excluded), its refs, and its git control files
+  (`git_control`: `.git/config`, `hooks/`, `info/`). Taken before and after each editor call and each
+  validation; any difference rejects the candidate and stops the evolution (`IntegrityError`).
 - `pristine_copy(...)`: the user's checkout as it was when the evolution started (the same file list),
   copied once into a private temporary directory; validation sub-runs run from copies of it
   (`validate.run_suite(trusted=...)`), never from the live checkout.
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import IntegrityError
-from pytest_ecdysis.git.env import child_env
+from pytest_ecdysis.git.env import git_argv, git_env
 
 #: Installed packages whose files decide a τ² score (data, evaluator, orchestrator).
 PROTECTED_PACKAGES = ("tau2", "pytest_ecdysis")
@@ -75,8 +76,8 @@ def suite_packages() -> list[str]:
 
 def checkout_files(root: Path) -> list[str]:
     """Tracked and untracked (not ignored) files of the git checkout at `root`, POSIX, sorted."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                         capture_output=True, check=True, env=child_env()).stdout.decode("utf-8", "surrogateescape")
+    out = subprocess.run(git_argv("ls-files", "-z", "--cached", "--others", "--exclude-standard"), cwd=root,
+                         capture_output=True, check=True, env=git_env()).stdout.decode("utf-8", "surrogateescape")
     return sorted({p for p in out.split("\0") if p})
 
 
@@ -131,16 +132,39 @@ def take(roots: dict[str, Any]) -> dict[str, Digests]:
     out = {name: tree_digests(root, files) for name, (root, files) in roots.items()}
     if "your checkout" in roots:
         out["git refs"] = git_refs(roots["your checkout"][0])
+        out[GIT_CONTROL] = git_control(roots["your checkout"][0])
     return out
+
+
+#: The root name of `git_control`'s digests in `take`.
+GIT_CONTROL = "git config, hooks and info"
+
+
+def git_control(root: Path) -> Digests:
+    """Digests of the repository's files that make git run programs or change what it sees: `config`,
+    every file under `hooks/` and `info/` (`attributes`, `exclude`, `sparse-checkout`) of the common git
+    directory, and each linked worktree's `config.worktree` (`{path relative to the git dir: sha256}`;
+    a missing `config` is `missing`). An editor shares them with the user's checkout (issue 27, item 6)."""
+    common = subprocess.run(git_argv("rev-parse", "--git-common-dir"), cwd=root, capture_output=True, text=True,
+                            check=True, env=git_env()).stdout.strip()
+    gitdir = (root / common).resolve()
+    files = ["config"]
+    for sub in ("hooks", "info"):
+        if (gitdir / sub).is_dir():
+            files += sorted(p.relative_to(gitdir).as_posix() for p in (gitdir / sub).rglob("*")
+                            if p.is_file() or p.is_symlink())
+    if (gitdir / "worktrees").is_dir():
+        files += sorted(p.relative_to(gitdir).as_posix() for p in (gitdir / "worktrees").glob("*/config.worktree"))
+    return tree_digests(gitdir, files)
 
 
 def git_refs(root: Path) -> Digests:
     """`{ref name: sha}` of `refs/heads`, `refs/tags` and `HEAD`, except the branches evolution makes
     (`ecdysis/...`)."""
-    listing = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"],
-                             cwd=root, capture_output=True, text=True, check=True, env=child_env()).stdout
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                          env=child_env()).stdout.strip()
+    listing = subprocess.run(git_argv("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"),
+                             cwd=root, capture_output=True, text=True, check=True, env=git_env()).stdout
+    head = subprocess.run(git_argv("rev-parse", "HEAD"), cwd=root, capture_output=True, text=True,
+                          env=git_env()).stdout.strip()
     refs = dict(line.split(" ", 1) for line in listing.splitlines() if line.strip())
     refs = {k: v for k, v in refs.items() if not k.startswith("refs/heads/ecdysis/")}
     return {**refs, "HEAD": head}
@@ -148,8 +172,8 @@ def git_refs(root: Path) -> Digests:
 
 def checkout_root(path: Path) -> Path:
     """The working tree root of the git checkout holding `path`."""
-    out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True,
-                         check=True, env=child_env()).stdout.strip()
+    out = subprocess.run(git_argv("rev-parse", "--show-toplevel"), cwd=path, capture_output=True, text=True,
+                         check=True, env=git_env()).stdout.strip()
     return Path(out).resolve()
 
 
@@ -157,6 +181,8 @@ def changes(before: dict[str, Digests], after: dict[str, Digests], limit: int = 
     """What differs, as `"<root>: <path> changed|added|removed"` lines (at most `limit` per root)."""
     out: list[str] = []
     for name in sorted(set(before) | set(after)):
+        if name == GIT_CONTROL and name not in before:
+            continue  # a ledger written before this root was checked (resume)
         a, b = before.get(name, {}), after.get(name, {})
         diff = [f"{p} changed" for p in sorted(set(a) & set(b)) if a[p] != b[p]]
         diff += [f"{p} added" for p in sorted(set(b) - set(a)) if b[p] != "missing"]
