@@ -39,6 +39,7 @@ from typing import Any
 
 from pytest_ecdysis.core.errors import IntegrityError
 from pytest_ecdysis.git.env import git_argv, git_env
+from pytest_ecdysis.validate.git_control import GIT_CONTROL, git_control
 
 #: Installed packages whose files decide a τ² score (data, evaluator, orchestrator).
 PROTECTED_PACKAGES = ("tau2", "pytest_ecdysis")
@@ -134,28 +135,6 @@ def take(roots: dict[str, Any]) -> dict[str, Digests]:
         out["git refs"] = git_refs(roots["your checkout"][0])
         out[GIT_CONTROL] = git_control(roots["your checkout"][0])
     return out
-
-
-#: The root name of `git_control`'s digests in `take`.
-GIT_CONTROL = "git config, hooks and info"
-
-
-def git_control(root: Path) -> Digests:
-    """Digests of the repository's files that make git run programs or change what it sees: `config`,
-    every file under `hooks/` and `info/` (`attributes`, `exclude`, `sparse-checkout`) of the common git
-    directory, and each linked worktree's `config.worktree` (`{path relative to the git dir: sha256}`;
-    a missing `config` is `missing`). An editor shares them with the user's checkout (issue 27, item 6)."""
-    common = subprocess.run(git_argv("rev-parse", "--git-common-dir"), cwd=root, capture_output=True, text=True,
-                            check=True, env=git_env()).stdout.strip()
-    gitdir = (root / common).resolve()
-    files = ["config"]
-    for sub in ("hooks", "info"):
-        if (gitdir / sub).is_dir():
-            files += sorted(p.relative_to(gitdir).as_posix() for p in (gitdir / sub).rglob("*")
-                            if p.is_file() or p.is_symlink())
-    if (gitdir / "worktrees").is_dir():
-        files += sorted(p.relative_to(gitdir).as_posix() for p in (gitdir / "worktrees").glob("*/config.worktree"))
-    return tree_digests(gitdir, files)
 
 
 def git_refs(root: Path) -> Digests:
