@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import RunDirError
-from pytest_ecdysis.core.secrets import redact
+from pytest_ecdysis.core.secrets import redact, redact_tree
 from pytest_ecdysis.edit.editors import import_check
 from pytest_ecdysis.validate.results import disagreement, flips, infra_drift, read_run, solved_tasks
 from pytest_ecdysis.validate.sandbox import enabled as sandbox_enabled
@@ -140,6 +140,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
             if run_path.exists():
                 shutil.rmtree(run_path)
             shutil.copytree(src, run_path, symlinks=False, ignore_dangling_symlinks=True)
+            redact_tree(run_path)  # harness code ran in the sub-run: its files are redacted here, trusted
     finally:
         _rmtree(private)
     try:
