@@ -200,7 +200,7 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
     monkeypatch.setattr(scorer_module, "score", lambda *a, **k: {"ok": True, "reward": 1.0, "components": {}})
-    result = run("1", ScriptedModel([text("I cannot help with that.")]), settings=FAST)  # task 1 needs a write
+    result = run("2", ScriptedModel([text("I cannot help with that.")]), settings=FAST)  # task 2 needs a write
     assert result.termination_reason in ("user_stop", "agent_stop") and result.reward == 0.0, result.error
     client = scorer_client()
     cmdline = Path(f"/proc/{client.proc.pid}/cmdline").read_bytes().split(b"\0")
