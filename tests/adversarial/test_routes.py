@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -247,18 +246,17 @@ def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_commi
 
 
 def test_editor_patching_the_checkout_stops_evolution(project: pytest.Pytester) -> None:
-    """An editor that patches the user's suite (and has it restored later) is caught right after its call:
-    the round is refused with the file named, the evolution stops, and resuming refuses while it differs."""
+    """An editor that patches the user's suite (and leaves a helper to restore it later) is caught right
+    after its call: the round is refused with the file named and the evolution stops. The helper ended
+    with the editor (its PID namespace), so the patch stays for the user to see and restore."""
     before = _digests(project.path)
     result, doc = _evolve(project, ["patch_checkout", "infra"])
     assert result.ret == 1, result.stdout.str()
     assert [r["outcome"] for r in doc["rounds"]] == ["guard_rejected"]
     assert "your checkout: test_tiny.py changed" in doc["rounds"][0]["reason"]
     result.stdout.fnmatch_lines(["*--ecdysis-evolve stopped*protected files changed*test_tiny.py*"])
-    for _ in range(60):  # the editor's helper restores the file 20 s after the edit
-        if _digests(project.path) == before:
-            break
-        time.sleep(1)
+    assert "assert reward is not None" not in (project.path / "test_tiny.py").read_text()  # not restored
+    _git(project.path, "checkout", "--", "test_tiny.py")  # what the message tells the user to do
     _nothing_gained(project, doc, before)
 
 
