@@ -17,10 +17,13 @@ line:
                     {"op": "error", "type": "<exception class>", "message": "...", "traceback": "..."}
 
 Model calls go through the trial's own openai client (headers, budget, retries, `model_view`), so the
-child needs no key and no network. Whether an ending is an infrastructure error is decided by what the
-trial side saw on the wire, never by what the harness raised: a harness that raises a timeout the endpoint
-never had, hangs (no answer within the trial budget: its process is killed), dies or breaks the protocol
-is an agent failure. A process per trial means trials in flight at once (`--ecdysis-concurrency`) cannot
+child needs no key and no network. The trial side owns each call's model, headers and routing
+(`request_guard.guard_call`: a different model is overwritten and noted, `extra_headers`/`extra_query`
+dropped); the harness's notes are redacted of known secrets on arrival (`core.secrets`). The trial
+header the child is told is for reading only (a harness that reads it is flagged by the static check: it
+names the task). Whether an ending is an infrastructure error is decided by what the trial side saw on
+the wire, never by what the harness raised: a harness that raises a timeout the endpoint never had, hangs
+(no answer within the trial budget: its process is killed), dies or breaks the protocol is an agent failure. A process per trial means trials in flight at once (`--ecdysis-concurrency`) cannot
 reach each other's agent, and each starts from the same state as a trial run alone.
 
 The wire (the fork server, a trial's connection, the JSON lines) is `agent_wire`; this module is the
