@@ -17,8 +17,9 @@ Three pieces, all controller-side (no candidate code ever runs in the process th
   `~/.local/state/...`), whose path no sub-run is given. A checkpoint read back must match its digest;
   one that was changed, or that appeared without being written by the controller, is an `IntegrityError`.
 
-Bytecode caches (`__pycache__`, `*.pyc`) are not checksummed (Python writes them legitimately); what a
-poisoned cache could do is stopped only by the sandbox (`--ecdysis-sandbox`). This module must not import
+Bytecode caches (`__pycache__`, `*.pyc`) are not checksummed (Python writes them legitimately); instead
+those of the protected packages are checked against their sources (`validate.bytecode`): a cache file
+Python would load that does not hold its source's code is deleted and reported (`take`, `changes`). This module must not import
 tau2, task suites or harness code (roots are found with `importlib.util.find_spec`, which runs nothing).
 """
 
@@ -39,6 +40,7 @@ from typing import Any
 
 from pytest_ecdysis.core.errors import IntegrityError
 from pytest_ecdysis.git.env import git_argv, git_env
+from pytest_ecdysis.validate.bytecode import BYTECODE, poisoned
 from pytest_ecdysis.validate.git_control import GIT_CONTROL, git_control
 
 #: Installed packages whose files decide a τ² score (data, evaluator, orchestrator).
@@ -129,8 +131,13 @@ def tree_digests(root: Path, files: list[str] | None = None) -> Digests:
 
 def take(roots: dict[str, Any]) -> dict[str, Digests]:
     """Checksums of every root (`protected_roots`), plus the branches, tags and HEAD of the checkout's
-    repository (`git refs`), which an editor sharing the repository could move."""
+    repository (`git refs`), which an editor sharing the repository could move, its git control files
+    (`git_control`), and the bytecode caches of the protected packages that do not hold their source's
+    code (`bytecode.poisoned`: found, deleted, and listed under `bytecode caches`)."""
     out = {name: tree_digests(root, files) for name, (root, files) in roots.items()}
+    packages = {name: package_dir(name) for name in (*PROTECTED_PACKAGES, *suite_packages())}
+    out[BYTECODE] = {f"package {name}: {path.relative_to(root).as_posix()}": "planted"
+                     for name, root in packages.items() if root is not None for path in poisoned(root)}
     if "your checkout" in roots:
         out["git refs"] = git_refs(roots["your checkout"][0])
         out[GIT_CONTROL] = git_control(roots["your checkout"][0])
@@ -162,6 +169,9 @@ def changes(before: dict[str, Digests], after: dict[str, Digests], limit: int = 
     for name in sorted(set(before) | set(after)):
         if name == GIT_CONTROL and name not in before:
             continue  # a ledger written before this root was checked (resume)
+        if name == BYTECODE:  # found now (and deleted): whatever was found before is gone already
+            out += [f"{name}: {p} did not hold its source's code (removed)" for p in sorted(after.get(name, {}))]
+            continue
         a, b = before.get(name, {}), after.get(name, {})
         diff = [f"{p} changed" for p in sorted(set(a) & set(b)) if a[p] != b[p]]
         diff += [f"{p} added" for p in sorted(set(b) - set(a)) if b[p] != "missing"]

@@ -157,3 +157,80 @@ def test_a_rewritten_suspect_cache_is_not_believed(tmp_path: Path, monkeypatch: 
     finally:
         suspect.suspect_tasks.cache_clear()
     assert suspect.known("26.3")["retail"]["12"]  # the shipped table
+
+
+def _plant(package: Path, real: str, fake: str) -> Path:
+    """`package/__init__.py` holding `real`, and a cache file compiled from `fake` whose header carries the
+    real source's mtime and size (what Python checks before loading it)."""
+    import importlib.util
+    import os
+    import py_compile
+
+    package.mkdir(parents=True)
+    source = package / "__init__.py"
+    source.write_text(real)
+    stat = source.stat()
+    decoy = package.parent / f"{package.name}_decoy.py"
+    decoy.write_text(fake)
+    target = Path(importlib.util.cache_from_source(str(source)))
+    py_compile.compile(str(decoy), cfile=str(target))
+    data = bytearray(target.read_bytes())
+    data[8:12] = (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+    data[12:16] = (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    target.write_bytes(bytes(data))
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return target
+
+
+def test_a_planted_bytecode_cache_is_found_and_removed(tmp_path: Path) -> None:
+    """A cache compiled from other code with the source's mtime and size in its header (Python would load
+    it: checked in a subprocess) is found and deleted; an honest cache is kept and not compiled twice."""
+    import py_compile
+    import sys
+
+    from pytest_ecdysis.validate.bytecode import poisoned
+
+    planted = _plant(tmp_path / "victim", "REWARD = 0.0\n", "REWARD = 1.0\n")
+    loaded = subprocess.run([sys.executable, "-c", "import victim; print(victim.REWARD)"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True, env={"PYTHONPATH": str(tmp_path)})
+    assert loaded.stdout.strip() == "1.0", "the planted cache is not loaded: the test proves nothing"
+    honest = tmp_path / "honest" / "__init__.py"
+    honest.parent.mkdir()
+    honest.write_text("REWARD = 0.0\n")
+    kept = Path(py_compile.compile(str(honest)))
+    assert poisoned(tmp_path) == [planted]
+    assert not planted.exists() and kept.exists()
+    assert poisoned(tmp_path) == []
+
+
+def test_integrity_names_changes_to_tau2_the_startup_files_and_planted_bytecode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checksums cover the protected packages (here a stand-in for τ²), Python's startup files (`*.pth`,
+    `sitecustomize.py` in the site directories) and the packages' bytecode caches: each change is named."""
+    import site
+
+    from pytest_ecdysis.validate import integrity
+
+    package, site_dir = tmp_path / "tau2", tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "a.pth").write_text("/somewhere\n")
+    (package / "data").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "data" / "tasks.json").write_text("[]")
+    monkeypatch.setattr(integrity, "PROTECTED_PACKAGES", ("tau2",))
+    monkeypatch.setattr(integrity, "suite_packages", lambda: [])
+    monkeypatch.setattr(integrity, "package_dir", lambda name: package if name == "tau2" else None)
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(site_dir)])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "no-user-site"))
+    roots = integrity.protected_roots(None)
+    before = integrity.take(roots)
+    assert integrity.changes(before, integrity.take(roots)) == []
+    (package / "data" / "tasks.json").write_text('[{"gold": 1}]')
+    (site_dir / "sitecustomize.py").write_text("import os\n")
+    (site_dir / "a.pth").write_text("import evil\n")
+    _plant(package / "evaluator", "REWARD = 0.0\n", "REWARD = 1.0\n")
+    roots = integrity.protected_roots(None)
+    found = integrity.changes(before, integrity.take(roots))
+    assert "package tau2: data/tasks.json changed" in found
+    assert any("a.pth changed" in f for f in found) and any("sitecustomize.py added" in f for f in found)
+    assert any("evaluator/__pycache__" in f and "removed" in f for f in found), found
