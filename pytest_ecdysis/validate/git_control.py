@@ -42,27 +42,32 @@ def tree_digests(gitdir: Path, files: list[str]) -> Digests:
 GIT_CONTROL = "git config, hooks and info"
 
 
-def git_control(root: Path) -> Digests:
+def git_control(root: Path, scope: object = None) -> Digests:
     """Digests of the repository's files that make git run programs or change what it sees: `config`,
     every file under `hooks/` and `info/` (`attributes`, `exclude`, `sparse-checkout`) of the common git
     directory, and each linked worktree's `config.worktree` (`{path relative to the git dir: sha256}`;
     a missing `config` is `missing`). An editor shares them with the user's checkout (issue 27, item 6).
 
-    The first call for a repository in a process keeps those files' bytes; a later call that finds them
-    changed puts them back (`_restore_control`: changed and removed files rewritten, added ones deleted)
-    after taking the digests, so the change is still reported (an `IntegrityError` for the caller) and
-    the user's repository does not keep a planted `core.fsmonitor` or hook."""
+    The first call for a repository and `scope` (the evolution's `protected_roots` object: one per
+    evolution, so a change you make between two evolutions is not undone) keeps those files' bytes; a
+    later call that finds them changed puts them back (`_restore_control`: changed and removed files
+    rewritten, added ones deleted) after taking the digests, so the change is still reported (an
+    `IntegrityError` for the caller) and the repository does not keep a planted `core.fsmonitor` or hook."""
     common = subprocess.run(git_argv("rev-parse", "--git-common-dir"), cwd=root, capture_output=True, text=True,
                             check=True, env=git_env()).stdout.strip()
     gitdir = (root / common).resolve()
     digests = _control_digests(gitdir)
-    saved = _CONTROL_BYTES.setdefault(gitdir, {rel: _read_control(gitdir / rel) for rel in digests})
+    key = (gitdir, id(scope))
+    if key not in _CONTROL_BYTES:  # the scope object is kept with the bytes: its id is not reused
+        _CONTROL_BYTES[key] = (scope, {rel: _read_control(gitdir / rel) for rel in digests})
+    saved = _CONTROL_BYTES[key][1]
     if digests != {rel: _digest_of(data) for rel, data in saved.items()}:
         _restore_control(gitdir, saved, digests)
     return digests
 
 
-_CONTROL_BYTES: dict[Path, dict[str, tuple[bytes, int] | str | None]] = {}  # git dir -> first-seen files
+#: (git dir, id of the scope) -> (the scope, first-seen files: bytes and mode, `link:<target>`, or None)
+_CONTROL_BYTES: dict[tuple[Path, int], tuple[object, dict[str, Any]]] = {}
 
 
 def _read_control(path: Path) -> tuple[bytes, int] | str | None:

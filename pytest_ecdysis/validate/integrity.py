@@ -140,7 +140,7 @@ def take(roots: dict[str, Any]) -> dict[str, Digests]:
                      for name, root in packages.items() if root is not None for path in poisoned(root)}
     if "your checkout" in roots:
         out["git refs"] = git_refs(roots["your checkout"][0])
-        out[GIT_CONTROL] = git_control(roots["your checkout"][0])
+        out[GIT_CONTROL] = git_control(roots["your checkout"][0], scope=roots)
     return out
 
 
