@@ -205,3 +205,20 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
     client = scorer_client()
     cmdline = Path(f"/proc/{client.proc.pid}/cmdline").read_bytes().split(b"\0")
     assert b"-B" in cmdline and any(part.startswith(b"pycache_prefix=") for part in cmdline)
+
+
+def test_a_harness_note_carrying_a_known_secret_is_redacted_on_arrival(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key the harness got hold of (here: written into its code) and put into a note and an error text
+    reaches the trial record redacted: the trial side redacts the notes as they arrive."""
+    secret = "sk-ant-canary-27-zyxwvutsrq"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    harness = tmp_path / "leaky"
+    harness.mkdir()
+    (harness / "__init__.py").write_text(GREEDY.replace(
+        "    harness_notes, usage = [], dict()",
+        f"    harness_notes, usage = [{{'kind': 'leak', 'detail': 'key {secret}', 'step': 1}}], dict()"))
+    result = run("3", ScriptedModel([text("Done.")]), harness=harness, settings=FAST)
+    leak = [n for n in result.harness_notes if n["kind"] == "leak"]
+    assert leak and leak[0]["detail"] == "key [redacted:ANTHROPIC_API_KEY]"
+    assert secret not in result.model_dump_json()
