@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_ecdysis.core.errors import RunDirError
 from pytest_ecdysis.core.records import SCHEMA_VERSION, FailureRecord, PatternGroup
+from pytest_ecdysis.core.secrets import redact_json
 
 
 def read_json(path: Path, ledger: Any = None) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def write_json(path: Path, doc: dict[str, Any], ledger: Any = None) -> None:
     """Write `doc` to `path` atomically, adding `schema_version` when it has none; with a `ledger`
     (`integrity.Ledger`) its digest is recorded."""
     body = doc if "schema_version" in doc else {"schema_version": SCHEMA_VERSION, **doc}
-    data = (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode()
+    data = (json.dumps(redact_json(body), indent=2, ensure_ascii=False) + "\n").encode()
     if ledger is not None:
         ledger.write(path, data)
         return

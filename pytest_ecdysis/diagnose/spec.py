@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from pytest_ecdysis.core.errors import SpecError, shown
 from pytest_ecdysis.core.records import SCHEMA_VERSION, ModificationSpec
+from pytest_ecdysis.core.secrets import redact_json
 from pytest_ecdysis.endpoint.role_client import Completion, RoleClient
 from pytest_ecdysis.evidence.build import extract_json
 
@@ -72,7 +73,8 @@ def write_spec(round_dir: Path | None, spec: ModificationSpec, name: str = "spec
     Path(round_dir).mkdir(parents=True, exist_ok=True)
     data = spec.model_dump(mode="json")
     data["schema_version"] = SCHEMA_VERSION
-    (Path(round_dir) / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (Path(round_dir) / name).write_text(json.dumps(redact_json(data), indent=2, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
 
 
 def spec_call(client: RoleClient, role: str, messages: list[dict[str, Any]], tx: Transcript,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.core.secrets import redact_json
 from pytest_ecdysis.endpoint.role_client import Completion, add_tokens
 
 
@@ -58,4 +59,4 @@ class Transcript:
         self.tokens = add_tokens(self.tokens, reply.tokens)
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+                fh.write(json.dumps(redact_json(line), ensure_ascii=False) + "\n")

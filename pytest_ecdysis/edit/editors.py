@@ -165,10 +165,12 @@ class CommandEditor:
 
 
 def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str]) -> tuple[int, str]:
-    """Run `argv` in a new process group, output to a temporary file (a grandchild holding a pipe cannot
-    block us); the whole group is killed when the command exits or after `timeout_s` seconds, so no
-    helper it started in its group outlives it. Returns (exit status, its stderr, or stdout when stderr
-    is empty).
+    """Run `argv` in a new session and process group, in its own PID namespace where one can run
+    (`edit.contain`), output to a temporary file (a grandchild holding a pipe cannot block us); when the
+    command exits or after `timeout_s` seconds the group is killed, the namespace ends with its first
+    process, and every process carrying the call's environment marker is killed, so no helper it
+    started (a `setsid` daemon included) outlives it. Returns (exit status, its stderr, or stdout when
+    stderr is empty).
 
     Raises:
         subprocess.TimeoutExpired: the command ran longer than `timeout_s` (its group was killed).
@@ -177,6 +179,9 @@ def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str,
     import signal
     import tempfile
 
+    from pytest_ecdysis.edit.contain import contained, kill_marked
+
+    argv, env, mark = contained(argv, env)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -188,6 +193,7 @@ def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str,
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
+            kill_marked(mark)
         out.seek(0)
         err.seek(0)
         err_text, out_text = err.read().decode(errors="replace"), out.read().decode(errors="replace")

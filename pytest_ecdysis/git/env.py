@@ -19,6 +19,23 @@ case 1: `GIT_INDEX_FILE` made `git worktree add` stage every file of the checkou
   environment, so it is only used where no other thread of the process starts subprocesses (configure
   time, and the evolution loop after the run loop ended).
 
+The tool's own git commands also run with a fixed, minimal configuration (issue 27, item 6): an editor
+shares the repository's `.git/config` with the loop, and a setting there (or in the user's global config)
+can make git run a program: `core.fsmonitor`, `core.hooksPath`, `diff.external`, `filter.<x>.clean`.
+
+- `SAFE_CONFIG`: `-c` options put before every git subcommand of the tool: no hooks
+  (`core.hooksPath=/dev/null`), no fsmonitor (`core.fsmonitor=`: git reads an empty value as off). The
+  command line wins over every config file (git's precedence), so a value planted in `.git/config` is
+  overridden; an `alias` never replaces a built-in command, and external diff drivers and text conversion
+  are switched off on the diff calls (`--no-ext-diff --no-textconv`, `git.worktree`).
+- `GIT_ENV`: `GIT_CONFIG_GLOBAL=/dev/null`, `GIT_CONFIG_NOSYSTEM=1`: the user's global and system config
+  files (with their `include`/`includeIf` and filter drivers) are not read by the tool's git commands.
+  The repository's own `.git/config` still is (it holds the repository's format); it is checksummed with
+  `.git/hooks` and `.git/info` before and after each editor call (`validate.integrity`), so an editor
+  that changes it is an integrity error. The user's identity is read once from their full config
+  (`user_identity`), never executed.
+- `git_argv(*args)`, `git_env(base)`: the argv and environment of a git command run through `subprocess`.
+
 This module must not import anything beyond the standard library.
 """
 
@@ -49,6 +66,39 @@ REPO_VARS: tuple[str, ...] = (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: `-c` options before every git subcommand of the tool (see the module docstring).
+SAFE_CONFIG: tuple[str, ...] = ("-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=")
+#: Environment of every git command of the tool: no global or system config file.
+GIT_ENV: dict[str, str] = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git_argv(*args: str) -> list[str]:
+    """`["git", *SAFE_CONFIG, *args]`."""
+    return ["git", *SAFE_CONFIG, *args]
+
+
+def git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`child_env(base)` plus `GIT_ENV` (no global or system git config)."""
+    return child_env(base, **GIT_ENV)
+
+
+@functools.cache
+def user_identity() -> dict[str, str]:
+    """`{"user.name": ..., "user.email": ...}` as the user's own config sets them (global and system
+    files included; reading config runs nothing), for the tool's commits; keys absent when unset."""
+    import subprocess
+
+    out = {}
+    for key in ("user.name", "user.email"):
+        try:
+            value = subprocess.run(["git", "config", "--get", key], capture_output=True, text=True,
+                                   env=child_env(), cwd=os.path.expanduser("~"), timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            value = ""
+        if value:
+            out[key] = value
+    return out
 
 
 def child_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:

@@ -9,7 +9,6 @@ docstring (docs/evolution.md). This module must not import tau2, task suites or 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,19 @@ from pytest_ecdysis.git import env as gitenv
 
 class Git(git.Git):
     """GitPython's command runner, with every command run without the user's repository-local git
-    variables (`gitenv.scrubbed`: inside a git hook they would point the command at the user's checkout)
-    and without the repository's hooks (`-c core.hooksPath=/dev/null`: a `post-checkout` or `post-commit`
-    hook is written for the user's own checkouts and commits, not for the tool's temporary worktrees)."""
+    variables (`gitenv.scrubbed`: inside a git hook they would point the command at the user's checkout),
+    and with a fixed minimal config (`gitenv.SAFE_CONFIG`, `gitenv.GIT_ENV`): no hooks (a `post-checkout`
+    or `post-commit` hook is written for the user's own checkouts and commits, not for the tool's temporary
+    worktrees), no fsmonitor, no global or system config file (issue 27: an editor that planted
+    `core.fsmonitor` in the shared `.git/config` had the loop's git commands run its program)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.update_environment(**gitenv.GIT_ENV)
 
     def execute(self, command: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(command, (list, tuple)) and command:
-            command = [command[0], "-c", f"core.hooksPath={os.devnull}", *command[1:]]
+            command = [command[0], *gitenv.SAFE_CONFIG, *command[1:]]
         with gitenv.scrubbed():
             return super().execute(command, *args, **kwargs)
 

@@ -68,7 +68,7 @@ class Worktree:
         if not paths:
             return ""
         self.git.add("-A", "--", *paths)
-        text = self.git.diff("--cached", "--binary", self.commit, "--", *paths)
+        text = self.git.diff("--cached", "--binary", "--no-ext-diff", "--no-textconv", self.commit, "--", *paths)
         self.git.reset("-q", "--", *paths)
         return text + ("\n" if text and not text.endswith("\n") else "")
 
@@ -118,13 +118,17 @@ class Worktree:
 
 
 def _identity_options(g: git.Git) -> list[str]:
-    """`-c user.name=... -c user.email=...` defaults for what git's config does not set. The environment
+    """`-c user.name=... -c user.email=...` for what the repository's config does not set: the user's
+    own identity (`gitenv.user_identity`), else the tool's defaults. The environment
     still wins as git lets it (`GIT_AUTHOR_*`/`GIT_COMMITTER_*` over config); `EMAIL` is kept when set."""
+    from pytest_ecdysis.git.env import user_identity
+
     out = []
+    mine = user_identity()  # the user's global config is not read by the tool's git commands (git.env)
     if not _ok(g, "config", "--get", "user.name"):
-        out += ["-c", f"user.name={DEFAULT_NAME}"]
+        out += ["-c", f"user.name={mine.get('user.name', DEFAULT_NAME)}"]
     if not _ok(g, "config", "--get", "user.email") and not os.environ.get("EMAIL"):
-        out += ["-c", f"user.email={DEFAULT_EMAIL}"]
+        out += ["-c", f"user.email={mine.get('user.email', DEFAULT_EMAIL)}"]
     return out
 
 

@@ -32,6 +32,7 @@ from pygments.formatters import HtmlFormatter
 from pytest_ecdysis.core import safetext
 from pytest_ecdysis.core.errors import RunDirError
 from pytest_ecdysis.core.records import SCHEMA_VERSION
+from pytest_ecdysis.core.secrets import redact
 from pytest_ecdysis.report.html_view import _num, gather
 
 #: Names other modules use as `html_report.<name>` (kept where they were before `html_view`).
@@ -82,7 +83,7 @@ def write_html(run_path: Path | str, out: Path | str | None = None) -> tuple[Pat
     page = render_view(view)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(page, encoding="utf-8")
+        target.write_text(redact(page), encoding="utf-8")
     except OSError as exc:
         raise RunDirError(f"cannot write the HTML report to {target}: {exc}; pass a writable path") from None
     return target, list(view["missing"])

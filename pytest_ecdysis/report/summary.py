@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_ecdysis.core import safetext
 from pytest_ecdysis.core.errors import RunDirError
+from pytest_ecdysis.core.secrets import redact
 
 TOP_GROUPS = 5
 
@@ -163,7 +164,7 @@ def append_step_summary(markdown: str) -> Path | None:
     if not target:
         return None
     with open(target, "a", encoding="utf-8") as fh:
-        fh.write(markdown + "\n")
+        fh.write(redact(markdown) + "\n")
     return Path(target)
 
 

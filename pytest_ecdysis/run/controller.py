@@ -62,6 +62,8 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         state.sim_server = start_background(latency_s=cfg.sim_latency_s, nonce=cfg.sim_nonce)
         state.sim_url = state.sim_server.url
         os.environ[ENV_SIM_URL] = state.sim_url
+        # the ground-truth credential: workers and sub-runs inherit it, harness processes never do
+        os.environ["ECDYSIS_SIM_TOKEN"] = state.sim_server.token
         # printed at session start: the terminal reporter does not exist yet at tryfirst configure
         state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
 

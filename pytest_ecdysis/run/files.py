@@ -21,6 +21,7 @@ from pytest_ecdysis.core import metrics, safetext
 from pytest_ecdysis.core.errors import RunDirError
 from pytest_ecdysis.core.metrics import is_success
 from pytest_ecdysis.core.records import SCHEMA_VERSION, TrialResult
+from pytest_ecdysis.core.secrets import redact, redact_json
 from pytest_ecdysis.evidence import failures, patterns
 from pytest_ecdysis.report.summary import _fmt
 
@@ -89,12 +90,12 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
         run_path.mkdir(parents=True, exist_ok=True)
         with open(run_path / "trials.jsonl", "w", encoding="utf-8") as fh:
             for t in trials:
-                fh.write(t.model_dump_json() + "\n")
+                fh.write(redact(t.model_dump_json()) + "\n")
         with open(run_path / "failures.jsonl", "w", encoding="utf-8") as fh:
             for r in tri.records:
-                fh.write(r.model_dump_json() + "\n")
-        (run_path / "groups.json").write_text(json.dumps(
-            {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]}, indent=1))
+                fh.write(redact(r.model_dump_json()) + "\n")
+        (run_path / "groups.json").write_text(redact(json.dumps(
+            {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]}, indent=1)))
         write_summary(run_path, summary)
     except OSError as exc:
         raise RunDirError(f"cannot write the run directory {run_path}: {exc.strerror or exc}; pass a writable "
@@ -118,7 +119,7 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
 def write_summary(run_path: Path, summary: dict[str, Any]) -> None:
     """`summary.json`, replaced atomically (a reader never sees half a file). Raises OSError."""
     tmp = run_path / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    tmp.write_text(json.dumps(redact_json(summary), indent=2, ensure_ascii=False))
     tmp.replace(run_path / "summary.json")
 
 
@@ -129,7 +130,9 @@ def write_junit(path: Path, trials: list[TrialResult], missing: list[str], thres
     errors for infrastructure errors and for missing cases (suite `missing`); cases pytest never ran because
     it stopped early (`not_run`, reason `stopped`) are skipped (suite `not_run`). Every text is made XML-safe
     (`safetext.xml`). Raises OSError when `path` cannot be written."""
-    x = safetext.xml
+    def x(text: str) -> str:
+        return safetext.xml(redact(text))
+
     xml = JUnitXml(name="pytest-ecdysis")
     suites: dict[str, TestSuite] = {}
     for t in trials:

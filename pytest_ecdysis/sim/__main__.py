@@ -7,6 +7,7 @@ until interrupted. A port in use or an unknown profile exits with status 2 and o
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pytest_ecdysis.core.errors import UsageError
@@ -27,13 +28,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.latency < 0:
             raise UsageError("--latency must be >= 0 seconds")
         model = SimModel(default_profile=args.profile, latency_s=args.latency, nonce=args.nonce)
-        httpd = make_server(model, args.port)
+        httpd = make_server(model, args.port, token=os.environ.get("ECDYSIS_SIM_TOKEN"))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     handle = SimServerHandle(httpd, None, model)
     print(f"ecdysis: simulated model (not a real LLM), profile {model.default_profile!r}, serving at "
-          f"{handle.url} (OpenAI base_url {handle.url}/v1)", flush=True)
+          f"{handle.url} (OpenAI base_url {handle.url}/v1); ground truth needs ECDYSIS_SIM_TOKEN="
+          f"{handle.token if os.environ.get('ECDYSIS_SIM_TOKEN') is None else '<yours>'} (export it for pytest)",
+          flush=True)
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:

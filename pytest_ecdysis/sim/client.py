@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -17,6 +18,21 @@ from urllib.parse import quote
 from pytest_ecdysis.core.errors import InfrastructureError
 
 GROUND_TRUTH_FILE = "sim/ground_truth.jsonl"
+TOKEN_HEADER = "X-Ecdysis-Ground-Truth-Token"  # = sim.server.TOKEN_HEADER (the server imports this module)
+ENV_TOKEN = "ECDYSIS_SIM_TOKEN"
+_TOKENS: dict[str, str] = {}  # server url (no /v1) -> its token, for servers started in this process
+
+
+def remember_token(url: str, token: str) -> None:
+    """Record the ground-truth credential of a server started in this process (`SimServerHandle`)."""
+    _TOKENS[url.rstrip("/").removesuffix("/v1")] = token
+
+
+def ground_truth_headers(sim_url: str, token: str | None = None) -> dict[str, str]:
+    """The header that authorises a ground-truth request to `sim_url`: `token`, else the token of a server
+    this process started, else env `ECDYSIS_SIM_TOKEN` (the controller's, on workers); {} when none."""
+    token = token or _TOKENS.get(sim_url.rstrip("/").removesuffix("/v1")) or os.environ.get(ENV_TOKEN)
+    return {TOKEN_HEADER: token} if token else {}
 
 
 def ground_truth_path(run_path: str | Path) -> Path:
@@ -52,8 +68,10 @@ def read_ground_truth(run_path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0) -> dict[str, Any]:
-    """GET `<sim_url>/ecdysis/ground_truth?trial=<trial_header>` (sim_url without `/v1`).
+def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0,
+                       token: str | None = None) -> dict[str, Any]:
+    """GET `<sim_url>/ecdysis/ground_truth?trial=<trial_header>` (sim_url without `/v1`), with the server's
+    credential (`ground_truth_headers`).
 
     Raises:
         InfrastructureError: the server is unreachable or answers with an error (its message included).
@@ -64,7 +82,8 @@ def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0)
     if url.endswith("/v1"):
         url = url[:-3]
     try:
-        response = httpx2.get(f"{url}/ecdysis/ground_truth?trial={quote(trial_header, safe='')}", timeout=timeout_s)
+        response = httpx2.get(f"{url}/ecdysis/ground_truth?trial={quote(trial_header, safe='')}", timeout=timeout_s,
+                              headers=ground_truth_headers(url, token))
     except httpx2.HTTPError as exc:
         raise InfrastructureError(f"simulated model at {sim_url} unreachable for ground truth: {exc}") from exc
     if response.status_code != 200:

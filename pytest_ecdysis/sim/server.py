@@ -6,7 +6,11 @@ Endpoints:
   has `choices[0].message` (text or one tool call), `finish_reason`, and `usage` in every response.
 - `GET /v1/models`: `sim` and `sim/<profile>` for every known profile.
 - `GET /ecdysis/ground_truth?trial=<X-Ecdysis-Trial value>`: the trial's ground truth (quirks drawn,
-  origin, step, cured). Only the suite reads it, at trial end; no completion ever contains it.
+  origin, step, cured). Only the suite reads it, at trial end; no completion ever contains it. It needs
+  the header `X-Ecdysis-Ground-Truth-Token: <token>` (HTTP 403 without it): the server's random token
+  (`SimServerHandle.token`), which the controller hands to the trusted trial side as env
+  `ECDYSIS_SIM_TOKEN` and never to harness processes (`agent_wire.HIDDEN_ENV_PREFIXES`); known to
+  `sim.client.fetch_ground_truth` in the process that started the server.
 
 Routing of a completion (header `X-Ecdysis-Role`):
 
@@ -28,7 +32,9 @@ layer and re-exports the model's names (`SimModel`, `ROLE_HANDLERS`, `TRIAL_HEAD
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -52,11 +58,14 @@ from pytest_ecdysis.sim.model import (
 from pytest_ecdysis.sim.profiles import known_profiles
 
 #: Names other modules use as `sim.server.<name>` (kept where they were before `sim.model`).
-__all__ = ["DIAGNOSIS_ROLES", "ENV_NONCE", "MAX_BODY_BYTES", "ROLE_HANDLERS", "ROLE_HEADER", "TRIAL_HEADER",
+__all__ = ["DIAGNOSIS_ROLES", "ENV_NONCE", "ENV_TOKEN", "MAX_BODY_BYTES", "TOKEN_HEADER", "ROLE_HANDLERS", "ROLE_HEADER", "TRIAL_HEADER",
            "TRIAL_ROLES", "RequestError", "SimModel", "SimServerHandle", "TrialState", "make_server",
            "parse_trial", "start_background"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
+#: Request header carrying the ground-truth credential; env variable the controller passes it in.
+TOKEN_HEADER = "X-Ecdysis-Ground-Truth-Token"
+ENV_TOKEN = "ECDYSIS_SIM_TOKEN"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -67,6 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
     wbufsize = 1 << 16
     disable_nagle_algorithm = True
     model: SimModel  # set on the subclass made by `make_server`
+    token: str  # the ground-truth credential, set there too
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: pytest output stays clean
         pass
@@ -99,6 +109,10 @@ class _Handler(BaseHTTPRequestHandler):
                 *({"id": f"sim/{p}", "object": "model", "owned_by": "pytest-ecdysis"} for p in known_profiles()),
             ]})
         elif url.path == "/ecdysis/ground_truth":
+            if not hmac.compare_digest((self.headers.get(TOKEN_HEADER) or "").encode(), self.token.encode()):
+                self._error(RequestError(f"the ground truth needs the server's credential ({TOKEN_HEADER}); "
+                                         "only the trusted trial side has it", code="forbidden", status=403))
+                return
             trial = parse_qs(url.query).get("trial", [None])[0]
             self._guard(lambda: self.model.ground_truth(trial))
         elif url.path == "/health":
@@ -132,12 +146,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class SimServerHandle:
-    """A running server: `.url` is `http://127.0.0.1:PORT` (no `/v1`), `.stop()` shuts it down."""
+    """A running server: `.url` is `http://127.0.0.1:PORT` (no `/v1`), `.token` its ground-truth
+    credential, `.stop()` shuts it down."""
 
     def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread | None, model: SimModel) -> None:
+        from pytest_ecdysis.sim.client import remember_token
+
         self.httpd, self.thread, self.model = httpd, thread, model
         self.port = httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        self.token = httpd.RequestHandlerClass.token
+        remember_token(self.url, self.token)
 
     def stop(self) -> None:
         self.httpd.shutdown()
@@ -146,13 +165,14 @@ class SimServerHandle:
             self.thread.join(timeout=5)
 
 
-def make_server(model: SimModel, port: int = 0) -> ThreadingHTTPServer:
-    """Bind 127.0.0.1:`port` (0 = a free port).
+def make_server(model: SimModel, port: int = 0, token: str | None = None) -> ThreadingHTTPServer:
+    """Bind 127.0.0.1:`port` (0 = a free port); `token`: the ground-truth credential (None: a random
+    32-byte one, `secrets.token_urlsafe`).
 
     Raises:
         UsageError: the port is in use or cannot be bound.
     """
-    handler = type("SimHandler", (_Handler,), {"model": model})
+    handler = type("SimHandler", (_Handler,), {"model": model, "token": token or secrets.token_urlsafe(32)})
     try:
         httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as exc:

@@ -6,8 +6,9 @@ Three pieces, all controller-side (no candidate code ever runs in the process th
   that decide a score: τ²'s installed package (its data and evaluator), the plugin, the packages the
   installed suites register (entry point group `pytest_ecdysis`), Python's startup files (`*.pth`,
   `sitecustomize.py`, `usercustomize.py` in the site directories), and the user's checkout (tracked and
-  untracked, not ignored, files; the run directory excluded). Taken before and after each validation;
-  any difference rejects the candidate and stops the evolution (`IntegrityError`).
+  untracked, not ignored, files; the run directory excluded), its refs, and its git control files
+  (`git_control`: `.git/config`, `hooks/`, `info/`). Taken before and after each editor call and each
+  validation; any difference rejects the candidate and stops the evolution (`IntegrityError`).
 - `pristine_copy(...)`: the user's checkout as it was when the evolution started (the same file list),
   copied once into a private temporary directory; validation sub-runs run from copies of it
   (`validate.run_suite(trusted=...)`), never from the live checkout.
@@ -16,8 +17,9 @@ Three pieces, all controller-side (no candidate code ever runs in the process th
   `~/.local/state/...`), whose path no sub-run is given. A checkpoint read back must match its digest;
   one that was changed, or that appeared without being written by the controller, is an `IntegrityError`.
 
-Bytecode caches (`__pycache__`, `*.pyc`) are not checksummed (Python writes them legitimately); what a
-poisoned cache could do is stopped only by the sandbox (`--ecdysis-sandbox`). This module must not import
+Bytecode caches (`__pycache__`, `*.pyc`) are not checksummed (Python writes them legitimately); instead
+those of the protected packages are checked against their sources (`validate.bytecode`): a cache file
+Python would load that does not hold its source's code is deleted and reported (`take`, `changes`). This module must not import
 tau2, task suites or harness code (roots are found with `importlib.util.find_spec`, which runs nothing).
 """
 
@@ -37,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import IntegrityError
-from pytest_ecdysis.git.env import child_env
+from pytest_ecdysis.git.env import git_argv, git_env
+from pytest_ecdysis.validate.bytecode import BYTECODE, poisoned
+from pytest_ecdysis.validate.git_control import GIT_CONTROL, git_control
 
 #: Installed packages whose files decide a τ² score (data, evaluator, orchestrator).
 PROTECTED_PACKAGES = ("tau2", "pytest_ecdysis")
@@ -75,8 +79,8 @@ def suite_packages() -> list[str]:
 
 def checkout_files(root: Path) -> list[str]:
     """Tracked and untracked (not ignored) files of the git checkout at `root`, POSIX, sorted."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                         capture_output=True, check=True, env=child_env()).stdout.decode("utf-8", "surrogateescape")
+    out = subprocess.run(git_argv("ls-files", "-z", "--cached", "--others", "--exclude-standard"), cwd=root,
+                         capture_output=True, check=True, env=git_env()).stdout.decode("utf-8", "surrogateescape")
     return sorted({p for p in out.split("\0") if p})
 
 
@@ -127,20 +131,26 @@ def tree_digests(root: Path, files: list[str] | None = None) -> Digests:
 
 def take(roots: dict[str, Any]) -> dict[str, Digests]:
     """Checksums of every root (`protected_roots`), plus the branches, tags and HEAD of the checkout's
-    repository (`git refs`), which an editor sharing the repository could move."""
+    repository (`git refs`), which an editor sharing the repository could move, its git control files
+    (`git_control`), and the bytecode caches of the protected packages that do not hold their source's
+    code (`bytecode.poisoned`: found, deleted, and listed under `bytecode caches`)."""
     out = {name: tree_digests(root, files) for name, (root, files) in roots.items()}
+    packages = {name: package_dir(name) for name in (*PROTECTED_PACKAGES, *suite_packages())}
+    out[BYTECODE] = {f"package {name}: {path.relative_to(root).as_posix()}": "planted"
+                     for name, root in packages.items() if root is not None for path in poisoned(root)}
     if "your checkout" in roots:
         out["git refs"] = git_refs(roots["your checkout"][0])
+        out[GIT_CONTROL] = git_control(roots["your checkout"][0], scope=roots)
     return out
 
 
 def git_refs(root: Path) -> Digests:
     """`{ref name: sha}` of `refs/heads`, `refs/tags` and `HEAD`, except the branches evolution makes
     (`ecdysis/...`)."""
-    listing = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"],
-                             cwd=root, capture_output=True, text=True, check=True, env=child_env()).stdout
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                          env=child_env()).stdout.strip()
+    listing = subprocess.run(git_argv("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"),
+                             cwd=root, capture_output=True, text=True, check=True, env=git_env()).stdout
+    head = subprocess.run(git_argv("rev-parse", "HEAD"), cwd=root, capture_output=True, text=True,
+                          env=git_env()).stdout.strip()
     refs = dict(line.split(" ", 1) for line in listing.splitlines() if line.strip())
     refs = {k: v for k, v in refs.items() if not k.startswith("refs/heads/ecdysis/")}
     return {**refs, "HEAD": head}
@@ -148,8 +158,8 @@ def git_refs(root: Path) -> Digests:
 
 def checkout_root(path: Path) -> Path:
     """The working tree root of the git checkout holding `path`."""
-    out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True,
-                         check=True, env=child_env()).stdout.strip()
+    out = subprocess.run(git_argv("rev-parse", "--show-toplevel"), cwd=path, capture_output=True, text=True,
+                         check=True, env=git_env()).stdout.strip()
     return Path(out).resolve()
 
 
@@ -157,6 +167,11 @@ def changes(before: dict[str, Digests], after: dict[str, Digests], limit: int = 
     """What differs, as `"<root>: <path> changed|added|removed"` lines (at most `limit` per root)."""
     out: list[str] = []
     for name in sorted(set(before) | set(after)):
+        if name == GIT_CONTROL and name not in before:
+            continue  # a ledger written before this root was checked (resume)
+        if name == BYTECODE:  # found now (and deleted): whatever was found before is gone already
+            out += [f"{name}: {p} did not hold its source's code (removed)" for p in sorted(after.get(name, {}))]
+            continue
         a, b = before.get(name, {}), after.get(name, {})
         diff = [f"{p} changed" for p in sorted(set(a) & set(b)) if a[p] != b[p]]
         diff += [f"{p} added" for p in sorted(set(b) - set(a)) if b[p] != "missing"]
@@ -213,7 +228,10 @@ class Ledger:
             self._save()
 
     def write(self, path: Path, data: bytes) -> None:
-        """Write `data` to `path` (atomically) and record its digest."""
+        """Write `data` to `path` (atomically, known secrets redacted: `core.secrets`) and record its digest."""
+        from pytest_ecdysis.core.secrets import redact_bytes
+
+        data = redact_bytes(data)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_bytes(data)

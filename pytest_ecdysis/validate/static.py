@@ -17,7 +17,9 @@ import ast
 import re
 from collections import Counter
 
+from pytest_ecdysis.validate.static_aliases import _aliases, _const_str, _resolve
 from pytest_ecdysis.validate.static_rules import (
+    ALIAS_BUILTINS,
     ALLOWED_IMPORTS,
     BINARY_SUFFIXES,
     BUILTIN_CALLS,
@@ -29,6 +31,7 @@ from pytest_ecdysis.validate.static_rules import (
     OS_ATTRS,
     PATH_IO,
     REASONS,
+    ROUTING_ATTRS,
     SYS_ATTRS,
     Finding,
 )
@@ -77,6 +80,7 @@ def check_file(path: str, data: bytes | None) -> list[Finding]:
     except SyntaxError as exc:
         return [Finding(path, exc.lineno or 0, "file_kind", f"does not parse: {exc.msg}")]
     visitor = _Visitor(path, text)
+    visitor.imported.update(_aliases(tree))
     visitor.visit(tree)
     return sorted(set(visitor.findings), key=lambda f: (f.line, f.rule, f.text))
 
@@ -93,6 +97,7 @@ class _Visitor(ast.NodeVisitor):
         self.source = source
         self.findings: list[Finding] = []
         self.imported: dict[str, str] = {}
+        self.called: set[int] = set()  # ids of Name nodes that are the function of a call
 
     def flag(self, node: ast.AST, rule: str, what: str = "") -> None:
         snippet = (ast.get_source_segment(self.source, node) or "").splitlines()[0:1]
@@ -135,17 +140,14 @@ class _Visitor(ast.NodeVisitor):
     # names, attributes and calls
     def visit_Attribute(self, node: ast.Attribute) -> None:
         dotted = self._dotted(node)
-        if dotted:
-            root, _, rest = dotted.partition(".")
-            target = self.imported.get(root)
-            if target == "os" and rest.split(".")[0] in OS_ATTRS:
-                self.flag(node, OS_ATTRS[rest.split(".")[0]], f"os.{rest.split('.')[0]}")
+        full = _resolve(self.imported, dotted)  # aliases followed: `m = os; m.environ` is `os.environ`
+        if full:
+            if self._module_attr(node, full):
                 return  # one finding per use (`os.environ.get` is not also `os.environ`)
-            if target == "sys" and rest.split(".")[0] in SYS_ATTRS:
-                self.flag(node, "introspection", f"sys.{rest.split('.')[0]}")
-                return
-            if target and target.startswith("os.") and node.attr in OS_ATTRS:
+            if full.startswith("os.") and node.attr in OS_ATTRS:
                 self.flag(node, OS_ATTRS[node.attr], dotted)
+        if node.attr in ROUTING_ATTRS:
+            self.flag(node, "gold_data", f"reads the client's routing .{node.attr} (the trial header names the task)")
         if node.attr in DUNDERS and not (node.attr == "__file__" and self._own_module(node.value)):
             if node.attr != "__dict__" or self._root_imported(node.value):
                 self.flag(node, "introspection", f"attribute {node.attr}")
@@ -156,7 +158,30 @@ class _Visitor(ast.NodeVisitor):
             self.flag(node, "gold_data", f"{reason}: .{node.attr}")
         self.generic_visit(node)
 
+    def _module_attr(self, node: ast.AST, full: str) -> bool:
+        """Flag `os.<attr>` / `sys.<attr>` uses by their resolved name; True when flagged."""
+        parts = full.split(".")
+        if parts[0] == "os" and len(parts) > 1 and parts[1] in OS_ATTRS:
+            self.flag(node, OS_ATTRS[parts[1]], f"os.{parts[1]}")
+            return True
+        if parts[0] == "sys" and len(parts) > 1 and parts[1] in SYS_ATTRS:
+            self.flag(node, "introspection", f"sys.{parts[1]}")
+            return True
+        return False
+
+    def visit_arg(self, node: ast.arg) -> None:
+        if node.arg in ALIAS_BUILTINS:
+            self.flag(node, "patches_code", f"rebinds builtin {node.arg} (a parameter)")
+        self.generic_visit(node)
+
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id in ALIAS_BUILTINS and node.id not in self.imported and id(node) not in self.called:
+            if isinstance(node.ctx, ast.Load):
+                rule = BUILTIN_CALLS.get(node.id) or ("introspection" if node.id in ("__builtins__", "locals")
+                                                      else "patches_code")
+                self.flag(node, rule, f"uses builtin {node.id} as a value (an alias escapes the check)")
+            else:
+                self.flag(node, "patches_code", f"rebinds builtin {node.id}")
         target = self.imported.get(node.id, "")
         if target in ("os.environ", "os.getenv", "os.putenv"):
             self.flag(node, "environment", target)
@@ -171,6 +196,12 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if isinstance(func, ast.Name):
+            self.called.add(id(func))
+        joined = _const_str(node)
+        if joined is not None:
+            for reason in _gold(joined):
+                self.flag(node, "gold_data", f"{reason}: {joined.strip()[:80]!r} (joined)")
         if isinstance(func, ast.Name) and func.id not in self.imported:
             rule = BUILTIN_CALLS.get(func.id)
             if func.id == "open" and node.args and self._inside_harness(node.args[0]):
@@ -180,10 +211,38 @@ class _Visitor(ast.NodeVisitor):
             if func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2:
                 if not (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
                     self.flag(node, "patches_code", f"{func.id}() with a computed attribute name")
-                elif func.id == "getattr" and self._root_imported(node.args[0]):
-                    self.flag(node, "patches_code", f"getattr() on imported {self._dotted(node.args[0])}")
+                else:
+                    self._constant_getattr(node, func.id, node.args[0], node.args[1].value)
         elif isinstance(func, ast.Attribute) and func.attr == "fromhex":
             self.flag(node, "dynamic_code", "bytes.fromhex()")
+        self.generic_visit(node)
+
+    def _constant_getattr(self, node: ast.Call, fn: str, obj: ast.AST, name: str) -> None:
+        """`getattr(x, "name")` checked as `x.name` would be (`getattr(os, "environ")` is `os.environ`)."""
+        full = _resolve(self.imported, self._dotted(obj))
+        if full and self._module_attr(node, f"{full}.{name}"):
+            return
+        if name in DUNDERS and not (name == "__file__" and self._own_module(obj)):
+            self.flag(node, "introspection", f"{fn}() of attribute {name}")
+        elif name in ROUTING_ATTRS:
+            self.flag(node, "gold_data", f"{fn}() of the client's routing .{name}")
+        elif fn == "getattr" and self._root_imported(obj):
+            self.flag(node, "patches_code", f"getattr() on imported {self._dotted(obj)}")
+        for reason in _gold(name):
+            self.flag(node, "gold_data", f"{reason}: {fn}() of .{name}")
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        joined = _const_str(node)
+        if joined is not None:
+            for reason in _gold(joined):
+                self.flag(node, "gold_data", f"{reason}: {joined.strip()[:80]!r} (joined)")
+        self.generic_visit(node)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        joined = _const_str(node)
+        if joined is not None:
+            for reason in _gold(joined):
+                self.flag(node, "gold_data", f"{reason}: {joined.strip()[:80]!r} (joined)")
         self.generic_visit(node)
 
     def _assign_target(self, target: ast.AST) -> None:
@@ -259,3 +318,4 @@ class _Visitor(ast.NodeVisitor):
             if isinstance(n, ast.Constant) and not isinstance(n.value, str):
                 return False
         return True
+

@@ -23,6 +23,12 @@ A candidate is code written by a model; this pass flags what a harness has no bu
   `tau2.environment.tool`), of the plugin beyond `pytest_ecdysis.core.errors`, of `task_suites`.
 - `gold_data`: a string or name that mentions τ²'s task files, data directory, gold fields, evaluator,
   or the simulated model's ground truth (the literal patterns of the earlier diff check).
+- aliases are followed (issue 27, item 8): a simple assignment (`m = os`, `e = os.environ`, `self.m = os`,
+  `a, b = os, sys`, `(m := os)`) makes the name stand for what it names, so `m.environ` is `os.environ`;
+  `ALIAS_BUILTINS` used as a value (`_r = open`) or rebound are flagged; `getattr(x, "name")` with a
+  constant is checked as `x.name`; string constants joined at the source level (`"tasks" + ".json"`,
+  f-strings of constants, `"".join([...])`) are checked against the gold patterns; the client's routing
+  attributes (`ROUTING_ATTRS`: the trial header names the task) are flagged as `gold_data`.
 - `file_kind`: a symlink, compiled or binary code, `sitecustomize.py`/`usercustomize.py`/`*.pth`/
   `conftest.py`, or a file that does not parse.
 
@@ -81,6 +87,12 @@ BUILTIN_CALLS: dict[str, str] = {
     "__import__": "dynamic_code", "globals": "introspection", "vars": "introspection",
     "breakpoint": "process", "input": "process", "setattr": "patches_code", "delattr": "patches_code",
 }
+#: Builtins that are flagged when used as a value (an alias: `_r = open`, `f(getattr)`) or rebound (`def
+#: f(open=...)`): a call through the alias would escape `BUILTIN_CALLS` and the `getattr` constant check.
+ALIAS_BUILTINS = frozenset({"open", "exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr",
+                            "globals", "vars", "__builtins__", "locals"})
+#: Attributes of the client the suite hands the harness that carry routing (the trial header names the task).
+ROUTING_ATTRS = frozenset({"default_headers", "_custom_headers", "custom_auth", "api_key", "base_url"})
 PATH_IO = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "glob", "rglob",
            "unlink", "rmdir", "mkdir", "touch", "rename", "replace", "chmod", "symlink_to", "hardlink_to",
            "walk", "readlink", "resolve", "home", "cwd", "expanduser", "exists", "is_file", "is_dir", "stat"}

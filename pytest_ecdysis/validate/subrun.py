@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import RunDirError
+from pytest_ecdysis.core.secrets import redact, redact_tree
 from pytest_ecdysis.edit.editors import import_check
 from pytest_ecdysis.validate.results import disagreement, flips, infra_drift, read_run, solved_tasks
 from pytest_ecdysis.validate.sandbox import SandboxStartError, start_failure
@@ -132,7 +133,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
             env["PYTHONPATH"] = os.pathsep.join(str(tree / p) for p in trusted.pythonpath)
             _read_only(tree)
         code, wall, log_text = _run(args, run_cwd, env, private / "pytest.log", on_start)
-        (run_dir / "pytest.log").write_text(log_text)
+        (run_dir / "pytest.log").write_text(redact(log_text))
         log_path = run_dir / "pytest.log"
         if trusted is not None and tree is not None:
             _check_copy(trusted, tree)
@@ -142,6 +143,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
             if run_path.exists():
                 shutil.rmtree(run_path)
             shutil.copytree(src, run_path, symlinks=False, ignore_dangling_symlinks=True)
+            redact_tree(run_path)  # harness code ran in the sub-run: its files are redacted here, trusted
     finally:
         _rmtree(private)
     sandbox_failed = start_failure(log_text)
@@ -188,7 +190,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
             _kill_group(proc.pid, signal.SIGKILL)
             raise
         _kill_group(proc.pid, signal.SIGKILL)
-    return code, time.monotonic() - started, log_path.read_text(errors="replace")
+    return code, time.monotonic() - started, redact(log_path.read_text(errors="replace"))
 
 
 def _kill_group(pgid: int, sig: int) -> None:

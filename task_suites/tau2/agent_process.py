@@ -17,10 +17,13 @@ line:
                     {"op": "error", "type": "<exception class>", "message": "...", "traceback": "..."}
 
 Model calls go through the trial's own openai client (headers, budget, retries, `model_view`), so the
-child needs no key and no network. Whether an ending is an infrastructure error is decided by what the
-trial side saw on the wire, never by what the harness raised: a harness that raises a timeout the endpoint
-never had, hangs (no answer within the trial budget: its process is killed), dies or breaks the protocol
-is an agent failure. A process per trial means trials in flight at once (`--ecdysis-concurrency`) cannot
+child needs no key and no network. The trial side owns each call's model, headers and routing
+(`request_guard.guard_call`: a different model is overwritten and noted, `extra_headers`/`extra_query`
+dropped); the harness's notes are redacted of known secrets on arrival (`core.secrets`). The trial
+header the child is told is for reading only (a harness that reads it is flagged by the static check: it
+names the task). Whether an ending is an infrastructure error is decided by what the trial side saw on
+the wire, never by what the harness raised: a harness that raises a timeout the endpoint never had, hangs
+(no answer within the trial budget: its process is killed), dies or breaks the protocol is an agent failure. A process per trial means trials in flight at once (`--ecdysis-concurrency`) cannot
 reach each other's agent, and each starts from the same state as a trial run alone.
 
 The wire (the fork server, a trial's connection, the JSON lines) is `agent_wire`; this module is the
@@ -40,6 +43,7 @@ from pytest_ecdysis.core.errors import (
     TimeBudgetExceeded,
     UnusableReplyError,
 )
+from pytest_ecdysis.core.secrets import redact_json
 
 from .agent_child import dump as _dump
 from .agent_wire import (
@@ -51,6 +55,7 @@ from .agent_wire import (
     agent_process,
     gold_files,
 )
+from .request_guard import guard_call
 
 #: Names other modules use as `agent_process.<name>` (kept where they were before `agent_wire`).
 __all__ = ["HIDDEN_ENV_PREFIXES", "INFRA_TYPES", "STARTUP_TIMEOUT_S", "AgentProcess", "HarnessProcessError",
@@ -120,7 +125,8 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
 
     class AgentProxy(t.BaseAgent):
         def __init__(self) -> None:
-            self.harness_notes: list[dict] = []
+            self.child_notes: list[dict] = []  # the harness's own notes (its whole list, each reply)
+            self.trusted_notes: list[dict] = []  # what the trial side changed in its calls (request_guard)
             self.usage: dict[str, int] = {}
             self.stops: dict[int, bool] = {}
             self.infra: BaseException | None = None  # what the trial side saw on the wire
@@ -137,15 +143,26 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
                 if reply["op"] == "call":
                     self.link.send(self.call(reply.get("kwargs") or {}))
                     continue
-                self.harness_notes = list(reply.get("notes") or self.harness_notes)
+                notes = reply.get("notes")
+                if isinstance(notes, list) and notes:
+                    self.child_notes = [n for n in redact_json(notes) if isinstance(n, dict)]
                 self.usage = dict(reply.get("usage") or self.usage)
                 if reply["op"] == "error":
                     raise self.failure(reply)
                 return reply
 
+        @property
+        def harness_notes(self) -> list[dict]:
+            """The harness's notes (known secrets redacted), then the trial side's `request_guard` notes."""
+            return self.child_notes + self.trusted_notes
+
         def call(self, kwargs: dict[str, Any]) -> dict[str, Any]:
             import openai
 
+            kwargs, changed = guard_call(kwargs, model)  # the trial side owns model, headers, routing
+            for note in changed:
+                if not any(n["detail"] == note["detail"] for n in self.trusted_notes):
+                    self.trusted_notes.append(note)
             try:
                 raw = client.chat.completions.with_raw_response.create(**kwargs)
                 self.unusable = None  # the harness asked again and got a usable reply

@@ -112,12 +112,12 @@ def record_ground_truth(state, header: str, result: TrialResult, threshold: floa
     import httpx2
 
     try:
-        from pytest_ecdysis.sim.client import write_ground_truth
+        from pytest_ecdysis.sim.client import ground_truth_headers, write_ground_truth
     except ImportError:  # the simulated model is not installed yet
         return
     url = f"{state.sim_url.rstrip('/')}/ecdysis/ground_truth?trial={urllib.parse.quote(header, safe='')}"
     try:
-        response = httpx2.get(url, timeout=10.0)
+        response = httpx2.get(url, timeout=10.0, headers=ground_truth_headers(state.sim_url))
         response.raise_for_status()
         line = response.json()
     except (httpx2.HTTPError, ValueError) as exc:

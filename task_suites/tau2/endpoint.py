@@ -285,6 +285,12 @@ def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_
     if model_view is not None:
         model_view.inner = outer
         outer = model_view
+    # outermost: the model, role, trial and key of every request are the trial side's (request_guard.py)
+    from .request_guard import TrustedRequestTransport
+
+    outer = TrustedRequestTransport(outer, model=model, note=reply_log.note if reply_log is not None else None,
+                                    forced={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": role,
+                                            "Authorization": f"Bearer {key}"})
     http_client = httpx2.Client(transport=outer, timeout=settings.call_timeout_s)
     return openai.OpenAI(
         base_url=url,

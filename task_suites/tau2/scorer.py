@@ -12,7 +12,11 @@ restarted if it dies) over JSON lines on stdin/stdout:
 The task is loaded from τ²'s data inside the scorer, not taken from the worker. The reward is τ²'s
 `evaluate_simulation(..., EvaluationType.ALL, ...)`: DB state x communicate (x action where a task's
 reward basis names it), no LLM judge; τ²'s environment evaluator replays the recorded tool calls on a
-fresh environment. Run as `python -m task_suites.tau2.scorer`.
+fresh environment. Run as `python -B -X pycache_prefix=<private empty dir> -m task_suites.tau2.scorer`
+(`SCORER_FLAGS`): no bytecode cache is read or written, so a `.pyc` a harness planted in τ²'s (or the
+plugin's) `__pycache__` is never loaded; every module is compiled from its source, and those sources are
+checksummed before and after each validation (`validate.integrity`). User site-packages are off
+(`PYTHONNOUSERSITE=1`) and `PYTHONSTARTUP`/`PYTHONINSPECT` are dropped (issue 27, item 3).
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+#: Interpreter flags of the scorer process: no bytecode written (-B); bytecode looked up only under a
+#: private, empty prefix (`-X pycache_prefix`), so none is read (see the module docstring).
+SCORER_FLAGS = ("-B",)
+#: Variables the scorer process does not inherit (code loaded before the scorer's own).
+SCORER_DROPPED_ENV = ("PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONPYCACHEPREFIX", "PYTHONHOME", "PYTHONEXECUTABLE")
 
 #: τ²'s RewardType values -> our component names (records.RewardComponent).
 COMPONENTS = {"DB": "db", "ENV_ASSERTION": "env_assertion", "ACTION": "action",
@@ -205,9 +215,12 @@ class ScorerClient:
 
     def _start(self) -> subprocess.Popen:
         package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONDONTWRITEBYTECODE="1")
+        env = {k: v for k, v in os.environ.items() if k not in SCORER_DROPPED_ENV}
+        env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
-        return subprocess.Popen([sys.executable, "-m", "task_suites.tau2.scorer"], stdin=subprocess.PIPE,
+        prefix = tempfile.mkdtemp(prefix="pycache-", dir=self.cwd)  # empty: nothing to load from it
+        command = [sys.executable, *SCORER_FLAGS, "-X", f"pycache_prefix={prefix}", "-m", "task_suites.tau2.scorer"]
+        return subprocess.Popen(command, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=self.cwd,
                                 env=env)
 
