@@ -5,6 +5,8 @@
         records, groups  <- the incumbent's run directory (failures.jsonl, groups.json)
         spec             <- diagnosis (the chosen strategy)            no records -> `no_failures`, stop
                                                                        no spec    -> `no_spec`
+                                                                       same input as a round
+                                                                       that found nothing -> `no_new_evidence`, stop
         edit             <- exactly one editor call, in a temporary git worktree at the incumbent
         change           <- the diff of the harness directory         none       -> `no_change`
         guard            <- only harness files; no gold-data reads    otherwise  -> `guard_rejected`
@@ -56,6 +58,7 @@ from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
 from pytest_ecdysis.edit.editors import make_editor
+from pytest_ecdysis.evolve import cost, repeat
 from pytest_ecdysis.evolve.accept import accept_stage
 from pytest_ecdysis.evolve.alternatives import alternatives_round
 from pytest_ecdysis.evolve.instance import MAX_INSTANCE_STEPS, instance_round
@@ -113,6 +116,7 @@ class Evolution(RunState, TrustedRuns):
         self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
         self.last_said = "evolution"
         self.doc = self._load_or_start()
+        cost.note_start_run(self)
         self.trusted = self._trusted_tree()
         # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
         hide = [self.dir.parent, self.ledger.path.parent, self.checkout / ".git"]
@@ -133,7 +137,7 @@ class Evolution(RunState, TrustedRuns):
         try:
             for n in range(len(self.doc["rounds"]) + 1, self.cfg.rounds + 1):
                 result = self.round(n)
-                if result["outcome"] == "no_failures":
+                if result["outcome"] in ("no_failures", "no_new_evidence"):
                     break
             self.make_branch()
             score_test(self)
@@ -145,6 +149,7 @@ class Evolution(RunState, TrustedRuns):
         finally:
             self.trusted.remove()
         self.doc["status"] = "finished"
+        cost.refresh(self)
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
         self.checkpoint()
         return self.doc
@@ -169,8 +174,9 @@ class Evolution(RunState, TrustedRuns):
         worktree = gitops.add_worktree(self.harness_dir, inc["commit"])
         try:
             # 1. records -> groups -> diagnosis -> spec
-            diag = self.stage_json(rdir / "diagnosis.json",
-                                   lambda: diagnose_stage(self, n, rdir, worktree.harness_dir))
+            diag = self.stage_json(rdir / "diagnosis.json", lambda: repeat.diagnose_once(
+                self, n, lambda: diagnose_stage(self, n, rdir, worktree.harness_dir)))
+            row["diagnosis_input"] = diag.get("diagnosis_input")  # `evolve/repeat.py`
             add_tokens(row["tokens"], diag.get("tokens", {}))
             row["wall_s"] += diag.get("wall_s", 0.0)
             if diag["outcome"]:
@@ -245,9 +251,11 @@ class Evolution(RunState, TrustedRuns):
         """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
         if not already_written:
             row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
+            cost.refresh(self, row)  # tokens and USD per role (`evolve/cost.py`)
             write_json(rdir / "decision.json", {**decision_fields(row), "round": row,
                                                 "incumbent": self.doc["incumbent"]}, self.ledger)
         self.doc["rounds"].append(row)
+        cost.refresh(self, row)
         self.checkpoint()
         if self.stop_error is not None:
             raise self.stop_error
