@@ -121,6 +121,12 @@ OPTIONS: tuple[Option, ...] = (
            default=None, action="append", ini=False, needs=EVOLVE),
     Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
            "to FILE (default: none; `ecdysis report RUN_DIR` makes it later)", ini=False),
+    Option("max-cost", "evolution: the most USD it may spend (all model calls: trials, diagnosis, editor, test "
+           "split, priced from litellm's price map or .ecdysis/prices.json); it stops at the first stage boundary "
+           "whose next stage could pass it, state saved, resumable with a higher budget (default: no limit)",
+           needs=EVOLVE),
+    Option("max-tokens", "evolution: the most tokens (prompt + completion) it may spend, counted as --ecdysis-max-cost "
+           "counts USD (default: no limit)", needs=EVOLVE),
 )
 
 

@@ -58,7 +58,7 @@ from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
 from pytest_ecdysis.edit.editors import make_editor
-from pytest_ecdysis.evolve import cost, repeat
+from pytest_ecdysis.evolve import budget, cost, repeat
 from pytest_ecdysis.evolve.accept import accept_stage
 from pytest_ecdysis.evolve.alternatives import alternatives_round
 from pytest_ecdysis.evolve.instance import MAX_INSTANCE_STEPS, instance_round
@@ -134,12 +134,18 @@ class Evolution(RunState, TrustedRuns):
                  f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
                  f"{fmt(self.doc['start']['score'])}")
         self.say(sandbox.status_line() + "; see docs/evolution.md, threat model")
+        if self.doc.pop("budget_stop", None):  # resumed after a budget stop (with a higher budget)
+            self.doc["status"] = "running"
+        self.doc["projection"] = budget.project(self.cfg, self.summary, self.dir, self.harness_dir)
+        self.say(budget.projection_line(self.doc["projection"], self.cfg))
         try:
             for n in range(len(self.doc["rounds"]) + 1, self.cfg.rounds + 1):
                 result = self.round(n)
                 if result["outcome"] in ("no_failures", "no_new_evidence"):
                     break
             self.make_branch()
+            if not (self.doc.get("test") or {}).get("frozen") and self.cfg.test_trials:
+                budget.before_stage(self, "test", "test split")
             score_test(self)
             self.measure_validity()
         except KeyboardInterrupt:
@@ -199,6 +205,15 @@ class Evolution(RunState, TrustedRuns):
             return self.finish_round(row, rdir)
         finally:
             worktree.remove()
+
+    def stage_json(self, path: Path, compute: Any) -> dict[str, Any]:
+        """`RunState.stage_json`, after the budgets allow the stage (`evolve/budget.py`) when it is to run."""
+        stage = budget.STAGES.get(path.name)
+        if stage and not path.is_file():
+            stage = "ablation" if "ablation" in path.relative_to(self.dir).parts[:-1] else stage
+            where = "/".join(path.relative_to(self.dir).parts[1:-1])
+            budget.before_stage(self, stage, f"{stage} of round {where}")
+        return super().stage_json(path, compute)
 
     def attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any], *,
                 label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
