@@ -9,7 +9,8 @@ A cost block (`rounds[i].cost`, and the top-level `cost` of `evolution.json`) ha
 
 Roles: `agent` and `user` (the user simulator) of every trial; the diagnosis roles of `transcript.jsonl`
 lines (`analyst`, `critic`, `engineer`, `moderator`, or a strategy's own role names; `calls` = lines);
-`editor` (`edit.json` tokens, `calls` its editor calls). Trials by stage, from where the sub-run's
+`diagnosis` for a strategy that writes no transcript (`diagnosis.json` tokens); `editor` (`edit.json` tokens,
+`calls` its editor calls). Trials by stage, from where the sub-run's
 `summary.json` lies: `start` (the session's own run), `validation` (the candidate), `rescore` (the incumbent
 re-run beside it), `confirmation` (`--ecdysis-accept-extra-trials`), `ablation`, `test` (the test split).
 Prices: `core.prices` (agent with the sub-run's `model`, user with its `user_model`, roles and editor with
@@ -134,6 +135,9 @@ def directory_cost(book: CostBook, directory: Path, diagnosis_model: str, root: 
             except ValueError:
                 continue
             book.add(str(turn.get("role") or "role"), diagnosis_model, turn.get("tokens"), calls=1)
+    for path in sorted(directory.rglob("diagnosis.json")):  # a strategy that keeps no transcript
+        if not (path.parent / "transcript.jsonl").is_file():
+            book.add("diagnosis", diagnosis_model, (_read(path) or {}).get("tokens"))
     for path in sorted(directory.rglob("edit.json")):
         edit = _read(path) or {}
         book.add("editor", diagnosis_model, edit.get("tokens"), calls=int(edit.get("calls", 1) or 0))
