@@ -34,7 +34,7 @@ def test_no_spec_on_the_same_input_is_not_asked_again(tmp_path: Path) -> None:
     ev = make_ev(tmp_path)
     calls = []
     first = repeat.diagnose_once(ev, 1, lambda: calls.append(1) or {"outcome": "no_spec", "reason": "", "spec": None})
-    finish(ev, first)
+    finish(ev, first, spec={"summary": "no change", "changes": [], "left_alone": [{"signature": "x"}]})
     second = repeat.diagnose_once(ev, 2, lambda: calls.append(2) or {"outcome": "no_spec", "spec": None})
     assert calls == [1]
     assert second["outcome"] == "no_new_evidence" and second["same_as_round"] == 1

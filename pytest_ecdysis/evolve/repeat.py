@@ -5,7 +5,8 @@ The input of a diagnosis (`diagnosis_input`, a SHA-256 hex digest) is what the r
 between rounds: the incumbent (harness id and commit), its evidence (the bytes of `failures.jsonl` and
 `groups.json` of the run the incumbent was scored in), the diagnosis options (strategy, diagnosis model,
 passes, `--ecdysis-evidence`) and the specs earlier rounds tried with their outcomes (the history the roles
-read, `evidence.history_view`; a round without a spec adds nothing to it, so it is left out). The roles are
+read, `evidence.history_view`; a round that found nothing adds only that answer, so it is left out, also
+when it wrote a `spec.json` without changes). The roles are
 called at temperature 0 (`endpoint.role_client`) and the simulated roles are deterministic, so the same input
 gets the same answer: an earlier `no_spec` (or `no_failures`) on the same input is this round's answer,
 and calling the roles again only spends tokens. After a rejected spec the input differs (the history now
@@ -41,6 +42,8 @@ def diagnosis_input(ev: Any) -> str:
         path = Path(inc["run_path"]) / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<none>") + b"\0")
     for r in ev.doc.get("rounds") or []:
+        if r.get("outcome") in NOTHING_FOUND:  # its spec.json (if any) proposes nothing: the same answer again
+            continue
         spec = spec_of(ev.dir / "rounds" / str(r["round"]))
         if spec is not None:
             h.update(json.dumps({"spec": spec, "outcome": r.get("outcome")},
