@@ -38,32 +38,39 @@ def usd_text(usd: float | None, simulated: bool = False) -> str:
     return f"${usd:.4g}" if usd < 1 else f"${usd:,.2f}"
 
 
+def _roles(block: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    roles = block.get("roles")
+    return {k: v for k, v in roles.items() if isinstance(v, dict)} if isinstance(roles, dict) else {}
+
+
 def _columns(blocks: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The fixed role columns, then any other role (a strategy's own) that spent tokens."""
-    others = sorted({r for b in blocks for r, s in (b.get("roles") or {}).items()
-                     if s.get("total") and r not in dict(COLUMNS)})
+    others = sorted({r for b in blocks for r, s in _roles(b).items() if s.get("total") and r not in dict(COLUMNS)})
     return [*COLUMNS, *((r, r) for r in others)]
 
 
 def cost_rows(doc: dict[str, Any]) -> dict[str, Any] | None:
     """The role table as data: `{"columns": [heading], "rows": [{"label", "cells": [tokens text], "tokens",
     "usd"}], "stages": [(text, tokens text)], "unknown": [note]}`; None without cost blocks."""
-    total = doc.get("cost")
-    rounds = [r for r in doc.get("rounds") or [] if r.get("cost")]
+    total = doc.get("cost") if isinstance(doc.get("cost"), dict) else None
+    rounds = [r for r in doc.get("rounds") or [] if isinstance(r, dict) and isinstance(r.get("cost"), dict)]
     if not total and not rounds:
         return None
     simulated = str(doc.get("model") or "").startswith("sim")
-    labelled = ([("start run", total.get("start"))] if total and total.get("start") else []) + [
+    labelled = ([("start run", total.get("start"))] if total and isinstance(total.get("start"), dict) else []) + [
         (f"round {r['round']}", r["cost"]) for r in rounds] + (
-        [("test split", total.get("test"))] if total and (total.get("test") or {}).get("tokens") else []) + (
+        [("test split", total.get("test"))] if total and isinstance(total.get("test"), dict)
+        and total["test"].get("tokens") else []) + (
         [("total", total)] if total else [])
     columns = _columns([b for _, b in labelled])
     rows = []
     for label, block in labelled:
-        roles = block.get("roles") or {}
+        roles = _roles(block)
         rows.append({"label": label, "cells": [tokens_text((roles.get(key) or {}).get("total")) for key, _ in columns],
                      "tokens": tokens_text(block.get("tokens")), "usd": usd_text(block.get("usd"), simulated)})
-    stages = [(STAGE_TEXT.get(s, s), tokens_text(n)) for s, n in ((total or {}).get("stages") or {}).items() if n]
+    stage_block = (total or {}).get("stages")
+    stages = [(STAGE_TEXT.get(s, s), tokens_text(n)) for s, n in
+              (stage_block.items() if isinstance(stage_block, dict) else []) if isinstance(n, int) and n]
     return {"columns": [h for _, h in columns], "rows": rows, "stages": stages,
             "unknown": list((total or {}).get("unknown") or [])}
 
