@@ -123,6 +123,7 @@ class EcdysisConfig:
     uncacheable: tuple[str, ...] = ()
     max_cost_usd: float | None = None  # `--ecdysis-max-cost`: None = no limit
     max_tokens: int | None = None  # `--ecdysis-max-tokens`: None = no limit
+    gate_max_cost_rise: float | None = None  # `--ecdysis-gate-max-cost-rise`: a share, None = not checked
 
     def limits(self) -> dict[str, float | int]:
         """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
@@ -146,12 +147,15 @@ class EcdysisConfig:
 
 
 def _budgets(raw: dict[str, Any]) -> dict[str, Any]:
-    """`max_cost_usd` and `max_tokens` of `--ecdysis-max-cost` / `--ecdysis-max-tokens` (None when not given).
+    """`max_cost_usd`, `max_tokens` and `gate_max_cost_rise` of `--ecdysis-max-cost`, `--ecdysis-max-tokens` and
+    `--ecdysis-gate-max-cost-rise` (None when not given).
 
     Raises:
         UsageError: not a number, negative, or (tokens) not a whole number.
     """
-    out: dict[str, Any] = {"max_cost_usd": None, "max_tokens": None}
+    out: dict[str, Any] = {"max_cost_usd": None, "max_tokens": None, "gate_max_cost_rise": None}
+    if raw.get("gate-max-cost-rise") not in (None, ""):
+        out["gate_max_cost_rise"] = _float("gate-max-cost-rise", raw["gate-max-cost-rise"], 0.0, None)
     if raw.get("max-cost") not in (None, ""):
         out["max_cost_usd"] = _float("max-cost", raw["max-cost"], 0.0, None)
     if raw.get("max-tokens") not in (None, ""):
