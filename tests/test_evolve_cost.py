@@ -89,3 +89,25 @@ def test_simulated_model_costs_sim_not_unknown(run_dir: Path) -> None:
     only_sim = {"model": "sim", "cost_start_runs": [summary(tok(10, 1), tok(10, 1), model="sim")], "rounds": []}
     only_sim["cost"] = cost.evolution_cost(only_sim, run_dir / "nothing", "sim", {})
     assert only_sim["cost"]["usd"] == 0.0 and cost_lines(only_sim)[2].split()[-1] == "sim"
+
+
+def test_html_page_and_pr_body_show_the_cost_table(run_dir: Path) -> None:
+    """The page of an evolution run has the cost-by-role table (one row per part, USD '?' for an unpriced
+    model), and the PR body its Markdown twin."""
+    from pytest_ecdysis.report.html import render
+    from pytest_ecdysis.report.pr_body import render_pr_body
+
+    doc = {"run_id": "r", "model": "agent-m", "status": "finished", "rounds": [], "start": {"score": 0.5},
+           "cost_start_runs": [summary(tok(8000, 800), tok(0, 0))]}
+    doc["rounds"] = [{"round": 1, "outcome": "rejected", "score_before": 0.5, "score_after": 0.5,
+                      "cost": cost.round_cost(run_dir, 1, "diag-m", PRICES)}]
+    doc["cost"] = cost.evolution_cost(doc, run_dir, "diag-m", PRICES)
+    write(run_dir / "evolution.json", doc)
+    write(run_dir / "summary.json", {"run_id": "r", "suite": "s", "model": "agent-m", "tokens": tok(8000, 800)})
+    page = render(run_dir)
+    assert '<h3 id="cost">Cost by role</h3>' in page
+    assert "<td>round 1</td>" in page and "<td>total</td>" in page
+    body = render_pr_body(run_dir)
+    assert "#### Cost by role" in body and "| round 1 |" in body
+    total_usd = f"${doc['cost']['usd']:.4g}"
+    assert total_usd in page and total_usd in body
