@@ -50,14 +50,15 @@ def _columns(blocks: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def cost_rows(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The role table as data: `{"columns": [heading], "rows": [{"label", "cells": [tokens text], "tokens",
+    """The role table as data (a resumed run's row `start x2`: each session scored the start harness): `{"columns": [heading], "rows": [{"label", "cells": [tokens text], "tokens",
     "usd"}], "stages": [(text, tokens text)], "unknown": [note]}`; None without cost blocks."""
     total = doc.get("cost") if isinstance(doc.get("cost"), dict) else None
     rounds = [r for r in doc.get("rounds") or [] if isinstance(r, dict) and isinstance(r.get("cost"), dict)]
     if not total and not rounds:
         return None
     simulated = str(doc.get("model") or "").startswith("sim")
-    labelled = ([("start run", total.get("start"))] if total and isinstance(total.get("start"), dict) else []) + [
+    starts = len(doc.get("cost_start_runs") or []) if isinstance(doc.get("cost_start_runs"), list) else 0
+    labelled = ([("start run" if starts <= 1 else f"start x{starts}", total.get("start"))] if total and isinstance(total.get("start"), dict) else []) + [
         (f"round {r['round']}", r["cost"]) for r in rounds] + (
         [("test split", total.get("test"))] if total and isinstance(total.get("test"), dict)
         and total["test"].get("tokens") else []) + (
