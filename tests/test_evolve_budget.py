@@ -96,3 +96,32 @@ def test_projection_counts_every_part() -> None:
     line = budget.projection_line(p, cfg)
     assert line.startswith("projection: this evolution can spend at most") and "3 round(s)" in line
     json.dumps(p)  # recorded in evolution.json
+
+
+def test_max_cost_with_an_unpriced_model_is_a_usage_error(project: pytest.Pytester) -> None:
+    """A USD cap needs every model's price: 'fake' has none, so the run refuses to start, naming it."""
+    result = _run(project, "--ecdysis-max-cost", "5")
+    assert result.ret == 4, result.stdout.str()
+    assert "--ecdysis-max-cost cannot be counted: no price for 'fake'" in result.stderr.str()
+
+
+def test_max_cost_stops_before_a_stage_that_could_pass_it(tmp_path) -> None:
+    """With prices known, USD spent (the starting run, 1M prompt tokens of $1/Mtok) plus the validation's
+    estimate ($1.50) above --ecdysis-max-cost 2 stops before the validation, naming the USD figures."""
+    (tmp_path / ".ecdysis").mkdir()
+    (tmp_path / ".ecdysis" / "prices.json").write_text(
+        '{"models": {"m": {"prompt_per_mtok": 1.0, "completion_per_mtok": 1.0}}}')
+    cfg = SimpleNamespace(model="m", user_model="m", diagnosis_model="m", max_tokens=None, max_cost_usd=2.0,
+                          rootdir=tmp_path)
+    said: list[str] = []
+    start = {"model": "m", "user_model": "m", "tokens": {"prompt": 1_000_000, "completion": 0},
+             "user_tokens": {}}
+    doc = {"cost_start_runs": [start], "rounds": [],
+           "projection": {"per_round": {"validation": {"calls": 10, "tokens": 1_500_000, "usd": 1.5}}}}
+    ev = SimpleNamespace(cfg=cfg, doc=doc, dir=tmp_path / "run", state=SimpleNamespace(run_id="r9"),
+                         say=said.append, checkpoint=lambda: None)
+    budget.before_stage(ev, "diagnosis", "diagnosis of round 1")  # no estimate for it here: $1 + $0 <= $2
+    with pytest.raises(budget.BudgetReached, match=r"--ecdysis-max-cost \$2: spent \$1, the validation of round 1 "
+                                                   r"may spend \$1.5 more"):
+        budget.before_stage(ev, "validation", "validation of round 1")
+    assert doc["status"] == "stopped_budget" and "--ecdysis-resume r9 --ecdysis-max-cost USD" in said[-1]

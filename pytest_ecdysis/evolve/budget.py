@@ -23,7 +23,8 @@ validation, confirmation trials, ablation, test split) starts, the tokens and US
 (`evolve/cost.py`: every session's starting run, the rounds' files) plus the stage's estimate (the most an
 earlier round's same stage spent, else the bound above) must stay within the budget; otherwise
 `BudgetReached` is raised after the state is saved, and the run resumes with `--ecdysis-resume` (a higher
-budget is allowed). A budget below one starting run is a usage error before any trial (`check_start`).
+budget is allowed). A budget below one starting run is a usage error before any trial (`check_start`), and so
+is `--ecdysis-max-cost` with a model that has no price (`check_priced`, at configure time).
 """
 
 from __future__ import annotations
@@ -233,6 +234,27 @@ def before_stage(ev: Any, stage: str, where: str) -> None:
                f"--ecdysis-resume {ev.state.run_id} {flag} with a higher budget (the other options as before)")
     ev.say(message)
     raise BudgetReached(message)
+
+
+def check_priced(cfg: Any) -> None:
+    """`--ecdysis-max-cost` needs a price for every model that spends tokens (a USD cap that cannot be counted
+    would not hold).
+
+    Raises:
+        UsageError: a model (task, user simulator, diagnosis, test) has no price; names it and what to do.
+    """
+    if cfg.max_cost_usd is None:
+        return
+    from pytest_ecdysis.core.config import is_sim_model
+    from pytest_ecdysis.core.prices import price_of
+
+    prices = load_prices(getattr(cfg, "rootdir", None))
+    models = dict.fromkeys((cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models))
+    unknown = [m for m in models if not is_sim_model(m) and price_of(m, prices) is None]
+    if unknown:
+        raise UsageError(f"--ecdysis-max-cost cannot be counted: no price for {', '.join(map(repr, unknown))} in "
+                         "litellm's price map; add it to .ecdysis/prices.json (0 for a local server) or use "
+                         "--ecdysis-max-tokens")
 
 
 def check_start(cfg: Any, n_cases: int, run_dir: Path) -> str | None:

@@ -47,7 +47,14 @@ class StartBudgetCheck:
 
 
 def register(config: Any, state: Any) -> None:
-    """Register the check when this session evolves with a budget."""
+    """Register the check when this session evolves with a budget; `--ecdysis-max-cost` with a model that has
+    no price is a usage error here (`evolve/budget.check_priced`)."""
     cfg = state.cfg
     if cfg.evolve and (cfg.max_tokens is not None or cfg.max_cost_usd is not None):
+        from pytest_ecdysis.evolve.budget import check_priced
+
+        try:
+            check_priced(cfg)
+        except EcdysisError as exc:
+            raise pytest.UsageError(str(exc)) from None
         config.pluginmanager.register(StartBudgetCheck(state), "ecdysis-start-budget-check")
