@@ -39,3 +39,46 @@ def test_a_baseline_without_tokens_per_task_cannot_be_checked() -> None:
     del base["tokens_per_task"]
     v = check(summary(4000), base, 0.10)
     assert not v.passed and any("save a new baseline" in r for r in v.reasons)
+
+
+SUITE = '''
+import os
+
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+from pytest_ecdysis.plugin import get_state
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", ["0", "1"])
+def test_task(request, task_id):
+    n = int(os.environ["TINY_TOKENS"])  # a harness change that makes the agent talk more
+    record_trial(request.node, TrialResult(
+        suite="tiny", task_id=task_id, trial=0, reward=1.0, termination_reason="agent_stop",
+        components={"db": 1.0}, harness_id=get_state(request.config).harness_id,
+        tokens={"prompt": n, "completion": 0, "total": n}))
+'''
+
+
+def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) -> None:
+    """`pytest --ecdysis-gate --ecdysis-gate-max-cost-rise 0.1`: the same scores at +50 % tokens per task
+    fail the gate (exit 1) with both figures in the verdict; within the share it passes (exit 0)."""
+    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_tiny=SUITE)
+    pytester.mkpydir("tiny_harness")
+    args = ("test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-model", "fake", "--ecdysis-base-url",
+            "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness")
+    monkeypatch.setenv("TINY_TOKENS", "1000")
+    saved = pytester.runpytest_subprocess(*args, "--ecdysis-save-baseline", "base.json")
+    assert saved.ret == 0, saved.stdout.str()
+    monkeypatch.setenv("TINY_TOKENS", "1500")
+    failed = pytester.runpytest_subprocess(*args, "--ecdysis-gate", "--ecdysis-baseline", "base.json",
+                                           "--ecdysis-gate-max-cost-rise", "0.1")
+    assert failed.ret == 1, failed.stdout.str()
+    failed.stdout.fnmatch_lines(["*tokens per task 1,500 are +50.0% against the baseline's 1,000*"])
+    monkeypatch.setenv("TINY_TOKENS", "1050")
+    passed = pytester.runpytest_subprocess(*args, "--ecdysis-gate", "--ecdysis-baseline", "base.json",
+                                           "--ecdysis-gate-max-cost-rise", "0.1")
+    assert passed.ret == 0, passed.stdout.str()
+    passed.stdout.fnmatch_lines(["*tokens per task 1,050 vs 1,000 (+5.0%, at most +10.0%)*"])
