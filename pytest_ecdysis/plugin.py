@@ -76,6 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
     state.no_trials = runs_no_test(config)
     config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
     config.pluginmanager.register(VerdictPrinter(state), "ecdysis-verdict")
+    from pytest_ecdysis.run.budget_check import register as register_budget_check
+
+    register_budget_check(config, state)  # --ecdysis-max-cost/-tokens below one starting run: usage error
     try:
         prepare(config, state)
     except EcdysisError as exc:

@@ -123,6 +123,9 @@ class EcdysisConfig:
     accept_extra_trials: int = 0  # `--ecdysis-accept-extra-trials`
     cache_dir: Path | None = None
     uncacheable: tuple[str, ...] = ()
+    max_cost_usd: float | None = None  # `--ecdysis-max-cost`: None = no limit
+    max_tokens: int | None = None  # `--ecdysis-max-tokens`: None = no limit
+    gate_max_cost_rise: float | None = None  # `--ecdysis-gate-max-cost-rise`: a share, None = not checked
 
     def limits(self) -> dict[str, float | int]:
         """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
@@ -143,6 +146,23 @@ class EcdysisConfig:
     def replace(self, **changes: Any) -> EcdysisConfig:
         return dataclasses.replace(self, **changes)
 
+
+
+def _budgets(raw: dict[str, Any]) -> dict[str, Any]:
+    """`max_cost_usd`, `max_tokens` and `gate_max_cost_rise` of `--ecdysis-max-cost`, `--ecdysis-max-tokens` and
+    `--ecdysis-gate-max-cost-rise` (None when not given).
+
+    Raises:
+        UsageError: not a number, negative, or (tokens) not a whole number.
+    """
+    out: dict[str, Any] = {"max_cost_usd": None, "max_tokens": None, "gate_max_cost_rise": None}
+    if raw.get("gate-max-cost-rise") not in (None, ""):
+        out["gate_max_cost_rise"] = _float("gate-max-cost-rise", raw["gate-max-cost-rise"], 0.0, None)
+    if raw.get("max-cost") not in (None, ""):
+        out["max_cost_usd"] = _float("max-cost", raw["max-cost"], 0.0, None)
+    if raw.get("max-tokens") not in (None, ""):
+        out["max_tokens"] = _int("max-tokens", str(raw["max-tokens"]).replace("_", ""), 0)
+    return out
 
 
 def read_config(config: Any) -> EcdysisConfig:
@@ -276,6 +296,7 @@ def read_config(config: Any) -> EcdysisConfig:
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
         editor_context_tokens=_int("editor-context", raw["editor-context"], 0),
         **read_limits(raw, env),
+        **_budgets(raw),
         progress_s=_float("progress", raw["progress"], 0.0, None),
     )
     check_needs(config, evolve, cfg.gate)  # after the values' own checks: a bad value is named first

@@ -14,28 +14,27 @@ Pure functions over `TrialResult`s (no pytest, no files except the price table).
   trials of any task has no value (None), instead of mixing tasks with different n.
 - *solved*: every trial of the task succeeded (and it has at least one scored trial).
 
-Cost: tokens x a price table (`prices.json` beside this module, USD per million tokens), merged with a
-user's `.ecdysis/prices.json` in the rootdir when present. An unknown model's cost is None (unknown),
-never 0; a simulated model (`sim`, `sim/<profile>`) costs 0 and is labelled "simulated".
+Cost: tokens x the price table of `core.prices` (litellm's bundled price map, read offline, overridden by
+the project's `.ecdysis/prices.json`). An unknown model's cost is None (unknown), never 0; a simulated model
+(`sim`, `sim/<profile>`) costs 0 and is labelled "simulated".
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pytest_ecdysis.core.config import is_sim_model
-from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.core.prices import cost_usd, load_prices
 from pytest_ecdysis.core.records import TrialResult
+
+__all__ = ["EPS", "cost_usd", "is_success", "load_prices", "pass_at_k", "pass_hat_k", "run_cost", "score_block",
+           "sum_tokens", "task_counts", "task_key", "task_mean_rewards"]
 
 #: reward >= λ - EPS counts as success (τ²'s `is_successful` tolerance).
 EPS = 1e-6
-PRICES_FILE = Path(__file__).with_name("prices.json")
 
 
 def task_key(trial: TrialResult) -> str:
@@ -119,43 +118,6 @@ def pass_k_table(counts: dict[str, TaskCounts], trials: int) -> tuple[dict[str, 
         at[str(k)] = sum(pass_at_k(tc.n, tc.c, k) for tc in scored) / len(scored)
         hat[str(k)] = sum(pass_hat_k(tc.n, tc.c, k) for tc in scored) / len(scored)
     return at, hat
-
-
-def load_prices(rootdir: Path | None = None) -> dict[str, dict[str, float]]:
-    """The price table: `{model: {"prompt_per_mtok": USD, "completion_per_mtok": USD}}`.
-
-    Raises:
-        UsageError: a price file that is not valid JSON of that shape (names the file).
-    """
-    table: dict[str, dict[str, float]] = {}
-    paths = [PRICES_FILE] + ([rootdir / ".ecdysis" / "prices.json"] if rootdir else [])
-    for path in paths:
-        if not path.is_file():
-            continue
-        try:
-            data = json.loads(path.read_text())
-            models = data["models"]
-            for name, price in models.items():
-                table[name] = {"prompt_per_mtok": float(price["prompt_per_mtok"]),
-                               "completion_per_mtok": float(price["completion_per_mtok"])}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise UsageError(
-                f"price table {path} is not valid: {exc!r}; expected "
-                '{"models": {"<model>": {"prompt_per_mtok": 2.5, "completion_per_mtok": 10.0}}}'
-            ) from None
-    return table
-
-
-def cost_usd(model: str, tokens: dict[str, int], prices: dict[str, dict[str, float]]) -> tuple[float | None, str]:
-    """(cost in USD or None when unknown, a note: "simulated", "priced" or "unknown model <name>")."""
-    if is_sim_model(model):
-        return 0.0, "simulated"
-    price = prices.get(model) or prices.get(model.rsplit("/", 1)[-1])
-    if price is None:
-        return None, f"unknown model {model!r}: add it to .ecdysis/prices.json"
-    cost = (tokens.get("prompt", 0) * price["prompt_per_mtok"]
-            + tokens.get("completion", 0) * price["completion_per_mtok"]) / 1e6
-    return cost, "priced"
 
 
 def sum_tokens(trials: Iterable[TrialResult], field: str = "tokens") -> dict[str, int]:

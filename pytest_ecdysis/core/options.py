@@ -127,6 +127,14 @@ OPTIONS: tuple[Option, ...] = (
            "ended and the trial ends agent_error naming the limit; 0: none (default: 900)", default="900"),
     Option("html", "at session end write one self-contained HTML page of the run (and its evolution or gate) "
            "to FILE (default: none; `ecdysis report RUN_DIR` makes it later)", ini=False),
+    Option("gate-max-cost-rise", "fail the gate when the agent's tokens per task rise above the baseline's by more "
+           "than this share, e.g. 0.1: at most 10 percent more (default: not checked)", needs=GATE),
+    Option("max-cost", "evolution: the most USD it may spend (all model calls: trials, diagnosis, editor, test "
+           "split, priced from litellm's price map or .ecdysis/prices.json); it stops at the first stage boundary "
+           "whose next stage could pass it, state saved, resumable with a higher budget (default: no limit)",
+           needs=EVOLVE),
+    Option("max-tokens", "evolution: the most tokens (prompt + completion) it may spend, counted as --ecdysis-max-cost "
+           "counts USD (default: no limit)", needs=EVOLVE),
 )
 
 

@@ -20,6 +20,11 @@ from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.evidence.views import cut
 
 MAX_HISTORY = 10
+#: the latest rounds whose candidate diff the roles see (each cut to `MAX_DIFF_CHARS`), and the most tasks a
+#: flip list shows: the lineage stays a few thousand characters of the evidence's `DEFAULT_MAX_CHARS`.
+MAX_HISTORY_DIFFS = 3
+MAX_DIFF_CHARS = 1_500
+MAX_FLIPS_LISTED = 10
 MAX_HARNESS_FILES = 40
 
 
@@ -31,7 +36,12 @@ class PastRound(BaseModel):
     score_before: float | None = None
     score_after: float | None = None
     spec: ModificationSpec | None = None
-
+    #: the candidate's diff (`rounds/<n>/candidate.diff`), None when no candidate was made
+    diff: str | None = None
+    #: `{"failed_to_solved": [task], "solved_to_failed": [task]}` of the validated candidate
+    flips: dict[str, list[str]] | None = None
+    #: the decision's figures (`rule`, `method`, `effect`, `p_value`, `wins`, `losses`), when one was made
+    decision: dict[str, Any] | None = None
 
 
 def harness_map(harness_dir: Path) -> dict[str, Any]:
@@ -96,14 +106,16 @@ def _past_round(item: Any) -> PastRound:
     if isinstance(item, Mapping):
         return PastRound.model_validate(item)
     return PastRound.model_validate(
-        {k: getattr(item, k, None) for k in ("round", "outcome", "score_before", "score_after", "spec")}
+        {k: getattr(item, k, None) for k in ("round", "outcome", "score_before", "score_after", "spec", "diff",
+                                             "flips", "decision")}
     )
 
 
 def history_view(history: Iterable[Any]) -> list[dict[str, Any]]:
     """Earlier rounds, newest last: outcome, score change and each change's knob, parameters and files."""
     out = []
-    for past in [_past_round(h) for h in history][-MAX_HISTORY:]:
+    pasts = [_past_round(h) for h in history][-MAX_HISTORY:]
+    for i, past in enumerate(pasts):
         delta = None
         if past.score_before is not None and past.score_after is not None:
             delta = round(past.score_after - past.score_before, 4)
@@ -117,5 +129,19 @@ def history_view(history: Iterable[Any]) -> list[dict[str, Any]]:
                  "parameters": c.parameters}
                 for c in past.spec.changes[:10]
             ]
+        _lineage(entry, past, recent=i >= len(pasts) - MAX_HISTORY_DIFFS)
         out.append(entry)
     return out
+
+
+def _lineage(entry: dict[str, Any], past: PastRound, *, recent: bool) -> None:
+    """Add what became of a round's spec: the decision, the per-task flips and (for the latest rounds) the diff."""
+    if past.decision:
+        entry["decision"] = {k: past.decision[k] for k in ("rule", "method", "effect", "p_value", "wins", "losses")
+                             if past.decision.get(k) is not None}
+    if past.flips and any(past.flips.values()):
+        entry["flips"] = {k: list(v[:MAX_FLIPS_LISTED]) + ([f"... {len(v) - MAX_FLIPS_LISTED} more"]
+                                                           if len(v) > MAX_FLIPS_LISTED else [])
+                          for k, v in past.flips.items() if isinstance(v, list)}
+    if past.diff:
+        entry["diff"] = cut(past.diff, MAX_DIFF_CHARS) if recent else f"({len(past.diff)} characters, not shown)"

@@ -5,6 +5,8 @@
         records, groups  <- the incumbent's run directory (failures.jsonl, groups.json)
         spec             <- diagnosis (the chosen strategy)            no records -> `no_failures`, stop
                                                                        no spec    -> `no_spec`
+                                                                       same input as a round
+                                                                       that found nothing -> `no_new_evidence`, stop
         edit             <- exactly one editor call, in a temporary git worktree at the incumbent
         change           <- the diff of the harness directory         none       -> `no_change`
         guard            <- only harness files; no gold-data reads    otherwise  -> `guard_rejected`
@@ -56,6 +58,7 @@ from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
 from pytest_ecdysis.edit.editors import make_editor
+from pytest_ecdysis.evolve import budget, cost, repeat
 from pytest_ecdysis.evolve.accept import accept_stage
 from pytest_ecdysis.evolve.alternatives import alternatives_round
 from pytest_ecdysis.evolve.instance import MAX_INSTANCE_STEPS, instance_round
@@ -113,6 +116,7 @@ class Evolution(RunState, TrustedRuns):
         self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
         self.last_said = "evolution"
         self.doc = self._load_or_start()
+        cost.note_start_run(self)
         self.trusted = self._trusted_tree()
         # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
         hide = [self.dir.parent, self.ledger.path.parent, self.checkout / ".git"]
@@ -130,12 +134,18 @@ class Evolution(RunState, TrustedRuns):
                  f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
                  f"{fmt(self.doc['start']['score'])}")
         self.say(sandbox.status_line() + "; see docs/evolution.md, threat model")
+        if self.doc.pop("budget_stop", None):  # resumed after a budget stop (with a higher budget)
+            self.doc["status"] = "running"
+        self.doc["projection"] = budget.project(self.cfg, self.summary, self.dir, self.harness_dir)
+        self.say(budget.projection_line(self.doc["projection"], self.cfg))
         try:
             for n in range(len(self.doc["rounds"]) + 1, self.cfg.rounds + 1):
                 result = self.round(n)
-                if result["outcome"] == "no_failures":
+                if result["outcome"] in ("no_failures", "no_new_evidence"):
                     break
             self.make_branch()
+            if not (self.doc.get("test") or {}).get("frozen") and self.cfg.test_trials:
+                budget.before_stage(self, "test", "test split")
             score_test(self)
             self.measure_validity()
         except KeyboardInterrupt:
@@ -145,6 +155,7 @@ class Evolution(RunState, TrustedRuns):
         finally:
             self.trusted.remove()
         self.doc["status"] = "finished"
+        cost.refresh(self)
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
         self.checkpoint()
         return self.doc
@@ -169,8 +180,9 @@ class Evolution(RunState, TrustedRuns):
         worktree = gitops.add_worktree(self.harness_dir, inc["commit"])
         try:
             # 1. records -> groups -> diagnosis -> spec
-            diag = self.stage_json(rdir / "diagnosis.json",
-                                   lambda: diagnose_stage(self, n, rdir, worktree.harness_dir))
+            diag = self.stage_json(rdir / "diagnosis.json", lambda: repeat.diagnose_once(
+                self, n, lambda: diagnose_stage(self, n, rdir, worktree.harness_dir)))
+            row["diagnosis_input"] = diag.get("diagnosis_input")  # `evolve/repeat.py`
             add_tokens(row["tokens"], diag.get("tokens", {}))
             row["wall_s"] += diag.get("wall_s", 0.0)
             if diag["outcome"]:
@@ -193,6 +205,15 @@ class Evolution(RunState, TrustedRuns):
             return self.finish_round(row, rdir)
         finally:
             worktree.remove()
+
+    def stage_json(self, path: Path, compute: Any) -> dict[str, Any]:
+        """`RunState.stage_json`, after the budgets allow the stage (`evolve/budget.py`) when it is to run."""
+        stage = budget.STAGES.get(path.name)
+        if stage and not path.is_file():
+            stage = "ablation" if "ablation" in path.relative_to(self.dir).parts[:-1] else stage
+            where = "/".join(path.relative_to(self.dir).parts[1:-1])
+            budget.before_stage(self, stage, f"{stage} of round {where}")
+        return super().stage_json(path, compute)
 
     def attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any], *,
                 label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -245,9 +266,11 @@ class Evolution(RunState, TrustedRuns):
         """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
         if not already_written:
             row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
+            cost.refresh(self, row)  # tokens and USD per role (`evolve/cost.py`)
             write_json(rdir / "decision.json", {**decision_fields(row), "round": row,
                                                 "incumbent": self.doc["incumbent"]}, self.ledger)
         self.doc["rounds"].append(row)
+        cost.refresh(self, row)
         self.checkpoint()
         if self.stop_error is not None:
             raise self.stop_error

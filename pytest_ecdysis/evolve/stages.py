@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import load_evidence, spec_of, write_json
+from pytest_ecdysis.evolve.lineage import lineage_of
 from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.report.evolution import fmt, shorten
 from pytest_ecdysis.validate.subrun import BrokenCandidate, read_run, solved_tasks
@@ -68,7 +69,8 @@ def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) ->
                      for key in solved}
     t0 = time.monotonic()
     history = [{"round": r["round"], "outcome": r["outcome"], "score_before": r["score_before"],
-                "score_after": r["score_after"], "spec": spec_of(ev.dir / "rounds" / str(r["round"]))}
+                "score_after": r["score_after"], "spec": spec_of(ev.dir / "rounds" / str(r["round"])),
+                **lineage_of(ev.dir / "rounds" / str(r["round"]), r)}  # `evolve/lineage.py`
                for r in ev.doc["rounds"]]
     result = diagnosis.diagnose(records=records, groups=groups, harness_dir=incumbent_dir,
                                 history=history, solved_tasks=tools_by_task, cfg=cfg, round_dir=rdir,

@@ -11,7 +11,10 @@ with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
   level `--ecdysis-accept-level` *and* the mean per-task drop exceeds the tolerance, so an unchanged
   harness on a noisy model fails the gate with probability at most about the level;
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
-  that option is given); "solved" = every trial of the task succeeded.
+  that option is given); "solved" = every trial of the task succeeded;
+- `--ecdysis-gate-max-cost-rise S` (a share, only when given): the agent's tokens per task (its tokens over
+  the tasks, as the evolution's test split reports efficiency) rose above the baseline's by more than S
+  (`cost_rise`); a baseline saved before it kept tokens per task cannot be checked and fails with that reason.
 
 A baseline of another suite, split, trial count, model, λ or task selection is refused, not compared, as
 a usage error before any trial: at configure time (`preflight`) for what the options tell, right after
@@ -32,6 +35,7 @@ from typing import Any
 from pytest_ecdysis.core.errors import RunDirError, UsageError, shown
 from pytest_ecdysis.core.records import SCHEMA_VERSION
 from pytest_ecdysis.gate.acceptance import regression_test
+from pytest_ecdysis.gate.cost_rise import cost_rise, tokens_per_task
 
 #: fields of a baseline that must equal the run's for a comparison to mean anything.
 MATCH_FIELDS = ("suite", "split", "trials", "model", "threshold", "sim_nonce")
@@ -46,14 +50,15 @@ def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The baseline document for a run summary (what `--ecdysis-save-baseline` writes).
 
     Shape: `{schema_version, suite, split, trials, model, threshold, [sim_nonce,] harness_id, run_id,
-    suite_score, pass_hat_k, n_tasks, tasks: {"<suite>/<task_id>": {"n", "successes", "solved",
-    "mean_reward"}}}`; `sim_nonce` only when the summary has it (a simulated model: its fixed nonce or None).
+    suite_score, pass_hat_k, n_tasks, tokens_per_task, tasks: {"<suite>/<task_id>": {"n", "successes", "solved",
+    "mean_reward"}}}` (`tokens_per_task`: `tokens_per_task(summary)`); `sim_nonce` only when the summary has it (a simulated model: its fixed nonce or None).
     """
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "ecdysis-baseline",
         **{k: summary.get(k) for k in (*MATCH_FIELDS, "harness_id", "run_id", "suite_score",
                                         "pass_hat_k", "n_tasks") if k in summary or k not in OPTIONAL_FIELDS},
+        "tokens_per_task": tokens_per_task(summary),
         "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"],
                       "mean_reward": v.get("mean_reward")} for k, v in summary.get("tasks", {}).items()},
     }
@@ -158,6 +163,7 @@ class GateVerdict:
     baseline_path: str = ""
     rule: str = "strict"  #: `strict` (score drop beyond the tolerance) or `paired` (a significant drop)
     test: dict[str, Any] | None = None  #: the paired test: method, effect, interval, p_value, level, ...
+    cost: dict[str, Any] | None = None  #: `cost_rise` figures with `--ecdysis-gate-max-cost-rise`
 
     @property
     def delta(self) -> float | None:
@@ -185,6 +191,9 @@ class GateVerdict:
         if self.max_regressions is not None or self.regressions:
             limit = "not checked" if self.max_regressions is None else f"at most {self.max_regressions}"
             line += f"; {len(self.regressions)} regressed task(s), {limit}"
+        if self.cost and self.cost.get("rise") is not None:
+            line += (f"; tokens per task {self.cost['tokens_per_task']:,.0f} vs {self.cost['baseline_tokens_per_task']:,.0f} "
+                     f"({self.cost['rise']:+.1%}, at most {self.cost['max_rise']:+.1%})")
         return line
 
     def as_dict(self) -> dict[str, Any]:
@@ -193,7 +202,8 @@ class GateVerdict:
                 "regressions": self.regressions, "max_regressions": self.max_regressions,
                 "reasons": self.reasons, "baseline": self.baseline_path, "headline": self.headline(),
                 "rule": self.rule, **{k: (self.test or {}).get(k) for k in ("method", "effect", "interval",
-                                                                            "p_value", "level")}}
+                                                                            "p_value", "level")},
+                **({"cost": self.cost} if self.cost else {})}
 
 
 def task_set_difference(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
@@ -249,11 +259,12 @@ def regressions(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> li
 def verdict(
     summary: dict[str, Any], baseline: dict[str, Any], *, tolerance: float, max_regressions: int | None,
     missing: list[str], n_collected: int, baseline_path: str = "", rule: str = "strict", method: str = "sign",
-    level: float = 0.05,
+    level: float = 0.05, max_cost_rise: float | None = None,
 ) -> GateVerdict:
     """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons.
 
-    `rule`, `method`, `level`: `--ecdysis-accept`, `--ecdysis-accept-method`, `--ecdysis-accept-level`.
+    `rule`, `method`, `level`: `--ecdysis-accept`, `--ecdysis-accept-method`, `--ecdysis-accept-level`;
+    `max_cost_rise`: `--ecdysis-gate-max-cost-rise` (None: tokens per task not checked).
     """
     v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),
                     tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path,
@@ -294,5 +305,9 @@ def verdict(
     if max_regressions is not None and len(v.regressions) > max_regressions:
         v.reasons.append(f"{len(v.regressions)} task(s) solved in the baseline are not solved now "
                          f"(allowed {max_regressions}): {shown(v.regressions, 10)}")
+    if max_cost_rise is not None:
+        v.cost, why = cost_rise(summary, baseline, max_cost_rise)
+        if why:
+            v.reasons.append(why)
     v.passed = not v.reasons
     return v

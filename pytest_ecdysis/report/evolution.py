@@ -19,6 +19,7 @@ OUTCOME_TEXT = {
     "rejected": "rejected",
     "no_failures": "no failures: nothing to repair",
     "no_spec": "no spec",
+    "no_new_evidence": "no new evidence: diagnosis not repeated",
     "no_change": "no change",
     "guard_rejected": "refused by the guard",
     "broken_candidate": "broken candidate",
@@ -63,6 +64,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
                        f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}")
     if doc.get("accept"):
         out.append(f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test")
+    out += cost_section(doc)
     test = doc.get("test") or {}
     if test.get("start") and test.get("frozen"):
         out.append(f"test split, {test.get('trials')} trial(s) per task:  start {score_line(test['start'])}"
@@ -80,6 +82,13 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         out.append("no round was accepted: no branch")
     out.append(f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s; files in {doc.get('run_path', '')}".rstrip())
     return out
+
+
+def cost_section(doc: dict[str, Any]) -> list[str]:
+    """The cost-by-role table of `report/cost.py` (empty for runs that recorded no cost)."""
+    from pytest_ecdysis.report.cost import cost_lines
+
+    return cost_lines(doc)
 
 
 def score_line(entry: dict[str, Any]) -> str:

@@ -213,6 +213,13 @@ def _round_files(r: _Reader, row: dict[str, Any]) -> dict[str, Any]:
             "diff": highlight_diff(diff) if diff else None, "flips": _dict(row.get("flips"))}
 
 
+def _cost_table(evo: Any) -> dict[str, Any] | None:
+    """The evolution's cost by role (`report/cost.py`), None for a run without one."""
+    from pytest_ecdysis.report.cost import cost_rows
+
+    return cost_rows(evo) if isinstance(evo, dict) else None
+
+
 def gather(run_path: Path | str) -> dict[str, Any]:
     """Everything the page shows, as plain data; `missing` lists what could not be read (never raises)."""
     root = Path(run_path)
@@ -251,6 +258,7 @@ def gather(run_path: Path | str) -> dict[str, Any]:
                              "transfer": _dict(test.get("transfer")), "test": test,
                              "chart": _chart(start, rounds, scores)}
     view["cost"] = report._cost(summary) if summary else "–"
+    view["cost_table"] = _cost_table(evo)
     weak = summary.get("weak_passes")
     view["weak_passes"] = weak if isinstance(weak, (list, dict, int)) and weak else None  # issue 12's field
     view["missing"] = r.missing

@@ -157,6 +157,7 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         baseline = gate.load_baseline(cfg.baseline)  # checked at configure time; UsageError if it vanished
         outcome.gate = gate.verdict(summary, baseline, tolerance=cfg.gate_tolerance,
                                     max_regressions=cfg.gate_max_regressions, missing=missing + not_run,
+                                    max_cost_rise=getattr(cfg, "gate_max_cost_rise", None),
                                     n_collected=len(expected), baseline_path=str(cfg.baseline),
                                     rule=cfg.accept, method=cfg.accept_method, level=cfg.accept_level)
     summary["gate"] = outcome.gate.as_dict() if outcome.gate else None
