@@ -258,7 +258,8 @@ class ModificationSpec(_Model):
 
 
 RoundOutcome = Literal[
-    "accepted", "rejected", "no_failures", "no_spec", "no_change", "guard_rejected", "broken_candidate"
+    "accepted", "rejected", "no_failures", "no_spec", "no_change", "guard_rejected", "broken_candidate",
+    "inconclusive",
 ]
 
 
