@@ -91,10 +91,12 @@ def _criterion(doc: dict[str, Any]) -> str:
     """What a round needed to be accepted under the run's `--ecdysis-accept` rule (`evolution.json` `accept`),
     or that no test was possible: no round reached a decision, or too few tasks for the test to accept."""
     accept = doc.get("accept") or {}
-    decided = [r.get("decision") for r in doc.get("rounds") or [] if r.get("decision")]
-    if accept.get("rule") in ("paired", "sequential") and not decided:
+    rounds = doc.get("rounds") or []
+    decided = [r["decision"] for r in rounds if r.get("decision")]
+    validated = [r for r in rounds if r.get("outcome") in ("accepted", "rejected", "inconclusive")]
+    if accept.get("rule") in ("paired", "sequential") and rounds and not validated:
         return "reached a test (no candidate was validated)"
-    if accept.get("rule") in ("paired", "sequential"):
+    if accept.get("rule") in ("paired", "sequential") and decided:
         n = max(int(d.get("n_tasks") or 0) for d in decided)
         need = sign_min_wins(accept.get("level") or 0.05)
         if accept["rule"] == "paired" and accept.get("method", "sign") == "sign" and n < need:
