@@ -222,7 +222,12 @@ def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytes
                                  "+9/-0 discordant*12 confirmation trial(s)*",
                                  "*decided by: sequential sign test*the confirmation spent 12 trial(s)*"])
     body = render_pr_body(project.path / ".ecdysis" / "runs" / "run1")
-    assert "The confirmation spent 12 trial(s)." in body
+    assert "The confirmation spent 12 trial(s)." in body and "sequential sign test of discordant" in body
+    from pytest_ecdysis.report.html_view import gather
+
+    view = gather(project.path / ".ecdysis" / "runs" / "run1")
+    assert view["evolution"]["decided_by"].startswith("decided by: sequential sign test")
+    assert "the confirmation spent 12 trial(s)" in view["evolution"]["decided_by"]
 
 
 def test_an_inconclusive_round_is_not_rejected(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,3 +245,39 @@ def test_an_inconclusive_round_is_not_rejected(pytester: pytest.Pytester, monkey
     assert row["confirmation"]["trials"] == 6 and "budget spent (3 look(s)" in row["confirmation"]["stopped"]
     assert row["decision"]["sequential"]["outcome"] == "inconclusive"
     result.stdout.fnmatch_lines(["*round 1: inconclusive (neither accepted nor rejected: may be tried again)*"])
+
+
+def test_held_out_regressions_are_listed_in_the_verdict_and_pr_body(tmp_path) -> None:
+    """A test task the start solved in every trial and the frozen harness failed once is a held-out
+    regression: computed from the two test runs, listed by the verdict and the PR body."""
+    import json
+
+    from pytest_ecdysis.evolve.testsplit import held_out_regressions
+    from pytest_ecdysis.report.pr_body import render_pr_body
+    from pytest_ecdysis.report.verdict import evolution_lines
+
+    def run(name: str, rewards: dict[str, list[float]]) -> str:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"suite_score": 0.5}))
+        (d / "trials.jsonl").write_text("".join(
+            json.dumps({"suite": "airline", "task_id": t, "trial": i, "reward": r, "termination_reason": "agent_stop"})
+            + "\n" for t, rs in rewards.items() for i, r in enumerate(rs)))
+        return str(d)
+
+    start = {"run_path": run("start", {"1": [1.0, 1.0], "2": [1.0, 1.0], "3": [0.0, 1.0]}), "suite_score": 0.83}
+    frozen = {"run_path": run("frozen", {"1": [1.0, 0.0], "2": [1.0, 1.0], "3": [1.0, 1.0]}), "suite_score": 0.83}
+    reg = held_out_regressions(start, frozen, 1.0)
+    assert reg == {"solved_to_failed": ["airline/1"], "failed_to_solved": ["airline/3"]}
+    assert held_out_regressions(start, {**frozen, "same_as_start": True}, 1.0)["solved_to_failed"] == []
+    doc = {"rounds": [{"round": 1, "accepted": True, "outcome": "accepted"}], "start": {"score": 0.5},
+           "incumbent": {"score": 0.6}, "branch": "ecdysis/r1", "diff_command": "git diff a ecdysis/r1",
+           "test": {"start": start, "frozen": frozen, "trials": 2, "regressions": reg},
+           "accept": {"rule": "sequential", "method": "sign", "level": 0.05}}
+    texts = [t for t, _ in evolution_lines(doc, None, "r1")]
+    assert ("held-out regression(s): the frozen harness lost 1 test task(s) the start solved in every trial: "
+            "airline/1") in texts
+    (tmp_path / "evo").mkdir()
+    (tmp_path / "evo" / "evolution.json").write_text(json.dumps(doc))
+    assert "**Held-out regressions**: the frozen harness lost 1 test task(s) the start solved in every trial: " \
+           "airline/1" in render_pr_body(tmp_path / "evo")

@@ -167,7 +167,8 @@ def _extra_trials(value: Any, rule: str) -> int:
     k = _int("accept-extra-trials", value, 0)
     if k and rule not in ("paired", "sequential"):
         raise UsageError(f"--ecdysis-accept-extra-trials {k} adds trials before a paired test: it needs "
-                         "--ecdysis-accept paired (the strict rule compares the two runs' scores as they are)")
+                         "--ecdysis-accept paired or sequential (the strict rule compares the two runs' scores as "
+                         "they are)")
     return k
 
 
