@@ -208,7 +208,7 @@ def main() -> int:
     (args.out / "decisions.json").write_text(json.dumps({"rows": rows, "gate": gate_rows, "choice": choice,
                                                           "looks": args.looks, "trials": doc["trials"]}, indent=1))
     if args.write_rates:
-        write_rates(rows, choice, args)
+        write_rates(rows, choice, args, [len(r[tasks[0]]) for r in pools.values()])
     return 0
 
 
@@ -231,12 +231,13 @@ def choose_default(rows: list[dict]) -> dict:
                                  f"noop, power {stats[best][1]:.1%})"}
 
 
-def write_rates(rows: list[dict], choice: dict, args: argparse.Namespace) -> None:
+def write_rates(rows: list[dict], choice: dict, args: argparse.Namespace, recorded: list[int]) -> None:
     """`pytest_ecdysis/gate/decision_rates.json`: per rule, the `real` rows' false acceptance (noop and
     default no-op), power (systematic and partial fix), trials per decision, and where they come from."""
+    counts = "/".join(str(n) for n in recorded)
     out = {"source": f"benchmarks/bench_decisions.py (docs/benchmarks.md): simulated model, 30 airline train "
-                     f"tasks, {args.decisions} decisions per cell resampled from {args.trials} recorded trials "
-                     f"per task, up to {args.looks} confirmation looks",
+                     f"tasks, {args.decisions} decisions per figure resampled from {counts} recorded trials per "
+                     f"task (noop/default/cured/partial pools), up to {args.looks} confirmation looks",
            "default": choice["rule"], "rules": {}}
     for rule in SELECTABLE:
         out["rules"][rule] = {
