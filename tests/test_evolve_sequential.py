@@ -281,3 +281,23 @@ def test_held_out_regressions_are_listed_in_the_verdict_and_pr_body(tmp_path) ->
     (tmp_path / "evo" / "evolution.json").write_text(json.dumps(doc))
     assert "**Held-out regressions**: the frozen harness lost 1 test task(s) the start solved in every trial: " \
            "airline/1" in render_pr_body(tmp_path / "evo")
+
+
+def test_a_retried_inconclusive_candidate_continues_its_test(pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """LEVEL 1 -> 2 (one task gained in every trial) proposed in three rounds: round 1 ends inconclusive at
+    +4/-0 (LR 5.1); rounds 2 and 3 reuse its validation and continue the same test with the earlier looks
+    pooled: round 2 reaches +7 (LR 17.1, inconclusive), round 3 accepts at its first look (+8, LR 25.6 >= 20)."""
+    from test_evolve_loop import CONFTEST, _evolution, _run, _script, make_project
+
+    project = make_project(pytester, monkeypatch, CONFTEST)
+    _script(project, [{"knob": "x", "value": 2}] * 3)
+    result = _run(project, "--ecdysis-rounds", "3", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
+    assert result.ret == 0, result.stdout.str()
+    rounds = _evolution(project)["rounds"]
+    assert [r["outcome"] for r in rounds] == ["inconclusive", "inconclusive", "accepted"]
+    assert [r["decision"]["wins"] for r in rounds] == [4, 7, 8]
+    assert [r["confirmation"].get("continued", 0) for r in rounds] == [0, 3, 6]
+    assert [r["confirmation"]["trials"] for r in rounds] == [6, 6, 2]
+    result.stdout.fnmatch_lines(["*round 3: continuing the test of the earlier attempt(s) at this candidate "
+                                 "(6 look(s) pooled)*"])

@@ -59,7 +59,7 @@ def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Work
         return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
     if ev.cfg.accept == "sequential":  # the first comparison may only reject; then confirmation looks
         decision, out["confirmation"] = confirm(ev, worktree.harness_dir, adir, run_id, label, base, before_trials,
-                                                after_trials, before, after)
+                                                after_trials, before, after, val.get("reused_validation"))
     else:
         decision = decide(ev.cfg.accept, before, after, before_trials, after_trials,
                           method=ev.cfg.accept_method, level=ev.cfg.accept_level)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.errors import shown
+from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, together
 from pytest_ecdysis.gate.acceptance import Decision, paired_differences, paired_test, task_means
@@ -42,12 +43,33 @@ def looks_allowed(cfg: Any) -> int:
     return int(getattr(cfg, "accept_extra_trials", 0) or DEFAULT_LOOKS)
 
 
+def earlier_looks(ev: RoundContext, reused: str | None) -> list[dict[str, Any]]:
+    """The finished looks of earlier attempts at the same candidate on the same incumbent (`reused`: the
+    `reused_validation` directory, relative to the run): the origin's `confirm/<j>.json` and those of every
+    round that reused that validation before, in order. [] for a first attempt."""
+    if not reused:
+        return []
+    dirs = [ev.dir / reused] + [ev.dir / "rounds" / str(r["round"]) for r in ev.doc.get("rounds") or []
+                                if r.get("reused_validation") == reused]
+    out = []
+    for d in dirs:
+        for path in sorted((d / "confirm").glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
+            doc = read_json(path, ev.ledger)
+            if doc.get("runs") and not doc.get("problem"):
+                out.append(doc)
+    return out
+
+
 def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
             before: list[dict[str, Any]], after: list[dict[str, Any]], score_before: float | None,
-            score_after: float | None) -> tuple[Decision, dict[str, Any]]:
+            score_after: float | None, reused: str | None = None) -> tuple[Decision, dict[str, Any]]:
     """The sequential decision on a validated candidate. Returns (the decision, the round's `confirmation`
     record: `looks` (per look: tasks, trials, run paths, wins/losses after it), `trials` spent, `max_looks`,
-    `stopped` (why), `first` (the first comparison's test line))."""
+    `stopped` (why), `first` (the first comparison's test line), `continued` (earlier looks pooled)).
+
+    A retry of an inconclusive candidate (`reused`: its validation was reused) continues the same test: the
+    earlier attempts' looks are pooled first (`earlier_looks`), then this round's budget of looks is spent;
+    Ville's bound holds over all looks of the one test, so the level is kept."""
     cfg = ev.cfg
     level = cfg.accept_level
     before, after = by_trial(before), by_trial(after)
@@ -56,6 +78,16 @@ def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, labe
     record: dict[str, Any] = {"max_looks": 0 if fixed else looks_allowed(cfg), "looks": [], "trials": 0,
                               "first": test.line()}
     ev.say(f"{label}: first comparison (may only reject): {test.line()}")
+    done = 0
+    for doc in [] if fixed or test.state != "continue" else earlier_looks(ev, reused):
+        (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
+        before, after = [*before, *by_trial(inc)], [*after, *by_trial(cand)]
+        done += 1
+        test = sequential_test(trial_pairs(before, after), level=level, looks=done, max_log_lr=test.max_log_lr)
+    if done:
+        record["continued"] = done
+        ev.say(f"{label}: continuing the test of the earlier attempt(s) at this candidate ({done} look(s) "
+               f"pooled): {test.line()}")
     stopped = f"no look: {fixed}" if fixed else ""
     for j in range(1, record["max_looks"] + 1):
         if test.state != "continue":
@@ -71,11 +103,11 @@ def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, labe
             break
         (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
         before, after = [*before, *by_trial(inc)], [*after, *by_trial(cand)]
-        test = sequential_test(trial_pairs(before, after), level=level, looks=j, max_log_lr=test.max_log_lr)
+        test = sequential_test(trial_pairs(before, after), level=level, looks=done + j, max_log_lr=test.max_log_lr)
         record["trials"] += doc["budget_trials"]
         record["looks"].append({**doc, "wins": test.wins, "losses": test.losses})
         ev.say(f"{label}: confirmation look {j}/{record['max_looks']}: {test.line()}")
-    if test.state == "continue" and not stopped:
+    if test.state == "continue" and not stopped and record["max_looks"]:
         stopped = f"budget spent ({record['max_looks']} look(s), {record['trials']} trial(s))"
     record["stopped"] = stopped or f"decided after {test.looks} look(s)"
     info = paired_test(paired_differences(task_means(before), task_means(after)), method="sign", level=level)
