@@ -35,7 +35,7 @@ BAD_OPTIONS = [
     (["--ecdysis-editor-context", "-5"], "--ecdysis-editor-context must be an integer >= 0, got -5"),
     (["--ecdysis-text-tool-calls", "guess"], "--ecdysis-text-tool-calls must be one of reject, parse, got 'guess'"),
     (["--ecdysis-rescore", "sometimes"], "--ecdysis-rescore must be one of auto, always, never"),
-    (["--ecdysis-accept", "lenient"], "--ecdysis-accept must be one of strict, paired"),
+    (["--ecdysis-accept", "lenient"], "--ecdysis-accept must be one of strict, paired, sequential"),
     (["--ecdysis-accept-method", "t-test"], "--ecdysis-accept-method must be one of sign, wilcoxon, bootstrap"),
     (["--ecdysis-accept-level", "0"], "--ecdysis-accept-level must be a number strictly between 0 and 1*got 0.0"),
     (["--ecdysis-accept-level", "1"], "--ecdysis-accept-level must be a number strictly between 0 and 1*got 1.0"),

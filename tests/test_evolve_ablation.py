@@ -226,10 +226,10 @@ def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Py
 
 def test_extra_trials_need_the_paired_rule(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess("--ecdysis-accept-extra-trials", "2")
+    result = pytester.runpytest_subprocess("--ecdysis-accept-extra-trials", "2", "--ecdysis-accept", "strict")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--ecdysis-accept-extra-trials 2 adds trials before a paired test: it needs "
-                                 "--ecdysis-accept paired*"])
+                                 "--ecdysis-accept paired or sequential*"])
 
 
 def test_extra_trials_are_skipped_when_they_cannot_help() -> None:

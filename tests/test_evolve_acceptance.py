@@ -185,7 +185,8 @@ def test_gate_pairs_old_baselines_by_success_rate() -> None:
 def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny suite (test_evolve_loop): LEVEL 1 -> 3 gains 2 of 4 tasks. `strict` would accept; under
-    `--ecdysis-accept paired` the sign test gives p = 1/4 > 0.05, so the round is rejected, and its
+    `--ecdysis-accept paired` the sign test gives p = 1/4 > 0.05 (on 4 tasks no test was possible: 5 wins are
+    needed), so the round is rejected, and its
     `decision.json` carries rule, method, effect, interval and p_value, also in the terminal and PR body."""
     import json
 
@@ -211,8 +212,9 @@ def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
     assert inc["rescored"] and inc["run_id"] == "run1-r1i" and inc["score"] == 0.25 and inc["cached_score"] == 0.25
     assert (run / "rounds" / "1" / "incumbent" / "run1-r1i" / "trials.jsonl").is_file()
     assert (run / "rounds" / "1" / "run1-r1" / "trials.jsonl").is_file()
-    result.stdout.fnmatch_lines(["*round 1: paired rule: reject: suite score 0.250 -> 0.750; sign test over 4 "
-                                 "task(s) (+2/-0): effect +0.500*p=0.25: not significant at level 0.05*",
+    result.stdout.fnmatch_lines(["*round 1: paired rule*: reject: against the incumbent re-run beside it: suite score "
+                                 "0.250 -> 0.750; sign test over 4 task(s) (+2/-0): effect +0.500*p=0.25: no test was "
+                                 "possible (4 tasks: at least 5 wins needed)*",
                                  "*acceptance: paired sign test at level 0.05*"])
     body = render_pr_body(run)
     assert "| +0.500 [" in body and "| 0.25 (sign) |" in body

@@ -53,6 +53,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest_ecdysis
+import pytest_ecdysis.diagnose  # the package, so its `round` attribute can be replaced
 from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
 HERE = Path(__file__).parent
@@ -138,6 +139,9 @@ def make_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, con
     pytester.makepyfile(test_tiny=SUITE, conftest=conftest, editor=EDITOR)
     pytester.mkpydir("tiny_harness")
     (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
+    # these tests are about the loop's mechanics on a deterministic suite: the paper's rule decides them
+    # (the default `sequential` would add confirmation looks); rule tests pass --ecdysis-accept themselves
+    (pytester.path / "pytest.ini").write_text("[pytest]\necdysis_accept = strict\n")
     (pytester.path / ".gitignore").write_text(".ecdysis/\n__pycache__/\n*.log\nscript.json\ninterrupt-*\nstdout\nstderr\nrunpytest-current\n")
     _git(pytester.path, "init", "-q", "-b", "main")
     _git(pytester.path, "config", "user.email", "dev@example.com")

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest_ecdysis
+import pytest_ecdysis.diagnose  # the package, so its `round` attribute can be replaced
 from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
 HERE = Path(__file__).parent

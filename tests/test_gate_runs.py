@@ -32,7 +32,7 @@ def test_gate_passes_with_exit_0_even_with_failing_trials(pytester: pytest.Pytes
     baseline = save_baseline(pytester)
     assert baseline["suite_score"] == pytest.approx(5 / 8) and baseline["tasks"]["syn-air/4"]["solved"]
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "step_summary.md"))
-    result = gate_run(pytester, BASE, xdist=True)
+    result = gate_run(pytester, BASE, "--ecdysis-accept", "strict", xdist=True)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*gate PASSED: suite score 0.625 vs baseline 0.625 (+0.000, tolerance 0.000; "
                                  "0.000 above the lowest allowed score)*"])
@@ -42,14 +42,19 @@ def test_gate_passes_with_exit_0_even_with_failing_trials(pytester: pytest.Pytes
 
 
 def test_gate_fails_on_a_lower_score(pytester: pytest.Pytester) -> None:
-    """A score below the baseline by more than the tolerance: exit 1 and the shortfall stated."""
+    """`strict`: a score below the baseline by more than the tolerance: exit 1 and the shortfall stated. The
+    default (`sequential`, judged as `paired` by the gate): one task of 4 dropping is not a significant drop."""
     save_baseline(pytester)
     worse = {**BASE, "syn-air": {**BASE["syn-air"], "4": [1.0, 0.0]}}  # 4/8
-    result = gate_run(pytester, worse)
+    result = gate_run(pytester, worse, "--ecdysis-accept", "strict")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*gate FAILED: suite score 0.500 vs baseline 0.625 (-0.125*",
                                  "*suite score 0.500 is 0.125 below the baseline 0.625 (tolerance 0.000)*"])
-    assert gate_run(pytester, worse, "--ecdysis-gate-tolerance", "0.2").ret == 0
+    assert gate_run(pytester, worse, "--ecdysis-accept", "strict", "--ecdysis-gate-tolerance", "0.2").ret == 0
+    default = gate_run(pytester, worse)
+    assert default.ret == 0
+    default.stdout.fnmatch_lines(["*gate PASSED: suite score 0.500 vs baseline 0.625 (-0.125, tolerance 0.000); "
+                                  "paired: sign test of a drop over 4 task(s)*p=0.5 (level 0.05)*"])
 
 
 def test_gate_fails_on_regressions_only_when_asked(pytester: pytest.Pytester) -> None:

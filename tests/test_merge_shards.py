@@ -73,11 +73,12 @@ def test_the_gate_runs_on_the_merged_run(pytester: pytest.Pytester, capsys: pyte
     assert "gate PASSED: suite score 0.625 vs baseline 0.625" in capsys.readouterr().out
     base = json.loads((pytester.path / "baseline.json").read_text())
     (pytester.path / "higher.json").write_text(json.dumps({**base, "suite_score": 0.75}))
-    assert ecdysis(["gate", "merged", "--baseline", "higher.json"]) == 1
+    assert ecdysis(["gate", "merged", "--baseline", "higher.json", "--accept", "strict"]) == 1
     assert "gate FAILED" in capsys.readouterr().out
     assert json.loads((pytester.path / "merged" / "summary.json").read_text())["gate"]["passed"] is False
-    # under the paired rule, one task dropping (2 trials of 4 tasks) is not a significant drop: it passes
-    assert ecdysis(["gate", "merged", "--baseline", "higher.json", "--accept", "paired"]) == 0
+    # under the paired rule (the default by the measured rates), one task dropping (2 trials of 4 tasks) is
+    # not a significant drop: it passes
+    assert ecdysis(["gate", "merged", "--baseline", "higher.json"]) == 0
     gate = json.loads((pytester.path / "merged" / "summary.json").read_text())["gate"]
     assert gate["rule"] == "paired" and gate["method"] == "sign" and gate["level"] == 0.05
 
@@ -101,7 +102,7 @@ def test_a_baseline_from_merged_shards_equals_the_unsharded_runs(pytester: pytes
     assert ecdysis(["gate", "merged", "--baseline", "whole.json", "--accept", "paired"]) == 0
     doc = json.loads((pytester.path / "merged" / "summary.json").read_text())
     assert doc["gate"]["rule"] == "paired" and doc["gate"]["by"] == "ecdysis gate"
-    assert [g["rule"] for g in doc["gate_history"]] == ["strict"]  # the earlier verdict is kept
+    assert [g["rule"] for g in doc["gate_history"]] == ["paired"]  # the earlier verdict (the default rule) is kept
     write_suite(pytester, {"syn-air": {**plan["syn-air"], "5": [None, 1.0]}})  # an infrastructure error
     run(pytester, "--ecdysis-trials", "2", "--ecdysis-run-dir", "broken")
     (broken,) = list((pytester.path / "broken").iterdir())

@@ -32,7 +32,8 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert "ecdysis verdict" in tail[0]
     assert tail[1].startswith("evolution finished: 1 of 1 round(s) accepted; train score 0.250 -> 0.750; "
                               "held-out test split 0.250 -> 0.750 (1 trial(s) per task)")
-    assert tail[2].startswith("branch ecdysis/run1 holds the accepted change(s); see them with: git diff ")
+    assert tail[2].startswith("decided by: strict rule (score strictly rises") and "measured on the simulated" in tail[2]
+    assert tail[3].startswith("branch ecdysis/run1 holds the accepted change(s); see them with: git diff ")
     assert "the 3 failed trial(s) listed above are the starting harness's trials" in "\n".join(tail)
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
 

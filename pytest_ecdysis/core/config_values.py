@@ -158,15 +158,17 @@ def _ablate(value: bool, evolve: bool) -> bool:
 
 
 def _extra_trials(value: Any, rule: str) -> int:
-    """`--ecdysis-accept-extra-trials K`: an integer >= 0, above 0 only with `--ecdysis-accept paired`.
+    """`--ecdysis-accept-extra-trials K`: an integer >= 0, above 0 only with `--ecdysis-accept paired` (K more
+    trials of the flipped tasks) or `sequential` (at most K confirmation looks; 0: `evolve.confirm.DEFAULT_LOOKS`).
 
     Raises:
         UsageError: not an integer >= 0, or K > 0 under `strict` (its verdict is the score, not a test).
     """
     k = _int("accept-extra-trials", value, 0)
-    if k and rule != "paired":
+    if k and rule not in ("paired", "sequential"):
         raise UsageError(f"--ecdysis-accept-extra-trials {k} adds trials before a paired test: it needs "
-                         "--ecdysis-accept paired (the strict rule compares the two runs' scores as they are)")
+                         "--ecdysis-accept paired or sequential (the strict rule compares the two runs' scores as "
+                         "they are)")
     return k
 
 
@@ -181,6 +183,6 @@ def _nonce(value: Any) -> str | None:
 
 
 #: `--ecdysis-accept` values (the rules: `pytest_ecdysis/gate/acceptance.py`).
-RULES = ("strict", "paired")
+RULES = ("strict", "paired", "sequential")
 #: `--ecdysis-accept-method` values.
 METHODS = ("sign", "wilcoxon", "bootstrap")

@@ -67,9 +67,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("gate-tolerance", "allowed drop of the suite score (default: 0.0)", default="0.0", needs=GATE),
     Option("gate-max-regressions", "allowed number of tasks solved in the baseline and not now "
            "(default: not checked)", needs=GATE),
-    Option("accept", "acceptance rule of evolution rounds and of the gate: 'strict' (the suite score strictly "
-           "rises / does not drop) or 'paired' (a paired test over tasks at --ecdysis-accept-level) "
-           "(default: strict)", default="strict", needs=EITHER),
+    Option("accept", "acceptance rule of evolution rounds and of the gate: 'sequential' (a first comparison that "
+           "may only reject, then confirmation trials until a sequential test at --ecdysis-accept-level decides; "
+           "the gate judges it as 'paired'), 'paired' (a paired test over tasks at --ecdysis-accept-level) or "
+           "'strict' (the paper's rule: the suite score strictly rises / does not drop) (default: sequential, "
+           "chosen by measured error rates: docs/benchmarks.md)", default="sequential", needs=EITHER),
     Option("accept-level", "level α of the paired test, in (0, 1): the chance that a change that does "
            "nothing is accepted (or, with the gate, fails it) (default: 0.05)", default="0.05", needs=EITHER),
     Option("rescore", "the incumbent each candidate is compared with: 'auto' (re-run beside the candidate, "
@@ -79,7 +81,8 @@ OPTIONS: tuple[Option, ...] = (
            "and role across this run's sub-runs (common random numbers): on or off (default: off; with "
            "--ecdysis-ablate, on for the ablation's re-validations unless set to off)", needs=EVOLVE),
     Option("accept-extra-trials", "paired acceptance: K more trials of each task whose outcome flipped, for "
-           "candidate and incumbent, before deciding; the budget is printed (default: 0, off)", default="0", needs=EVOLVE),
+           "candidate and incumbent, before deciding; the budget is printed. sequential: at most K confirmation "
+           "looks (default: 0, off; under sequential 0 means 3 looks)", default="0", needs=EVOLVE),
     Option("ablate", "evolution: re-validate an accepted candidate of several changes (hunks of its diff) without "
            "each in turn and drop those whose removal loses nothing under --ecdysis-accept (default: off)",
            default=False, action="store_true", needs=EVOLVE),

@@ -260,6 +260,7 @@ class ModificationSpec(_Model):
 RoundOutcome = Literal[
     "accepted", "rejected", "no_failures", "no_spec", "no_change", "guard_rejected", "broken_candidate",
     "no_new_evidence",
+    "inconclusive",
 ]
 
 

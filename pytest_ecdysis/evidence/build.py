@@ -85,7 +85,8 @@ class Evidence:
             "cross-task first; each carries example records with their tool calls (arguments, results, errors) "
             "and a conversation excerpt; long texts are cut in the middle, marked `[... N chars cut ...]`. "
             "`harness` maps the harness source (files, functions, settings). `history` lists earlier rounds' "
-            "specs and outcomes. `solved_tasks` are tasks the incumbent harness solves in every trial.\n"
+            "specs and outcomes (an `inconclusive` round's change was neither accepted nor rejected: too few "
+            "trials to tell; it may be proposed again). `solved_tasks` are tasks the incumbent harness solves in every trial.\n"
             f"{EVIDENCE_OPEN}\n{json.dumps(self.data, ensure_ascii=False, indent=1)}\n{EVIDENCE_CLOSE}"
         )
 

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.errors import IntegrityError
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.evolve.ablation import ablate_accepted, commit_lines
+from pytest_ecdysis.evolve.confirm import confirm
 from pytest_ecdysis.evolve.extra_trials import extra_trials
 from pytest_ecdysis.gate.acceptance import decide
+from pytest_ecdysis.gate.rates import rates_short
 from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.validate.subrun import flips, infra_drift, read_run
 
@@ -55,17 +57,27 @@ def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Work
     drift = infra_drift(before_summary, after_summary)
     if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
         return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
-    decision = decide(ev.cfg.accept, before, after, before_trials, after_trials,
-                      method=ev.cfg.accept_method, level=ev.cfg.accept_level)
-    # paired: more trials of the flipped tasks, for both harnesses, before deciding (`evolve_extra`)
-    decision, extra = extra_trials(ev, worktree.harness_dir, adir, run_id, label, base, before_trials,
-                                   after_trials, decision)
-    if extra is not None:
-        out["extra_trials"] = extra
+    if ev.cfg.accept == "sequential":  # the first comparison may only reject; then confirmation looks
+        decision, out["confirmation"] = confirm(ev, worktree.harness_dir, adir, run_id, label, base, before_trials,
+                                                after_trials, before, after, val.get("reused_validation"))
+    else:
+        decision = decide(ev.cfg.accept, before, after, before_trials, after_trials,
+                          method=ev.cfg.accept_method, level=ev.cfg.accept_level)
+        # paired: more trials of the flipped tasks, for both harnesses, before deciding (`evolve_extra`)
+        decision, extra = extra_trials(ev, worktree.harness_dir, adir, run_id, label, base, before_trials,
+                                       after_trials, decision)
+        if extra is not None:
+            out["extra_trials"] = extra
     out["decision"] = decision.fields()
-    ev.say(f"{label}: {decision.rule} rule: {'accept' if decision.accepted else 'reject'}: {decision.reason}")
+    verb = "accept" if decision.accepted else "inconclusive" if decision.inconclusive else "reject"
+    cfg = ev.cfg
+    rates = rates_short({"rule": cfg.accept, "method": cfg.accept_method, "level": cfg.accept_level,
+                         "extra_trials": getattr(cfg, "accept_extra_trials", 0)})
+    ev.say(f"{label}: {decision.rule} rule{f' [{rates}]' if rates else ''}: {verb}: {compared(inc_run)}: "
+           f"{decision.reason}")
     if not decision.accepted:
-        return {**out, "outcome": "rejected", "reason": decision.reason}, None
+        return {**out, "outcome": "inconclusive" if decision.inconclusive else "rejected",
+                "reason": decision.reason}, None
     ablated = ""
     if ev.cfg.ablate:  # minimal accepted edit: changes whose removal loses nothing are dropped
         ablation, kept = ablate_accepted(ev, worktree, adir, run_id, label, inc_run=inc_run, val=val,
@@ -76,7 +88,8 @@ def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Work
             val = {**val, **ablation["result"]}
     message = (f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
                f"{after:.4f} ({ev.cfg.split} split, {ev.cfg.trials} trial(s) per task)\n"
-               f"acceptance: {decision.rule} rule; {decision.test.line() if decision.test else ''}\n"
+               f"acceptance: {decision.rule} rule; "
+               f"{decision.sequential.line() if decision.sequential else decision.test.line() if decision.test else ''}\n"
                f"{ablated}run {ev.state.run_id}, editor {ev.cfg.editor}, strategy {ev.cfg.strategy}\n")
     assert ev.snapshot is not None
     gitops.reset_to_snapshot(worktree, ev.snapshot)  # exactly the validated bytes, whatever ran since
@@ -88,3 +101,11 @@ def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Work
     out.update(outcome="accepted", accepted=True, commit=sha, reason=decision.reason)
     return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
                  "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}
+
+
+def compared(inc_run: dict[str, Any]) -> str:
+    """What the candidate was compared with: `against the incumbent re-run beside it` or `against the
+    incumbent's earlier run (why)`."""
+    if inc_run.get("rescored"):
+        return "against the incumbent re-run beside it"
+    return f"against the incumbent's earlier run ({inc_run.get('why') or 'not re-run'})"

@@ -103,7 +103,9 @@ def alternatives_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any]
                           f"{chosen['reason']}")
     elif validated:
         top = max(validated, key=lambda e: e["score_after"])
-        row.update(outcome="rejected", score_after=top["score_after"], flips=top["flips"],
+        # every validated candidate inconclusive (`sequential`): the round is too, not "tried and rejected"
+        row.update(outcome="inconclusive" if all(x["outcome"] == "inconclusive" for x in validated) else "rejected",
+                   score_after=top["score_after"], flips=top["flips"],
                    harness_id_after=top["harness_id_after"], pass_hat_k_before=start.get("pass_hat_k"),
                    pass_hat_k_after=top.get("pass_hat_k_after"),
                    reason=f"no proposal passed (best: proposal {top['proposal']}, {fmt(start['score'])} -> "

@@ -98,7 +98,9 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
         ev.doc["incumbent"] = current
     elif validated:
         best = max(validated, key=lambda s: s["score_after"])
-        row.update(outcome="rejected", score_after=best["score_after"], flips=best["flips"],
+        # every validated candidate inconclusive (`sequential`): the round is too, not "tried and rejected"
+        row.update(outcome="inconclusive" if all(x["outcome"] == "inconclusive" for x in validated) else "rejected",
+                   score_after=best["score_after"], flips=best["flips"],
                    harness_id_after=best["harness_id_after"], pass_hat_k_before=start.get("pass_hat_k"),
                    pass_hat_k_after=best.get("pass_hat_k_after"),
                    reason=f"no step was accepted (best: step {best['step']}, "

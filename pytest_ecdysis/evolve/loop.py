@@ -69,7 +69,7 @@ from pytest_ecdysis.evolve.state import RunState
 from pytest_ecdysis.evolve.testsplit import score_test
 from pytest_ecdysis.gate.acceptance import decision_fields
 from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.report.evolution import OUTCOME_TEXT, FinalTable, fmt, summary_lines
+from pytest_ecdysis.report.evolution import OUTCOME_TEXT, FinalTable, compared_text, fmt, summary_lines
 from pytest_ecdysis.validate import integrity, sandbox
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
@@ -274,8 +274,7 @@ class Evolution(RunState, TrustedRuns):
         self.checkpoint()
         if self.stop_error is not None:
             raise self.stop_error
-        after = f" -> {fmt(row['score_after'])}" if row.get("score_after") is not None else ""
-        self.say(f"round {row['round']}: {OUTCOME_TEXT[row['outcome']]} (score {fmt(row['score_before'])}{after})"
+        self.say(f"round {row['round']}: {OUTCOME_TEXT[row['outcome']]} ({compared_text(row)})"
                  + (f": {row['reason']}" if row.get("reason") and row["outcome"] != "accepted" else ""), row["round"])
         return row
 

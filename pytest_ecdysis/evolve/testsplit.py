@@ -84,3 +84,25 @@ def score_test(ev: RoundContext) -> None:
                            "run_path": str(sub.run_path), "commit": commit}
             ev.say(f"{label}: suite score {fmt(s.get('suite_score'))} ({time.monotonic() - t0:.1f} s)")
             ev.checkpoint()
+    if test.get("start") and test.get("frozen") and "regressions" not in test:
+        test["regressions"] = held_out_regressions(test["start"], test["frozen"], cfg.threshold)
+        if test["regressions"]["solved_to_failed"]:
+            ev.say(f"test: the frozen harness lost {len(test['regressions']['solved_to_failed'])} task(s) the start "
+                   f"solved in every trial: {', '.join(test['regressions']['solved_to_failed'][:12])}")
+        ev.checkpoint()
+
+
+def held_out_regressions(start: dict, frozen: dict, threshold: float) -> dict[str, list[str]]:
+    """`validate.flips` of the start's and the frozen harness's test runs: `solved_to_failed` (tasks the start
+    solved in every trial and the frozen harness did not), `failed_to_solved`; both empty when the frozen
+    harness is the start (no run of its own) or a run cannot be read."""
+    from pytest_ecdysis.core.errors import RunDirError
+    from pytest_ecdysis.validate.results import flips, read_run
+
+    if frozen.get("same_as_start") or not start.get("run_path") or not frozen.get("run_path"):
+        return {"solved_to_failed": [], "failed_to_solved": []}
+    try:
+        (_, before), (_, after) = read_run(Path(start["run_path"])), read_run(Path(frozen["run_path"]))
+    except (OSError, RunDirError):
+        return {"solved_to_failed": [], "failed_to_solved": []}
+    return flips(before, after, threshold)

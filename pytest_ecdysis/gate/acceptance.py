@@ -36,6 +36,7 @@ from typing import Any
 
 from pytest_ecdysis.core.config_values import METHODS, RULES
 from pytest_ecdysis.core.errors import shown
+from pytest_ecdysis.gate.sequential import SequentialTest, sequential_test, trial_pairs
 
 #: Scores closer than this are equal (float sums of rewards over trials).
 EPSILON = 1e-12
@@ -75,16 +76,31 @@ class Decision:
 
     accepted: bool  #: keep the candidate (it becomes the incumbent)
     reason: str  #: one line for the round's `reason`, e.g. `suite score 0.400 -> 0.500`
-    rule: str = "strict"  #: `strict` or `paired`
+    rule: str = "strict"  #: `strict`, `paired` or `sequential`
     test: PairedTest | None = None  #: the paired test (None when no per-task rewards were given)
+    sequential: SequentialTest | None = None  #: the `sequential` rule's test (`gate/sequential.py`)
+    outcome: str | None = None  #: `accepted`, `rejected` or (sequential only) `inconclusive`; None: by `accepted`
+
+    @property
+    def inconclusive(self) -> bool:
+        """Neither accepted nor rejected: the confirmation's budget ran out before a clear decision."""
+        return self.outcome == "inconclusive"
 
     def fields(self) -> dict[str, Any]:
-        """`{rule, method, effect, interval, p_value, level, n_tasks, wins, losses}` (None where unknown)."""
-        t = self.test
-        return {"rule": self.rule, "method": t.method if t else None, "effect": t.effect if t else None,
-                "interval": list(t.interval) if t and t.interval else None, "p_value": t.p_value if t else None,
-                "level": t.level if t else None, "n_tasks": t.n_tasks if t else 0,
-                "wins": t.wins if t else 0, "losses": t.losses if t else 0}
+        """`{rule, method, effect, interval, p_value, level, n_tasks, wins, losses}` (None where unknown).
+
+        Under `sequential`: `method` is `sprt`, `p_value` the anytime-valid p of the sequential test,
+        `wins`/`losses` its discordant trial pairs, plus `sequential` (`lr`, `looks`, `pairs`, `state`)."""
+        t, s = self.test, self.sequential
+        out = {"rule": self.rule, "method": t.method if t else None, "effect": t.effect if t else None,
+               "interval": list(t.interval) if t and t.interval else None, "p_value": t.p_value if t else None,
+               "level": t.level if t else None, "n_tasks": t.n_tasks if t else 0,
+               "wins": t.wins if t else 0, "losses": t.losses if t else 0}
+        if s is not None:
+            out.update(method="sprt", p_value=s.p_value, level=s.level, wins=s.wins, losses=s.losses,
+                       sequential={"lr": round(math.exp(s.log_lr), 6), "looks": s.looks, "pairs": s.pairs,
+                                   "state": s.state, "outcome": self.outcome})
+        return out
 
 
 #: The `decision.json` fields of a round (or step) without a validated candidate.
@@ -203,7 +219,16 @@ def decide_paired(before: float | None, after: float | None, test: PairedTest) -
     if rose and test.p_value <= test.level:
         return Decision(True, f"{line} <= {test.level:g}", "paired", test)
     why = "not strictly higher" if not rose else f"not significant at level {test.level:g}"
+    need = sign_min_wins(test.level)
+    if test.method == "sign" and test.n_tasks < need:
+        why = f"no test was possible ({test.n_tasks} tasks: at least {need} wins needed)"
     return Decision(False, f"{line}: {why}", "paired", test)
+
+
+def sign_min_wins(level: float) -> int:
+    """The fewest tasks that can make the one-sided sign test significant at `level` (all wins, no loss):
+    ceil(log2(1 / level)); 5 at 0.05."""
+    return math.ceil(math.log2(1 / level) - 1e-12)
 
 
 def decide(rule: str, before: float | None, after: float | None, before_trials: Iterable[Mapping[str, Any]],
@@ -215,13 +240,23 @@ def decide(rule: str, before: float | None, after: float | None, before_trials: 
     """
     if rule not in RULES:
         raise ValueError(f"unknown acceptance rule {rule!r}; use one of {', '.join(RULES)}")
+    before_trials, after_trials = list(before_trials), list(after_trials)
     test = paired_test(paired_differences(task_means(before_trials), task_means(after_trials)),
-                       method=method, level=level)
+                       method=method if rule != "sequential" else "sign", level=level)
+    if rule == "sequential":  # one look only (no confirmation runs here: `evolve/confirm.py` makes them)
+        seq = sequential_test(trial_pairs(before_trials, after_trials), level=level, can_confirm=False)
+        line = f"suite score {_fmt(before)} -> {_fmt(after)}; {seq.line()}"
+        outcome = {"accept": "accepted", "reject": "rejected"}.get(seq.state, "inconclusive")
+        return Decision(seq.state == "accept", line if seq.state == "accept" else f"{line}: {outcome}",
+                        "sequential", test, sequential=seq, outcome=outcome)
     return decide_strict(before, after, test) if rule == "strict" else decide_paired(before, after, test)
 
 
 def accept_text(accept: dict[str, Any]) -> str:
-    """`strict rule (sign test recorded, level 0.05)` or `paired sign test at level 0.05`."""
+    """`strict rule (sign test recorded, level 0.05)`, `paired sign test at level 0.05` or `sequential ...`."""
+    if accept.get("rule") == "sequential":
+        return (f"sequential sign test of discordant trial pairs at level {accept.get('level')} (confirmation: "
+                "more trials until the decision is clear)")
     if accept.get("rule") == "paired":
         return f"paired {accept.get('method')} test at level {accept.get('level')}"
     return f"strict rule (score strictly rises; {accept.get('method')} test recorded, level {accept.get('level')})"

@@ -263,9 +263,12 @@ def verdict(
 ) -> GateVerdict:
     """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons.
 
-    `rule`, `method`, `level`: `--ecdysis-accept`, `--ecdysis-accept-method`, `--ecdysis-accept-level`;
+    `rule`, `method`, `level`: `--ecdysis-accept`, `--ecdysis-accept-method`, `--ecdysis-accept-level`. The
+    gate cannot re-run the baseline, so `sequential` (the default) is judged as `paired`: a significant drop
+    (its measured false-failure rate and power: `benchmarks/bench_decisions.py`, docs/benchmarks.md).
     `max_cost_rise`: `--ecdysis-gate-max-cost-rise` (None: tokens per task not checked).
     """
+    rule = "paired" if rule == "sequential" else rule
     v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),
                     tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path,
                     rule=rule)

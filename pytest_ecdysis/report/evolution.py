@@ -12,6 +12,7 @@ import pytest
 
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.gate.acceptance import accept_text
+from pytest_ecdysis.gate.rates import confirmation_trials, run_rates
 
 #: The words a round's `outcome` is printed with.
 OUTCOME_TEXT = {
@@ -23,6 +24,7 @@ OUTCOME_TEXT = {
     "no_change": "no change",
     "guard_rejected": "refused by the guard",
     "broken_candidate": "broken candidate",
+    "inconclusive": "inconclusive (neither accepted nor rejected: may be tried again)",
 }
 
 
@@ -63,7 +65,12 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             out.append(f"{'step ' + str(st['step']):>12}  {fmt(st.get('score_before')):>7} -> "
                        f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}")
     if doc.get("accept"):
-        out.append(f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test")
+        out.append(f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test"
+                   + (" (sequential: anytime-valid)" if doc["accept"].get("rule") == "sequential" else ""))
+        rates = run_rates(doc)
+        out.append(f"  {rates}" if rates else "  its error rates were not measured at these settings")
+        if doc["accept"].get("rule") == "sequential":
+            out.append(f"  the confirmation spent {confirmation_trials(doc)} trial(s)")
     out += cost_section(doc)
     test = doc.get("test") or {}
     if test.get("start") and test.get("frozen"):
@@ -89,6 +96,19 @@ def cost_section(doc: dict[str, Any]) -> list[str]:
     from pytest_ecdysis.report.cost import cost_lines
 
     return cost_lines(doc)
+
+
+def compared_text(row: dict[str, Any]) -> str:
+    """What a round (or step) was decided on: `candidate 0.733 vs the incumbent re-run beside it 0.800 (its
+    earlier run: 0.767)`, `candidate 0.733 vs the incumbent's earlier run 0.700`, or `score 0.700` without a
+    validated candidate."""
+    if row.get("score_after") is None:
+        return f"score {fmt(row.get('score_before'))}"
+    inc = row.get("incumbent_run") if isinstance(row.get("incumbent_run"), dict) else {}
+    if inc.get("rescored"):
+        return (f"candidate {fmt(row.get('score_after'))} vs the incumbent re-run beside it "
+                f"{fmt(row.get('score_before'))} (its earlier run: {fmt(inc.get('cached_score'))})")
+    return f"candidate {fmt(row.get('score_after'))} vs the incumbent's earlier run {fmt(row.get('score_before'))}"
 
 
 def score_line(entry: dict[str, Any]) -> str:

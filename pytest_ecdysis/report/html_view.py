@@ -254,7 +254,7 @@ def gather(run_path: Path | str) -> dict[str, Any]:
             r.missing.append(f"test split not scored: {test['skipped']}")
         elif not test.get("start") or not test.get("frozen"):
             r.missing.append("evolution.json: no test-split scores (start and frozen)")
-        view["evolution"] = {**evo, "rounds": rounds, "test_scores": scores,
+        view["evolution"] = {**evo, "rounds": rounds, "test_scores": scores, "decided_by": _decided_by(evo),
                              "transfer": _dict(test.get("transfer")), "test": test,
                              "chart": _chart(start, rounds, scores)}
     view["cost"] = report._cost(summary) if summary else "–"
@@ -263,3 +263,11 @@ def gather(run_path: Path | str) -> dict[str, Any]:
     view["weak_passes"] = weak if isinstance(weak, (list, dict, int)) and weak else None  # issue 12's field
     view["missing"] = r.missing
     return view
+
+
+def _decided_by(evo: dict[str, Any]) -> str:
+    """The rule that decided the rounds, its measured error rates (with their source) and the trials the
+    confirmation spent (`report.verdict.decided_by`); '' for a run without recorded settings."""
+    from pytest_ecdysis.report.verdict import decided_by
+
+    return "; ".join(text for text, _ in decided_by(evo))

@@ -112,6 +112,10 @@ def render_pr_body(run_path: Path | str) -> str:
                        + f" | {'–' if per_task is None else per_task} |")
         if s0 is not None and s1 is not None:
             out += ["", f"change on test: {s1 - s0:+.3f}"]
+        lost = (test.get("regressions") or {}).get("solved_to_failed") or []
+        if lost:
+            out += ["", f"**Held-out regressions**: the frozen harness lost {len(lost)} test task(s) the start "
+                    f"solved in every trial: {', '.join(lost)}"]
         for name, entry in (test.get("transfer") or {}).items():
             (t0, _), (t1, _) = _score_of((entry or {}).get("start")), _score_of((entry or {}).get("frozen"))
             out.append(f"- transfer to `{name}`: {_fmt(t0)} -> {_fmt(t1)}")
@@ -119,10 +123,14 @@ def render_pr_body(run_path: Path | str) -> str:
     out += ["", "### Rounds (train split)", ""]
     if evo.get("accept"):
         from pytest_ecdysis.gate.acceptance import accept_text
+        from pytest_ecdysis.gate.rates import confirmation_trials, run_rates
 
-        out += [f"Acceptance: {accept_text(evo['accept'])}. Effect: mean per-task reward difference "
-                "(candidate - incumbent) with its bootstrap interval over tasks; p: one-sided p-value of "
-                "\"no improvement\".", ""]
+        rates = run_rates(evo) or "its error rates were not measured at these settings (docs/benchmarks.md)"
+        spent = (f" The confirmation spent {confirmation_trials(evo)} trial(s)."
+                 if evo["accept"].get("rule") == "sequential" else "")
+        out += [f"Acceptance: {accept_text(evo['accept'])}; {rates}.{spent} Effect: mean per-task reward "
+                "difference (candidate - incumbent) with its bootstrap interval over tasks; p: one-sided p-value "
+                "of \"no improvement\".", ""]
     out += ["| round | strategy | score before | score after | outcome | effect [interval] | p | "
             "editor calls | tokens | wall s |", "|---:|---|---:|---:|---|---|---:|---:|---:|---:|"]
     for r in rounds:

@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 
+from pytest_ecdysis.core.errors import shown
+from pytest_ecdysis.gate.acceptance import accept_text, sign_min_wins
+from pytest_ecdysis.gate.rates import confirmation_trials, run_rates
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, caveats, fmt, shorten
 
 Line = tuple[str, str | None]  # (text, colour: "green", "yellow", "red" or None)
@@ -53,6 +56,11 @@ def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, 
     elif test.get("skipped"):
         head += "; test split not scored (--ecdysis-test-trials 0)"
     out = [(head, "green" if doc.get("branch") else "yellow")]
+    out += decided_by(doc)
+    lost = (test.get("regressions") or {}).get("solved_to_failed") or []
+    if lost:
+        out.append((f"held-out regression(s): the frozen harness lost {len(lost)} test task(s) the start solved in "
+                    f"every trial: {shown(lost, 12)}", "yellow"))
     if doc.get("branch"):
         out.append((f"branch {doc['branch']} holds the accepted change(s); see them with: {doc.get('diff_command')}",
                     "green"))
@@ -67,9 +75,36 @@ def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, 
     return out
 
 
+def decided_by(doc: dict[str, Any]) -> list[Line]:
+    """`decided by: <rule>; <its measured error rates and their source>; confirmation spent N trial(s)`."""
+    if not doc.get("accept"):
+        return []
+    rates = run_rates(doc)
+    spent = confirmation_trials(doc)
+    text = f"decided by: {accept_text(doc['accept'])}"
+    text += f"; {rates}" if rates else "; its error rates were not measured at these settings (docs/benchmarks.md)"
+    if doc["accept"].get("rule") == "sequential":
+        text += f"; the confirmation spent {spent} trial(s)"
+    return [(text, None)]
+
+
 def _criterion(doc: dict[str, Any]) -> str:
-    """What a round needed to be accepted under the run's `--ecdysis-accept` rule (`evolution.json` `accept`)."""
+    """What a round needed to be accepted under the run's `--ecdysis-accept` rule (`evolution.json` `accept`),
+    or that no test was possible: no round reached a decision, or too few tasks for the test to accept."""
     accept = doc.get("accept") or {}
+    rounds = doc.get("rounds") or []
+    decided = [r["decision"] for r in rounds if r.get("decision")]
+    validated = [r for r in rounds if r.get("outcome") in ("accepted", "rejected", "inconclusive")]
+    if accept.get("rule") in ("paired", "sequential") and rounds and not validated:
+        return "reached a test (no candidate was validated)"
+    if accept.get("rule") in ("paired", "sequential") and decided:
+        n = max(int(d.get("n_tasks") or 0) for d in decided)
+        need = sign_min_wins(accept.get("level") or 0.05)
+        if accept["rule"] == "paired" and accept.get("method", "sign") == "sign" and n < need:
+            return f"could pass: no test was possible ({n} tasks: at least {need} wins needed)"
+    if accept.get("rule") == "sequential":
+        return (f"passed the sequential test (an improvement significant at level {accept.get('level', 0.05):g} "
+                "after confirmation)")
     if accept.get("rule") == "paired":
         return (f"passed the paired {accept.get('method', 'sign')} test (an improvement significant at level "
                 f"{accept.get('level', 0.05):g})")

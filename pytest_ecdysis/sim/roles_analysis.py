@@ -155,7 +155,7 @@ class World(Evidence):
                     if h.get("accepted") and params["knob"] not in VALUE_KNOBS:
                         verdict = (f"{params['knob']} was applied in round {h.get('round')} (accepted); the "
                                    "remaining failures are not explained by its absence")
-                    elif not h.get("accepted") and old_params == params:
+                    elif not h.get("accepted") and h.get("outcome") != "inconclusive" and old_params == params:
                         verdict = (f"{params['knob']} with the same parameters was tried in round {h.get('round')} "
                                    f"and rejected (score change {h.get('score_change')}); not proposed unchanged")
             if verdict:
@@ -167,7 +167,7 @@ class World(Evidence):
     def rejected_before(self, change: Mapping[str, Any]) -> dict[str, Any] | None:
         params = change.get("parameters") or {}
         for h in self.history:
-            if h.get("accepted"):
+            if h.get("accepted") or h.get("outcome") == "inconclusive":  # not tried and rejected: may be retried
                 continue
             for old in h.get("changes") or []:
                 if params and (old.get("parameters") or {}) == params:
