@@ -15,7 +15,9 @@ parametrises, calls this, and records the result). It never raises for a trial o
   counts as a failure (reward 0) and its record says `endpoint_problem`;
 - `context_overflow`: the endpoint refused a request that does not fit the model's context window (the
   harness's context management, or a server started with too small a context: the error says which);
-- `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure).
+- `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure),
+  including an HTTP 4xx the agent's request caused (400, 413, 422: malformed, too large; not auth, not
+  found, timeout or rate limit, `harness_caused`): the record quotes the server's message.
 
 The reward comes from the scorer subprocess (`scorer.py`), which never imports harness code. τ² scores 0
 unless a trial ended by user or agent stop, so other endings are not sent to the scorer.
@@ -199,6 +201,10 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         return "context_overflow", (f"model endpoint {where} refused a request that does not fit the model's "
                                     f"context window (HTTP {exc.status_code}: {said}); the harness must keep its "
                                     "requests shorter, or the server needs a longer context")
+    if isinstance(exc, openai.APIStatusError) and harness_caused(exc):
+        return "agent_error", (f"the harness sent a request the agent's endpoint {where} refused (HTTP "
+                               f"{exc.status_code}: {_server_said(exc)}); a malformed or oversized request is the "
+                               "harness's failure, not the endpoint's")
     if isinstance(exc, openai.APIStatusError):
         return "infrastructure_error", (f"model endpoint {where} answered HTTP {exc.status_code} "
                                         f"after {budget.retries} retries: {exc.message}")
@@ -206,6 +212,35 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         return "infrastructure_error", f"scorer failed: {exc}"
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
     return "agent_error", f"the harness raised {type(exc).__name__}: {exc}\n" + "".join(tb[-3:])
+
+
+#: 4xx statuses that are the endpoint's or the account's business, not a request the harness malformed:
+#: unauthorised, forbidden, not found (wrong URL or model), request timeout, conflict, rate limit.
+NOT_THE_HARNESS_4XX = frozenset({401, 402, 403, 404, 408, 409, 429})
+
+
+def harness_caused(exc: Any) -> bool:
+    """True for an `openai.APIStatusError` of the agent's call with a 4xx the request itself caused (400 bad
+    request, 413 too large, 422 unprocessable...): statuses in `NOT_THE_HARNESS_4XX` and every call of the
+    user simulator (the suite's own request) are not the harness's doing."""
+    status = getattr(exc, "status_code", 0) or 0
+    if not 400 <= status < 500 or status in NOT_THE_HARNESS_4XX:
+        return False
+    try:
+        role = exc.response.request.headers.get("x-ecdysis-role", "")
+    except Exception:
+        role = ""
+    return role.lower() != "user"
+
+
+def _server_said(exc: Any, limit: int = 300) -> str:
+    """The server's own message of an `APIStatusError`: its body (first `limit` characters), else the message."""
+    try:
+        body = exc.response.text.strip()
+    except Exception:
+        body = ""
+    said = body or str(getattr(exc, "message", "") or exc)
+    return said[:limit] + ("..." if len(said) > limit else "")
 
 
 def _is_write(environment: Any, name: str) -> bool:
