@@ -107,3 +107,119 @@ def test_a_4xx_of_auth_routing_rate_or_the_user_simulator_stays_infrastructure(r
         result = run_over(server)
     assert result.termination_reason == "infrastructure_error", result.error
     assert result.is_infra_error and result.reward is None
+
+
+# -- 1 and 2: tool names with chat-template markup, arguments of the wrong type ----------------------
+
+RESERVATION, PAYMENT = "4WQ150", "gift_card_3576581"  # airline: 5 bags, 0 non-free, paid by this gift card
+
+
+def one_call_then_done(name: str, arguments: dict):
+    """Agent replies: the tool call `name(arguments)` (arguments sent as given), then a closing text."""
+    def reply(body: dict) -> dict:
+        if any(m.get("role") == "tool" for m in body.get("messages", [])):
+            return {"content": "All done. Anything else?"}
+        return {"content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                 "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    return reply
+
+
+def user_stops_second_turn(body: dict) -> dict:
+    said = [m for m in body.get("messages", []) if m.get("role") == "assistant"]
+    return HELLO if not said else {"content": "Thanks, that is all. ###STOP###"}
+
+
+@pytest.mark.parametrize("name", ["get_reservation_details<|channel|>commentary",
+                                  "functions.get_reservation_details",
+                                  "<|start|>assistant<|channel|>commentary to=functions.get_reservation_details",
+                                  "get_reservation_details</tool_call>"])
+def test_a_known_tool_name_with_template_markup_is_repaired_with_a_note(name, warm_tau2):
+    """A tool name that is a known tool plus chat-template markup (vLLM 32587) reaches τ² as the tool,
+    with a `tool_name_repaired` endpoint note; the tool answers (no "tool not found"), the record is no
+    endpoint problem."""
+    agent = one_call_then_done(name, {"reservation_id": RESERVATION})
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
+        result = run_over(server)
+    assert result.termination_reason == "user_stop", result.error
+    assert [c.name for c in result.tool_calls] == ["get_reservation_details"]
+    assert not result.tool_calls[0].error and RESERVATION in result.tool_calls[0].result
+    notes = [n for n in result.endpoint_notes if n["kind"] == "tool_name_repaired"]
+    assert len(notes) == 1 and repr(name) in notes[0]["detail"] and not result.endpoint_problem
+
+
+def test_template_markup_that_names_no_known_tool_is_an_endpoint_problem(warm_tau2):
+    """Markup around a name that is no tool (or two of them) cannot be repaired: the record says
+    endpoint_problem and is kept out of the evidence."""
+    from pytest_ecdysis.evidence.failures import triage
+
+    agent = one_call_then_done("<|channel|>commentary", {"reservation_id": RESERVATION})
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
+        result = run_over(server)
+    assert any(n["kind"] == "tool_name_markup" for n in result.endpoint_notes) and result.endpoint_problem
+    records = triage([result], 1.0).records
+    assert records and not records[0].is_evidence()
+
+
+def test_integers_sent_as_strings_are_coerced_to_the_tool_schema_with_a_note(warm_tau2):
+    """`"total_baggages": "6"` (Ollama 7843) is executed as 6: the tool succeeds, the trajectory holds the
+    integer (so τ²'s scorer replays the same call), and an `arguments_coerced` note names each argument."""
+    args = {"reservation_id": RESERVATION, "total_baggages": "6", "nonfree_baggages": "1", "payment_id": PAYMENT}
+    agent = one_call_then_done("update_reservation_baggages", args)
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
+        result = run_over(server)
+    assert result.termination_reason == "user_stop" and result.reward is not None, result.error
+    call = result.tool_calls[0]
+    assert call.arguments["total_baggages"] == 6 and call.arguments["nonfree_baggages"] == 1
+    assert not call.error and '"total_baggages": 6' in call.result
+    [note] = [n for n in result.endpoint_notes if n["kind"] == "arguments_coerced"]
+    assert "'total_baggages'" in note["detail"] and "'nonfree_baggages'" in note["detail"]
+    assert not result.endpoint_problem
+
+
+@pytest.mark.parametrize(("argument", "value", "wanted"), [("total_baggages", "six", "an integer"),
+                                                         ("payment_id", ["x"], "a string")])
+def test_an_argument_that_cannot_take_the_schema_type_is_refused_naming_it(argument, value, wanted, warm_tau2):
+    """A value no unambiguous coercion fits is refused before the tool runs: the tool's error names the
+    argument and the type wanted (not Python's `unsupported operand`), and τ²'s scorer, which replays the
+    call on an environment guarded alike, scores the trial."""
+    args = {"reservation_id": RESERVATION, "total_baggages": 6, "nonfree_baggages": 1, "payment_id": PAYMENT,
+            argument: value}
+    agent = one_call_then_done("update_reservation_baggages", args)
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
+        result = run_over(server)
+    assert result.termination_reason == "user_stop" and result.reward is not None, result.error
+    call = result.tool_calls[0]
+    assert call.error and f"argument '{argument}' of update_reservation_baggages must be {wanted}" in call.result
+    assert "unsupported operand" not in call.result
+
+
+# -- 3: the user simulator's own abort ----------------------------------------------------------------
+
+def test_the_user_simulators_out_of_scope_abort_is_flagged_kept_out_and_listed(warm_tau2):
+    """The user's turn ends `###OUT-OF-SCOPE###` (tau2-bench 517): scored as τ² scores it, flagged
+    `user_abort`, its failure record kept out of the evidence (`kept_out: user_abort`), and the summary
+    lists it; an ordinary `###STOP###` is no abort."""
+    from pytest_ecdysis.evidence.failures import triage
+    from pytest_ecdysis.evidence.patterns import group
+    from pytest_ecdysis.report.summary import summary_lines
+    from pytest_ecdysis.run.files import aggregate
+
+    def user(body: dict) -> dict:
+        said = [m for m in body.get("messages", []) if m.get("role") == "assistant"]
+        return HELLO if not said else {"content": "I don't know that, sorry. ###OUT-OF-SCOPE###"}
+
+    agent = one_call_then_done("get_reservation_details", {"reservation_id": RESERVATION})
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user)) as server:
+        aborted = run_over(server)
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
+        stopped = run_over(server)
+    assert aborted.termination_reason == "user_stop" and aborted.reward is not None, aborted.error
+    assert aborted.user_abort and not stopped.user_abort
+    stopped = stopped.model_copy(update={"trial": 1})
+    tri = triage([aborted, stopped], 1.0)
+    [record] = [r for r in tri.records if r.trial == 0]
+    assert record.user_abort and record.kept_out == "user_abort" and not record.is_evidence()
+    assert all("t0" not in key for g in group(tri.records) for key in g.records)
+    summary, _, _ = aggregate([aborted, stopped], threshold=1.0, trials_per_task=2, model="m", prices={})
+    assert summary["user_aborts"] == ["tau2-airline/3/t0"] and summary["kept_out"] == {"user_abort": 1}
+    assert any("user simulator aborts" in line and "tau2-airline/3/t0" in line for line in summary_lines(summary, []))

@@ -22,6 +22,11 @@ Two kinds of text reach `message.content` that are not the model's words to the 
   (as a native call carries them), or the raw text when it is not a JSON object (`problem` says why), so a
   caller can give it the same outcome as a native call with that defect.
 
+A tool call's *name* may carry chat-template markup too: a special token and what follows it
+(`get_reservation_details<|channel|>commentary`, vLLM with gpt-oss), a namespace (`functions.get_x`),
+a closing tag. `repair_tool_name(name, known)` finds the one known tool such a name stands for;
+`has_markup(name)` says whether a name carries markup at all.
+
 A third shape is no reply at all: an HTTP 200 to `/chat/completions` whose body is not a chat completion
 (an HTML page from a proxy, truncated JSON, `choices: []`, an event stream the request did not ask for).
 `completion_problem(path, content_type, body, streamed=...)` names what is wrong with it, or returns None.
@@ -171,6 +176,29 @@ def find_text_tool_calls(text: str | None) -> TextCalls:
         return TextCalls(found if found is not None else [_undecodable(match.group(1))], "python_tag",
                          text[:match.start()].strip())
     return TextCalls()
+
+
+_SPECIAL_TOKEN = re.compile(r"<\|[^<>|]*\|>|</?[A-Za-z_][\w:-]*>|\[/?[A-Z_]{3,}\]")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def has_markup(name: str) -> bool:
+    """True when a tool name carries chat-template markup: a special token (`<|channel|>`), a tag
+    (`</tool_call>`), a bracket token (`[TOOL_CALLS]`), or whitespace."""
+    return bool(_SPECIAL_TOKEN.search(name)) or name != name.strip() or any(c.isspace() for c in name)
+
+
+def repair_tool_name(name: str, known: set[str] | frozenset[str]) -> str | None:
+    """The known tool `name` stands for: `name` itself when known; else, when exactly one known tool name
+    appears in it as a whole identifier (the rest being markup, a namespace such as `functions.` or a
+    channel word), that one; else None (unknown, or ambiguous: two known names in it).
+
+    `get_reservation_details<|channel|>commentary` -> `get_reservation_details`;
+    `functions.get_user_details` -> `get_user_details`; `get_user_detail` -> None (a typo is the model's)."""
+    if name in known:
+        return name
+    found = {token for token in _IDENTIFIER.findall(name) if token in known}
+    return found.pop() if len(found) == 1 else None
 
 
 def _scalar(value: str) -> object:

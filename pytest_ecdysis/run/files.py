@@ -69,6 +69,7 @@ def aggregate(
         n_groups=len(groups),
         n_cross_task_groups=sum(g.cross_task for g in groups),
         suspect_tasks=sorted({metrics.task_key(t) for t in trials if t.suspect}, key=metrics._natural),
+        user_aborts=[f"{metrics.task_key(t)}/t{t.trial}" for t in trials if t.user_abort],
     )
     return block, tri, groups
 

@@ -51,6 +51,7 @@ from .endpoint import (
 )
 from .scorer import ScorerClient, ScorerError, scorer_client
 from .tau2lib import load_tau2
+from .tool_calls import tool_params
 
 STOP_ENDINGS = ("user_stop", "agent_stop")
 
@@ -99,7 +100,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     budget = TrialBudget(settings.trial_budget_s)
     common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
     model_view = ModelViewTransport()
-    endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls)
+    endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls, tools=tool_params(environment))
     agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, model_view=model_view,
                                reply_log=endpoint_log, **common)
     user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
@@ -148,7 +149,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     user_usage = dict(getattr(user, "usage", None) or {})
     user_tokens = {k: int(user_usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
     from .suspect import is_suspect
-    from .user import stop_after_confirmation
+    from .user import stop_after_confirmation, user_aborted
 
     messages = [message_dict(m) for m in trajectory]
     called = {c["name"] for m in messages for c in m.get("tool_calls") or []}
@@ -176,6 +177,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         endpoint_notes=endpoint_log.all_notes(),
         endpoint_problem=endpoint_log.problem or reason == "endpoint_format_error",
         user_stop_after_confirmation=reason == "user_stop" and stop_after_confirmation(messages, writes),
+        user_abort=reason == "user_stop" and user_aborted(messages),
         checks=checks,
     )
 
