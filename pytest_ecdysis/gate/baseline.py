@@ -267,7 +267,13 @@ def verdict(
         v.reasons.append("baseline refused, not compared (" + "; ".join(diff) + "); save a baseline for "
                          "this suite, split, trials, model and nonce")
         return v
-    if n_collected == 0:
+    crashes = summary.get("worker_crashes") or []
+    if n_collected == 0 and crashes:  # not a test path problem: the workers died before collecting
+        said = [ln.strip() for ln in str(crashes[0].get("error", "")).splitlines() if ln.strip()]
+        v.reasons.append(f"every xdist worker crashed before collecting a test (first {crashes[0].get('worker')}: "
+                         f"{said[-1][:300] if said else 'no error text'}); its traceback is under "
+                         f"'[{crashes[0].get('worker')}] node down' in the output and in summary.json worker_crashes")
+    elif n_collected == 0:
         v.reasons.append("no trial case was collected: check the test paths and --ecdysis-tasks")
     if missing:
         v.reasons.append(f"{len(missing)} collected case(s) never reported a result: {shown(missing)}")
