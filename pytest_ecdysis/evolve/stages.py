@@ -44,6 +44,22 @@ def why_no_evidence(records: list) -> str:
             + "; ".join(f"{count} {key}" for key, count in why.items()))
 
 
+def _without_suspects(ev: RoundContext, n: int, records: list, groups: list, inc_run: Path) -> tuple[list, list]:
+    """Records and groups with the tasks that failed identically under every configuration run so far (the
+    incumbent's run and every sub-run under `rounds/`: candidates, re-runs) kept out (`evidence.suspects`)."""
+    from pytest_ecdysis.evidence.patterns import group
+    from pytest_ecdysis.evidence.suspects import across_run_dirs, keep_out
+
+    runs = [inc_run, ev.dir, *(p.parent for p in sorted((ev.dir / "rounds").glob("**/trials.jsonl")))]
+    suspects = across_run_dirs([p for p in runs if (p / "trials.jsonl").is_file()], ev.cfg.threshold)
+    if not suspects:
+        return records, groups
+    ev.say(f"round {n}: {len(suspects)} task(s) failed identically under every configuration run so far, kept out "
+           f"of the evidence as suspect: " + "; ".join(f"{k}: {why}" for k, why in sorted(suspects.items())), n)
+    records = keep_out(records, suspects)
+    return records, [g for g in group(records)]
+
+
 def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) -> dict[str, Any]:
     """Records and groups of the incumbent's run -> the strategy's diagnosis -> `spec.json`.
 
@@ -56,6 +72,7 @@ def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) ->
     inc = ev.doc["incumbent"]
     ev.ledger.verify_run(Path(inc["run_path"]))
     records, groups = load_evidence(Path(inc["run_path"]))
+    records, groups = _without_suspects(ev, n, records, groups, Path(inc["run_path"]))
     usable = [r for r in records if r.is_evidence()]
     if not usable:
         reason = why_no_evidence(records)

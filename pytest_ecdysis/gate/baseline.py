@@ -55,7 +55,8 @@ def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
         **{k: summary.get(k) for k in (*MATCH_FIELDS, "harness_id", "run_id", "suite_score",
                                         "pass_hat_k", "n_tasks") if k in summary or k not in OPTIONAL_FIELDS},
         "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"],
-                      "mean_reward": v.get("mean_reward")} for k, v in summary.get("tasks", {}).items()},
+                      "mean_reward": v.get("mean_reward"), **({"failure": v["failure"]} if v.get("failure") else {})}
+                  for k, v in summary.get("tasks", {}).items()},
     }
 
 

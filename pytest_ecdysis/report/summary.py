@@ -93,6 +93,8 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
                      f"call{'; ' + weak_hint if weak_hint else ''})")
     if summary.get("suspect_tasks"):
         lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")
+        for task, why in (summary.get("suspect_reasons") or {}).items():
+            lines.append(f"  {task}: {why}")
     if summary.get("user_aborts"):
         lines.append(f"user simulator aborts (###OUT-OF-SCOPE###; scored as τ² does, kept out of evidence): "
                      f"{', '.join(summary['user_aborts'])}")

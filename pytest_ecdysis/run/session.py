@@ -118,9 +118,13 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
                         "and --ecdysis-tasks")
 
     per_task = max([cfg.trials, *Counter(metrics.task_key(t) for t in trials).values()])
+    from pytest_ecdysis.evidence.suspects import suspect_against_baseline
+
+    suspects = suspect_against_baseline(trials, gate.load_baseline(cfg.baseline), cfg.threshold, harness) \
+        if cfg.gate else {}  # the same failure under the baseline's harness and this one
     summary, tri, groups = aggregate(trials, threshold=cfg.threshold, trials_per_task=per_task,
                                      model=cfg.model, prices=metrics.load_prices(cfg.rootdir),
-                                     user_model=cfg.user_model)
+                                     user_model=cfg.user_model, suspects=suspects)
     summary = {
         "schema_version": SCHEMA_VERSION, "run_id": state.run_id,
         "suite": summary.pop("suite"), "by_suite": summary.pop("by_suite"),
