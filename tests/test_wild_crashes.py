@@ -9,6 +9,7 @@ now names the crash and where its traceback is (the terminal's "[gwN] node down"
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -21,10 +22,11 @@ CRASHING_CONFTEST = {
 
 
 def crashing_conftest(pytester: pytest.Pytester, how: str) -> None:
-    """A conftest that kills every xdist worker importing it (the controller imports it unharmed)."""
+    """A conftest that kills every xdist worker importing it; the controller (pytester runs it in this
+    process, whose pid is the marker) imports it unharmed, even when this test itself runs on a worker."""
     pytester.makeconftest(textwrap.dedent(f"""
         import os
-        if os.environ.get("PYTEST_XDIST_WORKER"):
+        if os.getpid() != {os.getpid()}:
             {CRASHING_CONFTEST[how]}
     """))
 

@@ -223,3 +223,15 @@ def test_the_user_simulators_out_of_scope_abort_is_flagged_kept_out_and_listed(w
     summary, _, _ = aggregate([aborted, stopped], threshold=1.0, trials_per_task=2, model="m", prices={})
     assert summary["user_aborts"] == ["tau2-airline/3/t0"] and summary["kept_out"] == {"user_abort": 1}
     assert any("user simulator aborts" in line and "tau2-airline/3/t0" in line for line in summary_lines(summary, []))
+
+
+def test_a_harness_tool_the_request_offered_is_repaired_but_not_coerced():
+    """A name the request's `tools` offered (a harness's own tool, unknown to τ²) is repaired from markup
+    too; arguments are coerced only against τ²'s tools."""
+    from task_suites.tau2.tool_calls import fix_calls
+
+    message = {"tool_calls": [{"id": "1", "type": "function",
+                               "function": {"name": "think<|channel|>analysis", "arguments": '{"n": "2"}'}}]}
+    changed, notes = fix_calls(message, {}, {"think"})
+    assert changed and message["tool_calls"][0]["function"] == {"name": "think", "arguments": '{"n": "2"}'}
+    assert [kind for kind, _ in notes] == ["tool_name_repaired"]

@@ -72,3 +72,29 @@ def test_a_gate_run_failing_a_task_as_the_baseline_of_another_harness_did_marks_
     from pytest_ecdysis.evidence.suspects import across_run_dirs
 
     assert list(across_run_dirs([first, runs[-1]], 1.0)) == ["syn-air/3"]
+
+
+def test_evolution_keeps_tasks_failing_alike_in_the_incumbents_and_candidates_runs_out_of_evidence(tmp_path):
+    """Before a round's diagnosis, the incumbent's run and the sub-runs under `rounds/` (a rejected
+    candidate's validation) are compared: a task both failed alike is kept out, the loop says so; a task
+    the candidate solved stays evidence."""
+    from types import SimpleNamespace
+
+    from pytest_ecdysis.evidence.failures import triage
+    from pytest_ecdysis.evidence.patterns import group
+    from pytest_ecdysis.evolve.stages import _without_suspects
+
+    def write(path, trials):
+        path.mkdir(parents=True)
+        (path / "trials.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in trials))
+
+    incumbent = [trial("1", 0, 0.0, "h@a"), trial("2", 0, 0.0, "h@a")]
+    write(tmp_path, incumbent)
+    write(tmp_path / "rounds" / "1" / "validation", [trial("1", 0, 0.0, "h@b"), trial("2", 0, 1.0, "h@b")])
+    said = []
+    ev = SimpleNamespace(dir=tmp_path, cfg=SimpleNamespace(threshold=1.0), say=lambda text, n: said.append(text))
+    records = triage(incumbent, 1.0).records
+    records, groups = _without_suspects(ev, 2, records, group(records), tmp_path)
+    assert {r.task_id: r.kept_out for r in records} == {"1": "suspect_task", "2": None}
+    assert [g.tasks for g in groups] == [["s/2"]]
+    assert len(said) == 1 and "s/1: every trial failed identically under 2 configurations" in said[0]

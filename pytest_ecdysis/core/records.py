@@ -111,8 +111,9 @@ class TrialResult(_Model):
                                 "question, so the confirmed write never happened (a benchmark artefact)"),
     ] = False
     user_abort: Annotated[
-        bool, Field(description="the user simulator ended the conversation with τ²'s ###OUT-OF-SCOPE###: its "
-                                "own abort (its scenario did not cover what came up), not the agent's failure"),
+        bool, Field(description="the user simulator ended the conversation with τ²'s ###OUT-OF-SCOPE### (its "
+                                "scenario did not cover what came up), or τ² ended it as user_error (a malformed "
+                                "user message): the user simulator's own abort, not the agent's failure"),
     ] = False
     checks: Annotated[
         dict[str, Any] | None,

@@ -42,7 +42,7 @@ from pytest_ecdysis.endpoint.deadline import RETRY_STATUS, Budget, DeadlineTrans
 from pytest_ecdysis.endpoint.replies import find_text_tool_calls, strip_reasoning
 from pytest_ecdysis.endpoint.response_cache import wrap_transport
 
-from .tool_calls import fix_calls
+from .tool_calls import fix_calls, offered_tools
 
 __all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointLog", "EndpointSettings", "ModelViewTransport",
            "ReplyShapeTransport", "TrialBudget", "endpoint_for", "make_client", "trial_header"]
@@ -158,6 +158,7 @@ class ReplyShapeTransport(httpx2.BaseTransport):
         if self.log.format_error:
             raise EndpointFormatError(f"agent call not sent: {self.log.format_error}")
         self.log.calls += 1
+        self.offered = offered_tools(request)
         response = self.inner.handle_request(request)
         body = response.read()
         if is_parse_failure(response.status_code, body):
@@ -221,7 +222,7 @@ class ReplyShapeTransport(httpx2.BaseTransport):
 
     def _fix_calls(self, message: dict[str, Any]) -> bool:
         """Tool names and arguments against τ²'s tools (`tool_calls.fix_calls`); True when anything changed."""
-        changed, notes = fix_calls(message, self.log.tools)
+        changed, notes = fix_calls(message, self.log.tools, getattr(self, "offered", set()))
         for kind, detail in notes:
             self.log.note(kind, detail)
         return changed

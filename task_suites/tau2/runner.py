@@ -97,10 +97,11 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     environment = suite.get_environment(spec.domain)
     # the budget covers the conversation (harness build, every model call and retry, tool calls), not the
     # loading of τ²'s data, which a worker's first trial pays once (seconds on a loaded machine)
+    tools = tool_params(environment)  # τ²'s tool schema: names repaired, arguments coerced against it
     budget = TrialBudget(settings.trial_budget_s)
     common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
     model_view = ModelViewTransport()
-    endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls, tools=tool_params(environment))
+    endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls, tools=tools)
     agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, model_view=model_view,
                                reply_log=endpoint_log, **common)
     user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
@@ -177,7 +178,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         endpoint_notes=endpoint_log.all_notes(),
         endpoint_problem=endpoint_log.problem or reason == "endpoint_format_error",
         user_stop_after_confirmation=reason == "user_stop" and stop_after_confirmation(messages, writes),
-        user_abort=reason == "user_stop" and user_aborted(messages),
+        user_abort=reason == "user_error" or (reason == "user_stop" and user_aborted(messages)),
         checks=checks,
     )
 

@@ -140,7 +140,7 @@ def guard_tools(environment: Any) -> Any:
     toolkit = getattr(environment, "tools", None)
     if toolkit is None or getattr(toolkit, "_ecdysis_guarded", False):
         return environment
-    params = {name: tool.params for name, tool in toolkit.get_tools().items()}
+    params = tool_params(environment)
     original = toolkit.use_tool
 
     def use_tool(tool_name: str, **kwargs: Any) -> Any:
@@ -155,19 +155,43 @@ def guard_tools(environment: Any) -> Any:
 
 
 def tool_params(environment: Any) -> dict[str, type[BaseModel]]:
-    """τ²'s assistant tools of an environment: name -> parameters model."""
+    """τ²'s assistant tools of an environment: name -> parameters model (built once per toolkit class: the
+    models come from the tools' signatures)."""
     toolkit = getattr(environment, "tools", None)
-    return {name: tool.params for name, tool in toolkit.get_tools().items()} if toolkit is not None else {}
+    if toolkit is None:
+        return {}
+    kind = type(toolkit)
+    if kind not in _PARAMS:
+        _PARAMS[kind] = {name: tool.params for name, tool in toolkit.get_tools().items()}
+    return _PARAMS[kind]
 
 
-def fix_calls(message: dict[str, Any], tools: dict[str, type[BaseModel]]) -> tuple[bool, list[tuple[str, str]]]:
+#: toolkit class -> its tools' parameters models (`tool_params`).
+_PARAMS: dict[type, dict[str, type[BaseModel]]] = {}
+
+
+def offered_tools(request: Any) -> set[str]:
+    """The tool names a chat-completions request offered the model (`tools[].function.name`); a harness may
+    offer tools τ² does not have."""
+    try:
+        body = json.loads(request.read() or b"{}")
+    except (ValueError, TypeError):
+        return set()
+    tools = body.get("tools") if isinstance(body, dict) else None
+    return {t["function"]["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str)}
+
+
+def fix_calls(message: dict[str, Any], tools: dict[str, type[BaseModel]],
+              offered: set[str] | frozenset[str] = frozenset()) -> tuple[bool, list[tuple[str, str]]]:
     """Repair, in place, the tool calls of one chat-completion `message` against τ²'s `tools` (name ->
     parameters model): a name that is a known tool plus chat-template markup becomes that tool (note
     `tool_name_repaired`; markup naming no single known tool: note `tool_name_markup`), and arguments are
-    coerced (`coerce_arguments`, note `arguments_coerced`). Returns (changed, [(note kind, detail)])."""
-    if not tools:
+    coerced (`coerce_arguments`, note `arguments_coerced`). `offered`: the request's tool names, known too
+    (a harness's own tools are repaired, never coerced). Returns (changed, [(note kind, detail)])."""
+    if not tools and not offered:
         return False, []
-    known, changed, notes = set(tools), False, []
+    known, changed, notes = set(tools) | set(offered), False, []
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
