@@ -151,6 +151,7 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
     if summary.get("suspect_tasks"):
         out += ["", "suspect tasks (scored, kept out of evidence): "
                 + ", ".join(f"`{t}`" for t in summary["suspect_tasks"])]
+        out += [f"- `{task}`: {_cell(why)}" for task, why in (summary.get("suspect_reasons") or {}).items()]
     if summary.get("user_aborts"):
         out += ["", "user simulator aborts (`###OUT-OF-SCOPE###`, kept out of evidence): "
                 + ", ".join(f"`{t}`" for t in summary["user_aborts"])]
