@@ -22,9 +22,12 @@ def warm_tau2():
     warm_up()
 
 
-def run_over(server: SlowEndpoint, task_id: str = "3", budget_s: float = 120.0):
-    """One trial of airline task `task_id`, example harness, agent and user both served by `server`."""
+def run_over(server: SlowEndpoint, task_id: str = "3", budget_s: float = 120.0, harness=None):
+    """One trial of airline task `task_id`, example harness (or `harness`), agent and user both served by
+    `server`."""
     from suite_scripted import EXAMPLE_HARNESS
+
+    harness = harness or EXAMPLE_HARNESS
 
     from pytest_ecdysis.core.harness import harness_id
     from task_suites.tau2.endpoint import EndpointSettings
@@ -32,7 +35,7 @@ def run_over(server: SlowEndpoint, task_id: str = "3", budget_s: float = 120.0):
 
     settings = EndpointSettings(call_timeout_s=60.0, max_retries=1, trial_budget_s=budget_s, backoff_s=0.01)
     spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id="wild", model="scripted",
-                     user_model="scripted", harness_dir=EXAMPLE_HARNESS, harness_id=harness_id(EXAMPLE_HARNESS),
+                     user_model="scripted", harness_dir=harness, harness_id=harness_id(harness),
                      base_url=server.url)
     return run_trial(spec, settings)
 
@@ -235,3 +238,26 @@ def test_a_harness_tool_the_request_offered_is_repaired_but_not_coerced():
     changed, notes = fix_calls(message, {}, {"think"})
     assert changed and message["tool_calls"][0]["function"] == {"name": "think", "arguments": '{"n": "2"}'}
     assert [kind for kind, _ in notes] == ["tool_name_repaired"]
+
+
+# -- 6: the same failure under every configuration, with real trials -----------------------------------
+
+def test_real_trials_of_two_harnesses_failing_a_task_alike_make_it_suspect(warm_tau2):
+    """Airline task 3 under the example and the direct harness, the model answering the same useless text:
+    both fail with one signature, so the task is suspect with the reason, and its records are kept out."""
+    from suite_scripted import DIRECT_HARNESS, EXAMPLE_HARNESS
+
+    from pytest_ecdysis.evidence.failures import triage
+    from pytest_ecdysis.evidence.suspects import keep_out, suspect_across
+
+    runs = []
+    for harness in (EXAMPLE_HARNESS, DIRECT_HARNESS):
+        with SlowEndpoint(agent=("ok", {"content": "I am sorry, I cannot look that up."}),
+                          user=("ok", user_stops_second_turn)) as server:
+            runs.append([run_over(server, harness=harness)])
+    assert runs[0][0].harness_id != runs[1][0].harness_id
+    assert all(r[0].termination_reason == "user_stop" and r[0].reward == 0.0 for r in runs), runs
+    found = suspect_across(runs, 1.0)
+    assert list(found) == ["tau2-airline/3"] and "under 2 configurations" in found["tau2-airline/3"]
+    records = keep_out(triage(runs[0], 1.0).records, found)
+    assert [r.kept_out for r in records] == ["suspect_task"] and not records[0].is_evidence()
