@@ -101,12 +101,19 @@ def test_a_4xx_the_agents_request_caused_is_the_harness_failure(status, warm_tau
     assert len(tri.records) == 1 and tri.records[0].is_evidence() and tri.infra_errors == []
 
 
-@pytest.mark.parametrize(("role", "status"), [("agent", 401), ("agent", 404), ("agent", 429), ("user", 400)])
-def test_a_4xx_of_auth_routing_rate_or_the_user_simulator_stays_infrastructure(role, status, warm_tau2):
-    """Auth, not-found and rate limits are the endpoint's or the account's business, and the user
-    simulator's request is the suite's own: those stay infrastructure_error (out of score and evidence)."""
+UNKNOWN_MODEL_400 = json.dumps({"error": {"message": "Invalid model name passed in model=gpt-5-mini",
+                                          "type": "invalid_request_error", "code": "400"}}).encode()
+
+
+@pytest.mark.parametrize(("role", "status", "body"), [("agent", 401, STRICT_400), ("agent", 404, STRICT_400),
+                                                      ("agent", 429, STRICT_400), ("user", 400, STRICT_400),
+                                                      ("agent", 400, UNKNOWN_MODEL_400)])
+def test_a_4xx_of_auth_routing_rate_or_the_user_simulator_stays_infrastructure(role, status, body, warm_tau2):
+    """Auth, not-found (also a 400 naming the model, as LiteLLM sends) and rate limits are the endpoint's
+    or the account's business, and the user simulator's request is the suite's own: those stay
+    infrastructure_error (out of score and evidence)."""
     other = "user" if role == "agent" else "agent"
-    with SlowEndpoint(**{role: ("status", status, STRICT_400, "application/json"), other: ("ok", HELLO)}) as server:
+    with SlowEndpoint(**{role: ("status", status, body, "application/json"), other: ("ok", HELLO)}) as server:
         result = run_over(server)
     assert result.termination_reason == "infrastructure_error", result.error
     assert result.is_infra_error and result.reward is None

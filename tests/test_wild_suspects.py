@@ -85,7 +85,7 @@ def test_evolution_keeps_tasks_failing_alike_in_the_incumbents_and_candidates_ru
     from pytest_ecdysis.evolve.stages import _without_suspects
 
     def write(path, trials):
-        path.mkdir(parents=True)
+        path.mkdir(parents=True, exist_ok=True)
         (path / "trials.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in trials))
 
     incumbent = [trial("1", 0, 0.0, "h@a"), trial("2", 0, 0.0, "h@a")]
@@ -98,3 +98,23 @@ def test_evolution_keeps_tasks_failing_alike_in_the_incumbents_and_candidates_ru
     assert {r.task_id: r.kept_out for r in records} == {"1": "suspect_task", "2": None}
     assert [g.tasks for g in groups] == [["s/2"]]
     assert len(said) == 1 and "s/1: every trial failed identically under 2 configurations" in said[0]
+
+
+def test_evolution_keeps_suspects_when_nothing_else_is_left(tmp_path):
+    """When every failing task is suspect, the round still has evidence (them), and the loop says why."""
+    from types import SimpleNamespace
+
+    from pytest_ecdysis.evidence.failures import triage
+    from pytest_ecdysis.evidence.patterns import group
+    from pytest_ecdysis.evolve.stages import _without_suspects
+
+    incumbent = [trial("1", 0, 0.0, "h@a")]
+    (tmp_path / "rounds" / "1" / "v").mkdir(parents=True)
+    (tmp_path / "trials.jsonl").write_text(incumbent[0].model_dump_json() + "\n")
+    (tmp_path / "rounds" / "1" / "v" / "trials.jsonl").write_text(trial("1", 0, 0.0, "h@b").model_dump_json() + "\n")
+    said = []
+    ev = SimpleNamespace(dir=tmp_path, cfg=SimpleNamespace(threshold=1.0), say=lambda text, n: said.append(text))
+    records = triage(incumbent, 1.0).records
+    out, groups = _without_suspects(ev, 2, records, group(records), tmp_path)
+    assert [r.kept_out for r in out] == [None] and groups
+    assert "kept as evidence, as nothing else is left" in said[0]

@@ -46,7 +46,8 @@ def why_no_evidence(records: list) -> str:
 
 def _without_suspects(ev: RoundContext, n: int, records: list, groups: list, inc_run: Path) -> tuple[list, list]:
     """Records and groups with the tasks that failed identically under every configuration run so far (the
-    incumbent's run and every sub-run under `rounds/`: candidates, re-runs) kept out (`evidence.suspects`)."""
+    incumbent's run and every sub-run under `rounds/`: candidates, re-runs) kept out (`evidence.suspects`),
+    unless that would leave no evidence at all (then they stay, and the loop says so)."""
     from pytest_ecdysis.evidence.patterns import group
     from pytest_ecdysis.evidence.suspects import across_run_dirs, keep_out
 
@@ -54,10 +55,15 @@ def _without_suspects(ev: RoundContext, n: int, records: list, groups: list, inc
     suspects = across_run_dirs([p for p in runs if (p / "trials.jsonl").is_file()], ev.cfg.threshold)
     if not suspects:
         return records, groups
+    kept = keep_out(records, suspects)
+    said = "; ".join(f"{k}: {why}" for k, why in sorted(suspects.items()))
+    if not any(r.is_evidence() for r in kept):  # nothing else to learn from: diagnose them, said so
+        ev.say(f"round {n}: every failing task failed identically under every configuration run so far "
+               f"({said}); kept as evidence, as nothing else is left", n)
+        return records, groups
     ev.say(f"round {n}: {len(suspects)} task(s) failed identically under every configuration run so far, kept out "
-           f"of the evidence as suspect: " + "; ".join(f"{k}: {why}" for k, why in sorted(suspects.items())), n)
-    records = keep_out(records, suspects)
-    return records, [g for g in group(records)]
+           f"of the evidence as suspect: {said}", n)
+    return kept, group(kept)
 
 
 def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) -> dict[str, Any]:

@@ -25,6 +25,7 @@ unless a trial ended by user or agent stop, so other endings are not sent to the
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -220,14 +221,22 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
 #: 4xx statuses that are the endpoint's or the account's business, not a request the harness malformed:
 #: unauthorised, forbidden, not found (wrong URL or model), request timeout, conflict, rate limit.
 NOT_THE_HARNESS_4XX = frozenset({401, 402, 403, 404, 408, 409, 429})
+#: a 4xx body that blames the configuration, whatever the status (LiteLLM answers an unknown model with 400):
+#: a model or key the user chose, not a request the harness malformed ("tool_call_id not found" stays the harness's).
+NOT_THE_HARNESS_BODY = re.compile(r"\bmodel\b[^\n]{0,60}?\b(not found|does not exist|not exist|is not supported|"
+                                  r"unknown|invalid)|(invalid|unknown|no such) model|api[ _-]?key|authenticat|"
+                                  r"unauthori[sz]ed|insufficient.quota", re.I)
 
 
 def harness_caused(exc: Any) -> bool:
     """True for an `openai.APIStatusError` of the agent's call with a 4xx the request itself caused (400 bad
-    request, 413 too large, 422 unprocessable...): statuses in `NOT_THE_HARNESS_4XX` and every call of the
-    user simulator (the suite's own request) are not the harness's doing."""
+    request, 413 too large, 422 unprocessable...): statuses in `NOT_THE_HARNESS_4XX`, a body naming the model
+    or the key (`NOT_THE_HARNESS_BODY`) and every call of the user simulator (the suite's own request) are
+    not the harness's doing."""
     status = getattr(exc, "status_code", 0) or 0
     if not 400 <= status < 500 or status in NOT_THE_HARNESS_4XX:
+        return False
+    if NOT_THE_HARNESS_BODY.search(_server_said(exc, 2000)):
         return False
     try:
         role = exc.response.request.headers.get("x-ecdysis-role", "")
