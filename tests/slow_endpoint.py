@@ -8,7 +8,8 @@ or a diagnosis role), else by `default`:
 - `("whitespace", n, interval_s, reply)`: headers, then `n` spaces one every `interval_s` (a gateway's
   keep-alive while the model generates), then the JSON;
 - `("silence",)`: headers, then nothing until the client goes away;
-- `("raw", body, content_type)`: HTTP 200 with exactly these bytes (a reply that is not a chat completion).
+- `("raw", body, content_type)`: HTTP 200 with exactly these bytes (a reply that is not a chat completion);
+- `("status", code, body, content_type)`: HTTP `code` with exactly these bytes (a 4xx with the server's message).
 
     with SlowEndpoint(agent=("trickle", 0.1, {"content": "hi"})) as server:
         base_url = server.url          # http://127.0.0.1:PORT/v1
@@ -48,8 +49,11 @@ class SlowEndpoint:
                 role = self.headers.get("x-ecdysis-role", "default")
                 outer.requests.append((role, time.monotonic()))
                 kind, *args = outer.behaviours.get(role, outer.behaviours["default"])
+                code = 200
+                if kind == "status":
+                    kind, code, args = "raw", args[0], args[1:]
                 if kind == "raw":
-                    self.send_response(200)
+                    self.send_response(code)
                     self.send_header("Content-Type", args[1])
                     self.send_header("Content-Length", str(len(args[0])))
                     self.end_headers()

@@ -90,3 +90,14 @@ def test_ids_a_split_gave_another_shard_are_no_error(pytester: pytest.Pytester, 
     result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "0,1,72", *split)
     assert result.ret == EXIT_USAGE
     result.stderr.fnmatch_lines(["*--ecdysis-tasks: 72 is a task of tau2-retail, whose tests were not collected*"])
+
+
+def test_an_id_of_a_collected_suites_other_split_names_that_split_before_other_suites(pytester: pytest.Pytester) -> None:
+    """`--ecdysis-tasks 2` on airline's train split (issue 33 kind 8): 2 is an airline *test* task and a
+    retail train task; the message named only retail ("whose tests were not collected"). It now names the
+    split of the collected suite that holds it and the option that selects it, then the other suite."""
+    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "2")
+    _refused_before_any_trial(
+        result, pytester,
+        "*--ecdysis-tasks: 2 is not in split 'train' (tau2-airline has it in split 'test'); pass --ecdysis-split "
+        "test or all to select it; it is a task of tau2-retail, whose tests were not collected*")

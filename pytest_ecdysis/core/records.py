@@ -110,6 +110,11 @@ class TrialResult(_Model):
         bool, Field(description="the user simulator stopped in the message that confirmed the agent's yes/no "
                                 "question, so the confirmed write never happened (a benchmark artefact)"),
     ] = False
+    user_abort: Annotated[
+        bool, Field(description="the user simulator ended the conversation with τ²'s ###OUT-OF-SCOPE### (its "
+                                "scenario did not cover what came up), or τ² ended it as user_error (a malformed "
+                                "user message): the user simulator's own abort, not the agent's failure"),
+    ] = False
     checks: Annotated[
         dict[str, Any] | None,
         Field(description="what τ²'s evaluator saw: {'db_match', 'db_diff' (db failures), 'communicate': "
@@ -193,6 +198,10 @@ class FailureRecord(_Model):
         bool, Field(description="the user stopped right after the agent's confirmation request, with no write "
                                 "following (scored, as τ² does, but not the agent's fault)")
     ] = False
+    user_abort: Annotated[
+        bool, Field(description="the user simulator aborted with τ²'s ###OUT-OF-SCOPE### (scored as τ² does, "
+                                "not the agent's failure)")
+    ] = False
     db_diff: Annotated[
         list[dict[str, Any]] | None,
         Field(description="db failures: records and fields where the agent's final DB differs from the gold one, "
@@ -201,14 +210,14 @@ class FailureRecord(_Model):
     kept_out: Annotated[
         str | None,
         Field(description="why the record is not evidence for diagnosis: 'suspect', 'endpoint_problem', "
-                          "'user_stop_after_confirmation'; None: evidence"),
+                          "'user_stop_after_confirmation', 'user_abort', 'suspect_task'; None: evidence"),
     ] = None
 
     def is_evidence(self) -> bool:
         """Diagnosis may use this record: not of a suspect task, not an endpoint defect, not a user stop
         right after a confirmation request, not an infrastructure error (records of older runs included)."""
         return not (self.kept_out or self.suspect or self.endpoint_problem or self.user_stop_after_confirmation
-                    or self.termination_reason in INFRA_REASONS or self.termination_reason == "endpoint_format_error")
+                    or self.user_abort or self.termination_reason in INFRA_REASONS or self.termination_reason == "endpoint_format_error")
 
 
 class PatternGroup(_Model):

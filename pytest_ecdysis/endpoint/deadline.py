@@ -16,7 +16,7 @@ could not parse the model's output (`PARSE_FAILURE_MARKERS`: llama.cpp's "Failed
 vLLM's tool-parser errors) is never retried: asking again replays the same defect.
 
 A 200 reply to `/chat/completions` that is not a chat completion (not JSON, truncated, no
-`choices[0].message`: `replies.completion_problem`) raises `UnusableReplyError`, an infrastructure error
+`choices[0].message`, an event stream the request did not ask for: `replies.completion_problem`) raises `UnusableReplyError`, an infrastructure error
 naming the URL and what came back, whichever role sent the call; it is not retried.
 
 Once the budget is spent no attempt is made: `Budget.exhausted` is set, `Budget.pending` says what was in
@@ -36,7 +36,7 @@ from typing import Any
 import httpx2
 
 from pytest_ecdysis.core.errors import UnusableReplyError
-from pytest_ecdysis.endpoint.replies import completion_problem
+from pytest_ecdysis.endpoint.replies import asked_to_stream, completion_problem
 
 #: statuses retried with backoff.
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -242,12 +242,21 @@ def _usable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Respon
     """`response`, or `UnusableReplyError` for a 200 that is not a chat completion (module docstring)."""
     if response.status_code != 200:
         return response
-    problem = completion_problem(request.url.path, response.headers.get("content-type", ""), response.read())
+    try:
+        sent = request.content
+    except httpx2.RequestNotRead:
+        sent = b""
+    problem = completion_problem(request.url.path, response.headers.get("content-type", ""), response.read(),
+                                 streamed=asked_to_stream(sent))
     if problem is None:
         return response
     role = request.headers.get("x-ecdysis-role") or "model"
-    raise UnusableReplyError(f"the {role} call to {request.url} got HTTP 200 with {problem}; the endpoint is not an "
-                             "OpenAI-compatible chat completions API (check --ecdysis-base-url: it ends in /v1)")
+    if problem.startswith("an event stream"):
+        advice = ("the server (or a proxy in front of it) streams replies the client did not ask for; turn its "
+                  "streaming off, or put an OpenAI-compatible proxy in front")
+    else:
+        advice = "the endpoint is not an OpenAI-compatible chat completions API (check --ecdysis-base-url: it ends in /v1)"
+    raise UnusableReplyError(f"the {role} call to {request.url} got HTTP 200 with {problem}; {advice}")
 
 
 def _retry_after(response: httpx2.Response) -> float | None:

@@ -22,9 +22,14 @@ Two kinds of text reach `message.content` that are not the model's words to the 
   (as a native call carries them), or the raw text when it is not a JSON object (`problem` says why), so a
   caller can give it the same outcome as a native call with that defect.
 
+A tool call's *name* may carry chat-template markup too: a special token and what follows it
+(`get_reservation_details<|channel|>commentary`, vLLM with gpt-oss), a namespace (`functions.get_x`),
+a closing tag. `repair_tool_name(name, known)` finds the one known tool such a name stands for;
+`has_markup(name)` says whether a name carries markup at all.
+
 A third shape is no reply at all: an HTTP 200 to `/chat/completions` whose body is not a chat completion
-(an HTML page from a proxy, truncated JSON, `choices: []`). `completion_problem(path, content_type, body)`
-names what is wrong with it, or returns None.
+(an HTML page from a proxy, truncated JSON, `choices: []`, an event stream the request did not ask for).
+`completion_problem(path, content_type, body, streamed=...)` names what is wrong with it, or returns None.
 
 Pure functions, no I/O; used by the trial's client layer (`task_suites/tau2/endpoint.py`), the τ² user
 simulator and the role client. This module must not import tau2, task suites or harness code.
@@ -173,6 +178,29 @@ def find_text_tool_calls(text: str | None) -> TextCalls:
     return TextCalls()
 
 
+_SPECIAL_TOKEN = re.compile(r"<\|[^<>|]*\|>|</?[A-Za-z_][\w:-]*>|\[/?[A-Z_]{3,}\]")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def has_markup(name: str) -> bool:
+    """True when a tool name carries chat-template markup: a special token (`<|channel|>`), a tag
+    (`</tool_call>`), a bracket token (`[TOOL_CALLS]`), or whitespace."""
+    return bool(_SPECIAL_TOKEN.search(name)) or name != name.strip() or any(c.isspace() for c in name)
+
+
+def repair_tool_name(name: str, known: set[str] | frozenset[str]) -> str | None:
+    """The known tool `name` stands for: `name` itself when known; else, when exactly one known tool name
+    appears in it as a whole identifier (the rest being markup, a namespace such as `functions.` or a
+    channel word), that one; else None (unknown, or ambiguous: two known names in it).
+
+    `get_reservation_details<|channel|>commentary` -> `get_reservation_details`;
+    `functions.get_user_details` -> `get_user_details`; `get_user_detail` -> None (a typo is the model's)."""
+    if name in known:
+        return name
+    found = {token for token in _IDENTIFIER.findall(name) if token in known}
+    return found.pop() if len(found) == 1 else None
+
+
 def _scalar(value: str) -> object:
     """A `<parameter=K>V</parameter>` value: JSON when it parses (numbers, lists), else the text."""
     try:
@@ -185,16 +213,33 @@ def _scalar(value: str) -> object:
 QUOTED_CHARS = 200
 
 
-def completion_problem(path: str, content_type: str, body: bytes) -> str | None:
+def asked_to_stream(request_body: bytes) -> bool:
+    """True when a chat-completions request body asks for a streamed reply (`"stream": true`)."""
+    try:
+        doc = json.loads(request_body or b"{}")
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("stream") is True
+
+
+def completion_problem(path: str, content_type: str, body: bytes, *, streamed: bool = False) -> str | None:
     """What makes an HTTP 200 reply to `path` unusable as a chat completion, or None when it is one.
 
-    Only `.../chat/completions` is checked, and not a streamed reply (`text/event-stream`). The body must
-    be a JSON object with a non-empty `choices` list whose first item has a `message` object. The
-    content-type is not required to be JSON (the openai client reads a JSON body whatever its
-    content-type) but is named in the answer, with the first `QUOTED_CHARS` characters of the body.
+    Only `.../chat/completions` is checked. A streamed reply (`text/event-stream`) is left alone only
+    when the request asked for one (`streamed`, see `asked_to_stream`); an event stream nobody asked
+    for (Ollama and some proxies stream whatever the request said) is unusable: the openai client hands
+    the caller a string, not a completion. Otherwise the body must be a JSON object with a non-empty
+    `choices` list whose first item has a `message` object. The content-type is not required to be JSON
+    (the openai client reads a JSON body whatever its content-type) but is named in the answer, with the
+    first `QUOTED_CHARS` characters of the body.
     """
-    if not path.rstrip("/").endswith("/chat/completions") or "event-stream" in content_type:
+    if not path.rstrip("/").endswith("/chat/completions"):
         return None
+    if "event-stream" in content_type.lower():
+        if streamed:
+            return None
+        return _quoted("an event stream though the request did not ask for streaming (\"stream\" was not true)",
+                       content_type, body)
     try:
         doc = json.loads(body)
     except ValueError:
@@ -205,6 +250,10 @@ def completion_problem(path: str, content_type: str, body: bytes) -> str | None:
                 and isinstance(choices[0].get("message"), dict):
             return None
         what = "JSON without choices[0].message" if isinstance(doc, dict) else "JSON that is not an object"
+    return _quoted(what, content_type, body)
+
+
+def _quoted(what: str, content_type: str, body: bytes) -> str:
     quoted = body[:QUOTED_CHARS * 4].decode("utf-8", "replace")[:QUOTED_CHARS]
     more = "..." if len(body) > len(quoted.encode()) else ""
     return f"{what} (content-type {content_type or 'none'}, {len(body)} bytes): {quoted!r}{more}"

@@ -135,6 +135,9 @@ def build_evidence(
                   "infrastructure": sum(r.termination_reason in INFRA_REASONS and not r.suspect for r in records),
                   "endpoint_problem": sum(_kept(r) == "endpoint_problem" for r in records),
                   "user_stop_after_confirmation": sum(_kept(r) == "user_stop_after_confirmation" for r in records)}
+    for why in ("user_abort", "suspect_task"):  # newer reasons: counted when they occur
+        if count := sum(_kept(r) == why for r in records):
+            n_excluded[why] = count
 
     grouped: list[tuple[PatternGroup, list[FailureRecord]]] = []
     seen: set[str] = set()

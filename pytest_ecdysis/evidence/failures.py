@@ -10,7 +10,8 @@ Rules (docs/records.md, issue 4):
   worse endpoint, not an excluded trial), flagged `endpoint_problem` and kept out of the evidence;
 - a user simulator that stopped in the very message confirming the agent's yes/no question (the write it
   confirmed never happens) is a benchmark artefact: scored as τ² does, flagged
-  `user_stop_after_confirmation`, kept out of the evidence;
+  `user_stop_after_confirmation`, kept out of the evidence; so is the user simulator's own abort (τ²'s
+  `###OUT-OF-SCOPE###`: its scenario did not cover what came up), flagged `user_abort`;
 - suspect tasks (gold data known to be inconsistent) are scored and recorded, flagged `suspect`, and kept
   out of the evidence, reported separately. `FailureRecord.kept_out` names the reason.
 
@@ -136,6 +137,7 @@ def to_record(trial: TrialResult) -> FailureRecord:
         harness_id=trial.harness_id,
         endpoint_problem=trial.termination_reason == "endpoint_format_error" or trial.endpoint_problem,
         user_stop_after_confirmation=trial.user_stop_after_confirmation,
+        user_abort=trial.user_abort,
         db_diff=(trial.checks or {}).get("db_diff") or None,
         kept_out=kept_out(trial),
     )
@@ -149,6 +151,8 @@ def kept_out(trial: TrialResult) -> str | None:
         return "endpoint_problem"
     if trial.user_stop_after_confirmation:
         return "user_stop_after_confirmation"
+    if trial.user_abort:
+        return "user_abort"
     return None
 
 

@@ -54,6 +54,8 @@ def _kept(record: FailureRecord) -> str | None:
         return record.kept_out
     if record.endpoint_problem or record.termination_reason == "endpoint_format_error":
         return "endpoint_problem"
+    if record.user_abort:
+        return "user_abort"
     return "user_stop_after_confirmation" if record.user_stop_after_confirmation else None
 
 

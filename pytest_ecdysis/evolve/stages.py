@@ -45,6 +45,28 @@ def why_no_evidence(records: list) -> str:
             + "; ".join(f"{count} {key}" for key, count in why.items()))
 
 
+def _without_suspects(ev: RoundContext, n: int, records: list, groups: list, inc_run: Path) -> tuple[list, list]:
+    """Records and groups with the tasks that failed identically under every configuration run so far (the
+    incumbent's run and every sub-run under `rounds/`: candidates, re-runs) kept out (`evidence.suspects`),
+    unless that would leave no evidence at all (then they stay, and the loop says so)."""
+    from pytest_ecdysis.evidence.patterns import group
+    from pytest_ecdysis.evidence.suspects import across_run_dirs, keep_out
+
+    runs = [inc_run, ev.dir, *(p.parent for p in sorted((ev.dir / "rounds").glob("**/trials.jsonl")))]
+    suspects = across_run_dirs([p for p in runs if (p / "trials.jsonl").is_file()], ev.cfg.threshold)
+    if not suspects:
+        return records, groups
+    kept = keep_out(records, suspects)
+    said = "; ".join(f"{k}: {why}" for k, why in sorted(suspects.items()))
+    if not any(r.is_evidence() for r in kept):  # nothing else to learn from: diagnose them, said so
+        ev.say(f"round {n}: every failing task failed identically under every configuration run so far "
+               f"({said}); kept as evidence, as nothing else is left", n)
+        return records, groups
+    ev.say(f"round {n}: {len(suspects)} task(s) failed identically under every configuration run so far, kept out "
+           f"of the evidence as suspect: {said}", n)
+    return kept, group(kept)
+
+
 def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) -> dict[str, Any]:
     """Records and groups of the incumbent's run -> the strategy's diagnosis -> `spec.json`.
 
@@ -57,6 +79,7 @@ def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) ->
     inc = ev.doc["incumbent"]
     ev.ledger.verify_run(Path(inc["run_path"]))
     records, groups = load_evidence(Path(inc["run_path"]))
+    records, groups = _without_suspects(ev, n, records, groups, Path(inc["run_path"]))
     usable = [r for r in records if r.is_evidence()]
     if not usable:
         reason = why_no_evidence(records)

@@ -60,7 +60,8 @@ def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
                                         "pass_hat_k", "n_tasks") if k in summary or k not in OPTIONAL_FIELDS},
         "tokens_per_task": tokens_per_task(summary),
         "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"],
-                      "mean_reward": v.get("mean_reward")} for k, v in summary.get("tasks", {}).items()},
+                      "mean_reward": v.get("mean_reward"), **({"failure": v["failure"]} if v.get("failure") else {})}
+                  for k, v in summary.get("tasks", {}).items()},
     }
 
 
@@ -281,7 +282,13 @@ def verdict(
         v.reasons.append("baseline refused, not compared (" + "; ".join(diff) + "); save a baseline for "
                          "this suite, split, trials, model and nonce")
         return v
-    if n_collected == 0:
+    crashes = summary.get("worker_crashes") or []
+    if n_collected == 0 and crashes:  # not a test path problem: the workers died before collecting
+        said = [ln.strip() for ln in str(crashes[0].get("error", "")).splitlines() if ln.strip()]
+        v.reasons.append(f"every xdist worker crashed before collecting a test (first {crashes[0].get('worker')}: "
+                         f"{said[-1][:300] if said else 'no error text'}); its traceback is under "
+                         f"'[{crashes[0].get('worker')}] node down' in the output and in summary.json worker_crashes")
+    elif n_collected == 0:
         v.reasons.append("no trial case was collected: check the test paths and --ecdysis-tasks")
     if missing:
         v.reasons.append(f"{len(missing)} collected case(s) never reported a result: {shown(missing)}")

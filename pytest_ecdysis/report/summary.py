@@ -94,6 +94,11 @@ def summary_lines(summary: dict[str, Any], groups: list[dict[str, Any]], gate: d
                      f"call{'; ' + weak_hint if weak_hint else ''})")
     if summary.get("suspect_tasks"):
         lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")
+        for task, why in (summary.get("suspect_reasons") or {}).items():
+            lines.append(f"  {task}: {why}")
+    if summary.get("user_aborts"):
+        lines.append(f"user simulator aborts (###OUT-OF-SCOPE###; scored as τ² does, kept out of evidence): "
+                     f"{', '.join(summary['user_aborts'])}")
     if groups:
         lines.append(f"top failure groups ({len(groups)} in all, cross-task first):")
         for g in groups[:TOP_GROUPS]:
@@ -147,6 +152,10 @@ def summary_markdown(summary: dict[str, Any], groups: list[dict[str, Any]], gate
     if summary.get("suspect_tasks"):
         out += ["", "suspect tasks (scored, kept out of evidence): "
                 + ", ".join(f"`{t}`" for t in summary["suspect_tasks"])]
+        out += [f"- `{task}`: {_cell(why)}" for task, why in (summary.get("suspect_reasons") or {}).items()]
+    if summary.get("user_aborts"):
+        out += ["", "user simulator aborts (`###OUT-OF-SCOPE###`, kept out of evidence): "
+                + ", ".join(f"`{t}`" for t in summary["user_aborts"])]
     if groups:
         out += ["", "| failure group | cross-task | records | tasks |", "|---|---|---:|---:|"]
         out += [f"| `{_cell(g['signature'])}` | {'yes' if g.get('cross_task') else 'no'} | {len(g['records'])} | "

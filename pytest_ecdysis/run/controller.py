@@ -164,6 +164,13 @@ class TrialCollector:
             self.state.progress.report(report)
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """An xdist worker went down; with an error it crashed (named at the end, `coverage.crash_problems`)."""
+        from pytest_ecdysis.run.coverage import note_worker_down
+
+        note_worker_down(self.state, str(getattr(getattr(node, "gateway", None), "id", "gw?")), error)
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """Under xdist the controller collects nothing: learn the collected ids from the workers."""
         from pytest_ecdysis.run.coverage import note_collection

@@ -25,6 +25,8 @@ class Coverage:
     reported: set[str] = field(default_factory=set)  # node ids with any report
     non_trial: set[str] = field(default_factory=set)  # reported, without the ecdysis_trial marker
     crashed: list[str] = field(default_factory=list)  # xdist "worker crashed while running" reports
+    #: workers that went down uncleanly (`pytest_testnodedown` with an error): {"worker", "collected", "error"}
+    workers_down: list[dict[str, Any]] = field(default_factory=list)
 
 
 def coverage(state: Any) -> Coverage:
@@ -49,6 +51,50 @@ def note_report(state: Any, report: Any) -> None:
     cov.reported.add(report.nodeid)
     if getattr(report, "ecdysis_trial", None) is None and "ecdysis_trial" not in (report.keywords or {}):
         cov.non_trial.add(report.nodeid)
+
+
+#: characters of a crashed worker's error kept in `summary.json` `worker_crashes` (its last ones: the exception).
+CRASH_CHARS = 2000
+
+
+def note_worker_down(state: Any, worker: str, error: Any) -> None:
+    """Record an xdist worker that went down with `error` (`pytest_testnodedown`; None: a clean exit)."""
+    if error is None:
+        return
+    cov = coverage(state)
+    text = str(error).strip()
+    cov.workers_down.append({"worker": worker, "collected": bool(cov.xdist_ids),
+                             "error": text[-CRASH_CHARS:]})
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no error text"
+
+
+def crash_problems(cov: Coverage, *, collected: bool, reported: bool) -> list[str]:
+    """PROBLEM lines that name what crashed and where its traceback is, or [] when no worker crashed.
+
+    `collected`: any trial case was collected; `reported`: any trial reported a result. A worker that died
+    before any collection (a conftest or plugin that raises or kills the process on import) is named as
+    such, never as "no trial case was collected: check the test paths"."""
+    out = []
+    down = cov.workers_down
+    where = ("its traceback is in the terminal output above, under '[{w}] node down', and in summary.json "
+             "`worker_crashes`")
+    if down and not collected and not cov.xdist_ids:
+        first = down[0]
+        out.append(f"every xdist worker crashed before collecting a test ({len(down)} crash(es), the first {first['worker']}: "
+                   f"{_last_line(first['error'])}): a conftest.py or plugin the workers import failed; "
+                   + where.format(w=first["worker"]) + "; `pytest -p no:xdist` shows it directly")
+    if cov.crashed:
+        during = [d for d in down if d["collected"]]
+        said = f" ({during[0]['worker']}: {_last_line(during[0]['error'])})" if during else ""
+        worker = during[0]["worker"] if during else "gwN"
+        out.append(f"xdist worker(s) crashed while running: {_name(sorted(set(cov.crashed)))}{said}: the worker "
+                   "process died mid-trial (a signal, os._exit, the OOM killer), no report was lost in serialisation; "
+                   + where.format(w=worker))
+    return out
 
 
 def json_safe_trial(data: dict, nodeid: str) -> dict:

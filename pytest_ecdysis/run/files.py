@@ -46,9 +46,17 @@ def _parse_trials(raw: dict[str, dict], problems: list[str]) -> list[TrialResult
 
 def aggregate(
     trials: list[TrialResult], *, threshold: float, trials_per_task: int, model: str,
-    prices: dict[str, dict[str, float]], user_model: str | None = None,
+    prices: dict[str, dict[str, float]], user_model: str | None = None, suspects: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], failures.Triage, list[Any]]:
-    """(summary figures, triage, groups) of a list of trials: the pure core of `finish` (benchmarked)."""
+    """(summary figures, triage, groups) of a list of trials: the pure core of `finish` (benchmarked).
+
+    `suspects`: `{task key: reason}` of tasks that fail identically under every configuration seen
+    (`evidence.suspects`); their records are kept out of the evidence (`kept_out: "suspect_task"`), the
+    tasks join `suspect_tasks` and the reasons are `suspect_reasons`. Tasks all of whose trials failed
+    with one signature carry it as `tasks[key]["failure"]` (a baseline keeps it for the next run)."""
+    from pytest_ecdysis.evidence.suspects import identical_failures, keep_out, suspect_across
+
+    suspects = {**suspect_across([trials], threshold), **(suspects or {})}
     suites = sorted({t.suite for t in trials})
     block = metrics.score_block(trials, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
                                 prices=prices, user_model=user_model)
@@ -60,7 +68,11 @@ def aggregate(
         by_suite[s].pop("tasks")
         by_suite[s].pop("weak_passes", None)
     tri = failures.triage(trials, threshold)
+    tri.records = keep_out(tri.records, suspects)
     groups = patterns.group(tri.records)
+    for key, signature in identical_failures(trials, threshold).items():
+        if key in block.get("tasks", {}):
+            block["tasks"][key]["failure"] = signature
     block.update(
         suite="+".join(suites) or "none",
         by_suite=by_suite,
@@ -69,7 +81,9 @@ def aggregate(
         kept_out=dict(sorted(Counter(r.kept_out for r in tri.records if r.kept_out).items())),
         n_groups=len(groups),
         n_cross_task_groups=sum(g.cross_task for g in groups),
-        suspect_tasks=sorted({metrics.task_key(t) for t in trials if t.suspect}, key=metrics._natural),
+        suspect_tasks=sorted({metrics.task_key(t) for t in trials if t.suspect} | set(suspects), key=metrics._natural),
+        suspect_reasons=dict(sorted(suspects.items())),
+        user_aborts=[f"{metrics.task_key(t)}/t{t.trial}" for t in trials if t.user_abort],
     )
     return block, tri, groups
 

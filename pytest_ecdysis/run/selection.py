@@ -95,20 +95,30 @@ def check_tasks(requested: tuple[str, ...], split: str, collected: Collected) ->
 
 
 def _where(task: str, split: str, collected: Collected) -> str:
+    """Where `task` lives, the collected suites first: a collected suite that has it in another split (the
+    likely intent: `--ecdysis-tasks 2` on airline's train split means airline's test task 2) is named with
+    the split and the option that selects it, before a suite whose tests were not collected."""
     from pytest_ecdysis.core.registry import task_ids
 
     in_split = task_ids(split)
-    here = sorted(s for s, ids in in_split.items() if task in ids)
+    splits = {sp: (in_split if sp == split else task_ids(sp)) for sp in ("train", "test", split)}
+    holders = [(s, sp) for sp, by_suite in splits.items() for s, ids in sorted(by_suite.items()) if task in ids]
     ran = ", ".join(sorted(collected.suites))
-    if here:  # (an id of a collected suite passed check_tasks: these suites' tests were not collected)
-        return (f"{task} is a task of {', '.join(here)}, whose tests were not collected (this session "
-                f"collected {ran}); add that suite's test module to the command")
-    other = {s: sp for sp in ("train", "test") if sp != split for s, ids in task_ids(sp).items() if task in ids}
-    if other:
-        where = ", ".join(f"{s} has it in split {sp!r}" for s, sp in sorted(other.items()))
-        return (f"{task} is not in split {split!r} ({where}); pass --ecdysis-split {next(iter(other.values()))} "
-                f"or all, or ids of split {split!r}: {_ids(in_split, collected.suites)}")
-    return f"{task} is a task of no installed suite; ids of split {split!r}: {_ids(in_split, collected.suites)}"
+    said = []
+    other_split = sorted({(s, sp) for s, sp in holders if s in collected.suites and sp != split})
+    if other_split:
+        where = ", ".join(f"{s} has it in split {sp!r}" for s, sp in other_split)
+        said.append(f"{task} is not in split {split!r} ({where}); pass --ecdysis-split {other_split[0][1]} or all "
+                    "to select it")
+    elsewhere = sorted({(s, sp) for s, sp in holders if s not in collected.suites})
+    if elsewhere:
+        where = ", ".join(s if sp == split else f"{s} (split {sp!r})" for s, sp in elsewhere)
+        said.append(f"{'it' if said else task} is a task of {where}, whose tests were not collected (this session "
+                    f"collected {ran}); add that suite's test module to the command"
+                    + (f" with --ecdysis-split {elsewhere[0][1]}" if elsewhere[0][1] != split else ""))
+    if not said:
+        return f"{task} is a task of no installed suite; ids of split {split!r}: {_ids(in_split, collected.suites)}"
+    return "; ".join(said) + f"; ids of split {split!r}: {_ids(in_split, collected.suites)}"
 
 
 def _ids(by_suite: dict[str, list[str]], suites: set[str]) -> str:

@@ -43,6 +43,7 @@ from pytest_ecdysis.run.coverage import (
     Coverage,
     _name,
     coverage,
+    crash_problems,
     expected_cases,
     json_safe_trial,
     note_collection,
@@ -104,21 +105,26 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         missing = [m for m in missing if m in state.trials]  # reported an invalid result
     if missing:
         problems.append(f"{len(missing)} collected case(s) never reported a valid trial result: {_name(missing)}")
-        if cov.crashed:
-            problems.append(f"xdist worker(s) crashed while running: {_name(sorted(set(cov.crashed)))}")
-        if not state.trials and cov.xdist_ids:
+        problems += crash_problems(cov, collected=bool(expected), reported=bool(state.trials))
+        if not state.trials and cov.xdist_ids and not cov.crashed and not cov.workers_down:
             problems.append("no case reported at all: a report attribute that xdist cannot serialise makes it "
                             "print 'no tests ran' and exit 0; trial results must be JSON-safe "
                             "(record_trial(item, TrialResult(...)))")
         session.testsfailed += len(missing)
-    if not expected and not trials and not shard:
+    if not expected and not trials and not shard and cov.workers_down and not missing:
+        problems += crash_problems(cov, collected=False, reported=False)
+    elif not expected and not trials and not shard:
         problems.append("no trial case was collected (no test marked ecdysis_trial): check the test paths "
                         "and --ecdysis-tasks")
 
     per_task = max([cfg.trials, *Counter(metrics.task_key(t) for t in trials).values()])
+    from pytest_ecdysis.evidence.suspects import suspect_against_baseline
+
+    suspects = suspect_against_baseline(trials, gate.load_baseline(cfg.baseline), cfg.threshold, harness) \
+        if cfg.gate else {}  # the same failure under the baseline's harness and this one
     summary, tri, groups = aggregate(trials, threshold=cfg.threshold, trials_per_task=per_task,
                                      model=cfg.model, prices=metrics.load_prices(cfg.rootdir),
-                                     user_model=cfg.user_model)
+                                     user_model=cfg.user_model, suspects=suspects)
     summary = {
         "schema_version": SCHEMA_VERSION, "run_id": state.run_id,
         "suite": summary.pop("suite"), "by_suite": summary.pop("by_suite"),
@@ -128,6 +134,7 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
         "harness_id": harness, "model": cfg.model, "user_model": cfg.user_model,
         "diagnosis_model": cfg.diagnosis_model, "limits": cfg.limits(), "n_collected": len(expected),
         "missing": missing, "stopped": stopped, "not_run": not_run, "problems": problems,
+        "worker_crashes": list(cov.workers_down),
     }
     if is_sim_model(cfg.model):  # a sim baseline is only comparable with runs of the same nonce (gate)
         summary["sim_nonce"] = cfg.fixed_sim_nonce
@@ -146,8 +153,9 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
 
     if cfg.save_baseline:
         if why := gate.incomplete(summary):
-            problems.append(f"baseline not written to {cfg.save_baseline}: the run is incomplete ({why}); "
-                            "rerun when the endpoint is healthy")
+            fix = ("rerun once the worker crash named above is fixed" if cov.workers_down
+                   else "rerun when the endpoint is healthy")
+            problems.append(f"baseline not written to {cfg.save_baseline}: the run is incomplete ({why}); {fix}")
         else:
             try:
                 outcome.baseline_written = gate.save_baseline(summary, cfg.save_baseline)

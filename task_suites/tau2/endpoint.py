@@ -42,6 +42,8 @@ from pytest_ecdysis.endpoint.deadline import RETRY_STATUS, Budget, DeadlineTrans
 from pytest_ecdysis.endpoint.replies import find_text_tool_calls, strip_reasoning
 from pytest_ecdysis.endpoint.response_cache import wrap_transport
 
+from .tool_calls import fix_calls, offered_tools
+
 __all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointLog", "EndpointSettings", "ModelViewTransport",
            "ReplyShapeTransport", "TrialBudget", "endpoint_for", "make_client", "trial_header"]
 
@@ -92,6 +94,10 @@ class BudgetTransport(DeadlineTransport):
         self.settings = settings
 
 
+#: endpoint note kinds that make a trial's record `endpoint_problem` (not the agent's behaviour);
+#: `tool_name_repaired`, `arguments_coerced` and `reasoning_stripped` are repairs that leave it evidence.
+PROBLEM_NOTES = ("text_tool_calls", "server_parse_error", "tool_name_markup")
+
 #: `--ecdysis-text-tool-calls`: what the agent's client does with tool calls written as text.
 TEXT_TOOL_CALLS = ("reject", "parse")
 
@@ -110,6 +116,9 @@ class EndpointLog:
     format_error: str | None = None
     calls: int = 0
     reasoning_replies: int = 0
+    #: τ²'s assistant tools of the trial, name -> parameters model (`tool_calls.tool_params`): tool names
+    #: are repaired and arguments coerced against them; empty: neither is done.
+    tools: dict[str, Any] = field(default_factory=dict)
 
     def note(self, kind: str, detail: str) -> None:
         self.notes.append({"kind": kind, "detail": detail, "step": self.calls})
@@ -117,8 +126,7 @@ class EndpointLog:
     @property
     def problem(self) -> bool:
         """The endpoint wrote tool calls as text or failed to parse the model's output."""
-        return self.format_error is not None or any(n["kind"] in ("text_tool_calls", "server_parse_error")
-                                                    for n in self.notes)
+        return self.format_error is not None or any(n["kind"] in PROBLEM_NOTES for n in self.notes)
 
     def all_notes(self) -> list[dict[str, Any]]:
         extra = []
@@ -136,7 +144,11 @@ class ReplyShapeTransport(httpx2.BaseTransport):
     `reasoning_content` dropped; a tool call written as text with `tool_calls` empty is, with
     `text_tool_calls="parse"`, turned into a real tool call (note `text_tool_calls`), else the reply is
     refused: `EndpointLog.format_error` is set and the call fails. A 5xx saying the server could not
-    parse the model's output (never retried) sets `format_error` too (note `server_parse_error`).
+    parse the model's output (never retried) sets `format_error` too (note `server_parse_error`). Every
+    tool call's name is repaired when it is a known tool plus chat-template markup (note
+    `tool_name_repaired`; markup that names no single known tool: note `tool_name_markup`, an endpoint
+    problem), and its arguments coerced to τ²'s tool schema where unambiguous (note `arguments_coerced`,
+    `tool_calls.py`).
     """
 
     def __init__(self, inner: httpx2.BaseTransport, log: EndpointLog) -> None:
@@ -146,6 +158,7 @@ class ReplyShapeTransport(httpx2.BaseTransport):
         if self.log.format_error:
             raise EndpointFormatError(f"agent call not sent: {self.log.format_error}")
         self.log.calls += 1
+        self.offered = offered_tools(request)
         response = self.inner.handle_request(request)
         body = response.read()
         if is_parse_failure(response.status_code, body):
@@ -185,7 +198,7 @@ class ReplyShapeTransport(httpx2.BaseTransport):
         if changed:
             self.log.reasoning_replies += 1
         if message.get("tool_calls"):
-            return changed
+            return self._fix_calls(message) or changed
         found = find_text_tool_calls(spoken)
         if not found:
             return changed
@@ -204,7 +217,15 @@ class ReplyShapeTransport(httpx2.BaseTransport):
         choice["finish_reason"] = "tool_calls"
         self.log.note("text_tool_calls", f"{len(found.calls)} tool call(s) written as text ({found.style} markup: "
                       f"{names}) parsed into tool calls (--ecdysis-text-tool-calls parse)")
+        self._fix_calls(message)
         return True
+
+    def _fix_calls(self, message: dict[str, Any]) -> bool:
+        """Tool names and arguments against τ²'s tools (`tool_calls.fix_calls`); True when anything changed."""
+        changed, notes = fix_calls(message, self.log.tools, getattr(self, "offered", set()))
+        for kind, detail in notes:
+            self.log.note(kind, detail)
+        return changed
 
     def close(self) -> None:
         self.inner.close()

@@ -15,7 +15,9 @@ parametrises, calls this, and records the result). It never raises for a trial o
   counts as a failure (reward 0) and its record says `endpoint_problem`;
 - `context_overflow`: the endpoint refused a request that does not fit the model's context window (the
   harness's context management, or a server started with too small a context: the error says which);
-- `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure).
+- `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure),
+  including an HTTP 4xx the agent's request caused (400, 413, 422: malformed, too large; not auth, not
+  found, timeout or rate limit, `harness_caused`): the record quotes the server's message.
 
 The reward comes from the scorer subprocess (`scorer.py`), which never imports harness code. τ² scores 0
 unless a trial ended by user or agent stop, so other endings are not sent to the scorer.
@@ -23,6 +25,7 @@ unless a trial ended by user or agent stop, so other endings are not sent to the
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ from .endpoint import (
 )
 from .scorer import ScorerClient, ScorerError, scorer_client
 from .tau2lib import load_tau2
+from .tool_calls import tool_params
 
 STOP_ENDINGS = ("user_stop", "agent_stop")
 
@@ -94,10 +98,11 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     environment = suite.get_environment(spec.domain)
     # the budget covers the conversation (harness build, every model call and retry, tool calls), not the
     # loading of τ²'s data, which a worker's first trial pays once (seconds on a loaded machine)
+    tools = tool_params(environment)  # τ²'s tool schema: names repaired, arguments coerced against it
     budget = TrialBudget(settings.trial_budget_s)
     common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
     model_view = ModelViewTransport()
-    endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls)
+    endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls, tools=tools)
     agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, model_view=model_view,
                                reply_log=endpoint_log, **common)
     user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
@@ -146,7 +151,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     user_usage = dict(getattr(user, "usage", None) or {})
     user_tokens = {k: int(user_usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
     from .suspect import is_suspect
-    from .user import stop_after_confirmation
+    from .user import stop_after_confirmation, user_aborted
 
     messages = [message_dict(m) for m in trajectory]
     called = {c["name"] for m in messages for c in m.get("tool_calls") or []}
@@ -174,6 +179,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         endpoint_notes=endpoint_log.all_notes(),
         endpoint_problem=endpoint_log.problem or reason == "endpoint_format_error",
         user_stop_after_confirmation=reason == "user_stop" and stop_after_confirmation(messages, writes),
+        user_abort=reason == "user_error" or (reason == "user_stop" and user_aborted(messages)),
         checks=checks,
     )
 
@@ -199,6 +205,10 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         return "context_overflow", (f"model endpoint {where} refused a request that does not fit the model's "
                                     f"context window (HTTP {exc.status_code}: {said}); the harness must keep its "
                                     "requests shorter, or the server needs a longer context")
+    if isinstance(exc, openai.APIStatusError) and harness_caused(exc):
+        return "agent_error", (f"the harness sent a request the agent's endpoint {where} refused (HTTP "
+                               f"{exc.status_code}: {_server_said(exc)}); a malformed or oversized request is the "
+                               "harness's failure, not the endpoint's")
     if isinstance(exc, openai.APIStatusError):
         return "infrastructure_error", (f"model endpoint {where} answered HTTP {exc.status_code} "
                                         f"after {budget.retries} retries: {exc.message}")
@@ -206,6 +216,43 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         return "infrastructure_error", f"scorer failed: {exc}"
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
     return "agent_error", f"the harness raised {type(exc).__name__}: {exc}\n" + "".join(tb[-3:])
+
+
+#: 4xx statuses that are the endpoint's or the account's business, not a request the harness malformed:
+#: unauthorised, forbidden, not found (wrong URL or model), request timeout, conflict, rate limit.
+NOT_THE_HARNESS_4XX = frozenset({401, 402, 403, 404, 408, 409, 429})
+#: a 4xx body that blames the configuration, whatever the status (LiteLLM answers an unknown model with 400):
+#: a model or key the user chose, not a request the harness malformed ("tool_call_id not found" stays the harness's).
+NOT_THE_HARNESS_BODY = re.compile(r"\bmodel\b[^\n]{0,60}?\b(not found|does not exist|not exist|is not supported|"
+                                  r"unknown|invalid)|(invalid|unknown|no such) model|api[ _-]?key|authenticat|"
+                                  r"unauthori[sz]ed|insufficient.quota", re.I)
+
+
+def harness_caused(exc: Any) -> bool:
+    """True for an `openai.APIStatusError` of the agent's call with a 4xx the request itself caused (400 bad
+    request, 413 too large, 422 unprocessable...): statuses in `NOT_THE_HARNESS_4XX`, a body naming the model
+    or the key (`NOT_THE_HARNESS_BODY`) and every call of the user simulator (the suite's own request) are
+    not the harness's doing."""
+    status = getattr(exc, "status_code", 0) or 0
+    if not 400 <= status < 500 or status in NOT_THE_HARNESS_4XX:
+        return False
+    if NOT_THE_HARNESS_BODY.search(_server_said(exc, 2000)):
+        return False
+    try:
+        role = exc.response.request.headers.get("x-ecdysis-role", "")
+    except Exception:
+        role = ""
+    return role.lower() != "user"
+
+
+def _server_said(exc: Any, limit: int = 300) -> str:
+    """The server's own message of an `APIStatusError`: its body (first `limit` characters), else the message."""
+    try:
+        body = exc.response.text.strip()
+    except Exception:
+        body = ""
+    said = body or str(getattr(exc, "message", "") or exc)
+    return said[:limit] + ("..." if len(said) > limit else "")
 
 
 def _is_write(environment: Any, name: str) -> bool:

@@ -95,5 +95,8 @@ def _pristine_db(domain: str) -> bytes:
 def get_environment(domain: str) -> Any:
     """A fresh τ² environment over a copy of the domain's database, read from disk once per process and
     copied by unpickling (best of 3 on the build machine: airline 0.20 s against 0.31 s from disk and
-    0.46 s by pydantic deep copy; retail 0.10 s against 0.12 s)."""
-    return domain_module(domain).get_environment(db=pickle.loads(_pristine_db(domain)))
+    0.46 s by pydantic deep copy; retail 0.10 s against 0.12 s). Its assistant tools refuse arguments of
+    a type τ²'s schema cannot take (`tool_calls.guard_tools`)."""
+    from .tool_calls import guard_tools  # wrongly typed arguments refused alike in the trial and the scorer
+
+    return guard_tools(domain_module(domain).get_environment(db=pickle.loads(_pristine_db(domain))))

@@ -9,7 +9,8 @@ An empty or unusable reply of the user model is not the agent's fault: it raises
 so it never becomes a failure record. Reasoning in the user model's reply (`<think>` blocks) is removed
 before τ²'s stop check, so a stop token the model only thought about does not end the conversation.
 
-`stop_after_confirmation(messages, writes)` flags a τ² artefact: the user confirms the agent's yes/no
+`user_aborted(messages)` flags the user simulator's own abort (`###OUT-OF-SCOPE###`), kept out of the
+evidence. `stop_after_confirmation(messages, writes)` flags a τ² artefact: the user confirms the agent's yes/no
 question and stops in the same message ("Yes, please cancel it. ###STOP###"), so the write it confirmed
 never happens and the trial fails through no fault of the agent. This module must not import harness code.
 """
@@ -95,6 +96,14 @@ CONFIRM_REQUEST = re.compile(r"\b(confirm|proceed|go ahead|shall i|should i|woul
 #: a user reply that gives the confirmation.
 CONFIRMS = re.compile(r"^\W*(yes|yeah|yep|yup|sure|ok|okay|correct|confirm(ed)?|please (do|go ahead|proceed)|"
                       r"go ahead|that'?s (right|correct))\b", re.I)
+
+
+def user_aborted(messages: list[dict[str, Any]]) -> bool:
+    """True when the user simulator ended the conversation with τ²'s `###OUT-OF-SCOPE###`: its own abort
+    (the scenario does not say what the agent asked), not the agent's failure. `messages` as for
+    `stop_after_confirmation`."""
+    users = [m for m in messages if m.get("role") == "user"]
+    return bool(users) and _t.OUT_OF_SCOPE in str(users[-1].get("content") or "")
 
 
 def stop_after_confirmation(messages: list[dict[str, Any]], writes: set[str]) -> bool:
