@@ -134,3 +134,23 @@ def redact_tree(root: str | Path, env: dict[str, str] | None = None) -> list[Pat
             if not path.is_symlink() and redact_file(path, env):
                 done.append(path)
     return done
+
+
+def secrets_in(files: dict[str, bytes | None], env: dict[str, str] | None = None) -> list[str]:
+    """`"<file>: the value of <NAME>"` for each file of `files` (path -> bytes, None for a symlink) that holds a
+    known secret (`secret_values`) as it is, reversed, or base64- or hex-encoded: a candidate that carries a
+    secret into its source is refused, since its bytes become a commit and a pull request (issue 27)."""
+    import base64
+
+    found: list[str] = []
+    values = secret_values(env)
+    for path, data in sorted(files.items()):
+        if not data:
+            continue
+        for value, label in values.items():
+            raw = value.encode()
+            forms = {raw, raw[::-1], base64.b64encode(raw), base64.b64encode(raw).rstrip(b"="), raw.hex().encode(),
+                     *(f.encode() for f in _forms(value))}
+            if any(form in data for form in forms):
+                found.append(f"{path}: the value of {label}")
+    return found

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import load_evidence, spec_of, write_json
+from pytest_ecdysis.core.secrets import secrets_in
 from pytest_ecdysis.evolve.lineage import lineage_of
 from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.report.evolution import fmt, shorten
@@ -154,10 +155,11 @@ def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktr
     ev.ledger.write(rdir / "candidate.diff", diff.encode())
     outside = snap.outside
     findings = [str(f) for f in check_candidate(snap.files, snap.base_files)]
+    leaked = secrets_in({p: b for p, b in snap.files.items() if snap.base_files.get(p) != b})
     doc: dict[str, Any] = {"editor": ev.cfg.editor, "ok": result.ok, "detail": result.detail,
                            "tokens": result.tokens, "wall_s": round(result.wall_s, 2), "changed": changed,
                            "outside_harness": outside, "gold_data_flags": findings, "static_findings": findings,
-                           "not_implementable": result.not_implementable,
+                           "not_implementable": result.not_implementable, "secrets": leaked,
                            "calls": int(getattr(result, "calls", 1)), "prompt": getattr(result, "prompt", {})}
     if not result.ok:
         doc.update(outcome="no_change", reason=f"the editor failed: {result.detail}")
@@ -171,6 +173,9 @@ def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktr
     elif not snap.files.get("__init__.py"):
         doc.update(outcome="broken_candidate", reason="the candidate has no __init__.py: the editor deleted the "
                    "harness package (or its entry point)")
+    elif leaked:
+        doc.update(outcome="guard_rejected", reason="the candidate carries a secret of this environment into its "
+                   "source (it would be committed and shown in a pull request): " + shown(leaked, 5, "; "))
     elif findings:
         doc.update(outcome="guard_rejected", reason=f"the static check flagged {len(findings)} construct(s) a "
                    "harness must not use: " + shown(findings, 5, "; "))

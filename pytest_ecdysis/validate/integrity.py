@@ -102,12 +102,42 @@ def protected_roots(checkout: Path | None, exclude: tuple[Path, ...] = ()) -> di
         if d.is_dir():
             files = sorted(p.name for p in d.iterdir() if p.name.endswith(".pth") or p.name in STARTUP_FILES)
             roots[f"startup files in {d}"] = (d, files)
+            # every other installed file (τ²'s dependencies decide a score too: an editor that patched
+            # pydantic rigged the evaluator): by size and times, cheap enough for every check
+            roots[f"installed packages in {d}"] = (d, STAT)
     if checkout is not None:
         root = checkout.resolve()
         skip = [e.resolve() for e in exclude]
         files = [p for p in tracked if not any((root / p).resolve().is_relative_to(s) for s in skip)]
         roots["your checkout"] = (root, files)
     return roots
+
+
+#: `protected_roots`' file list for a tree checked by `stat_digests` instead of content hashes.
+STAT = "stat"
+
+
+def stat_digests(root: Path) -> Digests:
+    """`{relative POSIX path: "size:mtime_ns:ctime_ns"}` of every file under `root` (bytecode caches
+    skipped). The change time cannot be set back by an unprivileged process, so a rewrite that restores
+    size and modification time still shows. About 1 s for a 1 GB site-packages (22,000 files)."""
+    out: Digests = {}
+    stack = [(str(root), "")]
+    while stack:
+        path, rel = stack.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        for entry in entries:
+            name = rel + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in SKIP_PARTS:
+                    stack.append((entry.path, name + "/"))
+            elif not entry.name.endswith((".pyc", ".pyo")):
+                st = entry.stat(follow_symlinks=False)
+                out[name] = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return out
 
 
 def tree_digests(root: Path, files: list[str] | None = None) -> Digests:
@@ -134,7 +164,8 @@ def take(roots: dict[str, Any]) -> dict[str, Digests]:
     repository (`git refs`), which an editor sharing the repository could move, its git control files
     (`git_control`), and the bytecode caches of the protected packages that do not hold their source's
     code (`bytecode.poisoned`: found, deleted, and listed under `bytecode caches`)."""
-    out = {name: tree_digests(root, files) for name, (root, files) in roots.items()}
+    out = {name: stat_digests(root) if files == STAT else tree_digests(root, files)
+           for name, (root, files) in roots.items()}
     packages = {name: package_dir(name) for name in (*PROTECTED_PACKAGES, *suite_packages())}
     out[BYTECODE] = {f"package {name}: {path.relative_to(root).as_posix()}": "planted"
                      for name, root in packages.items() if root is not None for path in poisoned(root)}

@@ -79,9 +79,10 @@ def _written_files(root: Path) -> list[Path]:
 
 def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                                                  tmp_path: Path) -> None:
-    """The editor prints the key it can see and writes it into the harness (`NOTE`), the suite writes the
-    harness's NOTE into a trial's notes and error: no file under the run directory, the GitHub job summary
-    or the integrity ledger holds the key."""
+    """The starting harness reads the key at import (`NOTE`) and the suite writes it into a trial's notes and
+    error; the editor prints the key it can see and writes it into the harness: the candidate is refused by
+    the guard (it would be committed and shown in a pull request), and no file under the run directory,
+    the GitHub job summary or the integrity ledger holds the key."""
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     step_summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
@@ -89,11 +90,16 @@ def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypa
     suite.write_text(suite.read_text().replace(
         "tool_calls=[", "harness_notes=[{'kind': 'leak', 'detail': str(getattr(harness, 'NOTE', '')), 'step': 1}],\n"
                         "        error=str(getattr(harness, 'NOTE', '')) or None,\n        tool_calls=["))
+    init = repo.path / "tiny_harness" / "__init__.py"
+    init.write_text(init.read_text() + "\nimport os\nNOTE = os.environ.get('OPENAI_API_KEY', '')\n")
     _git(repo.path, "commit", "-qam", "notes")
     (repo.path / "no-static-check").write_text("")  # the layers behind the static check
     result, doc = _evolve(repo, ["canary"])
     assert result.ret == 0, result.stdout.str()
-    assert doc["rounds"][0]["outcome"] in ("rejected", "accepted", "guard_rejected")
+    assert doc["rounds"][0]["outcome"] == "guard_rejected", doc["rounds"][0]
+    assert "carries a secret of this environment" in doc["rounds"][0]["reason"]
+    assert "OPENAI_API_KEY" in doc["rounds"][0]["reason"] and CANARY not in doc["rounds"][0]["reason"]
+    assert doc["branch"] is None
     run_dir = repo.path / ".ecdysis"
     files = _written_files(run_dir) + [step_summary]
     state = Path(str(repo.path.parent / f"{repo.path.name}-state"))
