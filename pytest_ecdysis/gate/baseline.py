@@ -34,7 +34,7 @@ from typing import Any
 
 from pytest_ecdysis.core.errors import RunDirError, UsageError, shown
 from pytest_ecdysis.core.records import SCHEMA_VERSION
-from pytest_ecdysis.gate.acceptance import regression_test
+from pytest_ecdysis.gate.acceptance import regression_test, sign_min_wins
 from pytest_ecdysis.gate.cost_rise import cost_rise, tokens_per_task
 
 #: fields of a baseline that must equal the run's for a comparison to mean anything.
@@ -303,11 +303,20 @@ def verdict(
                   "wins": test.wins, "losses": test.losses}
     if v.score is None:
         v.reasons.append("no trial was scored")
-    elif rule == "paired":
-        if v.test and v.test["p_value"] <= level and v.test["effect"] < -tolerance - 1e-9:
+    elif rule == "paired" and v.test and v.test["n_tasks"] >= sign_min_wins(level):
+        if v.test["p_value"] <= level and v.test["effect"] < -tolerance - 1e-9:
             v.reasons.append(f"the run is worse than the baseline: {v.test['method']} test over "
                              f"{v.test['n_tasks']} task(s), mean per-task drop {-v.test['effect']:.3f} "
                              f"(tolerance {tolerance:.3f}), p={v.test['p_value']:.3g} <= level {level:g}")
+    elif rule == "paired":
+        # a suite too small for the paired test ever to reject (a sign test at level 0.05 needs 5 tasks): a
+        # gate that can never fail is no gate, so the plain score rule decides, and the verdict says so
+        v.rule = "strict"
+        v.reasons += [] if v.baseline_score is None or v.score >= v.baseline_score - tolerance - 1e-9 else [
+            f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
+            f"{v.baseline_score:.3f} (tolerance {tolerance:.3f}); the paired test was not possible "
+            f"({v.test['n_tasks'] if v.test else 0} task(s) in both runs: at least {sign_min_wins(level)} needed), "
+            "so the score rule decided"]
     elif v.baseline_score is not None and v.score < v.baseline_score - tolerance - 1e-9:
         v.reasons.append(f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
                          f"{v.baseline_score:.3f} (tolerance {tolerance:.3f})")

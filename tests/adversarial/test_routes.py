@@ -194,6 +194,9 @@ def _evolve(project: pytest.Pytester, kinds: list[str]) -> tuple[pytest.RunResul
     result = project.runpytest_subprocess(
         "test_tiny.py", "--ecdysis-evolve", "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9",
         "--ecdysis-harness", "tiny_harness", "--ecdysis-rounds", str(len(kinds)), "--ecdysis-test-trials", "1",
+        # the routes, not the rule: a tie is rejected at once (the sequential default would spend confirmation
+        # looks on a 4-task suite first, and call it inconclusive)
+        "--ecdysis-accept", "strict",
         "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}", timeout=600)
     doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
     return result, doc
