@@ -21,7 +21,7 @@ def gate(base: list[float], now: list[float], **kw):
 
 def test_a_drop_on_a_suite_too_small_for_the_paired_test_fails_by_the_score_rule():
     v = gate([1, 1, 0], [1, 0, 0])
-    assert not v.passed and v.rule == "strict"
+    assert not v.passed and v.rule == "paired"  # the rule asked for; the reason says the score rule decided
     assert v.reasons == ["suite score 0.333 is 0.333 below the baseline 0.667 (tolerance 0.000); the paired test was "
                          "not possible (3 task(s) in both runs: at least 5 needed), so the score rule decided"]
 

@@ -59,8 +59,10 @@ def test_the_gate_verdict_names_the_worker_crash(pytester: pytest.Pytester, env:
     crashing_conftest(pytester, "raises")
     result = run(pytester, "-n", "2", "--max-worker-restart", "1", "--ecdysis-gate", "--ecdysis-baseline", "b.json")
     assert result.ret == 1, result.stdout.str()
-    runs = sorted((pytester.path / ".ecdysis" / "runs").iterdir())
-    gate = json.loads((runs[-1] / "summary.json").read_text())["gate"]
+    # two runs started in the same second sort by their random suffix: find the gate's by its content
+    summaries = [json.loads((r / "summary.json").read_text()) for r in (pytester.path / ".ecdysis" / "runs").iterdir()]
+    assert len(summaries) == 2 and sum("gate" in s for s in summaries) == 1, summaries
+    gate = next(s["gate"] for s in summaries if "gate" in s)
     assert any("every xdist worker crashed before collecting a test" in r and "boom in conftest" in r
                for r in gate["reasons"]), gate["reasons"]
     assert not any("check the test paths" in r for r in gate["reasons"])

@@ -311,7 +311,6 @@ def verdict(
     elif rule == "paired":
         # a suite too small for the paired test ever to reject (a sign test at level 0.05 needs 5 tasks): a
         # gate that can never fail is no gate, so the plain score rule decides, and the verdict says so
-        v.rule = "strict"
         v.reasons += [] if v.baseline_score is None or v.score >= v.baseline_score - tolerance - 1e-9 else [
             f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
             f"{v.baseline_score:.3f} (tolerance {tolerance:.3f}); the paired test was not possible "
