@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, together
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, paired_differences, paired_test, task_means
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs
 from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import BrokenCandidate, infra_drift, read_run
+from pytest_ecdysis.validate.subrun import read_run
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -142,18 +142,7 @@ def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label:
         worktree.remove()
     doc: dict[str, Any] = {"look": j, "tasks": tasks, "budget_trials": budget,
                            "wall_s": round(time.monotonic() - started, 2)}
-    broken = [f"{who}: {run}" for who, run in (("candidate", cand), ("incumbent", inc))
-              if isinstance(run, BrokenCandidate)]
-    if broken:
-        return {**doc, "problem": "; ".join(broken)}
-    assert not isinstance(cand, BrokenCandidate) and not isinstance(inc, BrokenCandidate)
-    doc["runs"] = {who: {"run_path": str(run.run_path), "score": run.summary.get("suite_score")}
-                   for who, run in (("candidate", cand), ("incumbent", inc))}
-    drift = infra_drift(inc.summary, cand.summary) or (
-        "infrastructure errors" if (inc.summary.get("n_infra_errors") or cand.summary.get("n_infra_errors")) else "")
-    if drift:
-        doc["problem"] = f"{drift} in the look's runs"
-    return doc
+    return pair_outcome(doc, cand, inc, "the look's runs")
 
 
 def by_trial(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, together
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, decide, task_means
 from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import BrokenCandidate, infra_drift
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -121,15 +120,4 @@ def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: 
         worktree.remove()
     doc: dict[str, Any] = {"tasks": flipped, "trials_per_task": k, "budget_trials": budget,
                            "wall_s": round(time.monotonic() - started, 2)}
-    broken = [f"{who}: {run}" for who, run in (("candidate", cand), ("incumbent", inc))
-              if isinstance(run, BrokenCandidate)]
-    if broken:
-        return {**doc, "problem": "; ".join(broken)}
-    assert not isinstance(cand, BrokenCandidate) and not isinstance(inc, BrokenCandidate)
-    doc["runs"] = {who: {"run_path": str(run.run_path), "score": run.summary.get("suite_score")}
-                   for who, run in (("candidate", cand), ("incumbent", inc))}
-    drift = infra_drift(inc.summary, cand.summary) or (
-        "infrastructure errors" if (inc.summary.get("n_infra_errors") or cand.summary.get("n_infra_errors")) else "")
-    if drift:
-        doc["problem"] = f"{drift} in the extra runs"
-    return doc
+    return pair_outcome(doc, cand, inc, "the extra runs")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.config import is_sim_model
 from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun
+from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun, infra_drift
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -137,3 +137,22 @@ def _attempt(run: Any) -> SubRun | BrokenCandidate:
         return run()
     except BrokenCandidate as exc:
         return exc
+
+
+def pair_outcome(doc: dict[str, Any], cand: SubRun | BrokenCandidate, inc: SubRun | BrokenCandidate,
+                 what: str) -> dict[str, Any]:
+    """`doc` completed with the two sub-runs of a pair started by `together` (extra trials, a confirmation
+    look): `runs` (`{candidate, incumbent}`: `run_path`, `score`), or `problem` when either broke or the
+    runs drifted in infrastructure errors (`what` names the runs in that message)."""
+    broken = [f"{who}: {run}" for who, run in (("candidate", cand), ("incumbent", inc))
+              if isinstance(run, BrokenCandidate)]
+    if broken:
+        return {**doc, "problem": "; ".join(broken)}
+    assert not isinstance(cand, BrokenCandidate) and not isinstance(inc, BrokenCandidate)
+    doc["runs"] = {who: {"run_path": str(run.run_path), "score": run.summary.get("suite_score")}
+                   for who, run in (("candidate", cand), ("incumbent", inc))}
+    drift = infra_drift(inc.summary, cand.summary) or (
+        "infrastructure errors" if (inc.summary.get("n_infra_errors") or cand.summary.get("n_infra_errors")) else "")
+    if drift:
+        doc["problem"] = f"{drift} in {what}"
+    return doc

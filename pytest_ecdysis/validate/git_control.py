@@ -24,11 +24,12 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def tree_digests(gitdir: Path, files: list[str]) -> Digests:
-    """`{rel: sha256 | link:<target> | missing}` of `files` under `gitdir` (as `integrity.tree_digests`)."""
+def file_digests(root: Path, files: list[str]) -> Digests:
+    """`{rel: sha256 | link:<target> | missing}` of `files` under `root`: a symlink's digest is its target
+    text, never followed (`integrity.tree_digests` lists a tree's files and digests them here)."""
     out: Digests = {}
     for rel in files:
-        path = gitdir / rel
+        path = root / rel
         if path.is_symlink():
             out[rel] = "link:" + os.readlink(path)
         elif path.is_file():
@@ -111,4 +112,4 @@ def _control_digests(gitdir: Path) -> Digests:
                             if p.is_file() or p.is_symlink())
     if (gitdir / "worktrees").is_dir():
         files += sorted(p.relative_to(gitdir).as_posix() for p in (gitdir / "worktrees").glob("*/config.worktree"))
-    return tree_digests(gitdir, files)
+    return file_digests(gitdir, files)

@@ -41,7 +41,7 @@ from typing import Any
 from pytest_ecdysis.core.errors import IntegrityError
 from pytest_ecdysis.git.env import git_argv, git_env
 from pytest_ecdysis.validate.bytecode import BYTECODE, poisoned
-from pytest_ecdysis.validate.git_control import GIT_CONTROL, git_control
+from pytest_ecdysis.validate.git_control import GIT_CONTROL, file_digests, git_control
 
 #: Installed packages whose files decide a τ² score (data, evaluator, orchestrator).
 PROTECTED_PACKAGES = ("tau2", "pytest_ecdysis")
@@ -147,16 +147,7 @@ def tree_digests(root: Path, files: list[str] | None = None) -> Digests:
         files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                        if (p.is_file() or p.is_symlink()) and not (SKIP_PARTS & set(p.relative_to(root).parts))
                        and p.suffix not in (".pyc", ".pyo"))
-    out: Digests = {}
-    for rel in files:
-        path = root / rel
-        if path.is_symlink():
-            out[rel] = "link:" + os.readlink(path)
-        elif path.is_file():
-            out[rel] = sha256(path.read_bytes())
-        else:
-            out[rel] = "missing"
-    return out
+    return file_digests(root, files)
 
 
 def take(roots: dict[str, Any]) -> dict[str, Digests]:
