@@ -167,12 +167,15 @@ def _gate(args: argparse.Namespace) -> int:
     from pytest_ecdysis.gate import baseline as gate
     from pytest_ecdysis.gate.acceptance import METHODS
 
-    try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions, -accept-level, -accept-method
+    try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions, -accept-level, -accept-method,
+        # -gate-max-cost-rise
         _float("gate-tolerance", args.tolerance, 0.0, 1.0)
         if args.max_regressions is not None:
             _int("gate-max-regressions", args.max_regressions, 0)
         level = level_of("accept-level", args.accept_level)
         _choice("accept-method", args.accept_method, METHODS)
+        if args.max_cost_rise is not None:
+            _float("gate-max-cost-rise", args.max_cost_rise, 0.0, None)
     except UsageError as exc:
         raise RunDirError(str(exc).replace("--ecdysis-gate-", "--").replace("--ecdysis-", "--")) from None
     summary, _ = report.read_run(args.run_dir)
@@ -184,7 +187,7 @@ def _gate(args: argparse.Namespace) -> int:
     v = gate.verdict(summary, baseline, tolerance=args.tolerance, max_regressions=args.max_regressions,
                      missing=summary.get("missing", []), n_collected=int(summary.get("n_collected") or 0),
                      baseline_path=str(args.baseline), rule=args.accept, method=args.accept_method,
-                     level=level)
+                     level=level, max_cost_rise=args.max_cost_rise)
     if summary.get("gate"):  # an earlier verdict (the pytest gate's, or another rule's) is kept, not replaced
         summary.setdefault("gate_history", []).append(summary["gate"])
     summary["gate"] = {**v.as_dict(), "by": "ecdysis gate"}  # as `pytest --ecdysis-gate` records it (docs/ci.md)
@@ -239,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-method", default="sign", help="the paired test: sign, wilcoxon or bootstrap "
                    "(default: %(default)s)")
     p.add_argument("--accept-level", type=float, default=0.05, help="the paired test's level, in (0, 1) (default: %(default)s)")
+    p.add_argument("--max-cost-rise", type=float, default=None,
+                   help="fail when the agent's tokens per task rise above the baseline's by more than this share "
+                        "(0.2 = 20%%; as --ecdysis-gate-max-cost-rise) (default: not checked)")
     p.set_defaults(func=_gate)
     return parser
 

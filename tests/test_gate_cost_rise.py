@@ -82,3 +82,20 @@ def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) ->
                                            "--ecdysis-gate-max-cost-rise", "0.1")
     assert passed.ret == 0, passed.stdout.str()
     passed.stdout.fnmatch_lines(["*tokens per task 1,050 vs 1,000 (+5.0%, at most +10.0%)*"])
+
+
+def test_the_gate_command_checks_the_cost_rise_too(tmp_path, capsys) -> None:
+    """`ecdysis gate RUN --max-cost-rise 0.1` judges tokens per task as `pytest --ecdysis-gate-max-cost-rise`
+    does (it had no such option: a sharded gate could not watch cost): exit 1 with the figure, 0 without it."""
+    import json
+
+    from pytest_ecdysis.cli import main as ecdysis
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({**summary(5200), "run_id": "r", "n_collected": 4, "missing": []}))
+    (tmp_path / "b.json").write_text(json.dumps(gate.baseline_from_summary(summary(4000))))
+    assert ecdysis(["gate", str(run), "--baseline", str(tmp_path / "b.json"), "--max-cost-rise", "0.1"]) == 1
+    assert "tokens per task 1,300 vs 1,000 (+30.0%, at most +10.0%)" in capsys.readouterr().out
+    assert json.loads((run / "summary.json").read_text())["gate"]["cost"]["rise"] == 0.3
+    assert ecdysis(["gate", str(run), "--baseline", str(tmp_path / "b.json")]) == 0

@@ -161,6 +161,7 @@ def test_merge_refuses_an_output_directory_that_is_not_empty(pytester: pytest.Py
     (["--accept-level", "1"], "--accept-level must be a number strictly between 0 and 1 (e.g. 0.05), got 1.0"),
     (["--accept-level", "1.5"], "--accept-level must be a number strictly between 0 and 1 (e.g. 0.05), got 1.5"),
     (["--accept-method", "t-test"], "--accept-method must be one of sign, wilcoxon, bootstrap, got 't-test'"),
+    (["--max-cost-rise", "-0.1"], "--max-cost-rise must be"),
 ])
 def test_gate_command_refuses_bounds_the_pytest_option_refuses(tmp_path, capsys: pytest.CaptureFixture,
                                                                args: list[str], message: str) -> None:

@@ -75,6 +75,10 @@ def test_verdict_lines_of_a_stopped_evolution_and_a_failed_gate(tmp_path) -> Non
         "what was done is kept: continue with --ecdysis-resume r1 (same options)",
         f"exit status 1 (failure); files in {tmp_path} (read back with: ecdysis show {tmp_path})"]
     assert evolution_lines(None, "x", "r1", resumable=False) == [("evolution stopped, nothing was made: x", "red")]
+    # a budget stop: the same options would stop at the same place, so the line asks for a higher budget
+    budget = evolution_lines(None, "--ecdysis-evolve stopped: budget reached before the round 2 validation", "r1",
+                             resumable=True)
+    assert budget[1] == ("what was done is kept: continue with --ecdysis-resume r1 and a higher budget", None)
     # interrupted (Ctrl-C, SIGTERM): no error and no result; it said "nothing was made: no evolution result"
     assert evolution_lines(None, None, "r1", resumable=True)[0] == (
         "evolution interrupted before it finished: no verdict", "red")

@@ -41,7 +41,9 @@ def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, 
             head = f"evolution stopped before it finished: {why}" if resumable else \
                 f"evolution stopped, nothing was made: {why}"
         out: list[Line] = [(head, "red")]
-        if resumable:
+        if resumable and "budget reached" in why:  # the same options would stop at the same place
+            out.append((f"what was done is kept: continue with --ecdysis-resume {run_id} and a higher budget", None))
+        elif resumable:
             out.append((f"what was done is kept: continue with --ecdysis-resume {run_id} (same options)", None))
         return out
     rounds = doc.get("rounds") or []
