@@ -48,7 +48,7 @@ OPTIONS: tuple[Option, ...] = (
            "(default: example_harness)", default="example_harness"),
     Option("run-dir", "where runs are written (default: .ecdysis/runs)", default=".ecdysis/runs"),
     Option("evolve", "run the evolution loop at session end", default=False, action="store_true", ini=False),
-    Option("sandbox", "auto, on or off: run harness code under bubblewrap (read-only file system, no network, "
+    Option("sandbox", "auto, on or off: run harness code under bubblewrap (read-only, allowlisted file system, no network, "
            "own PID namespace, run directories, caches and gold data hidden); auto: wherever bwrap can start "
            "here, else said in one line; on: a usage error where it cannot (install: apt-get install "
            "bubblewrap) (default: auto)", default="auto"),

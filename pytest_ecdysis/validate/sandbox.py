@@ -4,7 +4,11 @@ The controller decides once per session (`decide(mode)`): `on` wherever `bwrap` 
 here (probe: `probe()`), and sets `ECDYSIS_SANDBOX` to `1` or `0` (with the reason in
 `ECDYSIS_SANDBOX_WHY`) so workers and validation sub-runs inherit the decision; `on` where it cannot is a
 `UsageError` naming the install command, before any trial. A suite starts its harness process through
-`wrap_command(...)`: the whole file system read-only (the venv and τ² included), a fresh empty `/tmp`, no
+`wrap_command(...)`: an allowlisted file system, read-only — the system's programs and libraries
+(`SYSTEM_DIRS`), the interpreter and its import path, the harness and the suite; nothing else of the disk
+(homes, `/work`, `/opt`, `/var`, `/srv`, `/mnt`: another checkout or another τ² install with its gold
+tasks is not there), Python package directories under the system roots that are not on the import path
+covered (`stray_site_dirs`) — a fresh empty `/tmp`, no
 network (model calls already go through the trusted trial process), its own PID, IPC and UTS namespaces
 (no ancestor's `/proc/<pid>/environ` is visible), a new session, killed with its parent. Paths in
 `ECDYSIS_SANDBOX_HIDE` (`os.pathsep`-separated: run directories, the integrity ledgers, the user's `.git`),
@@ -21,6 +25,7 @@ model). This module must not import tau2, task suites or harness code.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -42,6 +47,12 @@ HOME_SECRETS = (".ssh", ".aws", ".azure", ".config", ".netrc", ".git-credentials
 #: XDG variables whose directories are covered too when they point elsewhere (the suspect-task cache,
 #: the ledgers, tools' credentials).
 XDG_COVERED = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
+#: What the process sees of the system besides its own paths: programs, shared libraries, /etc (resolver,
+#: locale, certificates). Symlinks among them (`/lib -> usr/lib` on merged-/usr systems) stay symlinks.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: Python package directories a system root may hold (system or pyenv interpreters, pip --user installs).
+SITE_GLOBS = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "local/lib/python3*/site-packages",
+              "local/lib/python3*/dist-packages", "lib/python3/dist-packages")
 #: The line a sub-run's log carries when a harness process's sandbox did not start (`SandboxStartError`).
 START_FAILURE_MARK = "bubblewrap (bwrap) could not start the harness's sandbox"
 
@@ -145,10 +156,13 @@ def wrap_command(command: list[str], *, visible: list[Path], scratch: Path, hide
     if not (force or enabled()):
         return command
     bwrap = shutil.which("bwrap") or "bwrap"
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    args = [bwrap, *_system_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
             "--new-session"]
     bound = [p for p in dict.fromkeys([*interpreter_paths(), *visible]) if p.exists()]
+    # a system or base interpreter's package directories that are not on the import path: covered
+    # (a pip install into the base Python could hold another τ² and its gold tasks)
+    hide = [*hide, *stray_site_dirs([*SYSTEM_DIRS, *map(str, interpreter_paths())], visible)]
     covered = [p for p in _covered() if p.exists()]
     inside = [b for b in bound if any(b.is_relative_to(c) for c in covered)]  # a venv under ~/.cache
     # bound back after /tmp was emptied; the caches and credentials covered, what is needed inside them
@@ -162,6 +176,34 @@ def wrap_command(command: list[str], *, visible: list[Path], scratch: Path, hide
     args += [a for path in [*covered, *hidden] if path.is_dir() for a in ("--remount-ro", str(path))]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch), "--"]
     return args + command
+
+
+def _system_binds() -> list[str]:
+    """bwrap arguments binding `SYSTEM_DIRS` read-only (a symlink as the same symlink)."""
+    out: list[str] = []
+    for name in SYSTEM_DIRS:
+        if os.path.islink(name):
+            out += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            out += ["--ro-bind", name, name]
+    return out
+
+
+def stray_site_dirs(roots: list[str], visible: list[Path]) -> list[Path]:
+    """Python package directories under `roots` (`SITE_GLOBS`) that are neither on `visible` nor contain
+    an entry of it: what the harness process could otherwise import or read past its own import path (a
+    base interpreter's stdlib directory is on the path and holds its `site-packages`: that is still covered)."""
+    keep = [Path(v).resolve() for v in visible]
+    out: list[Path] = []
+    for root in dict.fromkeys(roots):
+        for pattern in SITE_GLOBS:
+            for found in glob.glob(os.path.join(root, pattern)):
+                site = Path(found).resolve()
+                if any(k == site or k.is_relative_to(site) for k in keep):
+                    continue
+                if site not in out:
+                    out.append(site)
+    return out
 
 
 def _cover(paths: list[Path]) -> list[str]:
@@ -192,8 +234,8 @@ ONLY_THE_SANDBOX = ("reading files outside the harness (τ²'s task files, cache
 def status_line() -> str:
     """One line for the run output: which protection harness code runs under."""
     if enabled():
-        return ("sandbox: harness code runs under bubblewrap (read-only file system, no network, own PID "
-                "namespace, run directories, caches and gold data hidden)")
+        return ("sandbox: harness code runs under bubblewrap (read-only, allowlisted file system, no network, "
+                "own PID namespace, run directories, caches and gold data hidden)")
     why = os.environ.get(ENV_WHY) or "--ecdysis-sandbox off"
     return f"no OS sandbox: harness code runs with your rights: {why}"
 

@@ -10,6 +10,7 @@ skip elsewhere, saying why.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -94,6 +95,50 @@ def test_a_venv_under_tmp_starts_in_the_sandbox(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert str(venv).startswith(("/tmp", os.environ.get("TMPDIR", "/tmp")))
     assert done.stdout.strip() == "None", done.stdout + done.stderr
+
+
+def test_the_file_system_is_an_allowlist(tmp_path: Path) -> None:
+    """Only the system's programs and libraries, the interpreter, its import path and the visible paths are
+    there: a second τ² checkout elsewhere on disk (here under /var/tmp, which the whole-disk bind showed), the
+    home directory and a base interpreter's package directory that is not on the import path are not; what
+    is visible stays readable and the scratch directory writable."""
+    import shutil
+    import tempfile
+
+    need_bwrap()
+    other = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="ecdysis-other-tau2-"))
+    try:
+        gold = other / "tau2" / "data" / "tau2" / "domains" / "airline" / "tasks.json"
+        gold.parent.mkdir(parents=True)
+        gold.write_text('[{"id": "0"}]')
+        shown = tmp_path / "shown"
+        shown.mkdir()
+        (shown / "ok.txt").write_text("ok")
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        base_site = Path(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"])
+        code = ("import os, sys, json; p = json.loads(sys.argv[1]); "
+                "print(json.dumps({k: os.path.exists(v) and bool(os.listdir(v) if os.path.isdir(v) else 1) "
+                "for k, v in p.items()} | {'home_entries': os.listdir(p['home']) if os.path.isdir(p['home']) "
+                "else []})); open('w.txt', 'w').write('x')")
+        probes = {"other": str(gold), "home": str(Path.home()), "shown": str(shown / "ok.txt"),
+                  "base_site": str(base_site), "venv_site": sysconfig.get_path("purelib")}
+        command = sandbox.wrap_command([sys.executable, "-S", "-c", code, json.dumps(probes)], visible=[shown, Path(sysconfig.get_path("purelib"))], scratch=scratch,
+                                       force=True)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+        assert seen["other"] is False and seen["shown"] is True and seen["venv_site"] is True, seen
+        # of the home directory only the way to a bound path is there (a pyenv interpreter under ~/.pyenv)
+        bound = [*sandbox.interpreter_paths(), Path(sysconfig.get_path("purelib")), *sandbox._covered()]  # (empty)
+        assert all(any(b.is_relative_to(Path.home() / e) for b in bound) for e in seen["home_entries"]), seen["home_entries"]
+        if base_site.is_dir() and base_site != Path(sysconfig.get_path("purelib")):
+            assert seen["base_site"] is False, seen
+        assert (scratch / "w.txt").read_text() == "x"
+        assert base_site.resolve() in sandbox.stray_site_dirs([sys.base_prefix], []) or not base_site.is_dir()
+        assert sandbox.stray_site_dirs([sys.base_prefix], [base_site]) == []  # on the import path: kept
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
 
 
 def test_a_sandbox_that_does_not_start_is_an_infrastructure_error(tmp_path: Path,
