@@ -80,7 +80,7 @@ def _redaction() -> float:
 
 def _editor(contained: bool, repeats: int = 20) -> float:
     from pytest_ecdysis.edit import contain
-    from pytest_ecdysis.edit.editors import run_in_group
+    from pytest_ecdysis.edit.contain import run_in_group
 
     saved = contain.namespace_prefix
     if not contained:

@@ -26,6 +26,18 @@ def _own_run_and_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ECDYSIS_SESSION_PID", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _editors_may_write_the_test_tree(monkeypatch: pytest.MonkeyPatch,
+                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The scripted `cmd:` editors of the loop tests log next to their project (under this session's
+    temporary tree), and the route tests (tests/adversarial/test_routes.py, test_contained.py) test the
+    integrity checks *behind* the editor's sandbox, which only see a write that landed: this session's
+    temporary tree is writable to editors (`ECDYSIS_EDITOR_WRITABLE`, the environment form of
+    `--ecdysis-editor-writable`). The sandbox's prevention itself is tested with it cleared
+    (tests/adversarial/test_editor_sandbox.py)."""
+    monkeypatch.setenv("ECDYSIS_EDITOR_WRITABLE", str(tmp_path_factory.getbasetemp()))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """numpy's and scipy's C extensions cannot be loaded twice in one process, and pytester's in-process runs

@@ -33,6 +33,8 @@ BAD_OPTIONS = [
     (["--ecdysis-diagnosis-budget", "soon"], "--ecdysis-diagnosis-budget must be a number of seconds > 0"),
     (["--ecdysis-editor-budget", "0"], "--ecdysis-editor-budget must be a number of seconds > 0"),
     (["--ecdysis-editor-context", "-5"], "--ecdysis-editor-context must be an integer >= 0, got -5"),
+    (["--ecdysis-editor-writable", "/nonexistent-ecdysis"], "--ecdysis-editor-writable: /nonexistent-ecdysis is not an "
+                                                          "existing directory; create it first"),
     (["--ecdysis-text-tool-calls", "guess"], "--ecdysis-text-tool-calls must be one of reject, parse, got 'guess'"),
     (["--ecdysis-rescore", "sometimes"], "--ecdysis-rescore must be one of auto, always, never"),
     (["--ecdysis-accept", "lenient"], "--ecdysis-accept must be one of strict, paired, sequential"),
@@ -147,7 +149,8 @@ def test_bad_time_limit_in_the_environment_is_a_usage_error(pytester: pytest.Pyt
 #: a valid value for each option that only an evolution or a gate reads (None: a flag without value).
 JOB_ONLY_VALUES = {"diagnosis-model": "sim", "editor": "sim", "response-cache": "on", "cache-dir": "cache",
                    "uncacheable": "m", "baseline": "b.json", "gate-max-regressions": "0", "test-model": "sim",
-                   "ablate": None, "diagnosis-budget": "60", "editor-budget": "60"}
+                   "ablate": None, "diagnosis-budget": "60", "editor-budget": "60",
+                   "editor-writable": "."}
 
 
 def _job_only_options():

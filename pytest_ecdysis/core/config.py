@@ -118,6 +118,7 @@ class EcdysisConfig:
     diagnosis_budget_s: float = DEFAULT_DIAGNOSIS_BUDGET_S
     editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
     editor_context_tokens: int = 0  # `--ecdysis-editor-context`: 0 = no limit
+    editor_writable: tuple[str, ...] = ()  # `--ecdysis-editor-writable`: absolute paths
     response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
     ablate: bool = False  # `--ecdysis-ablate`
     accept_extra_trials: int = 0  # `--ecdysis-accept-extra-trials`
@@ -295,6 +296,7 @@ def read_config(config: Any) -> EcdysisConfig:
         proposals=_int("proposals", raw["proposals"], 1),
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
         editor_context_tokens=_int("editor-context", raw["editor-context"], 0),
+        editor_writable=_writable(raw["editor-writable"]),
         **read_limits(raw, env),
         **_budgets(raw),
         progress_s=_float("progress", raw["progress"], 0.0, None),
@@ -302,3 +304,20 @@ def read_config(config: Any) -> EcdysisConfig:
     check_needs(config, evolve, cfg.gate)  # after the values' own checks: a bad value is named first
     return cfg
 
+
+def _writable(value: Any) -> tuple[str, ...]:
+    """`--ecdysis-editor-writable`: comma-separated directories, `~` expanded, each an existing directory.
+
+    Raises:
+        UsageError: a path that is not an existing directory (it would be created by the sandbox as root's).
+    """
+    out = []
+    for part in str(value or "").split(","):
+        if not part.strip():
+            continue
+        path = Path(part.strip()).expanduser().absolute()
+        if not path.is_dir():
+            raise UsageError(f"--ecdysis-editor-writable: {path} is not an existing directory; create it first "
+                             "or leave it out")
+        out.append(str(path))
+    return tuple(out)

@@ -114,6 +114,9 @@ OPTIONS: tuple[Option, ...] = (
            "(default: env ECDYSIS_DIAGNOSIS_BUDGET_S, else 1800)", needs=EVOLVE),
     Option("editor-budget", "total seconds of one round's edit: the builtin editor's calls or a cmd: editor's "
            "process (default: env ECDYSIS_EDITOR_BUDGET_S, else ECDYSIS_EDITOR_TIMEOUT, else 900)", needs=EVOLVE),
+    Option("editor-writable", "directories a cmd: editor may write besides the candidate's worktree when it runs "
+           "in the sandbox (its own state, e.g. ~/.aider), comma-separated; everything else of the disk is read-only "
+           "to it (default: env ECDYSIS_EDITOR_WRITABLE, else none)", needs=EVOLVE),
     Option("editor-context", "context window in tokens of the model the built-in editor calls: its prompt (the "
            "spec, the files the spec names in full, the other harness files by name) is fitted to it, files that do "
            "not fit are listed instead; 0: no limit (default: 0)", default="0", needs=EVOLVE),

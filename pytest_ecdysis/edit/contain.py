@@ -17,6 +17,15 @@ afterwards. Two layers, both always on where they can run:
    is left. This catches what layer 1 cannot run for; a process that re-executes itself with a cleared
    environment escapes it, which is why layer 1 comes first (docs/evolution.md, threat model).
 
+3. Under the session's sandbox decision (`ECDYSIS_SANDBOX=1`, `--ecdysis-sandbox`, default `auto`: wherever
+   bubblewrap starts), the editor runs under bubblewrap (`editor_sandbox`): it still sees the whole disk
+   (its config, its credentials for its model) and keeps the network, but the disk is read-only except the
+   candidate's worktree, that worktree's own git directory and the repository's object store (so
+   `git add` works in the candidate's index), a private `TMPDIR`, and a fresh `~/.cache` thrown away after
+   the call. Writes to your checkout, `.git/config`, hooks, refs, the venv and your caches are prevented,
+   not only detected (the integrity checks of `validate.integrity` still run after every call: they are
+   the only protection where no sandbox starts). Its PID namespace replaces layer 1's.
+
 This module must not import tau2, task suites or harness code.
 """
 
@@ -28,10 +37,21 @@ import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
+
+from pytest_ecdysis.git.env import git_argv, git_env
 
 #: Environment variable carrying the per-call marker.
 MARK_ENV = "ECDYSIS_EDITOR_MARK"
+#: The session's sandbox decision (`validate.sandbox.ENV_ON`, read here by name: edit sits below validate).
+SANDBOX_ENV = "ECDYSIS_SANDBOX"
+#: Directories the editor may write besides its worktree (`--ecdysis-editor-writable`'s environment form),
+#: `os.pathsep`-separated.
+WRITABLE_ENV = "ECDYSIS_EDITOR_WRITABLE"
+#: Said beside an editor's failure whose output names a read-only file system.
+READ_ONLY_HINT = ("the editor runs in the sandbox: the disk is read-only to it outside the candidate's worktree; "
+                  "let it write its own state with --ecdysis-editor-writable DIR, or pass --ecdysis-sandbox off")
 
 
 @functools.cache
@@ -60,11 +80,53 @@ def containment() -> str:
     return f"PID namespace ({Path(prefix[0]).name} {' '.join(prefix[1:])}) + environment marker"
 
 
-def contained(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
-    """(argv wrapped in a PID namespace when one can run, `env` with a fresh marker, the marker)."""
+def contained(argv: list[str], env: dict[str, str], cwd: Path | None = None, scratch: Path | None = None,
+              writable: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str], str]:
+    """(argv wrapped in the editor's sandbox when the session's decision is on and `cwd`, the candidate's
+    worktree, and `scratch`, a private writable directory, are given, else in a PID namespace when one can
+    run; `env` with a fresh marker (and `TMPDIR=scratch` in the sandbox); the marker)."""
     mark = secrets.token_hex(16)
+    env = {**env, MARK_ENV: mark}
+    if cwd is not None and scratch is not None and (wrap := editor_sandbox(cwd, scratch, writable)):
+        return [*wrap, *argv], {**env, "TMPDIR": str(scratch)}, mark
     prefix = namespace_prefix()
-    return [*(prefix or ()), *argv], {**env, MARK_ENV: mark}, mark
+    return [*(prefix or ()), *argv], env, mark
+
+
+def git_dirs(worktree: Path) -> list[Path]:
+    """The worktree's own git directory and the repository's object store (`git rev-parse --git-dir
+    --git-common-dir`), absolute; empty outside a git work tree."""
+    done = subprocess.run(git_argv("rev-parse", "--absolute-git-dir", "--git-common-dir"), cwd=worktree,
+                          env=git_env(), capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return []
+    own, common = (Path(line) for line in done.stdout.splitlines()[:2])
+    common = common if common.is_absolute() else (worktree / common).resolve()
+    return list(dict.fromkeys(p for p in (own, common / "objects") if p.is_dir()))
+
+
+def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = ()) -> list[str] | None:
+    """The bwrap argv prefix for an editor working in `worktree` (item 3 above), or None when the session's
+    sandbox is off or bwrap is missing; `writable` (and `ECDYSIS_EDITOR_WRITABLE`'s) directories stay
+    writable too. Shape: `[bwrap, args..., "--"]`."""
+    bwrap = shutil.which("bwrap")
+    if os.environ.get(SANDBOX_ENV) != "1" or bwrap is None:
+        return None
+    extra = [*writable, *(p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p)]
+    writable = [worktree.resolve(), *git_dirs(worktree), scratch.resolve(),
+                *(Path(p).resolve() for p in extra if os.path.isdir(p))]
+    args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid",
+            "--unshare-ipc", "--die-with-parent", "--new-session"]
+    cache = Path.home() / ".cache"
+    if Path.home() != Path("/") and cache.is_dir():
+        args += ["--tmpfs", str(cache)]  # tools write caches; a fresh one, thrown away
+    args += [a for path in dict.fromkeys(writable) for a in ("--bind", str(path), str(path))]
+    return [*args, "--chdir", str(worktree), "--"]
+
+
+def scratch_dir() -> Path:
+    """A private writable directory for one editor call (its `TMPDIR`); the caller removes it."""
+    return Path(tempfile.mkdtemp(prefix="ecdysis-editor-tmp-"))
 
 
 def marked_pids(mark: str) -> list[int]:
@@ -100,3 +162,44 @@ def kill_marked(mark: str, rounds: int = 5) -> int:
             except (ProcessLookupError, PermissionError):
                 pass
     return killed
+
+
+def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str],
+                 writable: tuple[str, ...] = ()) -> tuple[int, str]:
+    """Run `argv` in a new session and process group, in the editor's sandbox (item 3 above) or else its own PID
+    namespace where one can run, output to a temporary file (a grandchild holding a pipe cannot block us); when the
+    command exits or after `timeout_s` seconds the group is killed, the namespace ends with its first
+    process, and every process carrying the call's environment marker is killed, so no helper it
+    started (a `setsid` daemon included) outlives it. Returns (exit status, its stderr, or stdout when
+    stderr is empty).
+
+    Raises:
+        subprocess.TimeoutExpired: the command ran longer than `timeout_s` (its group was killed).
+        OSError: the command could not start.
+    """
+    scratch = scratch_dir()
+    try:
+        argv, env, mark = contained(argv, env, cwd=cwd, scratch=scratch, writable=writable)
+        return _run_marked(argv, cwd=cwd, timeout_s=timeout_s, env=env, mark=mark)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_marked(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], mark: str) -> tuple[int, str]:
+    """`run_in_group`'s run of the wrapped command, its group and marked processes killed after."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            kill_marked(mark)
+        out.seek(0)
+        err.seek(0)
+        err_text, out_text = err.read().decode(errors="replace"), out.read().decode(errors="replace")
+        return code, err_text if err_text.strip() else out_text

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_ecdysis.core.errors import ContextOverflowError, InfrastructureError, UsageError
+from pytest_ecdysis.edit.contain import READ_ONLY_HINT, run_in_group
 from pytest_ecdysis.edit.prompt import build_prompt, reply_tokens
 from pytest_ecdysis.git.env import child_env
 
@@ -88,7 +89,8 @@ def make_editor(cfg: Any) -> Editor:
     if cfg.editor.startswith("cmd:"):
         timeout = getattr(cfg, "editor_budget_s", None) or float(os.environ.get("ECDYSIS_EDITOR_TIMEOUT",
                                                                              DEFAULT_CMD_TIMEOUT_S))
-        return CommandEditor(cfg.editor[4:].strip(), timeout_s=timeout)
+        return CommandEditor(cfg.editor[4:].strip(), timeout_s=timeout,
+                             writable=tuple(getattr(cfg, "editor_writable", ()) or ()))
     return BuiltinEditor(cfg)
 
 
@@ -138,9 +140,10 @@ class CommandEditor:
 
     name = "cmd"
 
-    def __init__(self, template: str, timeout_s: float = DEFAULT_CMD_TIMEOUT_S) -> None:
+    def __init__(self, template: str, timeout_s: float = DEFAULT_CMD_TIMEOUT_S, writable: tuple[str, ...] = ()) -> None:
         self.template = template
         self.timeout_s = timeout_s
+        self.writable = writable  # `--ecdysis-editor-writable`
 
     def edit(self, spec: Any, harness_dir: Path, *, spec_path: Path) -> EditResult:
         command = self.template.replace("{spec}", shlex.quote(str(spec_path))).replace(
@@ -149,7 +152,7 @@ class CommandEditor:
         cwd = _worktree_root(harness_dir)
         try:
             returncode, out_text = run_in_group(shlex.split(command), cwd=cwd, timeout_s=self.timeout_s,
-                                                env=child_env(PYTHONDONTWRITEBYTECODE="1"))
+                                                env=child_env(PYTHONDONTWRITEBYTECODE="1"), writable=self.writable)
         except subprocess.TimeoutExpired:
             return EditResult(ok=False, detail=f"editor command timed out after {self.timeout_s:.0f} s (its "
                               f"process group was ended): {command}", wall_s=time.monotonic() - started)
@@ -159,45 +162,10 @@ class CommandEditor:
         wall = time.monotonic() - started
         if returncode != 0:
             tail = out_text.strip().splitlines()[-3:]
+            hint = f" ({READ_ONLY_HINT})" if "Read-only file system" in out_text else ""
             return EditResult(ok=False, detail=f"editor command exited with status {returncode}: "
-                              + " | ".join(tail), wall_s=wall)
+                              + " | ".join(tail) + hint, wall_s=wall)
         return EditResult(ok=True, detail=f"ran {command}", wall_s=wall)
-
-
-def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str]) -> tuple[int, str]:
-    """Run `argv` in a new session and process group, in its own PID namespace where one can run
-    (`edit.contain`), output to a temporary file (a grandchild holding a pipe cannot block us); when the
-    command exits or after `timeout_s` seconds the group is killed, the namespace ends with its first
-    process, and every process carrying the call's environment marker is killed, so no helper it
-    started (a `setsid` daemon included) outlives it. Returns (exit status, its stderr, or stdout when
-    stderr is empty).
-
-    Raises:
-        subprocess.TimeoutExpired: the command ran longer than `timeout_s` (its group was killed).
-        OSError: the command could not start.
-    """
-    import signal
-    import tempfile
-
-    from pytest_ecdysis.edit.contain import contained, kill_marked
-
-    argv, env, mark = contained(argv, env)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout_s)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
-            kill_marked(mark)
-        out.seek(0)
-        err.seek(0)
-        err_text, out_text = err.read().decode(errors="replace"), out.read().decode(errors="replace")
-        return code, err_text if err_text.strip() else out_text
 
 
 def _worktree_root(harness_dir: Path) -> Path:

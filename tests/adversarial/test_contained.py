@@ -44,7 +44,7 @@ def test_a_setsid_daemon_ends_with_the_editor(repo: pytest.Pytester) -> None:
 def test_the_marker_scan_alone_ends_a_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a PID namespace (unshare missing or not permitted), the per-call environment marker still
     finds and ends a `setsid` daemon."""
-    from pytest_ecdysis.edit.editors import run_in_group
+    from pytest_ecdysis.edit.contain import run_in_group
 
     monkeypatch.setattr(contain, "namespace_prefix", lambda: None)
     marker = tmp_path / "escaped"

@@ -1,0 +1,109 @@
+"""The editor's writes outside the candidate are prevented, not only detected (edit.contain, item 3): under the
+session's sandbox decision a `cmd:` editor works in its worktree (files and `git add` into the candidate's
+index) while its writes to the user's checkout, `.git/config`, hooks, refs, a venv-like tree and its caches
+fail; what it sees stays readable (its config and credentials). Without the sandbox (`ECDYSIS_SANDBOX=0`)
+the same writes land, and the integrity checks behind it are what stop the round (tests/adversarial/
+test_contained.py, test_routes.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_safety_git import fingerprint, repo  # noqa: F401 - the fixture
+from test_sandbox import need_bwrap
+
+from pytest_ecdysis.edit import contain
+from pytest_ecdysis.edit.editors import CommandEditor
+from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.validate import sandbox
+
+ATTACKER = r'''
+import json, os, subprocess, sys
+from pathlib import Path
+
+harness, report, targets = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+(harness / "b.py").write_text("B = 2\n")
+subprocess.run(["git", "add", "-A"], check=True)
+wrote, read = [], Path(targets["readable"]).read_text()
+for target in targets["writes"]:
+    try:
+        with open(target, "a") as fh:
+            fh.write("\n# planted\n")
+        wrote.append(target)
+    except OSError:
+        pass
+cache = Path.home() / ".cache" / "ecdysis-editor-probe"
+try:
+    cache.write_text("x")
+    wrote.append(str(cache))
+except OSError:
+    pass
+(harness / "report.json").write_text(json.dumps({"wrote": wrote, "read": read}))
+'''
+
+
+def test_the_decision_is_read_by_the_validate_name() -> None:
+    assert contain.SANDBOX_ENV == sandbox.ENV_ON
+
+
+def test_a_writable_directory_given_stays_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--ecdysis-editor-writable DIR` (an agent's own state directory): writable in the sandbox, the rest not;
+    a read-only failure of the editor is reported with what to do."""
+    from pytest_ecdysis.edit.contain import run_in_group
+
+    need_bwrap()
+    monkeypatch.setenv(contain.SANDBOX_ENV, "1")
+    monkeypatch.delenv(contain.WRITABLE_ENV, raising=False)
+    work, state, other = (tmp_path / n for n in ("work", "state", "other"))
+    for d in (work, state, other):
+        d.mkdir()
+    script = f"open({str(state / 's')!r}, 'w').write('1'); open({str(other / 'o')!r}, 'w').write('1')"
+    code, out = run_in_group([sys.executable, "-c", script], cwd=work, timeout_s=60, env={"PATH": "/usr/bin:/bin"},
+                             writable=(str(state),))
+    assert (state / "s").read_text() == "1" and not (other / "o").exists()
+    assert code == 1 and "Read-only file system" in out
+    editor = CommandEditor(f"{sys.executable} -c \"open({str(other / 'o')!r}, 'w')\"")
+    result = editor.edit(None, work, spec_path=work / "spec.json")
+    assert not result.ok and "--ecdysis-editor-writable DIR" in result.detail, result.detail
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["sandbox", "no-sandbox"])
+def test_writes_outside_the_candidate_are_prevented(repo: Path, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+                                                     monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
+    if on:
+        need_bwrap()
+    monkeypatch.setenv(contain.SANDBOX_ENV, "1" if on else "0")
+    monkeypatch.delenv(contain.WRITABLE_ENV, raising=False)  # (tests/conftest.py opens the test tree)
+    venv = tmp_path_factory.mktemp("venv-like")
+    (venv / "site.py").write_text("S = 1\n")
+    agent = tmp_path_factory.mktemp("agent") / "agent.py"
+    agent.write_text(ATTACKER)
+    secret = repo / ".git" / "description"  # something of the user's it may read
+    targets = {"readable": str(secret), "writes": [str(repo / "suite.py"), str(repo / ".git" / "config"),
+                                                   str(repo / ".git" / "hooks" / "post-checkout"),
+                                                   str(repo / ".git" / "refs" / "heads" / "main"),
+                                                   str(venv / "site.py")]}
+    before = fingerprint(repo)
+    config, site = (repo / ".git" / "config").read_bytes(), (venv / "site.py").read_bytes()
+    wt = gitops.add_worktree(repo / "harness")
+    try:
+        result = CommandEditor(f"{sys.executable} {agent} {{harness}} x '{json.dumps(targets)}'").edit(
+            None, wt.harness_dir, spec_path=repo / "spec.json")
+        assert result.ok, result.detail
+        report = json.loads((wt.harness_dir / "report.json").read_text())
+        assert sorted(wt.changed_paths()) == ["harness/b.py", "harness/report.json"]  # staged in its own index
+    finally:
+        wt.remove()
+    assert report["read"] == secret.read_text()
+    if on:
+        assert report["wrote"] == [str(Path.home() / ".cache" / "ecdysis-editor-probe")]  # its own fresh cache
+        assert fingerprint(repo) == before
+        assert (repo / ".git" / "config").read_bytes() == config and (venv / "site.py").read_bytes() == site
+        assert not (repo / ".git" / "hooks" / "post-checkout").exists()
+        assert not (Path.home() / ".cache" / "ecdysis-editor-probe").exists()  # a fresh cache, thrown away
+    else:  # the layer behind: these land, and validate.integrity must catch them (other tests)
+        assert str(repo / "suite.py") in report["wrote"] and str(venv / "site.py") in report["wrote"]
+        (Path.home() / ".cache" / "ecdysis-editor-probe").unlink(missing_ok=True)
