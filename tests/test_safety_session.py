@@ -183,16 +183,13 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
     import signal
     import time
 
-    from test_evolve_loop import CONFTEST, _git, _script, make_project
+    from tiny_evolution import CONFTEST, evolve_args, git, make_project, script
 
     markers = tmp_path_factory.mktemp("markers")  # outside the checkout (sub-runs run from a private copy)
     project = make_project(pytester, monkeypatch, CONFTEST + SLOW_SUBRUN % str(markers))
-    _script(project, [{"knob": "x", "value": 3}])
+    script(project, [{"knob": "x", "value": 3}])
     (markers / "slow").write_text("")
-    args = [sys.executable, "-m", "pytest", "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve",
-            "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness",
-            "tiny_harness", "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
-            "--ecdysis-test-trials", "1", "--ecdysis-rounds", "1"]
+    args = [sys.executable, "-m", "pytest", *evolve_args(project, "--ecdysis-rounds", "1")]
     env = {**os.environ, "ECDYSIS_RUN_ID": "run1"}
     proc = subprocess.Popen(args, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -209,7 +206,7 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
     sub_pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(sub_pid, 0)  # the sub-run was ended, not orphaned
-    assert _git(project.path, "worktree", "list").count("\n") == 1  # no temporary worktree left registered
+    assert git(project.path, "worktree", "list").count("\n") == 1  # no temporary worktree left registered
     doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
     assert doc["status"] == "running" and doc["rounds"] == []  # saved, resumable
     (markers / "slow").unlink()

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_evolve_loop import CONFTEST, HARNESS, _git
+from tiny_evolution import CONFTEST, evolution, git, make_project, run_evolution
 
 pytest_plugins = ["pytester"]
 
@@ -160,55 +160,40 @@ def _digests(root: Path) -> dict[str, str]:
             continue
         out[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     git_dir = root / ".git"
-    status = _git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
+    status = git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
     out["status"] = "\n".join(x for x in status if x[3:] not in TEST_FILES)
     for name in ("HEAD", "config", "packed-refs"):
         if (git_dir / name).is_file():
             out[".git/" + name] = hashlib.sha256((git_dir / name).read_bytes()).hexdigest()
-    out["refs"] = _git(root, "for-each-ref", "--format=%(refname) %(objectname)")
+    out["refs"] = git(root, "for-each-ref", "--format=%(refname) %(objectname)")
     return out
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path.parent / f"{pytester.path.name}-state"))
+    # (the scripted diagnosis sets `pytest_ecdysis.diagnose.round`: the package is imported first)
+    project = make_project(pytester, monkeypatch, CONFTEST + NO_STATIC + LATE_WRITER, suite=SUITE, editor=EDITOR,
+                           ignore=("no-static-check", ".pytest_cache/", "late-*"), accept_ini=False)
     monkeypatch.setenv("ECDYSIS_RUN_ID", "run1")
-    # (the scripted diagnosis sets `pytest_ecdysis.diagnose.round`: the package must be imported first)
-    pytester.makepyfile(test_tiny=SUITE, conftest="import pytest_ecdysis.diagnose\n" + CONFTEST + NO_STATIC + LATE_WRITER,
-                        editor=EDITOR)
-    pytester.mkpydir("tiny_harness")
-    (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
-    (pytester.path / ".gitignore").write_text(".ecdysis/\n__pycache__/\n*.log\nscript.json\ninterrupt-*\n"
-                                              "no-static-check\n.pytest_cache/\nstdout\nstderr\nrunpytest-current\n"
-                                              "late-*\n")
-    for args in (("init", "-q", "-b", "main"), ("config", "user.email", "dev@example.com"),
-                 ("config", "user.name", "Dev"), ("add", "-A"), ("commit", "-qm", "tiny suite")):
-        _git(pytester.path, *args)
-    return pytester
+    return project
 
 
 def _evolve(project: pytest.Pytester, kinds: list[str]) -> tuple[pytest.RunResult, dict]:
     (project.path / "script.json").write_text(json.dumps([{"kind": k} for k in kinds]))
-    result = project.runpytest_subprocess(
-        "test_tiny.py", "--ecdysis-evolve", "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9",
-        "--ecdysis-harness", "tiny_harness", "--ecdysis-rounds", str(len(kinds)), "--ecdysis-test-trials", "1",
-        # the routes, not the rule: a tie is rejected at once (the sequential default would spend confirmation
-        # looks on a 4-task suite first, and call it inconclusive)
-        "--ecdysis-accept", "strict",
-        "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}", timeout=600)
-    doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
-    return result, doc
+    # the routes, not the rule: a tie is rejected at once (the sequential default would spend confirmation
+    # looks on a 4-task suite first, and call it inconclusive)
+    result = run_evolution(project, "--ecdysis-rounds", str(len(kinds)), "--ecdysis-accept", "strict",
+                           timeout=600)
+    return result, evolution(project)
 
 
 def _nothing_gained(project: pytest.Pytester, doc: dict, before: dict[str, str]) -> None:
     assert not any(r.get("accepted") for r in doc["rounds"]), doc["rounds"]
     assert doc["incumbent"]["score"] == 0.25 and doc["incumbent"]["round"] == 0
     assert doc["branch"] is None
-    assert "ecdysis/" not in _git(project.path, "branch", "--list")
+    assert "ecdysis/" not in git(project.path, "branch", "--list")
     assert _digests(project.path) == before
-    assert _git(project.path, "worktree", "list").count("\n") == 1
+    assert git(project.path, "worktree", "list").count("\n") == 1
 
 
 def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> None:
@@ -243,7 +228,7 @@ def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_commi
     assert (project.path / "late-writer-ran").is_file(), "the late writer never ran: the test proves nothing"
     row = doc["rounds"][0]
     assert (row["outcome"], row["score_after"]) == ("accepted", 0.75), row
-    committed = _git(project.path, "show", f"{doc['branch']}:tiny_harness/__init__.py")
+    committed = git(project.path, "show", f"{doc['branch']}:tiny_harness/__init__.py")
     assert "LEVEL = 3" in committed and "late writer" not in committed and "LEVEL = 4" not in committed
     assert doc["incumbent"]["score"] == 0.75
 
@@ -259,7 +244,7 @@ def test_editor_patching_the_checkout_stops_evolution(project: pytest.Pytester) 
     assert "your checkout: test_tiny.py changed" in doc["rounds"][0]["reason"]
     result.stdout.fnmatch_lines(["*--ecdysis-evolve stopped*protected files changed*test_tiny.py*"])
     assert "assert reward is not None" not in (project.path / "test_tiny.py").read_text()  # not restored
-    _git(project.path, "checkout", "--", "test_tiny.py")  # what the message tells the user to do
+    git(project.path, "checkout", "--", "test_tiny.py")  # what the message tells the user to do
     _nothing_gained(project, doc, before)
 
 
