@@ -37,7 +37,7 @@ def once_per_session(tmp_path_factory: pytest.TempPathFactory, key: str, build: 
     place, failed = root / f"once-{key}", root / f"once-{key}.failed"
     with FileLock(str(root / f"once-{key}.lock")):
         if failed.is_file():
-            pytest.fail(f"the shared input {key!r} failed to build (in another worker):\n{failed.read_text()}")
+            pytest.fail(f"the shared input {key!r} failed to build earlier in this session:\n{failed.read_text()}")
         if not (place / ".built").is_file():
             shutil.rmtree(place, ignore_errors=True)
             place.mkdir()

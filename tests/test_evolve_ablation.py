@@ -63,6 +63,7 @@ init.write_text(text)
 '''
 
 
+@pytest.mark.slow
 def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Round 1: LEVEL 1 -> 2 and an unused constant appended: without the constant the score stays 2/6, so it
@@ -187,6 +188,7 @@ def test_task(request, task_id, trial):
 '''
 
 
+@pytest.mark.slow
 def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Pytester,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """LEVEL 1 -> 7 gains tasks 1-6 and loses task 7 in its first trial only. One trial per task: +6/-1, the

@@ -182,6 +182,7 @@ def test_gate_pairs_old_baselines_by_success_rate() -> None:
     assert v.test["effect"] == pytest.approx(-1.0)
 
 
+@pytest.mark.slow
 def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny suite (test_evolve_loop): LEVEL 1 -> 3 gains 2 of 4 tasks. `strict` would accept; under
@@ -240,6 +241,7 @@ def test_rescore_plan() -> None:
                                                      "earlier run")
 
 
+@pytest.mark.slow
 def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Self-evolution: two specs whose edits give byte-identical candidates on the same incumbent (a tie,
     rejected, so the base stays): the second step reuses the first one's validation, recorded, and starts

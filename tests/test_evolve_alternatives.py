@@ -91,6 +91,7 @@ def _run(project: pytest.Pytester, strategy: str, rounds: int, *extra: str) -> p
     return run_evolution(project, "--ecdysis-strategy", strategy, "--ecdysis-rounds", str(rounds), *extra)
 
 
+@pytest.mark.slow
 def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester, monkeypatch) -> None:
     """Three proposals from the same incumbent (LEVEL 1, score 0.25), one editor call and one validation each:
     LEVEL 2 (0.5, passes), LEVEL 4 with task 0 broken (0.75, higher, but it breaks a solved task: rejected
@@ -118,6 +119,7 @@ def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester
     assert git(project.path, "worktree", "list").count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_round_whose_only_gain_breaks_a_solved_task_is_rejected(pytester, monkeypatch) -> None:
     """Regression-aware acceptance: the one candidate raises the score (0.25 -> 0.5) but breaks task 0, which
     the incumbent solved: the round is rejected and no branch is made (the strict rule alone would accept)."""
@@ -131,6 +133,7 @@ def test_a_round_whose_only_gain_breaks_a_solved_task_is_rejected(pytester, monk
     assert "regression" in r1["reason"] and doc["branch"] is None
 
 
+@pytest.mark.slow
 def test_a_strategy_registered_in_conftest_runs_through_the_hook(pytester, monkeypatch) -> None:
     """A user's strategy, registered by `ecdysis_strategies()` in conftest.py, is accepted by
     --ecdysis-strategy and drives the round through the real diagnosis."""

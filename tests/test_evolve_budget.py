@@ -34,6 +34,7 @@ def test_bad_budget_is_a_usage_error(project: pytest.Pytester, args: tuple[str, 
     assert message in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_budget_stops_at_a_stage_boundary_and_resumes_with_a_higher_one(project: pytest.Pytester) -> None:
     """Round 1's diagnosis could pass --ecdysis-max-tokens 1000 (440 spent by the starting run): the loop stops
     before it, saves its state, says what was spent and how to resume; a resume with a higher budget finishes

@@ -21,6 +21,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     return make_project(pytester, monkeypatch, CONFTEST)
 
 
+@pytest.mark.slow
 def test_accepted_rejected_and_tied_rounds(project: pytest.Pytester) -> None:
     """A round is accepted only when the suite score rises strictly (drops and ties are rejected); the
     branch holds one commit per accepted round, touching only the harness; the user's checkout stays."""
@@ -55,6 +56,7 @@ def test_accepted_rejected_and_tied_rounds(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*branch ecdysis/run1*git diff*", "*test split*start 0.250*frozen 0.750*"])
 
 
+@pytest.mark.slow
 def test_nothing_accepted_makes_no_branch(project: pytest.Pytester) -> None:
     """An out-of-harness edit is refused before validation, a candidate that does not import is
     `broken_candidate`, a failing editor is `no_change`; with nothing accepted there is no branch."""
@@ -72,6 +74,7 @@ def test_nothing_accepted_makes_no_branch(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*no round was accepted: no branch*"])
 
 
+@pytest.mark.slow
 def test_gold_data_read_and_no_spec(project: pytest.Pytester) -> None:
     """A diff that reads τ² task files is flagged statically and refused; a round without a spec makes
     no editor call; `--ecdysis-test-model` adds a test comparison per extra model."""
@@ -90,6 +93,7 @@ def test_gold_data_read_and_no_spec(project: pytest.Pytester) -> None:
     assert len((project.path / "editor.log").read_text().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_test_trials_zero_skips_the_test_scoring(project: pytest.Pytester) -> None:
     """`--ecdysis-test-trials 0` (slow real models) scores nothing on test and says so in evolution.json."""
     script(project, [None])
@@ -101,6 +105,7 @@ def test_test_trials_zero_skips_the_test_scoring(project: pytest.Pytester) -> No
     assert not (project.path / ".ecdysis" / "runs" / "run1" / "test").exists()
 
 
+@pytest.mark.slow
 def test_held_out_scores_carry_capability_and_efficiency(project: pytest.Pytester) -> None:
     """Start and frozen harness on test are reported with capability (suite score) and efficiency (agent
     tokens per task, summed over the task's test trials): here a trial costs 100 x LEVEL tokens (the tiny
@@ -145,6 +150,7 @@ _evolve.make_editor = lambda cfg: BuiltinEditor(cfg, client=Client())
 '''
 
 
+@pytest.mark.slow
 def test_a_repair_call_counts_as_an_editor_call(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The round's `editor_calls` is the true number of editor model calls: the built-in editor's first
     answer breaks the syntax, its one repair call makes the edit, and the round counts 2 calls (and both
@@ -159,6 +165,7 @@ def test_a_repair_call_counts_as_an_editor_call(pytester: pytest.Pytester, monke
     assert (edit["calls"], edit["tokens"]["total"]) == (2, 30) and "attempt 2" in edit["detail"]
 
 
+@pytest.mark.slow
 def test_resume_after_interruption(project: pytest.Pytester) -> None:
     """Ctrl-C during round 2 leaves a resumable run; `--ecdysis-resume` continues without redoing round 1
     (one editor call per round overall) and ends with the branch."""
@@ -179,6 +186,7 @@ def test_resume_after_interruption(project: pytest.Pytester) -> None:
     assert git(project.path, "log", "--format=%s", "main..ecdysis/run1").count("ecdysis round") == 2
 
 
+@pytest.mark.slow
 def test_resume_rebuilds_an_edited_candidate(project: pytest.Pytester) -> None:
     """Interrupted after the edit and before validation: the resumed run rebuilds the candidate from
     `candidate.diff` and validates it without calling the editor or the diagnosis again."""
@@ -197,6 +205,7 @@ def test_resume_rebuilds_an_edited_candidate(project: pytest.Pytester) -> None:
     assert "LEVEL = 3" in git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
 
 
+@pytest.mark.slow
 def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pytester,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The resuming session scores the start harness again into the run directory; when the model moved

@@ -58,6 +58,7 @@ def _run(project: pytest.Pytester, rounds: int, *extra: str, run_id: str | None 
                          run_id=run_id)
 
 
+@pytest.mark.slow
 def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     """A round with 3 specs makes 3 editor calls and 3 validation sub-runs after one diagnosis; the accepted
     middle step is the base of step 3 and of the next round; the round is `accepted` because a step was;
@@ -101,6 +102,7 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*round 1 step 2/3: accepted*", "*branch ecdysis/run1: 2 commit(s)*"])
 
 
+@pytest.mark.slow
 def test_steps_are_capped(project: pytest.Pytester) -> None:
     """At most MAX_INSTANCE_STEPS specs are patched in a round, and its reason says how many were dropped;
     without a validated candidate the round's outcome is the most advanced of its steps' outcomes."""
@@ -121,6 +123,7 @@ def test_steps_are_capped(project: pytest.Pytester) -> None:
     assert evolution(project)["branch"] is None
 
 
+@pytest.mark.slow
 def test_the_cap_is_an_option_recorded_in_evolution_json(project: pytest.Pytester) -> None:
     """--ecdysis-self-evolution-cap 2 patches two specs of seven; evolution.json records the cap and the
     final table prints it beside the strategy (its cost depends on it)."""
@@ -134,6 +137,7 @@ def test_the_cap_is_an_option_recorded_in_evolution_json(project: pytest.Pyteste
     result.stdout.fnmatch_lines(["*strategy self-evolution, at most 2 specs a round*"])
 
 
+@pytest.mark.slow
 def test_resume_does_not_redo_finished_steps(project: pytest.Pytester) -> None:
     """Ctrl-C before step 3's validation: the resumed run reads steps 1-2 back (no second diagnosis or
     editor call), rebuilds step 3's candidate on top of the accepted step 2, and validates it."""

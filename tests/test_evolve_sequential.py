@@ -183,6 +183,7 @@ evolve.run_suite = run_suite_logged
 '''
 
 
+@pytest.mark.slow
 def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytester: pytest.Pytester,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny suite (test_evolve_loop): LEVEL 1 -> 4 gains 3 of 4 tasks in every trial. Under `sequential`
@@ -230,6 +231,7 @@ def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytes
     assert "the confirmation spent 12 trial(s)" in view["evolution"]["decided_by"]
 
 
+@pytest.mark.slow
 def test_an_inconclusive_round_is_not_rejected(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """LEVEL 1 -> 2 gains one task of 4 in every trial: +1, +2, +3, +4 discordant wins after the first
     comparison and three looks: LR 1.5^4 = 5.1, neither bound: `inconclusive`, no branch, said as such."""
@@ -283,6 +285,7 @@ def test_held_out_regressions_are_listed_in_the_verdict_and_pr_body(tmp_path) ->
            "airline/1" in render_pr_body(tmp_path / "evo")
 
 
+@pytest.mark.slow
 def test_a_retried_inconclusive_candidate_continues_its_test(pytester: pytest.Pytester,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """LEVEL 1 -> 2 (one task gained in every trial) proposed in three rounds: round 1 ends inconclusive at

@@ -79,6 +79,7 @@ def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest
     assert (count.done, count.total, count.failed) == (4, 4, 1) and count.pace_s is not None
 
 
+@pytest.mark.slow
 def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Diagnosis, editor call, validation sub-run and test-split scoring each report while they run, the
     sub-runs with their done/total trials read from the sub-run's progress.json."""

@@ -24,6 +24,7 @@ def _page(run: Path) -> str:
     return out.read_text()
 
 
+@pytest.mark.slow
 def test_html_option_writes_the_page_of_an_interrupted_evolution(pytester: pytest.Pytester,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """`--ecdysis-html FILE` on the tiny evolution project (test_evolve_loop.py) interrupted in round 2: the

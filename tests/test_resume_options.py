@@ -12,6 +12,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     return make_project(pytester, monkeypatch, CONFTEST)
 
 
+@pytest.mark.slow
 def test_resume_with_other_options_is_a_usage_error_before_any_trial(project: pytest.Pytester) -> None:
     """Interrupted with --ecdysis-tasks 0,1: resuming without it (or with other trials) is refused with
     exit 4, naming each option then and now, and leaves the run directory as it was; the same options
@@ -56,6 +57,7 @@ def test_resume_under_another_decision_rule_is_a_usage_error(project: pytest.Pyt
     result.stderr.fnmatch_lines([f"*that run was started with other options ({said}); resume*"])
 
 
+@pytest.mark.slow
 def test_a_run_still_going_cannot_be_resumed(project: pytest.Pytester) -> None:
     """A second session resuming a run whose session still runs is refused (exit 4, naming the process that
     holds it) and writes nothing; once that process is gone the resume goes ahead."""

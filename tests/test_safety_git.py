@@ -225,6 +225,7 @@ def _evolve(project: pytest.Pytester, *extra: str) -> pytest.RunResult:
     return run_evolution(project, "--ecdysis-rounds", "1", *extra, run_id=None, editor="agent.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("var", ["GIT_INDEX_FILE", "GIT_DIR", "GIT_DIR:other", "GIT_WORK_TREE",
                                  "GIT_OBJECT_DIRECTORY:other", "GIT_COMMON_DIR:other"])
 def test_evolution_round_with_a_hook_variable(project: pytest.Pytester, var: str,
@@ -249,6 +250,7 @@ def test_evolution_round_with_a_hook_variable(project: pytest.Pytester, var: str
     assert git(project.path, "diff", "--name-only", "main", "ecdysis/hook1").split() == ["tiny_harness/__init__.py"]
 
 
+@pytest.mark.slow
 def test_evolution_round_in_an_index_v4_repository(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """`feature.manyFiles` (index v4): the accepted round is committed, the run finishes with its branch."""
     git(project.path, "config", "feature.manyFiles", "true")

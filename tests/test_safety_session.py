@@ -174,6 +174,7 @@ def _slow_validation_subrun():
 '''
 
 
+@pytest.mark.slow
 def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pytester,
                                                             tmp_path_factory: pytest.TempPathFactory,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:

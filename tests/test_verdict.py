@@ -24,6 +24,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     return make_project(pytester, monkeypatch, CONFTEST)
 
 
+@pytest.mark.slow
 def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures_were(project) -> None:
     script(project, [{"knob": "x", "value": 3}])
     result = run_evolution(project, "--ecdysis-rounds", "1")
@@ -38,6 +39,7 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
 
 
+@pytest.mark.slow
 def test_evolution_without_a_branch_says_why(project) -> None:
     script(project, [{"knob": "x", "value": 1}, None])
     result = run_evolution(project, "--ecdysis-rounds", "2")

@@ -31,6 +31,7 @@ def _hooks(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / ".git" / "hooks").iterdir())}
 
 
+@pytest.mark.slow
 def test_a_setsid_daemon_ends_with_the_editor(repo: pytest.Pytester) -> None:
     """A helper the editor started in its own session (it left the editor's process group) is ended with
     the editor: it never writes its marker or touches the checkout."""
@@ -56,6 +57,7 @@ def test_the_marker_scan_alone_ends_a_daemon(tmp_path: Path, monkeypatch: pytest
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_git_config_and_hooks_planted_by_the_editor(repo: pytest.Pytester) -> None:
     """An editor that sets `core.fsmonitor` in the shared `.git/config` and plants a `post-checkout` hook
     (with an improvement, LEVEL 3): the round is refused as an integrity error naming both, the evolution
@@ -78,6 +80,7 @@ def _written_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
 
 
+@pytest.mark.slow
 def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                                                  tmp_path: Path) -> None:
     """The starting harness reads the key at import (`NOTE`) and the suite writes it into a trial's notes and

@@ -196,6 +196,7 @@ def _nothing_gained(project: pytest.Pytester, doc: dict, before: dict[str, str])
     assert git(project.path, "worktree", "list").count("\n") == 1
 
 
+@pytest.mark.slow
 def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> None:
     """Editor commits (outside the harness, or reading gold data), obfuscated reads, a symlink into the
     checkout, a deleted harness, failures turned into infrastructure errors: each round ends refused or
@@ -218,6 +219,7 @@ def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> Non
     _nothing_gained(project, doc, before)
 
 
+@pytest.mark.slow
 def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_committed(project: pytest.Pytester) -> None:
     """The editor raises LEVEL to 3 (an improvement, accepted); a late writer rewrites the file to LEVEL = 4
     after the snapshot was taken (its marker proves it ran): the validation scored the snapshot (0.75, not
@@ -233,6 +235,7 @@ def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_commi
     assert doc["incumbent"]["score"] == 0.75
 
 
+@pytest.mark.slow
 def test_editor_patching_the_checkout_stops_evolution(project: pytest.Pytester) -> None:
     """An editor that patches the user's suite (and leaves a helper to restore it later) is caught right
     after its call: the round is refused with the file named and the evolution stops. The helper ended
@@ -248,6 +251,7 @@ def test_editor_patching_the_checkout_stops_evolution(project: pytest.Pytester) 
     _nothing_gained(project, doc, before)
 
 
+@pytest.mark.slow
 def test_forged_checkpoint_is_refused(project: pytest.Pytester) -> None:
     """A rejected candidate that writes the next round's `decision.json` (accepted, no validation) from
     inside its sub-run is refused: the file has no digest in the controller's ledger, the evolution stops,
@@ -261,6 +265,7 @@ def test_forged_checkpoint_is_refused(project: pytest.Pytester) -> None:
     _nothing_gained(project, doc, before)
 
 
+@pytest.mark.slow
 def test_sub_run_patching_its_tree_stops_evolution(project: pytest.Pytester) -> None:
     """A harness that rewrites the suite in the tree its sub-run runs from (a private copy, read-only) is
     caught when the sub-run ends: refused, evolution stopped, the user's checkout untouched."""
