@@ -187,9 +187,10 @@ def evolve_args(project: pytest.Pytester, *extra: str, editor: str = "editor.py"
 
 
 def run_evolution(project: pytest.Pytester, *extra: str, run_id: str | None = "run1",
-                  editor: str = "editor.py", timeout: float = 300) -> pytest.RunResult:
+                  editor: str = "editor.py", timeout: float = 900) -> pytest.RunResult:
     """`pytest <evolve_args>` in a subprocess, as users run it, with `ECDYSIS_RUN_ID=run_id` (None or "": the
-    environment as it is, so a resume or a test's own run id)."""
+    environment as it is, so a resume or a test's own run id). `timeout` (seconds) only catches a hang: a
+    3-round evolution took over 300 s at load 30-45 on 2 cores."""
     mp = pytest.MonkeyPatch()
     if run_id:
         mp.setenv("ECDYSIS_RUN_ID", run_id)

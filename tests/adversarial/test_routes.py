@@ -183,7 +183,7 @@ def _evolve(project: pytest.Pytester, kinds: list[str]) -> tuple[pytest.RunResul
     # the routes, not the rule: a tie is rejected at once (the sequential default would spend confirmation
     # looks on a 4-task suite first, and call it inconclusive)
     result = run_evolution(project, "--ecdysis-rounds", str(len(kinds)), "--ecdysis-accept", "strict",
-                           timeout=600)
+                           timeout=1800)  # six rounds of sub-runs on a loaded machine
     return result, evolution(project)
 
 
