@@ -5,10 +5,9 @@ is re-validated without each in turn, and a change whose removal loses nothing i
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from test_evolve_loop import CONFTEST, _evolution, _run, _script, make_project
+from tiny_evolution import CONFTEST, evolution, git, make_project, run_evolution, script
 
 from pytest_ecdysis.evolve.ablation import changes_of, removal_loses, without
 from pytest_ecdysis.git.ops import Snapshot
@@ -64,26 +63,20 @@ init.write_text(text)
 '''
 
 
-def _git(cwd, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
+@pytest.mark.slow
 def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Round 1: LEVEL 1 -> 2 and an unused constant appended: without the constant the score stays 2/6, so it
     is dropped and the commit holds LEVEL only; without LEVEL it falls to 1/6, so LEVEL stays. Round 2:
     LEVEL 2 -> 3 and BONUS 0 -> 1, each worth a task: both kept. Round 3: one change: not ablated."""
-    project = make_project(pytester, monkeypatch, CONFTEST)
-    project.makepyfile(test_tiny=SUITE, editor=EDITOR)
-    (project.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
-    _git(project.path, "commit", "-qam", "six tasks")
-    _script(project, [{"set": {"LEVEL": 2}, "append": "UNUSED_LIMIT = 50"},
-                      {"set": {"LEVEL": 3, "BONUS": 1}},
-                      {"set": {"LEVEL": 5}}])
-    result = _run(project, "--ecdysis-rounds", "3", "--ecdysis-ablate", "--ecdysis-rescore", "never",
-                  "--ecdysis-test-trials", "0")
+    project = make_project(pytester, monkeypatch, CONFTEST, suite=SUITE, harness=HARNESS, editor=EDITOR)
+    script(project, [{"set": {"LEVEL": 2}, "append": "UNUSED_LIMIT = 50"},
+           {"set": {"LEVEL": 3, "BONUS": 1}},
+           {"set": {"LEVEL": 5}}])
+    result = run_evolution(project, "--ecdysis-rounds", "3", "--ecdysis-ablate", "--ecdysis-rescore", "never",
+                           "--ecdysis-test-trials", "0")
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     rounds = doc["rounds"]
     assert [r["outcome"] for r in rounds] == ["accepted"] * 3
     assert [r["score_after"] for r in rounds] == pytest.approx([2 / 6, 4 / 6, 1.0])
@@ -113,17 +106,17 @@ def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
     assert abl3["skipped"] == "a single change: nothing to ablate" and not (run / "rounds" / "3" / "ablation").exists()
 
     # the commits: round 1 holds LEVEL only and says what was dropped and why
-    log = _git(project.path, "log", "--format=%H", "main..ecdysis/run1").split()
+    log = git(project.path, "log", "--format=%H", "main..ecdysis/run1").split()
     r1 = log[-1]
-    diff = _git(project.path, "show", "--format=", r1)
+    diff = git(project.path, "show", "--format=", r1)
     assert "+LEVEL = 2" in diff and "UNUSED_LIMIT" not in diff
-    message = _git(project.path, "show", "-s", "--format=%B", r1)
+    message = git(project.path, "show", "-s", "--format=%B", r1)
     assert "suite score 0.1667 -> 0.3333" in message
     assert "ablation (--ecdysis-ablate, strict rule): kept 1 of 2 change(s) (hunks of the diff); dropped 1" in message
     assert "- dropped: __init__.py @@ -9,0 +10,2 @@: removal lost nothing" in message
-    message2 = _git(project.path, "show", "-s", "--format=%B", log[-2])
+    message2 = git(project.path, "show", "-s", "--format=%B", log[-2])
     assert "kept 2 of 2 change(s)" in message2
-    final = _git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
+    final = git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
     assert "LEVEL = 5" in final and "BONUS = 1" in final and "UNUSED_LIMIT" not in final
 
 
@@ -195,21 +188,20 @@ def test_task(request, task_id, trial):
 '''
 
 
+@pytest.mark.slow
 def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Pytester,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """LEVEL 1 -> 7 gains tasks 1-6 and loses task 7 in its first trial only. One trial per task: +6/-1, the
     Wilcoxon test on ±1 differences is the sign test, p = 8/128 > 0.05: rejected. With 3 extra trials of the
     7 flipped tasks for both harnesses, task 7's loss shrinks to -0.5 and p = 2/128: accepted, the budget
     printed and recorded."""
-    project = make_project(pytester, monkeypatch, CONFTEST)
-    project.makepyfile(test_tiny=FLAKY_SUITE, editor=EDITOR)
-    _git(project.path, "commit", "-qam", "flaky suite")
-    _script(project, [{"set": {"LEVEL": 7}}])
-    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-test-trials", "0",
-                  "--ecdysis-accept", "paired", "--ecdysis-accept-method", "wilcoxon",
-                  "--ecdysis-accept-extra-trials", "3")
+    project = make_project(pytester, monkeypatch, CONFTEST, suite=FLAKY_SUITE, editor=EDITOR)
+    script(project, [{"set": {"LEVEL": 7}}])
+    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-test-trials", "0",
+                           "--ecdysis-accept", "paired", "--ecdysis-accept-method", "wilcoxon",
+                           "--ecdysis-accept-extra-trials", "3")
     assert result.ret == 0, result.stdout.str()
-    (row,) = _evolution(project)["rounds"]
+    (row,) = evolution(project)["rounds"]
     extra = row["extra_trials"]
     assert extra["tasks"] == [f"tiny/{i}" for i in range(1, 8)] and extra["budget_trials"] == 42
     assert extra["decision_before"]["p_value"] == pytest.approx(8 / 128)

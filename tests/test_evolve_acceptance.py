@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_evolve_loop import make_project
+from tiny_evolution import make_project
 
 from pytest_ecdysis.gate import baseline as gate
 from pytest_ecdysis.gate.acceptance import (
@@ -182,6 +182,7 @@ def test_gate_pairs_old_baselines_by_success_rate() -> None:
     assert v.test["effect"] == pytest.approx(-1.0)
 
 
+@pytest.mark.slow
 def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny suite (test_evolve_loop): LEVEL 1 -> 3 gains 2 of 4 tasks. `strict` would accept; under
@@ -190,13 +191,13 @@ def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
     `decision.json` carries rule, method, effect, interval and p_value, also in the terminal and PR body."""
     import json
 
-    from test_evolve_loop import CONFTEST, _run, _script, make_project
+    from tiny_evolution import CONFTEST, make_project, run_evolution, script
 
     from pytest_ecdysis.report.pr_body import render_pr_body
 
     project = make_project(pytester, monkeypatch, CONFTEST)
-    _script(project, [{"knob": "x", "value": 3}])
-    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "paired")
+    script(project, [{"knob": "x", "value": 3}])
+    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "paired")
     assert result.ret == 0, result.stdout.str()
     run = project.path / ".ecdysis" / "runs" / "run1"
     decision = json.loads((run / "rounds" / "1" / "decision.json").read_text())
@@ -240,24 +241,26 @@ def test_rescore_plan() -> None:
                                                      "earlier run")
 
 
+@pytest.mark.slow
 def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Self-evolution: two specs whose edits give byte-identical candidates on the same incumbent (a tie,
     rejected, so the base stays): the second step reuses the first one's validation, recorded, and starts
     no sub-run; `--ecdysis-rescore never` compares with the incumbent's earlier run, recorded too."""
     import json
 
-    from test_evolve_selfevolution import CONFTEST, _evolution, _lines, _run
+    from test_evolve_selfevolution import CONFTEST, _run
+    from tiny_evolution import evolution, lines
 
     project = make_project(pytester, monkeypatch, CONFTEST)
     (project.path / "script.json").write_text(json.dumps([[{"value": 1}, {"value": 1}]]))
     result = _run(project, 1, "--ecdysis-rescore", "never")
     assert result.ret == 0, result.stdout.str()
-    (r1,) = _evolution(project)["rounds"]
+    (r1,) = evolution(project)["rounds"]
     s1, s2 = r1["steps"]
     assert (s1["outcome"], s2["outcome"]) == ("rejected", "rejected")
     assert s1["harness_id_after"] == s2["harness_id_after"]
     assert "reused_validation" not in s1 and s2["reused_validation"] == "rounds/1/steps/1"
-    assert [x for x in _lines(project, "validate.log") if "-r1" in x] == ["run1-r1s1"]
+    assert [x for x in lines(project, "validate.log") if "-r1" in x] == ["run1-r1s1"]
     assert s1["incumbent_run"]["rescored"] is False and "rescore never" in s1["incumbent_run"]["why"]
     result.stdout.fnmatch_lines(["*step 2/2: candidate * was already validated on incumbent * in this run "
                                  "(rounds/1/steps/1): its validation is reused*"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_evolve_loop import _git, make_project
+from tiny_evolution import evolution, git, make_project, run_evolution, scripted_diagnosis
 
 pytest_plugins = ["pytester"]
 
@@ -48,17 +48,7 @@ init.write_text(text)
 '''
 
 # Scripted alternatives diagnosis: round n proposes one spec per entry of SCRIPT[n-1]; regression-aware.
-CONFTEST = '''
-import json, sys, types
-from pathlib import Path
-from types import SimpleNamespace
-
-import pytest_ecdysis
-import pytest_ecdysis.diagnose  # the package, so its `round` attribute can be replaced
-from pytest_ecdysis.core.records import ModificationSpec, SpecChange
-
-HERE = Path(__file__).parent
-
+CONFTEST = scripted_diagnosis('''
 
 def diagnose(*, round_dir, strategy, **_):
     n = int(Path(round_dir).name)
@@ -69,13 +59,7 @@ def diagnose(*, round_dir, strategy, **_):
                            regression_aware=True, reason="", tokens={"prompt": 5, "completion": 2, "total": 7},
                            wall_s=0.01)
 
-
-module = types.ModuleType("pytest_ecdysis.diagnose.round")
-module.diagnose = diagnose
-sys.modules["pytest_ecdysis.diagnose.round"] = module
-import pytest_ecdysis.diagnose  # noqa: E402
-pytest_ecdysis.diagnose.round = module
-'''
+''')
 
 # A user's own strategy, registered from conftest.py; its diagnosis goes through the real `diagnose`.
 USER_CONFTEST = '''
@@ -100,31 +84,14 @@ def ecdysis_strategies():
 
 
 def _project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str) -> pytest.Pytester:
-    project = make_project(pytester, monkeypatch, conftest)
-    (project.path / "test_tiny.py").write_text(SUITE)
-    (project.path / "editor.py").write_text(EDITOR)
-    _git(project.path, "commit", "-qam", "suite with SKIP")
-    return project
+    return make_project(pytester, monkeypatch, conftest, suite=SUITE, editor=EDITOR)
 
 
 def _run(project: pytest.Pytester, strategy: str, rounds: int, *extra: str) -> pytest.RunResult:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ECDYSIS_RUN_ID", "run1")
-    try:
-        return project.runpytest_subprocess(
-            "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "fake",
-            "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness",
-            "--ecdysis-strategy", strategy, "--ecdysis-rounds", str(rounds),
-            "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
-            "--ecdysis-test-trials", "1", *extra, timeout=300)
-    finally:
-        mp.undo()
+    return run_evolution(project, "--ecdysis-strategy", strategy, "--ecdysis-rounds", str(rounds), *extra)
 
 
-def _evolution(project: pytest.Pytester) -> dict:
-    return json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
-
-
+@pytest.mark.slow
 def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester, monkeypatch) -> None:
     """Three proposals from the same incumbent (LEVEL 1, score 0.25), one editor call and one validation each:
     LEVEL 2 (0.5, passes), LEVEL 4 with task 0 broken (0.75, higher, but it breaks a solved task: rejected
@@ -134,8 +101,8 @@ def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester
     (project.path / "script.json").write_text(json.dumps([[{"value": 2}, {"value": 4, "skip": 0}, {"value": 3}]]))
     result = _run(project, "self-harness", 1, "--ecdysis-proposals", "4")
     assert result.ret == 0, result.stdout.str()
-    assert _evolution(project)["proposals"] == 4 and "4 proposals a round" in result.stdout.str()
-    (r1,) = _evolution(project)["rounds"]
+    assert evolution(project)["proposals"] == 4 and "4 proposals a round" in result.stdout.str()
+    (r1,) = evolution(project)["rounds"]
     assert r1["editor_calls"] == 3 and len((project.path / "editor.log").read_text().splitlines()) == 3
     assert [(p["outcome"], p["score_before"], p["score_after"]) for p in r1["proposals"]] == [
         ("accepted", 0.25, 0.5), ("rejected", 0.25, 0.75), ("accepted", 0.25, 0.75)]
@@ -148,10 +115,11 @@ def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester
             assert (pdir / str(k) / name).is_file(), f"proposal {k}: {name}"
     # every proposal was edited on the same incumbent
     assert all("-LEVEL = 1" in (pdir / str(k) / "candidate.diff").read_text() for k in (1, 2, 3))
-    assert "LEVEL = 3" in _git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
-    assert _git(project.path, "worktree", "list").count("\n") == 1
+    assert "LEVEL = 3" in git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
+    assert git(project.path, "worktree", "list").count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_round_whose_only_gain_breaks_a_solved_task_is_rejected(pytester, monkeypatch) -> None:
     """Regression-aware acceptance: the one candidate raises the score (0.25 -> 0.5) but breaks task 0, which
     the incumbent solved: the round is rejected and no branch is made (the strict rule alone would accept)."""
@@ -159,19 +127,20 @@ def test_a_round_whose_only_gain_breaks_a_solved_task_is_rejected(pytester, monk
     (project.path / "script.json").write_text(json.dumps([[{"value": 4, "skip": 0}]]))
     result = _run(project, "harnessfix", 1)
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     (r1,) = doc["rounds"]
     assert (r1["outcome"], r1["score_before"], r1["score_after"]) == ("rejected", 0.25, 0.75)
     assert "regression" in r1["reason"] and doc["branch"] is None
 
 
+@pytest.mark.slow
 def test_a_strategy_registered_in_conftest_runs_through_the_hook(pytester, monkeypatch) -> None:
     """A user's strategy, registered by `ecdysis_strategies()` in conftest.py, is accepted by
     --ecdysis-strategy and drives the round through the real diagnosis."""
     project = _project(pytester, monkeypatch, USER_CONFTEST)
     result = _run(project, "mine", 1)
     assert result.ret == 0, result.stdout.str()
-    (r1,) = _evolution(project)["rounds"]
+    (r1,) = evolution(project)["rounds"]
     assert (r1["strategy"], r1["outcome"], r1["score_after"], r1["editor_calls"]) == ("mine", "accepted", 0.75, 1)
     assert (project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "mine.txt").read_text() == "3 record(s)"
 

@@ -10,7 +10,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from test_evolve_loop import CONFTEST, SUITE, _evolution, _run, _script, make_project
+from tiny_evolution import CONFTEST, SUITE, evolution, make_project, run_evolution, script
 
 from pytest_ecdysis.evolve import budget
 
@@ -20,11 +20,7 @@ SUITE_WITH_TOKENS = SUITE.replace('suite="tiny", task_id=task_id,', f'suite="tin
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    # (the loop tests' conftest sets `pytest_ecdysis.diagnose.round` before the package is imported)
-    p = make_project(pytester, monkeypatch, CONFTEST.replace("import pytest_ecdysis\n",
-                                                             "import pytest_ecdysis\nimport pytest_ecdysis.diagnose\n", 1))
-    (p.path / "test_tiny.py").write_text(SUITE_WITH_TOKENS)
-    return p
+    return make_project(pytester, monkeypatch, CONFTEST, suite=SUITE_WITH_TOKENS)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -33,32 +29,33 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     (("--ecdysis-max-cost", "-0.5"), "--ecdysis-max-cost must be >= 0.0"),
 ])
 def test_bad_budget_is_a_usage_error(project: pytest.Pytester, args: tuple[str, ...], message: str) -> None:
-    result = _run(project, *args)
+    result = run_evolution(project, *args)
     assert result.ret == 4, result.stdout.str()
     assert message in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_budget_stops_at_a_stage_boundary_and_resumes_with_a_higher_one(project: pytest.Pytester) -> None:
     """Round 1's diagnosis could pass --ecdysis-max-tokens 1000 (440 spent by the starting run): the loop stops
     before it, saves its state, says what was spent and how to resume; a resume with a higher budget finishes
     both rounds. A later run whose budget is below one starting run (4 trials x 110 tokens, from the first
     run's tokens per trial) is a usage error before any trial, naming that projection."""
-    _script(project, [{"knob": "x", "value": 2}, {"knob": "x", "value": 4}])
-    first = _run(project, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "0", "--ecdysis-max-tokens", "1000")
+    script(project, [{"knob": "x", "value": 2}, {"knob": "x", "value": 4}])
+    first = run_evolution(project, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "0", "--ecdysis-max-tokens", "1000")
     out = first.stdout.str()
     assert first.ret == 1, out
     assert "projection: this evolution can spend at most" in out
     assert "budget reached before the diagnosis of round 1" in out and "spent 440 tokens" in out
     assert "--ecdysis-resume run1 --ecdysis-max-tokens N with a higher budget" in out
-    doc = _evolution(project)
+    doc = evolution(project)
     assert doc["status"] == "stopped_budget" and doc["rounds"] == []
     assert doc["budget_stop"]["spent"]["tokens"] == 440 <= 1000
     assert not (project.path / "diagnose.log").exists()  # no role was called
 
-    second = _run(project, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "0", "--ecdysis-resume", "run1",
-                  "--ecdysis-max-tokens", "10000000", run_id="")
+    second = run_evolution(project, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "0", "--ecdysis-resume", "run1",
+                           "--ecdysis-max-tokens", "10000000", run_id="")
     assert second.ret == 0, second.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     assert doc["status"] == "finished" and [r["outcome"] for r in doc["rounds"]] == ["accepted", "accepted"]
     assert "budget_stop" not in doc
     # both sessions' starting runs, two diagnoses (7 tokens each), two validation sub-runs and the incumbent's
@@ -67,7 +64,7 @@ def test_budget_stops_at_a_stage_boundary_and_resumes_with_a_higher_one(project:
     assert doc["cost"]["roles"]["diagnosis"]["total"] == 14 and doc["cost"]["tokens"] == 3 * 880 + 14
     assert doc["cost"]["usd"] is None and "'fake'" in doc["cost"]["unknown"][0]
 
-    third = _run(project, "--ecdysis-max-tokens", "300", run_id="run2")
+    third = run_evolution(project, "--ecdysis-max-tokens", "300", run_id="run2")
     assert third.ret == 4, third.stdout.str()
     err = third.stderr.str()
     assert "--ecdysis-max-tokens 300 is smaller than one starting run" in err and "440 tokens" in err
@@ -100,7 +97,7 @@ def test_projection_counts_every_part() -> None:
 
 def test_max_cost_with_an_unpriced_model_is_a_usage_error(project: pytest.Pytester) -> None:
     """A USD cap needs every model's price: 'fake' has none, so the run refuses to start, naming it."""
-    result = _run(project, "--ecdysis-max-cost", "5")
+    result = run_evolution(project, "--ecdysis-max-cost", "5")
     assert result.ret == 4, result.stdout.str()
     assert "--ecdysis-max-cost cannot be counted: no price for 'fake'" in result.stderr.str()
 

@@ -8,120 +8,11 @@ LEVEL/4 and every edit's effect is known in advance.
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
+from tiny_evolution import CONFTEST, evolution, git, make_project, run_evolution, script
 
 pytest_plugins = ["pytester"]
-
-SUITE = '''
-import os
-
-import pytest
-from pytest_ecdysis import TrialResult, record_trial
-from pytest_ecdysis.core.harness import load_harness
-from pytest_ecdysis.plugin import get_state
-
-
-@pytest.mark.ecdysis_trial
-@pytest.mark.parametrize("task_id", ["0", "1", "2", "3"])
-def test_task(request, task_id):
-    state = get_state(request.config)
-    level = load_harness(state.harness_dir).LEVEL + int(os.environ.get("TINY_BONUS", "0"))  # a model that moved
-    reward = 1.0 if int(task_id) < level else 0.0
-    record_trial(request.node, TrialResult(
-        suite="tiny", task_id=task_id, trial=0, reward=reward, termination_reason="agent_stop",
-        components={"db": reward}, harness_id=state.harness_id,
-        tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
-    assert reward >= 1.0
-'''
-
-HARNESS = '''"""A tiny harness: the suite solves task i when LEVEL > i."""
-
-LEVEL = 1
-
-
-def build_agent(**kwargs):
-    return None
-'''
-
-# Scripted diagnosis: round n answers with SCRIPT[n-1] (a dict of editor instructions, or null = no spec).
-CONFTEST = '''
-import json, sys, types
-from pathlib import Path
-from types import SimpleNamespace
-
-import pytest_ecdysis
-import pytest_ecdysis.diagnose  # the package, so its `round` attribute can be replaced
-from pytest_ecdysis.core.records import ModificationSpec, SpecChange
-
-HERE = Path(__file__).parent
-
-
-def diagnose(*, records, groups, harness_dir, history, solved_tasks, cfg, round_dir, strategy, **_):
-    n = int(Path(round_dir).name)
-    with open(HERE / "diagnose.log", "a") as log:
-        log.write(json.dumps({"round": n, "records": len(records), "harness": str(harness_dir)}) + "\\n")
-    if (HERE / f"interrupt-{n}").exists():
-        raise KeyboardInterrupt
-    script = json.loads((HERE / "script.json").read_text())
-    step = script[n - 1]
-    if step is None:
-        return SimpleNamespace(spec=None, reason="scripted: no spec", tokens={"total": 3}, wall_s=0.01)
-    change = SpecChange(component="policy_prompt", files=["__init__.py"], description="set LEVEL",
-                        parameters=step)
-    spec = ModificationSpec(summary=f"scripted round {n}: {step}", changes=[change])
-    return SimpleNamespace(spec=spec, reason="", tokens={"prompt": 5, "completion": 2, "total": 7}, wall_s=0.01)
-
-
-import pytest_ecdysis.evolve.runs as evolve  # where the loop calls run_suite
-_run_suite = evolve.run_suite
-
-
-def run_suite(**kwargs):
-    """Ctrl-C before a validation sub-run starts, when `interrupt-validate` exists."""
-    if (HERE / "interrupt-validate").exists() and "-r" in kwargs["run_id"]:
-        raise KeyboardInterrupt
-    return _run_suite(**kwargs)
-
-
-evolve.run_suite = run_suite
-module = types.ModuleType("pytest_ecdysis.diagnose.round")
-module.diagnose = diagnose
-sys.modules["pytest_ecdysis.diagnose.round"] = module
-import pytest_ecdysis.diagnose  # noqa: E402
-pytest_ecdysis.diagnose.round = module
-'''
-
-# Scripted editor: reads the spec and edits the harness as told; logs each call.
-EDITOR = '''
-import json, sys
-from pathlib import Path
-
-spec_path, harness = Path(sys.argv[1]), Path(sys.argv[2])
-step = json.loads(spec_path.read_text())["changes"][0]["parameters"]
-with open(Path(__file__).parent / "editor.log", "a") as log:
-    log.write(json.dumps(step) + "\\n")
-init = harness / "__init__.py"
-kind = step.get("kind", "level")
-if kind == "level":
-    text = init.read_text().replace("LEVEL = ", "LEVEL = %d  # was " % step["value"], 1)
-    init.write_text(text)
-elif kind == "outside":
-    (harness.parent / "test_tiny.py").write_text("def test_nothing():\\n    pass\\n")
-    init.write_text(init.read_text().replace("LEVEL = 1", "LEVEL = 4"))
-elif kind == "break":
-    init.write_text(init.read_text() + "\\nthis is not python\\n")
-elif kind == "gold":
-    init.write_text(init.read_text().replace("LEVEL = 1", "LEVEL = len(open('tasks.json').read())"))
-elif kind == "fail":
-    sys.exit(3)
-'''
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
@@ -130,63 +21,16 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     return make_project(pytester, monkeypatch, CONFTEST)
 
 
-def make_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str) -> pytest.Pytester:
-    """The tiny suite, its harness, `conftest` (the scripted diagnosis) and the editor, committed to git."""
-    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
-        monkeypatch.delenv(name, raising=False)
-    # the integrity ledgers (outside the run directory) go outside the project, as in a real home
-    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path.parent / f"{pytester.path.name}-state"))
-    pytester.makepyfile(test_tiny=SUITE, conftest=conftest, editor=EDITOR)
-    pytester.mkpydir("tiny_harness")
-    (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
-    # these tests are about the loop's mechanics on a deterministic suite: the paper's rule decides them
-    # (the default `sequential` would add confirmation looks); rule tests pass --ecdysis-accept themselves
-    (pytester.path / "pytest.ini").write_text("[pytest]\necdysis_accept = strict\n")
-    (pytester.path / ".gitignore").write_text(".ecdysis/\n__pycache__/\n*.log\nscript.json\ninterrupt-*\nstdout\nstderr\nrunpytest-current\n")
-    _git(pytester.path, "init", "-q", "-b", "main")
-    _git(pytester.path, "config", "user.email", "dev@example.com")
-    _git(pytester.path, "config", "user.name", "Dev")
-    _git(pytester.path, "add", "-A")
-    _git(pytester.path, "commit", "-qm", "tiny suite")
-    return pytester
-
-
-def _script(project: pytest.Pytester, steps: list) -> None:
-    (project.path / "script.json").write_text(json.dumps(steps))
-
-
-def _run(project: pytest.Pytester, *extra: str, run_id: str = "run1") -> pytest.RunResult:
-    return project.runpytest_subprocess(
-        "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "fake",
-        "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness",
-        "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
-        "--ecdysis-test-trials", "1",
-        *extra, timeout=300,
-    ) if not run_id else _run_with_id(project, run_id, *extra)
-
-
-def _run_with_id(project: pytest.Pytester, run_id: str, *extra: str) -> pytest.RunResult:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ECDYSIS_RUN_ID", run_id)
-    try:
-        return _run(project, *extra, run_id="")
-    finally:
-        mp.undo()
-
-
-def _evolution(project: pytest.Pytester, run_id: str = "run1") -> dict:
-    return json.loads((project.path / ".ecdysis" / "runs" / run_id / "evolution.json").read_text())
-
-
+@pytest.mark.slow
 def test_accepted_rejected_and_tied_rounds(project: pytest.Pytester) -> None:
     """A round is accepted only when the suite score rises strictly (drops and ties are rejected); the
     branch holds one commit per accepted round, touching only the harness; the user's checkout stays."""
-    _script(project, [{"knob": "x", "value": 3}, {"knob": "x", "value": 2}, {"knob": "x", "value": 3}])
+    script(project, [{"knob": "x", "value": 3}, {"knob": "x", "value": 2}, {"knob": "x", "value": 3}])
     (project.path / "notes.txt").write_text("uncommitted work elsewhere\n")
-    head_before = _git(project.path, "rev-parse", "HEAD")
-    result = _run(project, "-n", "2")
+    head_before = git(project.path, "rev-parse", "HEAD")
+    result = run_evolution(project, "-n", "2")
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     rounds = doc["rounds"]
     assert [r["outcome"] for r in rounds] == ["accepted", "rejected", "rejected"]
     assert [(r["score_before"], r["score_after"]) for r in rounds] == [(0.25, 0.75), (0.75, 0.5), (0.75, 0.75)]
@@ -194,16 +38,16 @@ def test_accepted_rejected_and_tied_rounds(project: pytest.Pytester) -> None:
     assert rounds[0]["flips"]["failed_to_solved"] == ["tiny/1", "tiny/2"]
     assert doc["branch"] == "ecdysis/run1"
     assert doc["test"]["start"]["suite_score"] == 0.25 and doc["test"]["frozen"]["suite_score"] == 0.75
-    log = _git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
+    log = git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
     assert len(log) == 1 and log[0].startswith("ecdysis round 1:")
-    changed = _git(project.path, "diff", "--name-only", "main", "ecdysis/run1").split()
+    changed = git(project.path, "diff", "--name-only", "main", "ecdysis/run1").split()
     assert changed == ["tiny_harness/__init__.py"]
     # the user's checkout: same branch, same HEAD, harness untouched, uncommitted file still there
-    assert _git(project.path, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
-    assert _git(project.path, "rev-parse", "HEAD") == head_before
+    assert git(project.path, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert git(project.path, "rev-parse", "HEAD") == head_before
     assert "LEVEL = 1\n" in (project.path / "tiny_harness" / "__init__.py").read_text()
-    assert _git(project.path, "status", "--porcelain").strip() == "?? notes.txt"
-    assert _git(project.path, "worktree", "list").count("\n") == 1
+    assert git(project.path, "status", "--porcelain").strip() == "?? notes.txt"
+    assert git(project.path, "worktree", "list").count("\n") == 1
     # the sub-runs kept the session's xdist settings, and the round files exist
     rdir = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1"
     assert "-n 2" in (rdir / "pytest.log").read_text().splitlines()[0]
@@ -212,52 +56,56 @@ def test_accepted_rejected_and_tied_rounds(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*branch ecdysis/run1*git diff*", "*test split*start 0.250*frozen 0.750*"])
 
 
+@pytest.mark.slow
 def test_nothing_accepted_makes_no_branch(project: pytest.Pytester) -> None:
     """An out-of-harness edit is refused before validation, a candidate that does not import is
     `broken_candidate`, a failing editor is `no_change`; with nothing accepted there is no branch."""
-    _script(project, [{"kind": "outside"}, {"kind": "break"}, {"kind": "fail"}])
-    result = _run(project, "--ecdysis-rounds", "3")
+    script(project, [{"kind": "outside"}, {"kind": "break"}, {"kind": "fail"}])
+    result = run_evolution(project, "--ecdysis-rounds", "3")
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     assert [r["outcome"] for r in doc["rounds"]] == ["guard_rejected", "broken_candidate", "no_change"]
     assert "test_tiny.py" in doc["rounds"][0]["reason"]
     assert [r["score_after"] for r in doc["rounds"]] == [None, None, None]
     assert doc["branch"] is None
-    assert "ecdysis/run1" not in _git(project.path, "branch", "--list")
+    assert "ecdysis/run1" not in git(project.path, "branch", "--list")
     assert not (project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "run1-r1").exists()
     assert doc["test"]["frozen"]["same_as_start"] is True
     result.stdout.fnmatch_lines(["*no round was accepted: no branch*"])
 
 
+@pytest.mark.slow
 def test_gold_data_read_and_no_spec(project: pytest.Pytester) -> None:
     """A diff that reads τ² task files is flagged statically and refused; a round without a spec makes
     no editor call; `--ecdysis-test-model` adds a test comparison per extra model."""
-    _script(project, [{"kind": "gold"}, None])
-    result = _run(project, "--ecdysis-rounds", "2", "--ecdysis-test-model", "other-model")
-    transfer = _evolution(project)["test"]["transfer"]
+    script(project, [{"kind": "gold"}, None])
+    result = run_evolution(project, "--ecdysis-rounds", "2", "--ecdysis-test-model", "other-model")
+    transfer = evolution(project)["test"]["transfer"]
     assert transfer["other-model"]["start"]["suite_score"] == 0.25
     assert "--ecdysis-model other-model" in next(
         (project.path / ".ecdysis" / "runs" / "run1" / "test" / "transfer" / "other-model").rglob("pytest.log")
     ).read_text()
     assert result.ret == 0, result.stdout.str()
-    rounds = _evolution(project)["rounds"]
+    rounds = evolution(project)["rounds"]
     assert [r["outcome"] for r in rounds] == ["guard_rejected", "no_spec"]
     assert "tasks.json" in rounds[0]["reason"]
     assert [r["editor_calls"] for r in rounds] == [1, 0]
     assert len((project.path / "editor.log").read_text().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_test_trials_zero_skips_the_test_scoring(project: pytest.Pytester) -> None:
     """`--ecdysis-test-trials 0` (slow real models) scores nothing on test and says so in evolution.json."""
-    _script(project, [None])
-    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-test-trials", "0")
+    script(project, [None])
+    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-test-trials", "0")
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     assert doc["test"]["start"] is None and doc["test"]["frozen"] is None and doc["test"]["trials"] == 0
     assert "--ecdysis-test-trials 0" in doc["test"]["skipped"]
     assert not (project.path / ".ecdysis" / "runs" / "run1" / "test").exists()
 
 
+@pytest.mark.slow
 def test_held_out_scores_carry_capability_and_efficiency(project: pytest.Pytester) -> None:
     """Start and frozen harness on test are reported with capability (suite score) and efficiency (agent
     tokens per task, summed over the task's test trials): here a trial costs 100 x LEVEL tokens (the tiny
@@ -268,11 +116,11 @@ def test_held_out_scores_carry_capability_and_efficiency(project: pytest.Pyteste
     suite = (project.path / "test_tiny.py").read_text()
     (project.path / "test_tiny.py").write_text(suite.replace(
         "tool_calls=[", 'tokens={"prompt": 100 * level, "completion": 0, "total": 100 * level}, tool_calls=[', 1))
-    _git(project.path, "commit", "-qam", "trials report tokens")
-    _script(project, [{"knob": "x", "value": 3}])
-    result = _run(project, "--ecdysis-rounds", "1")
+    git(project.path, "commit", "-qam", "trials report tokens")
+    script(project, [{"knob": "x", "value": 3}])
+    result = run_evolution(project, "--ecdysis-rounds", "1")
     assert result.ret == 0, result.stdout.str()
-    test = _evolution(project)["test"]
+    test = evolution(project)["test"]
     assert (test["start"]["suite_score"], test["start"]["tokens_per_task"], test["start"]["tokens"]) == (0.25, 100, 400)
     assert (test["frozen"]["suite_score"], test["frozen"]["tokens_per_task"]) == (0.75, 300)
     result.stdout.fnmatch_lines(["*test split*start 0.250 (pass^1 0.250, 100 tokens/task)*frozen 0.750*300 tokens/task*"])
@@ -302,73 +150,77 @@ _evolve.make_editor = lambda cfg: BuiltinEditor(cfg, client=Client())
 '''
 
 
+@pytest.mark.slow
 def test_a_repair_call_counts_as_an_editor_call(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The round's `editor_calls` is the true number of editor model calls: the built-in editor's first
     answer breaks the syntax, its one repair call makes the edit, and the round counts 2 calls (and both
     calls' tokens), not 1 per edit."""
     project = make_project(pytester, monkeypatch, REPAIRING_EDITOR)
-    _script(project, [{"knob": "x", "value": 3}])
-    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-test-trials", "0")
+    script(project, [{"knob": "x", "value": 3}])
+    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-test-trials", "0")
     assert result.ret == 0, result.stdout.str()
-    (r1,) = _evolution(project)["rounds"]
+    (r1,) = evolution(project)["rounds"]
     assert (r1["outcome"], r1["score_after"], r1["editor_calls"]) == ("accepted", 0.75, 2)
     edit = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "edit.json").read_text())
     assert (edit["calls"], edit["tokens"]["total"]) == (2, 30) and "attempt 2" in edit["detail"]
 
 
+@pytest.mark.slow
 def test_resume_after_interruption(project: pytest.Pytester) -> None:
     """Ctrl-C during round 2 leaves a resumable run; `--ecdysis-resume` continues without redoing round 1
     (one editor call per round overall) and ends with the branch."""
-    _script(project, [{"knob": "x", "value": 2}, {"knob": "x", "value": 4}])
+    script(project, [{"knob": "x", "value": 2}, {"knob": "x", "value": 4}])
     (project.path / "interrupt-2").write_text("")
-    first = _run(project, "--ecdysis-rounds", "2")
+    first = run_evolution(project, "--ecdysis-rounds", "2")
     assert first.ret == 2, first.stdout.str()  # interrupted
-    doc = _evolution(project)
+    doc = evolution(project)
     assert doc["status"] == "running" and [r["outcome"] for r in doc["rounds"]] == ["accepted"]
-    assert "ecdysis/run1" not in _git(project.path, "branch", "--list")
+    assert "ecdysis/run1" not in git(project.path, "branch", "--list")
     (project.path / "interrupt-2").unlink()
-    second = _run(project, "--ecdysis-rounds", "2", "--ecdysis-resume", "run1", run_id="")
+    second = run_evolution(project, "--ecdysis-rounds", "2", "--ecdysis-resume", "run1", run_id="")
     assert second.ret == 0, second.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     assert [r["outcome"] for r in doc["rounds"]] == ["accepted", "accepted"]
     assert [r["score_after"] for r in doc["rounds"]] == [0.5, 1.0]
     assert len((project.path / "editor.log").read_text().splitlines()) == 2
-    assert _git(project.path, "log", "--format=%s", "main..ecdysis/run1").count("ecdysis round") == 2
+    assert git(project.path, "log", "--format=%s", "main..ecdysis/run1").count("ecdysis round") == 2
 
 
+@pytest.mark.slow
 def test_resume_rebuilds_an_edited_candidate(project: pytest.Pytester) -> None:
     """Interrupted after the edit and before validation: the resumed run rebuilds the candidate from
     `candidate.diff` and validates it without calling the editor or the diagnosis again."""
-    _script(project, [{"knob": "x", "value": 3}])
+    script(project, [{"knob": "x", "value": 3}])
     (project.path / "interrupt-validate").write_text("")
-    first = _run(project, "--ecdysis-rounds", "1")
+    first = run_evolution(project, "--ecdysis-rounds", "1")
     assert first.ret == 2, first.stdout.str()
     rdir = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1"
     assert (rdir / "edit.json").is_file() and not (rdir / "validation.json").exists()
     (project.path / "interrupt-validate").unlink()
-    second = _run(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", run_id="")
+    second = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-resume", "run1", run_id="")
     assert second.ret == 0, second.stdout.str()
-    assert [(r["outcome"], r["score_after"]) for r in _evolution(project)["rounds"]] == [("accepted", 0.75)]
+    assert [(r["outcome"], r["score_after"]) for r in evolution(project)["rounds"]] == [("accepted", 0.75)]
     assert len((project.path / "editor.log").read_text().splitlines()) == 1
     assert len((project.path / "diagnose.log").read_text().splitlines()) == 1
-    assert "LEVEL = 3" in _git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
+    assert "LEVEL = 3" in git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
 
 
+@pytest.mark.slow
 def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pytester,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The resuming session scores the start harness again into the run directory; when the model moved
     (TINY_BONUS: one more task solved), the candidate is compared with that run's score, never with the
     number recorded when the run started (a 0.25 -> 0.75 'gain' against trials that score 0.5)."""
-    _script(project, [{"knob": "x", "value": 2}])
+    script(project, [{"knob": "x", "value": 2}])
     (project.path / "interrupt-validate").write_text("")
-    assert _run(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never").ret == 2
-    assert _evolution(project)["start"]["score"] == 0.25
+    assert run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never").ret == 2
+    assert evolution(project)["start"]["score"] == 0.25
     (project.path / "interrupt-validate").unlink()
     monkeypatch.setenv("TINY_BONUS", "1")
-    second = _run(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-resume", "run1",
-                  run_id="")
+    second = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-resume", "run1",
+                           run_id="")
     assert second.ret == 0, second.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     assert doc["start"]["score"] == 0.5
     assert [(r["recorded_score"], r["score"]) for r in doc["rescored_on_resume"]] == [(0.25, 0.5)]
     (row,) = doc["rounds"]
@@ -378,20 +230,20 @@ def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pyt
 
 def test_resume_errors(project: pytest.Pytester) -> None:
     """Resuming a run that does not exist is a usage error naming the run; so is a run of another suite."""
-    result = _run(project, "--ecdysis-resume", "nope", run_id="")
+    result = run_evolution(project, "--ecdysis-resume", "nope", run_id="")
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*--ecdysis-resume nope: no such run*"])
     run = project.path / ".ecdysis" / "runs" / "other"
     run.mkdir(parents=True)
     (run / "evolution.json").write_text(json.dumps({"suite": "tau2-retail", "status": "running",
                                                     "incumbent": {"commit": "0" * 40}, "rounds": []}))
-    result = _run(project, "--ecdysis-resume", "other", run_id="")
+    result = run_evolution(project, "--ecdysis-resume", "other", run_id="")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*that run evolved suite 'tau2-retail'*"])
     plain = project.path / ".ecdysis" / "runs" / "plain"
     plain.mkdir(parents=True)
     (plain / "summary.json").write_text(json.dumps({"schema_version": 1, "suite": "tiny"}))
-    result = _run(project, "--ecdysis-resume", "plain", run_id="")
+    result = run_evolution(project, "--ecdysis-resume", "plain", run_id="")
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*--ecdysis-resume plain: that run is not an evolution*"])
     assert json.loads((plain / "summary.json").read_text()) == {"schema_version": 1, "suite": "tiny"}

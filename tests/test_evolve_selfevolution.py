@@ -9,24 +9,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_evolve_loop import _git, make_project
+from tiny_evolution import evolution, git, lines, make_project, run_evolution, scripted_diagnosis
 
 from pytest_ecdysis.evolve.loop import MAX_INSTANCE_STEPS
 
 pytest_plugins = ["pytester"]
 
 # Scripted instance-level diagnosis: round n answers with one spec per entry of SCRIPT[n-1].
-CONFTEST = '''
-import json, sys, types
-from pathlib import Path
-from types import SimpleNamespace
-
-import pytest_ecdysis
-import pytest_ecdysis.diagnose  # the package, so its `round` attribute can be replaced
-from pytest_ecdysis.core.records import ModificationSpec, SpecChange
-
-HERE = Path(__file__).parent
-
+CONFTEST = scripted_diagnosis('''
 
 def diagnose(*, records, groups, harness_dir, history, solved_tasks, cfg, round_dir, strategy, **_):
     n = int(Path(round_dir).name)
@@ -54,12 +44,7 @@ def run_suite(**kwargs):
 
 
 evolve.run_suite = run_suite
-module = types.ModuleType("pytest_ecdysis.diagnose.round")
-module.diagnose = diagnose
-sys.modules["pytest_ecdysis.diagnose.round"] = module
-import pytest_ecdysis.diagnose  # noqa: E402
-pytest_ecdysis.diagnose.round = module
-'''
+''')
 
 
 @pytest.fixture
@@ -69,29 +54,11 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 
 def _run(project: pytest.Pytester, rounds: int, *extra: str, run_id: str | None = "run1") -> pytest.RunResult:
-    mp = pytest.MonkeyPatch()
-    if run_id:
-        mp.setenv("ECDYSIS_RUN_ID", run_id)
-    try:
-        return project.runpytest_subprocess(
-            "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "fake",
-            "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness",
-            "--ecdysis-strategy", "self-evolution", "--ecdysis-rounds", str(rounds),
-            "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
-            "--ecdysis-test-trials", "1", *extra, timeout=300)
-    finally:
-        mp.undo()
+    return run_evolution(project, "--ecdysis-strategy", "self-evolution", "--ecdysis-rounds", str(rounds), *extra,
+                         run_id=run_id)
 
 
-def _lines(project: pytest.Pytester, name: str) -> list[str]:
-    path = project.path / name
-    return path.read_text().splitlines() if path.is_file() else []
-
-
-def _evolution(project: pytest.Pytester) -> dict:
-    return json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
-
-
+@pytest.mark.slow
 def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     """A round with 3 specs makes 3 editor calls and 3 validation sub-runs after one diagnosis; the accepted
     middle step is the base of step 3 and of the next round; the round is `accepted` because a step was;
@@ -102,11 +69,11 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
         [{"value": 1}, {"value": 3}, {"value": 2}], [{"value": 4}]]))
     result = _run(project, 2)
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     r1, r2 = doc["rounds"]
-    assert len(_lines(project, "diagnose.log")) == 2
-    assert [json.loads(x)["value"] for x in _lines(project, "editor.log")] == [1, 3, 2, 4]
-    validated = _lines(project, "validate.log")
+    assert len(lines(project, "diagnose.log")) == 2
+    assert [json.loads(x)["value"] for x in lines(project, "editor.log")] == [1, 3, 2, 4]
+    validated = lines(project, "validate.log")
     assert [x for x in validated if not x.endswith("i")][:4] == ["run1-r1s1", "run1-r1s2", "run1-r1s3", "run1-r2s1"]
     # each candidate was scored beside a re-run of the incumbent it was edited from (evolve_paired)
     assert sorted(x for x in validated if x.endswith("i")) == ["run1-r1s1i", "run1-r1s2i", "run1-r1s3i",
@@ -127,14 +94,15 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
                      f"run1-r1s{k}/summary.json"):
             assert (steps / str(k) / name).is_file(), f"step {k}: {name}"
     assert json.loads((steps / "2" / "spec.json").read_text())["changes"][0]["parameters"] == {"value": 3}
-    log = _git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
+    log = git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
     assert [line.split(":")[0] for line in log] == ["ecdysis round 2 step 1", "ecdysis round 1 step 2"]
-    assert "LEVEL = 4" in _git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
+    assert "LEVEL = 4" in git(project.path, "show", "ecdysis/run1:tiny_harness/__init__.py")
     assert doc["test"]["frozen"]["suite_score"] == 1.0
-    assert _git(project.path, "worktree", "list").count("\n") == 1
+    assert git(project.path, "worktree", "list").count("\n") == 1
     result.stdout.fnmatch_lines(["*round 1 step 2/3: accepted*", "*branch ecdysis/run1: 2 commit(s)*"])
 
 
+@pytest.mark.slow
 def test_steps_are_capped(project: pytest.Pytester) -> None:
     """At most MAX_INSTANCE_STEPS specs are patched in a round, and its reason says how many were dropped;
     without a validated candidate the round's outcome is the most advanced of its steps' outcomes."""
@@ -146,28 +114,30 @@ def test_steps_are_capped(project: pytest.Pytester) -> None:
          {"value": 4}, {"value": 4}]]))
     result = _run(project, 1)
     assert result.ret == 0, result.stdout.str()
-    (r1,) = _evolution(project)["rounds"]
-    assert r1["editor_calls"] == 5 and len(_lines(project, "editor.log")) == 5
+    (r1,) = evolution(project)["rounds"]
+    assert r1["editor_calls"] == 5 and len(lines(project, "editor.log")) == 5
     assert [s["outcome"] for s in r1["steps"]] == ["no_change", "guard_rejected"] + ["no_change"] * 3
     assert r1["outcome"] == "guard_rejected" and r1["score_after"] is None
     assert "cap: 5 of 7 specs patched" in r1["reason"] and "other 2 dropped" in r1["reason"]
-    assert _lines(project, "validate.log") == ["run1-test-start"]  # no candidate was validated
-    assert _evolution(project)["branch"] is None
+    assert lines(project, "validate.log") == ["run1-test-start"]  # no candidate was validated
+    assert evolution(project)["branch"] is None
 
 
+@pytest.mark.slow
 def test_the_cap_is_an_option_recorded_in_evolution_json(project: pytest.Pytester) -> None:
     """--ecdysis-self-evolution-cap 2 patches two specs of seven; evolution.json records the cap and the
     final table prints it beside the strategy (its cost depends on it)."""
     (project.path / "script.json").write_text(json.dumps([[{"kind": "fail"}] * 7]))
     result = _run(project, 1, "--ecdysis-self-evolution-cap", "2")
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     (r1,) = doc["rounds"]
     assert doc["self_evolution_cap"] == 2 and r1["editor_calls"] == 2
     assert "cap: 2 of 7 specs patched (--ecdysis-self-evolution-cap 2)" in r1["reason"]
     result.stdout.fnmatch_lines(["*strategy self-evolution, at most 2 specs a round*"])
 
 
+@pytest.mark.slow
 def test_resume_does_not_redo_finished_steps(project: pytest.Pytester) -> None:
     """Ctrl-C before step 3's validation: the resumed run reads steps 1-2 back (no second diagnosis or
     editor call), rebuilds step 3's candidate on top of the accepted step 2, and validates it."""
@@ -175,18 +145,18 @@ def test_resume_does_not_redo_finished_steps(project: pytest.Pytester) -> None:
     (project.path / "interrupt-r1s3").write_text("")
     first = _run(project, 1)
     assert first.ret == 2, first.stdout.str()  # interrupted
-    doc = _evolution(project)
+    doc = evolution(project)
     assert doc["status"] == "running" and doc["rounds"] == [] and doc["incumbent"]["score"] == 0.25
     (project.path / "interrupt-r1s3").unlink()
     second = _run(project, 1, "--ecdysis-resume", "run1", run_id=None)
     assert second.ret == 0, second.stdout.str()
-    (r1,) = _evolution(project)["rounds"]
-    assert len(_lines(project, "diagnose.log")) == 1
-    assert len(_lines(project, "editor.log")) == 3
-    assert [x for x in _lines(project, "validate.log") if not x.endswith("i")][:3] == ["run1-r1s1", "run1-r1s2",
+    (r1,) = evolution(project)["rounds"]
+    assert len(lines(project, "diagnose.log")) == 1
+    assert len(lines(project, "editor.log")) == 3
+    assert [x for x in lines(project, "validate.log") if not x.endswith("i")][:3] == ["run1-r1s1", "run1-r1s2",
                                                                                      "run1-r1s3"]
     assert [(s["outcome"], s["score_before"], s["score_after"]) for s in r1["steps"]] == [
         ("rejected", 0.25, 0.25), ("accepted", 0.25, 0.75), ("accepted", 0.75, 1.0)]
     assert (r1["outcome"], r1["score_before"], r1["score_after"], r1["editor_calls"]) == ("accepted", 0.25, 1.0, 3)
-    log = _git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
+    log = git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
     assert [line.split(":")[0] for line in log] == ["ecdysis round 1 step 3", "ecdysis round 1 step 2"]

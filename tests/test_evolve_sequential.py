@@ -183,6 +183,7 @@ evolve.run_suite = run_suite_logged
 '''
 
 
+@pytest.mark.slow
 def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytester: pytest.Pytester,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny suite (test_evolve_loop): LEVEL 1 -> 4 gains 3 of 4 tasks in every trial. Under `sequential`
@@ -191,26 +192,26 @@ def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytes
     Ctrl-C before look 2 and `--ecdysis-resume`: look 1's sub-runs are not run again."""
     import json
 
-    from test_evolve_loop import CONFTEST, _evolution, _run, _script, make_project
+    from tiny_evolution import CONFTEST, evolution, make_project, run_evolution, script
 
     from pytest_ecdysis.report.pr_body import render_pr_body
 
     project = make_project(pytester, monkeypatch, CONFTEST + LOOK_CONFTEST_TAIL)
-    _script(project, [{"knob": "x", "value": 4}])
+    script(project, [{"knob": "x", "value": 4}])
     (project.path / "interrupt-look").write_text("")
-    first = _run(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
+    first = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
     assert first.ret == 2, first.stdout.str()
     confirm_dir = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "confirm"
     assert (confirm_dir / "1.json").is_file() and not (confirm_dir / "2.json").exists()
     (project.path / "interrupt-look").unlink()
-    second = _run(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0",
-                  "--ecdysis-resume", "run1", run_id="")
+    second = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0",
+                           "--ecdysis-resume", "run1", run_id="")
     assert second.ret == 0, second.stdout.str()
     ran = (project.path / "validate.log").read_text().split()
     assert sorted(r for r in ran if "c1" in r) == ["run1-r1c1", "run1-r1ic1"]  # look 1: once, before the Ctrl-C
     # look 2 was unfinished: redone (its incumbent side may have started beside the interrupted candidate)
     assert ran.count("run1-r1c2") == 1 and ran.count("run1-r1ic2") in (1, 2) and ran[-2:] != ["run1-r1c1"] * 2
-    (row,) = _evolution(project)["rounds"]
+    (row,) = evolution(project)["rounds"]
     assert row["outcome"] == "accepted"
     conf = row["confirmation"]
     assert [x["tasks"] for x in conf["looks"]] == [["tiny/1", "tiny/2", "tiny/3"]] * 2 and conf["trials"] == 12
@@ -230,16 +231,17 @@ def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytes
     assert "the confirmation spent 12 trial(s)" in view["evolution"]["decided_by"]
 
 
+@pytest.mark.slow
 def test_an_inconclusive_round_is_not_rejected(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """LEVEL 1 -> 2 gains one task of 4 in every trial: +1, +2, +3, +4 discordant wins after the first
     comparison and three looks: LR 1.5^4 = 5.1, neither bound: `inconclusive`, no branch, said as such."""
-    from test_evolve_loop import CONFTEST, _evolution, _run, _script, make_project
+    from tiny_evolution import CONFTEST, evolution, make_project, run_evolution, script
 
     project = make_project(pytester, monkeypatch, CONFTEST)
-    _script(project, [{"knob": "x", "value": 2}])
-    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
+    script(project, [{"knob": "x", "value": 2}])
+    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
     assert result.ret == 0, result.stdout.str()
-    doc = _evolution(project)
+    doc = evolution(project)
     (row,) = doc["rounds"]
     assert row["outcome"] == "inconclusive" and not row["accepted"] and doc["branch"] is None
     assert row["confirmation"]["trials"] == 6 and "budget spent (3 look(s)" in row["confirmation"]["stopped"]
@@ -283,18 +285,19 @@ def test_held_out_regressions_are_listed_in_the_verdict_and_pr_body(tmp_path) ->
            "airline/1" in render_pr_body(tmp_path / "evo")
 
 
+@pytest.mark.slow
 def test_a_retried_inconclusive_candidate_continues_its_test(pytester: pytest.Pytester,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """LEVEL 1 -> 2 (one task gained in every trial) proposed in three rounds: round 1 ends inconclusive at
     +4/-0 (LR 5.1); rounds 2 and 3 reuse its validation and continue the same test with the earlier looks
     pooled: round 2 reaches +7 (LR 17.1, inconclusive), round 3 accepts at its first look (+8, LR 25.6 >= 20)."""
-    from test_evolve_loop import CONFTEST, _evolution, _run, _script, make_project
+    from tiny_evolution import CONFTEST, evolution, make_project, run_evolution, script
 
     project = make_project(pytester, monkeypatch, CONFTEST)
-    _script(project, [{"knob": "x", "value": 2}] * 3)
-    result = _run(project, "--ecdysis-rounds", "3", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
+    script(project, [{"knob": "x", "value": 2}] * 3)
+    result = run_evolution(project, "--ecdysis-rounds", "3", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
     assert result.ret == 0, result.stdout.str()
-    rounds = _evolution(project)["rounds"]
+    rounds = evolution(project)["rounds"]
     assert [r["outcome"] for r in rounds] == ["inconclusive", "inconclusive", "accepted"]
     assert [r["decision"]["wins"] for r in rounds] == [4, 7, 8]
     assert [r["confirmation"].get("continued", 0) for r in rounds] == [0, 3, 6]

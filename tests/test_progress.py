@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_evolve_loop import CONFTEST, _run, _script, make_project
+from tiny_evolution import CONFTEST, make_project, run_evolution, script
 
 from pytest_ecdysis.report.progress import Count, Ticker, read_count, status_line
 
@@ -79,13 +79,14 @@ def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest
     assert (count.done, count.total, count.failed) == (4, 4, 1) and count.pace_s is not None
 
 
+@pytest.mark.slow
 def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Diagnosis, editor call, validation sub-run and test-split scoring each report while they run, the
     sub-runs with their done/total trials read from the sub-run's progress.json."""
     slow = "\n\nimport time as _time\n\n\n@pytest.fixture(autouse=True)\ndef _slow():\n    yield\n    _time.sleep(0.4)\n"
     project = make_project(pytester, monkeypatch, "import pytest\n" + CONFTEST + slow)  # trials that take time
-    _script(project, [{"knob": "x", "value": 2}])
-    result = _run(project, "--ecdysis-rounds", "1", "--ecdysis-progress", "0.2")
+    script(project, [{"knob": "x", "value": 2}])
+    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-progress", "0.2")
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.str()
     for stage in ("round 1: validating candidate tiny_harness@", "test: start harness", "test: frozen harness"):

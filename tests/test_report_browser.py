@@ -4,7 +4,8 @@ report`), opened in headless Chromium; `ecdysis show` of the same run prints its
 The browser test installs Debian's `chromium` in its set-up where missing (root and apt-get needed) and
 skips, saying why, when no Chromium can be had. Its screenshot and page are kept in
 `$ECDYSIS_TEST_ARTIFACTS` (default `.ecdysis/artifacts/` of this checkout) for CI to upload.
-Slow: the run scores 6 tasks 3 times and the 20 test tasks twice (18 min on a loaded 2-core machine).
+Slow: the run scores 6 tasks 3 times and the 20 test tasks twice (18 min on a loaded 2-core machine); it
+runs once per session, also when xdist sends the two tests to two workers (tests/once.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from once import once_per_session
 
 from pytest_ecdysis import cli
 
@@ -41,10 +43,20 @@ def _git(cwd: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def evolution_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess]:
     """A real evolution (simulated model, sim editor, 2 rounds on 6 airline tasks, test split 1 trial) in a
-    git repository holding a copy of the example harness; run as users run it, with `--ecdysis-html`."""
+    git repository holding a copy of the example harness; run as users run it, with `--ecdysis-html`. Run
+    once per session, whichever xdist worker asks first (tests/once.py); the tests only read it."""
+    place = once_per_session(tmp_path_factory, "browser-evolution", _evolve)
+    proc = subprocess.CompletedProcess("evolution", int((place / "returncode").read_text()),
+                                       (place / "stdout").read_text(), (place / "stderr").read_text())
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return place / "evo" / ".ecdysis" / "runs" / "evo1", place / "evo" / "out" / "page.html", proc
+
+
+def _evolve(place: Path) -> None:
+    """The evolution of `evolution_run` in `place`/evo; its exit status and output in `place`."""
     import example_harness
 
-    repo = tmp_path_factory.mktemp("evo")
+    repo = place / "evo"
     shutil.copytree(Path(example_harness.__file__).parent, repo / "example_harness",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (repo / ".gitignore").write_text(".ecdysis/\n__pycache__/\n")
@@ -64,9 +76,8 @@ def evolution_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
          "example_harness", "--ecdysis-tasks", TASKS, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "1",
          "--ecdysis-html", str(page)],
         cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
-    run = repo / ".ecdysis" / "runs" / "evo1"
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return run, page, proc
+    for name, value in (("returncode", str(proc.returncode)), ("stdout", proc.stdout), ("stderr", proc.stderr)):
+        (place / name).write_text(value)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_evolve_loop import CONFTEST, _run_with_id, _script, make_project
+from tiny_evolution import CONFTEST, make_project, run_evolution, script
 
 from pytest_ecdysis import cli
 from pytest_ecdysis.core.records import SCHEMA_VERSION
@@ -24,14 +24,15 @@ def _page(run: Path) -> str:
     return out.read_text()
 
 
+@pytest.mark.slow
 def test_html_option_writes_the_page_of_an_interrupted_evolution(pytester: pytest.Pytester,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """`--ecdysis-html FILE` on the tiny evolution project (test_evolve_loop.py) interrupted in round 2: the
     page is written all the same, with round 1 and the command that resumes the run; the terminal names it."""
     project = make_project(pytester, monkeypatch, CONFTEST)
-    _script(project, [{"knob": "x", "value": 2}, {"knob": "x", "value": 4}])
+    script(project, [{"knob": "x", "value": 2}, {"knob": "x", "value": 4}])
     (project.path / "interrupt-2").write_text("")
-    result = _run_with_id(project, "run1", "--ecdysis-rounds", "2", "--ecdysis-html", "out/page.html")
+    result = run_evolution(project, "--ecdysis-rounds", "2", "--ecdysis-html", "out/page.html")
     assert result.ret == 2, result.stdout.str()  # interrupted
     page = (project.path / "out" / "page.html").read_text()
     assert "Round 1:" in page and "tiny/1" in page and "--ecdysis-resume run1" in page

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_evolve_loop import CONFTEST, _git, _script, make_project
+from tiny_evolution import CONFTEST, git, make_project, run_evolution, script
 
 from pytest_ecdysis.git import env as gitenv
 from pytest_ecdysis.git import ops as gitops
@@ -44,16 +44,16 @@ def fingerprint(repo: Path) -> dict[str, str]:
         out[".git/" + name] = hashlib.sha256((repo / ".git" / name).read_bytes()).hexdigest()
     out["refs"] = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"],
                                  cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
-    out["staged"] = _git(repo, "diff", "--cached", "--name-status")
+    out["staged"] = git(repo, "diff", "--cached", "--name-status")
     return out
 
 
 def other_repo(path: Path) -> Path:
     """Another repository, with one commit on `main`."""
     (path / "o.txt").write_text("other\n")
-    _git(path, "init", "-q", "-b", "main")
-    _git(path, "add", "-A")
-    _git(path, "-c", "user.name=o", "-c", "user.email=o@o", "commit", "-qm", "other")
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=o", "-c", "user.email=o@o", "commit", "-qm", "other")
     return path
 
 
@@ -63,13 +63,13 @@ def repo(tmp_path: Path) -> Path:
                       "docs/a.md": "a\n", ".gitignore": "*.log\n"}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    _git(tmp_path, "init", "-q", "-b", "main")
-    _git(tmp_path, "config", "user.email", "dev@example.com")
-    _git(tmp_path, "config", "user.name", "Dev")
-    _git(tmp_path, "add", "-A")
-    _git(tmp_path, "commit", "-qm", "init")
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "config", "user.email", "dev@example.com")
+    git(tmp_path, "config", "user.name", "Dev")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "init")
     (tmp_path / "suite.py").write_text("S = 2\n")
-    _git(tmp_path, "add", "suite.py")  # the user has something staged
+    git(tmp_path, "add", "suite.py")  # the user has something staged
     (tmp_path / "notes.txt").write_text("untracked\n")
     return tmp_path
 
@@ -104,9 +104,9 @@ def test_git_work_ignores_hook_variables(repo: Path, var: str, tmp_path_factory:
     assert gitops.uncommitted_elsewhere(repo / "harness") == 1  # the staged suite.py
     monkeypatch.delenv(var)
     assert fingerprint(repo) == before and fingerprint(other) == before_other
-    assert _git(repo, "diff", "--name-status", "main", "ecdysis/r1").split() == ["M", "harness/__init__.py"]
-    assert _git(other, "branch", "--list").split() == ["*", "main"]
-    assert _git(repo, "worktree", "list").count("\n") == 1
+    assert git(repo, "diff", "--name-status", "main", "ecdysis/r1").split() == ["M", "harness/__init__.py"]
+    assert git(other, "branch", "--list").split() == ["*", "main"]
+    assert git(repo, "worktree", "list").count("\n") == 1
 
 
 def test_editor_process_does_not_see_hook_variables(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,8 +147,8 @@ def index_version(repo: Path) -> int:
 @pytest.fixture
 def v4repo(repo: Path) -> Path:
     """`repo` with index format version 4 (`feature.manyFiles`, common in large repositories)."""
-    _git(repo, "config", "feature.manyFiles", "true")
-    _git(repo, "update-index", "--index-version", "4")
+    git(repo, "config", "feature.manyFiles", "true")
+    git(repo, "update-index", "--index-version", "4")
     assert index_version(repo) == 4
     return repo
 
@@ -166,8 +166,8 @@ def test_commit_in_an_index_v4_repository(v4repo: Path) -> None:
         wt.remove()
     gitops.create_branch(v4repo / "harness", "r1", sha)
     assert fingerprint(v4repo) == before
-    assert _git(v4repo, "diff", "--name-status", "main", "ecdysis/r1").split() == [
-        "D", "harness/b.py", "A", "harness/c.py"]
+    assert git(v4repo, "diff", "--name-status", "main", "ecdysis/r1").split() == [
+               "D", "harness/b.py", "A", "harness/c.py"]
 
 
 def test_no_hook_of_the_repository_runs(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -185,7 +185,7 @@ def test_no_hook_of_the_repository_runs(repo: Path, tmp_path_factory: pytest.Tem
     finally:
         wt.remove()
     assert sorted(p.name for p in marks.iterdir()) == []
-    _git(repo, "commit", "-qm", "the user's own commit")  # suite.py is staged in the fixture
+    git(repo, "commit", "-qm", "the user's own commit")  # suite.py is staged in the fixture
     assert sorted(p.name for p in marks.iterdir()) == ["post-commit", "pre-commit"]
 
 
@@ -197,7 +197,7 @@ def test_commit_uses_the_repositorys_identity_or_a_default(repo: Path) -> None:
         sha = wt.commit_paths(["harness/b.py"], "ecdysis round 1")
     finally:
         wt.remove()
-    assert _git(repo, "log", "-1", "--format=%an <%ae> / %cn", sha).strip() == "Dev <dev@example.com> / Dev"
+    assert git(repo, "log", "-1", "--format=%an <%ae> / %cn", sha).strip() == "Dev <dev@example.com> / Dev"
 
 
 # --- the whole loop, as users run it -------------------------------------------------------------------
@@ -215,19 +215,17 @@ subprocess.run(["git", "add", "-A"], check=True)  # coding agents stage their wo
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     project = make_project(pytester, monkeypatch, CONFTEST)
     (project.path / "agent.py").write_text(AGENT)
-    _git(project.path, "add", "agent.py")
-    _git(project.path, "commit", "-qm", "agent")
+    git(project.path, "add", "agent.py")
+    git(project.path, "commit", "-qm", "agent")
     return project
 
 
 def _evolve(project: pytest.Pytester, *extra: str) -> pytest.RunResult:
-    return project.runpytest_subprocess(
-        "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "fake",
-        "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness",
-        "--ecdysis-editor", f"cmd:python {project.path / 'agent.py'} {{spec}} {{harness}}",
-        "--ecdysis-test-trials", "1", "--ecdysis-rounds", "1", *extra, timeout=300)
+    """One round with the `git add -A` agent, under the run id the test exported."""
+    return run_evolution(project, "--ecdysis-rounds", "1", *extra, run_id=None, editor="agent.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("var", ["GIT_INDEX_FILE", "GIT_DIR", "GIT_DIR:other", "GIT_WORK_TREE",
                                  "GIT_OBJECT_DIRECTORY:other", "GIT_COMMON_DIR:other"])
 def test_evolution_round_with_a_hook_variable(project: pytest.Pytester, var: str,
@@ -238,7 +236,7 @@ def test_evolution_round_with_a_hook_variable(project: pytest.Pytester, var: str
     branch's one commit changes only the harness file. The `cmd:` editor runs `git add -A`."""
     var, _, where = var.partition(":")
     other = other_repo(tmp_path_factory.mktemp("other"))
-    _script(project, [{"knob": "x", "value": 3}])
+    script(project, [{"knob": "x", "value": 3}])
     (project.path / "notes.txt").write_text("uncommitted work\n")
     before, before_other = fingerprint(project.path), fingerprint(other)
     monkeypatch.setenv("ECDYSIS_RUN_ID", "hook1")
@@ -249,15 +247,16 @@ def test_evolution_round_with_a_hook_variable(project: pytest.Pytester, var: str
     assert fingerprint(project.path) == before and fingerprint(other) == before_other
     doc = json.loads((project.path / ".ecdysis" / "runs" / "hook1" / "evolution.json").read_text())
     assert [r["outcome"] for r in doc["rounds"]] == ["accepted"] and doc["status"] == "finished"
-    assert _git(project.path, "diff", "--name-only", "main", "ecdysis/hook1").split() == ["tiny_harness/__init__.py"]
+    assert git(project.path, "diff", "--name-only", "main", "ecdysis/hook1").split() == ["tiny_harness/__init__.py"]
 
 
+@pytest.mark.slow
 def test_evolution_round_in_an_index_v4_repository(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """`feature.manyFiles` (index v4): the accepted round is committed, the run finishes with its branch."""
-    _git(project.path, "config", "feature.manyFiles", "true")
-    _git(project.path, "update-index", "--index-version", "4")
+    git(project.path, "config", "feature.manyFiles", "true")
+    git(project.path, "update-index", "--index-version", "4")
     assert index_version(project.path) == 4
-    _script(project, [{"knob": "x", "value": 3}])
+    script(project, [{"knob": "x", "value": 3}])
     before = fingerprint(project.path)
     monkeypatch.setenv("ECDYSIS_RUN_ID", "v4")
     result = _evolve(project)

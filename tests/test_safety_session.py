@@ -174,6 +174,7 @@ def _slow_validation_subrun():
 '''
 
 
+@pytest.mark.slow
 def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pytester,
                                                             tmp_path_factory: pytest.TempPathFactory,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,38 +184,35 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
     import signal
     import time
 
-    from test_evolve_loop import CONFTEST, _git, _script, make_project
+    from tiny_evolution import CONFTEST, evolve_args, git, make_project, script
 
     markers = tmp_path_factory.mktemp("markers")  # outside the checkout (sub-runs run from a private copy)
     project = make_project(pytester, monkeypatch, CONFTEST + SLOW_SUBRUN % str(markers))
-    _script(project, [{"knob": "x", "value": 3}])
+    script(project, [{"knob": "x", "value": 3}])
     (markers / "slow").write_text("")
-    args = [sys.executable, "-m", "pytest", "test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve",
-            "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness",
-            "tiny_harness", "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}",
-            "--ecdysis-test-trials", "1", "--ecdysis-rounds", "1"]
+    args = [sys.executable, "-m", "pytest", *evolve_args(project, "--ecdysis-rounds", "1")]
     env = {**os.environ, "ECDYSIS_RUN_ID": "run1"}
     proc = subprocess.Popen(args, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     pid_file = markers / "subrun.pid"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 900  # a hang catch: the sub-run starts after the start run (minutes at load 40)
     while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert pid_file.exists(), proc.communicate()[0] if proc.poll() is not None else "sub-run never started"
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=300)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "interrupted: resume with --ecdysis-resume run1" in out
     sub_pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(sub_pid, 0)  # the sub-run was ended, not orphaned
-    assert _git(project.path, "worktree", "list").count("\n") == 1  # no temporary worktree left registered
+    assert git(project.path, "worktree", "list").count("\n") == 1  # no temporary worktree left registered
     doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
     assert doc["status"] == "running" and doc["rounds"] == []  # saved, resumable
     (markers / "slow").unlink()
     resumed = subprocess.run([*args, "--ecdysis-resume", "run1"], cwd=project.path, env=env, capture_output=True,
-                             text=True, timeout=300)
+                             text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
     assert doc["status"] == "finished" and [r["outcome"] for r in doc["rounds"]] == ["accepted"]

@@ -5,9 +5,9 @@ the gate's verdict, and say that the starting run's failed trials are not the ru
 from __future__ import annotations
 
 import pytest
-from test_evolve_loop import CONFTEST, _run, _script, make_project
 from test_gate_runs import save_baseline
 from test_records_pipeline import env  # noqa: F401  (the fixture, used by the gate test)
+from tiny_evolution import CONFTEST, make_project, run_evolution, script
 
 from pytest_ecdysis.report.verdict import evolution_lines, verdict_lines
 
@@ -24,9 +24,10 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     return make_project(pytester, monkeypatch, CONFTEST)
 
 
+@pytest.mark.slow
 def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures_were(project) -> None:
-    _script(project, [{"knob": "x", "value": 3}])
-    result = _run(project, "--ecdysis-rounds", "1")
+    script(project, [{"knob": "x", "value": 3}])
+    result = run_evolution(project, "--ecdysis-rounds", "1")
     assert result.ret == 0, result.stdout.str()
     tail = _tail(result)
     assert "ecdysis verdict" in tail[0]
@@ -38,9 +39,10 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
 
 
+@pytest.mark.slow
 def test_evolution_without_a_branch_says_why(project) -> None:
-    _script(project, [{"knob": "x", "value": 1}, None])
-    result = _run(project, "--ecdysis-rounds", "2")
+    script(project, [{"knob": "x", "value": 1}, None])
+    result = run_evolution(project, "--ecdysis-rounds", "2")
     assert result.ret == 0, result.stdout.str()
     text = "\n".join(_tail(result))
     assert "evolution finished: 0 of 2 round(s) accepted; train score 0.250 -> 0.250" in text

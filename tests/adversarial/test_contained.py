@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_routes import _digests, _evolve, _git, _nothing_gained, project  # noqa: F401 - the fixture
+from test_routes import _digests, _evolve, _nothing_gained, project  # noqa: F401 - the fixture
+from tiny_evolution import git
 
 from pytest_ecdysis.edit import contain
 
@@ -30,6 +31,7 @@ def _hooks(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / ".git" / "hooks").iterdir())}
 
 
+@pytest.mark.slow
 def test_a_setsid_daemon_ends_with_the_editor(repo: pytest.Pytester) -> None:
     """A helper the editor started in its own session (it left the editor's process group) is ended with
     the editor: it never writes its marker or touches the checkout."""
@@ -55,6 +57,7 @@ def test_the_marker_scan_alone_ends_a_daemon(tmp_path: Path, monkeypatch: pytest
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_git_config_and_hooks_planted_by_the_editor(repo: pytest.Pytester) -> None:
     """An editor that sets `core.fsmonitor` in the shared `.git/config` and plants a `post-checkout` hook
     (with an improvement, LEVEL 3): the round is refused as an integrity error naming both, the evolution
@@ -67,9 +70,9 @@ def test_git_config_and_hooks_planted_by_the_editor(repo: pytest.Pytester) -> No
     assert "config changed" in reason and "hooks/post-checkout added" in reason, reason
     _nothing_gained(repo, doc, before)  # .git/config among the files compared
     assert _hooks(repo.path) == hooks
-    _git(repo.path, "status")  # what the user runs next
-    _git(repo.path, "switch", "-q", "-c", "after")
-    _git(repo.path, "switch", "-q", "main")
+    git(repo.path, "status")  # what the user runs next
+    git(repo.path, "switch", "-q", "-c", "after")
+    git(repo.path, "switch", "-q", "main")
     assert not (repo.path / "fsmonitor-ran").exists() and not (repo.path / "hook-ran").exists()
 
 
@@ -77,6 +80,7 @@ def _written_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
 
 
+@pytest.mark.slow
 def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                                                  tmp_path: Path) -> None:
     """The starting harness reads the key at import (`NOTE`) and the suite writes it into a trial's notes and
@@ -92,7 +96,7 @@ def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypa
                         "        error=str(getattr(harness, 'NOTE', '')) or None,\n        tool_calls=["))
     init = repo.path / "tiny_harness" / "__init__.py"
     init.write_text(init.read_text() + "\nimport os\nNOTE = os.environ.get('OPENAI_API_KEY', '')\n")
-    _git(repo.path, "commit", "-qam", "notes")
+    git(repo.path, "commit", "-qam", "notes")
     (repo.path / "no-static-check").write_text("")  # the layers behind the static check
     result, doc = _evolve(repo, ["canary"])
     assert result.ret == 0, result.stdout.str()

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_evolve_loop import CONFTEST, HARNESS, _git
+from tiny_evolution import CONFTEST, evolution, git, make_project, run_evolution
 
 pytest_plugins = ["pytester"]
 
@@ -160,57 +160,43 @@ def _digests(root: Path) -> dict[str, str]:
             continue
         out[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     git_dir = root / ".git"
-    status = _git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
+    status = git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
     out["status"] = "\n".join(x for x in status if x[3:] not in TEST_FILES)
     for name in ("HEAD", "config", "packed-refs"):
         if (git_dir / name).is_file():
             out[".git/" + name] = hashlib.sha256((git_dir / name).read_bytes()).hexdigest()
-    out["refs"] = _git(root, "for-each-ref", "--format=%(refname) %(objectname)")
+    out["refs"] = git(root, "for-each-ref", "--format=%(refname) %(objectname)")
     return out
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_STATE_HOME", str(pytester.path.parent / f"{pytester.path.name}-state"))
+    # (the scripted diagnosis sets `pytest_ecdysis.diagnose.round`: the package is imported first)
+    project = make_project(pytester, monkeypatch, CONFTEST + NO_STATIC + LATE_WRITER, suite=SUITE, editor=EDITOR,
+                           ignore=("no-static-check", ".pytest_cache/", "late-*"), accept_ini=False)
     monkeypatch.setenv("ECDYSIS_RUN_ID", "run1")
-    # (the scripted diagnosis sets `pytest_ecdysis.diagnose.round`: the package must be imported first)
-    pytester.makepyfile(test_tiny=SUITE, conftest="import pytest_ecdysis.diagnose\n" + CONFTEST + NO_STATIC + LATE_WRITER,
-                        editor=EDITOR)
-    pytester.mkpydir("tiny_harness")
-    (pytester.path / "tiny_harness" / "__init__.py").write_text(HARNESS)
-    (pytester.path / ".gitignore").write_text(".ecdysis/\n__pycache__/\n*.log\nscript.json\ninterrupt-*\n"
-                                              "no-static-check\n.pytest_cache/\nstdout\nstderr\nrunpytest-current\n"
-                                              "late-*\n")
-    for args in (("init", "-q", "-b", "main"), ("config", "user.email", "dev@example.com"),
-                 ("config", "user.name", "Dev"), ("add", "-A"), ("commit", "-qm", "tiny suite")):
-        _git(pytester.path, *args)
-    return pytester
+    return project
 
 
 def _evolve(project: pytest.Pytester, kinds: list[str]) -> tuple[pytest.RunResult, dict]:
     (project.path / "script.json").write_text(json.dumps([{"kind": k} for k in kinds]))
-    result = project.runpytest_subprocess(
-        "test_tiny.py", "--ecdysis-evolve", "--ecdysis-model", "fake", "--ecdysis-base-url", "http://127.0.0.1:9",
-        "--ecdysis-harness", "tiny_harness", "--ecdysis-rounds", str(len(kinds)), "--ecdysis-test-trials", "1",
-        # the routes, not the rule: a tie is rejected at once (the sequential default would spend confirmation
-        # looks on a 4-task suite first, and call it inconclusive)
-        "--ecdysis-accept", "strict",
-        "--ecdysis-editor", f"cmd:python {project.path / 'editor.py'} {{spec}} {{harness}}", timeout=600)
-    doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
-    return result, doc
+    # the routes, not the rule: a tie is rejected at once (the sequential default would spend confirmation
+    # looks on a 4-task suite first, and call it inconclusive)
+    result = run_evolution(project, "--ecdysis-rounds", str(len(kinds)), "--ecdysis-accept", "strict",
+                           timeout=1800)  # six rounds of sub-runs on a loaded machine
+    return result, evolution(project)
 
 
 def _nothing_gained(project: pytest.Pytester, doc: dict, before: dict[str, str]) -> None:
     assert not any(r.get("accepted") for r in doc["rounds"]), doc["rounds"]
     assert doc["incumbent"]["score"] == 0.25 and doc["incumbent"]["round"] == 0
     assert doc["branch"] is None
-    assert "ecdysis/" not in _git(project.path, "branch", "--list")
+    assert "ecdysis/" not in git(project.path, "branch", "--list")
     assert _digests(project.path) == before
-    assert _git(project.path, "worktree", "list").count("\n") == 1
+    assert git(project.path, "worktree", "list").count("\n") == 1
 
 
+@pytest.mark.slow
 def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> None:
     """Editor commits (outside the harness, or reading gold data), obfuscated reads, a symlink into the
     checkout, a deleted harness, failures turned into infrastructure errors: each round ends refused or
@@ -233,6 +219,7 @@ def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> Non
     _nothing_gained(project, doc, before)
 
 
+@pytest.mark.slow
 def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_committed(project: pytest.Pytester) -> None:
     """The editor raises LEVEL to 3 (an improvement, accepted); a late writer rewrites the file to LEVEL = 4
     after the snapshot was taken (its marker proves it ran): the validation scored the snapshot (0.75, not
@@ -243,11 +230,12 @@ def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_commi
     assert (project.path / "late-writer-ran").is_file(), "the late writer never ran: the test proves nothing"
     row = doc["rounds"][0]
     assert (row["outcome"], row["score_after"]) == ("accepted", 0.75), row
-    committed = _git(project.path, "show", f"{doc['branch']}:tiny_harness/__init__.py")
+    committed = git(project.path, "show", f"{doc['branch']}:tiny_harness/__init__.py")
     assert "LEVEL = 3" in committed and "late writer" not in committed and "LEVEL = 4" not in committed
     assert doc["incumbent"]["score"] == 0.75
 
 
+@pytest.mark.slow
 def test_editor_patching_the_checkout_stops_evolution(project: pytest.Pytester) -> None:
     """An editor that patches the user's suite (and leaves a helper to restore it later) is caught right
     after its call: the round is refused with the file named and the evolution stops. The helper ended
@@ -259,10 +247,11 @@ def test_editor_patching_the_checkout_stops_evolution(project: pytest.Pytester) 
     assert "your checkout: test_tiny.py changed" in doc["rounds"][0]["reason"]
     result.stdout.fnmatch_lines(["*--ecdysis-evolve stopped*protected files changed*test_tiny.py*"])
     assert "assert reward is not None" not in (project.path / "test_tiny.py").read_text()  # not restored
-    _git(project.path, "checkout", "--", "test_tiny.py")  # what the message tells the user to do
+    git(project.path, "checkout", "--", "test_tiny.py")  # what the message tells the user to do
     _nothing_gained(project, doc, before)
 
 
+@pytest.mark.slow
 def test_forged_checkpoint_is_refused(project: pytest.Pytester) -> None:
     """A rejected candidate that writes the next round's `decision.json` (accepted, no validation) from
     inside its sub-run is refused: the file has no digest in the controller's ledger, the evolution stops,
@@ -276,6 +265,7 @@ def test_forged_checkpoint_is_refused(project: pytest.Pytester) -> None:
     _nothing_gained(project, doc, before)
 
 
+@pytest.mark.slow
 def test_sub_run_patching_its_tree_stops_evolution(project: pytest.Pytester) -> None:
     """A harness that rewrites the suite in the tree its sub-run runs from (a private copy, read-only) is
     caught when the sub-run ends: refused, evolution stopped, the user's checkout untouched."""
