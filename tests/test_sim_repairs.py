@@ -114,6 +114,7 @@ def _trial(url: str, model: str, harness: Path, task_id: str):
     return result, fetch_ground_truth(url, spec.header, executed=executed_calls(result.messages))
 
 
+@pytest.mark.slow
 def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp_path, monkeypatch):
     """Airline task 7 (a flight change and two cancellations) under a profile that only slips: the example
     harness fails, its ground truth names a slip as the cause; a copy that, before executing a call, rewrites
