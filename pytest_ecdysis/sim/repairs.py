@@ -92,21 +92,21 @@ def _gold(plan: Sequence[Any], name: str, sent: dict[str, Any], path: str) -> An
     return best
 
 
-def _verdict(entry: Mapping[str, Any], emitted: Mapping[str, Mapping[str, Any]], executed: list[dict[str, Any]],
+def _verdict(entry: Mapping[str, Any], emitted: Mapping[str, tuple[Mapping[str, Any], dict[str, Any] | None]],
+             executed: list[tuple[dict[str, Any], dict[str, Any] | None]],
              plan: Sequence[Any]) -> tuple[str | None, bool]:
-    """(`repaired` | `refused` | `altered` | None, whether the right value was executed for it)."""
+    """(`repaired` | `refused` | `altered` | None, whether the right value was executed for it).
+    `emitted`: call id -> (record, parsed arguments); `executed`: (call, parsed arguments) in order."""
     tool, path = entry.get("tool"), entry.get("arg")
-    sent = next(((cid, e) for cid, e in emitted.items() if e["step"] == entry.get("step") and e["name"] == tool), None)
-    if sent is None:
+    sent = next(((cid, a) for cid, (e, a) in emitted.items() if e["step"] == entry.get("step") and e["name"] == tool),
+                None)
+    if sent is None or sent[1] is None:
         return None, False
-    cid, call = sent
-    sent_args = _args(call["arguments"])
-    if sent_args is None:
-        return None, False
+    cid, sent_args = sent
     wrong, gold = _at(sent_args, path), _gold(plan, tool, sent_args, path)
     if gold is _MISSING or wrong is _MISSING or wrong == gold:
         return None, False
-    same_tool = [(c, _args(c["arguments"])) for c in executed if c.get("name") == tool]
+    same_tool = [(c, a) for c, a in executed if c.get("name") == tool]
     right_executed = any(a is not None and _at(a, path) == gold for _, a in same_tool)
     twin = next((a for c, a in same_tool if c.get("id") == cid), _MISSING)
     if twin is not _MISSING:
@@ -114,7 +114,7 @@ def _verdict(entry: Mapping[str, Any], emitted: Mapping[str, Mapping[str, Any]],
         if value == gold:
             return "repaired", True
         return (None if value == wrong else "altered"), right_executed
-    model_sent_right = any(_at(_args(e["arguments"]) or {}, path) == gold for e in emitted.values() if e["name"] == tool)
+    model_sent_right = any(e["name"] == tool and a is not None and _at(a, path) == gold for e, a in emitted.values())
     if right_executed and not model_sent_right:
         return "repaired", True
     if not any(a is not None and _at(a, path) == wrong for _, a in same_tool):
@@ -132,10 +132,12 @@ def attribute(truth: dict[str, Any], emitted: Mapping[str, Mapping[str, Any]], e
     """
     out = dict(truth)
     quirks = [dict(q) for q in truth.get("quirks") or []]
+    sent = {cid: (e, _args(e.get("arguments"))) for cid, e in emitted.items()}
+    ran = [(c, _args(c.get("arguments"))) for c in executed]
     for q in quirks:
         if not q.get("tool") or not q.get("arg") or q.get("tool") == "final_answer":
             continue
-        verdict, right = _verdict(q, emitted, executed, plan)
+        verdict, right = _verdict(q, sent, ran, plan)
         if verdict is None:
             continue
         q["harness"] = verdict
