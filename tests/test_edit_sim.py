@@ -15,7 +15,7 @@ from pytest_ecdysis.sim.editor import apply_spec, check_usable, load_recipes
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_harness"
 KNOBS = {"max_model_calls", "max_tool_result_chars", "keep_last_messages", "error_feedback", "id_normalisation",
-         "completion_check", "repeat_guard", "policy_rule"}
+         "completion_check", "repeat_guard", "policy_rule", "value_check"}
 
 
 @pytest.fixture

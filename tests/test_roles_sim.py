@@ -287,3 +287,77 @@ def test_critic_blocks_changes_to_the_entry_point(tmp_path):
     (verdict,) = extract_json(roles.answer("critic", body))["verdicts"]
     assert verdict["verdict"] == "block" and "runtime-contract" in verdict["reason"]
 
+
+
+def _documented_check(tmp_path, doc):
+    harness = write_harness(tmp_path)
+    (harness / "closing.py").write_text(f'"""Closing."""\n\ndef check_before_end(history):\n    """{doc}"""\n'
+                                        "    return None\n")
+    return harness
+
+
+def test_the_analyst_does_not_propose_what_the_harness_map_shows_it_already_does(tmp_path):
+    """Work left undone on two tasks: with a harness whose map documents a check before the end, the
+    analyst proposes no completion_check and says why; a map whose docstring says there is none (or none
+    documented) still gets one. The same holds for a harness that documents a repeat guard."""
+    records = incomplete_records()
+    has = _documented_check(tmp_path / "a", "Ask the model once to check that every request is complete before "
+                                            "the conversation closes.")
+    spec = nofdcr_spec(records, has)
+    assert "completion_check" not in knobs(spec)
+    assert any("already does this (closing.py: check_before_end" in x.reason for x in spec.left_alone)
+    absent = _documented_check(tmp_path / "b", "v1: no completion check.")
+    assert set(knobs(nofdcr_spec(records, absent))) == {"completion_check"}
+    guard = write_harness(tmp_path / "c")
+    (guard / "feedback.py").write_text('"""Tool results."""\n\ndef format_tool_result(name, args, content, error):\n'
+                                       '    """Errors of an identical call that already failed are marked as a repeat."""\n'
+                                       "    return content\n")
+    assert "repeat_guard" not in knobs(nofdcr_spec(repeat_records(), guard))
+
+
+def test_the_analyst_proposes_from_cut_results_when_the_harness_already_checks_the_end(tmp_path):
+    """The evidence shows results the model saw cut (its view shorter than τ²'s raw output) beside work left
+    undone: with a completion check already in the harness, the proposal is the cut, not another check."""
+    cut, raw_len = cut_records(("3", "4"))
+    harness = _documented_check(tmp_path, "Ask the model once to check the work before the conversation ends.")
+    k = knobs(nofdcr_spec([*cut, *incomplete_records()], harness))
+    assert "completion_check" not in k and k["max_tool_result_chars"]["value"] >= raw_len
+    assert "completion_check" in knobs(nofdcr_spec([*cut, *incomplete_records()], write_harness(tmp_path / "v1")))
+
+
+def test_values_the_environment_accepted_that_differ_from_the_users_get_a_value_check(tmp_path):
+    """Writes τ² accepted (no error) carrying a value two characters off the one the user stated, on two
+    tasks: the analyst proposes a value_check in the tool interface (not a completion check, not a rule
+    naming one task's value), quoting the evidence; the sim editor implements it in the example harness."""
+    records = incomplete_records(("7", "8"))
+    for r, (wrong, right) in zip(records, (("#W77", "#W70"), ("#W88", "#W80")), strict=True):
+        r.tool_calls[1].arguments["order_id"] = wrong
+        r.excerpt[0]["content"] = f"Cancel my order {right} please."
+    spec = nofdcr_spec(records, write_harness(tmp_path))
+    (change,) = spec.changes
+    assert change.parameters["knob"] == "value_check" and change.component == "tool_interface"
+    assert "'#W77'" in change.expected_effect and "'#W70'" in change.expected_effect
+    assert len(change.addresses) == len({s for s in change.addresses})
+    with_check = write_harness(tmp_path / "checked")
+    (with_check / "tools.py").write_text(
+        '"""Tools."""\n\ndef normalise_arguments(name, args):\n    return args\n\n\ndef repair_values(name, args, shown):\n'
+        '    """Each value the conversation never showed is replaced by the shown value one character off."""\n'
+        "    return args\n")
+    assert nofdcr_spec(records, with_check).changes == []
+
+    import shutil
+
+    from pytest_ecdysis.sim.editor import apply_spec
+
+    example = tmp_path / "example"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "example_harness", example,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    done = apply_spec(spec, example)
+    assert done.applied == ["value_check"] and not done.not_implementable
+    tools = (example / "tools.py").read_text()
+    assert "def repair_values" in tools and "repair_values(" in (example / "agent.py").read_text()
+    namespace: dict = {}
+    exec(compile(tools, "tools.py", "exec"), namespace)
+    shown = namespace["shown_values"]([{"role": "user", "content": "Cancel my order #W70 please."}])
+    assert namespace["repair_values"]("cancel_pending_order", {"order_id": "#W77"}, shown) == {"order_id": "#W70"}
+    assert namespace["repair_values"]("get_order_details", {"order_id": "#W77"}, shown) == {"order_id": "#W77"}

@@ -170,3 +170,90 @@ def test_the_cause_is_the_root_the_failure_rests_on():
     assert cause["kind"] == "blind_spot" and [c["kind"] for c in causes] == ["early_end", "blind_spot"]
     assert trial_cause([q("verbose_rereads", "systematic")], closed=False)[0]["kind"] == "harness_limit"
     assert trial_cause([q("id_case", "systematic", cured=True)], closed=True) == (None, [])
+
+
+def test_reach_is_the_kinds_whose_cure_share_the_edit_raised_in_its_own_runs():
+    """A kind is reached when its cured share rose (cure-flag kinds) or its damaging entries per trial fell
+    (harness-origin kinds); a kind the incumbent already cured as often is not the edit's."""
+    from pytest_ecdysis.sim.validity import edit_reach
+
+    before = [line("1", True, [q("early_end", "systematic", effect="ended_early"),
+                               q("repeat_after_error", "systematic", cured=True)],
+                   {"kind": "early_end", "origin": "systematic", "entry": 0}),
+              line("2", True, [q("unseen_value", "harness", effect="wrong_write"),
+                               q("repeat_after_error", "systematic", effect="gave_up")])]
+    after = [line("1", False, [q("early_end", "systematic", cured=True),
+                               q("repeat_after_error", "systematic", cured=True)]),
+             line("2", True, [q("unseen_value", "harness", effect="wrong_write"),
+                              q("repeat_after_error", "systematic", effect="gave_up")])]
+    assert edit_reach(before, after) == {"early_end"}
+    assert edit_reach(before, [line("1", False), line("2", False)]) == {"unseen_value"}
+    # a cure the incumbent makes as often is not credited to the edit, even on a flipped task
+    cures = edit_cures(before, after, [f"{S}/1"])
+    assert [(c["kind"], c["status"]) for c in cures] == [("early_end", "cured")]
+    flipped = edit_cures([line("3", True, [q("repeat_after_error", "systematic", effect="gave_up")],
+                               {"kind": "repeat_after_error", "origin": "systematic", "entry": 0})],
+                         [line("3", False, [q("repeat_after_error", "systematic", cured=True)])], [f"{S}/3"],
+                         reach={"early_end"})
+    assert flipped[0]["status"] == "incumbent_cure" and classify(flipped) == "noise"
+
+
+def test_a_cure_in_code_counts_as_a_harness_cure_whatever_the_quirk_origin():
+    """A slip (a model quirk) the harness rewrote before execution on two tasks (`cured_by: harness`,
+    sim/repairs.py) is a systematic fix; cured by information (a rule naming the value) it stays an
+    accommodation, as a blind spot does."""
+    slip = {"kind": "slip", "origin": "model", "entry": 0}
+    before = [line(t, True, [q("slip", "model", effect="wrong_write")], slip) for t in ("1", "2")]
+    by_code = [line(t, False, [{**q("slip", "model", cured=True), "cured_by": "harness", "harness": "repaired"}])
+               for t in ("1", "2")]
+    cures = edit_cures(before, by_code, [f"{S}/1", f"{S}/2"])
+    assert {(c["status"], c["by"]) for c in cures} == {("cured", "code")}
+    assert classify(cures) == "systematic_fix"
+    by_info = [line(t, False, [q("slip", "model", cured=True)]) for t in ("1", "2")]
+    assert classify(edit_cures(before, by_info, [f"{S}/1", f"{S}/2"])) == "accommodation"
+
+
+def test_an_edit_is_credited_only_with_the_held_out_cures_its_own_change_makes(tmp_path):
+    """Round 1 (a completion check) cures early ends in its own runs and flips task 2, which had failed on a
+    repeat loop that simply did not recur; round 2 (a repeat guard) cures repeat loops. The frozen harness
+    cured both kinds on the held-out split. Round 1 is not credited with the repeat cures (its own runs
+    show none: noise); round 2 is (a systematic fix). With round 1 as the only accepted edit, the frozen
+    harness is round 1 and start -> frozen on test is its own before/after: then it is credited."""
+    end = {"kind": "early_end", "origin": "systematic", "entry": 0}
+    rep = {"kind": "repeat_after_error", "origin": "systematic", "entry": 0}
+    runs = {n: tmp_path / n for n in ("start", "r1", "r2", "test_start", "test_frozen")}
+    rows = {
+        "start": [line("1", True, [q("early_end", "systematic", effect="ended_early")], end),
+                  line("2", True, [q("repeat_after_error", "systematic", effect="gave_up")], rep),
+                  line("3", True, [q("repeat_after_error", "systematic", effect="gave_up")], rep)],
+        "r1": [line("1", True, [q("early_end", "systematic", cured=True), q("slip", "model", effect="wrong_write")],
+                    {"kind": "slip", "origin": "model", "entry": 1}),
+               line("2", False),
+               line("3", True, [q("repeat_after_error", "systematic", effect="gave_up")], rep)],
+        "r2": [line("1", False), line("2", False), line("3", False, [q("repeat_after_error", "systematic", cured=True)])],
+        "test_start": [line("9", True, [q("early_end", "systematic", effect="ended_early")], end),
+                       line("8", True, [q("repeat_after_error", "systematic", effect="gave_up")], rep)],
+        "test_frozen": [line("9", False, [q("early_end", "systematic", cured=True)]),
+                        line("8", False, [q("repeat_after_error", "systematic", cured=True)])],
+    }
+    for name, lines in rows.items():
+        for row in lines:
+            write_ground_truth(runs[name], row)
+    evo = tmp_path / "evo"
+    for n in ("1", "2"):
+        (evo / "rounds" / n).mkdir(parents=True)
+        (evo / "rounds" / n / "validation.json").write_text(json.dumps({"run_path": str(runs[f"r{n}"])}))
+    test = {"start": {"run_path": str(runs["test_start"])}, "frozen": {"run_path": str(runs["test_frozen"])}}
+    doc = {"start": {"run_path": str(runs["start"])}, "test": test, "rounds": [
+        {"round": 1, "accepted": True, "flips": {"failed_to_solved": [f"{S}/2"]}},
+        {"round": 2, "accepted": True, "flips": {"failed_to_solved": [f"{S}/1", f"{S}/3"]}}]}
+    validity = evolution_validity(doc, evo)
+    first, second = validity["edits"]
+    assert validity["held_out_kinds"] == ["early_end", "repeat_after_error"]
+    assert first["reach"] == ["early_end"] and first["held_out_kinds"] == ["early_end"]
+    assert [(c["task"], c["kind"], c["status"]) for c in first["cures"]] == [(f"{S}/2", "repeat_after_error", "not_drawn")]
+    assert first["class"] == "noise"
+    assert "repeat_after_error" in second["reach"] and second["class"] == "systematic_fix"
+    only_first = {**doc, "rounds": [doc["rounds"][0], {"round": 2, "accepted": False}]}
+    (alone,) = evolution_validity(only_first, evo)["edits"]
+    assert alone["held_out_kinds"] == ["early_end", "repeat_after_error"] and alone["class"] == "systematic_fix"

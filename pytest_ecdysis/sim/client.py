@@ -69,9 +69,11 @@ def read_ground_truth(run_path: str | Path) -> list[dict[str, Any]]:
 
 
 def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0,
-                       token: str | None = None) -> dict[str, Any]:
+                       token: str | None = None, executed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """GET `<sim_url>/ecdysis/ground_truth?trial=<trial_header>` (sim_url without `/v1`), with the server's
-    credential (`ground_truth_headers`).
+    credential (`ground_truth_headers`). With `executed` (the tool calls the environment ran, `[{"id", "name",
+    "arguments"}]`, see `sim.repairs.executed_calls`) it POSTs them instead, and the entries the harness
+    repaired or refused in code come back marked (`sim/repairs.py`).
 
     Raises:
         InfrastructureError: the server is unreachable or answers with an error (its message included).
@@ -81,9 +83,14 @@ def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0,
     url = sim_url.rstrip("/")
     if url.endswith("/v1"):
         url = url[:-3]
+    headers = ground_truth_headers(url, token)
     try:
-        response = httpx2.get(f"{url}/ecdysis/ground_truth?trial={quote(trial_header, safe='')}", timeout=timeout_s,
-                              headers=ground_truth_headers(url, token))
+        if executed is None:
+            response = httpx2.get(f"{url}/ecdysis/ground_truth?trial={quote(trial_header, safe='')}",
+                                  timeout=timeout_s, headers=headers)
+        else:
+            response = httpx2.post(f"{url}/ecdysis/ground_truth", timeout=timeout_s, headers=headers,
+                                   json={"trial": trial_header, "executed": executed})
     except httpx2.HTTPError as exc:
         raise InfrastructureError(f"simulated model at {sim_url} unreachable for ground truth: {exc}") from exc
     if response.status_code != 200:

@@ -23,6 +23,7 @@ from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.sim.agent import AgentTrial
 from pytest_ecdysis.sim.knowledge import SimKnowledge
 from pytest_ecdysis.sim.profiles import Profile, known_profiles, load_profile
+from pytest_ecdysis.sim.repairs import attribute, note_emitted
 from pytest_ecdysis.sim.user import UserTrial
 
 TRIAL_HEADER = "X-Ecdysis-Trial"
@@ -70,6 +71,9 @@ class TrialState:
     agent: AgentTrial | None = None
     user: UserTrial | None = None
     user_texts: set[str] = field(default_factory=set)
+    #: call id -> the tool call the agent emitted (`sim.repairs.note_emitted`): what the model sent, which
+    #: the ground truth compares with what the environment executed
+    emitted: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def parse_trial(value: str) -> tuple[str, str, str, int]:
@@ -212,15 +216,19 @@ class SimModel:
                     nonce, off = self._replays.get(state.run_id) or (self.nonce or state.run_id, frozenset())
                     state.agent = AgentTrial(task, profile, state.trial, nonce=nonce, off=off)
                     state.agent.user_texts = state.user_texts
-                return state.agent.respond(messages, tools)
+                reply = state.agent.respond(messages, tools)
+                note_emitted(state.emitted, state.agent.step - 1, reply)
+                return reply
             if state.user is None:
                 state.user = UserTrial(task)
             text = state.user.respond(messages)
             state.user_texts.add(text.strip())
             return {"role": "assistant", "content": text}
 
-    def ground_truth(self, header: str | None) -> dict[str, Any]:
-        """The trial's ground truth; an unseen trial of a known task has no quirks.
+    def ground_truth(self, header: str | None, executed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The trial's ground truth; an unseen trial of a known task has no quirks. With `executed` (the
+        tool calls the environment ran, `[{"id", "name", "arguments"}]`), entries the harness repaired or
+        refused in code are marked (`sim.repairs.attribute`).
 
         Raises:
             RequestError: no header, or an unknown suite or task.
@@ -228,7 +236,10 @@ class SimModel:
         state = self.trial_state(header)
         with state.lock:
             if state.agent is not None:
-                return state.agent.ground_truth()
+                truth = state.agent.ground_truth()
+                if executed is not None:
+                    truth = attribute(truth, state.emitted, executed, state.agent.task.plan)
+                return truth
         return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None, "nonce": None,
                 "agent_requests": 0, "reached_final": False, "closed": False, "quirks": [], "cause": None,
                 "causes": []}

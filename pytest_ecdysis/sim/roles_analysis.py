@@ -82,10 +82,19 @@ class World(Evidence):
         # its group (model-like), as does an early end seen on one task only.
         early = {f["task"] for _, found, _ in unexplained for f in found
                  if f["kind"] == "incomplete" and not f.get("near_miss")}
+        # values the environment accepted in a write that differ from what the user stated (or an earlier
+        # call sent) by one or two characters: on >= 2 tasks a pattern a harness can check before the call
+        slipped = {f["task"] for _, found, _ in unexplained for f in found
+                   if f["kind"] == "incomplete" and f.get("near_miss")}
         for sig, found, kinds in unexplained:
             incomplete = [f for f in found if f["kind"] == "incomplete"]
             ended_early = [f for f in incomplete if not f.get("near_miss")]
-            if ended_early and (len(early) >= 2 or self.single_failure):
+            near_misses = [f["near_miss"] for f in incomplete if f.get("near_miss")]
+            if near_misses and len(slipped) >= 2:
+                n = near_misses[0]
+                add("value_check", sig, f"{n['tool']}({n['arg']}={n['wrong']!r}) accepted by the environment; "
+                    f"the conversation showed {n['right']!r}")
+            elif ended_early and (len(early) >= 2 or self.single_failure):
                 # a single-failure prompt (self-evolution) cannot compare tasks: like a real model, it
                 # answers work left undone with a completion check
                 add("completion_check", sig, ended_early[0]["quote"])
@@ -97,8 +106,8 @@ class World(Evidence):
                     add("policy_rule", sig, f"{near['tool']}({near['arg']}={near['wrong']!r}); earlier: "
                         f"{near['right']!r}", text=text)
                 elif near:
-                    left.append({"signature": sig, "reason": "wrong values in writes on several tasks, each a near "
-                                 "miss of a value seen earlier, with no common harness mechanism: model slips"})
+                    left.append({"signature": sig, "reason": "a wrong value in a write on one task only, a near miss "
+                                 "of a value seen earlier, with no common harness mechanism: a model slip"})
                 else:
                     left.append({"signature": sig, "reason": "single task, ended with the work incomplete and no "
                                  "harness mechanism visible (no tool error, truncation or budget): looks like a "
@@ -117,6 +126,12 @@ class World(Evidence):
 
         proposals = [self._change(c) for _, c in sorted(changes.items())]
         proposals, dropped = self._against_history(proposals)
+        for p in list(proposals):  # never propose what the harness map shows the harness already does
+            where = self.already_does(p["parameters"]["knob"])
+            if where:
+                proposals.remove(p)
+                dropped.append((p, f"the harness already does this ({where}: {p['parameters']['knob']}); the "
+                                   "failures are not explained by its absence"))
         for change, reason in dropped:
             for sig in change["addresses"]:
                 left.append({"signature": sig, "reason": reason})
@@ -266,6 +281,15 @@ KNOB_TEXT: dict[str, dict[str, Any]] = {
         "effect": "the model stops looping on a failing call.",
         "risks": ["flagging a legitimate retry after a transient error"],
         "guards": ["only identical name and arguments after an error"],
+    },
+    "value_check": {
+        "description": "Before a call that changes a record is executed, check each argument against the values "
+                       "the conversation showed (the user's words, earlier calls' arguments): a value it never "
+                       "showed, one or two characters off the one value it did, is replaced by that value.",
+        "trigger": "a call that changes a record carries a value the conversation never showed",
+        "effect": "writes the environment would accept with a mistyped value carry the value the user stated.",
+        "risks": ["rewriting a value that was right but new (e.g. a flight found by a search)"],
+        "guards": ["only values never shown, with exactly one shown value one or two characters away"],
     },
     "policy_rule": {
         "description": "Add the rule to the system prompt: {text}",

@@ -30,6 +30,7 @@ KNOBS: dict[str, tuple[str, str, str]] = {
     "id_normalisation": ("tool_interface", "normalise_arguments", "tools.py"),
     "completion_check": ("trajectory_regulation", "check_before_end", "closing.py"),
     "policy_rule": ("policy_prompt", "system_prompt", "prompts.py"),
+    "value_check": ("tool_interface", "normalise_arguments", "tools.py"),
 }
 VALUE_KNOBS = ("max_model_calls", "max_tool_result_chars", "keep_last_messages")
 MAX_MODEL_CALLS_CAP = 150
@@ -42,6 +43,16 @@ ID_ERROR_RE = re.compile(r"not found|does not exist|no such|invalid|unknown|coul
 JSON_ERROR_RE = re.compile(r"json", re.I)
 READ_TOOL_RE = re.compile(r"^(get|find|list|search|calculate|think|transfer|lookup|check)")
 TOKEN_RE = re.compile(r"[#\w-]{3,}")
+#: Behaviours the harness map can show it already has: knob -> word stems a function's docstring must
+#: contain, one of each set (what the behaviour is, when it acts); read from any harness's own docstrings.
+MECHANISM_WORDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "completion_check": (("check", "verif", "review"), ("end", "clos", "finish", "complet")),
+    "repeat_guard": (("repeat", "identical", "duplicat", "loop"), ("call", "error", "fail")),
+    "value_check": (("check", "verif", "repair", "correct", "replac", "refus", "validat"),
+                    ("shown", "seen", "stated", "conversation", "earlier")),
+}
+#: A docstring that opens by saying the behaviour is absent ("v1: no completion check.", "Disabled.").
+NEGATED_DOC_RE = re.compile(r"^\s*(v\d+\s*[:.-]\s*)?(no|none|not|never|disabled|nothing)\b", re.I)
 
 def _is_error(call: Mapping[str, Any]) -> bool:
     return bool(call.get("error")) or str(call.get("result") or "").lstrip().lower().startswith("error")
@@ -88,8 +99,14 @@ class Evidence:
         self.settings: dict[str, tuple[str, Any]] = {}
         self.functions: dict[str, str] = {}
         self.files: set[str] = set()
+        #: (file, function, first docstring line) of every documented function in the harness map
+        self.documented: list[tuple[str, str, str]] = []
         for f in (evidence.get("harness") or {}).get("files", []):
             self.files.add(f.get("path", ""))
+            for sig in f.get("functions", []):
+                head, _, doc = str(sig).partition("): ")
+                if doc and not str(sig).startswith("class "):
+                    self.documented.append((f.get("path", ""), head.split("(")[0].strip(), doc))
             for name, value in (f.get("settings") or {}).items():
                 self.settings.setdefault(name, (f["path"], value))
             for sig in f.get("functions", []):
@@ -122,6 +139,21 @@ class Evidence:
         if locator in self.functions:
             return self.functions[locator]
         return default
+
+    def already_does(self, knob: str) -> str | None:
+        """`<file>: <function>` when the harness map shows a function whose docstring says it does what
+        `knob` would add (`MECHANISM_WORDS`, one stem of each set, the docstring not opening with a
+        negation); None otherwise, and for knobs that are settings or rules."""
+        words = MECHANISM_WORDS.get(knob)
+        if words is None:
+            return None
+        for path, name, doc in self.documented:
+            tokens = re.findall(r"[a-z]+", doc.lower())
+            if NEGATED_DOC_RE.match(doc) or not all(any(t.startswith(w) for t in tokens for w in stems)
+                                                    for stems in words):
+                continue
+            return f"{path}: {name}"
+        return None
 
     def setting(self, knob: str) -> int | None:
         value = self.settings.get(KNOBS[knob][1], (None, None))[1]

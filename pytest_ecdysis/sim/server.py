@@ -11,6 +11,9 @@ Endpoints:
   (`SimServerHandle.token`), which the controller hands to the trusted trial side as env
   `ECDYSIS_SIM_TOKEN` and never to harness processes (`agent_wire.HIDDEN_ENV_PREFIXES`); known to
   `sim.client.fetch_ground_truth` in the process that started the server.
+- `POST /ecdysis/ground_truth` with `{"trial": <header>, "executed": [{"id", "name", "arguments"}]}` (the
+  tool calls the environment executed, from the suite's trajectory), same credential: the ground truth
+  with the entries the harness repaired or refused in code marked (`sim/repairs.py`).
 
 Routing of a completion (header `X-Ecdysis-Role`):
 
@@ -101,6 +104,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(RequestError(f"simulated model internal error: {type(exc).__name__}: {exc}",
                                      code="internal_error", status=500, type_="server_error"))
 
+    def _authorised(self) -> bool:
+        """Whether the request carries the ground-truth credential; answers HTTP 403 when not."""
+        if hmac.compare_digest((self.headers.get(TOKEN_HEADER) or "").encode(), self.token.encode()):
+            return True
+        self._error(RequestError(f"the ground truth needs the server's credential ({TOKEN_HEADER}); "
+                                 "only the trusted trial side has it", code="forbidden", status=403))
+        return False
+
+    def _ground_truth_with_executed(self, raw: bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(raw or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}", code="bad_json") from None
+        executed = body.get("executed") if isinstance(body, dict) else None
+        if not isinstance(executed, list) or not all(isinstance(c, dict) for c in executed):
+            raise RequestError("POST /ecdysis/ground_truth needs {\"trial\": <trial header>, \"executed\": "
+                               "[{\"id\", \"name\", \"arguments\"}...]} (the tool calls the environment ran)",
+                               code="bad_executed")
+        return self.model.ground_truth(body.get("trial"), executed=executed)
+
     def do_GET(self) -> None:
         url = urlparse(self.path)
         if url.path.rstrip("/") in ("/v1/models", "/models"):
@@ -109,9 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
                 *({"id": f"sim/{p}", "object": "model", "owned_by": "pytest-ecdysis"} for p in known_profiles()),
             ]})
         elif url.path == "/ecdysis/ground_truth":
-            if not hmac.compare_digest((self.headers.get(TOKEN_HEADER) or "").encode(), self.token.encode()):
-                self._error(RequestError(f"the ground truth needs the server's credential ({TOKEN_HEADER}); "
-                                         "only the trusted trial side has it", code="forbidden", status=403))
+            if not self._authorised():
                 return
             trial = parse_qs(url.query).get("trial", [None])[0]
             self._guard(lambda: self.model.ground_truth(trial))
@@ -131,6 +152,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(RequestError("missing or too large Content-Length", code="bad_length"))
             return
         raw = self.rfile.read(length)
+        if url.path == "/ecdysis/ground_truth":
+            if not self._authorised():
+                return
+            self._guard(lambda: self._ground_truth_with_executed(raw))
+            return
         if url.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self._error(RequestError(f"no route POST {url.path}", code="not_found", status=404))
             return

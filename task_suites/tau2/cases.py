@@ -106,21 +106,21 @@ def check_trial(result: TrialResult, threshold: float) -> None:
 
 
 def record_ground_truth(state, header: str, result: TrialResult, threshold: float) -> None:
-    """Fetch the simulated model's ground truth of this trial and append it to the run directory."""
-    import urllib.parse
+    """Fetch the simulated model's ground truth of this trial and append it to the run directory.
 
-    import httpx2
-
+    The tool calls τ² executed (this trial's trajectory) go with the request, so the server can tell a
+    bent argument the harness repaired or refused in code from one the environment received
+    (`pytest_ecdysis.sim.repairs`)."""
     try:
-        from pytest_ecdysis.sim.client import ground_truth_headers, write_ground_truth
+        from pytest_ecdysis.sim.client import fetch_ground_truth, write_ground_truth
+        from pytest_ecdysis.sim.repairs import executed_calls
     except ImportError:  # the simulated model is not installed yet
         return
-    url = f"{state.sim_url.rstrip('/')}/ecdysis/ground_truth?trial={urllib.parse.quote(header, safe='')}"
+    from pytest_ecdysis.core.errors import InfrastructureError
+
     try:
-        response = httpx2.get(url, timeout=10.0, headers=ground_truth_headers(state.sim_url))
-        response.raise_for_status()
-        line = response.json()
-    except (httpx2.HTTPError, ValueError) as exc:
+        line = fetch_ground_truth(state.sim_url, header, executed=executed_calls(result.messages or []))
+    except (InfrastructureError, ValueError) as exc:
         result.harness_notes.append({"kind": "ground_truth_unavailable", "detail": str(exc), "step": None})
         return
     line["failed"] = bool(result.reward is None or result.reward < threshold)
