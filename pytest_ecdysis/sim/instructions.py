@@ -136,7 +136,7 @@ def is_directive(sentence: str) -> bool:
     `Always state the refund amount.` and `Before ending, check every request is done.` are;
     `The harness checks ids for you.` and `You are a customer service agent.` are not.
     """
-    raw = sentence.lower().strip()
+    raw = re.sub(r"\([^)]*\)", "", sentence.lower()).strip()  # an aside in brackets is no clause
     low = _norm(_CONDITION.sub("", raw, count=1))
     low = re.sub(r"^(and|then|also|so|but)\s+", "", low)
     if _DIRECTIVE.match(low):
@@ -177,11 +177,11 @@ def read_rules(system_text: str, policy: str, write_tools: tuple[str, ...]) -> t
     `write_tools`: the write tools the task's plan needs (a prohibition of one contradicts the policy).
     Deterministic; cached per (text, policy, tools), so a harness's fixed prompt is parsed once.
     """
-    policy_norm = _norm(policy)
+    policy_sentences = {_norm(x) for x in sentences(policy)}
     rules = []
     for sentence in sentences(system_text):
         norm = _norm(sentence)
-        if not norm or (policy_norm and norm in policy_norm) or not is_directive(sentence):
+        if not norm or norm in policy_sentences or not is_directive(sentence):
             continue
         kinds = addressed(sentence)
         forbids: tuple[str, ...] = ()
