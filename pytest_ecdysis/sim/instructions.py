@@ -150,7 +150,15 @@ def is_directive(sentence: str) -> bool:
 
 
 def _has(words: str, stems: tuple[str, ...]) -> bool:
-    return any((" " in s and s in words) or re.search(rf"(^|[ \-]){re.escape(s)}", words) for s in stems)
+    """Whether a normalised sentence has a word starting with one of `stems` (a word's `-` parts count as
+    words; a stem with a space matches as a phrase)."""
+    return _group(stems).search(words) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _group(stems: tuple[str, ...]) -> re.Pattern[str]:
+    """One compiled pattern per group of stems (compiled once per process)."""
+    return re.compile(r"(?:^|[ \-])(?:" + "|".join(re.escape(s) for s in sorted(stems, key=len, reverse=True)) + ")")
 
 
 def addressed(sentence: str) -> frozenset[str]:
