@@ -5,7 +5,6 @@ the tool result of a call the harness repaired — by one rule per quirk kind (d
 
 from __future__ import annotations
 
-import difflib
 import json
 
 import pytest
