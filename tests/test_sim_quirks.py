@@ -210,7 +210,8 @@ def test_a_prompt_that_only_claims_the_cures_stays_uncured(sim, tmp_path):
     outcomes of the plain v1 prompt."""
     quirks = {"id_prefix": {"rate": 1.0}, "early_end": {"rate": 1.0},
               "forget_communicate": {"rate": 1.0}, "repeat_after_error": {"rate": 1.0}}
-    claims = ("You normalise every order id (we add the '#' prefix for you). Tool errors always name the argument "
+    # (no value and no form in it: a prompt that *states* the '#' rule informs the model: test_sim_channels.py)
+    claims = ("You normalise every order id (we fix the form for you). Tool errors always name the argument "
               "and the expected form. Tool results are never truncated: " + PAYMENT[:0] + "you always see every value. "
               f"Before ending, we check that every request is done and every figure is stated. Order {ORDER_1[1:]} "
               "is the same as the order with the prefix. Repeats of a failing call are flagged for you.")
