@@ -78,7 +78,7 @@ def toy_env(name: str, args: dict[str, Any]) -> tuple[str, bool]:
             return json.dumps({"order_id": args["order_id"], "status": "pending", "total": FIGURE}), False
         return "Error: order not found", True
     if (name, json.dumps(args, sort_keys=True)) in GOLD_WRITES:
-        return '{"ok": true}', False
+        return json.dumps({"ok": True, **args}), False  # a write's result echoes the record, as τ²'s do
     if args.get("order_id") not in (ORDER_1, ORDER_2):
         return "Error: order not found", True
     return "Error: payment method not found", True
@@ -114,6 +114,10 @@ class ToyHarness:
     max_calls: int = 20
     system_prompt: str = "You are a customer service agent. Follow the policy."
     error_text: str | None = None  # when set, replaces the text of every failing call's error
+    developer: str | None = None  # when set, a developer message after the system prompt
+    error_suffix: Any = None  # (tool, args) -> text appended to every failing call's error
+    note_after_error: Any = None  # (tool, args) -> a user-role note the harness sends after a failing call
+    repair: Any = None  # (tool, args) -> the arguments the harness executes instead (a code repair)
     tools: list[dict[str, Any]] = field(default_factory=list)  # tool schemas sent with every request
     seen_errors: dict[str, int] = field(default_factory=dict)
 
@@ -153,8 +157,10 @@ class ToyHarness:
             context = [{k: v for k, v in m.items() if k != "check"} for m in messages]
             if self.keep_last is not None:
                 context = context[-self.keep_last:]
-            reply = agent.chat.completions.create(
-                model=model, messages=[{"role": "system", "content": self.system_prompt}, *context], tools=self.tools)
+            head = [{"role": "system", "content": self.system_prompt}]
+            if self.developer is not None:
+                head.append({"role": "developer", "content": self.developer})
+            reply = agent.chat.completions.create(model=model, messages=[*head, *context], tools=self.tools)
             raw.append(reply.model_dump_json())
             message = reply.choices[0].message
             if message.tool_calls:
@@ -174,6 +180,8 @@ class ToyHarness:
                     continue
                 if self.normalise_ids:
                     args = normalise(args)
+                if self.repair is not None:
+                    args = self.repair(call.function.name, args)
                 content, error = toy_env(call.function.name, args)
                 if not error and call.function.name in ("modify_order_payment", "cancel_order"):
                     writes.append((call.function.name, json.dumps(args, sort_keys=True)))
@@ -188,6 +196,13 @@ class ToyHarness:
                     self.seen_errors[key] = self.seen_errors.get(key, 0) + 1
                     if self.repeat_flag and self.seen_errors[key] > 1:
                         content += " [this identical call already failed: do not repeat it]"
+                    if self.error_suffix is not None:
+                        content += self.error_suffix(call.function.name, args)
+                    note = self.note_after_error(call.function.name, args) if self.note_after_error else None
+                    if note:
+                        messages += [entry, {"role": "tool", "tool_call_id": call.id, "content": content},
+                                     {"role": "user", "content": note, "check": True}]
+                        continue
                 elif self.truncate_at is not None and len(content) > self.truncate_at:
                     content = content[: self.truncate_at] + f"… [truncated {len(content) - self.truncate_at} chars]"
                 messages += [entry, {"role": "tool", "tool_call_id": call.id, "content": content}]

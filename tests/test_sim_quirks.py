@@ -205,14 +205,16 @@ def test_slip_is_never_cured(sim, tmp_path):
 
 def test_a_prompt_that_only_claims_the_cures_stays_uncured(sim, tmp_path):
     """A cure depends on what the harness does, never on keywords: a system prompt claiming id
-    normalisation, corrective errors, no truncation and a completion check, without doing any of it,
-    gets exactly the quirks and outcomes of the plain v1 prompt."""
+    normalisation, corrective errors, no truncation and a completion check, without doing any of it
+    (declaratives, no rule addressed to the model: sim/instructions.py), gets exactly the quirks and
+    outcomes of the plain v1 prompt."""
     quirks = {"id_prefix": {"rate": 1.0}, "early_end": {"rate": 1.0},
               "forget_communicate": {"rate": 1.0}, "repeat_after_error": {"rate": 1.0}}
-    claims = ("You normalise every order id (we add the '#' prefix for you). Tool errors always name the argument "
+    # (no value and no form in it: a prompt that *states* the '#' rule informs the model: test_sim_channels.py)
+    claims = ("You normalise every order id (we fix the form for you). Tool errors always name the argument "
               "and the expected form. Tool results are never truncated: " + PAYMENT[:0] + "you always see every value. "
               f"Before ending, we check that every request is done and every figure is stated. Order {ORDER_1[1:]} "
-              "is the same as the order with the prefix. Do not repeat a failing call; we flag repeats.")
+              "is the same as the order with the prefix. Repeats of a failing call are flagged for you.")
     plain, plain_truth = run(sim, tmp_path, quirks, ToyHarness(), trial="run/toy/1/0")
     claimed, claimed_truth = run(sim, tmp_path, quirks, ToyHarness(system_prompt=claims), trial="other/toy/1/0")
     assert [(q["kind"], q["cured"]) for q in claimed_truth["quirks"]] == [(q["kind"], q["cured"]) for q in plain_truth["quirks"]]

@@ -34,18 +34,16 @@ from typing import Any
 
 from pytest_ecdysis.sim.agent_draws import QuirkDraws
 from pytest_ecdysis.sim.agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
-from pytest_ecdysis.sim.knowledge import USER_SOURCE, Dependency, SimTask, is_error_text, leaves
-from pytest_ecdysis.sim.profiles import Profile, choose
+from pytest_ecdysis.sim.agent_intent import Intending
+from pytest_ecdysis.sim.agent_rules import Following, harness_text
+from pytest_ecdysis.sim.knowledge import SimTask, is_error_text
+from pytest_ecdysis.sim.profiles import Profile
 from pytest_ecdysis.sim.reading import (
-    POLICY_COVERAGE,
-    distance_from_end,
     informs_form,
     message_text,
-    policy_coverage,
     request_corpus,
-    visible,
 )
-from pytest_ecdysis.sim.values import _get_path, _set_path, wrong_value
+from pytest_ecdysis.sim.values import _get_path
 
 #: Names other modules use as `sim.agent.<name>` (kept where they were before `agent_draws`, `agent_emit`).
 __all__ = ["CLOSING_TEXT", "CONFIRM_TEXT", "MAX_MALFORMED", "MAX_REPEATS", "MAX_REREADS", "AgentTrial", "Pending"]
@@ -55,7 +53,7 @@ MAX_MALFORMED = 3  # malformed resends when the harness answers nothing
 MAX_REREADS = 2  # extra lookups before each write under verbose_rereads
 
 
-class AgentTrial(QuirkDraws, Emitting):
+class AgentTrial(QuirkDraws, Following, Intending, Emitting):
     """The simulated model's state for one trial of one task, under one profile."""
 
     def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "",
@@ -87,7 +85,16 @@ class AgentTrial(QuirkDraws, Emitting):
         self.user_texts: set[str] = set()
         self.last_key: str | None = None
         self.last_reply: dict[str, Any] | None = None
-        self.verbose = self._draw_trial("verbose_rereads", len(task.plan) >= profile.long_task_min_steps)
+        self.verbose: bool | None = None  # drawn at the first write (the prompt's rules are read by then)
+        self.rules: tuple[Any, ...] = ()  # the prompt's rules (sim/instructions.py), read at every request
+        self.addressed: frozenset[str] = frozenset()  # quirk kinds a rule of the prompt addresses
+        self.wrong_at: dict[tuple[int, str], int] = {}  # (plan index, argument path) -> entry that made it wrong
+        self.failed: Pending | None = None
+        self.request: list[dict[str, Any]] = []  # the messages of the request being answered  # the last call whose error left a wrong value uncorrected
+        self.refused: dict[int, int | None] = {}
+        self.overreach_done: set[int] = set()
+        self.overreach_follows: bool | None = None
+        self.overreach_entry: int | None = None
         self.verbose_quirk: int | None = None
         self._blind = self._blind_spot()
 
@@ -100,6 +107,8 @@ class AgentTrial(QuirkDraws, Emitting):
         if key == self.last_key and self.last_reply is not None:
             return self.last_reply  # a retry of the same request gets the same answer
         self.tools = list(tools or [])
+        self.request = messages
+        self._read_instructions(messages)
         reply = self._next(messages)
         self.step += 1
         self.last_key, self.last_reply = key, reply
@@ -115,6 +124,17 @@ class AgentTrial(QuirkDraws, Emitting):
         is_new = last.get("role") in ("user", "system") and bool(message_text(last).strip())
         from_user = message_text(last).strip() in self.user_texts
         check = is_new and not from_user and bool(self.user_texts)
+        if check and self.failed is not None and p.kind != "confirm":
+            failed, self.failed = self.failed, None  # a harness note after a failed call: does it correct it?
+            note = message_text(last)
+            fixed = self._corrected(failed.plan_index, failed.args, note, messages)
+            if failed.bend is not None and not self.quirks[failed.bend_quirk]["cured"] and informs_form(
+                    note, str(self._gold(failed.plan_index, failed.bend.arg)), str(failed.bend.bent),
+                    request_corpus(messages)):
+                self._cure(failed.bend_quirk)
+                fixed = fixed or failed.args
+            if fixed is not None:
+                return self._emit_call(failed.plan_index, fixed, reread=self.pos > failed.plan_index)
         if p.kind == "confirm":
             if is_new and not check:
                 self.confirmed = True
@@ -150,6 +170,10 @@ class AgentTrial(QuirkDraws, Emitting):
             return self._done_call(p, messages)  # the harness dropped the result: carry on
         self.seen[p.plan_index] = result
         error = is_error_text(result)
+        if error and (p.bend is not None or any(at == p.plan_index for at, _ in self.wrong_at)):
+            self.failed = p
+        elif self.failed is not None and self.failed.plan_index == p.plan_index:
+            self.failed = None
         if p.malformed_quirk is not None:
             self._cure(p.malformed_quirk)  # the harness answered the malformed call
             if error:
@@ -166,6 +190,7 @@ class AgentTrial(QuirkDraws, Emitting):
             return self._handle_error(p, result, messages, after_repeat=False)
         if p.bend is not None and str(self._gold(p.plan_index, p.bend.arg)).strip() in result:
             self._cure(p.bend_quirk)  # the harness normalised the argument: the right record came back
+        self._repaired(p.plan_index, p.args, result)
         return self._done_call(p, messages)
 
     def _gold(self, index: int, path: str) -> Any:
@@ -175,12 +200,16 @@ class AgentTrial(QuirkDraws, Emitting):
                       after_repeat: bool) -> dict[str, Any]:
         if p.bend is not None:
             gold = str(self._gold(p.plan_index, p.bend.arg))
-            if informs_form(result, gold, str(p.bend.bent), request_corpus(messages)):
+            told = f"{result}\n{harness_text(messages, self.user_texts)}"  # the error, with what the harness said
+            if informs_form(told, gold, str(p.bend.bent), request_corpus(messages)):
                 self._cure(p.bend_quirk)  # the error shows the expected form: resend it corrected
                 return self._emit_call(p.plan_index, p.args, reread=p.reread)
             if not after_repeat and self.fires("repeat_after_error", p.plan_index, self.calls):
                 return self._start_repeat(p, result)
             return self._give_up(f"no record matches the {p.bend.arg} I have", p.bend_quirk)
+        fixed = self._corrected(p.plan_index, p.args, result, messages)
+        if fixed is not None:  # the error holds the right value (or shows its form): resend it corrected
+            return self._emit_call(p.plan_index, fixed, reread=p.reread)
         if not after_repeat and self.fires("repeat_after_error", p.plan_index, self.calls):
             return self._start_repeat(p, result)
         return self._done_call(p, messages)
@@ -221,11 +250,23 @@ class AgentTrial(QuirkDraws, Emitting):
         if self.pos >= len(self.task.plan):
             return self._final(messages, forget=self._draw_forget())
         step = self.task.plan[self.pos]
+        if step.write and (refusal := self._refuses(self.pos)) is not None:
+            return self._give_up(f"my instructions do not allow me to {step.name.replace('_', ' ')}", refusal)
+        cost = self._overreach(self.pos)
+        earlier = [j for j in range(self.pos) if not self.task.plan[j].write]
+        if cost == "reread" and earlier:
+            return self._emit_call(earlier[-1], dict(self.task.plan[earlier[-1]].arguments), reread=True)
+        if cost == "confirm":
+            text = f"Before I continue ({step.name.replace('_', ' ')}): {CONFIRM_TEXT}"
+            self.pending = Pending(kind="confirm", text=text)
+            return self._assistant_text(text)
         if step.write and not self.confirmed:
             action = step.name.replace("_", " ")
             text = f"I can do that for you. Before I proceed with the action ({action}): {CONFIRM_TEXT}"
             self.pending = Pending(kind="confirm", text=text)
             return self._assistant_text(text)
+        if step.write and self.verbose is None:
+            self.verbose = self._draw_trial("verbose_rereads", len(self.task.plan) >= self.profile.long_task_min_steps)
         if step.write and self.verbose and self.pos not in self.reread_done:
             self.reread_done.add(self.pos)
             rereads = self._rereads(self.pos)
@@ -248,80 +289,3 @@ class AgentTrial(QuirkDraws, Emitting):
             reads = [j for j in range(index) if not self.task.plan[j].write]
             found = reads[-1:]
         return sorted(found[:MAX_REREADS])
-
-    def _intended(self, index: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The arguments the model sends for a planned call: each value it must read (a `Dependency`) taken
-        from the request, or guessed wrong when the request lacks it; then bent by value-level quirks."""
-        if index in self.intended:
-            return self.intended[index]
-        step = self.task.plan[index]
-        args = json.loads(json.dumps(step.arguments))
-        corpus = request_corpus(messages)
-        for dep in step.dependencies:
-            if not visible(dep.value, corpus):
-                why, because = self._why_unseen(dep)
-                entry = self._quirk("unseen_value", tool=step.name, arg=dep.path, why=why,
-                                    **({} if because is None else {"because": because}))
-                args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"unseen{index}{dep.path}"))
-                self._bent(index, entry)
-            elif step.write and dep.source_step != USER_SOURCE and self.fires("context_loss", index, dep.path):
-                far = distance_from_end(dep.value, corpus) or 0
-                if far > self.profile.recall_chars:  # visible, but too far back for this model to recall
-                    entry = self._quirk("context_loss", tool=step.name, arg=dep.path, distance_chars=far)
-                    args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"{index}{dep.path}"))
-                    self._bent(index, entry)
-        if step.write and (coverage := policy_coverage(self.task.policy, messages)) < POLICY_COVERAGE:
-            # the harness did not give the model the domain policy: what the policy decides (a cabin, a
-            # payment, a refund) is guessed, so the write goes wrong; an id the request shows stays right
-            deps = {d.path for d in step.dependencies}
-            paths = [path for path, _ in leaves(step.arguments) if path not in deps] or \
-                    [path for path, _ in leaves(step.arguments)]
-            if paths:
-                path = paths[choose(len(paths), self.profile.seed, self.task.task_id, "policy", index)]
-                entry = self._quirk("unseen_value", tool=step.name, arg=path, why="policy_missing",
-                                    policy_coverage=round(coverage, 3))
-                args = _set_path(args, path, wrong_value(_get_path(args, path), f"policy{index}{path}"))
-                self._bent(index, entry)
-        if self._blind is not None and self._blind[0] == index:
-            path = self._blind[1]
-            gold = _get_path(step.arguments, path)
-            system = "\n".join(message_text(m) for m in messages if m.get("role") in ("system", "developer"))
-            cured = str(gold) in system
-            entry = self._quirk("blind_spot", cured=cured, tool=step.name, arg=path)
-            if not cured:
-                args = _set_path(args, path, wrong_value(gold, f"blind{index}"))
-                self._bent(index, entry)
-        if self.fires("slip", index) and args:
-            paths = sorted(k for k, v in args.items() if isinstance(v, (str, int, list)) and v not in ("", []))
-            if paths:
-                path = paths[choose(len(paths), self.profile.seed, self.task.task_id, self.trial, "slip", index)]
-                entry = self._quirk("slip", tool=step.name, arg=path)
-                args[path] = wrong_value(args[path], f"slip{index}")
-                self._bent(index, entry)
-        self.intended[index] = args
-        return args
-
-    def _why_unseen(self, dep: Dependency) -> tuple[str, int | None]:
-        """Why a value the model needs is not in the request: `dropped` (it was shown, or the user said
-        it, and the harness no longer sends it), `cut` (the result the model saw lacks it: cut or
-        reformatted by the harness) or `never_obtained` (its lookup failed or never came back), with the
-        entry that bent that lookup's arguments when one did."""
-        if dep.source_step == USER_SOURCE:
-            return "dropped", None
-        seen = self.seen.get(dep.source_step)
-        if seen is None or is_error_text(seen):
-            return "never_obtained", self.bent_by.get(dep.source_step)
-        return ("dropped" if dep.value in seen else "cut"), None
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -40,7 +40,13 @@ class QuirkDraws:
         if kind in self.off:
             return False
         rate = self.profile.scaled(kind, self.task.suite, self.task.task_id) * factor
-        return rate > 0 and self._u(kind, *where) < rate
+        if not (rate > 0 and self._u(kind, *where) < rate):
+            return False
+        if self._complies(kind, *where):  # a rule of the prompt addresses it and the model follows it here
+            rule = self._rule_for(kind)
+            self._quirk(kind, cured=True, by="instruction", rule=rule.text if rule is not None else "")
+            return False
+        return True
 
     def _draw_trial(self, kind: str, applicable: bool) -> bool:
         return applicable and self.fires(kind, "trial")
@@ -68,9 +74,11 @@ class QuirkDraws:
                             **detail})
         return len(self.quirks) - 1
 
-    def _bent(self, index: int, entry: int) -> None:
-        """Entry `entry` put a wrong value into the arguments of plan step `index`."""
+    def _bent(self, index: int, entry: int, path: str | None = None) -> None:
+        """Entry `entry` put a wrong value into the arguments of plan step `index` (at `path`)."""
         self.bent_by.setdefault(index, entry)
+        if path is not None:
+            self.wrong_at.setdefault((index, path), entry)
         if self.task.plan[index].write:
             self.effects.setdefault(entry, "wrong_write")
 

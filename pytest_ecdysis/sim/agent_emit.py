@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ecdysis.sim.agent_rules import harness_text
 from pytest_ecdysis.sim.knowledge import IdBend
 from pytest_ecdysis.sim.reading import informs_form, request_corpus, visible
 from pytest_ecdysis.sim.values import _get_path, _set_path, wrong_value
@@ -75,8 +76,10 @@ class Emitting:
                         continue
                     self.id_habits.add((bend.kind, bend.arg))
                     gold = _get_path(step.arguments, bend.arg)
+                    told = informs_form(harness_text(self.request, self.user_texts), str(gold), str(bend.bent),
+                                        request_corpus(self.request))
                     factor = (self.profile.documented_format_factor
-                              if self._documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
+                              if told or self._documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
                     if (pending.bend is None and _get_path(args, bend.arg) == gold
                             and self.fires(bend.kind, bend.arg, factor=factor)):
                         pending.bend = bend

@@ -51,7 +51,8 @@ QUIRK_ORIGINS: dict[str, str] = {
 
 #: Ground-truth entries that are no profile quirk: the harness itself made the trial fail (a value it
 #: cut, dropped or never obtained; its own limit ended the conversation).
-HARNESS_ENTRIES: dict[str, str] = {"unseen_value": "harness", "harness_limit": "harness"}
+HARNESS_ENTRIES: dict[str, str] = {"unseen_value": "harness", "harness_limit": "harness",
+                                   "instruction_conflict": "harness", "instruction_overreach": "harness"}
 
 #: Origin of every kind a ground-truth line may carry.
 GROUND_TRUTH_ORIGINS: dict[str, str] = {**QUIRK_ORIGINS, **HARNESS_ENTRIES}
@@ -72,6 +73,7 @@ class Profile:
     noise: float = 0.0  # share of draws that also depend on the run nonce (run-to-run variation)
     recall_chars: int = 6000  # context_loss fires only for a value further back than this in the request
     documented_format_factor: float = 0.5  # id-habit rate multiplier when the schema shows the id's form
+    instruction_compliance: float = 0.5  # chance the model follows a prompt rule at a site (sim/instructions.py)
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -164,7 +166,7 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
     if not isinstance(long_min, int) or long_min < 1:
         raise _bad(source, "'long_task_min_steps' must be a positive integer")
     shares = {}
-    for key, default in (("noise", 0.0), ("documented_format_factor", 0.5)):
+    for key, default in (("noise", 0.0), ("documented_format_factor", 0.5), ("instruction_compliance", 0.5)):
         value = data.get(key, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
             raise _bad(source, f"{key!r} must be a number in [0, 1], got {value!r}")
@@ -184,6 +186,7 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
         noise=shares["noise"],
         recall_chars=recall,
         documented_format_factor=shares["documented_format_factor"],
+        instruction_compliance=shares["instruction_compliance"],
         description=str(data.get("description", "")),
         raw=data,
     )

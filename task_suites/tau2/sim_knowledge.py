@@ -104,11 +104,10 @@ class Tau2Knowledge:
         gold = [(a.name, dict(a.arguments or {})) for a in (criteria.actions or [])] if criteria else []
         env = self._environment(task)
         writes = self._writes(env)
-        calls = self._with_lookups(gold, writes, scenario, env)
+        spoken = " ".join([scenario.reason_for_call, scenario.known_info])  # what the simulated user says
         # Writes are not executed: the shared environment stays pristine, and a write's own result
         # is never where a later argument comes from in τ²'s gold plans.
-        results = ["" if name in writes else self._run(env, name, args) for name, args, _ in calls]
-        spoken = " ".join([scenario.reason_for_call, scenario.known_info])  # what the simulated user says
+        calls, results = self._with_searches(self._with_lookups(gold, writes, scenario, env), writes, spoken, env)
         instructions = scenario.task_instructions.lower()
         plan = []
         for i, (name, args, is_gold) in enumerate(calls):
@@ -173,11 +172,73 @@ class Tau2Knowledge:
             calls.append((name, args, True))
         return calls
 
+    def _with_searches(self, calls: list[tuple[str, dict, bool]], writes: set[str], spoken: str,
+                       env: Any) -> tuple[list[tuple[str, dict, bool]], list[str]]:
+        """The calls with a search inserted before each call needing an id the user does not say and no
+        earlier result holds (a flight number: `search_direct_flight` / `search_onestop_flight`; a
+        product's item id: `get_product_details`; an order id: `get_user_details`), and every call's
+        result (writes: ""). A search is added only when its result holds the value; else the value stays
+        the model's own, as before."""
+        out: list[tuple[str, dict, bool]] = []
+        results: list[str] = []
+        for name, args, is_gold in calls:
+            for path, value in leaves(args):
+                if (not id_like(value) or path.rsplit(".", 1)[-1] in _NOT_SEARCHED or value in spoken
+                        or any(value in r for r in results)):
+                    continue
+                for search in self._searches(path, value, args, spoken, results, env):
+                    if search in out:
+                        continue
+                    result = self._run(env, search[0], search[1])
+                    if value in result:
+                        out.append(search)
+                        results.append(result)
+                        break
+            out.append((name, args, is_gold))
+            results.append("" if name in writes else self._run(env, name, args))
+        return out, results
+
+    def _searches(self, path: str, value: str, args: dict, spoken: str, results: list[str],
+                  env: Any) -> list[tuple[str, dict, bool]]:
+        """Candidate searches (tool, arguments, gold=False) whose result may hold `value` (τ² tools)."""
+        db = env.tools.db
+        key = path.rsplit(".", 1)[-1].split("[")[0]
+        if key == "flight_number" and value in getattr(db, "flights", {}):
+            flight = db.flights[value]
+            date = _get_sibling(args, path, "date")
+            if not date:
+                return []
+            where = {"origin": flight.origin, "destination": flight.destination, "date": date}
+            return [(tool, where, False) for tool in ("search_direct_flight", "search_onestop_flight")
+                    if tool in self._tool_names]
+        if key in ("new_item_ids", "item_ids") and "get_product_details" in self._tool_names:
+            for product in getattr(db, "products", {}).values():
+                if value in product.variants:
+                    return [("get_product_details", {"product_id": product.product_id}, False)]
+        if key == "order_id" and "get_user_details" in self._tool_names:
+            match = _USER_ID.search(spoken) or next(filter(None, (_USER_ID.search(r) for r in results)), None)
+            if match:
+                return [("get_user_details", {"user_id": match.group(0)}, False)]
+        return []
+
     @staticmethod
     def _run(env: Any, name: str, args: dict) -> str:
         t = load_tau2()
         message = env.get_response(t.ToolCall(id="sim", name=name, arguments=args, requestor="assistant"))
         return str(message.content or "")
+
+
+#: Argument names whose values the model takes from its intent (what the user asks for), never searched.
+_NOT_SEARCHED = frozenset({"date", "dob", "zip", "payment_id", "payment_method_id", "user_id", "reservation_id"})
+
+
+def _get_sibling(args: dict, path: str, name: str) -> str:
+    """The value of `name` next to the leaf at `path` (`flights[0].flight_number` -> `flights[0].date`)."""
+    parent = path.rsplit(".", 1)[0] if "." in path else ""
+    target: Any = args
+    for part in re.findall(r"[^.\[\]]+", parent):
+        target = target[int(part)] if part.isdigit() else target.get(part, {})
+    return str(target.get(name, "")) if isinstance(target, dict) else ""
 
 
 def _source(path: str, value: str, spoken: str, instructions: str, results: list[str],
