@@ -10,7 +10,8 @@ repository-local git variables (`gitenv.child_env`), minus the routes that load 
 (`SCRUBBED_ENV`: `PYTHONPATH`, `PYTHONSTARTUP`, `PYTHONHOME`, `PYTHONUSERBASE`, `PYTEST_ADDOPTS` and
 `PYTEST_PLUGINS`, whose values `validate.run_suite` turns into explicit arguments, outer options stripped),
 plus `PYTHONNOUSERSITE=1` (no user site-packages `.pth` files), `PYTHONDONTWRITEBYTECODE=1`, a fresh
-`ECDYSIS_RUN_ID` and the running simulated server's `ECDYSIS_SIM_URL`.
+`ECDYSIS_RUN_ID`, the running simulated server's `ECDYSIS_SIM_URL`, and the session's scorer bytecode
+cache read-only (`ECDYSIS_TRUSTED_PYCACHE_WRITE=0`, `validate.pycache`).
 
 The trusted copy (`TrustedTree`, docs/evolution.md, threat model): a private copy of the user's checkout
 as it was when the evolution started (`integrity.pristine_copy`); `_place_harness` writes the candidate's
@@ -134,6 +135,8 @@ def subrun_env(run_id: str, sim_url: str | None) -> dict[str, str]:
            and k != "ECDYSIS_SESSION_PID"}
     env.update(ECDYSIS_RUN_ID=run_id, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1",
                LITELLM_LOCAL_MODEL_COST_MAP="True")
+    if env.get("ECDYSIS_TRUSTED_PYCACHE"):  # the session's scorer cache, read-only here (`validate.pycache`)
+        env["ECDYSIS_TRUSTED_PYCACHE_WRITE"] = "0"
     if sim_url:
         env["ECDYSIS_SIM_URL"] = sim_url
     return env
