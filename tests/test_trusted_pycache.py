@@ -108,3 +108,33 @@ def test_a_file_written_into_the_cache_is_a_change(tmp_path: Path) -> None:
         "trusted bytecode cache: a/m.cpython-311.pyc changed",
         "trusted bytecode cache: a/evil.cpython-311.pyc added",
         "trusted bytecode cache: a/n.cpython-311.pyc removed"]
+
+
+def test_the_trusted_copy_is_compiled_once_and_its_bytecode_checked(tmp_path: Path) -> None:
+    """`compile_tree` compiles the pristine copy's modules (not its harness's, which each sub-run replaces);
+    a sub-run's copy whose cache file was changed or planted is an integrity change naming it."""
+    import shutil
+
+    from pytest_ecdysis.core.errors import IntegrityError
+    from pytest_ecdysis.validate.integrity import tree_digests
+    from pytest_ecdysis.validate.setup import TrustedTree, _check_copy
+
+    pristine = tmp_path / "pristine"
+    (pristine / "suite").mkdir(parents=True)
+    (pristine / "suite" / "scoring.py").write_text("REWARD = 0.0\n")
+    (pristine / "harness").mkdir()
+    (pristine / "harness" / "__init__.py").write_text("X = 1\n")
+    trusted = TrustedTree(checkout=tmp_path, pristine=pristine, harness_rel="harness",
+                          digests=tree_digests(pristine))
+    trusted.compile_in_background()
+    trusted.ready()
+    tag = sys.implementation.cache_tag
+    assert set(trusted.bytecode) == {f"suite/__pycache__/scoring.{tag}.pyc", f"harness/__pycache__/__init__.{tag}.pyc"}
+    copy = tmp_path / "copy"
+    shutil.copytree(pristine, copy)
+    (copy / "harness" / "__pycache__" / f"__init__.{tag}.pyc").write_bytes(b"the candidate's own: not checked")
+    _check_copy(trusted, copy)  # unchanged outside the harness
+    planted = copy / "suite" / "__pycache__" / f"scoring.{tag}.pyc"
+    planted.write_bytes(planted.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(IntegrityError, match=f"bytecode: suite/__pycache__/scoring.{tag}.pyc changed"):
+        _check_copy(trusted, copy)

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
+from pytest_ecdysis.core.metrics import cpu_seconds
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
 from pytest_ecdysis.edit.editors import make_editor
@@ -104,7 +105,7 @@ class Evolution(RunState, TrustedRuns):
         self.dir: Path = Path(state.run_path).resolve()
         self.harness_dir: Path = Path(state.harness_dir)
         self.summary = summary
-        self.started = time.monotonic()
+        self.started, self.cpu_started = time.monotonic(), cpu_seconds()
         self.tw = config.get_terminal_writer()
         self.base_args = [str(a) for a in config.invocation_params.args]
         self.cwd = Path(config.invocation_params.dir)
@@ -158,6 +159,7 @@ class Evolution(RunState, TrustedRuns):
         self.doc["status"] = "finished"
         cost.refresh(self)
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
+        self.doc["cpu_s"] = round(self.doc.get("cpu_s_before", 0.0) + cpu_seconds() - self.cpu_started, 1)
         self.checkpoint()
         return self.doc
 

@@ -87,9 +87,11 @@ class TrustedRuns:
                 rel = path.relative_to(self.checkout).as_posix()
                 if any(p.startswith(rel + "/") for p in tracked):
                     pythonpath.add(Path(rel).parent.as_posix())
-        return TrustedTree(checkout=self.checkout, pristine=pristine,
+        tree = TrustedTree(checkout=self.checkout, pristine=pristine,
                            harness_rel=self.harness_dir.resolve().relative_to(self.checkout).as_posix(),
                            digests=integrity.tree_digests(pristine), pythonpath=sorted(pythonpath))
+        tree.compile_in_background()  # done before the first sub-run starts (`run_suite` waits)
+        return tree
 
     def follow(self, label: str, progress_file: Any = None) -> Ticker:
         """Progress lines while a stage runs (`progress.Ticker`); `progress_file()` names the sub-run's
