@@ -135,6 +135,6 @@ def test_the_trusted_copy_is_compiled_once_and_its_bytecode_checked(tmp_path: Pa
     (copy / "harness" / "__pycache__" / f"__init__.{tag}.pyc").write_bytes(b"the candidate's own: not checked")
     _check_copy(trusted, copy)  # unchanged outside the harness
     planted = copy / "suite" / "__pycache__" / f"scoring.{tag}.pyc"
-    planted.write_bytes(planted.read_bytes()[:-1] + b"\x00")
+    planted.write_bytes(planted.read_bytes() + b"\x00")
     with pytest.raises(IntegrityError, match=f"bytecode: suite/__pycache__/scoring.{tag}.pyc changed"):
         _check_copy(trusted, copy)
