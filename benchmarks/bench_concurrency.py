@@ -75,6 +75,10 @@ def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:
                 continue  # the sandbox's launcher: its python child is counted (same command line after `--`)
             line = " ".join(argv)
             kind = next((label for part, label in KINDS if part in line), None)
+            if not argv and proc.pid in seen:  # made non-dumpable since (`limits.protect_this_process`): its
+                kind = seen[proc.pid][0]       # command line reads empty now; keep what it was
+            elif not argv and proc.name().startswith("python"):
+                kind = "pytest controllers or xdist workers (command line hidden)"
             if kind is None:
                 kind = f"other: {os.path.basename(argv[0]) if argv else '?'}" + (
                     f" {argv[1]}" if len(argv) > 1 and not argv[1].startswith("-") else "")

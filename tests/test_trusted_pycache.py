@@ -111,7 +111,8 @@ def test_a_file_written_into_the_cache_is_a_change(tmp_path: Path) -> None:
 
 
 def test_the_trusted_copy_is_compiled_once_and_its_bytecode_checked(tmp_path: Path) -> None:
-    """`compile_tree` compiles the pristine copy's modules (not its harness's, which each sub-run replaces);
+    """`compile_tree` compiles the modules a sub-run imports from the pristine copy (not its harness's, which
+    each sub-run replaces);
     a sub-run's copy whose cache file was changed or planted is an integrity change naming it."""
     import shutil
 
@@ -120,18 +121,20 @@ def test_the_trusted_copy_is_compiled_once_and_its_bytecode_checked(tmp_path: Pa
     from pytest_ecdysis.validate.setup import TrustedTree, _check_copy
 
     pristine = tmp_path / "pristine"
-    (pristine / "suite").mkdir(parents=True)
-    (pristine / "suite" / "scoring.py").write_text("REWARD = 0.0\n")
-    (pristine / "harness").mkdir()
-    (pristine / "harness" / "__init__.py").write_text("X = 1\n")
+    for path, text in (("suite/__init__.py", ""), ("suite/scoring.py", "REWARD = 0.0\n"), ("harness/__init__.py", "X = 1\n"),
+                       ("tests/conftest.py", ""), ("tests/test_x.py", ""), ("scripts/tool.py", "")):
+        (pristine / path).parent.mkdir(parents=True, exist_ok=True)
+        (pristine / path).write_text(text)
     trusted = TrustedTree(checkout=tmp_path, pristine=pristine, harness_rel="harness",
-                          digests=tree_digests(pristine))
+                          digests=tree_digests(pristine), pythonpath=["."])
     trusted.compile_in_background()
     trusted.ready()
     tag = sys.implementation.cache_tag
-    assert set(trusted.bytecode) == {f"suite/__pycache__/scoring.{tag}.pyc", f"harness/__pycache__/__init__.{tag}.pyc"}
+    assert set(trusted.bytecode) == {f"suite/__pycache__/{name}.{tag}.pyc" for name in ("__init__", "scoring")} | {
+        f"tests/__pycache__/conftest.{tag}.pyc"}  # what a sub-run imports: not the harness, tests, scripts
     copy = tmp_path / "copy"
     shutil.copytree(pristine, copy)
+    (copy / "harness" / "__pycache__").mkdir()
     (copy / "harness" / "__pycache__" / f"__init__.{tag}.pyc").write_bytes(b"the candidate's own: not checked")
     _check_copy(trusted, copy)  # unchanged outside the harness
     planted = copy / "suite" / "__pycache__" / f"scoring.{tag}.pyc"

@@ -166,14 +166,19 @@ def subrun_env(run_id: str, sim_url: str | None) -> dict[str, str]:
 
 
 def compile_tree(trusted: TrustedTree) -> None:
-    """Compile every module of the pristine copy into its `__pycache__` (this interpreter's tag), once per
-    evolution, and keep the files' sha256 in `trusted.bytecode`. Every process of a sub-run (controller,
+    """Compile the modules sub-runs import from the pristine copy (the packages on `trusted.pythonpath`,
+    the harness excepted, and every `conftest.py`) into their `__pycache__` (this interpreter's tag), once
+    per evolution, and keep the files' sha256 in `trusted.bytecode`. Every process of a sub-run (controller,
     workers, harness fork servers) then loads the plugin and the suite from bytecode instead of compiling
     them from source (about 1.5 CPU s each; sub-runs write no bytecode). `_check_copy` compares each sub-run's
     copy with these digests: a planted or changed cache file is an integrity change, as a changed source is."""
-    tag = sys.implementation.cache_tag
-    for source in sorted(trusted.pristine.rglob("*.py")):
-        if SKIP_PARTS & set(source.relative_to(trusted.pristine).parts) or source.is_symlink():
+    tag, root = sys.implementation.cache_tag, trusted.pristine
+    harness = (root / trusted.harness_rel).resolve()
+    packages = [d for p in trusted.pythonpath for d in sorted((root / p).iterdir())
+                if (d / "__init__.py").is_file() and d.resolve() != harness]  # what sub-runs import from it
+    sources = {*(f for d in packages for f in d.rglob("*.py")), *root.rglob("conftest.py")}
+    for source in sorted(sources):
+        if SKIP_PARTS & set(source.relative_to(root).parts) or source.is_symlink():
             continue
         target = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
         try:
