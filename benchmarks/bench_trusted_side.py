@@ -5,7 +5,9 @@
 
 - `scorer start`: a scorer process's start to ready (imports τ², builds the environments), as started
   before issue 27 (bytecode caches used) and now (`-B`, an empty private `pycache_prefix`: every module
-  compiled from source): median of R starts each. Paid once per worker, outside any trial's budget.
+  compiled from source) and with the session's trusted cache (`validate.pycache`: `-B` and a
+  `pycache_prefix` filled once by an earlier start): median of R starts each, wall-clock and CPU seconds.
+  Paid once per worker and suite run, outside any trial's budget.
 - `request guard`: `TrustedRequestTransport.handle_request` on a 100 kB chat request, model already the
   configured one and model overwritten (median of 200 calls, microseconds) against the bare inner transport.
 - `redaction`: `secrets.redact` of a 1 MB `trials.jsonl` text with the environment's secrets (ms).
@@ -31,17 +33,23 @@ READY = ("from task_suites.tau2.tau2lib import load_tau2; from task_suites.tau2.
          "load_tau2(); _fast_environments()")
 
 
-def _scorer_start(flags: list[str], repeats: int) -> float:
+def _scorer_start(flags: list[str], repeats: int, prefix: str | None = None) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds) of `repeats` scorer starts with `flags`; `prefix`: a
+    `pycache_prefix` kept across the starts (the session's trusted cache), else a fresh empty one each."""
+    import resource
+
     env = dict(os.environ, PYTHONPATH=str(REPO), LITELLM_LOCAL_MODEL_COST_MAP="True")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    times = []
+    times, cpus = [], []
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as prefix:
-            extra = ["-X", f"pycache_prefix={prefix}"] if flags else []
-            started = time.perf_counter()
+        with tempfile.TemporaryDirectory() as fresh:
+            extra = ["-X", f"pycache_prefix={prefix or fresh}"] if flags or prefix else []
+            started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run([sys.executable, *flags, *extra, "-c", READY], env=env, check=True, capture_output=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             times.append(time.perf_counter() - started)
-    return statistics.median(times)
+            cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return statistics.median(times), statistics.median(cpus)
 
 
 def _guard(calls: int = 200) -> tuple[float, float, float]:
@@ -103,8 +111,12 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     print(f"load average {os.getloadavg()[0]:.1f}")
     before, now = _scorer_start([], args.repeats), _scorer_start(["-B"], args.repeats)
-    print(f"scorer start: cached bytecode {before:.2f} s, -B + empty pycache_prefix {now:.2f} s "
-          f"(median of {args.repeats})")
+    with tempfile.TemporaryDirectory(prefix="ecdysis-pycache-") as cache:  # validate.pycache: filled once
+        _scorer_start([], 1, prefix=cache)
+        trusted = _scorer_start(["-B"], args.repeats, prefix=cache)
+    print(f"scorer start (wall s, CPU s): the venv's bytecode {before[0]:.2f}, {before[1]:.2f}; -B + empty "
+          f"pycache_prefix {now[0]:.2f}, {now[1]:.2f}; -B + the session's trusted cache {trusted[0]:.2f}, "
+          f"{trusted[1]:.2f} (median of {args.repeats})")
     bare, same, changed = _guard()
     print(f"request guard (100 kB body): bare {bare:.0f} us, guarded {same:.0f} us, model overwritten {changed:.0f} us")
     print(f"redaction of 1 MB: {_redaction():.1f} ms")

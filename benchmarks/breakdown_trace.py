@@ -13,7 +13,8 @@ happen: interpreter and pytest start, plugin and conftest import and configure (
 the simulated server start), xdist worker spawn, worker start, collection (the τ² import and the fork
 server's start: `check_harness` runs at collection), trials (first start to last end; trial seconds; the
 scorer's start and scoring seconds), teardown (end of the run loop to process exit, the controller's
-evolution included).
+evolution included); for an evolution's controller also each part of the loop (`EVOLUTION`: its start,
+the trusted copy, each stage, each sub-run and each check of the protected files).
 """
 
 from __future__ import annotations
@@ -90,9 +91,31 @@ def _install_trials() -> None:
     _timed(runner, "run_trial", "trial", lambda spec, *a, **k: {"task": spec.task_id, "trial": spec.trial})
 
 
+#: the evolution's parts the controller's table shows, by (module, owner, name) -> label
+EVOLUTION = (("pytest_ecdysis.evolve.state", "RunState", "_load_or_start", "start: ledger, protected files' checksums"),
+             ("pytest_ecdysis.evolve.runs", "TrustedRuns", "_trusted_tree", "trusted copy of the checkout"),
+             ("pytest_ecdysis.evolve.loop", None, "diagnose_stage", "diagnosis"),
+             ("pytest_ecdysis.evolve.loop", None, "edit_stage", "edit (editor call + guard + check)"),
+             ("pytest_ecdysis.evolve.loop", None, "validate_stage", "validation"),
+             ("pytest_ecdysis.evolve.loop", None, "accept_stage", "decision (confirmation, ablation, commit)"),
+             ("pytest_ecdysis.evolve.loop", None, "score_test", "test split"),
+             ("pytest_ecdysis.evolve.runs", "TrustedRuns", "subrun", "  sub-run (copy, pytest, read back)"),
+             ("pytest_ecdysis.evolve.runs", "TrustedRuns", "check_integrity", "  protected files checked"))
+
+
+def _install_evolution() -> None:
+    import importlib
+
+    for module, owner, name, label in EVOLUTION:
+        mod = importlib.import_module(module)
+        _timed(getattr(mod, owner) if owner else mod, name, "evo", lambda *a, _label=label, **k: {"part": _label})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     event("configure_begin")
+    if os.environ.get(ENV) and not hasattr(config, "workerinput") and config.getoption("ecdysis_evolve", False):
+        _install_evolution()
     if os.environ.get(ENV) and (hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0)):
         config._ecdysis_trace_workers = True  # the process that runs trials
         _install()
@@ -178,6 +201,8 @@ def _session(ctl: list[dict], workers: list[list[dict]]) -> None:
     span("controller: run loop (workers' whole life)", _first(ctl, "runtestloop_begin"), _first(ctl, "runtestloop_end"))
     span("controller: after the run loop -> exit (reports, evolution)", _first(ctl, "runtestloop_end"),
          _first(ctl, "exit"))
+    for x in sorted((x for x in ctl if x["event"] == "evo"), key=lambda x: x["begun"]):
+        span(f"controller: evolution: {x['part']}", x["begun"], x["begun"] + x["s"])
     span("controller: whole process", t0, _first(ctl, "exit"))
     print(f"  {'phase':60} {'at s':>7} {'took s':>7}")
     for label, at, took in rows:

@@ -53,8 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if os.environ.get(ENV_SESSION_PID, str(os.getpid())) != str(os.getpid()):
             # nested in another session: its run id and simulated server are that session's, never this one's
             # (sharing them wrote this session's files into its run directory and continued its conversations)
-            for name in (ENV_RUN_ID, ENV_SIM_URL):
-                os.environ.pop(name, None)
+            for name in (ENV_RUN_ID, ENV_SIM_URL, "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE"):
+                os.environ.pop(name, None)  # ... and its scorers' bytecode cache (`validate.pycache`)
         run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
         os.environ[ENV_RUN_ID] = run_id  # inherited by xdist workers, which start after configure
         os.environ[ENV_SESSION_PID] = str(os.getpid())

@@ -92,8 +92,13 @@ def test_the_gold_hash_is_computed_once_per_task(monkeypatch: pytest.MonkeyPatch
     assert run(bad) == _tau2_default("airline", "14", bad)[0] == 0.0
     assert ("airline", "14") in cow_scoring._GOLD_HASHES
 
-    def computed_again() -> str:
-        raise RuntimeError("the gold database was hashed again")
+    gold_db = cow_scoring._PRISTINE["airline"][1].tools.db
+    hashed = cow_scoring.db_hash.db_hash
 
-    monkeypatch.setattr(cow_scoring._PRISTINE["airline"][1], "get_db_hash", computed_again, raising=False)
+    def not_again(pieces: object, db: object) -> str:
+        if db is gold_db:
+            raise RuntimeError("the gold database was hashed again")
+        return hashed(pieces, db)
+
+    monkeypatch.setattr(cow_scoring.db_hash, "db_hash", not_again)
     assert (run(gold), run(bad)) == (1.0, 0.0)

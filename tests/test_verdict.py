@@ -4,6 +4,8 @@ the gate's verdict, and say that the starting run's failed trials are not the ru
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_gate_runs import save_baseline
 from test_records_pipeline import env  # noqa: F401  (the fixture, used by the gate test)
@@ -37,6 +39,10 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert tail[3].startswith("branch ecdysis/run1 holds the accepted change(s); see them with: git diff ")
     assert "the 3 failed trial(s) listed above are the starting harness's trials" in "\n".join(tail)
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
+    doc = json.loads(next(project.path.rglob("evolution.json")).read_text())
+    assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution (issue 32)
+    result.stdout.fnmatch_lines([f"evolution wall-clock {doc['wall_s']:.1f} s, {doc['cpu_s']:.1f} CPU s (the "
+                                 "controller and every process it waited for); files in *"])
 
 
 @pytest.mark.slow

@@ -212,3 +212,16 @@ def weak_pass_block(trials: list[TrialResult], threshold: float) -> dict[str, An
     weak = [{"task": task_key(t), "trial": t.trial, "reasons": r}
             for t in trials if (r := weak_pass_reasons(t, threshold))]
     return {"n_weak_passes": len(weak), "weak_passes": weak}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of every process it waited for, recursively (a
+    sub-run's pytest, its workers, their scorers and harness processes, an editor): `resource.getrusage`
+    of `RUSAGE_SELF` plus `RUSAGE_CHILDREN`. A process still running, or killed after its parent ended
+    (reaped by init), is not counted. 0.0 where `resource` does not exist (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
+from pytest_ecdysis.core.metrics import cpu_seconds
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
 from pytest_ecdysis.edit.editors import make_editor
@@ -70,7 +71,7 @@ from pytest_ecdysis.evolve.testsplit import score_test
 from pytest_ecdysis.gate.acceptance import decision_fields
 from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, FinalTable, compared_text, fmt, summary_lines
-from pytest_ecdysis.validate import integrity, sandbox
+from pytest_ecdysis.validate import integrity, pycache, sandbox
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
@@ -104,7 +105,7 @@ class Evolution(RunState, TrustedRuns):
         self.dir: Path = Path(state.run_path).resolve()
         self.harness_dir: Path = Path(state.harness_dir)
         self.summary = summary
-        self.started = time.monotonic()
+        self.started, self.cpu_started = time.monotonic(), cpu_seconds()
         self.tw = config.get_terminal_writer()
         self.base_args = [str(a) for a in config.invocation_params.args]
         self.cwd = Path(config.invocation_params.dir)
@@ -116,6 +117,7 @@ class Evolution(RunState, TrustedRuns):
         self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
         self.last_said = "evolution"
         self.doc = self._load_or_start()
+        self.pycache_start = pycache.digests()  # the session's scorers wrote it; sub-runs only read it
         cost.note_start_run(self)
         self.trusted = self._trusted_tree()
         # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
@@ -157,6 +159,7 @@ class Evolution(RunState, TrustedRuns):
         self.doc["status"] = "finished"
         cost.refresh(self)
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
+        self.doc["cpu_s"] = round(self.doc.get("cpu_s_before", 0.0) + cpu_seconds() - self.cpu_started, 1)
         self.checkpoint()
         return self.doc
 

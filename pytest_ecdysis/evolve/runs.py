@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_ecdysis.core.errors import IntegrityError, shown
 from pytest_ecdysis.report.progress import Count, Ticker, is_terminal, read_count
-from pytest_ecdysis.validate import integrity
+from pytest_ecdysis.validate import integrity, pycache
 from pytest_ecdysis.validate.subrun import SubRun, TrustedTree, run_suite
 
 
@@ -59,12 +59,16 @@ class TrustedRuns:
         return sub
 
     def check_integrity(self, when: str) -> None:
-        """Compare the protected files with their checksums at the start of the evolution.
+        """Compare the protected files with their checksums at the start of the evolution, and the
+        scorers' bytecode cache with its state then (`validate.pycache`).
 
         Raises:
             IntegrityError: something changed (named); kept in `self.stop_error`: the loop stops.
         """
         problems = integrity.changes(self.ledger.start or {}, integrity.take(self.roots))
+        # the scorers' bytecode cache of this session (`validate.pycache`), kept in memory only: a new
+        # session (a resume) makes a new one
+        problems += pycache.changes(getattr(self, "pycache_start", None) or {}, pycache.digests())
         if problems:
             self.stop_error = IntegrityError(
                 f"protected files changed during {when}: " + shown(problems, 8, "; ") + ". The candidate is "
@@ -83,9 +87,11 @@ class TrustedRuns:
                 rel = path.relative_to(self.checkout).as_posix()
                 if any(p.startswith(rel + "/") for p in tracked):
                     pythonpath.add(Path(rel).parent.as_posix())
-        return TrustedTree(checkout=self.checkout, pristine=pristine,
+        tree = TrustedTree(checkout=self.checkout, pristine=pristine,
                            harness_rel=self.harness_dir.resolve().relative_to(self.checkout).as_posix(),
                            digests=integrity.tree_digests(pristine), pythonpath=sorted(pythonpath))
+        tree.compile_in_background()  # done before the first sub-run starts (`run_suite` waits)
+        return tree
 
     def follow(self, label: str, progress_file: Any = None) -> Ticker:
         """Progress lines while a stage runs (`progress.Ticker`); `progress_file()` names the sub-run's

@@ -55,6 +55,7 @@ class RunState:
             done = [r["round"] for r in doc["rounds"]]
             self.say(f"resuming {self.state.run_id}: round(s) {done or 'none'} done; finished stages are not redone")
             doc["wall_s_before"] = doc.get("wall_s") or 0.0
+            doc["cpu_s_before"] = doc.get("cpu_s") or 0.0
             self._rescored_on_resume(doc)
             return doc
         self.ledger.record_files_named(self.dir)

@@ -87,7 +87,9 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"branch {doc['branch']}; view its diff: {doc.get('diff_command')}")
     elif doc.get("status") == "finished":  # a running (or interrupted) evolution has no branch verdict yet
         out.append("no round was accepted: no branch")
-    out.append(f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s; files in {doc.get('run_path', '')}".rstrip())
+    cpu = (f", {doc['cpu_s']:.1f} CPU s (the controller and every process it waited for)"
+           if doc.get("cpu_s") is not None else "")
+    out.append(f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s{cpu}; files in {doc.get('run_path', '')}".rstrip())
     return out
 
 

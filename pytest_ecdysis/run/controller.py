@@ -76,10 +76,11 @@ def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
     Raises:
         UsageError: `on` and no sandbox can start here (naming the install command).
     """
-    from pytest_ecdysis.validate import limits, sandbox
+    from pytest_ecdysis.validate import limits, pycache, sandbox
 
     decision = sandbox.decide(cfg.sandbox)
     sandbox.export(decision)
+    pycache.prepare(decision.on)  # the scorers' bytecode cache, only where harness code cannot write it
     # this session's runs (other runs' records included) covered too, beside what a parent already covers,
     # unless the run directory holds the harness or the suite (`--ecdysis-run-dir .`)
     runs = Path(cfg.run_dir).absolute()

@@ -106,6 +106,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
     private = Path(tempfile.mkdtemp(prefix="ecdysis-subrun-"))
     try:
         if trusted is not None:
+            trusted.ready()  # its bytecode compiled (`setup.compile_tree`)
             tree = private / "tree"
             shutil.copytree(trusted.pristine, tree, symlinks=True)
             target = tree / trusted.harness_rel

@@ -16,7 +16,9 @@ replayed on the same pristine database), so its two hashes (`get_db_hash`, `get_
 over the whole database that is most of a scoring child's time) are computed by the first child that
 scores a task and reused by later children of the same task (k > 1 trials, the paired test's extra
 trials, a validation's rescoring): the child still replays the gold actions, only the hash is not
-recomputed. A task's first trial costs what it did.
+recomputed. Every hash, the agent's and a task's first gold one, is computed from the records the
+child's tool calls touched (`db_hash`: the other records' text is kept from the pristine database), byte
+for byte the text τ² hashes.
 
 Used only where `os.fork` exists; elsewhere `scorer.score` runs in the process on unpickled copies. No
 harness code is ever imported here (the scorer process's rule).
@@ -24,14 +26,19 @@ harness code is ever imported here (the scorer process's rule).
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
 from collections.abc import Callable
 from typing import Any
 
+from . import db_hash
+
 #: per domain: the two environments the child hands out (agent's, then gold), built once in the parent.
 _PRISTINE: dict[str, list[Any]] = {}
+#: per domain: what `db_hash.track` keeps of each pristine environment's database (same order).
+_PIECES: dict[str, list[Any]] = {}
 #: in a forked child: how many pristine environments of each domain were handed out.
 _HANDED: dict[str, int] | None = None
 #: (domain, task id) -> the gold environment's (db hash, user db hash), from the task's first scoring child.
@@ -52,6 +59,8 @@ def prepare(domain: str) -> None:
     from . import suite
 
     _PRISTINE[domain] = [suite.get_environment(domain), suite.get_environment(domain)]
+    first = db_hash.track(_PRISTINE[domain][0].tools.db)
+    _PIECES[domain] = [first, db_hash.track(_PRISTINE[domain][1].tools.db, same_as=first)]
     gc.collect()
     gc.freeze()
 
@@ -91,6 +100,8 @@ def score_in_child(domain: str, score: Callable[[], dict[str, Any]], task_id: st
         try:
             os.close(read_fd)
             _HANDED = {}
+            for env, pieces in zip(_PRISTINE.get(domain, ()), _PIECES.get(domain, ())):  # τ²'s hash, from
+                env.get_db_hash = functools.partial(_db_hash, env, pieces)          # the records it changed
             computed = _gold_hashes(domain, key) if key is not None else None
             try:
                 response = score()
@@ -116,6 +127,11 @@ def score_in_child(domain: str, score: Callable[[], dict[str, Any]], task_id: st
     if key is not None and hashes is not None:
         _GOLD_HASHES[key] = hashes
     return response
+
+
+def _db_hash(env: Any, pieces: Any) -> str | None:
+    """`env.get_db_hash()` as τ² computes it (`Environment.get_db_hash`), by `db_hash.db_hash`."""
+    return None if env.tools is None else db_hash.db_hash(pieces, env.tools.db)
 
 
 def _gold_hashes(domain: str, key: tuple[str, str]) -> list[Any] | None:

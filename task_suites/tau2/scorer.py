@@ -12,10 +12,12 @@ restarted if it dies) over JSON lines on stdin/stdout:
 The task is loaded from τ²'s data inside the scorer, not taken from the worker. The reward is τ²'s
 `evaluate_simulation(..., EvaluationType.ALL, ...)`: DB state x communicate (x action where a task's
 reward basis names it), no LLM judge; τ²'s environment evaluator replays the recorded tool calls on a
-fresh environment. Run as `python -B -X pycache_prefix=<private empty dir> -m task_suites.tau2.scorer`
-(`SCORER_FLAGS`): no bytecode cache is read or written, so a `.pyc` a harness planted in τ²'s (or the
-plugin's) `__pycache__` is never loaded; every module is compiled from its source, and those sources are
-checksummed before and after each validation (`validate.integrity`). User site-packages are off
+fresh environment. Run with `-X pycache_prefix=<dir>` (`pytest_ecdysis.validate.pycache.flags`): no
+bytecode cache of the venv is read, so a `.pyc` a harness planted in τ²'s (or the plugin's) `__pycache__` is
+never loaded. `<dir>` is the session's trusted cache where the sandbox is on (made fresh by the controller,
+out of harness processes' reach, read-only in validation sub-runs and checked by the evolution after every
+editor call and sub-run), else an empty private directory with `-B`: every module compiled from its source,
+whose sources are checksummed before and after each validation (`validate.integrity`). User site-packages are off
 (`PYTHONNOUSERSITE=1`) and `PYTHONSTARTUP`/`PYTHONINSPECT` are dropped (issue 27, item 3).
 """
 
@@ -32,8 +34,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-#: Interpreter flags of the scorer process: no bytecode written (-B); bytecode looked up only under a
-#: private, empty prefix (`-X pycache_prefix`), so none is read (see the module docstring).
+#: Interpreter flags of the scorer process where no trusted cache exists: no bytecode written (-B), and
+#: looked up only under a private, empty prefix (`-X pycache_prefix`), so none is read (module docstring).
 SCORER_FLAGS = ("-B",)
 #: Variables the scorer process does not inherit (code loaded before the scorer's own).
 SCORER_DROPPED_ENV = ("PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONPYCACHEPREFIX", "PYTHONHOME", "PYTHONEXECUTABLE")
@@ -216,10 +218,13 @@ class ScorerClient:
     def _start(self) -> subprocess.Popen:
         package_root = str(Path(__file__).resolve().parents[2])
         env = {k: v for k, v in os.environ.items() if k not in SCORER_DROPPED_ENV}
-        env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
+        from pytest_ecdysis.validate.pycache import flags
+
+        env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONNOUSERSITE="1")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # -B where nothing may be written (`flags`)
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
         prefix = tempfile.mkdtemp(prefix="pycache-", dir=self.cwd)  # empty: nothing to load from it
-        command = [sys.executable, *SCORER_FLAGS, "-X", f"pycache_prefix={prefix}", "-m", "task_suites.tau2.scorer"]
+        command = [sys.executable, *flags(Path(prefix)), "-m", "task_suites.tau2.scorer"]
         return subprocess.Popen(command, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=self.cwd,
                                 env=env)

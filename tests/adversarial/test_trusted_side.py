@@ -193,8 +193,8 @@ def test_the_scorer_process_never_loads_planted_bytecode(tmp_path: Path) -> None
 
 def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the harness in the trial process (`ECDYSIS_AGENT_PROCESS=0`), patching the scorer module there
-    changes nothing: the reward comes from the scorer's own process, started with `-B` and a private
-    bytecode prefix."""
+    changes nothing: the reward comes from the scorer's own process, started with a private bytecode prefix
+    (`-B` and an empty one, or the session's trusted cache: `validate.pycache`)."""
     import task_suites.tau2.scorer as scorer_module
     from task_suites.tau2.scorer import scorer_client
 
@@ -204,7 +204,9 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
     assert result.termination_reason in ("user_stop", "agent_stop") and result.reward == 0.0, result.error
     client = scorer_client()
     cmdline = Path(f"/proc/{client.proc.pid}/cmdline").read_bytes().split(b"\0")
-    assert b"-B" in cmdline and any(part.startswith(b"pycache_prefix=") for part in cmdline)
+    prefix = next(part.split(b"=", 1)[1] for part in cmdline if part.startswith(b"pycache_prefix="))
+    trusted = os.environ.get("ECDYSIS_TRUSTED_PYCACHE")
+    assert (b"-B" in cmdline and prefix != (trusted or "").encode()) or prefix == (trusted or "-").encode()
 
 
 def test_a_harness_note_carrying_a_known_secret_is_redacted_on_arrival(tmp_path: Path,
