@@ -45,10 +45,18 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _descendants(root: psutil.Process) -> list[psutil.Process]:
+    """`root`'s descendants now; empty when one vanished while they were listed (the next sample retries)."""
+    try:
+        return root.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
 def tree_pss(root: psutil.Process) -> int:
     """Bytes of proportional set size of `root` and all its descendants (processes that vanish are skipped)."""
     total = 0
-    for proc in [root, *root.children(recursive=True)]:
+    for proc in [root, *_descendants(root)]:
         try:
             with open(f"/proc/{proc.pid}/smaps_rollup") as f:
                 total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
@@ -68,7 +76,7 @@ def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:
     """Record in `seen` each process's CPU seconds so far (user + system), by kind (`KINDS`). A fork server
     or scorer counts its reaped children too (trial processes, scoring children: too short-lived to sample);
     their children are therefore not counted again."""
-    for proc in [root, *root.children(recursive=True)]:
+    for proc in [root, *_descendants(root)]:
         try:
             argv = proc.cmdline()
             if argv and os.path.basename(argv[0]) == "bwrap":

@@ -22,7 +22,9 @@ How evidence maps to knobs (docs/internals.md, "Spec parameters"), per group, fr
 | a tool error about invalid JSON arguments | nothing: the harness already answers them (left alone) |
 | ended by user/agent stop with `db`/`communicate` failed and none of the above, on >= 2 tasks (across groups), or in a prompt showing a single failure (self-evolution) | `completion_check` |
 | the same on one task only | left alone as a model blind spot |
-| a write argument one or two characters off a value seen earlier (user's words, earlier call arguments), in a single-task group | the analyst is tempted by a `policy_rule` naming the value, which the Critic blocks; on several tasks: left alone (slips) |
+| a write argument one or two characters off a value seen earlier (user's words, earlier call arguments), in a single-task group | the analyst is tempted by a `policy_rule` naming the value, which the Critic blocks |
+| the same (a value the environment accepted, near the one the user stated) on >= 2 tasks | `value_check` (tool interface: such a value is replaced before the call) |
+| any of the above that the harness map shows the harness already does (a function whose docstring names the behaviour and does not open with a negation, `roles_evidence.MECHANISM_WORDS`) | nothing: left alone, naming the file and function |
 
 The Critic blocks policy rules for single-task groups, changes to the `build_agent` entry point
 (`__init__.py`, the runtime contract with the suite) and changes identical to a rejected earlier one,

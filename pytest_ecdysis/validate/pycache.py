@@ -3,7 +3,7 @@ cannot write it (issue 32, item 2).
 
 The scorer must not load bytecode a harness could have written (docs/evolution.md, "On every run"): a
 `.pyc` planted in τ²'s `__pycache__` would rig the reward. Compiling every module from source instead
-(`-B` and an empty `-X pycache_prefix`) costs about 3 CPU s more per scorer start (5.3 against 2.3 CPU s,
+(`-B` and an empty `-X pycache_prefix`) costs about 3.7 CPU s more per scorer start (4.94 against 1.21 CPU s,
 `benchmarks/bench_trusted_side.py`), paid by every worker of every suite run. This module gives those
 processes a private cache instead, under three rules:
 

@@ -100,8 +100,9 @@ def score_in_child(domain: str, score: Callable[[], dict[str, Any]], task_id: st
         try:
             os.close(read_fd)
             _HANDED = {}
-            for env, pieces in zip(_PRISTINE.get(domain, ()), _PIECES.get(domain, ())):  # τ²'s hash, from
-                env.get_db_hash = functools.partial(_db_hash, env, pieces)          # the records it changed
+            # τ²'s hash, from the records the child's tool calls touched (`db_hash`)
+            for env, pieces in zip(_PRISTINE.get(domain, ()), _PIECES.get(domain, ()), strict=False):
+                env.get_db_hash = functools.partial(_db_hash, env, pieces)
             computed = _gold_hashes(domain, key) if key is not None else None
             try:
                 response = score()
