@@ -20,10 +20,11 @@ lowers the rate of the matching id habit). The one deliberate exception: `blind_
 when a system message contains the correct value literally (an over-fitted rule). A share `noise` of
 the draws depends on the run nonce. This module must not import tau2.
 
-`AgentTrial` is in three parts: this module follows the plan and reads the request (`respond`, the
+`AgentTrial` is in four parts: this module follows the plan and reads the request (`respond`, the
 arguments the model means: `_intended`); `agent_draws.QuirkDraws` draws the quirks and reports the ground
 truth; `agent_emit.Emitting` writes the messages the model sends (and holds `Pending`, `CLOSING_TEXT`,
-`CONFIRM_TEXT`, re-exported here).
+`CONFIRM_TEXT`, re-exported here); `agent_user_steps.UserSteps` asks the user for the steps a dual-control
+suite leaves in the user's hands (τ² telecom).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 from pytest_ecdysis.sim.agent_draws import QuirkDraws
 from pytest_ecdysis.sim.agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
+from pytest_ecdysis.sim.agent_user_steps import UserSteps
 from pytest_ecdysis.sim.knowledge import USER_SOURCE, Dependency, SimTask, is_error_text, leaves
 from pytest_ecdysis.sim.profiles import Profile, choose
 from pytest_ecdysis.sim.reading import (
@@ -55,7 +57,7 @@ MAX_MALFORMED = 3  # malformed resends when the harness answers nothing
 MAX_REREADS = 2  # extra lookups before each write under verbose_rereads
 
 
-class AgentTrial(QuirkDraws, Emitting):
+class AgentTrial(QuirkDraws, Emitting, UserSteps):
     """The simulated model's state for one trial of one task, under one profile."""
 
     def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "",
@@ -115,6 +117,8 @@ class AgentTrial(QuirkDraws, Emitting):
         is_new = last.get("role") in ("user", "system") and bool(message_text(last).strip())
         from_user = message_text(last).strip() in self.user_texts
         check = is_new and not from_user and bool(self.user_texts)
+        if p.kind == "ask_user":  # dual control: the user was asked to run a step on their device
+            return self._after_ask(p, messages, is_new)
         if p.kind == "confirm":
             if is_new and not check:
                 self.confirmed = True
@@ -221,6 +225,8 @@ class AgentTrial(QuirkDraws, Emitting):
         if self.pos >= len(self.task.plan):
             return self._final(messages, forget=self._draw_forget())
         step = self.task.plan[self.pos]
+        if step.actor == "user":  # dual control: the user's step, asked for in words (agent_user_steps)
+            return self._ask_user(self.pos)
         if step.write and not self.confirmed:
             action = step.name.replace("_", " ")
             text = f"I can do that for you. Before I proceed with the action ({action}): {CONFIRM_TEXT}"

@@ -215,9 +215,10 @@ class SimModel:
                 return state.agent.respond(messages, tools)
             if state.user is None:
                 state.user = UserTrial(task)
-            text = state.user.respond(messages)
-            state.user_texts.add(text.strip())
-            return {"role": "assistant", "content": text}
+            message = state.user.message(messages, tools)  # with tools: may be the user's own tool call
+            if message.get("content"):
+                state.user_texts.add(message["content"].strip())
+            return message
 
     def ground_truth(self, header: str | None) -> dict[str, Any]:
         """The trial's ground truth; an unseen trial of a known task has no quirks.
