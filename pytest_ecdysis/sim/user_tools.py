@@ -74,7 +74,7 @@ def requested_call(text: str, tools: list[Any]) -> tuple[str, dict[str, Any]] | 
     params = fn.get("parameters") or {}
     arguments: dict[str, Any] = {}
     for name, prop in (params.get("properties") or {}).items():
-        value = _argument(name, prop, params.get("$defs") or {}, text)
+        value = _argument(name, prop, params.get("$defs") or {}, text, set(fn["name"].split("_")))
         if value is not None:
             arguments[name] = value
         elif name in (params.get("required") or []):
@@ -82,10 +82,11 @@ def requested_call(text: str, tools: list[Any]) -> tuple[str, dict[str, Any]] | 
     return fn["name"], arguments
 
 
-def _argument(name: str, prop: dict[str, Any], defs: dict[str, Any], text: str) -> Any:
+def _argument(name: str, prop: dict[str, Any], defs: dict[str, Any], text: str, naming: set[str]) -> Any:
     """The value of parameter `name` in the agent's words: `name=value` / `name: value`; an enum value of
     the schema named in the text; else the word before (then after) the parameter's last name word
-    ("messaging app", "sms permission"). None when none of these is there."""
+    ("messaging app", "sms permission"), never a word of the tool's own name (`naming`). None when none of
+    these is there."""
     lowered = text.lower()
     said = re.search(rf"\b{re.escape(name.lower())}\s*[=:]\s*[\"']?([\w.\-]+)", lowered)
     if said:
@@ -103,7 +104,7 @@ def _argument(name: str, prop: dict[str, Any], defs: dict[str, Any], text: str) 
             if w != key:
                 continue
             for j in (i - 1, i + 1):
-                if 0 <= j < len(content) and content[j] not in verbs:
+                if 0 <= j < len(content) and content[j] not in verbs and content[j] not in naming:
                     return content[j]
     return None
 
