@@ -45,6 +45,7 @@ from pytest_ecdysis.endpoint.overflow import context_overflow
 from . import suite
 from .agent_process import build_agent
 from .agent_process import prepare as prepare_agent
+from .dual_control import guard_sync, user_tool_call_records, user_tools
 from .endpoint import (
     EndpointLog,
     EndpointSettings,
@@ -55,7 +56,6 @@ from .endpoint import (
 )
 from .scorer import ScorerClient, ScorerError, scorer_client
 from .tau2lib import load_tau2
-from .dual_control import guard_sync, user_tool_call_records, user_tools
 from .tool_calls import tool_params
 
 STOP_ENDINGS = ("user_stop", "agent_stop")

@@ -165,7 +165,6 @@ def _fast_environments() -> None:
     from tau2.registry import registry
 
     from . import cow_scoring
-
     from .tau2lib import DOMAINS
 
     for domain in DOMAINS:  # telecom too: its environments carry the user's phone (user_db) as well

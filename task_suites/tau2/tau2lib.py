@@ -84,9 +84,8 @@ def _import_names() -> dict:
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
     from tau2.orchestrator.orchestrator import Orchestrator
     from tau2.user.base import OUT_OF_SCOPE, STOP, TRANSFER, BaseUser, UserState
-    from tau2.user.user_simulator import UserSimulator
     from tau2.user.user_simulator import SYSTEM_PROMPT as USER_SYSTEM_PROMPT
-    from tau2.user.user_simulator import get_global_user_sim_guidelines
+    from tau2.user.user_simulator import UserSimulator, get_global_user_sim_guidelines
 
     return dict(
         airline=airline, retail=retail, telecom=telecom, BaseAgent=BaseAgent, DEFAULT_MAX_ERRORS=DEFAULT_MAX_ERRORS,
