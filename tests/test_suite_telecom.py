@@ -185,3 +185,29 @@ def test_the_simulated_user_reads_which_of_its_tools_the_words_ask_for():
     assert requested_call("Can you restart your device?", tools) == ("reboot_device", {})
     assert requested_call("Hello, how can I help you today?", tools) is None
     assert requested_call("Please grant the app permission", tools) == ("?", "app_name")
+
+
+def test_the_html_page_and_the_evidence_mark_the_users_own_tool_calls():
+    """The report's conversation view flags the user's own tool call and its result (`by_user`), the agent's
+    not; the failure record's excerpt marks them `actor: user`, and the roles' view keeps the mark."""
+    from pytest_ecdysis.core.records import ToolCallRecord, TrialResult
+    from pytest_ecdysis.evidence.views import _message_view
+    from pytest_ecdysis.report.html_view import _message_view as html_messages
+
+    messages = [
+        {"role": "assistant", "content": "Could you toggle your data?"},
+        {"role": "user", "content": None, "tool_calls": [{"id": "u1", "name": "toggle_data", "arguments": {}}],
+         "requestor": "user"},
+        {"role": "tool", "content": "Mobile Data is now ON.", "id": "u1", "error": False, "requestor": "user"},
+        {"role": "user", "content": "It is on now. ###STOP###"},
+    ]
+    shown = html_messages({"messages": messages, "tool_calls": []})
+    assert [m["by_user"] for m in shown] == [False, True, True, False]
+    trial = TrialResult(suite="tau2-telecom", task_id=TASK, trial=0, reward=0.0, termination_reason="user_stop",
+                        components={"env_assertion": 0.0}, messages=messages, user_tool_calls=[
+                            ToolCallRecord(name="toggle_data", arguments={}, result="Mobile Data is now ON.",
+                                           step=1, actor="user")])
+    record = to_record(trial)
+    assert [item.get("actor") for item in record.excerpt] == [None, "user", "user", None]
+    assert [_message_view(item).get("actor") for item in record.excerpt] == [None, "user", "user", None]
+    assert record_view(record)["user_tool_calls"][0]["result"] == "Mobile Data is now ON."
