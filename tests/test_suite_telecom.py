@@ -211,3 +211,19 @@ def test_the_html_page_and_the_evidence_mark_the_users_own_tool_calls():
     assert [item.get("actor") for item in record.excerpt] == [None, "user", "user", None]
     assert [_message_view(item).get("actor") for item in record.excerpt] == [None, "user", "user", None]
     assert record_view(record)["user_tool_calls"][0]["result"] == "Mobile Data is now ON."
+
+
+def test_a_pass_won_by_the_users_own_tool_calls_is_not_a_weak_pass():
+    """In telecom the fix is often the user's device actions alone: a pass with user tool calls and no agent
+    call is not flagged "no tool call"; a pass with no call of either side still is."""
+    from pytest_ecdysis.core.metrics import weak_pass_reasons
+    from pytest_ecdysis.core.records import ToolCallRecord, TrialResult
+
+    def passed(user_calls):
+        return TrialResult(suite="tau2-telecom", task_id=TASK, trial=0, reward=1.0, termination_reason="user_stop",
+                           components={"env_assertion": 1.0}, checks={"communicate": []},
+                           user_tool_calls=user_calls)
+
+    mine = [ToolCallRecord(name="toggle_data", arguments={}, result="ON", step=3, actor="user")]
+    assert weak_pass_reasons(passed(mine), 1.0) == []
+    assert weak_pass_reasons(passed([]), 1.0) == ["no tool call"]
