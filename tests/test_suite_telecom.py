@@ -227,3 +227,43 @@ def test_a_pass_won_by_the_users_own_tool_calls_is_not_a_weak_pass():
     mine = [ToolCallRecord(name="toggle_data", arguments={}, result="ON", step=3, actor="user")]
     assert weak_pass_reasons(passed(mine), 1.0) == []
     assert weak_pass_reasons(passed([]), 1.0) == ["no tool call"]
+
+
+def _recorded(kind: str | None = None):
+    from test_replies_replay import fixtures
+
+    return [p for p in fixtures("agent") if kind is None or p.values[0]["kind"] == kind]
+
+
+@pytest.mark.parametrize("doc", _recorded())
+def test_every_recorded_real_reply_as_the_telecom_agent_ends_in_a_clear_record(doc):
+    """Recorded replies of real servers and small models (llama.cpp's SmolLM2 and Gemma among them) as the
+    agent's first answer in a telecom trial: each ends with a termination reason, and every ending other
+    than the user's stop carries an error saying what happened; nothing crashes."""
+    from test_replies_replay import response
+
+    follow = [] if doc["kind"] == "empty" else [text("Could you toggle your mobile data?")]
+    user = _user(text("My data is broken, I am John Smith, 555-123-2002."), text("Thanks. ###STOP###"))
+    result = run(TASK, ScriptedModel([response(doc), *follow]), domain="telecom", user=user,
+                 settings=EndpointSettings(max_retries=0, call_timeout_s=5.0, trial_budget_s=120.0))
+    assert result.termination_reason in {"user_stop", "endpoint_format_error", "context_overflow",
+                                         "infrastructure_error"}
+    assert result.termination_reason == "user_stop" or result.error
+    if doc["kind"] == "tool_call":  # an airline call the telecom agent does not have: τ²'s error result
+        assert result.tool_calls and result.tool_calls[0].error
+
+
+@pytest.mark.parametrize("doc", _recorded("tool_call")[:2] + _recorded("text")[:2])
+def test_a_recorded_real_reply_as_the_telecom_user_ends_in_a_clear_record(doc):
+    """The same recorded replies as the *user* model of a telecom trial: text is the user's words; a tool call
+    of a tool the user does not have ends `user_error` naming it (the user model's fault)."""
+    from test_replies_replay import response
+
+    user = ScriptedModel([text("My data is broken, I am John Smith, 555-123-2002."), response(doc),
+                          text("###STOP###")])
+    result = run(TASK, ScriptedModel([text("Could you toggle your mobile data?")]), domain="telecom", user=user,
+                 settings=FAST)
+    if doc["kind"] == "tool_call":
+        assert result.termination_reason == "user_error" and "not have" in result.error
+    else:
+        assert result.termination_reason == "user_stop", result.error
