@@ -267,3 +267,16 @@ def test_a_recorded_real_reply_as_the_telecom_user_ends_in_a_clear_record(doc):
         assert result.termination_reason == "user_error" and "not have" in result.error
     else:
         assert result.termination_reason == "user_stop", result.error
+
+
+def test_a_usage_error_listing_telecom_ids_stays_readable():
+    """An id of no suite, with telecom collected, lists each suite's valid ids bounded in characters (telecom
+    ids run to 200 characters), ending with how many there are."""
+    from pytest_ecdysis.run.selection import Collected, check_tasks
+
+    collected = Collected(cases={}, suites={"tau2-airline", "tau2-telecom"})
+    with pytest.raises(UsageError) as caught:
+        check_tasks(("9999",), "train", collected)
+    said = str(caught.value)
+    assert "9999 is a task of no installed suite" in said and "tau2-telecom: [" in said
+    assert "(74 in all)" in said and len(said) < 2000
