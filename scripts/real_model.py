@@ -87,7 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="CPU threads of the server (default: 1: on a loaded machine two threads wait on each other "
                         "at every step; measured in docs/real-model.md)")
     p.add_argument("--port", type=int, default=8765, help="server port on 127.0.0.1 (default: 8765)")
-    p.add_argument("--tasks", default="0,1,3", help="airline train task ids (default: 0,1,3)")
+    p.add_argument("--domain", choices=("airline", "retail", "telecom"), default="airline",
+                   help="the τ² suite to run (default: airline; telecom: the user holds tools too)")
+    p.add_argument("--tasks", default="0,1,3", help="train task ids of --domain (default: 0,1,3, airline's)")
     p.add_argument("--trials", type=int, default=1, help="trials per task (default: 1)")
     p.add_argument("--stages", default="trials,gate,evolve", help="comma-separated: " + ", ".join(STAGES))
     p.add_argument("--repeat", type=int, default=3, help="repetitions of the noise stage (default: 3)")
@@ -122,7 +124,8 @@ def pytest_stage(name: str, session: Path, args: argparse.Namespace, url: str, a
                  extra: list[str]) -> dict:
     """Run one pytest stage against the proxy; returns `{stage, run_id, exit, wall_s}`."""
     run_id = f"{session.name}-{name}"
-    cmd = [sys.executable, "-m", "pytest", "task_suites/tau2/test_airline.py", "-n", "0", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", f"task_suites/tau2/test_{args.domain}.py", "-n", "0",
+           "-p", "no:cacheprovider",
            "--ecdysis-model", alias, "--ecdysis-base-url", url,
            "--ecdysis-user-model", alias if args.user_model == "real" else "sim",
            "--ecdysis-tasks", args.tasks, "--ecdysis-trials", str(args.trials),

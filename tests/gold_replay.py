@@ -20,11 +20,22 @@ def gold_simulation(domain: str, task_id: str) -> dict[str, Any]:
     task = suite.get_task(domain, task_id)
     env = suite.get_environment(domain)
     criteria = task.evaluation_criteria
-    actions = [a for a in (criteria.actions or []) if a.requestor == "assistant"] if criteria else []
+    actions = list(criteria.actions or []) if criteria else []
     info = list((criteria.communicate_info or []) if criteria else [])
+    initial = task.initial_state
+    if initial is not None:  # telecom's scenarios set the user's phone up (airline/retail: no-op here)
+        env.set_state(initialization_data=initial.initialization_data,
+                      initialization_actions=initial.initialization_actions, message_history=[])
     messages: list[Any] = [t.UserMessage(role="user", content="Hello, I need help with my booking.")]
     for i, action in enumerate(actions):
-        call = t.ToolCall(id=f"gold_{i}", name=action.name, arguments=dict(action.arguments), requestor="assistant")
+        call = t.ToolCall(id=f"gold_{i}", name=action.name, arguments=dict(action.arguments),
+                          requestor=action.requestor)
+        if action.requestor == "user":  # dual control: the agent asks, the user runs the tool on their phone
+            messages.append(t.AssistantMessage(role="assistant", content=f"Please run {action.name}."))
+            messages.append(t.UserMessage(role="user", content=None, tool_calls=[call]))
+            messages.append(env.get_response(call))
+            messages.append(t.UserMessage(role="user", content="Done."))
+            continue
         messages.append(t.AssistantMessage(role="assistant", content=None, tool_calls=[call]))
         messages.append(env.get_response(call))
     messages.append(t.AssistantMessage(role="assistant", content=("All done. " + "; ".join(info)).strip()))

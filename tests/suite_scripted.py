@@ -76,7 +76,7 @@ def scripted_user(opening: str = "Hi, I need help with my reservation.") -> Scri
 
 def run(task_id: str, agent: ScriptedModel | None, *, domain: str = "airline", harness: Path = EXAMPLE_HARNESS,
         settings: Any = None, user: ScriptedModel | None = None, base_url: str = "http://scripted.invalid/v1",
-        agent_transport: Any = None) -> Any:
+        agent_transport: Any = None, scorer: Any = None) -> Any:
     """One trial through the suite's runner with scripted agent and user endpoints."""
     from pytest_ecdysis.core.harness import harness_id
     from task_suites.tau2.runner import TrialSpec, run_trial
@@ -85,7 +85,7 @@ def run(task_id: str, agent: ScriptedModel | None, *, domain: str = "airline", h
                      user_model="scripted", harness_dir=harness, harness_id=harness_id(harness), base_url=base_url)
     user = user or scripted_user()
     transport = agent_transport or (agent.transport() if agent is not None else None)
-    return run_trial(spec, settings, agent_transport=transport, user_transport=user.transport())
+    return run_trial(spec, settings, agent_transport=transport, user_transport=user.transport(), scorer=scorer)
 
 
 Handler = Callable[[httpx2.Request], httpx2.Response]

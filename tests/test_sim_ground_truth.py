@@ -75,7 +75,7 @@ def test_tau2_knowledge_plans_gold_actions_in_order_with_lookups_and_dependencie
     and a write value first seen in an earlier tool result is a dependency with its offset there."""
     from task_suites.tau2.suite import get_task
 
-    assert set(tau2) == {"tau2-airline", "tau2-retail"}
+    assert set(tau2) == {"tau2-airline", "tau2-retail", "tau2-telecom"}
     for suite, domain, task_id in (("tau2-retail", "retail", "5"), ("tau2-airline", "airline", "22")):
         task = tau2[suite].task(task_id)
         gold = [(a.name, a.arguments) for a in get_task(domain, task_id).evaluation_criteria.actions]
@@ -87,6 +87,25 @@ def test_tau2_knowledge_plans_gold_actions_in_order_with_lookups_and_dependencie
     write = retail.plan[retail.writes[0]]
     assert {b.kind for b in write.id_bends} == {"id_case", "id_prefix"}
     assert any(b.bent == "W6390527" for b in write.id_bends)
+
+
+def test_telecom_knowledge_keeps_both_hands_of_the_gold_plan_and_adds_the_agents_lookups(tau2):
+    """Telecom's plan: τ²'s gold actions in order, the user's marked `actor="user"` (never writes the agent
+    makes), the agent's lookups inserted before its account write (customer by the phone number the user
+    states, then the line), and the written ids read from the customer lookup's result."""
+    from task_suites.tau2.suite import get_task
+
+    task_id = "[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]"
+    task = tau2["tau2-telecom"].task(task_id)
+    gold = [(a.name, a.arguments) for a in get_task("telecom", task_id).evaluation_criteria.actions]
+    assert [(s.name, s.arguments) for s in task.plan if s.gold] == gold
+    assert [(s.name, s.actor, s.write, s.gold) for s in task.plan] == [
+        ("toggle_data", "user", False, True), ("get_customer_by_phone", "agent", False, False),
+        ("get_details_by_id", "agent", False, False), ("refuel_data", "agent", True, True)]
+    refuel = task.plan[3]
+    assert {(d.path, d.source_step) for d in refuel.dependencies} == {("customer_id", 1), ("line_id", 1)}
+    assert {b.bent for b in refuel.id_bends} == {"c1001", "l1002"}
+    assert task.plan[1].dependencies[0].source_step == -1  # the phone number: the user's own words
 
 
 def test_tau2_knowledge_rejects_unknown_tasks_and_states_communicate_info(tau2):

@@ -13,16 +13,32 @@ from suite_scripted import ORACLE_HARNESS, completion
 
 pytest.importorskip("tau2")
 
+from suite_oracle_harness import DONE_TEXT, USER_ACTION  # noqa: E402 - imports tau2
+
 
 class _UserHandler(BaseHTTPRequestHandler):
-    """A user endpoint: an opening line, then ###STOP### once the agent has written twice."""
+    """A user endpoint: an opening line, then ###STOP### once the agent has written twice (with tools of its
+    own, τ² telecom: once the oracle says it is done); a user action the oracle asks for
+    (`USER_ACTION` + JSON) is run as the user's own tool call, and its result answered with "Done."."""
 
     def do_POST(self):  # noqa: N802 - http.server API
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.roles.append(self.headers.get("X-Ecdysis-Role"))
-        agent_texts = [m for m in body["messages"] if m["role"] == "user"]
-        content = "###STOP###" if len(agent_texts) >= 2 else "Hi, I need help with my request."
-        payload = json.dumps(completion({"content": content})).encode()
+        messages = body["messages"]
+        agent_texts = [m for m in messages if m["role"] == "user"]
+        last = messages[-1]
+        if body.get("tools") and last["role"] == "tool":
+            message = {"content": "Done."}
+        elif body.get("tools") and last["role"] == "user" and USER_ACTION in (last["content"] or ""):
+            asked = json.loads(last["content"].split(USER_ACTION, 1)[1])
+            message = {"content": None, "tool_calls": [{"id": f"u{len(messages)}", "type": "function", "function": {
+                "name": asked["name"], "arguments": json.dumps(asked["arguments"])}}]}
+        elif body.get("tools"):
+            done = last["role"] == "user" and DONE_TEXT in (last["content"] or "")
+            message = {"content": "###STOP###" if done else "Hi, I need help with my phone."}
+        else:
+            message = {"content": "###STOP###" if len(agent_texts) >= 2 else "Hi, I need help with my request."}
+        payload = json.dumps(completion(message)).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -65,14 +81,23 @@ def _trials(pytester):
 SAMPLE_IDS = [str(i) for i in range(0, 114, 7)] + ["12", "13", "64"]
 
 
+def _telecom_sample():
+    """Telecom tasks of the default oracle run: every 19th of its 114 base tasks (6, both splits)."""
+    from task_suites.tau2 import suite
+
+    return list(suite.split_ids("telecom", "all"))[::19]
+
+
 @pytest.mark.slow
 def test_oracle_replay_scores_one_on_every_task(pytester, user_endpoint):
     """Oracle check: replaying each task's gold actions and stating its communicate_info, through the
-    suite's own cases, runner and scorer with -n 2, scores 1.0 (all 50 airline and 114 retail tasks with
-    ECDYSIS_FULL_ORACLE=1, else a fixed sample); suspect tasks (gold actions that fail in τ² 26.3, e.g.
+    suite's own cases, runner and scorer with -n 2, scores 1.0 (all 50 airline, 114 retail and 114 telecom
+    tasks with ECDYSIS_FULL_ORACLE=1, else a fixed sample; telecom's user actions run by the user endpoint
+    with the user's own tools); suspect tasks (gold actions that fail in τ² 26.3, e.g.
     retail 12, 13, 64) still score 1.0 and are flagged."""
     full = os.environ.get("ECDYSIS_FULL_ORACLE") == "1"
-    selection = [] if full else ["--ecdysis-tasks", ",".join(SAMPLE_IDS)]
+    telecom = _telecom_sample()
+    selection = [] if full else ["--ecdysis-tasks", ",".join(SAMPLE_IDS + telecom)]
     result = _run(pytester, user_endpoint, "--ecdysis-split", "all", *selection)
     trials, _ = _trials(pytester)
     by_suite = {}
@@ -80,12 +105,19 @@ def test_oracle_replay_scores_one_on_every_task(pytester, user_endpoint):
         by_suite.setdefault(t["suite"], set()).add(t["task_id"])
     expected_airline = 50 if full else len([i for i in SAMPLE_IDS if int(i) < 50])
     expected_retail = 114 if full else len(SAMPLE_IDS)
+    expected_telecom = 114 if full else len(telecom)
     assert {s: len(v) for s, v in by_suite.items()} == {"tau2-airline": expected_airline,
-                                                          "tau2-retail": expected_retail}
-    result.stdout.fnmatch_lines([f"*{expected_airline + expected_retail} passed*"])
+                                                          "tau2-retail": expected_retail,
+                                                          "tau2-telecom": expected_telecom}
+    result.stdout.fnmatch_lines([f"*{expected_airline + expected_retail + expected_telecom} passed*"])
     assert all(t["reward"] == 1.0 and t["termination_reason"] == "user_stop" for t in trials)
     suspects = {t["task_id"] for t in trials if t["suspect"]}
-    assert {"12", "13", "64"} <= suspects and not any(t["suspect"] for t in trials if t["suite"] == "tau2-airline")
+    assert {"12", "13", "64"} <= suspects and not any(t["suspect"] for t in trials if t["suite"] != "tau2-retail")
+    # telecom (dual control): the user ran its gold actions with its own tools, recorded as the user's
+    telecom_trials = [t for t in trials if t["suite"] == "tau2-telecom"]
+    assert all({c["actor"] for c in t["user_tool_calls"]} <= {"user"} for t in telecom_trials)
+    assert sum(len(t["user_tool_calls"]) for t in telecom_trials) >= len(telecom_trials)
+    assert all("env_assertion" in t["components"] for t in telecom_trials)
     assert set(user_endpoint.roles) == {"user"}
 
 

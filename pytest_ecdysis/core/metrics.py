@@ -195,14 +195,15 @@ def weak_pass_reasons(trial: TrialResult, threshold: float) -> list[str]:
 
     Only for trials whose suite reported its evaluator's checks (`TrialResult.checks`): a communicate
     value under `WEAK_VALUE_CHARS` characters that was met (it matches inside dates, ids, prices), or no
-    tool call at all (the gold has no write and the value happened to be said).
+    tool call at all, the agent's or the user's own (the gold has no write and the value happened to be
+    said; in τ² telecom the user's device actions are the fix, so a trial with only those is not weak).
     """
     if trial.checks is None or trial.is_infra_error or not is_success(trial.reward, threshold):
         return []
     reasons = [f"communicate value {c.get('info')!r} under {WEAK_VALUE_CHARS} characters, matched in "
                f"{c.get('matched')!r}" for c in trial.checks.get("communicate") or []
                if c.get("met") and len(str(c.get("info") or "")) < WEAK_VALUE_CHARS]
-    if not trial.tool_calls:
+    if not trial.tool_calls and not trial.user_tool_calls:  # dual control: the user's own calls count too
         reasons.append("no tool call")
     return reasons
 

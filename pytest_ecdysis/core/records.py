@@ -41,7 +41,7 @@ class _Model(BaseModel):
 
 
 class ToolCallRecord(_Model):
-    """One tool call of the agent and what came back."""
+    """One tool call and what came back: the agent's, or the user's own (`actor`)."""
 
     name: str
     arguments: Annotated[dict[str, Any], Field(description="arguments as sent to the environment")]
@@ -53,6 +53,11 @@ class ToolCallRecord(_Model):
                           "observed on the wire (None: never sent, or not observed)"),
     ] = None
     step: Annotated[int | None, Field(description="index of the message in the trajectory")] = None
+    actor: Annotated[
+        Literal["agent", "user"],
+        Field(description="who called the tool: the agent, or the user on their own device (dual control, "
+                          "e.g. τ² telecom); the agent never sees the user's calls or their results"),
+    ] = "agent"
 
 
 class TrialResult(_Model):
@@ -73,6 +78,11 @@ class TrialResult(_Model):
     ] = Field(default_factory=dict)
     termination_reason: TerminationReason
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    user_tool_calls: Annotated[
+        list[ToolCallRecord],
+        Field(description="the user's own tool calls (dual control, e.g. τ² telecom), actor 'user'; [] when "
+                          "the user has no tools"),
+    ] = Field(default_factory=list)
     steps: Annotated[int, Field(description="messages in the trajectory")] = 0
     tokens: Annotated[dict[str, int], Field(description="{'prompt', 'completion', 'total'} of the agent")] = Field(
         default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0}
@@ -182,6 +192,9 @@ class FailureRecord(_Model):
     termination_reason: TerminationReason
     failed_components: list[RewardComponent] = Field(default_factory=list)
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    user_tool_calls: Annotated[
+        list[ToolCallRecord], Field(description="the user's own tool calls (actor 'user'), as in TrialResult")
+    ] = Field(default_factory=list)
     first_tool_error: Annotated[dict[str, Any] | None, Field(description="{'name', 'arguments', 'result', 'step'}")] = None
     pending_tool_call: Annotated[bool, Field(description="the trial ended with a tool call that got no result")] = False
     excerpt: Annotated[list[dict[str, Any]], Field(description="bounded slice of the conversation")] = Field(

@@ -95,7 +95,8 @@ def focus_step(trial: TrialResult) -> int:
 def excerpt(trial: TrialResult) -> list[dict[str, Any]]:
     """At most EXCERPT_BEFORE + 1 + EXCERPT_AFTER messages around `focus_step`, each cut to EXCERPT_CHARS.
 
-    Each item: `{"index", "role", "content", "tool_calls"?}`; cut content ends with `… [cut N chars]`.
+    Each item: `{"index", "role", "content", "tool_calls"?, "actor"?}` (`actor` is `user` on the user's own
+    tool calls and their results, dual control); cut content ends with `… [cut N chars]`.
     """
     if not trial.messages:
         return []
@@ -109,6 +110,8 @@ def excerpt(trial: TrialResult) -> list[dict[str, Any]]:
         if len(text) > EXCERPT_CHARS:
             text = text[:EXCERPT_CHARS] + f"… [cut {len(text) - EXCERPT_CHARS} chars]"
         item: dict[str, Any] = {"index": i, "role": msg.get("role", "?"), "content": text}
+        if msg.get("requestor") == "user":  # the user's own tool call or its result (dual control)
+            item["actor"] = "user"
         if msg.get("tool_calls"):
             item["tool_calls"] = [
                 {"name": tc.get("name") or (tc.get("function") or {}).get("name"),
@@ -129,6 +132,7 @@ def to_record(trial: TrialResult) -> FailureRecord:
         termination_reason=trial.termination_reason,
         failed_components=failed_components(trial.components),
         tool_calls=trial.tool_calls,
+        user_tool_calls=trial.user_tool_calls,
         first_tool_error=first_tool_error(trial.tool_calls),
         pending_tool_call=has_pending_tool_call(trial),
         excerpt=excerpt(trial),

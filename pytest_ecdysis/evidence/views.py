@@ -154,6 +154,12 @@ def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
     view["tool_calls"] = [_call_view(c, detail) for c in shown]
     if len(calls) > len(shown):
         view["tool_calls_omitted"] = f"{len(calls) - len(shown)} calls in the middle omitted"
+    user_calls = list(getattr(record, "user_tool_calls", None) or [])
+    if user_calls:  # dual control: what the user did on their own device, never the agent's calls
+        shown_user = user_calls if len(user_calls) <= n else user_calls[: n // 2] + user_calls[-(n - n // 2):]
+        view["user_tool_calls"] = [_call_view(c, detail) for c in shown_user]
+        view["user_tool_calls_are"] = ("the user's own tool calls on their device (the agent asked, the user ran "
+                                       "them; the agent saw only what the user said about them)")
     if record.first_tool_error:
         view["first_tool_error"] = {k: cut(v, detail.result) if isinstance(v, str) else v
                                     for k, v in record.first_tool_error.items() if k != "arguments"}
@@ -176,6 +182,8 @@ def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
 
 def _message_view(message: Mapping[str, Any], limit: int = MAX_TEXT) -> dict[str, Any]:
     out: dict[str, Any] = {"role": str(message.get("role", "?"))}
+    if message.get("actor") == "user":
+        out["actor"] = "user"
     content = message.get("content")
     if content:
         out["content"] = cut(content, limit)

@@ -107,7 +107,8 @@ def highlight_diff(text: str) -> Markup:
 def _message_view(trial: dict[str, Any]) -> list[dict[str, Any]]:
     """A trial's conversation as the model saw it: a tool message shows the `model_view` the harness sent
     (observed on the wire; paired through the call id of the assistant message at the record's `step`)
-    when recorded, else τ²'s result; `edited` marks a result the harness changed. Long contents are cut."""
+    when recorded, else τ²'s result; `edited` marks a result the harness changed; `by_user` the user's own
+    tool calls and their results (dual control, τ² telecom). Long contents are cut."""
     messages = [m for m in _list(trial.get("messages")) if isinstance(m, dict)]
     by_step: dict[Any, list[Any]] = {}
     for c in _list(trial.get("tool_calls")):
@@ -131,7 +132,8 @@ def _message_view(trial: dict[str, Any]) -> list[dict[str, Any]]:
         calls = [f"{_dict(c.get('function', c)).get('name', '?')}"
                  f"({json.dumps(_dict(c.get('function', c)).get('arguments', ''), ensure_ascii=False)})"
                  for c in _list(m.get("tool_calls")) if isinstance(c, dict)]
-        out.append({"role": role, "content": content, "calls": calls, "edited": edited})
+        by_user = m.get("requestor") == "user"  # dual control: the user's own tool call or its result
+        out.append({"role": role, "content": content, "calls": calls, "edited": edited, "by_user": by_user})
     return out
 
 

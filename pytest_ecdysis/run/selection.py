@@ -27,6 +27,8 @@ from pytest_ecdysis.core.errors import UsageError
 
 #: how many valid ids a message lists per suite before "... (N in all)".
 SHOW_IDS = 40
+#: about how many characters of ids a message lists per suite.
+SHOW_CHARS = 600
 
 
 @dataclass
@@ -122,10 +124,17 @@ def _where(task: str, split: str, collected: Collected) -> str:
 
 
 def _ids(by_suite: dict[str, list[str]], suites: set[str]) -> str:
+    """At most `SHOW_IDS` ids and about `SHOW_CHARS` characters of them per suite (τ² telecom's ids run to
+    200 characters each), then "... (N in all)"."""
     shown = []
     for suite, ids in sorted(by_suite.items()):
         if suites and suite not in suites:
             continue
-        more = f", ... ({len(ids)} in all)" if len(ids) > SHOW_IDS else ""
-        shown.append(f"{suite}: {', '.join(ids[:SHOW_IDS])}{more}")
+        listed: list[str] = []
+        for task_id in ids[:SHOW_IDS]:
+            if listed and sum(len(t) + 2 for t in listed) + len(task_id) > SHOW_CHARS:
+                break
+            listed.append(task_id)
+        more = f", ... ({len(ids)} in all)" if len(listed) < len(ids) else ""
+        shown.append(f"{suite}: {', '.join(listed)}{more}")
     return "; ".join(shown) or "none"

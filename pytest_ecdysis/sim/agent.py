@@ -20,10 +20,12 @@ lowers the rate of the matching id habit). The one deliberate exception: `blind_
 when a system message contains the correct value literally (an over-fitted rule). A share `noise` of
 the draws depends on the run nonce. This module must not import tau2.
 
-`AgentTrial` is in three parts: this module follows the plan and reads the request (`respond`, the
-arguments the model means: `_intended`); `agent_draws.QuirkDraws` draws the quirks and reports the ground
+`AgentTrial` is in six parts: this module follows the plan and reads the request (`respond`);
+`agent_intent.Intending` works out the arguments the model means (`_intended`); `agent_rules.Following`
+reads the rules of the prompt and corrects a value from the right one in any channel; `agent_draws.QuirkDraws` draws the quirks and reports the ground
 truth; `agent_emit.Emitting` writes the messages the model sends (and holds `Pending`, `CLOSING_TEXT`,
-`CONFIRM_TEXT`, re-exported here).
+`CONFIRM_TEXT`, re-exported here); `agent_user_steps.UserSteps` asks the user for the steps a dual-control
+suite leaves in the user's hands (τ² telecom).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pytest_ecdysis.sim.agent_draws import QuirkDraws
 from pytest_ecdysis.sim.agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
 from pytest_ecdysis.sim.agent_intent import Intending
 from pytest_ecdysis.sim.agent_rules import Following, harness_text
+from pytest_ecdysis.sim.agent_user_steps import UserSteps
 from pytest_ecdysis.sim.knowledge import SimTask, is_error_text
 from pytest_ecdysis.sim.profiles import Profile
 from pytest_ecdysis.sim.reading import (
@@ -53,7 +56,7 @@ MAX_MALFORMED = 3  # malformed resends when the harness answers nothing
 MAX_REREADS = 2  # extra lookups before each write under verbose_rereads
 
 
-class AgentTrial(QuirkDraws, Following, Intending, Emitting):
+class AgentTrial(QuirkDraws, Following, Intending, Emitting, UserSteps):
     """The simulated model's state for one trial of one task, under one profile."""
 
     def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "",
@@ -124,6 +127,8 @@ class AgentTrial(QuirkDraws, Following, Intending, Emitting):
         is_new = last.get("role") in ("user", "system") and bool(message_text(last).strip())
         from_user = message_text(last).strip() in self.user_texts
         check = is_new and not from_user and bool(self.user_texts)
+        if p.kind == "ask_user":  # dual control: the user was asked to run a step on their device
+            return self._after_ask(p, messages, is_new)
         if check and self.failed is not None and p.kind != "confirm":
             failed, self.failed = self.failed, None  # a harness note after a failed call: does it correct it?
             note = message_text(last)
@@ -250,6 +255,8 @@ class AgentTrial(QuirkDraws, Following, Intending, Emitting):
         if self.pos >= len(self.task.plan):
             return self._final(messages, forget=self._draw_forget())
         step = self.task.plan[self.pos]
+        if step.actor == "user":  # dual control: the user's step, asked for in words (agent_user_steps)
+            return self._ask_user(self.pos)
         if step.write and (refusal := self._refuses(self.pos)) is not None:
             return self._give_up(f"my instructions do not allow me to {step.name.replace('_', ' ')}", refusal)
         cost = self._overreach(self.pos)

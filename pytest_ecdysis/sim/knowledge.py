@@ -51,7 +51,9 @@ class IdBend:
 class PlanStep:
     """One tool call of the gold plan. `write` is True for calls that change the environment's state;
     `dependencies` are the argument values the model must read in the request (from the user or an
-    earlier result) to send this call right."""
+    earlier result) to send this call right. `actor` "user" marks a step of a dual-control suite (τ²
+    telecom) the user runs with their own tools: the agent asks for it in words (`sim.agent_user_steps`)
+    and the simulated user makes the call (`sim.user_tools`)."""
 
     name: str
     arguments: dict[str, Any]
@@ -60,6 +62,7 @@ class PlanStep:
     dependencies: tuple[Dependency, ...] = ()
     id_bends: tuple[IdBend, ...] = ()
     result_chars: int = 0  # length of the gold result text (what a harness may truncate)
+    actor: str = "agent"  # "user": a step the user runs on their own device when the agent asks (dual control)
 
 
 @dataclass(frozen=True)

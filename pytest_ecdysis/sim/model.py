@@ -221,9 +221,10 @@ class SimModel:
                 return reply
             if state.user is None:
                 state.user = UserTrial(task)
-            text = state.user.respond(messages)
-            state.user_texts.add(text.strip())
-            return {"role": "assistant", "content": text}
+            message = state.user.message(messages, tools)  # with tools: may be the user's own tool call
+            if message.get("content"):
+                state.user_texts.add(message["content"].strip())
+            return message
 
     def ground_truth(self, header: str | None, executed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The trial's ground truth; an unseen trial of a known task has no quirks. With `executed` (the

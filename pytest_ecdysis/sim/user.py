@@ -11,6 +11,12 @@ knowledge. Deterministic; it never reads the system prompt. Turn rules, first ma
 5. the agent asks for a confirmation (confirm / proceed / shall I / would you like): "Yes, please go ahead.";
 6. the agent asks for details (id, name, zip, email, order, reservation, number): the known info again;
 7. otherwise: repeat the reason for the call briefly.
+
+With tools of its own (dual control, τ² telecom: the request offers the user's tool schemas), `message`
+answers two more ways before those rules (after the first turn, and never over a closing, a transfer or
+a confirmation request): the agent's words ask for one of its tools (`sim.user_tools.requested_call`) ->
+it calls that tool (or asks which value, when a required argument is not in the words); the last message
+is the result of its own call -> it tells the agent what the phone shows (`sim.user_tools.report`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 from pytest_ecdysis.sim.knowledge import SimTask
 from pytest_ecdysis.sim.reading import message_text
+from pytest_ecdysis.sim.user_tools import missing_argument, report, requested_call, tool_call_message
 
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"
@@ -53,6 +60,8 @@ class UserTrial:
         self.turns = 0
         self.texts: list[str] = []
         self.last: tuple[str, str] | None = None  # (request key, reply) of the latest turn
+        self.last_tool: tuple[str, dict[str, Any]] | None = None  # the same for a turn of its own tools
+        self.tool_calls = 0
 
     def respond(self, messages: list[dict[str, Any]]) -> str:
         key = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
@@ -64,6 +73,37 @@ class UserTrial:
         self.texts.append(text)
         self.last = (key, text)
         return text
+
+    def message(self, messages: list[dict[str, Any]], tools: list[Any] | None = None) -> dict[str, Any]:
+        """The user's next message (OpenAI assistant shape, roles flipped): a tool call of its own when it has
+        `tools` and the agent asked for one, else text (`respond`)."""
+        if tools and messages and self.turns > 0:
+            key = hashlib.sha256(json.dumps([messages, "tools"], sort_keys=True, default=str).encode()).hexdigest()
+            if self.last_tool is not None and self.last_tool[0] == key:
+                return self.last_tool[1]  # a retry of the same request: the same answer
+            reply = self._tool_turn(messages, tools)
+            if reply is not None:
+                self.last_tool = (key, reply)
+                if reply.get("content"):
+                    self.texts.append(reply["content"])
+                return reply
+        return {"role": "assistant", "content": self.respond(messages)}
+
+    def _tool_turn(self, messages: list[dict[str, Any]], tools: list[Any]) -> dict[str, Any] | None:
+        last = messages[-1]
+        if last.get("role") == "tool":  # the result of its own call: say what the phone shows
+            return {"role": "assistant", "content": report(message_text(last))}
+        said = message_text(last).lower()
+        if ("transfer" in said and ("human" in said or "representative" in said)) or "anything else" in said \
+                or any(k in said for k in _CONFIRM):
+            return None
+        call = requested_call(said, tools)
+        if call is None:
+            return None
+        if call[0] == "?":
+            return {"role": "assistant", "content": missing_argument(str(call[1]))}
+        self.tool_calls += 1
+        return tool_call_message(f"user_call_{self.tool_calls}", call[0], dict(call[1]))
 
     def _known(self) -> str:
         return first_person(self.task.scenario.known_info) or "I don't have more details, sorry."

@@ -38,7 +38,7 @@ def ecdysis_task_ids(split: str) -> dict[str, list[str]]:
 
 
 #: the τ² cases' node ids: `.../test_airline.py::test_airline[3-t0]` (cases.py), `[NOTSET]` when none selected.
-CASE_ID = re.compile(r"::test_(?P<domain>airline|retail)\[(?:(?P<task>.+)-t\d+|NOTSET)\]$")
+CASE_ID = re.compile(r"::test_(?P<domain>airline|retail|telecom)\[(?:(?P<task>.+)-t\d+|NOTSET)\]$")
 
 
 @hookimpl

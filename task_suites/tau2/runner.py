@@ -15,6 +15,9 @@ parametrises, calls this, and records the result). It never raises for a trial o
   counts as a failure (reward 0) and its record says `endpoint_problem`;
 - `context_overflow`: the endpoint refused a request that does not fit the model's context window (the
   harness's context management, or a server started with too small a context: the error says which);
+- `user_error`: the user simulator called a user tool the task's user does not have, or sent arguments
+  that are not a JSON object (`user.UserToolCallError`, τ² telecom): the user model's fault, kept out of
+  the evidence (`user_abort`);
 - `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure),
   including an HTTP 4xx the agent's request caused (400, 413, 422: malformed, too large; not auth, not
   found, timeout or rate limit, `harness_caused`): the record quotes the server's message.
@@ -42,6 +45,7 @@ from pytest_ecdysis.endpoint.overflow import context_overflow
 from . import suite
 from .agent_process import build_agent
 from .agent_process import prepare as prepare_agent
+from .dual_control import guard_sync, user_tool_call_records, user_tools
 from .endpoint import (
     EndpointLog,
     EndpointSettings,
@@ -118,7 +122,9 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
                             max_steps_hint=max_steps, trial=spec.header, budget=budget, environment=environment)
         from .user import Tau2User
 
-        user = Tau2User(scenario=task.user_scenario, client=user_client, model=spec.user_model)
+        user = Tau2User(scenario=task.user_scenario, client=user_client, model=spec.user_model,
+                        tools=user_tools(environment))
+        guard_sync(environment, spec)
         orchestrator = t.Orchestrator(domain=spec.domain, agent=agent, user=user, environment=environment,
                                       task=task, max_steps=max_steps,
                                       max_errors=spec.max_errors or t.DEFAULT_MAX_ERRORS)
@@ -165,6 +171,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
         components=components,
         termination_reason=reason,
         tool_calls=tool_call_records(trajectory, notes, model_view.seen),
+        user_tool_calls=user_tool_call_records(trajectory),
         steps=len(trajectory),
         tokens=tokens,
         user_tokens=user_tokens,
@@ -191,6 +198,10 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         return "time_budget_exceeded", f"{budget.describe()}: {exc}"
     if isinstance(exc, EndpointFormatError):
         return "endpoint_format_error", str(exc)
+    from .user import UserToolCallError
+
+    if isinstance(exc, UserToolCallError):
+        return "user_error", str(exc)
     if isinstance(exc, InfrastructureError) and isinstance(exc.__cause__, openai.APIError):
         exc = exc.__cause__  # a harness wrapped the client's error: describe the endpoint's failure
     elif isinstance(exc, InfrastructureError):
@@ -273,14 +284,21 @@ def _partial(orchestrator: Any) -> list:
 
 
 def message_dict(message: Any) -> dict[str, Any]:
-    """A τ² message as a plain JSON-safe dict: `{role, content, tool_calls?, id?, error?}`."""
+    """A τ² message as a plain JSON-safe dict: `{role, content, tool_calls?, id?, error?, requestor?}`.
+
+    `requestor` is `user` on the user's own tool calls and on their results (τ² telecom: the user runs tools
+    on their phone); the agent never sees those messages. Absent on everything else."""
     data: dict[str, Any] = {"role": message.role, "content": message.content}
     calls = getattr(message, "tool_calls", None)
     if calls:
         data["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+        if message.role == "user":
+            data["requestor"] = "user"
     if message.role == "tool":
         data["id"] = message.id
         data["error"] = bool(message.error)
+        if getattr(message, "requestor", "assistant") == "user":
+            data["requestor"] = "user"
     return data
 
 
@@ -312,3 +330,4 @@ def tool_call_records(trajectory: list, notes: list[dict],
             records.append(ToolCallRecord(name=call.get("name", ""), arguments=call.get("arguments") or {},
                                           result=None, step=max(len(trajectory) - 1, 0)))
     return records
+

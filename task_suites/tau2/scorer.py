@@ -11,7 +11,8 @@ restarted if it dies) over JSON lines on stdin/stdout:
 
 The task is loaded from τ²'s data inside the scorer, not taken from the worker. The reward is τ²'s
 `evaluate_simulation(..., EvaluationType.ALL, ...)`: DB state x communicate (x action where a task's
-reward basis names it), no LLM judge; τ²'s environment evaluator replays the recorded tool calls on a
+reward basis names it; telecom: environment assertions on the user's phone and the account, x action), no
+LLM judge; τ²'s environment evaluator replays the recorded tool calls on a
 fresh environment. Run with `-X pycache_prefix=<dir>` (`pytest_ecdysis.validate.pycache.flags`): no
 bytecode cache of the venv is read, so a `.pyc` a harness planted in τ²'s (or the plugin's) `__pycache__` is
 never loaded. `<dir>` is the session's trusted cache where the sandbox is on (made fresh by the controller,
@@ -67,6 +68,9 @@ def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, An
         "communicate": communicate_matches(run.messages, info.communicate_checks or []),
         "actions": [{"name": c.action.name, "match": c.action_match} for c in info.action_checks or []],
         "note": (info.info or {}).get("note"),
+        "env_assertions": [{"env_type": str(getattr(c.env_assertion, "env_type", "")),
+                            "func_name": c.env_assertion.func_name, "arguments": dict(c.env_assertion.arguments or {}),
+                            "met": bool(c.met)} for c in info.env_assertions or []] or None,
     }
     return {"ok": True, "reward": float(info.reward), "components": components,
             "reward_basis": [getattr(b, "value", str(b)) for b in info.reward_basis or []], "checks": checks}
@@ -163,8 +167,9 @@ def _fast_environments() -> None:
     from tau2.registry import registry
 
     from . import cow_scoring
+    from .tau2lib import DOMAINS
 
-    for domain in ("airline", "retail"):
+    for domain in DOMAINS:  # telecom too: its environments carry the user's phone (user_db) as well
         original = registry.get_env_constructor(domain)
 
         def constructor(db=None, solo_mode=False, _domain=domain, _original=original):
@@ -173,6 +178,7 @@ def _fast_environments() -> None:
             return cow_scoring.environment(_domain)
 
         registry._domains[domain] = constructor
+
 
 
 def main() -> None:

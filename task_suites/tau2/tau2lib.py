@@ -27,7 +27,7 @@ from pytest_ecdysis.core.errors import UsageError
 
 from . import deferred_litellm
 
-DOMAINS = ("airline", "retail")
+DOMAINS = ("airline", "retail", "telecom")
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,6 +68,7 @@ def _import_names() -> dict:
     """Import the τ² names the suite uses (`load_tau2` sets up the import's surroundings)."""
     import tau2.domains.airline.environment as airline
     import tau2.domains.retail.environment as retail
+    import tau2.domains.telecom.environment as telecom
     from tau2.agent.base import BaseAgent
     from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
     from tau2.data_model.message import (
@@ -84,16 +85,16 @@ def _import_names() -> dict:
     from tau2.orchestrator.orchestrator import Orchestrator
     from tau2.user.base import OUT_OF_SCOPE, STOP, TRANSFER, BaseUser, UserState
     from tau2.user.user_simulator import SYSTEM_PROMPT as USER_SYSTEM_PROMPT
-    from tau2.user.user_simulator import get_global_user_sim_guidelines
+    from tau2.user.user_simulator import UserSimulator, get_global_user_sim_guidelines
 
     return dict(
-        airline=airline, retail=retail, BaseAgent=BaseAgent, DEFAULT_MAX_ERRORS=DEFAULT_MAX_ERRORS,
+        airline=airline, retail=retail, telecom=telecom, BaseAgent=BaseAgent, DEFAULT_MAX_ERRORS=DEFAULT_MAX_ERRORS,
         DEFAULT_MAX_STEPS=DEFAULT_MAX_STEPS, AssistantMessage=AssistantMessage,
         MultiToolMessage=MultiToolMessage, SystemMessage=SystemMessage, ToolCall=ToolCall,
         ToolMessage=ToolMessage, UserMessage=UserMessage, SimulationRun=SimulationRun,
         TerminationReason=TerminationReason, Task=Task, EvaluationType=EvaluationType,
         evaluate_simulation=evaluate_simulation, Orchestrator=Orchestrator, OUT_OF_SCOPE=OUT_OF_SCOPE,
-        STOP=STOP, TRANSFER=TRANSFER, BaseUser=BaseUser, UserState=UserState,
+        STOP=STOP, TRANSFER=TRANSFER, BaseUser=BaseUser, UserState=UserState, UserSimulator=UserSimulator,
         USER_SYSTEM_PROMPT=USER_SYSTEM_PROMPT,
         get_global_user_sim_guidelines=get_global_user_sim_guidelines,
     )

@@ -5,6 +5,13 @@ scenario, in τ²'s `SYSTEM_PROMPT` template. The user ends the conversation wit
 (`###STOP###`, `###TRANSFER###`, `###OUT-OF-SCOPE###`). τ²'s orchestrator calls the user's methods
 synchronously although `BaseUser` declares them `async`, so they are plain methods here.
 
+Dual control (τ² telecom): given the environment's user tools (`tools`), the prompt is τ²'s guidelines
+for a user with tools, the request offers their schemas, and the user's tool calls (requestor `user`) go
+to the environment like τ²'s `UserSimulator` sends them; their results come back to the user, never to the
+agent. A tool call naming a tool the user does not have, or with arguments that are not a JSON object,
+raises `UserToolCallError` (the trial ends as `user_error`, kept out of the evidence: the user
+simulator's fault, not the agent's).
+
 An empty or unusable reply of the user model is not the agent's fault: it raises `InfrastructureError`
 so it never becomes a failure record. Reasoning in the user model's reply (`<think>` blocks) is removed
 before τ²'s stop check, so a stop token the model only thought about does not end the conversation.
@@ -17,6 +24,7 @@ never happens and the trial fails through no fault of the agent. This module mus
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -30,20 +38,29 @@ from .tau2lib import load_tau2
 _t = load_tau2()
 
 
-class Tau2User(_t.BaseUser):
-    """τ²'s user simulator behaviour, over an `openai.OpenAI` client (role header `user`)."""
+class UserToolCallError(Exception):
+    """The user model called a tool the user does not have, or sent arguments that are not a JSON object:
+    the user simulator's fault (termination `user_error`), never the agent's."""
 
-    def __init__(self, *, scenario: Any, client: openai.OpenAI, model: str) -> None:
+
+class Tau2User(_t.BaseUser):
+    """τ²'s user simulator behaviour, over an `openai.OpenAI` client (role header `user`).
+
+    `tools`: τ²'s user tools (`environment.get_user_tools()`, telecom), or None for a user without tools.
+    """
+
+    def __init__(self, *, scenario: Any, client: openai.OpenAI, model: str, tools: list[Any] | None = None) -> None:
         super().__init__(instructions=str(scenario), llm=model)
         self.client = client
         self.model = model
+        self.tools = list(tools) if tools else None
         self.seed: int | None = None
         self.usage = {"prompt": 0, "completion": 0, "total": 0}
 
     @property
     def system_prompt(self) -> str:
         return _t.USER_SYSTEM_PROMPT.format(
-            global_user_sim_guidelines=_t.get_global_user_sim_guidelines(use_tools=False),
+            global_user_sim_guidelines=_t.get_global_user_sim_guidelines(use_tools=self.tools is not None),
             instructions=self.instructions,
         )
 
@@ -62,32 +79,80 @@ class Tau2User(_t.BaseUser):
         self.seed = seed
 
     def generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
-        """Answer the agent's last text message as the user; roles are flipped for the model."""
+        """Answer the agent's last text message (or the results of the user's own tool calls) as the user;
+        roles are flipped for the model: the agent speaks as `user`, the user's own words and tool calls
+        are the model's (`assistant`), its tool results are `tool` messages."""
         if isinstance(message, _t.MultiToolMessage):
             state.messages.extend(message.tool_messages)
         else:
             state.messages.append(message)
-        api_messages = [{"role": "system", "content": state.system_messages[0].content}]
-        for m in state.messages:
-            if isinstance(m, _t.AssistantMessage) and m.has_text_content():
-                api_messages.append({"role": "user", "content": m.content})
-            elif isinstance(m, _t.UserMessage) and m.has_text_content():
-                api_messages.append({"role": "assistant", "content": m.content})
+        api_messages = [{"role": "system", "content": state.system_messages[0].content}, *self._flipped(state)]
+        extra = {"tools": [tool.openai_schema for tool in self.tools]} if self.tools else {}
         try:
-            response = self.client.chat.completions.create(model=self.model, messages=api_messages)
+            response = self.client.chat.completions.create(model=self.model, messages=api_messages, **extra)
         except openai.APIError as exc:
             raise InfrastructureError(f"user simulator model {self.model!r} failed: {exc}") from exc
         if response.usage is not None:
             self.usage["prompt"] += response.usage.prompt_tokens or 0
             self.usage["completion"] += response.usage.completion_tokens or 0
             self.usage["total"] += response.usage.total_tokens or 0
-        content = response.choices[0].message.content if response.choices else None
+        reply = response.choices[0].message if response.choices else None
+        calls = self._tool_calls(reply) if self.tools else []
+        if calls:  # τ²: a message has text or tool calls, never both; the calls go to the environment
+            user_message = _t.UserMessage(role="user", content=None, tool_calls=calls)
+            state.messages.append(user_message)
+            return user_message, state
+        content = reply.content if reply is not None else None
         content, _ = strip_reasoning(content if isinstance(content, str) else "")  # before the stop check
         if not content:
             raise InfrastructureError(f"user simulator model {self.model!r} returned an empty reply")
         user_message = _t.UserMessage(role="user", content=content)
         state.messages.append(user_message)
         return user_message, state
+
+    @staticmethod
+    def _flipped(state: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for m in state.messages:
+            if isinstance(m, _t.AssistantMessage) and m.has_text_content():
+                out.append({"role": "user", "content": m.content})
+            elif isinstance(m, _t.UserMessage) and m.tool_calls:
+                out.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": c.id, "type": "function",
+                     "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in m.tool_calls]})
+            elif isinstance(m, _t.UserMessage) and m.has_text_content():
+                out.append({"role": "assistant", "content": m.content})
+            elif isinstance(m, _t.ToolMessage) and getattr(m, "requestor", None) == "user":
+                out.append({"role": "tool", "tool_call_id": m.id, "content": m.content or ""})
+        return out
+
+    def _tool_calls(self, reply: Any) -> list[Any]:
+        """The reply's tool calls as τ² `ToolCall`s with requestor `user`.
+
+        Raises:
+            UserToolCallError: a name the user's tools do not have, or arguments that are not a JSON object.
+        """
+        names = {tool.name for tool in self.tools or []}
+        calls = []
+        for k, call in enumerate(getattr(reply, "tool_calls", None) or []):
+            function = getattr(call, "function", None)
+            name = getattr(function, "name", None)
+            if name not in names:
+                raise UserToolCallError(
+                    f"the user simulator ({self.model!r}) called user tool {name!r}, which this task's user does "
+                    f"not have (its tools: {', '.join(sorted(names))}); the user model's fault, not the agent's")
+            raw = getattr(function, "arguments", None) or "{}"
+            try:
+                arguments = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise UserToolCallError(
+                    f"the user simulator ({self.model!r}) called user tool {name!r} with arguments that are not a "
+                    f"JSON object ({str(raw)[:120]!r}); the user model's fault, not the agent's")
+            calls.append(_t.ToolCall(id=getattr(call, "id", None) or f"user_call_{k}", name=name,
+                                     arguments=arguments, requestor="user"))
+        return calls
 
 
 #: an agent question that asks for a yes/no confirmation before acting.

@@ -1,5 +1,7 @@
 """An oracle harness for the suite's tests only: it replays the task's gold actions, then states the
-task's `communicate_info` and waits for the user to stop. It makes no model call.
+task's `communicate_info` and waits for the user to stop. It makes no model call. A gold action of the
+user (τ² telecom, dual control) is asked for as `USER_ACTION` + its JSON, which the tests' scripted user
+endpoint runs with its own tools.
 
 It learns its task from the `X-Ecdysis-Trial` header of the client the suite hands it
 (`<run-id>/<suite>/<task-id>/<trial>`), and reads τ²'s gold data: never a real harness's behaviour.
@@ -7,6 +9,7 @@ It learns its task from the `X-Ecdysis-Trial` header of the client the suite han
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tau2.agent.base import BaseAgent
@@ -15,12 +18,13 @@ from tau2.data_model.message import AssistantMessage, ToolCall
 from task_suites.tau2 import suite
 
 DONE_TEXT = "All done."
+USER_ACTION = "Please run this on your phone: "
 
 
 class OracleAgent(BaseAgent):
     def __init__(self, task: Any) -> None:
         criteria = task.evaluation_criteria
-        self.gold = [a for a in (criteria.actions or []) if a.requestor == "assistant"] if criteria else []
+        self.gold = list(criteria.actions or []) if criteria else []
         self.info = list((criteria.communicate_info or []) if criteria else [])
         self.harness_notes: list[dict] = []
         self.usage = {"prompt": 0, "completion": 0, "total": 0}
@@ -33,6 +37,9 @@ class OracleAgent(BaseAgent):
         if self.next < len(self.gold):
             action = self.gold[self.next]
             self.next += 1
+            if action.requestor == "user":
+                asked = json.dumps({"name": action.name, "arguments": dict(action.arguments)})
+                return AssistantMessage(role="assistant", content=USER_ACTION + asked), state
             call = ToolCall(id=f"oracle_{self.next}", name=action.name, arguments=dict(action.arguments),
                             requestor="assistant")
             return AssistantMessage(role="assistant", content=None, tool_calls=[call]), state

@@ -1,0 +1,43 @@
+"""The simulated agent's side of dual control: asking the user to run a step on their own device.
+
+A plan step with `actor="user"` (τ² telecom: toggle airplane mode, reseat the SIM card, grant an app
+permission) is not the agent's tool call. The agent asks for it in words, the way a support agent reads
+the action out of its workflow ("Could you please toggle airplane mode on your phone, then tell me what
+it shows?"), naming the arguments it means ("(mode=4g_5g_preferred)"), and waits for the user's next
+words before it goes on. `UserSteps` is a part of `sim.agent.AgentTrial` (it uses its `pending`, `pos`,
+`_advance_to_next` and `_assistant_text`), kept apart so the agent's own reading stays where it is. This
+module must not import tau2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_ecdysis.sim.agent_emit import Pending
+
+
+def ask_text(name: str, arguments: dict[str, Any]) -> str:
+    """The agent's request for a user step: the action in words, its arguments as `name=value` pairs."""
+    action = name.replace("_", " ")
+    args = ", ".join(f"{key}={value}" for key, value in arguments.items())
+    with_args = f" ({args})" if args else ""
+    return f"Could you please {action} on your phone{with_args}, then tell me what it shows?"
+
+
+class UserSteps:
+    """Asking for user steps (a part of `AgentTrial`; module docstring)."""
+
+    def _ask_user(self, index: int) -> dict[str, Any]:
+        step = self.task.plan[index]
+        text = ask_text(step.name, dict(step.arguments))
+        self.pending = Pending(kind="ask_user", plan_index=index, text=text)
+        return self._assistant_text(text)
+
+    def _after_ask(self, p: Pending, messages: list[dict[str, Any]], is_new: bool) -> dict[str, Any]:
+        """The user answered (any new words): the step is theirs to have done; go on with the plan.
+        Nothing new (a harness that re-sent the request): ask again."""
+        if not is_new:
+            return self._text(p.text, p)
+        self.pending = None
+        self.pos = p.plan_index + 1
+        return self._advance_to_next(messages)
