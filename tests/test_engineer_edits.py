@@ -76,23 +76,29 @@ def test_rule_edits_add_their_rule_and_keep_the_others(tmp_path, name, added):
 
 def test_did_you_mean_names_the_close_value_seen_earlier(tmp_path):
     feedback = _module(_edited(tmp_path, "error_did_you_mean"), "feedback")
-    history = [{"role": "user", "content": "I am Fatima Johnson, my order is #W4967593."},
-               {"role": "tool", "content": '{"reservations": ["K1NW8N", "PDB8KL"], '
-                                           '"payment_methods": {"certificate_7504069": {}}}'}]
+    history = ["I am Fatima Johnson, my order is #W4967593, flying one-way on 2024-05-11.",
+               '{"reservations": ["K1NW8N", "PDB8KL"], "payment_methods": {"certificate_7504069": {}}}']
     out = feedback.format_tool_result("get_reservation_details", {"reservation_id": "K1NW5N"},
-                                      "Reservation K1NW5N not found", True, history=history)
+                                      "Reservation K1NW5N not found", True, seen_texts=history)
     assert out == ('Error: Reservation K1NW5N not found ("K1NW5N" was not found; did you mean "K1NW8N", '
                    "as written earlier in this conversation?)")
     assert '"#W4967593"' in feedback.format_tool_result("get_order_details", {"order_id": "W4967593"},
-                                                        "Error: Order not found", True, history=history)
+                                                        "Error: Order not found", True, seen_texts=history)
     assert '"Johnson"' in feedback.format_tool_result(
         "find_user_id_by_name_zip", {"first_name": "Fatima", "last_name": "Johnsox", "zip": "78712"},
-        "Error: User not found", True, history=history)
+        "Error: User not found", True, seen_texts=history)
+    # an error that names its value: only that value is looked at (not the trip type or the date)
+    out = feedback.format_tool_result(
+        "book_reservation", {"flight_type": "one_way", "date": "2024-05-12",
+                             "payment_methods": [{"payment_id": "certificate_7504061"}]},
+        "Payment method certificate_7504061 not found", True, seen_texts=history)
+    assert out == ('Error: Payment method certificate_7504061 not found ("certificate_7504061" was not found; '
+                   'did you mean "certificate_7504069", as written earlier in this conversation?)')
     # nothing close, another kind of error, or no history: the error as before
     assert feedback.format_tool_result("x", {"reservation_id": "ZZZZZZ"}, "Reservation ZZZZZZ not found",
-                                       True, history=history) == "Error: Reservation ZZZZZZ not found"
+                                       True, seen_texts=history) == "Error: Reservation ZZZZZZ not found"
     assert feedback.format_tool_result("x", {"reservation_id": "K1NW5N"}, "Not enough seats", True,
-                                       history=history) == "Error: Not enough seats"
+                                       seen_texts=history) == "Error: Not enough seats"
     assert feedback.format_tool_result("x", {"reservation_id": "K1NW5N"}, "Reservation K1NW5N not found",
                                        True) == "Error: Reservation K1NW5N not found"
 

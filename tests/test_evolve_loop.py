@@ -228,6 +228,7 @@ def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pyt
     second.stdout.fnmatch_lines(["*the start harness scored 0.5 in this session, 0.25 when the run started*"])
 
 
+@pytest.mark.slow
 def test_resume_errors(project: pytest.Pytester) -> None:
     """Resuming a run that does not exist is a usage error naming the run; so is a run of another suite."""
     result = run_evolution(project, "--ecdysis-resume", "nope", run_id="")
