@@ -1,6 +1,7 @@
 """What the τ² suite registers with pytest-ecdysis (entry point `pytest_ecdysis: tau2`).
 
 - `ecdysis_harnesses`: the named harness `direct` (the paper's Direct row: model, tools and policy only);
+- `ecdysis_templates`: `template/`, the suite's part of a new repository (`ecdysis init --suite tau2`);
 - `ecdysis_sim_knowledge`: the simulated model's knowledge of τ² tasks, imported lazily from
   `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
@@ -21,6 +22,11 @@ HARNESSES_DIR = Path(__file__).resolve().parent / "harnesses"
 @hookimpl
 def ecdysis_harnesses() -> dict[str, str]:
     return {"direct": str(HARNESSES_DIR / "direct")}
+
+
+@hookimpl
+def ecdysis_templates() -> dict[str, str]:
+    return {"tau2": str(Path(__file__).resolve().parent / "template")}
 
 
 @hookimpl
