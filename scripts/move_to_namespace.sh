@@ -34,6 +34,9 @@ mapfile -t files < <(git ls-files -z | xargs -0 grep -lI -e task_suites -e examp
                      | grep -v '^scripts/move_to_namespace.sh$' || true)
 if [ "${#files[@]}" -gt 0 ]; then
   sed -i -E \
+    -e 's#"task_suites", "task_suites/tau2"#"pytest_ecdysis_tau2"#g' \
+    -e 's#"task_suites" / "tau2"#"pytest_ecdysis_tau2"#g' \
+    -e 's#\\btask_suites\\b#\\bpytest_ecdysis_tau2\\b#g' \
     -e 's#task_suites/tau2/#pytest_ecdysis_tau2/#g' \
     -e 's#task_suites\.tau2#pytest_ecdysis_tau2#g' \
     -e 's#task_suites/tau2#pytest_ecdysis_tau2#g' \
