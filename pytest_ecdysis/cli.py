@@ -12,6 +12,8 @@
     ecdysis gate RUN_DIR --baseline F the regression gate on a run directory (exit 0 pass, 1 fail, 4 no
                                       usable baseline: missing, unreadable, or of other options, tasks or
                                       suite; the exit statuses of `pytest --ecdysis-gate`)
+    ecdysis init DIR [--baseline]     a repository of your own: a harness, the suite that runs it,
+                                      pytest.ini, the gate and evolve workflows using the action
 
 Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, runs of different
 suites), with one line on stderr saying what to do. `report` writes a page even for a broken run
@@ -198,6 +200,21 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if v.passed else 4 if v.refused else 1
 
 
+def _init(args: argparse.Namespace) -> int:
+    from pytest_ecdysis.ci.template import init
+
+    try:
+        written = init(args.directory, suite=args.suite, harness=args.harness, action=args.action,
+                       baseline=args.baseline)
+    except UsageError as exc:
+        raise RunDirError(str(exc)) from None  # exit 2 with the one line, as every command's bad input
+    print(f"ecdysis init: {len(written)} file(s) in {args.directory}: harness/, tests/, pytest.ini, "
+          f".github/workflows/{', .ecdysis/baseline.json' if args.baseline else ''}")
+    print("next: cd into it, `git init` (if new), " + ("" if args.baseline else
+          "`pytest -n 2 --ecdysis-save-baseline .ecdysis/baseline.json`, ") + "commit everything; README.md says more")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ecdysis", description="Read pytest-ecdysis run directories.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -246,6 +263,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail when the agent's tokens per task rise above the baseline's by more than this share "
                         "(0.2 = 20%%; as --ecdysis-gate-max-cost-rise) (default: not checked)")
     p.set_defaults(func=_gate)
+    p = sub.add_parser("init", help="lay out a repository of your own: harness, suite, pytest.ini, workflows")
+    p.add_argument("directory", type=Path)
+    p.add_argument("--suite", default=None, help="the suite template (default: the only one installed, tau2)")
+    p.add_argument("--harness", default="example_harness",
+                   help="the harness to start from: a directory or a registered name (default: %(default)s)")
+    p.add_argument("--action", default=None,
+                   help="the action's reference in the workflows, OWNER/REPO@REF (default: pytest-ecdysis/pytest-ecdysis@v0)")
+    p.add_argument("--baseline", action="store_true", help="also run the suite once and save .ecdysis/baseline.json")
+    p.set_defaults(func=_init)
     return parser
 
 

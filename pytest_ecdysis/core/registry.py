@@ -56,6 +56,11 @@ def sim_knowledge() -> dict[str, Any]:
     return _merged(plugin_manager().hook.ecdysis_sim_knowledge(), "suite")
 
 
+def registered_templates() -> dict[str, str]:
+    """Repository templates of every installed suite (`ecdysis init`): ``{name: directory}``."""
+    return _merged(plugin_manager().hook.ecdysis_templates(), "template")
+
+
 def registered_strategies() -> dict[str, Any]:
     return _merged(plugin_manager().hook.ecdysis_strategies(), "strategy")
 

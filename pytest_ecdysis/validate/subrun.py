@@ -170,8 +170,8 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
     """Run `python -m pytest args` in its own process group; the group is killed when it ends (a helper
     the harness started in the group does not outlive the sub-run). Returns (exit status, seconds, log)."""
     started = time.monotonic()
-    # -P: like the `pytest` command, not `python -m`, keep the start directory off sys.path: started from
-    # task_suites/, its tau2/ folder would shadow the τ² library in the sub-run and its workers
+    # -P: like the `pytest` command, not `python -m`, keep the start directory off sys.path: a folder there
+    # named like a library (a suite's `tau2/`, say) would shadow it in the sub-run and its workers
     command = [sys.executable, "-P", "-m", "pytest", *args]
     with log_path.open("w") as log:
         log.write("$ " + " ".join(command) + "\n\n")

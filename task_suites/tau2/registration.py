@@ -1,6 +1,8 @@
 """What the τ² suite registers with pytest-ecdysis (entry point `pytest_ecdysis: tau2`).
 
-- `ecdysis_harnesses`: the named harness `direct` (the paper's Direct row: model, tools and policy only);
+- `ecdysis_harnesses`: the named harnesses `example_harness` (the default) and `direct` (the paper's Direct
+  row: model, tools and policy only);
+- `ecdysis_templates`: `template/`, the suite's part of a new repository (`ecdysis init --suite tau2`);
 - `ecdysis_sim_knowledge`: the simulated model's knowledge of τ² tasks, imported lazily from
   `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
@@ -16,11 +18,18 @@ from typing import Any
 from pytest_ecdysis import hookimpl
 
 HARNESSES_DIR = Path(__file__).resolve().parent / "harnesses"
+#: the example harness, the default `--ecdysis-harness` (the paper's Human-Aug. row), installed with this suite
+EXAMPLE_HARNESS = Path(__file__).resolve().parents[2] / "example_harness"
 
 
 @hookimpl
 def ecdysis_harnesses() -> dict[str, str]:
-    return {"direct": str(HARNESSES_DIR / "direct")}
+    return {"direct": str(HARNESSES_DIR / "direct"), "example_harness": str(EXAMPLE_HARNESS)}
+
+
+@hookimpl
+def ecdysis_templates() -> dict[str, str]:
+    return {"tau2": str(Path(__file__).resolve().parent / "template")}
 
 
 @hookimpl
