@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from pytest_ecdysis.gate.acceptance import METHODS, decide  # noqa: E402
 
-SUITE = "task_suites/tau2/test_airline.py"
+SUITE = "pytest_ecdysis_tau2/test_airline.py"
 RULES = [("strict", "sign")] + [("paired", m) for m in METHODS]
 
 
@@ -131,7 +131,7 @@ def rounds(args: argparse.Namespace) -> None:
     import threading
 
     if not args.tasks:
-        from task_suites.tau2.suite import split_ids  # the benchmark may import the suite
+        from pytest_ecdysis_tau2.suite import split_ids  # the benchmark may import the suite
 
         args.tasks = ",".join(list(split_ids("airline", "train"))[:args.train])
     with tempfile.TemporaryDirectory(prefix="ecdysis-rounds-") as tmp:

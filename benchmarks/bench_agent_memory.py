@@ -64,12 +64,12 @@ def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from pytest_ecdysis.core.harness import harness_id
     from pytest_ecdysis.sim.server import start_background
-    from task_suites.tau2.agent_process import agent_process
-    from task_suites.tau2.runner import TrialSpec, run_trial
-    from task_suites.tau2.suite import split_ids
+    from pytest_ecdysis_tau2.agent_process import agent_process
+    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.suite import split_ids
 
     server = start_background(latency_s=args.latency, nonce="bench")
-    harness = (ROOT / "example_harness").resolve()
+    harness = (ROOT / "pytest_ecdysis_tau2" / "example_harness").resolve()
     tasks = list(split_ids("airline", "train"))
     me = psutil.Process()
 

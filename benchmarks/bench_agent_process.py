@@ -39,8 +39,8 @@ import json, os, sys, time
 from pathlib import Path
 from pytest_ecdysis.core.harness import harness_id
 from pytest_ecdysis.sim.server import start_background
-from task_suites.tau2.runner import TrialSpec, run_trial
-from task_suites.tau2.suite import split_ids
+from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+from pytest_ecdysis_tau2.suite import split_ids
 server = start_background()
 h = Path(sys.argv[1]).resolve()
 tasks, repeats = split_ids("airline", "train")[: int(sys.argv[2])], int(sys.argv[3])
@@ -66,7 +66,7 @@ server.stop()
 STARTUP = """
 import json, sys, time
 from pathlib import Path
-from task_suites.tau2.agent_wire import AgentProcess
+from pytest_ecdysis_tau2.agent_wire import AgentProcess
 walls = []
 for _ in range(int(sys.argv[2])):
     server = AgentProcess(Path(sys.argv[1]))
@@ -82,7 +82,7 @@ def startup(sandboxed: bool, repeats: int) -> list[float]:
     """Seconds from starting the harness's fork server to its `ready` (τ² imported), `repeats` times."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ECDYSIS_")}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", ECDYSIS_SANDBOX="1" if sandboxed else "0")
-    out = subprocess.run([sys.executable, "-c", STARTUP, str(REPO / "example_harness"), str(repeats)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-c", STARTUP, str(REPO / "pytest_ecdysis_tau2" / "example_harness"), str(repeats)], cwd=REPO,
                          env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"start-up failed:\n{out.stderr[-2000:]}")
@@ -94,7 +94,7 @@ def measure(mode: str, tasks: int, repeats: int) -> dict:
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", ECDYSIS_SIM_NONCE="bench",
                ECDYSIS_AGENT_PROCESS="0" if mode == "in-process" else "1",
                ECDYSIS_SANDBOX="1" if mode == "child+sandbox" else "0")
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(REPO / "example_harness"), str(tasks), str(repeats)],
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(REPO / "pytest_ecdysis_tau2" / "example_harness"), str(tasks), str(repeats)],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{out.stderr[-2000:]}")

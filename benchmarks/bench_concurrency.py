@@ -1,6 +1,6 @@
 """Trials per minute and peak memory with many trials in flight (issue 18 item 1's measurement).
 
-Runs the τ² airline suite through pytest (`--pyargs task_suites.tau2.test_airline`) on the simulated model
+Runs the τ² airline suite through pytest (`--pyargs pytest_ecdysis_tau2.test_airline`) on the simulated model
 (not a real LLM) with a fixed delay per completion (`--ecdysis-sim-latency`, default 2 s) and a fixed nonce,
 at each level of trials in flight: 1 is `-n 0`, a level L > 1 is `-n 2 --ecdysis-concurrency L/2`. Each
 level runs enough trials to fill it (`ceil(L / tasks)` per task, at least `--trials`). Prints per level:
@@ -67,7 +67,7 @@ def tree_pss(root: psutil.Process) -> int:
 
 #: process kinds of a run's tree, by a part of their command line (first match), for the CPU table
 KINDS = (("agent_child", "harness fork servers (+ their trial processes)"),
-         ("task_suites.tau2.scorer", "scorers (+ their scoring children)"),
+         ("pytest_ecdysis_tau2.scorer", "scorers (+ their scoring children)"),
          ("sys.stdin.readline", "xdist workers (trials, orchestrator)"),
          ("pytest", "pytest controllers (+ sim server, evolution)"))
 
@@ -93,7 +93,7 @@ def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:
             parent = proc.parent()
             pline = " ".join(parent.cmdline()) if parent else ""
             if parent is not None and os.path.basename((parent.cmdline() or ["?"])[0]) != "bwrap" and (
-                    "agent_child" in pline or "task_suites.tau2.scorer" in pline):
+                    "agent_child" in pline or "pytest_ecdysis_tau2.scorer" in pline):
                 continue  # a trial process or scoring child: counted with its parent (reaped children)
             t = proc.cpu_times()
             cpu = t.user + t.system + (t.children_user + t.children_system if "fork" in kind or "scor" in kind else 0)
@@ -152,7 +152,7 @@ def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir
               breakdown: bool = False) -> dict:
     run_dir = workdir / f"runs-{level}"
     xdist = ["-n", "0"] if level == 1 else ["-n", "2", "--ecdysis-concurrency", str(level // 2)]
-    command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-p",
+    command = [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-p",
                "no:cacheprovider", "--ecdysis-split", "all", "--ecdysis-tasks", ",".join(tasks),
                "--ecdysis-trials", str(trials), "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce",
                "bench", "--ecdysis-run-dir", str(run_dir), *xdist]
@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--rev", help="with --round: run this commit of the repository instead of HEAD")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from task_suites.tau2.suite import split_ids
+    from pytest_ecdysis_tau2.suite import split_ids
 
     levels = [int(x) for x in args.levels.split(",")]
     if any(level < 1 or (level > 1 and level % 2) for level in levels):
@@ -219,7 +219,7 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
     subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
     if rev:  # an earlier commit, e.g. to compare before and after a change under the same load
         subprocess.run(["git", "checkout", "--quiet", "-B", "bench-rev", rev], cwd=clone, check=True)
-    command = [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
+    command = [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-n", "2",
                "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
                "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
                "--ecdysis-rounds", "1", "--ecdysis-editor", "sim", "--ecdysis-test-trials", "0",

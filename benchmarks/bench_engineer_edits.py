@@ -4,11 +4,11 @@
                                               [--edits rule_exact_values,...] [--tasks 14,20] [--no-direct]
                                               [--nonce TEXT|fresh] [--json FILE]
 
-The fixtures are `tests/fixtures/engineer_edits/<edit>.patch`, unified diffs against `example_harness/`
+The fixtures are `tests/fixtures/engineer_edits/<edit>.patch`, unified diffs against `pytest_ecdysis_tau2/example_harness/`
 written before the simulated model was changed (issue 30; what each edit is and why:
 `tests/fixtures/engineer_edits/README.md`). For each domain the example harness (copied without its
 `recipes/`, so the base and the edited copies differ by the patch alone) and each edited copy (`git apply`
-in a temporary directory) are scored by `pytest task_suites/tau2/test_<domain>.py -n 2 --ecdysis-harness
+in a temporary directory) are scored by `pytest pytest_ecdysis_tau2/test_<domain>.py -n 2 --ecdysis-harness
 <copy> --ecdysis-split <split> --ecdysis-trials <trials>` with the simulated model; unless `--no-direct`,
 Direct (`--ecdysis-harness direct`) is scored the same way.
 
@@ -40,7 +40,7 @@ from scipy.stats import binomtest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "engineer_edits"
-HARNESS = REPO / "example_harness"
+HARNESS = REPO / "pytest_ecdysis_tau2" / "example_harness"
 
 
 def edits_available() -> list[str]:
@@ -49,10 +49,10 @@ def edits_available() -> list[str]:
 
 
 def harness_copy(dest: Path, patch: Path | None) -> Path:
-    """`example_harness/` copied to `dest/example_harness` (no recipes, no caches), `patch` applied.
+    """`pytest_ecdysis_tau2/example_harness/` copied to `dest/example_harness` (no recipes, no caches), `patch` applied.
 
     Raises RuntimeError naming the patch when `git apply` refuses it (the fixture no longer fits the
-    example harness: regenerate it against the current `example_harness/`).
+    example harness: regenerate it against the current `pytest_ecdysis_tau2/example_harness/`).
     """
     target = dest / "example_harness"
     shutil.copytree(HARNESS, target, ignore=shutil.ignore_patterns("recipes", "__pycache__", "*.pyc"))
@@ -60,7 +60,7 @@ def harness_copy(dest: Path, patch: Path | None) -> Path:
         proc = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch)], cwd=dest,
                               capture_output=True, text=True)
         if proc.returncode:
-            raise RuntimeError(f"{patch.name} does not apply to example_harness/: {proc.stderr.strip()}")
+            raise RuntimeError(f"{patch.name} does not apply to pytest_ecdysis_tau2/example_harness/: {proc.stderr.strip()}")
     return target
 
 
@@ -73,7 +73,7 @@ def score(domain: str, harness: str, args: argparse.Namespace, run_root: Path) -
     run_dir = Path(tempfile.mkdtemp(prefix=f"{domain}-", dir=run_root))
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "pytest", f"task_suites/tau2/test_{domain}.py", "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", f"pytest_ecdysis_tau2/test_{domain}.py", "-q", "-p", "no:cacheprovider",
            "-n", str(args.workers), "--ecdysis-harness", harness, "--ecdysis-split", args.split,
            "--ecdysis-trials", str(args.trials), "--ecdysis-run-dir", str(run_dir), "--ecdysis-progress", "0"]
     if args.nonce != "fresh":

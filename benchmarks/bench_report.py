@@ -35,7 +35,7 @@ def evolve(rounds: int, test_trials: int) -> Path:
         subprocess.run(["git", "config", key, value], cwd=clone, check=True)
     env = {**os.environ, "ECDYSIS_RUN_ID": "bench-report", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("ECDYSIS_SIM_URL", None)
-    subprocess.run([sys.executable, "-m", "pytest", "task_suites/tau2/test_airline.py", "-n", "2", "-q",
+    subprocess.run([sys.executable, "-m", "pytest", "pytest_ecdysis_tau2/test_airline.py", "-n", "2", "-q",
                     "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-rounds", str(rounds),
                     "--ecdysis-test-trials", str(test_trials)], cwd=clone, env=env, check=False)
     return clone / ".ecdysis" / "runs" / "bench-report"

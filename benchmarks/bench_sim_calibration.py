@@ -61,7 +61,7 @@ def materialise_cured(base: Path) -> Path:
     import shutil
 
     target = base / "cured_harness"
-    shutil.copytree(ROOT / "example_harness", target, ignore=shutil.ignore_patterns("recipes", "__pycache__"))
+    shutil.copytree(ROOT / "pytest_ecdysis_tau2" / "example_harness", target, ignore=shutil.ignore_patterns("recipes", "__pycache__"))
     proc = subprocess.run(["patch", "-p1", "-s", "-d", str(target), "-i", str(CURED_PATCH)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -79,7 +79,7 @@ def run_suite(label: str, harness: str, args: argparse.Namespace, base: Path, no
         env["ECDYSIS_SIM_NONCE"] = nonce
     model = "sim" if args.profile == "default" else f"sim/{args.profile}"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
-           *(str(ROOT / f"task_suites/tau2/test_{d}.py") for d in args.suites.split(",")),
+           *(str(ROOT / f"pytest_ecdysis_tau2/test_{d}.py") for d in args.suites.split(",")),
            "--ecdysis-split", args.split, "--ecdysis-trials", str(args.trials), "--ecdysis-model", model,
            "--ecdysis-harness", harness, "--ecdysis-run-dir", str(run_dir)]
     if args.workers > 0:

@@ -47,18 +47,18 @@ def main() -> None:
     from pytest_ecdysis.sim.editor import apply_spec
     from pytest_ecdysis.sim.repairs import executed_calls
     from pytest_ecdysis.sim.server import start_background
-    from task_suites.tau2 import suite
-    from task_suites.tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2 import suite
+    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-repairs-"))
     checked = tmp / "value_check"
-    shutil.copytree(REPO / "example_harness", checked, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "pytest_ecdysis_tau2" / "example_harness", checked, ignore=shutil.ignore_patterns("__pycache__"))
     applied = apply_spec(ModificationSpec.model_validate(VALUE_CHECK), checked)
     assert applied.applied == ["value_check"], applied
     ids = args.tasks.split(",") if args.tasks else list(suite.split_ids(args.domain, args.split))
     server = start_background(default_profile=args.profile, nonce=args.nonce)
     try:
-        for harness in (REPO / "example_harness", checked):
+        for harness in (REPO / "pytest_ecdysis_tau2" / "example_harness", checked):
             started = time.monotonic()
             rewards, verdicts, causes = [], Counter(), Counter()
             for task_id in ids:

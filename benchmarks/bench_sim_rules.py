@@ -30,12 +30,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from example_harness.prompts import build_system_prompt
     from pytest_ecdysis.sim.agent import AgentTrial
     from pytest_ecdysis.sim.agent_rules import harness_text
     from pytest_ecdysis.sim.instructions import read_rules
     from pytest_ecdysis.sim.profiles import load_profile
-    from task_suites.tau2.sim_knowledge import providers
+    from pytest_ecdysis_tau2.example_harness.prompts import build_system_prompt
+    from pytest_ecdysis_tau2.sim_knowledge import providers
 
     task = providers()["tau2-airline"].task("0")
     prompt = build_system_prompt(task.policy)

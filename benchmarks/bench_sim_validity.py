@@ -14,7 +14,7 @@ each with its own run ids and therefore its own nonces; test scoring skipped. Pr
 accepted edits of every repeat and how many were false acceptances (not a systematic fix of a
 harness-made failure, by the ground truth).
 
-Every run is `pytest task_suites/tau2/test_airline.py --ecdysis-evolve ...` in a `git clone --local` of
+Every run is `pytest pytest_ecdysis_tau2/test_airline.py --ecdysis-evolve ...` in a `git clone --local` of
 this repository's HEAD, with `--ecdysis-sim-latency 0`. Figures are the simulated model's, not a real
 model's; nothing here is tuned to reach a target.
 """
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SUITE = "task_suites/tau2/test_airline.py"
+SUITE = "pytest_ecdysis_tau2/test_airline.py"
 
 
 def pytest_run(clone: Path, run_dir: Path, args: list[str]) -> tuple[int, float, str]:

@@ -7,7 +7,7 @@ Two modes:
 
     # whole evolution runs, one per strategy, in a temporary clone of this repository (slow: minutes each)
     python benchmarks/bench_strategies.py evolve [--strategies ecdysis,ecdysis-nofdcr,self-evolution]
-        [--evidence all,failure-aware:5] [--rounds 3] [--suite task_suites/tau2/test_airline.py] [-n 2]
+        [--evidence all,failure-aware:5] [--rounds 3] [--suite pytest_ecdysis_tau2/test_airline.py] [-n 2]
 
 `diagnosis` runs each strategy's diagnosis against the simulated server (started in-process, real HTTP,
 the openai client) and prints per strategy: calls, tokens, wall seconds, evidence size, and the knobs of
@@ -52,7 +52,7 @@ def bench_diagnosis(run_dir: Path, strategies: list[str], evidence: list[str], p
     trials = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
     failed = {t["task_id"] for t in trials if (t.get("reward") or 0) < 1.0}
     solved = sorted({t["task_id"] for t in trials} - failed)
-    harness = REPO / "example_harness"
+    harness = REPO / "pytest_ecdysis_tau2" / "example_harness"
     server = start_background(knowledge={})
     os.environ["ECDYSIS_SIM_URL"] = server.url
     rows = []
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--passes", type=int, default=2)
     e = sub.add_parser("evolve", help="whole evolution runs in a temporary clone")
     e.add_argument("--rounds", type=int, default=3)
-    e.add_argument("--suite", default="task_suites/tau2/test_airline.py")
+    e.add_argument("--suite", default="pytest_ecdysis_tau2/test_airline.py")
     e.add_argument("-n", dest="workers", default="2")
     e.add_argument("extra", nargs="*", help="more pytest arguments (after --)")
     for p in (d, e):

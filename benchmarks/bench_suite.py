@@ -9,7 +9,7 @@ as the user it opens and then stops. No network, no simulated model.
 1. worker start-up: a fresh interpreter importing what an xdist worker imports before its first trial
    (plugin, suite, tau2 via `load_tau2`, runner, example harness); median of R runs;
 2. wall-clock per trial on the airline test split (20 tasks), in one process (`run_trial` loop);
-3. overhead of the pytest layer: the same trials as `pytest --pyargs task_suites.tau2` (one process,
+3. overhead of the pytest layer: the same trials as `pytest --pyargs pytest_ecdysis_tau2` (one process,
    `-p no:xdist`) against a fresh process calling `run_trial` in a loop; both include interpreter start,
    imports and the scorer process. Target: under 5 %.
 """
@@ -34,8 +34,8 @@ for key in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID"):
     os.environ.pop(key, None)
 
 STARTUP = (
-    "import time; t=time.perf_counter(); import pytest, pytest_ecdysis.plugin, task_suites.tau2.cases; "
-    "from task_suites.tau2.tau2lib import load_tau2; load_tau2(); import task_suites.tau2.runner; "
+    "import time; t=time.perf_counter(); import pytest, pytest_ecdysis.plugin, pytest_ecdysis_tau2.cases; "
+    "from pytest_ecdysis_tau2.tau2lib import load_tau2; load_tau2(); import pytest_ecdysis_tau2.runner; "
     "from pytest_ecdysis.core.harness import load_harness; load_harness(__import__('pathlib').Path('{h}')); "
     "print(time.perf_counter()-t)"
 )
@@ -45,7 +45,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from pytest_ecdysis.core.harness import harness_id
-from task_suites.tau2.runner import TrialSpec, run_trial
+from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 h = Path(sys.argv[2])
 walls = []
 for task_id in sys.argv[3].split(","):
@@ -60,7 +60,7 @@ print(json.dumps({"total": time.perf_counter() - t0, "walls": walls}))
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
-        from task_suites.tau2 import suite
+        from pytest_ecdysis_tau2 import suite
 
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         role = self.headers.get("X-Ecdysis-Role")
@@ -97,8 +97,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20, help="airline test tasks to run (default: all 20)")
     parser.add_argument("--repeats", type=int, default=3, help="start-up measurements (default: 3)")
     args = parser.parse_args()
-    harness = REPO / "example_harness"
-    from task_suites.tau2 import suite
+    harness = REPO / "pytest_ecdysis_tau2" / "example_harness"
+    from pytest_ecdysis_tau2 import suite
 
     task_ids = list(suite.split_ids("airline", "test"))[: args.tasks]
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -125,7 +125,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-p", "no:xdist", "-q",
+            [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:xdist", "-q",
              "-p", "no:cacheprovider", "--ecdysis-model", "scripted", "--ecdysis-base-url", url,
              "--ecdysis-split", "test", "--ecdysis-tasks", ",".join(task_ids), "--ecdysis-run-dir", tmp],
             capture_output=True, text=True, cwd=tmp, env=env)

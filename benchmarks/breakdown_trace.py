@@ -77,14 +77,14 @@ def _timed(owner: Any, name: str, label: str, fields: Any = None) -> None:
 
 
 def _install() -> None:
-    from task_suites.tau2 import agent_process
+    from pytest_ecdysis_tau2 import agent_process
 
     _timed(agent_process.AgentProcess, "_await_ready", "forkserver_start")
     _timed(agent_process, "check_harness", "check_harness")
 
 
 def _install_trials() -> None:
-    from task_suites.tau2 import runner, scorer  # imported here as the first trial would (openai, httpx2)
+    from pytest_ecdysis_tau2 import runner, scorer  # imported here as the first trial would (openai, httpx2)
 
     _timed(scorer.ScorerClient, "_start", "scorer_spawn")
     _timed(scorer.ScorerClient, "score", "score", lambda self, domain, task_id, *_: {"task": task_id})

@@ -91,13 +91,13 @@ WORKERS = "0"
 
 def task_ids(domain: str, split: str, n: int) -> list[str]:
     # the benchmark may import the suite; pytest_ecdysis never does
-    from task_suites.tau2.suite import split_ids
+    from pytest_ecdysis_tau2.suite import split_ids
 
     return list(split_ids(domain, split))[:n]
 
 
 def pytest_cmd(domain: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", f"task_suites/tau2/test_{domain}.py", "-q", "-n", WORKERS,
+    return [sys.executable, "-m", "pytest", f"pytest_ecdysis_tau2/test_{domain}.py", "-q", "-n", WORKERS,
             "-p", "no:cacheprovider", *args]
 
 
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         for domain in domains:
             clone = tmp / f"repo-{domain}"
             subprocess.run(["git", "clone", "--quiet", "--local", str(REPO), str(clone)], check=True)
-            shutil.copytree(REPO / "task_suites" / "tau2" / "harnesses" / "direct", clone / "direct_harness")
+            shutil.copytree(REPO / "pytest_ecdysis_tau2" / "harnesses" / "direct", clone / "direct_harness")
             subprocess.run(["git", "add", "direct_harness"], cwd=clone, check=True)
             subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", "commit", "-qm",
                             "the Direct harness as a starting harness"], cwd=clone, check=True)

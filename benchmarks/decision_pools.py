@@ -40,11 +40,11 @@ def materialise(base: Path, kind: str) -> Path:
     """example_harness (`example`), with the whole cures patch (`cured`) or only its closing.py part
     (`partial`), copied under `base`. Raises SystemExit when the patch no longer applies."""
     if kind == "example":
-        return ROOT / "example_harness"
+        return ROOT / "pytest_ecdysis_tau2" / "example_harness"
     target = base / f"{kind}_harness"
     if target.is_dir():
         return target
-    shutil.copytree(ROOT / "example_harness", target, ignore=shutil.ignore_patterns("recipes", "__pycache__"))
+    shutil.copytree(ROOT / "pytest_ecdysis_tau2" / "example_harness", target, ignore=shutil.ignore_patterns("recipes", "__pycache__"))
     text = PATCH.read_text()
     if kind == "partial":
         parts = re.split(r"(?m)^(?=diff -ruN )", text)
@@ -64,7 +64,7 @@ def _play(profile: str, harness_dir: str, task_ids: list[str], nonce: str) -> di
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     os.environ.pop("ECDYSIS_SIM_NONCE", None)
     from pytest_ecdysis.sim.server import start_background
-    from task_suites.tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 
     model = "sim" if profile == "default" else f"sim/{profile}"
     if profile not in _SERVERS:
@@ -83,7 +83,7 @@ def collect(out: Path, trials: int = 8, jobs: int = 2) -> dict:
     so an interrupted collection keeps every finished trial and a later call continues it. The example
     pools get `trials` trials per task (a no-op decision draws both sides from one pool), the fix pools
     `FIX_TRIALS` (one side only). Returns the document (`trials`: the fewest trials of an example pool)."""
-    from task_suites.tau2 import suite
+    from pytest_ecdysis_tau2 import suite
 
     path = out / "pools.json"
     doc = json.loads(path.read_text()) if path.is_file() else {}

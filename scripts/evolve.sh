@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 export PYTHONUNBUFFERED=1  # progress lines appear when printed, also when the output is piped or captured
-exec .venv/bin/python -m pytest task_suites/tau2/test_airline.py -n 2 --ecdysis-evolve "$@"
+exec .venv/bin/python -m pytest pytest_ecdysis_tau2/test_airline.py -n 2 --ecdysis-evolve "$@"

@@ -95,7 +95,7 @@ def replies(path: Path) -> dict[str, Any]:
                 stats["text"] += 1
         elif role in SPEC_ROLES and line["request"].get("response_format"):
             try:
-                validate_spec(extract_json(text), REPO / "example_harness")
+                validate_spec(extract_json(text), REPO / "pytest_ecdysis_tau2" / "example_harness")
                 stats["spec_valid"] += 1
             except SpecError:
                 stats["spec_invalid"] += 1

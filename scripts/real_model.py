@@ -124,7 +124,7 @@ def pytest_stage(name: str, session: Path, args: argparse.Namespace, url: str, a
                  extra: list[str]) -> dict:
     """Run one pytest stage against the proxy; returns `{stage, run_id, exit, wall_s}`."""
     run_id = f"{session.name}-{name}"
-    cmd = [sys.executable, "-m", "pytest", f"task_suites/tau2/test_{args.domain}.py", "-n", "0",
+    cmd = [sys.executable, "-m", "pytest", f"pytest_ecdysis_tau2/test_{args.domain}.py", "-n", "0",
            "-p", "no:cacheprovider",
            "--ecdysis-model", alias, "--ecdysis-base-url", url,
            "--ecdysis-user-model", alias if args.user_model == "real" else "sim",
@@ -188,7 +188,7 @@ def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) 
 
     work = session / "editor"
     harness = work / "example_harness"
-    shutil.copytree(REPO / "example_harness", harness, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    shutil.copytree(REPO / "pytest_ecdysis_tau2" / "example_harness", harness, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
     spec = work / "spec.json"
     spec.write_text(json.dumps(EDITOR_SPEC, indent=2) + "\n")
     client = RoleClient(alias, base_url=url, timeout_s=max(180.0, args.call_timeout), max_retries=0, stage="editor",
@@ -197,8 +197,8 @@ def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) 
     cfg = SimpleNamespace(editor_context_tokens=args.ctx)  # --ecdysis-editor-context: the server's --ctx
     result = BuiltinEditor(cfg, client=client).edit(None, harness, spec_path=spec)
     changed = sorted(p.relative_to(harness).as_posix() for p in harness.rglob("*.py")
-                     if not (REPO / "example_harness" / p.relative_to(harness)).is_file()
-                     or p.read_bytes() != (REPO / "example_harness" / p.relative_to(harness)).read_bytes())
+                     if not (REPO / "pytest_ecdysis_tau2" / "example_harness" / p.relative_to(harness)).is_file()
+                     or p.read_bytes() != (REPO / "pytest_ecdysis_tau2" / "example_harness" / p.relative_to(harness)).read_bytes())
     out = {"stage": "editor", "ok": result.ok, "detail": result.detail, "calls": result.calls,
            "tokens": result.tokens, "wall_s": round(result.wall_s, 1), "changed": changed, "prompt": result.prompt}
     print(f"== editor: {'edited ' + ', '.join(changed) if result.ok else 'no change'}: {result.detail} "

@@ -24,7 +24,7 @@ command -v "$PY" >/dev/null || PY=python3
 STAMP=.venv/.ecdysis-install
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(.venv/bin/python -c 'import sys; print(sys.version.split()[0])') $PWD"
 if [ "${FORCE_INSTALL:-0}" != 1 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
-   && .venv/bin/python -c 'import pathlib, sys, pytest_ecdysis, task_suites.tau2
+   && .venv/bin/python -c 'import pathlib, sys, pytest_ecdysis, pytest_ecdysis_tau2
 sys.exit(pathlib.Path(pytest_ecdysis.__file__).resolve().parents[1] != pathlib.Path.cwd().resolve())' 2>/dev/null; then
   exit 0
 fi

@@ -1,4 +1,4 @@
-"""τ²'s database hash from the touched records (`task_suites.tau2.db_hash`, issue 32 item 2): byte for
+"""τ²'s database hash from the touched records (`pytest_ecdysis_tau2.db_hash`, issue 32 item 2): byte for
 byte τ²'s `get_dict_hash(db.model_dump())` after gold replays, after replays missing their last write,
 after changes of every kind, and whatever route a record was taken out by."""
 
@@ -10,8 +10,8 @@ import pickle
 import pytest
 from gold_replay import gold_simulation
 
-from task_suites.tau2 import db_hash, suite
-from task_suites.tau2.tau2lib import load_tau2
+from pytest_ecdysis_tau2 import db_hash, suite
+from pytest_ecdysis_tau2.tau2lib import load_tau2
 
 #: write tasks of both domains (cancel, change, book, exchange, return): the replays change records
 SAMPLE = [("airline", "2"), ("airline", "8"), ("airline", "14"), ("airline", "21"),

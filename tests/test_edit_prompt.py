@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import example_harness
 from pytest_ecdysis.edit.editors import EDITOR_SYSTEM, BuiltinEditor, _source_files
 from pytest_ecdysis.edit.prompt import build_prompt, estimate_tokens, named_files
 from pytest_ecdysis.endpoint.role_client import Completion
+from pytest_ecdysis_tau2 import example_harness
 
 BLOCK = "mod.py\n<<<<<<< SEARCH\nLEVEL = 1\n=======\nLEVEL = 2\n>>>>>>> REPLACE\n"
 EXAMPLE = Path(example_harness.__file__).parent

@@ -1,6 +1,6 @@
 """The engineer's edit fixtures (issue 30) still fit the example harness and do what their README says.
 
-`tests/fixtures/engineer_edits/*.patch` are unified diffs against `example_harness/`, scored by
+`tests/fixtures/engineer_edits/*.patch` are unified diffs against `pytest_ecdysis_tau2/example_harness/`, scored by
 `benchmarks/bench_engineer_edits.py` before and after the simulated model changes. A fixture that no
 longer applies, that the static check would refuse as a candidate, or whose code lost its behaviour would
 make those figures meaningless; these tests say so first.
@@ -29,11 +29,11 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _edited(tmp_path: Path, name: str) -> Path:
-    shutil.copytree(REPO / "example_harness", tmp_path / "example_harness",
+    shutil.copytree(REPO / "pytest_ecdysis_tau2" / "example_harness", tmp_path / "example_harness",
                     ignore=shutil.ignore_patterns("recipes", "__pycache__"))
     proc = subprocess.run(["git", "apply", str(FIXTURES / f"{name}.patch")], cwd=tmp_path, capture_output=True,
                           text=True)
-    assert proc.returncode == 0, f"{name}.patch no longer applies to example_harness/: {proc.stderr}"
+    assert proc.returncode == 0, f"{name}.patch no longer applies to pytest_ecdysis_tau2/example_harness/: {proc.stderr}"
     return tmp_path / "example_harness"
 
 
@@ -54,7 +54,7 @@ def test_fixtures_exist_and_are_documented():
 def test_patch_applies_and_passes_the_static_check(tmp_path, patch):
     """Each fixture applies, changes something, adds no static-check finding and still loads."""
     harness = _edited(tmp_path, patch.stem)
-    base = _files(REPO / "example_harness")
+    base = _files(REPO / "pytest_ecdysis_tau2" / "example_harness")
     edited = _files(harness)
     assert any(edited[path] != base.get(path) for path in edited)
     assert check_candidate(edited, base) == []

@@ -190,7 +190,7 @@ def test_tool_call_turns_are_sent_with_empty_text_not_null() -> None:
     """llama-cpp-python's server answers an assistant message with `content: null` (OpenAI's own shape) with
     HTTP 500, which ended a real trial as an infrastructure error (docs/real-model.md): the example harness
     sends "" with its tool calls, which every server named in the docs accepts."""
-    from example_harness.agent import _assistant_calls_dict
+    from pytest_ecdysis_tau2.example_harness.agent import _assistant_calls_dict
 
     message = _assistant_calls_dict([("c1", "get_user_details", '{"user_id": "u"}')])
     assert message["content"] == "" and message["tool_calls"][0]["function"]["name"] == "get_user_details"

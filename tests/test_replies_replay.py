@@ -69,7 +69,7 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     a context overflow is a `context_overflow` failure (evidence, not infrastructure), a server error is
     an infrastructure error, an empty reply ends as `endpoint_format_error`; nothing crashes."""
     pytest.importorskip("tau2")
-    from task_suites.tau2.endpoint import EndpointSettings
+    from pytest_ecdysis_tau2.endpoint import EndpointSettings
 
     follow = [] if doc["kind"] == "empty" else [text("Your reservation JMO1MG is confirmed.")]  # empty: every time
     agent = ScriptedModel([response(doc), *follow])
@@ -79,7 +79,7 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     first = said[0] if said else {}
     if kind == "tool_call":  # executed as the model wrote it (a recorded real call may name a wrong id), after
         # the harness's normalisation (ids upper-cased: SmolLM2's "./emma_kim_9957.json" reaches τ² upper-cased)
-        from example_harness.tools import normalise_arguments
+        from pytest_ecdysis_tau2.example_harness.tools import normalise_arguments
 
         assert result.termination_reason == "user_stop", result.error
         call = doc["body"]["choices"][0]["message"]["tool_calls"][0]["function"]

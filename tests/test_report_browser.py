@@ -54,7 +54,7 @@ def evolution_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
 
 def _evolve(place: Path) -> None:
     """The evolution of `evolution_run` in `place`/evo; its exit status and output in `place`."""
-    import example_harness
+    from pytest_ecdysis_tau2 import example_harness
 
     repo = place / "evo"
     shutil.copytree(Path(example_harness.__file__).parent, repo / "example_harness",
@@ -71,7 +71,7 @@ def _evolve(place: Path) -> None:
     env.update(ECDYSIS_RUN_ID="evo1", ECDYSIS_SIM_NONCE=NONCE, LITELLM_LOCAL_MODEL_COST_MAP="True")
     page = repo / "out" / "page.html"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q", "-n", "2",
+        [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-n", "2",
          "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "sim", "--ecdysis-harness",
          "example_harness", "--ecdysis-tasks", TASKS, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "1",
          "--ecdysis-html", str(page)],

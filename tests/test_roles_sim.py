@@ -350,7 +350,7 @@ def test_values_the_environment_accepted_that_differ_from_the_users_get_a_value_
     from pytest_ecdysis.sim.editor import apply_spec
 
     example = tmp_path / "example"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "example_harness", example,
+    shutil.copytree(Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness", example,
                     ignore=shutil.ignore_patterns("__pycache__"))
     done = apply_spec(spec, example)
     assert done.applied == ["value_check"] and not done.not_implementable

@@ -116,7 +116,7 @@ def test_hostile_endpoint_error_keeps_the_run(pytester: pytest.Pytester, failing
     step_summary = pytester.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     result = pytester.runpytest_subprocess(
-        "--pyargs", "task_suites.tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
+        "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
         "--ecdysis-base-url", failing_endpoint, "--ecdysis-tasks", "0", "--ecdysis-run-dir", "runs", timeout=600)
     out = result.stdout.str()
     assert result.ret == 1, out  # the trial's infrastructure error, not INTERNALERROR (3)

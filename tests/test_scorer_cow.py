@@ -11,8 +11,8 @@ import os
 import pytest
 from gold_replay import gold_simulation
 
-from task_suites.tau2 import cow_scoring, scorer, suite
-from task_suites.tau2.tau2lib import load_tau2
+from pytest_ecdysis_tau2 import cow_scoring, scorer, suite
+from pytest_ecdysis_tau2.tau2lib import load_tau2
 
 #: write tasks first, so a mutated "pristine" environment would show in the next trajectory of the task.
 SAMPLE = [("airline", "1"), ("retail", "0"), ("airline", "14")]

@@ -16,7 +16,7 @@ def _project(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    for pkg in ("pytest_ecdysis", "task_suites", "task_suites/tau2"):
+    for pkg in ("pytest_ecdysis", "pytest_ecdysis_tau2"):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
     python = tmp_path / ".venv" / "bin" / "python"

@@ -62,7 +62,7 @@ def test_broad_rules_are_marked_with_their_cost():
 def test_the_example_harness_rules_address_what_they_name():
     """The example harness's prompt (v1): 'use only information from the user or from tool results' names
     where values come from (context_loss); 'state figures exactly as computed' the figures of the answer."""
-    from example_harness.prompts import build_system_prompt
+    from pytest_ecdysis_tau2.example_harness.prompts import build_system_prompt
 
     rules = read_rules(build_system_prompt("Policy text."), "Policy text.", WRITES)
     assert {k for r in rules for k in r.kinds} == {"context_loss", "forget_communicate"}

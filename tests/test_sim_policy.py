@@ -15,7 +15,7 @@ from pytest_ecdysis.sim.client import fetch_ground_truth
 from pytest_ecdysis.sim.reading import POLICY_COVERAGE, policy_coverage
 from pytest_ecdysis.sim.server import start_background
 
-HARNESS = Path(__file__).resolve().parents[1] / "example_harness"
+HARNESS = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
 POLICY = "Airline agent policy. Before booking, collect the payment method. Refunds require membership status."
 
 
@@ -33,7 +33,7 @@ def test_policy_coverage_reads_the_system_text_only():
 
 
 def _trial(url: str, model: str, harness: Path, task_id: str):
-    from task_suites.tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 
     spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=f"policy-{harness.name}", model=model, user_model=model,
                      harness_dir=harness, harness_id=harness.name, sim_url=url)

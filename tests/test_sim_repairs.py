@@ -106,7 +106,7 @@ def test_the_endpoint_needs_the_credential_and_an_executed_list(tmp_path):
 
 
 def _trial(url: str, model: str, harness: Path, task_id: str):
-    from task_suites.tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 
     spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=f"repairs-{harness.name}", model=model,
                      user_model=model, harness_dir=harness, harness_id=harness.name, sim_url=url)
@@ -127,12 +127,12 @@ def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp
     monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
     model = write_profile(tmp_path / "profiles", "sliponly", {"slip": {"rate": 1.0}})
     repairing = tmp_path / "repairing"
-    shutil.copytree(ROOT / "example_harness", repairing, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    shutil.copytree(ROOT / "pytest_ecdysis_tau2" / "example_harness", repairing, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
     addon = (ROOT / "tests" / "fixtures" / "repairing_agent_addon.py").read_text()
     (repairing / "agent.py").write_text((repairing / "agent.py").read_text() + "\n\n" + addon)
     server = start_background(default_profile="sliponly")
     try:
-        plain, plain_truth = _trial(server.url, model, ROOT / "example_harness", "7")
+        plain, plain_truth = _trial(server.url, model, ROOT / "pytest_ecdysis_tau2" / "example_harness", "7")
         fixed, fixed_truth = _trial(server.url, model, repairing, "7")
     finally:
         server.stop()

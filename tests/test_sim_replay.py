@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pytest_ecdysis.sim.replay import fired_kinds, replay_cause
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "example_harness"
+EXAMPLE = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
 
 
 def truth(*kinds: str, closed: bool = True) -> dict:
@@ -61,7 +61,7 @@ def test_a_real_tau2_failure_replayed_without_its_blind_spot_passes(monkeypatch)
     nothing off and passes with the blind spot off."""
     from pytest_ecdysis.sim.client import fetch_ground_truth
     from pytest_ecdysis.sim.server import start_background
-    from task_suites.tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
     monkeypatch.delenv("ECDYSIS_SIM_NONCE", raising=False)

@@ -24,7 +24,7 @@ def _project_with_suite_in(pytester: pytest.Pytester, sub: str) -> Path:
     pytester.makepyprojecttoml("[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n")
     write_suite(pytester)
     subdir = pytester.mkdir(sub)
-    (subdir / "__init__.py").write_text("")  # a package, as task_suites/ is: pytest puts the rootdir on sys.path
+    (subdir / "__init__.py").write_text("")  # a package, as pytest_ecdysis_tau2/ is: pytest puts the rootdir on sys.path
     (pytester.path / "test_synth.py").rename(subdir / "test_synth.py")
     return subdir
 

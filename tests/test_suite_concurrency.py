@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ecdysis.run.xdist_schedule import owns
-from task_suites.tau2.trial_pool import TrialPool
+from pytest_ecdysis_tau2.trial_pool import TrialPool
 
 
 def test_pool_keeps_c_trials_in_flight_and_returns_each_its_own() -> None:
@@ -66,7 +66,7 @@ def test_bad_concurrency_is_a_usage_error(pytester: pytest.Pytester, args: list[
 
 def _run(pytester: pytest.Pytester, run_dir: str, *extra: str) -> tuple[int, dict]:
     result = pytester.runpytest_subprocess(
-        "--pyargs", "task_suites.tau2.test_airline", "-n", "2", "-rA", "-p", "no:cacheprovider", "--ecdysis-split", "all",
+        "--pyargs", "pytest_ecdysis_tau2.test_airline", "-n", "2", "-rA", "-p", "no:cacheprovider", "--ecdysis-split", "all",
         "--ecdysis-tasks", "0,1,2", "--ecdysis-trials", "2", "--ecdysis-sim-nonce", "tests",
         "--ecdysis-call-timeout", "600",  # a loaded machine's slow reply is no infrastructure error
         "--ecdysis-run-dir", run_dir, *extra, timeout=900)

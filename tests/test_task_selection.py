@@ -36,7 +36,7 @@ def test_an_id_of_a_suite_that_was_not_collected_is_a_usage_error(pytester: pyte
     """A retail-only train id (72: airline has 0-49) with only the airline module collected used to end as '1 skipped', exit 0;
     now it says which suite has the id, with or without xdist; an id beside it that selects a case changes
     nothing."""
-    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "0,72", *xdist)
+    result = _run(pytester, "--pyargs", "pytest_ecdysis_tau2.test_airline", "--ecdysis-tasks", "0,72", *xdist)
     _refused_before_any_trial(result, pytester, "*--ecdysis-tasks: 72 is a task of tau2-retail, whose tests were "
                                                 "not collected (this session collected tau2-airline)*")
 
@@ -45,7 +45,7 @@ def test_an_id_of_another_split_or_of_no_suite_is_a_usage_error(pytester: pytest
     """An id of the test split with the train split names the split to pass; an id of no suite names the
     valid ids; both are usage errors like every other bad option (was a collection error, exit 2)."""
     test_only = "18"  # airline's test split, in no train split (test_suite_runner checks that)
-    result = _run(pytester, "--pyargs", "task_suites.tau2", "--ecdysis-tasks", f"{test_only},9999")
+    result = _run(pytester, "--pyargs", "pytest_ecdysis_tau2", "--ecdysis-tasks", f"{test_only},9999")
     _refused_before_any_trial(
         result, pytester,
         f"*--ecdysis-tasks: {test_only} is not in split 'train' (tau2-airline has it in split 'test'*); pass "
@@ -66,7 +66,7 @@ def test_gate_with_a_baseline_of_other_tasks_is_refused_before_any_trial(pyteste
     """A baseline saved with --ecdysis-tasks 0,1 against a run of task 0, and against a run of the whole
     split: refused after collection as a usage error (was: after the whole suite ran, exit 1)."""
     baseline = _baseline(pytester, ["0", "1"])
-    args = ("--pyargs", "task_suites.tau2.test_airline", "--ecdysis-gate", "--ecdysis-baseline", baseline)
+    args = ("--pyargs", "pytest_ecdysis_tau2.test_airline", "--ecdysis-gate", "--ecdysis-baseline", baseline)
     result = _run(pytester, *args, "--ecdysis-tasks", "0")
     _refused_before_any_trial(result, pytester, "*--ecdysis-gate refuses baseline * before any trial: it was made "
                                                 "with other tasks (tasks: baseline has 2, this run 1 (only in the "
@@ -83,11 +83,11 @@ def test_ids_a_split_gave_another_shard_are_no_error(pytester: pytest.Pytester, 
     collected still is a usage error under the split."""
     pytest.importorskip("pytest_split", reason="pytest-split is in the dev extra (pip install -e .[dev])")
     split = ("--splits", "2", "--group", "1", "--co", "-q", *xdist)
-    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "0,1,3,4,5,7", *split)
+    result = _run(pytester, "--pyargs", "pytest_ecdysis_tau2.test_airline", "--ecdysis-tasks", "0,1,3,4,5,7", *split)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     out = result.stdout.str()
     assert "test_airline[0-t0]" in out and "test_airline[7-t0]" not in out  # the split did deselect some
-    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "0,1,72", *split)
+    result = _run(pytester, "--pyargs", "pytest_ecdysis_tau2.test_airline", "--ecdysis-tasks", "0,1,72", *split)
     assert result.ret == EXIT_USAGE
     result.stderr.fnmatch_lines(["*--ecdysis-tasks: 72 is a task of tau2-retail, whose tests were not collected*"])
 
@@ -96,7 +96,7 @@ def test_an_id_of_a_collected_suites_other_split_names_that_split_before_other_s
     """`--ecdysis-tasks 2` on airline's train split (issue 33 kind 8): 2 is an airline *test* task and a
     retail train task; the message named only retail ("whose tests were not collected"). It now names the
     split of the collected suite that holds it and the option that selects it, then the other suite."""
-    result = _run(pytester, "--pyargs", "task_suites.tau2.test_airline", "--ecdysis-tasks", "2")
+    result = _run(pytester, "--pyargs", "pytest_ecdysis_tau2.test_airline", "--ecdysis-tasks", "2")
     _refused_before_any_trial(
         result, pytester,
         "*--ecdysis-tasks: 2 is not in split 'train' (tau2-airline has it in split 'test'); pass --ecdysis-split "

@@ -116,7 +116,7 @@ def test_a_team_repository_from_the_wheel_gates_and_evolves(venv: tuple[Path, Pa
         assert Path(out["pr-body-path"]).read_text().strip()
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
 
-    pyargs = subprocess.run([str(python), "-m", "pytest", "--pyargs", "task_suites.tau2.test_airline", "-q",
+    pyargs = subprocess.run([str(python), "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q",
                              "--ecdysis-tasks", "0", "-p", "no:cacheprovider", "--ecdysis-run-dir", str(tmp_path / "runs")],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert pyargs.returncode == 0 and "1 passed" in pyargs.stdout, pyargs.stdout[-3000:]

@@ -66,7 +66,7 @@ def test_gate_runs_on_harness_pull_requests_and_uses_the_baseline() -> None:
     """ecdysis-gate.yml: pull requests on harness paths, read-only, --ecdysis-gate with the committed baseline."""
     wf = load("ecdysis-gate.yml")
     assert list(wf["on"]) == ["pull_request"]
-    assert "example_harness/**" in wf["on"]["pull_request"]["paths"]
+    assert "pytest_ecdysis_tau2/example_harness/**" in wf["on"]["pull_request"]["paths"]
     assert wf["permissions"] == {"contents": "read"}
     (step,) = action_steps(wf)
     assert step["with"]["mode"] == "gate" and step["with"]["baseline"] == ".ecdysis/baseline.json"

@@ -4,7 +4,7 @@ A harness is a directory holding a Python package whose `__init__.py` defines
 
     build_agent(*, tools, domain_policy, client, model, **options) -> tau2-style agent
 
-(the suite decides what an agent is; see `task_suites/tau2/README` for τ²'s interface). Its id is
+(the suite decides what an agent is; see `pytest_ecdysis_tau2/README` for τ²'s interface). Its id is
 `<name>@<first 12 hex of the sha256 over its files' paths and bytes>`.
 This module never imports tau2 and loads harness code only when `load_harness` is called (workers).
 """

@@ -1,7 +1,7 @@
 """Hook specifications through which task suites register what they offer.
 
 A suite package exposes a module in the `pytest_ecdysis` entry-point group implementing some of these
-hooks (the τ² suite: `task_suites.tau2.registration`). The plugin package never imports a suite directly.
+hooks (the τ² suite: `pytest_ecdysis_tau2.registration`). The plugin package never imports a suite directly.
 """
 
 from __future__ import annotations

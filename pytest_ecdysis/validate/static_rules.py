@@ -20,7 +20,7 @@ A candidate is code written by a model; this pass flags what a harness has no bu
   through the client the suite hands the harness).
 - `environment`: `os.environ`, `os.getenv`, `os.putenv`, `dotenv`.
 - `internals`: imports of τ² beyond its agent and message interface (`tau2.agent`, `tau2.data_model.message`,
-  `tau2.environment.tool`), of the plugin beyond `pytest_ecdysis.core.errors`, of `task_suites`.
+  `tau2.environment.tool`), of the plugin beyond `pytest_ecdysis.core.errors`, of `pytest_ecdysis_tau2`.
 - `gold_data`: a string or name that mentions τ²'s task files, data directory, gold fields, evaluator,
   or the simulated model's ground truth (the literal patterns of the earlier diff check).
 - aliases are followed (issue 27, item 8): a simple assignment (`m = os`, `e = os.environ`, `self.m = os`,
@@ -49,12 +49,12 @@ GOLD_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\b(expected_actions|communicate_info|reward_basis|nl_assertions|env_assertions)\b",
      "reads gold task fields"),
     (r"tau2\.evaluator|\bevaluate_simulation\b|\bEnvironmentEvaluator\b", "touches τ²'s evaluator"),
-    (r"\bpytest_ecdysis\b|\btask_suites\b", "touches the plugin or the task suites"),
+    (r"\bpytest_ecdysis\b|\bpytest_ecdysis_tau2\b", "touches the plugin or the task suites"),
     (r"ground_truth|sim_knowledge", "reads the simulated model's ground truth"),
 )
 
 ALLOWED_IMPORTS = ("tau2.agent", "tau2.data_model.message", "tau2.environment.tool", "pytest_ecdysis.core.errors")
-INTERNAL_ROOTS = ("tau2", "pytest_ecdysis", "task_suites", "example_harness")
+INTERNAL_ROOTS = ("tau2", "pytest_ecdysis", "pytest_ecdysis_tau2", "example_harness")
 
 MODULE_RULES: dict[str, str] = {
     **dict.fromkeys(("subprocess", "multiprocessing", "signal", "pty", "concurrent.futures.process",

@@ -23,7 +23,7 @@ from test_sandbox import need_bwrap
 
 pytest.importorskip("tau2")
 
-from task_suites.tau2.endpoint import EndpointSettings  # noqa: E402
+from pytest_ecdysis_tau2.endpoint import EndpointSettings  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
@@ -159,7 +159,7 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
     runs = pytester.path / "runs"
     try:
         result = pytester.runpytest_subprocess(
-            "--pyargs", "task_suites.tau2", "-p", "no:cacheprovider", "-k", "airline", "--ecdysis-tasks", "3",
+            "--pyargs", "pytest_ecdysis_tau2", "-p", "no:cacheprovider", "-k", "airline", "--ecdysis-tasks", "3",
             "--ecdysis-model", "sim", "--ecdysis-harness", str(harness), "--ecdysis-run-dir", str(runs),
             timeout=600)
     finally:

@@ -77,7 +77,7 @@ def test_the_static_check_follows_aliases(source: str) -> None:
 
 
 def test_the_example_harness_has_no_finding() -> None:
-    root = Path(__file__).resolve().parents[2] / "example_harness"
+    root = Path(__file__).resolve().parents[2] / "pytest_ecdysis_tau2" / "example_harness"
     found = [str(f) for p in sorted(root.rglob("*.py")) for f in check_file(p.name, p.read_bytes())]
     assert found == []
 
@@ -141,7 +141,7 @@ def test_a_rewritten_suspect_cache_is_not_believed(tmp_path: Path, monkeypatch: 
     """The shipped table decides for τ² 26.3; for another version, a cache marking every task suspect fails
     verification and is recomputed (here: airline, whose gold actions all replay)."""
     pytest.importorskip("tau2")
-    from task_suites.tau2 import suite, suspect
+    from pytest_ecdysis_tau2 import suite, suspect
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(suspect, "tau2_version", lambda: "0.0-test")

@@ -230,7 +230,7 @@ class ScorerClient:
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # -B where nothing may be written (`flags`)
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
         prefix = tempfile.mkdtemp(prefix="pycache-", dir=self.cwd)  # empty: nothing to load from it
-        command = [sys.executable, *flags(Path(prefix)), "-m", "task_suites.tau2.scorer"]
+        command = [sys.executable, *flags(Path(prefix)), "-m", "pytest_ecdysis_tau2.scorer"]
         return subprocess.Popen(command, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=self.cwd,
                                 env=env)

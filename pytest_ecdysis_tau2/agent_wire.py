@@ -151,7 +151,7 @@ class AgentProcess(_Wire):
         env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(path)), PYTHONDONTWRITEBYTECODE="1",
                    LITELLM_LOCAL_MODEL_COST_MAP="True")
         self.limits = limits_from_env()
-        command = wrap_command([sys.executable, "-m", "task_suites.tau2.agent_child",
+        command = wrap_command([sys.executable, "-m", "pytest_ecdysis_tau2.agent_child",
                                 "--memory-mb", str(self.limits.memory_mb), "--cpu-s", str(self.limits.cpu_s)],
                                visible=[self.harness_dir, package_root, *map(Path, dict.fromkeys(path))],
                                scratch=self.dir, hide=[*hidden_paths(), *gold_files()])

@@ -19,7 +19,7 @@ from pytest_ecdysis import hookimpl
 
 HARNESSES_DIR = Path(__file__).resolve().parent / "harnesses"
 #: the example harness, the default `--ecdysis-harness` (the paper's Human-Aug. row), installed with this suite
-EXAMPLE_HARNESS = Path(__file__).resolve().parents[2] / "example_harness"
+EXAMPLE_HARNESS = Path(__file__).resolve().parent / "example_harness"
 
 
 @hookimpl

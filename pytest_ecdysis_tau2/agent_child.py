@@ -1,6 +1,6 @@
 """The harness's side of the process boundary: a fork server that runs one agent per trial process.
 
-Started once per worker and harness by `agent_process.AgentProcess` as `python -m task_suites.tau2.agent_child
+Started once per worker and harness by `agent_process.AgentProcess` as `python -m pytest_ecdysis_tau2.agent_child
 --memory-mb N --cpu-s N` (under bubblewrap unless `--ecdysis-sandbox off` or none can start); the limits
 are applied (`validate.limits.apply`) after its own imports and before any harness code. It imports τ² and the suite (never harness code by itself),
 listens on a Unix socket `agent.sock` in its scratch directory and answers on stdin/stdout (one JSON object

