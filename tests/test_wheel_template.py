@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -31,7 +32,12 @@ TASKS = "0,1,3,4,5,7,9,10,11"
 def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the fresh venv's python, the wheel): built from this tree, installed with `[tau2]`."""
     work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(ROOT)],
+    # from a copy without build/ and *.egg-info: setuptools reuses a source tree's build/lib, whose files of
+    # an earlier layout would end up in the wheel
+    source = work / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", ".ecdysis", "__pycache__", "node_modules"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)],
                    check=True, capture_output=True, timeout=600)
     (wheel,) = (work / "dist").glob("pytest_ecdysis-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=300)
