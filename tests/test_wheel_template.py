@@ -42,8 +42,14 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (wheel,) = (work / "dist").glob("pytest_ecdysis-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=300)
     python = work / "venv" / "bin" / "python"
-    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", f"{wheel}[tau2]"], capture_output=True,
-                          text=True, timeout=1800, env=clean_env(work / "venv"))
+    # the versions this environment runs, as constraints: the same dependencies, and no resolver backtracking
+    freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    (work / "constraints.txt").write_text("\n".join(line for line in freeze if "==" in line
+                                                    and not line.lower().startswith("pytest-ecdysis")) + "\n")
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", f"{wheel}[tau2]", "-c",
+                           str(work / "constraints.txt")], capture_output=True, text=True, timeout=3600,
+                          env=clean_env(work / "venv"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return python, wheel
 
