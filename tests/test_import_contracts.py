@@ -27,7 +27,7 @@ def test_the_package_keeps_its_import_contracts():
     assert LINT.exists(), "import-linter is in the dev extra: pip install -e '.[dev]'"
     result = lint(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize(("module", "line", "broken"), [
@@ -35,6 +35,9 @@ def test_the_package_keeps_its_import_contracts():
     ("core/errors.py", "from pytest_ecdysis.evolve import loop  # noqa", "stages are layered"),
     # a circle inside one package: the loop's stage importing the loop back
     ("evolve/stages.py", "from pytest_ecdysis.evolve import loop  # noqa", "no import circle"),
+    # the plugin importing τ² or the τ² suite, even lazily inside a function
+    ("core/errors.py", "import tau2  # noqa", "never imports tau2"),
+    ("gate/baseline.py", "def f():\n    from pytest_ecdysis_tau2 import suite  # noqa", "never imports tau2"),
 ])
 def test_an_added_upward_import_or_circle_breaks_the_contract(tmp_path, module, line, broken):
     shutil.copytree(ROOT / "pytest_ecdysis", tmp_path / "pytest_ecdysis",
