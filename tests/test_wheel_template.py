@@ -23,9 +23,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-#: airline train tasks: the example harness solves 7 of them with the simulated model (nonce `ci`), so
-#: the worse harness below loses enough for the gate's paired test (sign test, 5+ losses, no win)
-TASKS = "0,1,3,4,5,7,9,10,11"
+#: airline train tasks: 6 the example harness solves with the simulated model (nonce `ci`), each with a
+#: write (so a harness that stops early fails them: the gate's paired sign test, p = 0.5^6 = 0.016 < 0.05),
+#: and 4 it fails (evidence for the evolution round)
+TASKS = "9,12,15,21,27,33,7,11,17,20"
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_a_team_repository_from_the_wheel_gates_and_evolves(venv: tuple[Path, Pa
     repo = tmp_path / "team"
     env = clean_env(python.parents[1])
     init = subprocess.run([str(python.parent / "ecdysis"), "init", str(repo), "--action", "acme/pytest-ecdysis@v1"],
-                          env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert init.returncode == 0, init.stdout + init.stderr
     assert {"harness/__init__.py", "harness/config.py", "pytest.ini", ".gitignore",
             ".github/workflows/ecdysis-gate.yml"} <= {str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file()}
@@ -110,8 +111,8 @@ def test_a_team_repository_from_the_wheel_gates_and_evolves(venv: tuple[Path, Pa
     assert proc.returncode == 0 and out["verdict"] == "passed", proc.stdout[-3000:] + proc.stderr[-2000:]
     assert out["suite-score"] == f"{baseline['suite_score']:.4f}" and Path(out["report-path"]).is_file()
 
-    config = repo / "harness" / "config.py"  # worse: tool results cut to 40 characters hide ids and figures
-    config.write_text(config.read_text().replace("MAX_TOOL_RESULT_CHARS = 1200", "MAX_TOOL_RESULT_CHARS = 40"))
+    config = repo / "harness" / "config.py"  # worse: a step budget of 2 model calls ends before any write
+    config.write_text(config.read_text().replace("MAX_MODEL_CALLS = 60", "MAX_MODEL_CALLS = 2"))
     proc, out = action(python, repo, "3", MODE="gate", ARGS=args)
     assert proc.returncode == 1 and out["verdict"] == "failed", proc.stdout[-3000:] + proc.stderr[-2000:]
     assert float(out["suite-score"]) < baseline["suite_score"]

@@ -111,7 +111,7 @@ def run(env: Mapping[str, str]) -> int:
                                                           else "") + f", model `{model}`"]
     if notice:
         print(f"::notice title=pytest-ecdysis::{notice}", flush=True)
-        summary_lines.append(f"Model: **simulated** (sim). {notice}.")
+        summary_lines.append(f"Model: **simulated** (sim): {notice}.")
     started = time.time()
     if inp.merge:
         run_path = Path(inp.run_dir) / f"merged-{run_id}"
