@@ -86,7 +86,7 @@ def _gold(plan: Sequence[Any], name: str, sent: dict[str, Any], path: str) -> An
         if step.name != name or value is _MISSING:
             continue
         diff = sum(sent.get(k) != v for k, v in step.arguments.items())
-        chars = sum(a != b for a, b in zip(str(value), sent_value)) + abs(len(str(value)) - len(sent_value))
+        chars = sum(a != b for a, b in zip(str(value), sent_value, strict=False)) + abs(len(str(value)) - len(sent_value))
         if best_key is None or (diff, chars) < best_key:
             best, best_key = value, (diff, chars)
     return best
