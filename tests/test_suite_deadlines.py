@@ -145,6 +145,30 @@ def test_headers_then_silence_ends_at_the_budget():
     assert budget.exhausted and budget.pending["phase"] == "body" and budget.pending["bytes"] == 0
 
 
+def test_an_inner_timeout_at_the_budgets_end_keeps_the_attempts_phase():
+    """Under load the inner transport's own read timeout can fire just before the watchdog: the budget's
+    pending call names the phase the attempt was in (body, 2 bytes received), not "connect" with nothing."""
+
+    class Trickle(httpx2.SyncByteStream):
+        def __iter__(self):
+            yield b"{\""
+            raise httpx2.ReadTimeout("inner read timeout")
+
+    class Spent(Budget):  # time left for the attempt, none once it failed
+        calls = 0
+
+        def remaining(self) -> float:
+            self.calls += 1
+            return 5.0 if self.calls == 1 else 0.0
+
+    budget = Spent(5.0)
+    transport = DeadlineTransport(httpx2.MockTransport(lambda request: httpx2.Response(200, stream=Trickle())),
+                                  budget, call_timeout_s=5.0, max_retries=2, sleep=lambda s: None)
+    with pytest.raises(httpx2.ReadTimeout):
+        transport.handle_request(httpx2.Request("POST", "http://model/v1/chat/completions"))
+    assert budget.exhausted and budget.pending["phase"] == "body" and budget.pending["bytes"] == 2, budget.pending
+
+
 def test_role_calls_have_a_stage_budget_that_holds_against_a_trickle():
     """A diagnosis role's call against a trickling endpoint ends as an InfrastructureError naming the
     diagnosis budget, within it."""

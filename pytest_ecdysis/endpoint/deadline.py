@@ -194,7 +194,10 @@ class DeadlineTransport(httpx2.BaseTransport):
                 cut = isinstance(exc, CallTimeout)
                 if attempt >= self.max_retries or self.budget.remaining() <= 0 or (cut and not self.retry_timeouts):
                     if self.budget.remaining() <= 0 and not self.budget.exhausted:
-                        self._exhausted(request, "connect", 0.0, 0)
+                        # the inner transport's own timeout fired just before the watchdog (under load):
+                        # the phase and bytes are the attempt's, not "connect" with nothing received
+                        phase, waited, received = getattr(exc, "ecdysis_attempt", ("connect", 0.0, 0))
+                        self._exhausted(request, phase, waited, received)
                     raise
                 wait = None
             else:
@@ -217,6 +220,10 @@ class DeadlineTransport(httpx2.BaseTransport):
         finished = job.done.wait(per_call)
         if finished and not job.aborted:
             if job.error is not None:
+                try:  # where the attempt was when it failed (for the budget's pending call)
+                    job.error.ecdysis_attempt = (job.phase, time.monotonic() - job.started, job.bytes)
+                except AttributeError:
+                    pass
                 raise job.error
             assert job.response is not None
             return job.response
