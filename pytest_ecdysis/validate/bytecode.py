@@ -8,7 +8,8 @@ reads bytecode (`-B`, an empty `pycache_prefix`), but the trial processes and th
 `poisoned(root)` finds, under a protected package, every cache file Python would load for its source
 (this interpreter's tag, a timestamp header matching the source's mtime and size, or a hash-based one)
 whose code object is not the one compiling the source gives (compared as code objects, recursively:
-bytecode, constants, names; `marshal` output itself is not byte-stable), deletes it and returns its path.
+bytecode, constants, names; `marshal` output itself is not byte-stable; pytest's assertion-rewrite caches
+`*-pytest-*.pyc` against the rewritten code), deletes it and returns its path.
 A file checked once is not compiled again while its size and mtime stay (`_SEEN`), so the check after each
 editor call and sub-run costs a directory walk. Called by `integrity.take`; a file found is an integrity
 change of the root `bytecode caches`. This module must not import tau2, task suites or harness code.
@@ -67,7 +68,23 @@ def _matches(cache: Path, source: Path) -> bool:
             return True
     try:
         cached = marshal.loads(data[16:])
-        compiled = compile(src, os.fspath(source), "exec", dont_inherit=True)
+        compiled = _compile(src, source, pytest_cache="-pytest-" in cache.name)
     except Exception:  # noqa: BLE001 - an unreadable cache is rejected by Python too; a source that does not compile is checksummed
         return False
     return cached == compiled
+
+
+def _compile(src: bytes, source: Path, *, pytest_cache: bool):
+    """The code Python (or, for a `<name>.<tag>-pytest-<version>.pyc`, pytest's assertion rewriting) makes of
+    `source`. pytest rewrites the asserts of every package of a distribution that registers a pytest plugin
+    (`pytest_ecdysis` and `pytest_ecdysis_tau2` when installed from the wheel) and caches the result beside
+    the source; its loader reads such a file back, so it is checked against the rewritten code."""
+    if not pytest_cache:
+        return compile(src, os.fspath(source), "exec", dont_inherit=True)
+    import ast
+
+    from _pytest.assertion.rewrite import rewrite_asserts  # pytest's own (its `_rewrite_test` does the same)
+
+    tree = ast.parse(src, filename=os.fspath(source))
+    rewrite_asserts(tree, src, os.fspath(source), None)
+    return compile(tree, os.fspath(source), "exec", dont_inherit=True)

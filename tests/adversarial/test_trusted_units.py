@@ -203,6 +203,31 @@ def test_a_planted_bytecode_cache_is_found_and_removed(tmp_path: Path) -> None:
     assert poisoned(tmp_path) == []
 
 
+def test_pytest_assertion_rewrite_caches_are_checked_against_the_rewritten_code(tmp_path: Path) -> None:
+    """pytest rewrites the asserts of a plugin distribution's packages (pytest-ecdysis installed from the
+    wheel) and caches them as `*.<tag>-pytest-<version>.pyc`: such an honest cache is kept (it was reported as
+    planted and stopped a wheel-installed evolution), one of other code is found and deleted."""
+    import importlib.util
+    import marshal
+
+    from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test
+
+    from pytest_ecdysis.validate.bytecode import poisoned
+
+    source = tmp_path / "plugin_pkg" / "mod.py"
+    source.parent.mkdir()
+    source.write_text("def check(reward):\n    assert reward >= 0, reward\n    return reward\n")
+    source_hash, code = _rewrite_test(source, None)
+    cache = source.parent / "__pycache__" / ("mod" + PYC_TAIL)
+    cache.parent.mkdir()
+    header = importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + source_hash[:8]
+    cache.write_bytes(header + marshal.dumps(code))  # as pytest's _write_pyc_fp writes it
+    assert "-pytest-" in cache.name
+    assert poisoned(tmp_path) == [] and cache.exists()
+    cache.write_bytes(header + marshal.dumps(compile("def check(reward):\n    return 1.0\n", str(source), "exec")))
+    assert poisoned(tmp_path) == [cache] and not cache.exists()
+
+
 def test_integrity_names_changes_to_tau2_the_startup_files_and_planted_bytecode(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checksums cover the protected packages (here a stand-in for τ²), Python's startup files (`*.pth`,
