@@ -18,15 +18,19 @@ KNOWN = [USER_ID, ORDER_1, ORDER_2, PAYMENT, "no longer needed"]
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    import os
-
-    directory = tmp_path_factory.mktemp("profiles")
-    os.environ["ECDYSIS_SIM_PROFILES"] = str(directory)
+def server():
     handle = start_background(knowledge={"toy": ToyKnowledge()})
-    yield handle, directory
+    yield handle
     handle.stop()
-    os.environ.pop("ECDYSIS_SIM_PROFILES", None)
+
+
+@pytest.fixture
+def sim(server, tmp_path_factory, monkeypatch):
+    """The module's server, with this test's profile directory set only while the test runs (other
+    modules' tests may run in this worker between ours)."""
+    directory = tmp_path_factory.mktemp("profiles")
+    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(directory))
+    return server, directory
 
 
 def candidates(tool, arg, value):
@@ -80,13 +84,13 @@ KINDS = {
 }
 
 
-def play(sim, kind, channel, trial):
+def play(sim, kind, channel, trial, tag=""):
     handle, directory = sim
     quirks, extra, harness = KINDS[kind]
     model = write_profile(directory, f"ch_{kind}", quirks)
     path = directory / f"ch_{kind}.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **extra}))
-    header = f"{kind}-{channel}/toy/1/{trial}"
+    header = f"{kind}-{channel}{tag}/toy/1/{trial}"  # one trial state per run on the shared server
     result = ToyHarness(**harness, **CHANNELS[channel], max_calls=40).run(handle.url, header, model=model)
     return result, fetch_ground_truth(handle.url, header)
 
@@ -97,7 +101,7 @@ def test_a_wrong_value_is_cured_by_the_right_value_in_any_channel(sim, kind, cha
     """Without the information the trial fails on the kind; with the right value in any channel, every
     entry of the kind is cured (or, told before the call, never fires) and the trial is solved. The
     tool-result channel is a harness that repaired the call: it is judged on the calls it could repair."""
-    bad, truth = play(sim, kind, "none", 0)
+    bad, truth = play(sim, kind, "none", 0, tag=f"-for-{channel}")
     entries = [q for q in truth["quirks"] if q["kind"] == kind]
     assert entries and not all(q["cured"] for q in entries) and not bad["solved"]
     good, truth = play(sim, kind, channel, 0)
