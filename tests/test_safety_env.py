@@ -69,8 +69,35 @@ def test_workflows_export_no_empty_secret(path: Path) -> None:
             if name.startswith(("OPENAI_", "ECDYSIS_")):
                 assert "secrets." not in str(value), f"{path.name}: {name}: {value}"
     text = path.read_text()
-    if "secrets.OPENAI_BASE_URL" in text:
-        assert 'if [ -n "$URL_SECRET" ]' in text
+    if "secrets.OPENAI_BASE_URL" in text:  # exported only when set: by a shell guard, or as the action's input
+        steps = [s for job in (yaml.safe_load(text).get("jobs") or {}).values() for s in job.get("steps") or []]
+        as_input = any(s.get("uses") == "./" and "secrets.OPENAI_BASE_URL" in str((s.get("with") or {}).get("base-url"))
+                       for s in steps)
+        assert 'if [ -n "$URL_SECRET" ]' in text or as_input, path.name
+
+
+def test_the_action_exports_an_empty_base_url_input_as_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workflow passes `base-url: ${{ secrets.OPENAI_BASE_URL }}` to the action (`uses: ./`): an unset secret is
+    an empty input, and the action's run script exports `OPENAI_BASE_URL` only when the input is not empty."""
+    from pytest_ecdysis.ci import action
+
+    seen: dict[str, str] = {}
+
+    def fake_run(args, env=None, **kw):  # the suite's pytest: record the environment, write no run
+        seen.update(env or {})
+        raise SystemExit(0)
+
+    monkeypatch.setattr(action.subprocess, "run", fake_run)
+    for url in ("", "http://model:8000/v1"):
+        seen.clear()
+        env = {"INPUT_MODE": "baseline", "INPUT_PATHS": "tests", "INPUT_BASE_URL": url, "INPUT_MODEL": "m",
+               "INPUT_API_KEY": "k", "PATH": "/usr/bin"}
+        try:
+            action.run(env)
+        except SystemExit:
+            pass
+        assert seen, "the suite was not started"
+        assert seen.get("OPENAI_BASE_URL") == (url or None)
 
 
 class Kind(Enum):
