@@ -38,6 +38,20 @@ def _editors_may_write_the_test_tree(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("ECDYSIS_EDITOR_WRITABLE", str(tmp_path_factory.getbasetemp()))
 
 
+@pytest.fixture
+def sim(tmp_path, monkeypatch):
+    """The simulated server over HTTP with the toy suite's knowledge (tests/sim_toy.py), profiles read from
+    `tmp_path/profiles` (the quirk and instruction tests; a file may define its own `sim`)."""
+    from sim_toy import ToyKnowledge
+
+    from pytest_ecdysis.sim.server import start_background
+
+    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path / "profiles"))
+    handle = start_background(knowledge={"toy": ToyKnowledge()})
+    yield handle
+    handle.stop()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """numpy's and scipy's C extensions cannot be loaded twice in one process, and pytester's in-process runs

@@ -97,14 +97,6 @@ def test_a_rule_is_followed_at_the_profiles_compliance_over_many_trials(complian
     assert fired_without == n
 
 
-@pytest.fixture
-def sim(tmp_path, monkeypatch):
-    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path / "profiles"))
-    handle = start_background(knowledge={"toy": ToyKnowledge()})
-    yield handle
-    handle.stop()
-
-
 def _model(tmp_path, quirks, compliance):
     model = write_profile(tmp_path / "profiles", "r", quirks)
     path = tmp_path / "profiles" / "r.json"

@@ -4,18 +4,9 @@ judged from what the harness sends, over real HTTP with the real openai client (
 from __future__ import annotations
 
 import pytest
-from sim_toy import ORDER_1, PAYMENT, ToyHarness, ToyKnowledge, toy_task, write_profile
+from sim_toy import ORDER_1, PAYMENT, ToyHarness, toy_task, write_profile
 
 from pytest_ecdysis.sim.client import fetch_ground_truth
-from pytest_ecdysis.sim.server import start_background
-
-
-@pytest.fixture
-def sim(tmp_path, monkeypatch):
-    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path / "profiles"))
-    handle = start_background(knowledge={"toy": ToyKnowledge()})
-    yield handle
-    handle.stop()
 
 
 def run(sim, tmp_path, quirks, harness, trial="run/toy/1/0", **profile):
