@@ -200,12 +200,15 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
     monkeypatch.setattr(scorer_module, "score", lambda *a, **k: {"ok": True, "reward": 1.0, "components": {}})
+    # the worker's scorer may have been started by an earlier test under another environment (a nested
+    # session drops the cache variables): start this one under the environment the assertion reads
+    scorer_client().close()
+    trusted = os.environ.get("ECDYSIS_TRUSTED_PYCACHE")
     result = run("2", ScriptedModel([text("I cannot help with that.")]), settings=FAST)  # task 2 needs a write
     assert result.termination_reason in ("user_stop", "agent_stop") and result.reward == 0.0, result.error
     client = scorer_client()
     cmdline = Path(f"/proc/{client.proc.pid}/cmdline").read_bytes().split(b"\0")
     prefix = next(part.split(b"=", 1)[1] for part in cmdline if part.startswith(b"pycache_prefix="))
-    trusted = os.environ.get("ECDYSIS_TRUSTED_PYCACHE")
     assert (b"-B" in cmdline and prefix != (trusted or "").encode()) or prefix == (trusted or "-").encode()
 
 
