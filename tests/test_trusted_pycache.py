@@ -44,6 +44,20 @@ def test_a_session_makes_its_own_and_a_sub_run_reads_it(clean_env: None) -> None
     assert pycache.flags(Path("/nowhere")) == ["-B", "-X", f"pycache_prefix={made}"]
 
 
+def test_a_writable_cache_inherited_from_another_session_is_not_shared(clean_env: None,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """A session started from inside another (a test's pytest, an editor's) inherits that session's cache
+    with `WRITE=1`: the outer session's scorers keep writing it, so this session's integrity checks saw
+    "trusted bytecode cache: ... added" during its editor call and stopped (tests/adversarial/test_routes.py
+    under `-n 2`). Only a sub-run's read-only cache (`WRITE=0`) is kept; otherwise a new one is made."""
+    monkeypatch.setenv(pycache.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(pycache.ENV_WRITE, "1")
+    made = pycache.prepare(True)
+    assert made is not None and made != tmp_path and os.environ[pycache.ENV_DIR] == str(made)
+    assert os.environ[pycache.ENV_WRITE] == "1"
+
+
 def _victim(root: Path) -> Path:
     """A package whose `REWARD` is 0.0, with a planted `.pyc` beside it saying 1.0 that Python would load."""
     import importlib.util

@@ -42,8 +42,9 @@ ENV_WRITE = "ECDYSIS_TRUSTED_PYCACHE_WRITE"
 def prepare(sandbox_on: bool) -> Path | None:
     """At the controller's configure time: the cache this session's trusted processes use, or None.
 
-    A sub-run (`ENV_DIR` given by its evolution) keeps its parent's; a session without the sandbox drops
-    what it inherited; otherwise a new private directory is made, exported in `ENV_DIR` (with `ENV_WRITE`
+    A sub-run (`ENV_DIR` given by its evolution, with `ENV_WRITE` = `0`) keeps its parent's; a session without
+    the sandbox drops what it inherited; otherwise (also when a writable cache was inherited: another
+    session's, whose scorers would write into it while this one checks it) a new private directory is made, exported in `ENV_DIR` (with `ENV_WRITE`
     = `1`) and removed at exit. A session nested in another (an editor's or a harness's pytest) must drop
     the variables first (`plugin.py` does, with the outer session's run id).
     """
@@ -52,8 +53,8 @@ def prepare(sandbox_on: bool) -> Path | None:
         os.environ.pop(ENV_DIR, None)
         os.environ.pop(ENV_WRITE, None)
         return None
-    if inherited and Path(inherited).is_dir():
-        return Path(inherited)
+    if inherited and Path(inherited).is_dir() and os.environ.get(ENV_WRITE) == "0":
+        return Path(inherited)  # a validation sub-run: its evolution's cache, read-only (`validate.setup`)
     path = Path(tempfile.mkdtemp(prefix="ecdysis-pycache-"))
     os.environ[ENV_DIR] = str(path)
     os.environ[ENV_WRITE] = "1"
