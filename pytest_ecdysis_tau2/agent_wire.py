@@ -144,7 +144,7 @@ class AgentProcess(_Wire):
         from pytest_ecdysis.validate.sandbox import hidden_paths, wrap_command
 
         protect_this_process()  # this process's environment (keys) unreadable by the child's user
-        package_root = Path(__file__).resolve().parents[2]
+        from . import SUITE_ROOT as package_root
         env = child_env(os.environ)
         # this process's own import path (trusted: harness code never ran here), the suite's root first
         path = [str(package_root), *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))]

@@ -222,7 +222,9 @@ class ScorerClient:
         self.cwd = tempfile.mkdtemp(prefix="ecdysis-scorer-")  # no .env, no harness on the path
 
     def _start(self) -> subprocess.Popen:
-        package_root = str(Path(__file__).resolve().parents[2])
+        from . import SUITE_ROOT
+
+        package_root = str(SUITE_ROOT)
         env = {k: v for k, v in os.environ.items() if k not in SCORER_DROPPED_ENV}
         from pytest_ecdysis.validate.pycache import flags
 

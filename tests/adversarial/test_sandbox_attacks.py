@@ -1,6 +1,6 @@
 """Scripted attacker harnesses against the sandbox and the bounds (issue 27, items 5 and 7), on real τ²
 trials: each kind the sandbox alone stops (ancestors' environments, the ground-truth endpoint over the
-network, writes into the venv, τ²'s package and the user's cache, τ²'s task files) and each bound (a 4 GB
+network, writes into the venv, τ²'s package and the user's cache, τ²'s task files, a directory beside the checkout) and each bound (a 4 GB
 allocation, a CPU spin).
 
 Sandbox on (the default, as in CI): a run of the suite with a canary key in its environment; no probe
@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,7 @@ import glob, json, os, pathlib, urllib.request, urllib.error
 from tau2.agent.base import BaseAgent
 from tau2.data_model.message import AssistantMessage
 
-CANARY, SIM_URL, TARGETS, GOLD = {canary!r}, {sim_url!r}, {targets!r}, {gold!r}
+CANARY, SIM_URL, TARGETS, GOLD, READS = {canary!r}, {sim_url!r}, {targets!r}, {gold!r}, {reads!r}
 
 
 def probe():
@@ -72,6 +74,13 @@ def probe():
     except OSError:
         gold = -1
     notes.append({{"kind": "gold", "bytes": gold}})
+    seen = []
+    for target in READS:
+        try:
+            seen.append([target, pathlib.Path(target).read_text()])
+        except OSError:
+            pass
+    notes.append({{"kind": "reads", "seen": seen}})
     return notes
 
 
@@ -107,12 +116,12 @@ def _tau2_root() -> Path:
 
 
 def _harness(tmp_path: Path, name: str, *, sim_url: str = "http://127.0.0.1:9", targets: list[str] = (),
-             body: str = "        pass") -> Path:
+             body: str = "        pass", reads: list[str] = ()) -> Path:
     gold = _tau2_root().parent / "tau2" / "data" / "tau2" / "domains" / "airline" / "tasks.json"
     harness = tmp_path / name
     harness.mkdir()
     (harness / "__init__.py").write_text(HARNESS.format(canary=CANARY, sim_url=sim_url, targets=list(targets),
-                                                        gold=str(gold), body=body))
+                                                        gold=str(gold), body=body, reads=list(reads)))
     return harness
 
 
@@ -149,7 +158,13 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
     site = Path(sysconfig.get_path("purelib"))
     targets = [str(_tau2_root() / "planted.py"), str(site / "planted.pth"), str(cache / "pytest-ecdysis" / "x.json"),
                str(Path.home() / ".cache" / "pytest-ecdysis" / "planted.json")]
-    harness = _harness(tmp_path, "attacker", sim_url=server.url.removesuffix("/v1"), targets=targets)
+    # beside the directory that holds the suite (the checkout): another checkout, a sub-run's run directory
+    from pytest_ecdysis_tau2 import SUITE_ROOT
+
+    sibling = Path(tempfile.mkdtemp(dir=SUITE_ROOT.parent, prefix="ecdysis-sibling-"))
+    (sibling / "secret.txt").write_text("beside the checkout")
+    harness = _harness(tmp_path, "attacker", sim_url=server.url.removesuffix("/v1"), targets=targets,
+                       reads=[str(sibling / "secret.txt")])
     protected = [_tau2_root(), cache]
     before = _digest(*protected)
     site_before = sorted(p.name for p in site.iterdir())
@@ -164,6 +179,7 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
             timeout=600)
     finally:
         server.stop()
+        shutil.rmtree(sibling, ignore_errors=True)
         for target in targets:
             planted = Path(target)
             if planted.exists() and not str(planted).startswith(str(cache)):
@@ -176,6 +192,7 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
     assert not isinstance(notes["network"]["reached"], int), notes["network"]
     assert notes["writes"]["wrote"] == [], notes["writes"]
     assert notes["gold"]["bytes"] <= 0
+    assert notes["reads"]["seen"] == [], notes["reads"]  # the suite root's parent was bound before (issue 34's move)
     assert trial["reward"] == 0.0  # an idle agent on task 3
     leaked = [p for p in run_dir.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
     assert leaked == []
