@@ -5,6 +5,8 @@
 - `ecdysis_templates`: `template/`, the suite's part of a new repository (`ecdysis init --suite tau2`);
 - `ecdysis_sim_knowledge`: the simulated model's knowledge of τ² tasks, imported lazily from
   `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
+- `ecdysis_answer_keys`: τ²'s task files (gold actions, evaluation criteria, splits), covered in the editor's
+  sandbox as they are in the harness's (`agent_env.gold_files`);
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
   the controller's checks of `--ecdysis-tasks` and of a gate's baseline right after collection.
 """
@@ -37,6 +39,18 @@ def ecdysis_sim_knowledge() -> dict[str, Any]:
     from .sim_knowledge import providers
 
     return providers()
+
+
+@hookimpl
+def ecdysis_answer_keys() -> list[str]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("tau2")  # located, not imported (tau2's import costs most of a CPU second)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    # τ²'s `tau2.utils.utils.DATA_DIR`: the package's own `data` directory
+    domains = Path(next(iter(spec.submodule_search_locations))) / "data" / "tau2" / "domains"
+    return sorted(str(p) for p in domains.glob("*/*.json") if p.name.startswith(("tasks", "split_tasks")))
 
 
 @hookimpl

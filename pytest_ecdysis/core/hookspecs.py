@@ -63,3 +63,14 @@ def ecdysis_templates() -> dict[str, str]:
     repository's harness. Same naming as the generic template: a `.tmpl` suffix is dropped, a path part
     `dot_x` becomes `.x`.
     """
+
+
+@hookspec
+def ecdysis_answer_keys() -> list[str]:
+    """Absolute paths (files or directories) of what scores a candidate and what no candidate may read: gold
+    tasks, expected actions, evaluation criteria (τ²: each domain's `tasks*.json` and `split_tasks.json`).
+
+    Covered (an empty directory, `/dev/null` for a file) in the sandbox of every untrusted process: the
+    harness's processes and the editor's command (`validate.sandbox.ENV_HIDE`). Must be cheap: no import of
+    the benchmark itself.
+    """

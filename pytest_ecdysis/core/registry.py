@@ -100,6 +100,11 @@ def case_task(nodeid: str) -> tuple[str, str | None] | None:
     return plugin_manager().hook.ecdysis_case_task(nodeid=nodeid)
 
 
+def answer_keys() -> list[str]:
+    """Paths every installed suite declares as its answer key (`hookspecs.ecdysis_answer_keys`), deduplicated."""
+    return list(dict.fromkeys(p for result in plugin_manager().hook.ecdysis_answer_keys() for p in result or ()))
+
+
 #: The strategies this package ships (`pytest_ecdysis/diagnose/strategies/`, one module each).
 BUILTIN_STRATEGIES = ("ecdysis", "ecdysis-nofdcr", "self-evolution", "harnessfix", "self-harness")
 

@@ -22,7 +22,8 @@ afterwards. Two layers, both always on where they can run:
    (its config, its credentials for its model) and keeps the network, but the disk is read-only except the
    candidate's worktree, that worktree's own git directory and the repository's object store (so
    `git add` works in the candidate's index), a private `TMPDIR`, and a fresh `~/.cache` thrown away after
-   the call. Writes to your checkout, `.git/config`, hooks, refs, the venv and your caches are prevented,
+   the call; the run directories and the suites' answer keys (gold tasks) are covered, as for harness code,
+   the spec it is given bound back. Writes to your checkout, `.git/config`, hooks, refs, the venv and your caches are prevented,
    not only detected (the integrity checks of `validate.integrity` still run after every call: they are
    the only protection where no sandbox starts). Its PID namespace replaces layer 1's.
 
@@ -46,6 +47,9 @@ from pytest_ecdysis.git.env import git_argv, git_env
 MARK_ENV = "ECDYSIS_EDITOR_MARK"
 #: The session's sandbox decision (`validate.sandbox.ENV_ON`, read here by name: edit sits below validate).
 SANDBOX_ENV = "ECDYSIS_SANDBOX"
+#: What the session covers in every sandbox of untrusted code (`validate.sandbox.ENV_HIDE`, read here by name):
+#: run directories, the ledger, the suites' answer keys (`hookspecs.ecdysis_answer_keys`), `os.pathsep`-separated.
+HIDE_ENV = "ECDYSIS_SANDBOX_HIDE"
 #: Directories the editor may write besides its worktree (`--ecdysis-editor-writable`'s environment form),
 #: `os.pathsep`-separated.
 WRITABLE_ENV = "ECDYSIS_EDITOR_WRITABLE"
@@ -81,13 +85,13 @@ def containment() -> str:
 
 
 def contained(argv: list[str], env: dict[str, str], cwd: Path | None = None, scratch: Path | None = None,
-              writable: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str], str]:
+              writable: tuple[str, ...] = (), readable: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str], str]:
     """(argv wrapped in the editor's sandbox when the session's decision is on and `cwd`, the candidate's
     worktree, and `scratch`, a private writable directory, are given, else in a PID namespace when one can
     run; `env` with a fresh marker (and `TMPDIR=scratch` in the sandbox); the marker)."""
     mark = secrets.token_hex(16)
     env = {**env, MARK_ENV: mark}
-    if cwd is not None and scratch is not None and (wrap := editor_sandbox(cwd, scratch, writable)):
+    if cwd is not None and scratch is not None and (wrap := editor_sandbox(cwd, scratch, writable, readable)):
         return [*wrap, *argv], {**env, "TMPDIR": str(scratch)}, mark
     prefix = namespace_prefix()
     return [*(prefix or ()), *argv], env, mark
@@ -105,10 +109,14 @@ def git_dirs(worktree: Path) -> list[Path]:
     return list(dict.fromkeys(p for p in (own, common / "objects") if p.is_dir()))
 
 
-def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = ()) -> list[str] | None:
+def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = (),
+                   readable: tuple[Path, ...] = ()) -> list[str] | None:
     """The bwrap argv prefix for an editor working in `worktree` (item 3 above), or None when the session's
     sandbox is off or bwrap is missing; `writable` (and `ECDYSIS_EDITOR_WRITABLE`'s) directories stay
-    writable too. Shape: `[bwrap, args..., "--"]`."""
+    writable too. What the session hides from harness code (`HIDE_ENV`: run directories, the suites' answer
+    keys) is covered, except a directory that holds or lies in a writable one (the checkout's `.git`, which the
+    worktree's git needs); `readable` files inside a covered directory (the spec) are bound back read-only.
+    Shape: `[bwrap, args..., "--"]`."""
     bwrap = shutil.which("bwrap")
     if os.environ.get(SANDBOX_ENV) != "1" or bwrap is None:
         return None
@@ -120,7 +128,16 @@ def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = ()
     cache = Path.home() / ".cache"
     if Path.home() != Path("/") and cache.is_dir():
         args += ["--tmpfs", str(cache)]  # tools write caches; a fresh one, thrown away
+    covered = []
+    for hidden in (Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p):
+        if hidden.is_dir() and not any(w.is_relative_to(hidden) or hidden.is_relative_to(w) for w in writable):
+            args += ["--tmpfs", str(hidden)]
+            covered.append(hidden)
+        elif hidden.is_file():
+            args += ["--ro-bind", "/dev/null", str(hidden)]
+    args += [a for path in readable if path.exists() for a in ("--ro-bind", str(path), str(path))]
     args += [a for path in dict.fromkeys(writable) for a in ("--bind", str(path), str(path))]
+    args += [a for path in covered for a in ("--remount-ro", str(path))]  # after what is bound inside them
     return [*args, "--chdir", str(worktree), "--"]
 
 
@@ -165,7 +182,7 @@ def kill_marked(mark: str, rounds: int = 5) -> int:
 
 
 def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str],
-                 writable: tuple[str, ...] = ()) -> tuple[int, str]:
+                 writable: tuple[str, ...] = (), readable: tuple[Path, ...] = ()) -> tuple[int, str]:
     """Run `argv` in a new session and process group, in the editor's sandbox (item 3 above) or else its own PID
     namespace where one can run, output to a temporary file (a grandchild holding a pipe cannot block us); when the
     command exits or after `timeout_s` seconds the group is killed, the namespace ends with its first
@@ -179,7 +196,7 @@ def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str,
     """
     scratch = scratch_dir()
     try:
-        argv, env, mark = contained(argv, env, cwd=cwd, scratch=scratch, writable=writable)
+        argv, env, mark = contained(argv, env, cwd=cwd, scratch=scratch, writable=writable, readable=readable)
         return _run_marked(argv, cwd=cwd, timeout_s=timeout_s, env=env, mark=mark)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -152,7 +152,8 @@ class CommandEditor:
         cwd = _worktree_root(harness_dir)
         try:
             returncode, out_text = run_in_group(shlex.split(command), cwd=cwd, timeout_s=self.timeout_s,
-                                                env=child_env(PYTHONDONTWRITEBYTECODE="1"), writable=self.writable)
+                                                env=child_env(PYTHONDONTWRITEBYTECODE="1"), writable=self.writable,
+                                                readable=(spec_path.resolve(),))
         except subprocess.TimeoutExpired:
             return EditResult(ok=False, detail=f"editor command timed out after {self.timeout_s:.0f} s (its "
                               f"process group was ended): {command}", wall_s=time.monotonic() - started)

@@ -121,8 +121,9 @@ class Evolution(RunState, TrustedRuns):
         cost.note_start_run(self)
         self.trusted = self._trusted_tree()
         # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
-        hide = [self.dir.parent, self.ledger.path.parent, self.checkout / ".git"]
-        os.environ[sandbox.ENV_HIDE] = os.pathsep.join(str(p) for p in hide)
+        # (beside what the session's controller covers: its run directory, the suites' answer keys)
+        hide = [*sandbox.hidden_paths(), self.dir.parent, self.ledger.path.parent, self.checkout / ".git"]
+        os.environ[sandbox.ENV_HIDE] = os.pathsep.join(dict.fromkeys(str(p) for p in hide))
 
     # --- the loop --------------------------------------------------------------------------------
 

@@ -89,6 +89,9 @@ def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
     hide = [*map(str, sandbox.hidden_paths())]
     if not any(p.is_relative_to(runs) for p in needed):
         hide.append(str(runs))
+    from pytest_ecdysis.core.registry import answer_keys
+
+    hide += answer_keys()  # the suites' gold data: covered for the editor as for harness processes
     os.environ[sandbox.ENV_HIDE] = os.pathsep.join(dict.fromkeys(hide))
     limits.export(cfg.agent_memory_mb, cfg.agent_cpu_s)
     state.sandbox_verdict = sandbox.verdict_line()

@@ -107,3 +107,39 @@ def test_writes_outside_the_candidate_are_prevented(repo: Path, tmp_path_factory
     else:  # the layer behind: these land, and validate.integrity must catch them (other tests)
         assert str(repo / "suite.py") in report["wrote"] and str(venv / "site.py") in report["wrote"]
         (Path.home() / ".cache" / "ecdysis-editor-probe").unlink(missing_ok=True)
+
+
+def test_the_editor_reads_its_spec_but_no_answer_key_or_run_record(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the session covers for harness code is covered for the editor too: the suites' answer keys (τ²'s
+    task files, through `ecdysis_answer_keys`) and the run directories; the spec it is handed, inside the run
+    directory, stays readable. A `cmd:` editor that read τ²'s gold actions could write them into the harness."""
+    from pytest_ecdysis.core.registry import answer_keys
+
+    need_bwrap()
+    keys = answer_keys()
+    assert any(k.endswith("airline/tasks.json") for k in keys), keys  # the τ² suite declares its gold tasks
+    monkeypatch.setenv(contain.SANDBOX_ENV, "1")
+    monkeypatch.delenv(contain.WRITABLE_ENV, raising=False)
+    runs, work = tmp_path / "runs", tmp_path / "work"
+    (runs / "run1" / "rounds" / "1").mkdir(parents=True)
+    work.mkdir()
+    spec = runs / "run1" / "rounds" / "1" / "spec.json"
+    spec.write_text('{"changes": []}')
+    (runs / "run1" / "trials.jsonl").write_text('{"reward": 1.0}')
+    monkeypatch.setenv(contain.HIDE_ENV, ":".join([str(runs), *keys]))
+    probe = ("import json, sys; out = {}\n"
+             "for p in sys.argv[1:]:\n"
+             "    try: out[p] = len(open(p).read())\n"
+             "    except OSError as e: out[p] = type(e).__name__\n"
+             "print(json.dumps(out))")
+    gold = next(k for k in keys if k.endswith("airline/tasks.json"))
+    targets = [str(spec), str(runs / "run1" / "trials.jsonl"), gold]
+    code, out = contain.run_in_group([sys.executable, "-c", probe, *targets], cwd=work, timeout_s=60,
+                                     env={"PATH": "/usr/bin:/bin"}, readable=(spec,))
+    assert code == 0, out
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen[str(spec)] == len('{"changes": []}')
+    assert seen[str(runs / "run1" / "trials.jsonl")] == "FileNotFoundError"  # an empty directory there
+    assert seen[gold] in (0, "PermissionError"), seen  # /dev/null over the file (on a nodev mount: unreadable)
+    assert Path(gold).stat().st_size > 1000  # the real file is untouched, outside

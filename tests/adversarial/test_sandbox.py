@@ -243,11 +243,16 @@ def test_a_sub_run_whose_sandbox_did_not_start_stops_the_loop_not_the_candidate(
 
 def test_the_controller_exports_its_decision_limits_and_hidden_run_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`prepare_sandbox` exports the decision, the limits and the session's run directory to cover (beside
-    what a parent session covers); `off` puts the verdict line on the state and no start line."""
+    """`prepare_sandbox` exports the decision, the limits, the session's run directory and the suites' answer
+    keys to cover (beside what a parent session covers); `off` puts the verdict line on the state and no
+    start line."""
     from types import SimpleNamespace
 
+    from pytest_ecdysis.core.registry import answer_keys
     from pytest_ecdysis.run.controller import prepare_sandbox
+
+    keys = answer_keys()
+    assert len(keys) >= 6, keys  # τ²: tasks.json and split_tasks.json of airline, retail, telecom
 
     for name in (sandbox.ENV_ON, sandbox.ENV_WHY, limits.ENV_MEMORY, limits.ENV_CPU):
         monkeypatch.setenv(name, "")
@@ -256,8 +261,8 @@ def test_the_controller_exports_its_decision_limits_and_hidden_run_directory(
     state = SimpleNamespace(messages=[], sandbox_verdict=None)
     prepare_sandbox(cfg, state)
     assert os.environ[sandbox.ENV_ON] == "0" and limits.from_env() == limits.Limits(512, 30)
-    assert os.environ[sandbox.ENV_HIDE].split(os.pathsep) == ["/parent/runs", str(tmp_path / "runs")]
+    assert os.environ[sandbox.ENV_HIDE].split(os.pathsep) == ["/parent/runs", str(tmp_path / "runs"), *keys]
     assert state.messages == [] and "only the sandbox stops" in state.sandbox_verdict
     monkeypatch.setenv(sandbox.ENV_HIDE, "")
     prepare_sandbox(SimpleNamespace(**{**vars(cfg), "run_dir": Path("/")}), state)  # it holds the harness
-    assert os.environ[sandbox.ENV_HIDE] == ""
+    assert os.environ[sandbox.ENV_HIDE].split(os.pathsep) == keys
