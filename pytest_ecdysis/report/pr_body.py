@@ -103,13 +103,13 @@ def render_pr_body(run_path: Path | str) -> str:
         (s0, p0), (s1, p1) = _score_of(test.get("start")), _score_of(test.get("frozen"))
         ks = sorted(set(p0) | set(p1), key=int)
         out += ["", f"### Held-out test split ({test.get('trials', '?')} trial(s) per task)", "",
-                "| harness | score | " + " | ".join(f"pass^{k}" for k in ks) + " | tokens/task |",
+                "| " + " | ".join(["harness", "score", *(f"pass^{k}" for k in ks), "tokens/task"]) + " |",
                 "|---|---:|" + "---:|" * (len(ks) + 1)]
         for label, which, sc, hat in (("before (start)", "start", s0, p0), ("after (frozen)", "frozen", s1, p1)):
             entry = test.get(which)
             per_task = entry.get("tokens_per_task") if isinstance(entry, dict) else None
-            out.append(f"| {label} | " + _fmt(sc) + " | " + " | ".join(_fmt(hat.get(k)) for k in ks)
-                       + f" | {'–' if per_task is None else per_task} |")
+            cells = [label, _fmt(sc), *(_fmt(hat.get(k)) for k in ks), "–" if per_task is None else str(per_task)]
+            out.append("| " + " | ".join(cells) + " |")
         if s0 is not None and s1 is not None:
             out += ["", f"change on test: {s1 - s0:+.3f}"]
         lost = (test.get("regressions") or {}).get("solved_to_failed") or []
