@@ -62,3 +62,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     each about 0.9 CPU s and 60 MB (issue 18's round breakdown)."""
     if "pytester" in getattr(item, "fixturenames", ()):
         import scipy.stats  # noqa: F401
+
+        # τ² too: a worker whose first τ² import happened inside a pytester test lost τ²'s modules at that
+        # test's teardown while `load_tau2`'s cached namespace kept their classes; a later in-process trial
+        # then mixed two copies of `AssistantMessage` and SimulationRun refused them ("305 validation
+        # errors", tests/adversarial/test_trusted_side.py under -n 2 in CI)
+        try:
+            import pytest_ecdysis_tau2.runner  # noqa: F401  (imports every τ² module a trial uses)
+            from pytest_ecdysis_tau2.tau2lib import load_tau2
+        except ImportError:
+            return
+        load_tau2()
