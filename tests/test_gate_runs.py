@@ -164,6 +164,12 @@ def test_shown_says_how_many_were_left_off() -> None:
 
     assert shown([]) == "none" and shown(["a", "b"]) == "a, b"
     assert shown([str(i) for i in range(8)], 5) == "0, 1, 2, 3, 4 and 3 more"
+    # long items (τ² telecom task ids): fewer shown, the count still whole, the line bounded
+    telecom = [f"tau2-telecom/[service_issue]airplane_mode_on|unseat_sim_card_{i}[PERSONA:None]" for i in range(10)]
+    line = shown(telecom, 10)
+    assert len(line) <= 260 and line.endswith(f" and {10 - line.count('tau2-telecom/')} more"), line
+    assert line.count("tau2-telecom/") == 3
+    assert shown(["x" * 500]) == "x" * 239 + "…"
     assert shown(["x", "y", "z"], 2, "; ") == "x; y and 1 more"
 
 

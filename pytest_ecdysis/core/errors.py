@@ -85,8 +85,17 @@ class IntegrityError(EcdysisError):
     checkpoint read back is not what the controller wrote. The evolution stops; the message names the file."""
 
 
-def shown(items: list[str], limit: int = 5, sep: str = ", ") -> str:
+def shown(items: list[str], limit: int = 5, sep: str = ", ", max_chars: int = 240) -> str:
     """The first `limit` of `items` joined by `sep`, then "and N more" when some were left off ("none" when
-    empty), so a message never passes a cut list off as the whole one."""
-    more = len(items) - limit
-    return (sep.join(items[:limit]) or "none") + (f" and {more} more" if more > 0 else "")
+    empty), so a message never passes a cut list off as the whole one. At most about `max_chars` characters
+    of items: fewer are shown when they are long (τ² telecom ids run to 70 characters, a confirmation look's
+    line printed 1,200), and an item longer than that alone is cut with "…"."""
+    out: list[str] = []
+    used = 0
+    for item in items[:limit]:
+        if out and used + len(sep) + len(item) > max_chars:
+            break
+        out.append(item if len(item) <= max_chars else item[:max_chars - 1] + "…")
+        used += len(out[-1]) + (len(sep) if len(out) > 1 else 0)
+    more = len(items) - len(out)
+    return (sep.join(out) or "none") + (f" and {more} more" if more > 0 else "")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_ecdysis.core.errors import EcdysisError
+from pytest_ecdysis.core.errors import EcdysisError, shown
 from pytest_ecdysis.core.rundir import slug
 from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.report.evolution import fmt
@@ -88,7 +88,7 @@ def score_test(ev: RoundContext) -> None:
         test["regressions"] = held_out_regressions(test["start"], test["frozen"], cfg.threshold)
         if test["regressions"]["solved_to_failed"]:
             ev.say(f"test: the frozen harness lost {len(test['regressions']['solved_to_failed'])} task(s) the start "
-                   f"solved in every trial: {', '.join(test['regressions']['solved_to_failed'][:12])}")
+                   f"solved in every trial: {shown(test['regressions']['solved_to_failed'], 12)}")
         ev.checkpoint()
 
 
