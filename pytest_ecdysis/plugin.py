@@ -53,8 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if os.environ.get(ENV_SESSION_PID, str(os.getpid())) != str(os.getpid()):
             # nested in another session: its run id and simulated server are that session's, never this one's
             # (sharing them wrote this session's files into its run directory and continued its conversations)
-            for name in (ENV_RUN_ID, ENV_SIM_URL, "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE"):
-                os.environ.pop(name, None)  # ... and its scorers' bytecode cache (`validate.pycache`)
+            for name in (ENV_RUN_ID, ENV_SIM_URL, "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE",
+                         "ECDYSIS_WARM_DIR"):
+                os.environ.pop(name, None)  # ... its scorers' bytecode cache and warm services (`validate`)
         run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
         os.environ[ENV_RUN_ID] = run_id  # inherited by xdist workers, which start after configure
         os.environ[ENV_SESSION_PID] = str(os.getpid())
@@ -106,6 +107,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(CONFIG_KEY, None)
+    if state is not None and state.is_controller:
+        from pytest_ecdysis.validate import warm
+
+        warm.stop()  # the warm services this session started (`validate.warm`); none in a sub-run
     if state is not None and state.sim_server is not None:
         state.sim_server.stop()
         if os.environ.get(ENV_SIM_URL) == state.sim_url:

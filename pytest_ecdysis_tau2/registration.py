@@ -7,6 +7,7 @@
   `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
 - `ecdysis_answer_keys`: τ²'s task files (gold actions, evaluation criteria, splits), covered in the editor's
   sandbox as they are in the harness's (`agent_env.gold_files`);
+- `ecdysis_warm_services`: the session's warm scorer server (`warm_scorer.py`), where the sandbox is on;
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
   the controller's checks of `--ecdysis-tasks` and of a gate's baseline right after collection.
 """
@@ -51,6 +52,14 @@ def ecdysis_answer_keys() -> list[str]:
     # τ²'s `tau2.utils.utils.DATA_DIR`: the package's own `data` directory
     domains = Path(next(iter(spec.submodule_search_locations))) / "data" / "tau2" / "domains"
     return sorted(str(p) for p in domains.glob("*/*.json") if p.name.startswith(("tasks", "split_tasks")))
+
+
+@hookimpl
+def ecdysis_warm_services(directory: str) -> list[Any]:
+    """The session's warm scorer server (`warm_scorer`; the plugin calls this only when the sandbox is on)."""
+    from .warm_scorer import start
+
+    return [start(directory)]
 
 
 @hookimpl

@@ -95,7 +95,7 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     t = load_tau2()
     settings = settings or EndpointSettings.from_env()
     scorer = scorer or scorer_client()
-    scorer.start()  # imports tau2 in its own process while this trial runs
+    scorer.start(spec.domain)  # imports tau2 in its own process while this trial runs
     prepare_agent(spec.harness_dir)  # the harness's process (once per worker), outside the trial's budget
     started = time.monotonic()
     task = suite.get_task(spec.domain, spec.task_id)

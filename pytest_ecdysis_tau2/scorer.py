@@ -27,19 +27,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-import select
-import subprocess
 import sys
-import tempfile
-import threading
-from pathlib import Path
 from typing import Any
-
-#: Interpreter flags of the scorer process where no trusted cache exists: no bytecode written (-B), and
-#: looked up only under a private, empty prefix (`-X pycache_prefix`), so none is read (module docstring).
-SCORER_FLAGS = ("-B",)
-#: Variables the scorer process does not inherit (code loaded before the scorer's own).
-SCORER_DROPPED_ENV = ("PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONPYCACHEPREFIX", "PYTHONHOME", "PYTHONEXECUTABLE")
 
 #: τ²'s RewardType values -> our component names (records.RewardComponent).
 COMPONENTS = {"DB": "db", "ENV_ASSERTION": "env_assertion", "ACTION": "action",
@@ -181,17 +170,30 @@ def _fast_environments() -> None:
 
 
 
-def main() -> None:
-    """Serve requests on stdin until EOF; anything tau2 prints goes to stderr, never into the protocol."""
+def main(argv: list[str] | None = None) -> None:
+    """Serve requests on stdin until EOF (`--serve PATH [FD]`: the session's warm scorer server on the Unix socket
+    PATH, `warm_scorer.serve`); anything tau2 prints goes to stderr, never into the protocol."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"] and len(argv) in (2, 3):
+        from .warm_scorer import serve
+
+        serve(argv[1], int(argv[2]) if len(argv) == 3 else None)
+        return
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     sys.stdout = sys.stderr
     from .tau2lib import load_tau2
 
     load_tau2()
     _fast_environments()
+    serve_lines(sys.stdin, out)
+
+
+def serve_lines(lines: Any, out: Any, scored: Any = None) -> None:
+    """Answer each request line of `lines` with one response line on `out` (module docstring), until EOF;
+    `scored()` is called after each answer (the warm server's scorer reports new gold hashes there)."""
     from . import cow_scoring
 
-    for line in sys.stdin:
+    for line in lines:
         if not line.strip():
             continue
         try:
@@ -206,94 +208,18 @@ def main() -> None:
             response = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         out.write(json.dumps(response) + "\n")
         out.flush()
+        if scored is not None:
+            scored()
 
 
-class ScorerError(RuntimeError):
-    """The scorer process failed, timed out or could not score a trajectory."""
-
-
-class ScorerClient:
-    """A worker's handle on its scorer process: started lazily, restarted once if it died."""
-
-    def __init__(self, timeout_s: float = 300.0) -> None:
-        self.timeout_s = timeout_s
-        self.proc: subprocess.Popen | None = None
-        self.lock = threading.Lock()
-        self.cwd = tempfile.mkdtemp(prefix="ecdysis-scorer-")  # no .env, no harness on the path
-
-    def _start(self) -> subprocess.Popen:
-        from . import SUITE_ROOT
-
-        package_root = str(SUITE_ROOT)
-        env = {k: v for k, v in os.environ.items() if k not in SCORER_DROPPED_ENV}
-        from pytest_ecdysis.validate.pycache import flags
-
-        env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONNOUSERSITE="1")
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # -B where nothing may be written (`flags`)
-        env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
-        prefix = tempfile.mkdtemp(prefix="pycache-", dir=self.cwd)  # empty: nothing to load from it
-        command = [sys.executable, *flags(Path(prefix)), "-m", "pytest_ecdysis_tau2.scorer"]
-        return subprocess.Popen(command, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=self.cwd,
-                                env=env)
-
-    def start(self) -> None:
-        """Start the process now (it imports tau2 while the first trial runs)."""
-        with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self.proc = self._start()
-
-    def score(self, domain: str, task_id: str, simulation_json: str) -> dict[str, Any]:
-        """Send one trajectory; returns the response dict. Raises ScorerError."""
-        line = json.dumps({"domain": domain, "task_id": task_id, "simulation": json.loads(simulation_json)})
-        with self.lock:
-            for attempt in (1, 2):
-                if self.proc is None or self.proc.poll() is not None:
-                    self.proc = self._start()
-                try:
-                    self.proc.stdin.write(line + "\n")
-                    self.proc.stdin.flush()
-                    ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout_s)
-                    if not ready:
-                        self.close()
-                        raise ScorerError(f"scorer gave no answer within {self.timeout_s:g} s")
-                    answer = self.proc.stdout.readline()
-                    if not answer:
-                        raise BrokenPipeError("scorer exited")
-                except (BrokenPipeError, OSError) as exc:
-                    self.close()
-                    if attempt == 2:
-                        raise ScorerError(f"scorer process died twice: {exc}") from None
-                    continue
-                response = json.loads(answer)
-                if not response.get("ok"):
-                    raise ScorerError(f"scorer could not score task {task_id}: {response.get('error')}")
-                return response
-        raise ScorerError("unreachable")
-
-    def close(self) -> None:
-        if self.proc is not None:
-            try:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-            except Exception:
-                pass
-            self.proc = None
-
-
-_CLIENT: ScorerClient | None = None
-
-
-def scorer_client() -> ScorerClient:
-    """The worker's scorer (one per process)."""
-    global _CLIENT
-    if _CLIENT is None:
-        _CLIENT = ScorerClient()
-        import atexit
-
-        atexit.register(_CLIENT.close)
-    return _CLIENT
-
+# the worker's side (re-exported: `from .scorer import ScorerClient` is how trials and tests reach it)
+from .scorer_client import (  # noqa: E402
+    SCORER_DROPPED_ENV,  # noqa: F401
+    SCORER_FLAGS,  # noqa: F401
+    ScorerClient,  # noqa: F401
+    ScorerError,  # noqa: F401
+    scorer_client,  # noqa: F401
+)
 
 if __name__ == "__main__":
     main()

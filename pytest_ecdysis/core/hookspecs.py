@@ -74,3 +74,15 @@ def ecdysis_answer_keys() -> list[str]:
     harness's processes and the editor's command (`validate.sandbox.ENV_HIDE`). Must be cheap: no import of
     the benchmark itself.
     """
+
+
+@hookspec
+def ecdysis_warm_services(directory: str) -> list[Any]:
+    """Trusted processes this suite keeps warm for a whole session (its sub-runs included), started now.
+
+    Called once by a top session's controller, and only when the sandbox is on (`validate.warm`):
+    `directory` is a fresh private (`0700`) directory for the processes' sockets, hidden from harness
+    processes and the editor; workers and sub-runs find it in `ECDYSIS_WARM_DIR`. Returns the started
+    `subprocess.Popen` objects, each with `stdin=PIPE`: the process must exit when its standard input
+    reaches end of file (the controller closed it or died). No harness code may run in them.
+    """

@@ -61,6 +61,11 @@ def registered_templates() -> dict[str, str]:
     return _merged(plugin_manager().hook.ecdysis_templates(), "template")
 
 
+def warm_services(directory: str) -> list[Any]:
+    """Start every installed suite's warm services (`hookspecs.ecdysis_warm_services`): the `Popen`s."""
+    return [p for started in plugin_manager().hook.ecdysis_warm_services(directory=directory) for p in started or ()]
+
+
 def registered_strategies() -> dict[str, Any]:
     return _merged(plugin_manager().hook.ecdysis_strategies(), "strategy")
 

@@ -76,7 +76,7 @@ def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
     Raises:
         UsageError: `on` and no sandbox can start here (naming the install command).
     """
-    from pytest_ecdysis.validate import limits, pycache, sandbox
+    from pytest_ecdysis.validate import limits, pycache, sandbox, warm
 
     decision = sandbox.decide(cfg.sandbox)
     sandbox.export(decision)
@@ -87,6 +87,11 @@ def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
     needed = [Path.cwd().absolute(), *([Path(state.harness_dir).absolute()] if getattr(state, "harness_dir", None)
                                        else [])]
     hide = [*map(str, sandbox.hidden_paths())]
+    # the warm services' sockets (a sub-run's is its evolution's, already listed): out of harness processes'
+    # and the editor's reach
+    warm_dir = warm.prepare(decision.on)
+    if warm_dir is not None:
+        hide.append(str(warm_dir))
     if not any(p.is_relative_to(runs) for p in needed):
         hide.append(str(runs))
     from pytest_ecdysis.core.registry import answer_keys
