@@ -54,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
             # nested in another session: its run id and simulated server are that session's, never this one's
             # (sharing them wrote this session's files into its run directory and continued its conversations)
             for name in (ENV_RUN_ID, ENV_SIM_URL, "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE",
-                         "ECDYSIS_WARM_DIR"):
+                         "ECDYSIS_WARM_DIR", "ECDYSIS_WARM_SUBRUN"):
                 os.environ.pop(name, None)  # ... its scorers' bytecode cache and warm services (`validate`)
         run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
         os.environ[ENV_RUN_ID] = run_id  # inherited by xdist workers, which start after configure

@@ -11,7 +11,8 @@ repository-local git variables (`gitenv.child_env`), minus the routes that load 
 `PYTEST_PLUGINS`, whose values `validate.run_suite` turns into explicit arguments, outer options stripped),
 plus `PYTHONNOUSERSITE=1` (no user site-packages `.pth` files), `PYTHONDONTWRITEBYTECODE=1`, a fresh
 `ECDYSIS_RUN_ID`, the running simulated server's `ECDYSIS_SIM_URL`, and the session's scorer bytecode
-cache read-only (`ECDYSIS_TRUSTED_PYCACHE_WRITE=0`, `validate.pycache`).
+cache read-only (`ECDYSIS_TRUSTED_PYCACHE_WRITE=0`, `validate.pycache`); the session's warm services'
+directory (`ECDYSIS_WARM_DIR`) is kept and marked a sub-run's (`ECDYSIS_WARM_SUBRUN=1`, `validate.warm`).
 
 The trusted copy (`TrustedTree`, docs/evolution.md, threat model): a private copy of the user's checkout
 as it was when the evolution started (`integrity.pristine_copy`); `_place_harness` writes the candidate's
@@ -160,6 +161,8 @@ def subrun_env(run_id: str, sim_url: str | None) -> dict[str, str]:
                LITELLM_LOCAL_MODEL_COST_MAP="True")
     if env.get("ECDYSIS_TRUSTED_PYCACHE"):  # the session's scorer cache, read-only here (`validate.pycache`)
         env["ECDYSIS_TRUSTED_PYCACHE_WRITE"] = "0"
+    if env.get("ECDYSIS_WARM_DIR"):  # the session's warm scorer server, used by this sub-run's workers too
+        env["ECDYSIS_WARM_SUBRUN"] = "1"  # (`validate.warm`)
     if sim_url:
         env["ECDYSIS_SIM_URL"] = sim_url
     return env

@@ -8,7 +8,7 @@ The rules are those of the scorers' bytecode cache (`validate.pycache`):
   directory (it is in `ECDYSIS_SANDBOX_HIDE`), so they cannot reach a service's socket. Without the sandbox a
   harness runs with your rights and could connect to any socket of yours: nothing is started, an inherited
   `ENV_DIR` is dropped, and every worker starts its own scorer, as before;
-- the top session's controller makes a fresh private `0700` directory (`tempfile.mkdtemp`), exports it in
+- the top session's controller (not a sub-run: its `ENV_DIR` is marked by `ENV_SUBRUN`) makes a fresh private `0700` directory (`tempfile.mkdtemp`), exports it in
   `ENV_DIR` for its workers and validation sub-runs (`validate.setup.subrun_env` keeps it), asks each installed
   suite to start its services there (`core.registry.warm_services`), and at exit closes their standard input
   (so they exit), then removes the directory. A service also exits when the controller dies (its standard
@@ -32,6 +32,8 @@ from pathlib import Path
 
 #: The directory of the session's warm services' sockets (set by the top controller when the sandbox is on).
 ENV_DIR = "ECDYSIS_WARM_DIR"
+#: "1" where `ENV_DIR` was given to a validation sub-run by its evolution (`validate.setup.subrun_env`).
+ENV_SUBRUN = "ECDYSIS_WARM_SUBRUN"
 #: seconds a service gets to exit after its standard input closed, before it is killed.
 STOP_GRACE_S = 5.0
 
@@ -43,17 +45,17 @@ def prepare(sandbox_on: bool) -> Path | None:
     """At the controller's configure time (after `sandbox.decide`): the session's warm directory, or None.
 
     Without the sandbox an inherited `ENV_DIR` is dropped and nothing starts; an inherited one that exists
-    is a validation sub-run's (nested sessions dropped theirs in `plugin.py`) and is kept, starting nothing;
-    otherwise a new directory is made, exported and the suites' services started in it. A suite whose
+    and is marked a sub-run's (`ENV_SUBRUN` = `1`, set by `validate.setup.subrun_env`) is kept, starting
+    nothing; otherwise (any other inherited value is dropped: a session started by some other process's
+    environment, nested sessions having dropped theirs in `plugin.py`) a new directory is made, exported and the suites' services started in it. A suite whose
     services fail to start is reported on stderr and the session goes on without them (each worker then
     starts its own scorer, as without the sandbox)."""
-    inherited = os.environ.get(ENV_DIR)
+    inherited, subrun = os.environ.pop(ENV_DIR, None), os.environ.pop(ENV_SUBRUN, None)
     if not sandbox_on:
-        os.environ.pop(ENV_DIR, None)
         return None
-    if inherited and Path(inherited).is_dir():
+    if inherited and subrun == "1" and Path(inherited).is_dir():
+        os.environ[ENV_DIR], os.environ[ENV_SUBRUN] = inherited, subrun  # for this sub-run's workers
         return Path(inherited)
-    os.environ.pop(ENV_DIR, None)
     path = Path(tempfile.mkdtemp(prefix="ecdysis-warm-"))
     _OWNED.append(path)
     atexit.register(stop)

@@ -199,6 +199,7 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
     from pytest_ecdysis_tau2.scorer import scorer_client
 
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
+    monkeypatch.delenv("ECDYSIS_WARM_DIR", raising=False)  # the worker's own scorer process, not the warm server
     monkeypatch.setattr(scorer_module, "score", lambda *a, **k: {"ok": True, "reward": 1.0, "components": {}})
     # the worker's scorer may have been started by an earlier test under another environment (a nested
     # session drops the cache variables): start this one under the environment the assertion reads
