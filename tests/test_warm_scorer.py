@@ -228,7 +228,8 @@ def _trials(tmp_path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_session_and_a_sub_run_score_through_one_warm_server(tmp_path: Path) -> None:
+def test_a_session_and_a_sub_run_score_through_one_warm_server(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A real `pytest -n 2` of two airline tasks (simulated model, sandbox on): its controller's server
     serves both workers (one connection each, no scorer process of their own); a session given that
     directory as a sub-run's (`ECDYSIS_WARM_SUBRUN=1`) uses the same server: its workers' connections
@@ -246,6 +247,7 @@ def test_a_session_and_a_sub_run_score_through_one_warm_server(tmp_path: Path) -
     directory = tmp_path / "warm"
     directory.mkdir(mode=0o700)
     (tmp_path / "server.log").unlink()
+    monkeypatch.setenv("ECDYSIS_SCORER_SERVER_LOG", str(tmp_path / "server.log"))
     proc = warm_scorer.start(str(directory))
     proc_env = _suite_env(tmp_path, ECDYSIS_WARM_DIR=str(directory), ECDYSIS_WARM_SUBRUN="1")
     try:
