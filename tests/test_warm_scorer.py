@@ -169,13 +169,14 @@ def _editor_covers_hidden() -> bool:
     """Whether `editor_sandbox` covers `ECDYSIS_SANDBOX_HIDE` yet (the lead's change to edit/contain.py)."""
     from pytest_ecdysis.edit.contain import editor_sandbox
 
-    probe = tempfile.mkdtemp(prefix="ecdysis-warm-probe-")
+    probe, other = tempfile.mkdtemp(prefix="ecdysis-warm-probe-"), tempfile.mkdtemp(prefix="ecdysis-warm-wt-")
     before = os.environ.get(sandbox.ENV_HIDE), os.environ.get("ECDYSIS_SANDBOX")
     os.environ[sandbox.ENV_HIDE], os.environ["ECDYSIS_SANDBOX"] = probe, "1"
     try:
-        return probe in (editor_sandbox(Path(probe), Path(probe)) or [])
+        return probe in (editor_sandbox(Path(other), Path(other)) or [])
     finally:
         os.rmdir(probe)
+        os.rmdir(other)
         for name, value in zip((sandbox.ENV_HIDE, "ECDYSIS_SANDBOX"), before, strict=True):
             os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
 
