@@ -95,7 +95,7 @@ def serve(path: str, fd: int | None = None) -> None:
     pipes: dict[int, bytes] = {}  # a scorer's gold-hash pipe -> bytes not yet a whole line
     try:
         while True:
-            ready, _, _ = select.select([listener, sys.stdin.fileno(), *pipes], [], [], 5.0)
+            ready, _, _ = select.select([listener, sys.stdin.fileno(), *pipes], [], [], 1.0)
             _reap()
             if sys.stdin.fileno() in ready and not os.read(sys.stdin.fileno(), 4096):
                 return  # the controller closed its end or died
