@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -165,46 +164,36 @@ def test_a_harness_process_cannot_reach_the_socket(tmp_path: Path, monkeypatch: 
     assert done.stdout.startswith("refused"), (done.stdout, done.stderr)
 
 
-def _editor_covers_hidden() -> bool:
-    """Whether `editor_sandbox` covers `ECDYSIS_SANDBOX_HIDE` yet (the lead's change to edit/contain.py)."""
-    from pytest_ecdysis.edit.contain import editor_sandbox
-
-    probe, other = tempfile.mkdtemp(prefix="ecdysis-warm-probe-"), tempfile.mkdtemp(prefix="ecdysis-warm-wt-")
-    before = os.environ.get(sandbox.ENV_HIDE), os.environ.get("ECDYSIS_SANDBOX")
-    os.environ[sandbox.ENV_HIDE], os.environ["ECDYSIS_SANDBOX"] = probe, "1"
-    try:
-        return probe in (editor_sandbox(Path(other), Path(other)) or [])
-    finally:
-        os.rmdir(probe)
-        os.rmdir(other)
-        for name, value in zip((sandbox.ENV_HIDE, "ECDYSIS_SANDBOX"), before, strict=True):
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-
-
-@pytest.mark.xfail(not _editor_covers_hidden(), strict=True,
-                   reason="edit/contain.editor_sandbox does not cover ECDYSIS_SANDBOX_HIDE yet (the lead's change)")
 def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The editor's sandbox covers `ECDYSIS_SANDBOX_HIDE` (`edit.contain.editor_sandbox`), where the
-    controller lists the warm directory: an editor cannot connect to the scorer server."""
+    """The controller lists its warm directory in `ECDYSIS_SANDBOX_HIDE`, which the editor's sandbox covers
+    (`edit.contain.editor_sandbox`): an editor cannot connect to the scorer server."""
     need_bwrap()
-    from pytest_ecdysis.edit.contain import editor_sandbox
+    from types import SimpleNamespace
 
-    directory = tmp_path / "warm"
-    directory.mkdir(mode=0o700)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(directory / "scorer.sock"))
-    listener.listen(1)
-    monkeypatch.setenv("ECDYSIS_SANDBOX", "1")
-    monkeypatch.setenv(sandbox.ENV_HIDE, str(directory))
-    worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
-    worktree.mkdir()
-    scratch.mkdir()
-    probe = ("import socket; s=socket.socket(socket.AF_UNIX)\n"
-             f"try: s.connect({str(directory / 'scorer.sock')!r}); print('connected')\n"
-             "except OSError as e: print('refused', e)")
-    done = subprocess.run([*editor_sandbox(worktree, scratch), sys.executable, "-c", probe],
-                          capture_output=True, text=True, timeout=60)
-    listener.close()
+    from pytest_ecdysis.edit.contain import editor_sandbox
+    from pytest_ecdysis.run.controller import prepare_sandbox
+    from pytest_ecdysis.validate import limits
+
+    for name in (sandbox.ENV_ON, sandbox.ENV_WHY, sandbox.ENV_HIDE, limits.ENV_MEMORY, limits.ENV_CPU,
+                 "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE", warm.ENV_DIR, warm.ENV_SUBRUN):
+        monkeypatch.setenv(name, "")
+    cfg = SimpleNamespace(sandbox="on", agent_memory_mb=512, agent_cpu_s=30, run_dir=tmp_path / "runs")
+    try:
+        prepare_sandbox(cfg, SimpleNamespace(messages=[], sandbox_verdict=None))
+        directory = Path(os.environ[warm.ENV_DIR])  # under the system's temporary directory, not the editor's
+        assert directory in sandbox.hidden_paths() and (directory / warm_scorer.SOCKET_NAME).is_socket()
+        worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
+        worktree.mkdir()
+        scratch.mkdir()
+        probe = ("import socket; s=socket.socket(socket.AF_UNIX)\n"
+                 f"try: s.connect({str(directory / warm_scorer.SOCKET_NAME)!r}); print('connected')\n"
+                 "except OSError as e: print('refused', e)")
+        outside = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([*editor_sandbox(worktree, scratch), sys.executable, "-c", probe],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        warm.stop()
+    assert outside.stdout.startswith("connected"), outside  # the probe itself can tell
     assert done.stdout.startswith("refused"), (done.stdout, done.stderr)
 
 
