@@ -18,6 +18,12 @@ gold hashes a scorer computes (they depend only on τ²'s data and the task: `co
 keyed by (domain, task id)) are sent back to the server over a pipe, so later connections' scorers reuse
 them. No harness code runs here or in any process forked from here.
 
+Bytecode: the server reads and fills the session's trusted cache like the scorer processes it replaces
+(`pytest_ecdysis.validate.pycache`), but only while it imports τ² for its first connection (the top
+session's first suite run); from then on it and its forks write none (`sys.dont_write_bytecode`), so the
+cache an evolution checks after every editor call and sub-run (`TrustedRuns.check_integrity`, against
+its state at the loop's start) does not change under it, whatever a later scoring imports.
+
 `ECDYSIS_SCORER_SERVER_LOG` (a file path, tests and benchmarks) makes the server append one line per
 connection and per gold hash received.
 """
@@ -150,6 +156,8 @@ def _fork_scorer(conn: socket.socket, listener: socket.socket, pipes: dict[int, 
             load_tau2()
             scorer._fast_environments()
             scorer._fast_ready = True
+            # from now on nothing is written to the session's bytecode cache (module docstring)
+            sys.dont_write_bytecode = True
         if domain in DOMAINS and cow_scoring.available():
             cow_scoring.prepare(domain)
     except Exception as exc:
