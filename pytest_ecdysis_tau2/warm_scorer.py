@@ -25,7 +25,7 @@ cache an evolution checks after every editor call and sub-run (`TrustedRuns.chec
 its state at the loop's start) does not change under it, whatever a later scoring imports.
 
 `ECDYSIS_SCORER_SERVER_LOG` (a file path, tests and benchmarks) makes the server append one line per
-connection and per gold hash received.
+connection, per gold hash received, and its CPU seconds at exit (with its reaped scorers').
 """
 
 from __future__ import annotations
@@ -115,6 +115,11 @@ def serve(path: str, fd: int | None = None) -> None:
     finally:
         listener.close()
         shutil.rmtree(directory, ignore_errors=True)
+        _reap()
+        import resource
+
+        used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        _log(f"exit cpu_s {sum(u.ru_utime + u.ru_stime for u in used):.2f} (with the reaped scorers)")
 
 
 def _reap() -> None:
