@@ -20,11 +20,13 @@ them. No harness code runs here or in any process forked from here.
 
 Bytecode: the server reads and fills the session's trusted cache like the scorer processes it replaces
 (`pytest_ecdysis.validate.pycache`), but only while it imports τ² for its first connection (the top
-session's first suite run); from then on it and its forks write none (`sys.dont_write_bytecode`), so the
-cache an evolution checks after every editor call and sub-run (`TrustedRuns.check_integrity`, against
-its state at the loop's start) does not change under it, whatever a later scoring imports.
+session's first suite run) and never after the evolution said `freeze` on its standard input
+(`validate.warm.freeze`, right before the loop records the cache's state): from then on it and its forks
+write none (`sys.dont_write_bytecode`), so the cache an evolution checks after every editor call and
+sub-run (`TrustedRuns.check_integrity`) does not change under it, whatever a later scoring imports, also
+in a resumed evolution whose first connection comes from a sub-run.
 
-`ECDYSIS_SCORER_SERVER_LOG` (a file path, tests and benchmarks) makes the server append one line per
+`ECDYSIS_SCORER_SERVER_LOG` (a file path, tests and benchmarks) makes the server append one line when it serves, one per
 connection, per gold hash received, and its CPU seconds at exit (with its reaped scorers').
 """
 
@@ -99,12 +101,16 @@ def serve(path: str, fd: int | None = None) -> None:
     directory = os.path.dirname(path)
     listener = socket.socket(fileno=fd) if fd is not None else _listen(path)
     pipes: dict[int, bytes] = {}  # a scorer's gold-hash pipe -> bytes not yet a whole line
+    _log("serving")
     try:
         while True:
             ready, _, _ = select.select([listener, sys.stdin.fileno(), *pipes], [], [], 1.0)
             _reap()
-            if sys.stdin.fileno() in ready and not os.read(sys.stdin.fileno(), 4096):
-                return  # the controller closed its end or died
+            if sys.stdin.fileno() in ready:
+                if not os.read(sys.stdin.fileno(), 4096):
+                    return  # the controller closed its end or died
+                sys.dont_write_bytecode = True  # `freeze`: the evolution records the cache now
+                _log("frozen")
             for fd in (fd for fd in ready if fd in pipes):
                 _receive(fd, pipes)
             if listener in ready:

@@ -269,3 +269,48 @@ def test_a_nested_session_does_not_use_the_outer_server(pytester: pytest.Pyteste
     assert said and str(outer) not in said[0] and "ecdysis-warm-" in said[0], result.outlines[-20:]
     time.sleep(0.2)
     assert not Path(said[0].split("WARM=", 1)[1].strip(". ")).exists()  # removed at the inner session's exit
+
+
+def test_the_server_writes_no_bytecode_after_the_evolution_froze_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evolution checks the session's bytecode cache against its state at the loop's start
+    (`TrustedRuns.check_integrity`): a server told `freeze` before its first connection (a resumed
+    evolution's, say) imports τ² without writing a file there; one not told fills it, as the scorers did."""
+    from pytest_ecdysis.validate import pycache
+
+    sim = json.dumps(gold_simulation("airline", "1"))
+    monkeypatch.setenv("ECDYSIS_SANDBOX", "1")
+    monkeypatch.setattr(scorer_client.ScorerClient, "_fallback_said", False)
+    written = {}
+
+    def logged(what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and any(line.endswith(f" {what}") for line in log.read_text().splitlines())):
+            assert time.monotonic() < deadline, f"the server never logged {what!r}"
+            time.sleep(0.05)
+
+    for frozen in (True, False):
+        cache, directory = tmp_path / f"cache-{frozen}", tmp_path / f"warm-{frozen}"
+        cache.mkdir()
+        directory.mkdir(mode=0o700)
+        monkeypatch.setenv(pycache.ENV_DIR, str(cache))
+        monkeypatch.setenv(pycache.ENV_WRITE, "1")
+        monkeypatch.setenv(warm.ENV_DIR, str(directory))
+        log = tmp_path / f"server-{frozen}.log"
+        monkeypatch.setenv("ECDYSIS_SCORER_SERVER_LOG", str(log))
+        proc = warm_scorer.start(str(directory))
+        logged("serving")  # its own modules are in the cache now (before any evolution starts)
+        if frozen:
+            proc.stdin.write(b"freeze\n")
+            proc.stdin.flush()
+            logged("frozen")
+        before = pycache.digests(cache)
+        client = scorer.ScorerClient()
+        try:
+            assert client.score("airline", "1", sim)["reward"] == 1.0 and client.conn is not None
+        finally:
+            client.close()
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        written[frozen] = pycache.changes(before, pycache.digests(cache), limit=1000)
+    assert written[True] == [] and len(written[False]) > 100, written

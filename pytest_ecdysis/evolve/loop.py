@@ -71,7 +71,7 @@ from pytest_ecdysis.evolve.testsplit import score_test
 from pytest_ecdysis.gate.acceptance import decision_fields
 from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, FinalTable, compared_text, fmt, summary_lines
-from pytest_ecdysis.validate import integrity, pycache, sandbox
+from pytest_ecdysis.validate import integrity, pycache, sandbox, warm
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
@@ -117,6 +117,7 @@ class Evolution(RunState, TrustedRuns):
         self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
         self.last_said = "evolution"
         self.doc = self._load_or_start()
+        warm.freeze()  # the session's warm scorer server writes no bytecode from here on (`validate.warm`)
         self.pycache_start = pycache.digests()  # the session's scorers wrote it; sub-runs only read it
         cost.note_start_run(self)
         self.trusted = self._trusted_tree()

@@ -71,6 +71,17 @@ def prepare(sandbox_on: bool) -> Path | None:
     return path
 
 
+def freeze() -> None:
+    """Tell the started services to write nothing more to the session's bytecode cache (`validate.pycache`):
+    one line `freeze` on their standard input. Called by the evolution right before it records the cache's
+    state, which it then checks after every editor call and sub-run; a service reads the line before its
+    next connection. No-op in a session that started none."""
+    for proc in _STARTED:
+        with contextlib.suppress(Exception):
+            proc.stdin.write(b"freeze\n")
+            proc.stdin.flush()
+
+
 def stop() -> None:
     """Close the started services' standard input, wait up to `STOP_GRACE_S` for them (then kill), and
     remove the directories this process made. Idempotent."""
