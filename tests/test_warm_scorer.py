@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -164,9 +165,12 @@ def test_a_harness_process_cannot_reach_the_socket(tmp_path: Path, monkeypatch: 
     assert done.stdout.startswith("refused"), (done.stdout, done.stderr)
 
 
-def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("writable_tmp", [False, True], ids=["default", "tmp-writable"])
+def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            writable_tmp: bool) -> None:
     """The controller lists its warm directory in `ECDYSIS_SANDBOX_HIDE`, which the editor's sandbox covers
-    (`edit.contain.editor_sandbox`): an editor cannot connect to the scorer server."""
+    (`edit.contain.editor_sandbox`): an editor cannot connect to the scorer server, also when the user made
+    the whole temporary directory writable to it (`--ecdysis-editor-writable /tmp`)."""
     need_bwrap()
     from types import SimpleNamespace
 
@@ -189,7 +193,8 @@ def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.
                  f"try: s.connect({str(directory / warm_scorer.SOCKET_NAME)!r}); print('connected')\n"
                  "except OSError as e: print('refused', e)")
         outside = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-        done = subprocess.run([*editor_sandbox(worktree, scratch), sys.executable, "-c", probe],
+        writable = (tempfile.gettempdir(),) if writable_tmp else ()
+        done = subprocess.run([*editor_sandbox(worktree, scratch, writable), sys.executable, "-c", probe],
                               capture_output=True, text=True, timeout=60)
     finally:
         warm.stop()

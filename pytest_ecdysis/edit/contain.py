@@ -114,8 +114,8 @@ def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = ()
     """The bwrap argv prefix for an editor working in `worktree` (item 3 above), or None when the session's
     sandbox is off or bwrap is missing; `writable` (and `ECDYSIS_EDITOR_WRITABLE`'s) directories stay
     writable too. What the session hides from harness code (`HIDE_ENV`: run directories, the suites' answer
-    keys) is covered, except a directory that holds or lies in a writable one (the checkout's `.git`, which the
-    worktree's git needs); `readable` files inside a covered directory (the spec) are bound back read-only.
+    keys, the warm scorer's socket) is covered, also inside a writable directory, except a directory that holds
+    a writable one (the checkout's `.git`, which the worktree's git needs); `readable` files inside a covered directory (the spec) are bound back read-only.
     Shape: `[bwrap, args..., "--"]`."""
     bwrap = shutil.which("bwrap")
     if os.environ.get(SANDBOX_ENV) != "1" or bwrap is None:
@@ -128,16 +128,19 @@ def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = ()
     cache = Path.home() / ".cache"
     if Path.home() != Path("/") and cache.is_dir():
         args += ["--tmpfs", str(cache)]  # tools write caches; a fresh one, thrown away
+    # the writable directories first, then the covers (one inside a writable directory, the warm scorer's
+    # under a writable /tmp say, is covered too), then the readable files inside a cover, then the covers
+    # made read-only; a hidden directory that holds a writable one (the checkout's .git) is left readable
+    args += [a for path in dict.fromkeys(writable) for a in ("--bind", str(path), str(path))]
     covered = []
     for hidden in (Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p):
-        if hidden.is_dir() and not any(w.is_relative_to(hidden) or hidden.is_relative_to(w) for w in writable):
+        if hidden.is_dir() and not any(w.is_relative_to(hidden) for w in writable):
             args += ["--tmpfs", str(hidden)]
             covered.append(hidden)
         elif hidden.is_file():
             args += ["--ro-bind", "/dev/null", str(hidden)]
     args += [a for path in readable if path.exists() for a in ("--ro-bind", str(path), str(path))]
-    args += [a for path in dict.fromkeys(writable) for a in ("--bind", str(path), str(path))]
-    args += [a for path in covered for a in ("--remount-ro", str(path))]  # after what is bound inside them
+    args += [a for path in covered for a in ("--remount-ro", str(path))]
     return [*args, "--chdir", str(worktree), "--"]
 
 
