@@ -159,9 +159,10 @@ def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir
     trace = workdir / f"trace-{level}.jsonl" if breakdown else None
     proc, out, wall_s, peak = measured(command, ROOT if breakdown else workdir, trace)
     if trace is not None:
-        from breakdown_trace import report
+        from breakdown_trace import report, steps
 
         report(trace)
+        steps(trace)
         print(cpu_table(proc.cpu_seen))
     (path,) = run_dir.iterdir()
     rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
