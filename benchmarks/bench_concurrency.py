@@ -254,9 +254,10 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
           f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
           f"load average {os.getloadavg()[0]:.1f}")
     if trace is not None:
-        from breakdown_trace import report
+        from breakdown_trace import report, steps
 
         report(trace)
+        steps(trace)
     print(cpu_table(proc.cpu_seen))
 
 
