@@ -267,7 +267,7 @@ def steps(path: Path) -> None:
         by_thread: dict[str, list[dict]] = {}
         for x in own:
             if x["event"] in ("step", "trial"):
-                by_thread.setdefault(x["thread"], []).append(x)
+                by_thread.setdefault(x.get("thread", "?"), []).append(x)
         for thread, events in sorted(by_thread.items()):
             print(f"  thread {thread}:")
             sums: dict[str, list[float]] = {}
