@@ -9,9 +9,6 @@ reason. `record_trial` is called in every outcome, before the phase ends.
 
 from __future__ import annotations
 
-import importlib
-import threading
-
 import pytest
 
 from pytest_ecdysis import get_state, record_trial
@@ -51,7 +48,6 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
             if problem:
                 raise UsageError(problem)
             warm_up_soon(state.harness_dir, domain)  # the server loads the domain's tools meanwhile
-            import_runner_soon()
     except UsageError as exc:
         raise pytest.Collector.CollectError(f"ecdysis usage error: {exc}") from None
     params = [
@@ -60,24 +56,6 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
         for k in range(cfg.trials)
     ]
     metafunc.parametrize(FIXTURE, params, indirect=True)
-
-
-def import_runner_soon() -> threading.Thread:
-    """Import the trial's modules (`runner`: openai, httpx2; 1.3 CPU s alone, 4-12 s at load 5-8) in a
-    daemon thread, so that it overlaps the worker's wait for xdist to hand out the cases instead of
-    delaying the first trial (docs/benchmarks.md, "anatomy of a suite run"). Safe beside the main
-    thread's imports: the import graph has no cycles (import-linter's layers), so module locks cannot
-    deadlock; an import error is raised again, where it was before, by the first trial's own import."""
-
-    def run() -> None:
-        try:
-            importlib.import_module(f"{__package__}.runner")
-        except Exception:  # noqa: BLE001, S110 - the first trial imports it again and fails with the error
-            pass
-
-    thread = threading.Thread(target=run, name="ecdysis-import-runner", daemon=True)
-    thread.start()
-    return thread
 
 
 @pytest.fixture

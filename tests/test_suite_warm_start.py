@@ -104,20 +104,3 @@ def test_warm_up_soon_runs_in_the_background_and_swallows_what_connect_repeats(
     assert calls == ["airline"] and not thread.is_alive()
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
     assert agent_process.warm_up_soon(tmp_path, "airline") is None
-
-
-def test_the_runner_is_imported_in_the_background_and_an_import_error_is_left_to_the_first_trial(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_ecdysis_tau2 import cases
-
-    asked = []
-
-    def failing_import(name):
-        asked.append(name)
-        raise ImportError("no openai here")
-
-    monkeypatch.setattr(cases.importlib, "import_module", failing_import)
-    thread = cases.import_runner_soon()
-    thread.join(10)
-    assert asked == ["pytest_ecdysis_tau2.runner"] and not thread.is_alive()
-    assert thread.daemon  # a session that ends meanwhile does not wait for it
