@@ -4,8 +4,7 @@
   row: model, tools and policy only);
 - `ecdysis_templates`: `template/`, the suite's part of a new repository (`ecdysis init --suite tau2`);
 - `ecdysis_sim_knowledge`: the simulated model's knowledge of τ² tasks, imported lazily from
-  `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts (τ² itself
-  is then imported in a background thread: `import_tau2_soon`);
+  `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
 - `ecdysis_answer_keys`: τ²'s task files (gold actions, evaluation criteria, splits), covered in the editor's
   sandbox as they are in the harness's (`agent_env.gold_files`);
 - `ecdysis_warm_services`: the session's warm scorer server (`warm_scorer.py`), where the sandbox is on;
@@ -16,7 +15,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +39,7 @@ def ecdysis_templates() -> dict[str, str]:
 def ecdysis_sim_knowledge() -> dict[str, Any]:
     from .sim_knowledge import providers
 
-    import_tau2_soon()
     return providers()
-
-
-def import_tau2_soon() -> threading.Thread:
-    """Import τ² in a daemon thread of the process whose simulated server starts (the session's
-    controller), so that the server's first answers of a session (each task's knowledge, built from τ²'s
-    data) do not wait for it: the controller is idle while its workers start. Safe beside the main
-    thread's imports: the import graph has no cycles (import-linter's layers). An import error is raised
-    again, as before, by the knowledge's own first call."""
-    from .tau2lib import load_tau2
-
-    def run() -> None:
-        try:
-            load_tau2()
-        except Exception:  # noqa: BLE001, S110 - the first request's own import raises it again
-            pass
-
-    thread = threading.Thread(target=run, name="ecdysis-import-tau2", daemon=True)
-    thread.start()
-    return thread
 
 
 @hookimpl

@@ -104,22 +104,3 @@ def test_warm_up_soon_runs_in_the_background_and_swallows_what_connect_repeats(
     assert calls == ["airline"] and not thread.is_alive()
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
     assert agent_process.warm_up_soon(tmp_path, "airline") is None
-
-
-def test_a_simulated_server_start_imports_tau2_in_the_background_and_leaves_errors_to_the_first_request(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_ecdysis_tau2 import registration, tau2lib
-
-    calls = []
-
-    def failing():
-        calls.append(threading.current_thread().name)
-        raise ImportError("no tau2 here")
-
-    monkeypatch.setattr(tau2lib, "load_tau2", failing)
-    thread = registration.import_tau2_soon()
-    thread.join(10)
-    assert calls == ["ecdysis-import-tau2"] and thread.daemon and not thread.is_alive()
-    monkeypatch.undo()
-    providers = registration.ecdysis_sim_knowledge()  # starts the import and returns the providers
-    assert set(providers) == {"tau2-airline", "tau2-retail", "tau2-telecom"}
