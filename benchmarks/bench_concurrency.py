@@ -24,7 +24,8 @@ latency / 2C), plus the round's diagnosis and editor calls x latency (3K+1 and 1
 `--rev COMMIT` runs the round on that commit (two of these started together compare before and after a
 change under the same load). `--breakdown` also prints where each pytest session's time went
 (`breakdown_trace.py`: start-up, worker spawn, collection, fork server, trials, scoring, teardown), the
-validation sub-run's included, and CPU seconds by kind of process.
+validation sub-run's included, each trial's steps per worker thread (`breakdown_trace.steps`), and CPU
+seconds by kind of process.
 """
 
 from __future__ import annotations

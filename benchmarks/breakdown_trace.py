@@ -15,6 +15,12 @@ server's start: `check_harness` runs at collection), trials (first start to last
 scorer's start and scoring seconds), teardown (end of the run loop to process exit, the controller's
 evolution included); for an evolution's controller also each part of the loop (`EVOLUTION`: its start,
 the trusted copy, each stage, each sub-run and each check of the protected files).
+
+`steps(path)` prints, per worker, when its run loop and first case began, and per trial thread each
+trial's steps (`STEPS`: τ²'s data, the openai clients, the harness connection and fork, each user-simulator
+turn, the conversation) with the sums of its model calls by role (`x-ecdysis-role`) and of its waits on
+the harness's wire: where a trial's wall-clock goes beside its chain of model calls. Every event carries
+its thread's name. Functions an older revision lacks are skipped (`bench_concurrency.py --rev`).
 """
 
 from __future__ import annotations
