@@ -24,7 +24,8 @@ latency / 2C), plus the round's diagnosis and editor calls x latency (3K+1 and 1
 `--rev COMMIT` runs the round on that commit (two of these started together compare before and after a
 change under the same load). `--breakdown` also prints where each pytest session's time went
 (`breakdown_trace.py`: start-up, worker spawn, collection, fork server, trials, scoring, teardown), the
-validation sub-run's included, and CPU seconds by kind of process.
+validation sub-run's included, each trial's steps per worker thread (`breakdown_trace.steps`), and CPU
+seconds by kind of process.
 """
 
 from __future__ import annotations
@@ -159,9 +160,10 @@ def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir
     trace = workdir / f"trace-{level}.jsonl" if breakdown else None
     proc, out, wall_s, peak = measured(command, ROOT if breakdown else workdir, trace)
     if trace is not None:
-        from breakdown_trace import report
+        from breakdown_trace import report, steps
 
         report(trace)
+        steps(trace)
         print(cpu_table(proc.cpu_seen))
     (path,) = run_dir.iterdir()
     rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
@@ -253,9 +255,10 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
           f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
           f"load average {os.getloadavg()[0]:.1f}")
     if trace is not None:
-        from breakdown_trace import report
+        from breakdown_trace import report, steps
 
         report(trace)
+        steps(trace)
     print(cpu_table(proc.cpu_seen))
 
 

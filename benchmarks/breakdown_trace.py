@@ -15,6 +15,12 @@ server's start: `check_harness` runs at collection), trials (first start to last
 scorer's start and scoring seconds), teardown (end of the run loop to process exit, the controller's
 evolution included); for an evolution's controller also each part of the loop (`EVOLUTION`: its start,
 the trusted copy, each stage, each sub-run and each check of the protected files).
+
+`steps(path)` prints, per worker, when its run loop and first case began, and per trial thread each
+trial's steps (`STEPS`: τ²'s data, the openai clients, the harness connection and fork, each user-simulator
+turn, the conversation) with the sums of its model calls by role (`x-ecdysis-role`) and of its waits on
+the harness's wire: where a trial's wall-clock goes beside its chain of model calls. Every event carries
+its thread's name. Functions an older revision lacks are skipped (`bench_concurrency.py --rev`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import atexit
 import functools
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +48,8 @@ def event(name: str, **extra: Any) -> None:
     path = os.environ.get(ENV)
     if not path:
         return
-    line = {"t": time.time(), "pid": os.getpid(), "ppid": os.getppid(), "role": _role(), "event": name, **extra}
+    line = {"t": time.time(), "pid": os.getpid(), "ppid": os.getppid(), "role": _role(), "event": name,
+            "thread": threading.current_thread().name, **extra}
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -60,8 +68,8 @@ atexit.register(lambda: event("exit"))
 
 
 def _timed(owner: Any, name: str, label: str, fields: Any = None) -> None:
-    original = getattr(owner, name)
-    if getattr(original, "_traced", False):
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_traced", False):  # absent in an older revision (`--rev`)
         return
 
     @functools.wraps(original)
@@ -89,6 +97,39 @@ def _install_trials() -> None:
     _timed(scorer.ScorerClient, "_start", "scorer_spawn")
     _timed(scorer.ScorerClient, "score", "score", lambda self, domain, task_id, *_: {"task": task_id})
     _timed(runner, "run_trial", "trial", lambda spec, *a, **k: {"task": spec.task_id, "trial": spec.trial})
+    _install_steps()
+
+
+#: a trial's steps the per-trial table shows, by (module, owner, name) -> label (`steps`)
+STEPS = (("pytest_ecdysis_tau2.runner", None, "load_tau2", "τ² loaded"),
+         ("pytest_ecdysis_tau2.scorer_client", "ScorerClient", "start", "scorer start"),
+         ("pytest_ecdysis_tau2.runner", None, "prepare_agent", "fork server ready"),
+         ("pytest_ecdysis_tau2.suite", None, "get_task", "τ² task"),
+         ("pytest_ecdysis_tau2.suite", None, "get_environment", "τ² environment"),
+         ("pytest_ecdysis_tau2.runner", None, "tool_params", "tool schema"),
+         ("pytest_ecdysis_tau2.runner", None, "make_client", "openai clients"),
+         ("pytest_ecdysis_tau2.agent_wire", "AgentProcess", "connect", "harness: check + domain (server lock)"),
+         ("pytest_ecdysis_tau2.agent_wire", "AgentProcess", "warm_up", "harness: warm-up (check + domain)"),
+         ("pytest_ecdysis_tau2.agent_wire", "TrialLink", "__init__", "harness: trial process forked"),
+         ("pytest_ecdysis_tau2.runner", None, "build_agent", "harness agent built (all of it)"),
+         ("pytest_ecdysis_tau2.runner", None, "guard_sync", "guard sync"),
+         ("pytest_ecdysis_tau2.user", "Tau2User", "generate_next_message", "user simulator turn"),
+         ("pytest_ecdysis_tau2.agent_wire", "_Wire", "receive", "wire receive (waiting)"),
+         ("pytest_ecdysis_tau2.scorer_client", "ScorerClient", "score", "scoring (lock included)"),
+         ("httpx2", "HTTPTransport", "handle_request", "HTTP model call"))
+
+
+def _install_steps() -> None:
+    import importlib
+
+    for module, owner, name, label in STEPS:
+        mod = importlib.import_module(module)
+        fields = (lambda self, request, _l=label: {"part": _l, "who": request.headers.get("x-ecdysis-role", "?")}) \
+            if name == "handle_request" else (lambda *a, _l=label, **k: {"part": _l})
+        _timed(getattr(mod, owner) if owner else mod, name, "step", fields)
+    from pytest_ecdysis_tau2.tau2lib import load_tau2
+
+    _timed(load_tau2().Orchestrator, "run", "step", lambda *a, **k: {"part": "orchestrator run (conversation)"})
 
 
 #: the evolution's parts the controller's table shows, by (module, owner, name) -> label
@@ -135,6 +176,12 @@ def pytest_collection(session: pytest.Session) -> Any:
         event("collection_end", items=len(session.items))
         if os.environ.get(ENV) and hasattr(session.config, "_ecdysis_trace_workers"):
             _install_trials()
+            event("trials_traced")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    event("logstart", node=nodeid)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -207,3 +254,36 @@ def _session(ctl: list[dict], workers: list[list[dict]]) -> None:
     print(f"  {'phase':60} {'at s':>7} {'took s':>7}")
     for label, at, took in rows:
         print(f"  {label:60} {'' if at is None else f'{at:7.1f}':>7} {'' if took is None else f'{took:7.1f}':>7}")
+
+
+def steps(path: Path) -> None:
+    """Print, per worker, each trial's steps (thread, start relative to the worker's collection end, took)
+    and the model calls' seconds by role: where a trial's wall-clock goes inside the worker."""
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    for pid in sorted({x["pid"] for x in lines if x["role"] != "controller"}):
+        own = [x for x in lines if x["pid"] == pid]
+        t0 = _first(own, "collection_end")
+        if t0 is None or not any(x["event"] == "trial" for x in own):
+            continue
+        print(f"{own[0]['role']} (pid {pid}), seconds from its collection end:")
+        for name in ("trials_traced", "runtestloop_begin", "logstart"):
+            at = _first(own, name)
+            if at is not None:
+                print(f"  {name:40} at {at - t0:7.1f}")
+        by_thread: dict[str, list[dict]] = {}
+        for x in own:
+            if x["event"] in ("step", "trial"):
+                by_thread.setdefault(x.get("thread", "?"), []).append(x)
+        for thread, events in sorted(by_thread.items()):
+            print(f"  thread {thread}:")
+            sums: dict[str, list[float]] = {}
+            for x in sorted(events, key=lambda x: x["begun"]):
+                label = x.get("part") or f"trial {x.get('task')}-t{x.get('trial')}"
+                if x.get("who"):
+                    label += f" ({x['who']})"
+                if x["event"] == "trial" or x["s"] >= 0.5 and "wire" not in label and "HTTP" not in label:
+                    print(f"    {label:50} at {x['begun'] - t0:7.1f} took {x['s']:6.2f}")
+                sums.setdefault(label, []).append(x["s"])
+            for label, v in sorted(sums.items()):
+                if len(v) > 1:
+                    print(f"    sum {label:46} {len(v):4}x {sum(v):7.2f} s (max {max(v):.2f})")

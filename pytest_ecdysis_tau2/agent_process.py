@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,8 @@ from .request_guard import guard_call
 
 #: Names other modules use as `agent_process.<name>` (kept where they were before `agent_wire`).
 __all__ = ["HIDDEN_ENV_PREFIXES", "INFRA_TYPES", "STARTUP_TIMEOUT_S", "AgentProcess", "HarnessProcessError",
-           "TrialLink", "agent_process", "build_agent", "check_harness", "gold_files", "prepare", "start_early"]
+           "TrialLink", "agent_process", "build_agent", "check_harness", "gold_files", "prepare", "start_early",
+           "warm_up_soon"]
 
 
 def prepare(harness_dir: Path) -> None:
@@ -79,6 +81,25 @@ def start_early(harness_dir: Path) -> None:
     No-op with `ECDYSIS_AGENT_PROCESS=0`."""
     if os.environ.get("ECDYSIS_AGENT_PROCESS") != "0":
         agent_process(harness_dir).spawn()
+
+
+def warm_up_soon(harness_dir: Path, domain: str) -> threading.Thread | None:
+    """In a daemon thread, have the worker's harness server load `domain`'s tools (`AgentProcess.warm_up`)
+    while this process goes on (collection ends, xdist hands out the cases), so that the first trials'
+    connections do not wait for it. A failure is left for the first trial's `connect`, which repeats the
+    step and reports it; nothing is lost. Returns the thread (None with `ECDYSIS_AGENT_PROCESS=0`)."""
+    if os.environ.get("ECDYSIS_AGENT_PROCESS") == "0":
+        return None
+
+    def run() -> None:
+        try:
+            agent_process(harness_dir).warm_up(domain)
+        except Exception:  # noqa: BLE001, S110 - the first trial's connect repeats it and says what failed
+            pass
+
+    thread = threading.Thread(target=run, name="ecdysis-harness-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def check_harness(harness_dir: Path) -> str | None:

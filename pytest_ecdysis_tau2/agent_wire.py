@@ -193,13 +193,19 @@ class AgentProcess(_Wire):
         """A process of its own for one trial, forked by the server once it has imported the harness
         (an import error is reported by the trial's own `start`) and loaded `domain`'s tools."""
         with self.lock:
+            self.warm_up(domain)
+            where = self.socket
+        return TrialLink(self, where)
+
+    def warm_up(self, domain: str) -> None:
+        """Have the server import the harness and load `domain`'s tools now (what `connect` needs first;
+        each step once per server). Raises `HarnessProcessError` as `request` does."""
+        with self.lock:
             self.ensure()
             for op, key, value in (("check", "harness_dir", str(self.harness_dir)), ("domain", "domain", domain)):
                 if value not in self.warm:
                     self.request({"op": op, key: value})
                     self.warm.add(value)
-            where = self.socket
-        return TrialLink(self, where)
 
     def kill(self, pid: int) -> None:
         with self.lock:

@@ -18,7 +18,7 @@ from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.core.records import TrialResult
 
 from . import suite
-from .agent_process import check_harness, start_early
+from .agent_process import check_harness, start_early, warm_up_soon
 
 FIXTURE = "tau2_trial"
 
@@ -39,12 +39,15 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
     try:
         task_ids = [t for t in suite.split_ids(domain, cfg.split) if wanted is None or t in wanted]
         if task_ids:
+            # τ²'s data read once while the fork server starts: the first trials only copy it
+            suite.preload(domain)
             # A harness that does not import or provides no agent is one clear error before any trial,
             # not a failed trial per case (which diagnosis would then try to "repair"). Imported in the
             # harness's own process (agent_process), never in this trusted one.
             problem = check_harness(state.harness_dir)
             if problem:
                 raise UsageError(problem)
+            warm_up_soon(state.harness_dir, domain)  # the server loads the domain's tools meanwhile
     except UsageError as exc:
         raise pytest.Collector.CollectError(f"ecdysis usage error: {exc}") from None
     params = [

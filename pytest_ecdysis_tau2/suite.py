@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import threading
 from typing import Any
 
 from pytest_ecdysis.core.errors import UsageError
@@ -98,10 +99,29 @@ def get_task(domain: str, task_id: str) -> Any:
     return all_tasks(domain)[task_id]
 
 
-@functools.cache
+_PRISTINE: dict[str, bytes] = {}
+_PRISTINE_LOCK = threading.Lock()
+
+
 def _pristine_db(domain: str) -> bytes:
-    environment = domain_module(domain).get_environment()
-    return pickle.dumps((environment.tools.db, getattr(getattr(environment, "user_tools", None), "db", None)))
+    """The domain's databases as read from disk, pickled; read once per process. Single flight: the C
+    trial threads of a worker (`--ecdysis-concurrency`) that ask at once wait for one read instead of
+    each parsing the same files under the GIL (12-14 s for 4 threads at load 4-5, against 0.5 s alone;
+    docs/benchmarks.md, "anatomy of a suite run")."""
+    with _PRISTINE_LOCK:
+        if domain not in _PRISTINE:
+            environment = domain_module(domain).get_environment()
+            _PRISTINE[domain] = pickle.dumps((environment.tools.db,
+                                              getattr(getattr(environment, "user_tools", None), "db", None)))
+        return _PRISTINE[domain]
+
+
+def preload(domain: str) -> None:
+    """Read the domain's tasks and databases now (idempotent, thread-safe), so that a worker's first
+    trials only copy them (`get_environment`). Called at collection while the harness's fork server
+    starts (`cases.generate_trials`). Raises what τ²'s loaders raise."""
+    all_tasks(domain)
+    _pristine_db(domain)
 
 
 def get_environment(domain: str) -> Any:

@@ -101,3 +101,22 @@ def test_an_id_of_a_collected_suites_other_split_names_that_split_before_other_s
         result, pytester,
         "*--ecdysis-tasks: 2 is not in split 'train' (tau2-airline has it in split 'test'); pass --ecdysis-split "
         "test or all to select it; it is a task of tau2-retail, whose tests were not collected*")
+
+
+def test_ids_that_all_selected_cases_ask_the_suites_for_nothing_and_others_are_still_checked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers wait for their first cases while the controller checks `--ecdysis-tasks`: ids that each
+    selected a collected case need no list of the suites' tasks (τ²'s import and all its domains' tasks);
+    an id that selected nothing is still looked up and named."""
+    from pytest_ecdysis.core import registry
+    from pytest_ecdysis.core.errors import UsageError
+    from pytest_ecdysis.run.selection import check_tasks, classify
+
+    asked = []
+    monkeypatch.setattr(registry, "task_ids", lambda split: asked.append(split) or {"tau2-airline": ["3", "5"]})
+    collected = classify(["pkg/test_airline.py::test_airline[3-t0]", "pkg/test_airline.py::test_airline[5-t0]"])
+    check_tasks(("3", "5"), "train", collected)
+    assert asked == []
+    with pytest.raises(UsageError, match="99 is a task of no installed suite"):
+        check_tasks(("3", "99"), "train", collected)
+    assert asked and asked[0] == "train"
