@@ -50,6 +50,9 @@ SANDBOX_ENV = "ECDYSIS_SANDBOX"
 #: What the session covers in every sandbox of untrusted code (`validate.sandbox.ENV_HIDE`, read here by name):
 #: run directories, the ledger, the suites' answer keys (`hookspecs.ecdysis_answer_keys`), `os.pathsep`-separated.
 HIDE_ENV = "ECDYSIS_SANDBOX_HIDE"
+#: Variables an editor's command never inherits: the simulated server's ground-truth credential (with it an
+#: editor could read which quirks fired in which trial, the simulated world's answer key; `sim.server`).
+EDITOR_DROPPED_ENV = ("ECDYSIS_SIM_TOKEN",)
 #: Directories the editor may write besides its worktree (`--ecdysis-editor-writable`'s environment form),
 #: `os.pathsep`-separated.
 WRITABLE_ENV = "ECDYSIS_EDITOR_WRITABLE"
@@ -88,9 +91,10 @@ def contained(argv: list[str], env: dict[str, str], cwd: Path | None = None, scr
               writable: tuple[str, ...] = (), readable: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str], str]:
     """(argv wrapped in the editor's sandbox when the session's decision is on and `cwd`, the candidate's
     worktree, and `scratch`, a private writable directory, are given, else in a PID namespace when one can
-    run; `env` with a fresh marker (and `TMPDIR=scratch` in the sandbox); the marker)."""
+    run; `env` without `EDITOR_DROPPED_ENV`, with a fresh marker (and `TMPDIR=scratch` in the sandbox); the
+    marker)."""
     mark = secrets.token_hex(16)
-    env = {**env, MARK_ENV: mark}
+    env = {**{k: v for k, v in env.items() if k not in EDITOR_DROPPED_ENV}, MARK_ENV: mark}
     if cwd is not None and scratch is not None and (wrap := editor_sandbox(cwd, scratch, writable, readable)):
         return [*wrap, *argv], {**env, "TMPDIR": str(scratch)}, mark
     prefix = namespace_prefix()

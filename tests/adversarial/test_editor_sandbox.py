@@ -143,3 +143,22 @@ def test_the_editor_reads_its_spec_but_no_answer_key_or_run_record(tmp_path: Pat
     assert seen[str(runs / "run1" / "trials.jsonl")] == "FileNotFoundError"  # an empty directory there
     assert seen[gold] in (0, "PermissionError"), seen  # /dev/null over the file (on a nodev mount: unreadable)
     assert Path(gold).stat().st_size > 1000  # the real file is untouched, outside
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["sandbox", "no-sandbox"])
+def test_the_editor_never_gets_the_ground_truth_credential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           on: bool) -> None:
+    """The simulated server's ground-truth token (`ECDYSIS_SIM_TOKEN`, the trusted trial side's) is not in an
+    editor command's environment, with or without the sandbox: with it an editor (which keeps the network)
+    could read which quirks fired in which trial. Other variables (its own credentials) pass."""
+    if on:
+        need_bwrap()
+    monkeypatch.setenv(contain.SANDBOX_ENV, "1" if on else "0")
+    monkeypatch.delenv(contain.WRITABLE_ENV, raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    probe = "import json, os; print(json.dumps(sorted(k for k in os.environ if k in ('ECDYSIS_SIM_TOKEN', 'MY_KEY'))))"
+    code, out = contain.run_in_group([sys.executable, "-c", probe], cwd=work, timeout_s=60,
+                                     env={"PATH": "/usr/bin:/bin", "ECDYSIS_SIM_TOKEN": "t0ken", "MY_KEY": "k"})
+    assert code == 0, out
+    assert json.loads(out.strip().splitlines()[-1]) == ["MY_KEY"]
