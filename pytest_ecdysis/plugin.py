@@ -53,8 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if os.environ.get(ENV_SESSION_PID, str(os.getpid())) != str(os.getpid()):
             # nested in another session: its run id and simulated server are that session's, never this one's
             # (sharing them wrote this session's files into its run directory and continued its conversations)
-            for name in (ENV_RUN_ID, ENV_SIM_URL, "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE",
-                         "ECDYSIS_WARM_DIR", "ECDYSIS_WARM_SUBRUN"):
+            from pytest_ecdysis.validate import pycache, warm
+
+            for name in (ENV_RUN_ID, ENV_SIM_URL, pycache.ENV_DIR, pycache.ENV_WRITE, warm.ENV_DIR, warm.ENV_SUBRUN):
                 os.environ.pop(name, None)  # ... its scorers' bytecode cache and warm services (`validate`)
         run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
         os.environ[ENV_RUN_ID] = run_id  # inherited by xdist workers, which start after configure

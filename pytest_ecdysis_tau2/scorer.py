@@ -170,6 +170,16 @@ def _fast_environments() -> None:
 
 
 
+@functools.cache
+def ready() -> None:
+    """τ² imported and its evaluator's environments served from memory (`_fast_environments`): once per
+    process (a worker's own scorer at start, the warm server at its first connection)."""
+    from .tau2lib import load_tau2
+
+    load_tau2()
+    _fast_environments()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve requests on stdin until EOF (`--serve PATH [FD]`: the session's warm scorer server on the Unix socket
     PATH, `warm_scorer.serve`); anything tau2 prints goes to stderr, never into the protocol."""
@@ -181,10 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     sys.stdout = sys.stderr
-    from .tau2lib import load_tau2
-
-    load_tau2()
-    _fast_environments()
+    ready()
     serve_lines(sys.stdin, out)
 
 

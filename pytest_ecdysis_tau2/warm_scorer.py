@@ -45,7 +45,6 @@ from typing import Any
 
 #: the socket's name inside `ECDYSIS_WARM_DIR` (`pytest_ecdysis.validate.warm.ENV_DIR`).
 SOCKET_NAME = "scorer.sock"
-ENV_WARM_DIR = "ECDYSIS_WARM_DIR"
 ENV_LOG = "ECDYSIS_SCORER_SERVER_LOG"
 #: seconds the server waits for a new connection's hello line (the client sends it with the connection).
 HELLO_TIMEOUT_S = 30.0
@@ -54,8 +53,10 @@ HELLO_TIMEOUT_S = 30.0
 def socket_path() -> str | None:
     """`ECDYSIS_WARM_DIR/scorer.sock` where the session's sandbox is on, else None (the socket is bound
     before the variable is exported: a missing one means the server is gone, and the client says so)."""
-    directory = os.environ.get(ENV_WARM_DIR)
-    if not directory or os.environ.get("ECDYSIS_SANDBOX") != "1":
+    from pytest_ecdysis.validate import sandbox, warm
+
+    directory = os.environ.get(warm.ENV_DIR)
+    if not directory or not sandbox.enabled():
         return None
     return os.path.join(directory, SOCKET_NAME)
 
@@ -155,7 +156,7 @@ def _fork_scorer(conn: socket.socket, listener: socket.socket, pipes: dict[int, 
     """Read the connection's hello, prepare its domain here, fork its scorer; the read end of the scorer's
     gold-hash pipe, or None when the hello was unusable (the connection is closed: the client falls back)."""
     from . import cow_scoring, scorer
-    from .tau2lib import DOMAINS, load_tau2
+    from .tau2lib import DOMAINS
 
     reader = conn.makefile("r", encoding="utf-8")
     try:
@@ -163,12 +164,8 @@ def _fork_scorer(conn: socket.socket, listener: socket.socket, pipes: dict[int, 
         hello = json.loads(reader.readline() or "null")
         domain = hello.get("domain") if isinstance(hello, dict) else None
         conn.settimeout(None)
-        if not getattr(scorer, "_fast_ready", False):
-            load_tau2()
-            scorer._fast_environments()
-            scorer._fast_ready = True
-            # from now on nothing is written to the session's bytecode cache (module docstring)
-            sys.dont_write_bytecode = True
+        scorer.ready()
+        sys.dont_write_bytecode = True  # from now on nothing is written to the session's cache (module docstring)
         if domain in DOMAINS and cow_scoring.available():
             cow_scoring.prepare(domain)
     except Exception as exc:

@@ -8,9 +8,9 @@ The rules are those of the scorers' bytecode cache (`validate.pycache`):
   directory (it is in `ECDYSIS_SANDBOX_HIDE`), so they cannot reach a service's socket. Without the sandbox a
   harness runs with your rights and could connect to any socket of yours: nothing is started, an inherited
   `ENV_DIR` is dropped, and every worker starts its own scorer, as before;
-- the top session's controller (not a sub-run: its `ENV_DIR` is marked by `ENV_SUBRUN`) makes a fresh private `0700` directory (`tempfile.mkdtemp`), exports it in
-  `ENV_DIR` for its workers and validation sub-runs (`validate.setup.subrun_env` keeps it), asks each installed
-  suite to start its services there (`core.registry.warm_services`), and at exit closes their standard input
+- the top session's controller (not a sub-run: its `ENV_DIR` is marked by `ENV_SUBRUN`) makes a fresh
+  private `0700` directory (`tempfile.mkdtemp`), exports it in `ENV_DIR` for its workers and validation
+  sub-runs (`validate.setup.subrun_env` keeps it), asks each installed suite to start its services there (`core.registry.warm_services`), and at exit closes their standard input
   (so they exit), then removes the directory. A service also exits when the controller dies (its standard
   input reaches end of file) and removes its own socket directory then;
 - a session nested in another (an editor's or a harness's pytest) drops `ENV_DIR` first (`plugin.py`,
@@ -47,7 +47,8 @@ def prepare(sandbox_on: bool) -> Path | None:
     Without the sandbox an inherited `ENV_DIR` is dropped and nothing starts; an inherited one that exists
     and is marked a sub-run's (`ENV_SUBRUN` = `1`, set by `validate.setup.subrun_env`) is kept, starting
     nothing; otherwise (any other inherited value is dropped: a session started by some other process's
-    environment, nested sessions having dropped theirs in `plugin.py`) a new directory is made, exported and the suites' services started in it. A suite whose
+    environment, nested sessions having dropped theirs in `plugin.py`) a new directory is made, exported
+    and the suites' services started in it. A suite whose
     services fail to start is reported on stderr and the session goes on without them (each worker then
     starts its own scorer, as without the sandbox)."""
     inherited, subrun = os.environ.pop(ENV_DIR, None), os.environ.pop(ENV_SUBRUN, None)

@@ -47,6 +47,7 @@ except OSError:
 
 def test_the_decision_is_read_by_the_validate_name() -> None:
     assert contain.SANDBOX_ENV == sandbox.ENV_ON
+    assert contain.HIDE_ENV == sandbox.ENV_HIDE  # what harness code cannot see, the editor cannot either
 
 
 def test_a_writable_directory_given_stays_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
