@@ -56,13 +56,6 @@ def scorer_command(cwd: str, *args: str) -> list[str]:
     return [sys.executable, *flags(Path(prefix)), "-m", "pytest_ecdysis_tau2.scorer", *args]
 
 
-def warm_socket() -> str | None:
-    """The session's warm scorer socket, or None (no sandbox, or no server: `warm_scorer`)."""
-    from .warm_scorer import socket_path
-
-    return socket_path()
-
-
 class ScorerClient:
     """A worker's handle on its scorer: the warm server's (module docstring) or its own process, started
     lazily, restarted once if it died."""
@@ -112,7 +105,9 @@ class ScorerClient:
             return
         if self.proc is not None and self.proc.poll() is None:
             return
-        path = None if self.warm_failed else warm_socket()
+        from .warm_scorer import socket_path  # the session's warm server's, or None (no sandbox, no server)
+
+        path = None if self.warm_failed else socket_path()
         if path is not None and self._connect(path, domain):
             return
         self.proc = self._start()
@@ -154,9 +149,7 @@ class ScorerClient:
                 if not response.get("ok"):
                     raise ScorerError(f"scorer could not score task {task_id}: {response.get('error')}")
                 return response
-            if self.warm_failed and self.proc is None:
-                raise ScorerError("scorer process died twice: the warm server and this worker's own scorer")
-        raise ScorerError("unreachable")
+        raise ScorerError("unreachable")  # attempt 2 returns or raises: after a warm failure it is an own process
 
     def close(self) -> None:
         if self.conn is not None:
