@@ -3,9 +3,9 @@
     python benchmarks/bench_sim_rules.py [--repeats 200]
 
 The example harness's system prompt with τ²'s airline policy (about 8 kB) is parsed by
-`sim.instructions.read_rules`: uncached (a harness whose prompt changes at every request: the parse is
+`sim.agent.instructions.read_rules`: uncached (a harness whose prompt changes at every request: the parse is
 paid each time) and cached (a fixed prompt: one parse per process, then a dictionary look-up); and the
-per-request reading the agent adds around it (`AgentTrial._read_instructions` and `agent_rules.harness_text`
+per-request reading the agent adds around it (`AgentTrial._read_instructions` and `sim.agent.rules.harness_text`
 on a 30-message request). Printed in microseconds per request, with the 1-minute load average. The
 alternative weighed in docs/simulated-model.md — a sentence-embedding model (MiniLM through
 sentence-transformers and torch) — is not installed; its cost is not measured here.
@@ -30,9 +30,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from pytest_ecdysis.sim.agent import AgentTrial
-    from pytest_ecdysis.sim.agent_rules import harness_text
-    from pytest_ecdysis.sim.instructions import read_rules
+    from pytest_ecdysis.sim.agent.instructions import read_rules
+    from pytest_ecdysis.sim.agent.rules import harness_text
+    from pytest_ecdysis.sim.agent.trial import AgentTrial
     from pytest_ecdysis.sim.profiles import load_profile
     from pytest_ecdysis_tau2.example_harness.prompts import build_system_prompt
     from pytest_ecdysis_tau2.sim_knowledge import providers

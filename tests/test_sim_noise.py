@@ -79,7 +79,7 @@ def test_the_nonce_can_flip_every_draw_site(profiles):
     """Noise 0.35, a quirk of rate 0.5: over 40 nonces, the draw of *every* one of 50 trials takes both
     values. The redrawn sites are chosen per nonce, so no site is fixed for all reruns (a share of sites
     chosen once per site would leave about two thirds of the trials the same on every rerun)."""
-    from pytest_ecdysis.sim.agent import AgentTrial
+    from pytest_ecdysis.sim.agent.trial import AgentTrial
     from pytest_ecdysis.sim.profiles import parse_profile
 
     profile = parse_profile({"name": "spot", "seed": 7, "noise": 0.35, "difficulty": {"distribution": "fixed", "value": 0.5},

@@ -13,15 +13,15 @@ Endpoints:
   `sim.client.fetch_ground_truth` in the process that started the server.
 - `POST /ecdysis/ground_truth` with `{"trial": <header>, "executed": [{"id", "name", "arguments"}]}` (the
   tool calls the environment executed, from the suite's trajectory), same credential: the ground truth
-  with the entries the harness repaired or refused in code marked (`sim/repairs.py`).
+  with the entries the harness repaired or refused in code marked (`sim/truth/repairs.py`).
 
 Routing of a completion (header `X-Ecdysis-Role`):
 
 | role | needs `X-Ecdysis-Trial` | answered by |
 | --- | --- | --- |
-| `agent` (or no role header, with a trial header) | yes | `sim.agent.AgentTrial` |
-| `user` | yes | `sim.user.UserTrial` |
-| `analyst`, `critic`, `engineer`, `moderator`, `editor`, or no role and no trial | no | `pytest_ecdysis.sim.roles.answer(role, body) -> str` (role None when no header) |
+| `agent` (or no role header, with a trial header) | yes | `sim.agent.trial.AgentTrial` |
+| `user` | yes | `sim.user.trial.UserTrial` |
+| `analyst`, `critic`, `engineer`, `moderator`, `editor`, or no role and no trial | no | `pytest_ecdysis.sim.roles.answers.answer(role, body) -> str` (role None when no header) |
 
 Other roles can be added to `ROLE_HANDLERS` (name -> callable(role, body) -> str). The trial header is
 `<run-id>/<suite>/<task-id>/<trial>`; the suite must be one a provider knows

@@ -4,7 +4,7 @@ A plan step with `actor="user"` (τ² telecom: toggle airplane mode, reseat the 
 permission) is not the agent's tool call. The agent asks for it in words, the way a support agent reads
 the action out of its workflow ("Could you please toggle airplane mode on your phone, then tell me what
 it shows?"), naming the arguments it means ("(mode=4g_5g_preferred)"), and waits for the user's next
-words before it goes on. `UserSteps` is a part of `sim.agent.AgentTrial` (it uses its `pending`, `pos`,
+words before it goes on. `UserSteps` is a part of `sim.agent.trial.AgentTrial` (it uses its `pending`, `pos`,
 `_advance_to_next` and `_assistant_text`), kept apart so the agent's own reading stays where it is. This
 module must not import tau2.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_ecdysis.sim.agent_emit import Pending
+from pytest_ecdysis.sim.agent.emit import Pending
 
 
 def ask_text(name: str, arguments: dict[str, Any]) -> str:

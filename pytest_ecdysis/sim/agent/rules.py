@@ -1,8 +1,8 @@
 """What the simulated agent makes of the harness's words: rules it follows and values it is told (issue 30).
 
-`Following` is the part of `sim.agent.AgentTrial` that reads, at every request,
+`Following` is the part of `sim.agent.trial.AgentTrial` that reads, at every request,
 
-- the **rules** of the system and developer text (`sim/instructions.py`): a rule addressing a quirk kind
+- the **rules** of the system and developer text (`sim/agent/instructions.py`): a rule addressing a quirk kind
   is followed at each draw site with the profile's `instruction_compliance` (`_complies`, used by
   `QuirkDraws.fires`: the quirk is recorded `cured` with `by: instruction`); a prohibition of a write the
   plan needs makes the model refuse it (`_refuses`: an `instruction_conflict` entry, origin `harness`,
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_ecdysis.sim.instructions import Rule, read_rules
+from pytest_ecdysis.sim.agent.instructions import Rule, read_rules
 from pytest_ecdysis.sim.reading import informs_form, message_text, request_corpus
 from pytest_ecdysis.sim.values import _get_path, _set_path
 

@@ -1,6 +1,6 @@
 """The arguments the simulated agent sends for a planned call: each value read from the request, or wrong.
 
-`Intending` is the part of `sim.agent.AgentTrial` that builds a call's arguments (`_intended`): every value
+`Intending` is the part of `sim.agent.trial.AgentTrial` that builds a call's arguments (`_intended`): every value
 the model must read (a `Dependency`) is taken from the request, guessed wrong when the request lacks it
 (`unseen_value`, origin `harness`, with `why` from `_why_unseen`), or bent by a value-level quirk when it
 is visible (`context_loss` when too far back and no harness message restates it, the domain policy

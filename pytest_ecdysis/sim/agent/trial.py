@@ -34,11 +34,11 @@ import hashlib
 import json
 from typing import Any
 
-from pytest_ecdysis.sim.agent_draws import QuirkDraws
-from pytest_ecdysis.sim.agent_emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
-from pytest_ecdysis.sim.agent_intent import Intending
-from pytest_ecdysis.sim.agent_rules import Following, harness_text
-from pytest_ecdysis.sim.agent_user_steps import UserSteps
+from pytest_ecdysis.sim.agent.draws import QuirkDraws
+from pytest_ecdysis.sim.agent.emit import CLOSING_TEXT, CONFIRM_TEXT, Emitting, Pending
+from pytest_ecdysis.sim.agent.intent import Intending
+from pytest_ecdysis.sim.agent.rules import Following, harness_text
+from pytest_ecdysis.sim.agent.user_steps import UserSteps
 from pytest_ecdysis.sim.knowledge import SimTask, is_error_text
 from pytest_ecdysis.sim.profiles import Profile
 from pytest_ecdysis.sim.reading import (
@@ -89,7 +89,7 @@ class AgentTrial(QuirkDraws, Following, Intending, Emitting, UserSteps):
         self.last_key: str | None = None
         self.last_reply: dict[str, Any] | None = None
         self.verbose: bool | None = None  # drawn at the first write (the prompt's rules are read by then)
-        self.rules: tuple[Any, ...] = ()  # the prompt's rules (sim/instructions.py), read at every request
+        self.rules: tuple[Any, ...] = ()  # the prompt's rules (sim/agent/instructions.py), read at every request
         self.addressed: frozenset[str] = frozenset()  # quirk kinds a rule of the prompt addresses
         self.wrong_at: dict[tuple[int, str], int] = {}  # (plan index, argument path) -> entry that made it wrong
         self.failed: Pending | None = None

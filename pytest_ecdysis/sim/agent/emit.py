@@ -1,6 +1,6 @@
 """What the simulated agent sends: tool calls, confirmations and closing texts, in τ²'s message shapes.
 
-`Emitting` is the part of `sim.agent.AgentTrial` that writes the assistant's messages (a message has
+`Emitting` is the part of `sim.agent.trial.AgentTrial` that writes the assistant's messages (a message has
 text OR one tool call, never both): `_emit_call` sends a planned call, where on its first sending the
 presentation quirks may fire (malformed JSON, an id format habit, rarer when the request's tool schema
 documents the form: `_documented`); `_final` the final answer with the figures read from the request
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_ecdysis.sim.agent_rules import harness_text
+from pytest_ecdysis.sim.agent.rules import harness_text
 from pytest_ecdysis.sim.knowledge import IdBend
 from pytest_ecdysis.sim.reading import informs_form, request_corpus, visible
 from pytest_ecdysis.sim.values import _get_path, _set_path, wrong_value

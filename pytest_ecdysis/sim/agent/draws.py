@@ -1,9 +1,9 @@
 """The simulated agent's draws: whether a quirk fires at a site of a trial, and what the draws recorded.
 
-`QuirkDraws` is the part of `sim.agent.AgentTrial` that draws (`fires`: a pure function of profile, task,
+`QuirkDraws` is the part of `sim.agent.trial.AgentTrial` that draws (`fires`: a pure function of profile, task,
 trial, site and, for a share `noise` of the sites, the run nonce; `_blind_spot`, `_draw_forget`), records
 ground-truth entries (`_quirk`, `_bent`, `_cure`) and reports them at trial end (`ground_truth`, with each
-damaging entry's `effect` and the trial's cause from `sim/causes.py`). It holds no state of its own: the
+damaging entry's `effect` and the trial's cause from `sim/truth/causes.py`). It holds no state of its own: the
 attributes it reads (`profile`, `task`, `trial`, `nonce`, `off`, `quirks`, `step`, `bent_by`, `effects`,
 `verbose_quirk`, `closed`) are set by `AgentTrial.__init__`. This module must not import tau2.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_ecdysis.sim.causes import LATE_EFFECTS, trial_cause
 from pytest_ecdysis.sim.knowledge import id_like, leaves
 from pytest_ecdysis.sim.profiles import GROUND_TRUTH_ORIGINS, choose, uniform
+from pytest_ecdysis.sim.truth.causes import LATE_EFFECTS, trial_cause
 
 
 class QuirkDraws:
@@ -91,7 +91,7 @@ class QuirkDraws:
 
     def ground_truth(self) -> dict[str, Any]:
         """The entries drawn so far, with `cured` settled for trial-level quirks, each damaging entry's
-        `effect`, and the trial's `cause` (`sim/causes.py`; read at trial end)."""
+        `effect`, and the trial's `cause` (`sim/truth/causes.py`; read at trial end)."""
         quirks = [dict(q) for q in self.quirks]
         if self.verbose_quirk is not None:
             # the harness let the model run to a closing of its own: the budget allowed the extra calls
