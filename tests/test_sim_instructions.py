@@ -86,12 +86,12 @@ def test_a_rule_is_followed_at_the_profiles_compliance_over_many_trials(complian
     n = 400
     for trial in range(n):
         agent = AgentTrial(task, profile, trial, nonce="rate")
-        agent._read_instructions(rule)
-        followed += not agent.fires("early_end", "trial")
-        assert agent.quirks == [] or agent.quirks[-1]["by"] == "instruction"
+        agent.follower.read_instructions(rule)
+        followed += not agent.draws.fires("early_end", "trial")
+        assert agent.state.quirks == [] or agent.state.quirks[-1]["by"] == "instruction"
         plain = AgentTrial(task, profile, trial, nonce="rate")
-        plain._read_instructions([{"role": "system", "content": "Be kind."}])
-        fired_without += plain.fires("early_end", "trial")
+        plain.follower.read_instructions([{"role": "system", "content": "Be kind."}])
+        fired_without += plain.draws.fires("early_end", "trial")
     sd = (compliance * (1 - compliance) / n) ** 0.5
     assert abs(followed / n - compliance) < 4 * sd
     assert fired_without == n

@@ -85,10 +85,11 @@ def test_the_nonce_can_flip_every_draw_site(profiles):
     profile = parse_profile({"name": "spot", "seed": 7, "noise": 0.35, "difficulty": {"distribution": "fixed", "value": 0.5},
                              "quirks": {"blind_spot": {"task_rate": 1.0, "rate": 0.5}}})
     task = ToyKnowledge().task("1")
-    fired = [{AgentTrial(task, profile, trial, f"r{k}").fires("blind_spot", "trial") for k in range(40)}
+    fired = [{AgentTrial(task, profile, trial, f"r{k}").draws.fires("blind_spot", "trial") for k in range(40)}
              for trial in range(50)]
     assert fired == [{True, False}] * 50
-    fixed = [{AgentTrial(task, profile, trial, "ci").fires("blind_spot", "trial") for _ in range(3)} for trial in range(50)]
+    fixed = [{AgentTrial(task, profile, trial, "ci").draws.fires("blind_spot", "trial") for _ in range(3)}
+             for trial in range(50)]
     assert all(len(f) == 1 for f in fixed)
 
 

@@ -214,10 +214,10 @@ class SimModel:
             if role == "agent":
                 if state.agent is None:
                     nonce, off = self._replays.get(state.run_id) or (self.nonce or state.run_id, frozenset())
-                    state.agent = AgentTrial(task, profile, state.trial, nonce=nonce, off=off)
-                    state.agent.user_texts = state.user_texts
+                    state.agent = AgentTrial(task, profile, state.trial, nonce=nonce, off=off,
+                                             user_texts=state.user_texts)
                 reply = state.agent.respond(messages, tools)
-                note_emitted(state.emitted, state.agent.step - 1, reply)
+                note_emitted(state.emitted, state.agent.state.step - 1, reply)
                 return reply
             if state.user is None:
                 state.user = UserTrial(task)
@@ -237,9 +237,9 @@ class SimModel:
         state = self.trial_state(header)
         with state.lock:
             if state.agent is not None:
-                truth = state.agent.ground_truth()
+                truth = state.agent.draws.ground_truth()
                 if executed is not None:
-                    truth = attribute(truth, state.emitted, executed, state.agent.task.plan)
+                    truth = attribute(truth, state.emitted, executed, state.agent.state.task.plan)
                 return truth
         return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None, "nonce": None,
                 "agent_requests": 0, "reached_final": False, "closed": False, "quirks": [], "cause": None,

@@ -1,23 +1,26 @@
 """What the simulated agent sends: tool calls, confirmations and closing texts, in τ²'s message shapes.
 
-`Emitting` is the part of `sim.agent.trial.AgentTrial` that writes the assistant's messages (a message has
-text OR one tool call, never both): `_emit_call` sends a planned call, where on its first sending the
+`Emitter` is the part of `sim.agent.trial.AgentTrial` that writes the assistant's messages (a message has
+text OR one tool call, never both): `emit_call` sends a planned call, where on its first sending the
 presentation quirks may fire (malformed JSON, an id format habit, rarer when the request's tool schema
-documents the form: `_documented`); `_final` the final answer with the figures read from the request
-(`_figures`); `_give_up` and `_text` other closings. A closing text ends with `CLOSING_TEXT`, a
-confirmation question contains `CONFIRM_TEXT`; `Pending` is what the model waits to see answered. The
-attributes and the draws it uses are `AgentTrial`'s and `QuirkDraws`'. This module must not import tau2.
+documents the form: `documented`); `repeat` resends a failing call unchanged; `final` the final answer with
+the figures read from the request (`figures`); `give_up` and `text` other closings. A closing text ends with
+`CLOSING_TEXT`, a confirmation question contains `CONFIRM_TEXT`; what the model then waits to see answered
+is the trial's `state.pending` (a `state.Pending`). Its own bookkeeping is which calls were sent and which
+id habits and unseen figures were drawn; it draws through `draws.QuirkDraws`. This module must not import
+tau2.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ecdysis.sim.agent.draws import QuirkDraws
+from pytest_ecdysis.sim.agent.intent import why_unseen
 from pytest_ecdysis.sim.agent.rules import harness_text
-from pytest_ecdysis.sim.knowledge import IdBend
+from pytest_ecdysis.sim.agent.state import AgentState, Pending
 from pytest_ecdysis.sim.reading import informs_form, request_corpus, visible
 from pytest_ecdysis.sim.values import _get_path, _set_path, wrong_value
 
@@ -25,39 +28,28 @@ CONFIRM_TEXT = "Do you confirm (yes/no)?"
 CLOSING_TEXT = "Is there anything else I can help you with?"
 
 
-@dataclass
-class Pending:
-    """What the model sent last and is waiting to see answered."""
+class Emitter:
+    """The messages of one trial (module docstring)."""
 
-    kind: str  # call | confirm | early_end | final | giveup
-    call_id: str = ""
-    plan_index: int = -1
-    args: dict[str, Any] = field(default_factory=dict)
-    raw_args: str = ""
-    bend: IdBend | None = None
-    bend_quirk: int | None = None
-    malformed_quirk: int | None = None
-    reread: bool = False
-    repeat_quirk: int | None = None
-    first_error: str | None = None
-    repeats: int = 0
-    quirk: int | None = None  # early_end / forget_communicate index
-    text: str = ""
+    def __init__(self, state: AgentState, draws: QuirkDraws) -> None:
+        self.state = state
+        self.draws = draws
+        self.sent: set[int] = set()  # plan indices sent at least once (quirks fire on the first sending)
+        self.id_habits: set[tuple[str, str]] = set()  # (kind, argument) already drawn this trial
+        self.figure_entries: dict[int, int] = {}  # communicate_info index -> its unseen_value entry
 
+    def call_id(self) -> str:
+        s = self.state
+        s.calls += 1
+        digest = hashlib.sha256(f"{s.task.suite}/{s.task.task_id}/{s.trial}".encode()).hexdigest()
+        return f"call_{digest[:10]}_{s.calls}"
 
-class Emitting:
-    """The messages of one trial (a part of `AgentTrial`; module docstring)."""
-
-    def _call_id(self) -> str:
-        self.calls += 1
-        digest = hashlib.sha256(f"{self.task.suite}/{self.task.task_id}/{self.trial}".encode()).hexdigest()
-        return f"call_{digest[:10]}_{self.calls}"
-
-    def _emit_call(self, index: int, args: dict[str, Any], *, reread: bool = False,
-                   quirk_repeat: Pending | None = None) -> dict[str, Any]:
+    def emit_call(self, index: int, args: dict[str, Any], *, reread: bool = False,
+                  quirk_repeat: Pending | None = None) -> dict[str, Any]:
         """Send a planned call; on its first sending, presentation quirks (malformed JSON, id bends) may fire."""
-        step = self.task.plan[index]
-        call_id = self._call_id()
+        s = self.state
+        step = s.task.plan[index]
+        call_id = self.call_id()
         pending = Pending(kind="call", call_id=call_id, plan_index=index, args=args, reread=reread)
         first = quirk_repeat is None and not reread and index not in self.sent
         raw = json.dumps(args)
@@ -67,8 +59,8 @@ class Emitting:
             raw = quirk_repeat.raw_args
         elif first:
             self.sent.add(index)
-            if self.fires("malformed_args", index):
-                pending.malformed_quirk = self._quirk("malformed_args", tool=step.name)
+            if self.draws.fires("malformed_args", index):
+                pending.malformed_quirk = self.draws.quirk("malformed_args", tool=step.name)
                 raw = raw[:-1] + ","  # a trailing comma and no closing brace: not JSON
             else:
                 for bend in step.id_bends:  # a format habit: drawn at the first call carrying the id
@@ -76,22 +68,29 @@ class Emitting:
                         continue
                     self.id_habits.add((bend.kind, bend.arg))
                     gold = _get_path(step.arguments, bend.arg)
-                    told = informs_form(harness_text(self.request, self.user_texts), str(gold), str(bend.bent),
-                                        request_corpus(self.request))
-                    factor = (self.profile.documented_format_factor
-                              if told or self._documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
+                    told = informs_form(harness_text(s.request, s.user_texts), str(gold), str(bend.bent),
+                                        request_corpus(s.request))
+                    factor = (s.profile.documented_format_factor
+                              if told or self.documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
                     if (pending.bend is None and _get_path(args, bend.arg) == gold
-                            and self.fires(bend.kind, bend.arg, factor=factor)):
+                            and self.draws.fires(bend.kind, bend.arg, factor=factor)):
                         pending.bend = bend
-                        pending.bend_quirk = self._quirk(bend.kind, tool=step.name, arg=bend.arg)
+                        pending.bend_quirk = self.draws.quirk(bend.kind, tool=step.name, arg=bend.arg)
                         raw = json.dumps(_set_path(args, bend.arg, bend.bent))
         pending.raw_args = raw
-        self.pending = pending
-        return self._tool_message(call_id, step.name, raw)
+        s.pending = pending
+        return self.tool_message(call_id, step.name, raw)
 
-    def _documented(self, tool: str, arg: str, gold: str, bent: str) -> bool:
+    def repeat(self, p: Pending) -> dict[str, Any]:
+        """Resend the call `p` unchanged (a new call id), as a model looping on a failing call does."""
+        p.repeats += 1
+        p.call_id = self.call_id()
+        self.state.pending = p
+        return self.tool_message(p.call_id, self.state.task.plan[p.plan_index].name, p.raw_args)
+
+    def documented(self, tool: str, arg: str, gold: str, bent: str) -> bool:
         """Whether the request's schema of `tool` shows the form of `arg` (an example or the rule)."""
-        for schema in self.tools:
+        for schema in self.state.tools:
             fn = (schema or {}).get("function") or {}
             if fn.get("name") != tool:
                 continue
@@ -100,59 +99,61 @@ class Emitting:
             return informs_form(text, gold, bent, "")
         return False
 
-    def _final(self, messages: list[dict[str, Any]], *, forget: bool) -> dict[str, Any]:
-        self.reached_final = True
-        prior = self.pending if self.pending is not None and self.pending.kind == "final" else None
+    def final(self, messages: list[dict[str, Any]], *, forget: bool) -> dict[str, Any]:
+        s = self.state
+        s.reached_final = True
+        prior = s.pending if s.pending is not None and s.pending.kind == "final" else None
         quirk = prior.quirk if prior is not None else None
         if prior is None and forget:
-            quirk = self._quirk("forget_communicate")
-        if self.task.writes:
+            quirk = self.draws.quirk("forget_communicate")
+        if s.task.writes:
             body = "Thank you for your patience: I have completed the requested changes."
         else:
             body = "Thank you for your patience: I have looked into your request."
-        if self.task.communicate_info and not forget:
-            body += " For your reference: " + "; ".join(self._figures(messages)) + "."
+        if s.task.communicate_info and not forget:
+            body += " For your reference: " + "; ".join(self.figures(messages)) + "."
         text = f"{body} {CLOSING_TEXT}"
-        self.pending = Pending(kind="final", quirk=quirk, text=text)
-        return self._assistant_text(text)
+        s.pending = Pending(kind="final", quirk=quirk, text=text)
+        return self.assistant_text(text)
 
-    def _figures(self, messages: list[dict[str, Any]]) -> list[str]:
+    def figures(self, messages: list[dict[str, Any]]) -> list[str]:
         """The figures the final answer states: each read from the request (a figure found in no tool
         result is the model's own computation), guessed wrong when the request lacks it."""
+        s = self.state
         corpus = request_corpus(messages)
-        sources = {dep.path: dep for dep in self.task.figures}
+        sources = {dep.path: dep for dep in s.task.figures}
         out = []
-        for k, value in enumerate(self.task.communicate_info):
+        for k, value in enumerate(s.task.communicate_info):
             dep = sources.get(f"communicate_info[{k}]")
             if dep is None or visible(value, corpus, figure=True):
                 out.append(value)
                 continue
             if k not in self.figure_entries:
-                why, because = self._why_unseen(dep)
-                entry = self._quirk("unseen_value", tool="final_answer", arg=dep.path, why=why,
-                                    **({} if because is None else {"because": because}))
+                why, because = why_unseen(s, dep)
+                entry = self.draws.quirk("unseen_value", tool="final_answer", arg=dep.path, why=why,
+                                         **({} if because is None else {"because": because}))
                 self.figure_entries[k] = entry
-                self.effects[entry] = "wrong_figure"
+                s.effects[entry] = "wrong_figure"
             out.append(str(wrong_value(value, f"figure{k}")))
         return out
 
-    def _give_up(self, why: str, entry: int | None = None) -> dict[str, Any]:
+    def give_up(self, why: str, entry: int | None = None) -> dict[str, Any]:
         if entry is not None:
-            self.effects.setdefault(entry, "gave_up")
+            self.state.effects.setdefault(entry, "gave_up")
         text = f"I'm sorry, {why}, so I am unable to complete this request. {CLOSING_TEXT}"
-        self.pending = Pending(kind="giveup", text=text)
-        return self._assistant_text(text)
+        self.state.pending = Pending(kind="giveup", text=text)
+        return self.assistant_text(text)
 
-    def _text(self, text: str, pending: Pending) -> dict[str, Any]:
-        self.pending = pending
-        return self._assistant_text(text)
+    def text(self, text: str, pending: Pending) -> dict[str, Any]:
+        self.state.pending = pending
+        return self.assistant_text(text)
 
-    def _assistant_text(self, text: str) -> dict[str, Any]:
+    def assistant_text(self, text: str) -> dict[str, Any]:
         if CLOSING_TEXT in text:
-            self.closed = True
+            self.state.closed = True
         return {"role": "assistant", "content": text}
 
     @staticmethod
-    def _tool_message(call_id: str, name: str, raw_args: str) -> dict[str, Any]:
+    def tool_message(call_id: str, name: str, raw_args: str) -> dict[str, Any]:
         return {"role": "assistant", "content": None, "tool_calls": [
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_args}}]}

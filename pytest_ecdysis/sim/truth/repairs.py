@@ -124,8 +124,9 @@ def _verdict(entry: Mapping[str, Any], emitted: Mapping[str, tuple[Mapping[str, 
 
 def attribute(truth: dict[str, Any], emitted: Mapping[str, Mapping[str, Any]], executed: list[dict[str, Any]],
               plan: Sequence[Any]) -> dict[str, Any]:
-    """The ground truth `truth` (as `AgentTrial.ground_truth` gives it) with each argument-bending entry's
-    `harness` verdict (module docstring), cures by the harness's code settled and the cause recomputed.
+    """The ground truth `truth` (as `sim.agent.draws.QuirkDraws.ground_truth` gives it) with each
+    argument-bending entry's `harness` verdict (module docstring), cures by the harness's code settled and
+    the cause recomputed.
 
     `emitted`: call id -> `{"step", "name", "arguments"}` (`note_emitted`); `executed`: `[{"id", "name",
     "arguments"}]` (`executed_calls`); `plan`: the task's `PlanStep`s. `truth` is not modified.
