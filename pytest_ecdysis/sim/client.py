@@ -18,7 +18,9 @@ from urllib.parse import quote
 from pytest_ecdysis.core.errors import InfrastructureError
 
 GROUND_TRUTH_FILE = "sim/ground_truth.jsonl"
-TOKEN_HEADER = "X-Ecdysis-Ground-Truth-Token"  # = sim.server.TOKEN_HEADER (the server imports this module)
+#: Request header carrying the ground-truth credential (the server checks it, `sim.server`); the env variable
+#: the controller passes the credential in.
+TOKEN_HEADER = "X-Ecdysis-Ground-Truth-Token"
 ENV_TOKEN = "ECDYSIS_SIM_TOKEN"
 _TOKENS: dict[str, str] = {}  # server url (no /v1) -> its token, for servers started in this process
 
