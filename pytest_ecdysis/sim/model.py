@@ -3,9 +3,9 @@
 `SimModel.complete(body, role, trial_header)` answers an OpenAI chat-completions body: `agent` and `user`
 requests need the trial header `<run-id>/<suite>/<task-id>/<trial>` (`parse_trial`) and are answered by
 the trial's `sim.agent.trial.AgentTrial` / `sim.user.trial.UserTrial` (`TrialState`); the diagnosis roles, or
-no role and no trial, by `ROLE_HANDLERS` (name -> callable(role, body) -> str; open for extension). A bad request
-is a `RequestError` (the HTTP layer, `sim.server`, answers it with its status and an OpenAI error body).
-`SimModel.ground_truth(header)` is the trial's ground truth, `SimModel.replay` a failed trial's replay.
+no role and no trial, by `ROLE_HANDLERS` (name -> callable(role, body) -> str; open for extension). A bad
+request is a `RequestError` (the HTTP layer, `sim.server`, answers it with its status and an OpenAI error
+body). `SimModel.ground_truth(header)` is the trial's ground truth, `SimModel.replay` a failed trial's replay.
 """
 
 from __future__ import annotations
