@@ -5,9 +5,9 @@
 
 In one process: a simulated server, the first `--tasks` tasks of the split at `--trials` trials with the
 harness (the suite's own `run_trial`: real τ² environment, orchestrator and scorer; the harness in this
-process, `ECDYSIS_AGENT_PROCESS=0`). Every failed trial is then replayed (`pytest_ecdysis.sim.replay`):
+process, `ECDYSIS_AGENT_PROCESS=0`). Every failed trial is then replayed (`pytest_ecdysis.sim.truth.replay`):
 once with nothing off (it must fail again), once per quirk kind that fired with that kind switched off.
-Printed: per failed trial the rule's cause (`sim/causes.py`, what every run records) and the replay's;
+Printed: per failed trial the rule's cause (`sim/truth/causes.py`, what every run records) and the replay's;
 how often they agree; the replays run per failed trial and their wall time against the run's, which is
 what doing it in every run would cost; the load average.
 """
@@ -39,8 +39,8 @@ def main() -> int:
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     os.environ.pop("ECDYSIS_SIM_NONCE", None)
     from pytest_ecdysis.sim.client import fetch_ground_truth
-    from pytest_ecdysis.sim.replay import replay_cause
     from pytest_ecdysis.sim.server import start_background
+    from pytest_ecdysis.sim.truth.replay import replay_cause
     from pytest_ecdysis_tau2 import suite
     from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 

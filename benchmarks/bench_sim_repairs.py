@@ -6,9 +6,9 @@ Runs the example harness, then the example harness with its `value_check` recipe
 simulated Analyst now proposes from write values τ² accepted that are near misses of what the user stated),
 on every task of the split, in process (`ECDYSIS_AGENT_PROCESS=0`), against one in-process simulated
 server with a fixed nonce (both harnesses meet the same draws). For each it prints the score, the
-ground-truth entries the harness repaired / refused / altered in code (`sim/repairs.py`: the tool calls τ²
-executed, POSTed with the ground-truth request, against what the model emitted) and the causes of the
-failures. Figures are the simulated model's, not a real model's.
+ground-truth entries the harness repaired / refused / altered in code (`sim/truth/repairs.py`: the tool
+calls τ² executed, POSTed with the ground-truth request, against what the model emitted) and the causes of
+the failures. Figures are the simulated model's, not a real model's.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from pytest_ecdysis.core.records import ModificationSpec
     from pytest_ecdysis.sim.client import fetch_ground_truth
-    from pytest_ecdysis.sim.editor import apply_spec
-    from pytest_ecdysis.sim.repairs import executed_calls
+    from pytest_ecdysis.sim.editor.recipes import apply_spec
     from pytest_ecdysis.sim.server import start_background
+    from pytest_ecdysis.sim.truth.repairs import executed_calls
     from pytest_ecdysis_tau2 import suite
     from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
 

@@ -7,7 +7,7 @@
 strategy evolves on the train split (`--rounds`, self-evolution capped by `--cap`) and the loop scores the
 start and the frozen harness on the test split (`--test-trials`, 3); Direct is scored on test too. Prints
 per strategy: test start and frozen, Direct, accepted edits, systematic fixes / accommodations / noise,
-the accommodation ratio t (from `evolution.json`'s `validity`, sim/validity.py), and the cap.
+the accommodation ratio t (from `evolution.json`'s `validity`, sim/truth/validity.py), and the cap.
 
 `noop`: the no-op profile (no harness-curable quirk, noise on), `--repeats` evolution runs per strategy,
 each with its own run ids and therefore its own nonces; test scoring skipped. Prints per strategy the

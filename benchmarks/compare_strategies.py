@@ -18,8 +18,8 @@ Columns: average accuracy (mean reward on test), pass@k and pass^k (k = the plan
 wall-clock (`evolution.json` `wall_s`), editor calls (the rounds' `editor_calls`), diagnosis calls (lines of
 the rounds' `transcript.jsonl`), tokens (diagnosis and editor, the rounds' `tokens`), test tokens per task
 (the test run's agent tokens / its tasks, so summed over a task's trials), the accommodation ratio t and false
-acceptances (`evolution.json` `validity`, `sim/validity.py`; measured without held-out kinds, since the run
-scores no test split) and transfer (accuracy of the frozen harness with `sim/strong`). `--budget` picks the
+acceptances (`evolution.json` `validity`, `sim/truth/validity.py`; measured without held-out kinds, since the
+run scores no test split) and transfer (accuracy of the frozen harness with `sim/strong`). `--budget` picks the
 largest plan whose estimate fits (`PLANS`, `estimate`); it never cuts a row: every row runs to the end on
 every domain (the issue's "every row runs to the end"), however long that takes, and each row's line prints
 the minutes since the start. Rows run in `RUN_ORDER` (Ecdysis and Self-Evolution first); both domains run at

@@ -116,7 +116,7 @@ def record_ground_truth(state, header: str, result: TrialResult, threshold: floa
     (`pytest_ecdysis.sim.repairs`)."""
     try:
         from pytest_ecdysis.sim.client import fetch_ground_truth, write_ground_truth
-        from pytest_ecdysis.sim.repairs import executed_calls
+        from pytest_ecdysis.sim.truth.repairs import executed_calls
     except ImportError:  # the simulated model is not installed yet
         return
     from pytest_ecdysis.core.errors import InfrastructureError

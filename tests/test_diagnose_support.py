@@ -1,7 +1,7 @@
 """Builders shared by the diagnosis and simulated-role tests (no tests here).
 
 Records are built directly as `FailureRecord`s; `sim_client()` is an openai client over a MockTransport
-that answers every role request with `pytest_ecdysis.sim.roles.answer` (no server, no network), and
+that answers every role request with `pytest_ecdysis.sim.roles.answers.answer` (no server, no network), and
 `scripted_client(fn)` one whose answers come from `fn(role, body)`.
 """
 
@@ -19,7 +19,7 @@ from pytest_ecdysis.core.records import FailureRecord, ToolCallRecord
 from pytest_ecdysis.endpoint.role_client import RoleClient
 from pytest_ecdysis.evidence.build import build_evidence
 from pytest_ecdysis.evidence.patterns import group
-from pytest_ecdysis.sim import roles
+from pytest_ecdysis.sim.roles import answers as roles
 
 
 def call(name: str, args: dict[str, Any], result: str, error: bool = False, step: int | None = None) -> ToolCallRecord:

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.core.harness import load_harness
-from pytest_ecdysis.sim.editor import apply_spec, check_usable, load_recipes
+from pytest_ecdysis.sim.editor.recipes import apply_spec, check_usable, load_recipes
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
 KNOBS = {"max_model_calls", "max_tool_result_chars", "keep_last_messages", "error_feedback", "id_normalisation",

@@ -1,6 +1,6 @@
 """Creation from Direct with the simulated editor: the Direct harness ships its own edit recipes, which
 implement a spec's mechanism by creating the layer it names (feedback.py, tools.py, closing.py, prompts.py)
-and wiring it into `__init__.py`; the same recipe rules as the example harness's (`sim/editor.py`)."""
+and wiring it into `__init__.py`; the same recipe rules as the example harness's (`sim/editor/recipes.py`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pytest_ecdysis.edit.editors import SimEditor
 from pytest_ecdysis.evidence.patterns import group
 from pytest_ecdysis.evolve.stages import edit_stage
 from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.sim.editor import apply_spec, load_recipes
+from pytest_ecdysis.sim.editor.recipes import apply_spec, load_recipes
 
 pytest.importorskip("tau2")
 

@@ -148,7 +148,7 @@ def test_a_strategy_registered_in_conftest_runs_through_the_hook(pytester, monke
 def test_validity_counts_only_the_kept_proposal(tmp_path) -> None:
     """The simulated ground-truth validity counts the proposal an alternatives round kept, not the others that
     also passed."""
-    from pytest_ecdysis.sim.validity import accepted_edits
+    from pytest_ecdysis.sim.truth.validity import accepted_edits
 
     for k in (1, 2):
         pdir = tmp_path / "rounds" / "1" / "proposals" / str(k)

@@ -1,4 +1,4 @@
-"""sim/roles.py: the simulated roles' answers are a pure function of the prompt's evidence."""
+"""sim/roles/answers.py: the simulated roles' answers are a pure function of the prompt's evidence."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.diagnose.round import diagnose
 from pytest_ecdysis.evidence.build import extract_json
 from pytest_ecdysis.evidence.patterns import group
-from pytest_ecdysis.sim import roles
+from pytest_ecdysis.sim.roles import answers as roles
 
 
 def cut_records(tasks=("3", "4")):
@@ -243,18 +243,18 @@ def test_critic_narrows_only_for_solved_tasks_the_change_would_touch(tmp_path):
 
 
 def test_roles_module_reads_no_server_state_or_ground_truth():
-    """sim/roles.py and its stages (roles_evidence, roles_analysis) import only the evidence protocol and
-    records: never the agent, profiles or ground truth."""
+    """sim/roles/answers.py and its stages (roles/evidence.py, roles/analysis.py) import only the evidence
+    protocol and records: never the agent, profiles or ground truth."""
     import ast
 
     imported: set[str] = set()
-    for name in ("roles.py", "roles_evidence.py", "roles_analysis.py"):
+    for name in ("answers.py", "evidence.py", "analysis.py"):
         tree = ast.parse((Path(roles.__file__).parent / name).read_text())
         imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
     assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "pytest_ecdysis.evidence.build",
-                        "pytest_ecdysis.core.records", "pytest_ecdysis.sim.reading", "pytest_ecdysis.sim.roles_evidence",
-                        "pytest_ecdysis.sim.roles_analysis"}
+                        "pytest_ecdysis.core.records", "pytest_ecdysis.sim.reading",
+                        "pytest_ecdysis.sim.roles.evidence", "pytest_ecdysis.sim.roles.analysis"}
 
 
 def test_early_ends_split_across_groups_still_count_as_cross_task(tmp_path):
@@ -347,7 +347,7 @@ def test_values_the_environment_accepted_that_differ_from_the_users_get_a_value_
 
     import shutil
 
-    from pytest_ecdysis.sim.editor import apply_spec
+    from pytest_ecdysis.sim.editor.recipes import apply_spec
 
     example = tmp_path / "example"
     shutil.copytree(Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness", example,

@@ -1,4 +1,4 @@
-"""Issue 30, item 2: the simulated model reads the rules of a prompt (`sim/instructions.py`) and follows
+"""Issue 30, item 2: the simulated model reads the rules of a prompt (`sim/agent/instructions.py`) and follows
 one that addresses a behaviour it has a quirk for with the profile's compliance, never with certainty;
 a broad rule costs turns, a prohibition of a write the policy needs costs a refusal, a claim gains
 nothing. Parser cases, compliance as a rate over many trials, costs and determinism over real HTTP."""
@@ -10,9 +10,9 @@ import json
 import pytest
 from sim_toy import ToyHarness, ToyKnowledge, toy_task, write_profile
 
-from pytest_ecdysis.sim.agent import AgentTrial
+from pytest_ecdysis.sim.agent.instructions import is_directive, read_rules
+from pytest_ecdysis.sim.agent.trial import AgentTrial
 from pytest_ecdysis.sim.client import fetch_ground_truth
-from pytest_ecdysis.sim.instructions import is_directive, read_rules
 from pytest_ecdysis.sim.profiles import parse_profile
 from pytest_ecdysis.sim.server import start_background
 
@@ -86,12 +86,12 @@ def test_a_rule_is_followed_at_the_profiles_compliance_over_many_trials(complian
     n = 400
     for trial in range(n):
         agent = AgentTrial(task, profile, trial, nonce="rate")
-        agent._read_instructions(rule)
-        followed += not agent.fires("early_end", "trial")
-        assert agent.quirks == [] or agent.quirks[-1]["by"] == "instruction"
+        agent.follower.read_instructions(rule)
+        followed += not agent.draws.fires("early_end", "trial")
+        assert agent.state.quirks == [] or agent.state.quirks[-1]["by"] == "instruction"
         plain = AgentTrial(task, profile, trial, nonce="rate")
-        plain._read_instructions([{"role": "system", "content": "Be kind."}])
-        fired_without += plain.fires("early_end", "trial")
+        plain.follower.read_instructions([{"role": "system", "content": "Be kind."}])
+        fired_without += plain.draws.fires("early_end", "trial")
     sd = (compliance * (1 - compliance) / n) ** 0.5
     assert abs(followed / n - compliance) < 4 * sd
     assert fired_without == n

@@ -79,16 +79,17 @@ def test_the_nonce_can_flip_every_draw_site(profiles):
     """Noise 0.35, a quirk of rate 0.5: over 40 nonces, the draw of *every* one of 50 trials takes both
     values. The redrawn sites are chosen per nonce, so no site is fixed for all reruns (a share of sites
     chosen once per site would leave about two thirds of the trials the same on every rerun)."""
-    from pytest_ecdysis.sim.agent import AgentTrial
+    from pytest_ecdysis.sim.agent.trial import AgentTrial
     from pytest_ecdysis.sim.profiles import parse_profile
 
     profile = parse_profile({"name": "spot", "seed": 7, "noise": 0.35, "difficulty": {"distribution": "fixed", "value": 0.5},
                              "quirks": {"blind_spot": {"task_rate": 1.0, "rate": 0.5}}})
     task = ToyKnowledge().task("1")
-    fired = [{AgentTrial(task, profile, trial, f"r{k}").fires("blind_spot", "trial") for k in range(40)}
+    fired = [{AgentTrial(task, profile, trial, f"r{k}").draws.fires("blind_spot", "trial") for k in range(40)}
              for trial in range(50)]
     assert fired == [{True, False}] * 50
-    fixed = [{AgentTrial(task, profile, trial, "ci").fires("blind_spot", "trial") for _ in range(3)} for trial in range(50)]
+    fixed = [{AgentTrial(task, profile, trial, "ci").draws.fires("blind_spot", "trial") for _ in range(3)}
+             for trial in range(50)]
     assert all(len(f) == 1 for f in fixed)
 
 

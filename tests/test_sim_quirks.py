@@ -175,7 +175,7 @@ def test_blind_spot_cured_only_by_the_literal_value_in_the_system_prompt(sim, tm
     spot = kinds(truth, "blind_spot")[0]
     assert spot["cured"] is False and spot["origin"] == "model" and not bad["solved"]
     step = next(s for s in toy_task().plan if s.name == spot["tool"])
-    from pytest_ecdysis.sim.agent import _get_path
+    from pytest_ecdysis.sim.values import _get_path
 
     gold = _get_path(step.arguments, spot["arg"])
     prompt = f"Rule: for task 1 always use {gold} in {spot['tool']}."
@@ -197,7 +197,7 @@ def test_slip_is_never_cured(sim, tmp_path):
 def test_a_prompt_that_only_claims_the_cures_stays_uncured(sim, tmp_path):
     """A cure depends on what the harness does, never on keywords: a system prompt claiming id
     normalisation, corrective errors, no truncation and a completion check, without doing any of it
-    (declaratives, no rule addressed to the model: sim/instructions.py), gets exactly the quirks and
+    (declaratives, no rule addressed to the model: sim/agent/instructions.py), gets exactly the quirks and
     outcomes of the plain v1 prompt."""
     quirks = {"id_prefix": {"rate": 1.0}, "early_end": {"rate": 1.0},
               "forget_communicate": {"rate": 1.0}, "repeat_after_error": {"rate": 1.0}}

@@ -1,5 +1,5 @@
-"""Cures by the harness's code (sim/repairs.py, issue 30 item 4): the ground truth compares what the model
-emitted with what the environment executed, so a bent argument the harness rewrote before the call is a
+"""Cures by the harness's code (sim/truth/repairs.py, issue 30 item 4): the ground truth compares what the
+model emitted with what the environment executed, so a bent argument the harness rewrote before the call is a
 cure by the harness, not "model quirk still present"; a call the harness refused never reached the
 environment; a value the harness passed through is the model's."""
 
@@ -14,8 +14,8 @@ from sim_toy import write_profile
 
 from pytest_ecdysis.sim.client import fetch_ground_truth
 from pytest_ecdysis.sim.knowledge import PlanStep
-from pytest_ecdysis.sim.repairs import attribute, executed_calls, note_emitted
 from pytest_ecdysis.sim.server import start_background
+from pytest_ecdysis.sim.truth.repairs import attribute, executed_calls, note_emitted
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = [PlanStep("get_user_details", {"user_id": "mia_li_3668"}),

@@ -1,11 +1,11 @@
-"""Causes by replay (`sim/replay.py`): the quirk whose replay with it switched off passes caused the
+"""Causes by replay (`sim/truth/replay.py`): the quirk whose replay with it switched off passes caused the
 failure; the harness's limit or a value it withheld when no single quirk does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_ecdysis.sim.replay import fired_kinds, replay_cause
+from pytest_ecdysis.sim.truth.replay import fired_kinds, replay_cause
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
 

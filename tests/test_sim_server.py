@@ -15,7 +15,7 @@ import pytest
 from sim_toy import ToyHarness, ToyKnowledge, write_profile
 
 from pytest_ecdysis.core.errors import UsageError
-from pytest_ecdysis.sim import server as server_mod
+from pytest_ecdysis.sim import model as model_mod
 from pytest_ecdysis.sim.client import fetch_ground_truth
 from pytest_ecdysis.sim.profiles import load_profile, parse_profile
 from pytest_ecdysis.sim.server import start_background
@@ -133,7 +133,7 @@ def test_role_requests_are_routed_to_the_role_handlers(sim, monkeypatch):
     role handlers with the role name (None without a header); they need no trial."""
     seen = []
     for role in ("analyst", "critic", "engineer", "moderator", "editor", None):
-        monkeypatch.setitem(server_mod.ROLE_HANDLERS, role, lambda r, body: seen.append(r) or f"answer of {r}")
+        monkeypatch.setitem(model_mod.ROLE_HANDLERS, role, lambda r, body: seen.append(r) or f"answer of {r}")
     for role in ("analyst", "critic", "engineer", "moderator", "editor"):
         reply = client(sim.url, role=role, trial=None).chat.completions.create(
             model="sim", messages=[{"role": "user", "content": "evidence"}])
@@ -148,7 +148,7 @@ def test_a_role_handler_rejecting_the_prompt_is_a_400(sim, monkeypatch):
     def reject(role, body):
         raise ValueError("no evidence in the prompt")
 
-    monkeypatch.setitem(server_mod.ROLE_HANDLERS, "critic", reject)
+    monkeypatch.setitem(model_mod.ROLE_HANDLERS, "critic", reject)
     with pytest.raises(openai.BadRequestError) as exc:
         client(sim.url, role="critic", trial=None).chat.completions.create(
             model="sim", messages=[{"role": "user", "content": "x"}])

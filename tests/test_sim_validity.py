@@ -1,4 +1,4 @@
-"""Measured validity of accepted edits (sim/validity.py) on scripted ground truths: which causes an
+"""Measured validity of accepted edits (sim/truth/validity.py) on scripted ground truths: which causes an
 edit cured on which tasks, systematic fix vs accommodation vs noise, the ratio t, false acceptances."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from pytest_ecdysis.sim.client import write_ground_truth
-from pytest_ecdysis.sim.validity import (
+from pytest_ecdysis.sim.truth.validity import (
     classify,
     edit_cures,
     evolution_validity,
@@ -157,9 +157,9 @@ def test_an_edit_is_judged_against_the_incumbent_rerun_it_was_compared_with(tmp_
 
 
 def test_the_cause_is_the_root_the_failure_rests_on():
-    """sim/causes.py: one damaging root is the cause; an unseen value whose lookup a slip bent points to the
-    slip; with several roots a model-origin one wins; a model that never closed was ended by a limit."""
-    from pytest_ecdysis.sim.causes import trial_cause
+    """sim/truth/causes.py: one damaging root is the cause; an unseen value whose lookup a slip bent points to
+    the slip; with several roots a model-origin one wins; a model that never closed was ended by a limit."""
+    from pytest_ecdysis.sim.truth.causes import trial_cause
 
     slip = q("slip", "model")
     chained = {**q("unseen_value", "harness", effect="wrong_write"), "because": 0}
@@ -175,7 +175,7 @@ def test_the_cause_is_the_root_the_failure_rests_on():
 def test_reach_is_the_kinds_whose_cure_share_the_edit_raised_in_its_own_runs():
     """A kind is reached when its cured share rose (cure-flag kinds) or its damaging entries per trial fell
     (harness-origin kinds); a kind the incumbent already cured as often is not the edit's."""
-    from pytest_ecdysis.sim.validity import edit_reach
+    from pytest_ecdysis.sim.truth.validity import edit_reach
 
     before = [line("1", True, [q("early_end", "systematic", effect="ended_early"),
                                q("repeat_after_error", "systematic", cured=True)],
@@ -200,7 +200,7 @@ def test_reach_is_the_kinds_whose_cure_share_the_edit_raised_in_its_own_runs():
 
 def test_a_cure_in_code_counts_as_a_harness_cure_whatever_the_quirk_origin():
     """A slip (a model quirk) the harness rewrote before execution on two tasks (`cured_by: harness`,
-    sim/repairs.py) is a systematic fix; cured by information (a rule naming the value) it stays an
+    sim/truth/repairs.py) is a systematic fix; cured by information (a rule naming the value) it stays an
     accommodation, as a blind spot does."""
     slip = {"kind": "slip", "origin": "model", "entry": 0}
     before = [line(t, True, [q("slip", "model", effect="wrong_write")], slip) for t in ("1", "2")]

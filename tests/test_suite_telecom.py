@@ -169,8 +169,8 @@ def test_the_simulated_user_reads_which_of_its_tools_the_words_ask_for():
     """Every user step of τ²'s 114 telecom gold plans, asked the way the simulated agent asks, maps back to
     exactly that tool and arguments; plain phrasings a real agent uses map by verb synonyms and the tool's
     description; words that ask for nothing map to no tool; a missing required argument is asked for."""
-    from pytest_ecdysis.sim.agent_user_steps import ask_text
-    from pytest_ecdysis.sim.user_tools import requested_call
+    from pytest_ecdysis.sim.agent.user_steps import ask_text
+    from pytest_ecdysis.sim.user.tools import requested_call
 
     env = suite.get_environment("telecom")
     tools = [t.openai_schema for t in env.get_user_tools()]

@@ -141,7 +141,7 @@ class EcdysisConfig:
     @property
     def fixed_sim_nonce(self) -> str | None:
         """The simulated model's run nonce when fixed (`--ecdysis-sim-nonce`, else env `ECDYSIS_SIM_NONCE`), or
-        None: a fresh nonce per run (the sim server's rule, `sim.server.SimModel`)."""
+        None: a fresh nonce per run (the sim server's rule, `sim.model.SimModel`)."""
         return self.sim_nonce or os.environ.get("ECDYSIS_SIM_NONCE") or None
 
     def replace(self, **changes: Any) -> EcdysisConfig:

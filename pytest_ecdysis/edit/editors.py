@@ -10,7 +10,7 @@ One protocol, three implementations, chosen by `--ecdysis-editor`:
 - `cmd:<template>`: an external coding agent (OpenCode, Aider, a script); `{spec}` becomes the path of
   `spec.json`, `{harness}` the candidate's harness directory; run with a timeout in the candidate
   worktree;
-- `sim`: the simulated model's editor (`pytest_ecdysis.sim.editor`), applying recipes shipped beside
+- `sim`: the simulated model's editor (`pytest_ecdysis.sim.editor.recipes`), applying recipes shipped beside
   the harness.
 
 Whatever the editor, *the change is the diff of the harness directory* (computed by the loop in git);
@@ -74,7 +74,7 @@ def check_editor(editor: str, harness_dir: Path) -> None:
         UsageError: `sim` with a harness that ships no recipes; a `cmd:` template without `{spec}`.
     """
     if editor == "sim":
-        from pytest_ecdysis.sim.editor import check_usable
+        from pytest_ecdysis.sim.editor.recipes import check_usable
 
         check_usable(harness_dir)
     elif editor.startswith("cmd:") and "{spec}" not in editor:
@@ -122,7 +122,7 @@ class SimEditor:
     name = "sim"
 
     def edit(self, spec: Any, harness_dir: Path, *, spec_path: Path) -> EditResult:
-        from pytest_ecdysis.sim.editor import apply_spec
+        from pytest_ecdysis.sim.editor.recipes import apply_spec
 
         started = time.monotonic()
         result = apply_spec(spec, harness_dir)

@@ -244,7 +244,7 @@ def parse_evidence(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-# --- The shared transcript as prompt text (the roles' protocol; `sim/roles.py` parses it back) ---------
+# --- The shared transcript as prompt text (the roles' protocol; `sim/roles/answers.py` parses it back) ---
 
 TURN_RE = re.compile(r'<turn role="(\w+)" pass="(\w+)">\n(.*?)\n</turn>', re.S)
 

@@ -24,7 +24,8 @@
          same incumbent in `rounds/<n>/proposals/<k>/`, the best that passes kept: `evolve_alternatives`)
     branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
     score start and frozen harness on the test split (`--ecdysis-test-trials`), and per `--ecdysis-test-model`
-    under the simulated model: the validity of each accepted edit from the ground truth (`sim/validity.py`)
+    under the simulated model: the validity of each accepted edit from the ground truth
+    (`sim/truth/validity.py`)
 
 Files (docs/internals.md): `<run>/evolution.json` (also the checkpoint: finished rounds, the incumbent, the
 stage reached), `<run>/rounds/<n>/{spec.json, transcript.jsonl, candidate.diff, decision.json}` plus the
@@ -309,9 +310,9 @@ class Evolution(RunState, TrustedRuns):
         self.checkpoint()
 
     def measure_validity(self) -> None:
-        """Under the simulated model: join each accepted edit's flips with the ground truth (`sim/validity.py`),
-        record `validity` in `evolution.json` and print the accommodation ratio t."""
-        from pytest_ecdysis.sim.validity import evolution_validity, summary_line
+        """Under the simulated model: join each accepted edit's flips with the ground truth
+        (`sim/truth/validity.py`), record `validity` in `evolution.json` and print the accommodation ratio t."""
+        from pytest_ecdysis.sim.truth.validity import evolution_validity, summary_line
 
         validity = evolution_validity(self.doc, self.dir)
         if validity is not None:

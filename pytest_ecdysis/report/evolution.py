@@ -80,7 +80,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             if slot.get("start") and slot.get("frozen"):
                 out.append(f"  with {model}:  start {score_line(slot['start'])}   frozen {score_line(slot['frozen'])}")
     if doc.get("validity"):
-        from pytest_ecdysis.sim.validity import summary_line
+        from pytest_ecdysis.sim.truth.validity import summary_line
 
         out.append(summary_line(doc["validity"]))
     if doc.get("branch"):

@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nonce", default=None, help="run nonce of the noisy draws (default: env ECDYSIS_SIM_NONCE, "
                         "else each run id; fix it for identical reruns)")
     args = parser.parse_args(argv)
-    from pytest_ecdysis.sim.server import SimModel, SimServerHandle, make_server
+    from pytest_ecdysis.sim.model import SimModel
+    from pytest_ecdysis.sim.server import SimServerHandle, make_server
 
     try:
         if args.latency < 0:

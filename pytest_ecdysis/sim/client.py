@@ -18,7 +18,9 @@ from urllib.parse import quote
 from pytest_ecdysis.core.errors import InfrastructureError
 
 GROUND_TRUTH_FILE = "sim/ground_truth.jsonl"
-TOKEN_HEADER = "X-Ecdysis-Ground-Truth-Token"  # = sim.server.TOKEN_HEADER (the server imports this module)
+#: Request header carrying the ground-truth credential (the server checks it, `sim.server`); the env variable
+#: the controller passes the credential in.
+TOKEN_HEADER = "X-Ecdysis-Ground-Truth-Token"
 ENV_TOKEN = "ECDYSIS_SIM_TOKEN"
 _TOKENS: dict[str, str] = {}  # server url (no /v1) -> its token, for servers started in this process
 
@@ -72,8 +74,8 @@ def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0,
                        token: str | None = None, executed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """GET `<sim_url>/ecdysis/ground_truth?trial=<trial_header>` (sim_url without `/v1`), with the server's
     credential (`ground_truth_headers`). With `executed` (the tool calls the environment ran, `[{"id", "name",
-    "arguments"}]`, see `sim.repairs.executed_calls`) it POSTs them instead, and the entries the harness
-    repaired or refused in code come back marked (`sim/repairs.py`).
+    "arguments"}]`, see `sim.truth.repairs.executed_calls`) it POSTs them instead, and the entries the harness
+    repaired or refused in code come back marked (`sim/truth/repairs.py`).
 
     Raises:
         InfrastructureError: the server is unreachable or answers with an error (its message included).

@@ -52,8 +52,8 @@ class PlanStep:
     """One tool call of the gold plan. `write` is True for calls that change the environment's state;
     `dependencies` are the argument values the model must read in the request (from the user or an
     earlier result) to send this call right. `actor` "user" marks a step of a dual-control suite (τ²
-    telecom) the user runs with their own tools: the agent asks for it in words (`sim.agent_user_steps`)
-    and the simulated user makes the call (`sim.user_tools`)."""
+    telecom) the user runs with their own tools: the agent asks for it in words (`sim.agent.user_steps`)
+    and the simulated user makes the call (`sim.user.tools`)."""
 
     name: str
     arguments: dict[str, Any]

@@ -2,10 +2,10 @@
 
 `SimModel.complete(body, role, trial_header)` answers an OpenAI chat-completions body: `agent` and `user`
 requests need the trial header `<run-id>/<suite>/<task-id>/<trial>` (`parse_trial`) and are answered by
-the trial's `sim.agent.AgentTrial` / `sim.user.UserTrial` (`TrialState`); the diagnosis roles, or no role
-and no trial, by `ROLE_HANDLERS` (name -> callable(role, body) -> str; open for extension). A bad request
-is a `RequestError` (the HTTP layer, `sim.server`, answers it with its status and an OpenAI error body).
-`SimModel.ground_truth(header)` is the trial's ground truth, `SimModel.replay` a failed trial's replay.
+the trial's `sim.agent.trial.AgentTrial` / `sim.user.trial.UserTrial` (`TrialState`); the diagnosis roles, or
+no role and no trial, by `ROLE_HANDLERS` (name -> callable(role, body) -> str; open for extension). A bad
+request is a `RequestError` (the HTTP layer, `sim.server`, answers it with its status and an OpenAI error
+body). `SimModel.ground_truth(header)` is the trial's ground truth, `SimModel.replay` a failed trial's replay.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_ecdysis.core.errors import UsageError
-from pytest_ecdysis.sim.agent import AgentTrial
+from pytest_ecdysis.sim.agent.trial import AgentTrial
 from pytest_ecdysis.sim.knowledge import SimKnowledge
 from pytest_ecdysis.sim.profiles import Profile, known_profiles, load_profile
-from pytest_ecdysis.sim.repairs import attribute, note_emitted
-from pytest_ecdysis.sim.user import UserTrial
+from pytest_ecdysis.sim.truth.repairs import attribute, note_emitted
+from pytest_ecdysis.sim.user.trial import UserTrial
 
 TRIAL_HEADER = "X-Ecdysis-Trial"
 ENV_NONCE = "ECDYSIS_SIM_NONCE"
@@ -44,9 +44,9 @@ class RequestError(Exception):
 
 def _roles_answer(role: str | None, body: dict[str, Any]) -> str:
     try:
-        module = importlib.import_module("pytest_ecdysis.sim.roles")
+        module = importlib.import_module("pytest_ecdysis.sim.roles.answers")
     except ModuleNotFoundError as exc:
-        if exc.name != "pytest_ecdysis.sim.roles":
+        if exc.name not in ("pytest_ecdysis.sim.roles", "pytest_ecdysis.sim.roles.answers"):
             raise
         raise RequestError(f"the simulated model has no answers for role {role!r} "
                            "(pytest_ecdysis.sim.roles is not installed)", code="role_not_supported") from None
@@ -71,8 +71,8 @@ class TrialState:
     agent: AgentTrial | None = None
     user: UserTrial | None = None
     user_texts: set[str] = field(default_factory=set)
-    #: call id -> the tool call the agent emitted (`sim.repairs.note_emitted`): what the model sent, which
-    #: the ground truth compares with what the environment executed
+    #: call id -> the tool call the agent emitted (`sim.truth.repairs.note_emitted`): what the model sent,
+    #: which the ground truth compares with what the environment executed
     emitted: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -110,7 +110,7 @@ class SimModel:
 
     def replay(self, run_id: str, *, nonce: str, off: frozenset[str] | set[str] = frozenset()) -> None:
         """Serve the trials of run id `run_id` as replays: drawn with `nonce` (the original trial's, from its
-        ground truth) and with the quirk kinds `off` switched off (`sim/replay.py`). Python only, never
+        ground truth) and with the quirk kinds `off` switched off (`sim/truth/replay.py`). Python only, never
         over HTTP: the code holding this server decides; a harness cannot reach it."""
         with self._lock:
             self._replays[run_id] = (nonce, frozenset(off))
@@ -214,10 +214,10 @@ class SimModel:
             if role == "agent":
                 if state.agent is None:
                     nonce, off = self._replays.get(state.run_id) or (self.nonce or state.run_id, frozenset())
-                    state.agent = AgentTrial(task, profile, state.trial, nonce=nonce, off=off)
-                    state.agent.user_texts = state.user_texts
+                    state.agent = AgentTrial(task, profile, state.trial, nonce=nonce, off=off,
+                                             user_texts=state.user_texts)
                 reply = state.agent.respond(messages, tools)
-                note_emitted(state.emitted, state.agent.step - 1, reply)
+                note_emitted(state.emitted, state.agent.state.step - 1, reply)
                 return reply
             if state.user is None:
                 state.user = UserTrial(task)
@@ -229,7 +229,7 @@ class SimModel:
     def ground_truth(self, header: str | None, executed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The trial's ground truth; an unseen trial of a known task has no quirks. With `executed` (the
         tool calls the environment ran, `[{"id", "name", "arguments"}]`), entries the harness repaired or
-        refused in code are marked (`sim.repairs.attribute`).
+        refused in code are marked (`sim.truth.repairs.attribute`).
 
         Raises:
             RequestError: no header, or an unknown suite or task.
@@ -237,9 +237,9 @@ class SimModel:
         state = self.trial_state(header)
         with state.lock:
             if state.agent is not None:
-                truth = state.agent.ground_truth()
+                truth = state.agent.draws.ground_truth()
                 if executed is not None:
-                    truth = attribute(truth, state.emitted, executed, state.agent.task.plan)
+                    truth = attribute(truth, state.emitted, executed, state.agent.state.task.plan)
                 return truth
         return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None, "nonce": None,
                 "agent_requests": 0, "reached_final": False, "closed": False, "quirks": [], "cause": None,

@@ -73,7 +73,8 @@ class Profile:
     noise: float = 0.0  # share of draws that also depend on the run nonce (run-to-run variation)
     recall_chars: int = 6000  # context_loss fires only for a value further back than this in the request
     documented_format_factor: float = 0.5  # id-habit rate multiplier when the schema shows the id's form
-    instruction_compliance: float = 0.5  # chance the model follows a prompt rule at a site (sim/instructions.py)
+    #: chance the model follows a prompt rule at a site (sim/agent/instructions.py)
+    instruction_compliance: float = 0.5
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -1,7 +1,7 @@
 """What the simulated model reads in one request: the text it can see, whether a value is in it, how
 far back, and whether an error tells it the form a value must have.
 
-The agent (`sim/agent.py`) takes every argument value and every figure from here, never from the gold
+The agent (`sim/agent/trial.py`) takes every argument value and every figure from here, never from the gold
 plan: a value the harness cut, hid or never obtained is not in the request, so the model cannot send
 it. Cures are decided by the information the text carries, never by a marker word a harness must
 print: an error cures a mis-formatted id when it shows the expected form (an example of the right form,

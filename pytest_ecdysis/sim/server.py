@@ -13,15 +13,15 @@ Endpoints:
   `sim.client.fetch_ground_truth` in the process that started the server.
 - `POST /ecdysis/ground_truth` with `{"trial": <header>, "executed": [{"id", "name", "arguments"}]}` (the
   tool calls the environment executed, from the suite's trajectory), same credential: the ground truth
-  with the entries the harness repaired or refused in code marked (`sim/repairs.py`).
+  with the entries the harness repaired or refused in code marked (`sim/truth/repairs.py`).
 
 Routing of a completion (header `X-Ecdysis-Role`):
 
 | role | needs `X-Ecdysis-Trial` | answered by |
 | --- | --- | --- |
-| `agent` (or no role header, with a trial header) | yes | `sim.agent.AgentTrial` |
-| `user` | yes | `sim.user.UserTrial` |
-| `analyst`, `critic`, `engineer`, `moderator`, `editor`, or no role and no trial | no | `pytest_ecdysis.sim.roles.answer(role, body) -> str` (role None when no header) |
+| `agent` (or no role header, with a trial header) | yes | `sim.agent.trial.AgentTrial` |
+| `user` | yes | `sim.user.trial.UserTrial` |
+| `analyst`, `critic`, `engineer`, `moderator`, `editor`, or no role and no trial | no | `pytest_ecdysis.sim.roles.answers.answer(role, body) -> str` (role None when no header) |
 
 Other roles can be added to `ROLE_HANDLERS` (name -> callable(role, body) -> str). The trial header is
 `<run-id>/<suite>/<task-id>/<trial>`; the suite must be one a provider knows
@@ -29,8 +29,9 @@ Other roles can be added to `ROLE_HANDLERS` (name -> callable(role, body) -> str
 the server's default profile, `sim/<profile>`). Request errors are HTTP 400 with an OpenAI error body
 `{"error": {"message", "type", "code"}}`; the server stays up for the other workers.
 
-The model itself (routing, trial state, ground truth) is `sim.model.SimModel`; this module is its HTTP
-layer and re-exports the model's names (`SimModel`, `ROLE_HANDLERS`, `TRIAL_HEADER`, ...).
+The model itself (routing, trial state, ground truth, `ROLE_HANDLERS`, the header names) is
+`sim.model.SimModel`; this module is its HTTP layer. The ground-truth credential's header and environment
+variable are `sim.client`'s (`TOKEN_HEADER`, `ENV_TOKEN`), which also remembers a started server's token.
 """
 
 from __future__ import annotations
@@ -45,30 +46,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.sim.client import TOKEN_HEADER, remember_token
 from pytest_ecdysis.sim.knowledge import SimKnowledge
-from pytest_ecdysis.sim.model import (
-    DIAGNOSIS_ROLES,
-    ENV_NONCE,
-    ROLE_HANDLERS,
-    ROLE_HEADER,
-    TRIAL_HEADER,
-    TRIAL_ROLES,
-    RequestError,
-    SimModel,
-    TrialState,
-    parse_trial,
-)
+from pytest_ecdysis.sim.model import ROLE_HEADER, TRIAL_HEADER, RequestError, SimModel
 from pytest_ecdysis.sim.profiles import known_profiles
 
-#: Names other modules use as `sim.server.<name>` (kept where they were before `sim.model`).
-__all__ = ["DIAGNOSIS_ROLES", "ENV_NONCE", "ENV_TOKEN", "MAX_BODY_BYTES", "TOKEN_HEADER", "ROLE_HANDLERS", "ROLE_HEADER", "TRIAL_HEADER",
-           "TRIAL_ROLES", "RequestError", "SimModel", "SimServerHandle", "TrialState", "make_server",
-           "parse_trial", "start_background"]
-
 MAX_BODY_BYTES = 32 * 1024 * 1024
-#: Request header carrying the ground-truth credential; env variable the controller passes it in.
-TOKEN_HEADER = "X-Ecdysis-Ground-Truth-Token"
-ENV_TOKEN = "ECDYSIS_SIM_TOKEN"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -176,8 +159,6 @@ class SimServerHandle:
     credential, `.stop()` shuts it down."""
 
     def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread | None, model: SimModel) -> None:
-        from pytest_ecdysis.sim.client import remember_token
-
         self.httpd, self.thread, self.model = httpd, thread, model
         self.port = httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"

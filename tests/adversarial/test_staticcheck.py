@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ecdysis.core.harness import harness_files
-from pytest_ecdysis.sim.editor import apply_spec
+from pytest_ecdysis.sim.editor.recipes import apply_spec
 from pytest_ecdysis.validate.static import check_candidate, check_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pytest_ecdysis_tau2" / "example_harness"

@@ -132,8 +132,8 @@ def test_a_stronger_profile_asked_by_the_harness_is_not_served(tmp_path: Path, m
 def test_the_ground_truth_needs_the_servers_credential() -> None:
     """Without the token: 403, whatever the trial; with it (the process that started the server, or env
     `ECDYSIS_SIM_TOKEN` on workers): answered. Harness processes never get the variable."""
-    from pytest_ecdysis.sim.client import fetch_ground_truth
-    from pytest_ecdysis.sim.server import TOKEN_HEADER, start_background
+    from pytest_ecdysis.sim.client import TOKEN_HEADER, fetch_ground_truth
+    from pytest_ecdysis.sim.server import start_background
     from pytest_ecdysis_tau2.agent_wire import HIDDEN_ENV_PREFIXES
 
     server = start_background()

@@ -14,9 +14,9 @@ knowledge. Deterministic; it never reads the system prompt. Turn rules, first ma
 
 With tools of its own (dual control, τ² telecom: the request offers the user's tool schemas), `message`
 answers two more ways before those rules (after the first turn, and never over a closing, a transfer or
-a confirmation request): the agent's words ask for one of its tools (`sim.user_tools.requested_call`) ->
+a confirmation request): the agent's words ask for one of its tools (`sim.user.tools.requested_call`) ->
 it calls that tool (or asks which value, when a required argument is not in the words); the last message
-is the result of its own call -> it tells the agent what the phone shows (`sim.user_tools.report`).
+is the result of its own call -> it tells the agent what the phone shows (`sim.user.tools.report`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from pytest_ecdysis.sim.knowledge import SimTask
 from pytest_ecdysis.sim.reading import message_text
-from pytest_ecdysis.sim.user_tools import missing_argument, report, requested_call, tool_call_message
+from pytest_ecdysis.sim.user.tools import missing_argument, report, requested_call, tool_call_message
 
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"

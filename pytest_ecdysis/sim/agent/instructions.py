@@ -4,7 +4,7 @@ The model reads the system and developer text of a request as a real model does:
 not the domain policy's own (the policy is what the model acts by: its gold plan) and that are
 *imperatives addressed to it* are rules. A rule *addresses* a quirk kind when it names the behaviour
 the quirk is (a `Frame`: groups of word stems, each group needing one word of the sentence); the model
-then follows it with the profile's `instruction_compliance` per draw site (`sim/agent_draws.py`),
+then follows it with the profile's `instruction_compliance` per draw site (`sim/agent/draws.py`),
 never with certainty. Two costs a real model shows:
 
 - a **broad** rule (a universal `always` / `every` / `each` / `any` / `all` without the situation the

@@ -1,8 +1,8 @@
-"""The simulated diagnosis roles' analysis (`sim/roles.py`): from the findings of each group's records
-(`sim/roles_evidence.py`) to proposals, one per knob, and the groups left alone, checked against the
+"""The simulated diagnosis roles' analysis (`sim/roles/answers.py`): from the findings of each group's records
+(`sim/roles/evidence.py`) to proposals, one per knob, and the groups left alone, checked against the
 history of earlier rounds; the solved tasks a change would run on; the spec.
 
-The mapping of findings to knobs is the table in `sim/roles.py`'s docstring (docs/internals.md, "Spec
+The mapping of findings to knobs is the table in `sim/roles/answers.py`'s docstring (docs/internals.md, "Spec
 parameters").
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_ecdysis.core.records import SCHEMA_VERSION
-from pytest_ecdysis.sim.roles_evidence import (
+from pytest_ecdysis.sim.roles.evidence import (
     KNOBS,
     MAX_MODEL_CALLS_CAP,
     READ_TOOL_RE,

@@ -2,7 +2,7 @@
 
 For every accepted edit, the tasks it flipped from failed to solved are joined with the ground truth of
 the run before and the run after (`sim/ground_truth.jsonl`, one line per trial with `failed`, `quirks`
-and `cause`, see `sim/causes.py`):
+and `cause`, see `sim/truth/causes.py`):
 
 - each failed trial before contributes its cause (`kind`, `origin`);
 - after the edit, that cause is `cured` (an entry of that kind marked cured; for a harness-origin cause,
@@ -11,7 +11,7 @@ and `cause`, see `sim/causes.py`):
   curing that kind any more than the incumbent did: not its change); `not_drawn` (a model quirk that
   simply did not fire this time: the flip came from the draws, not the edit), or `still_present`.
   A cure is `by` `code` when every cured entry behind it was repaired or refused by the harness before
-  execution (`cured_by: "harness"`, `sim/repairs.py`), else `information`.
+  execution (`cured_by: "harness"`, `sim/truth/repairs.py`), else `information`.
 
 **Reach** (`edit_reach`): the kinds an edit's own change cures, measured on its own pair of runs (the
 incumbent's trials the decision compared with, and its validation run): a kind whose entries carry a cure

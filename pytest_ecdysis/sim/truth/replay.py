@@ -7,7 +7,7 @@ again: the same harness, task and trial, drawn with the original trial's nonce (
 ids registered through `SimModel.replay(run_id, nonce=..., off=...)`, a Python call on the server
 object, never a request field: harness code cannot switch a quirk off. The suite side (run the trial
 under a replay run id, return its reward) is the caller's `replay` callable: this module does no I/O and
-imports no suite. `sim/causes.py` keeps the cheaper rule over recorded effects that every run writes;
+imports no suite. `sim/truth/causes.py` keeps the cheaper rule over recorded effects that every run writes;
 `benchmarks/bench_sim_causes.py` replays a run's failures and prints where the two disagree.
 
 A replay that switches a quirk off changes what follows it (later draws are keyed by where the model is,

@@ -24,7 +24,7 @@ How evidence maps to knobs (docs/internals.md, "Spec parameters"), per group, fr
 | the same on one task only | left alone as a model blind spot |
 | a write argument one or two characters off a value seen earlier (user's words, earlier call arguments), in a single-task group | the analyst is tempted by a `policy_rule` naming the value, which the Critic blocks |
 | the same (a value the environment accepted, near the one the user stated) on >= 2 tasks | `value_check` (tool interface: such a value is replaced before the call) |
-| any of the above that the harness map shows the harness already does (a function whose docstring names the behaviour and does not open with a negation, `roles_evidence.MECHANISM_WORDS`) | nothing: left alone, naming the file and function |
+| any of the above that the harness map shows the harness already does (a function whose docstring names the behaviour and does not open with a negation, `sim.roles.evidence.MECHANISM_WORDS`) | nothing: left alone, naming the file and function |
 
 The Critic blocks policy rules for single-task groups, changes to the `build_agent` entry point
 (`__init__.py`, the runtime contract with the suite) and changes identical to a rejected earlier one,
@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_ecdysis.evidence.build import EVIDENCE_CLOSE, extract_json, parse_evidence, parse_turns
-from pytest_ecdysis.sim.roles_analysis import World, _dedupe_left
+from pytest_ecdysis.sim.roles.analysis import World, _dedupe_left
 
 ROLES = ("analyst", "critic", "engineer", "moderator")
 RESPOND_RE = re.compile(r'<respond role="(\w+)" pass="(\w+)" passes="(\d+)" format="(\w+)"/>')

@@ -2,7 +2,7 @@
 
 Each `op_<name>(source, *, <step fields>, params)` returns the new source (`OPS` maps a step's `op` to it);
 a step that does not apply to this source (no such constant, function or sequence; a text to replace that
-does not occur exactly once) raises `RecipeError`, which `sim.editor` reports as not implementable.
+does not occur exactly once) raises `RecipeError`, which `sim.editor.recipes` reports as not implementable.
 Definitions are found with `ast` and replaced by their exact source span; parameters are written as
 Python literals in the harness's own style (`_literal`). No harness code is imported or run.
 """

@@ -21,7 +21,7 @@ plan's value (the plan step of that tool whose arguments the emitted call matche
   is not touched: the cure, if any, is the model's.
 
 `attribute(truth, emitted, executed, plan)` returns the ground truth with `harness` set on those entries
-and `cause`/`causes` recomputed (`sim/causes.py`). Pure functions; no I/O, no tau2.
+and `cause`/`causes` recomputed (`sim/truth/causes.py`). Pure functions; no I/O, no tau2.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_ecdysis.sim.causes import trial_cause
+from pytest_ecdysis.sim.truth.causes import trial_cause
 from pytest_ecdysis.sim.values import _get_path
 
 _MISSING = object()
@@ -124,8 +124,9 @@ def _verdict(entry: Mapping[str, Any], emitted: Mapping[str, tuple[Mapping[str, 
 
 def attribute(truth: dict[str, Any], emitted: Mapping[str, Mapping[str, Any]], executed: list[dict[str, Any]],
               plan: Sequence[Any]) -> dict[str, Any]:
-    """The ground truth `truth` (as `AgentTrial.ground_truth` gives it) with each argument-bending entry's
-    `harness` verdict (module docstring), cures by the harness's code settled and the cause recomputed.
+    """The ground truth `truth` (as `sim.agent.draws.QuirkDraws.ground_truth` gives it) with each
+    argument-bending entry's `harness` verdict (module docstring), cures by the harness's code settled and
+    the cause recomputed.
 
     `emitted`: call id -> `{"step", "name", "arguments"}` (`note_emitted`); `executed`: `[{"id", "name",
     "arguments"}]` (`executed_calls`); `plan`: the task's `PlanStep`s. `truth` is not modified.

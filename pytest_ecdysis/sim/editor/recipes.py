@@ -20,7 +20,7 @@ Recipe format (TOML)::
     [parameters]                            # name -> type: "int", "str", "list[str]"
     value = "int"
     [[steps]]                               # applied in order (a step may name another `file`)
-    op = "set_constant"                     # see OPS in sim/edit_ops.py
+    op = "set_constant"                     # see OPS in sim/editor/ops.py
     name = "MAX_MODEL_CALLS"
     value = "${value}"
 
@@ -31,7 +31,7 @@ template, so the one applied second finds the file and adds to it.
 
 Templates use `string.Template` placeholders (`${value}`); a parameter is substituted as a Python
 literal (`repr`), so a text rule becomes a quoted string, never code (`${raw_text}` is a str parameter's
-bare text, for prose such as a prompt line). Operations (`sim.edit_ops`) work on the module's
+bare text, for prose such as a prompt line). Operations (`sim.editor.ops`) work on the module's
 AST positions, so comments and formatting elsewhere in the file survive.
 
 This module never imports harness code; it only reads and writes its files.
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import UsageError
-from pytest_ecdysis.sim.edit_ops import OPS, RecipeError, _literal
+from pytest_ecdysis.sim.editor.ops import OPS, RecipeError, _literal
 
 RECIPES_DIR = "recipes"
 _TYPES: dict[str, Callable[[Any], bool]] = {

@@ -1,4 +1,4 @@
-"""Reading the evidence for the simulated diagnosis roles (`sim/roles.py`): what one prompt's evidence
+"""Reading the evidence for the simulated diagnosis roles (`sim/roles/answers.py`): what one prompt's evidence
 shows, record by record.
 
 `Evidence(evidence_json)` holds the groups, the harness's settings and functions, the solved tasks and

@@ -10,7 +10,7 @@ conversation itself was ended by a limit (the harness's budget, τ²'s step limi
 The cause is the one root the failure rests on: the only root when there is one (the trial replayed
 without it would pass, since nothing else damaged it); with several, a model-origin root if any (a
 harness change curing the others would still leave the trial failed), else the first. This is a rule
-over the agent's recorded effects, cheap enough for every run; `sim/replay.py` finds the cause by
+over the agent's recorded effects, cheap enough for every run; `sim/truth/replay.py` finds the cause by
 replaying the trial with each fired quirk switched off (a benchmark step). Pure functions; no I/O.
 """
 
