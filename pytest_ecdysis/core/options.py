@@ -41,7 +41,7 @@ class Option:
     action: str | None = None
     ini: bool = True
     #: the jobs that read it ("evolve", "gate"); given on the command line without any of them it is a usage
-    #: error (`config_values.check_needs`), and validation sub-runs never inherit it (`subrun_setup`).
+    #: error (`config_values.check_needs`), and validation sub-runs never inherit it (`validate.setup.STRIPPED_OPTIONS`).
     needs: tuple[str, ...] = ()
     cli: bool = True  #: False: an ini key only (`INI_ONLY`); its former command-line option is refused
     metavar: str | None = None
