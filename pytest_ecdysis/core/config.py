@@ -188,7 +188,8 @@ def read_config(config: Any) -> EcdysisConfig:
     limits = parse_limits(raw["limits"])  # `--ecdysis-limits` keys over the ini keys
     limits = {key: limits.get(key, raw[key]) for key in LIMIT_KEYS}
     env = os.environ
-    for name in ("model", "base-url", "user-model", "diagnosis-model", "harness", "run-dir", "tasks"):
+    for name in ("model", "base-url", "user-model", "diagnosis-model", "harness", "run-dir", "tasks", "resume",
+                 "save-baseline", "baseline"):
         if isinstance(raw[name], str) and not raw[name].strip():  # `--ecdysis-model=` (an unset $MODEL)
             raise UsageError(f"--ecdysis-{name} was given an empty value (an unset shell variable?); pass a "
                              f"value, or leave the option out for its default")
@@ -259,6 +260,9 @@ def read_config(config: Any) -> EcdysisConfig:
         _choice("response-cache", raw["response-cache"], ("on", "off"))
     accept_level = level("accept-level", raw["accept-level"])
 
+    if raw["save-baseline"] and Path(raw["save-baseline"]).is_dir():
+        raise UsageError(f"--ecdysis-save-baseline {raw['save-baseline']} is a directory; pass the baseline's file "
+                         f"name, e.g. {Path(raw['save-baseline']) / 'baseline.json'}")
     max_reg = raw["gate-max-regressions"]
     html = Path(raw["html"]) if raw["html"] else None
     if html is not None and html.is_dir():
