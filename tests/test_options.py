@@ -276,3 +276,12 @@ def test_sub_runs_get_what_the_controller_had() -> None:
     assert out[:7] == ["suite", "-o", "ecdysis_sim_nonce=ci", "--ecdysis-limits", "call-timeout=5", "-o",
                        "ecdysis_html=page.html"]
     assert out[-2:] == ["-o", "ecdysis_html="] and "--ecdysis-evolve" not in out and "--ecdysis-rounds" not in out
+
+
+def test_the_options_table_lists_every_option_and_ini_key() -> None:
+    """docs/options.md names every option, every ini-only key and every removed option."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text()
+    for opt in OPTIONS:
+        assert f"`--ecdysis-{opt.name}" in text, opt.name
+    for opt in INI_ONLY:
+        assert f"`{opt.dest}`" in text and f"`--ecdysis-{opt.name}`" in text, opt.name
