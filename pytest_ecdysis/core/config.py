@@ -188,6 +188,7 @@ def read_config(config: Any) -> EcdysisConfig:
     limits = parse_limits(raw["limits"])  # `--ecdysis-limits` keys over the ini keys
     limits = {key: limits.get(key, raw[key]) for key in LIMIT_KEYS}
     env = os.environ
+    agent = read_limits(limits, env, AGENT_LIMITS)  # the harness process's bounds
     for name in ("model", "base-url", "user-model", "diagnosis-model", "harness", "run-dir", "tasks", "resume",
                  "save-baseline", "baseline"):
         if isinstance(raw[name], str) and not raw[name].strip():  # `--ecdysis-model=` (an unset $MODEL)
@@ -307,6 +308,8 @@ def read_config(config: Any) -> EcdysisConfig:
         rootdir=Path(str(config.rootpath)),
         html=html,
         sandbox=_choice("sandbox", str(raw["sandbox"]).strip().lower(), ("auto", "on", "off")),
+        agent_memory_mb=int(agent["agent_memory_mb"]),
+        agent_cpu_s=int(agent["agent_cpu_s"]),
         sim_nonce=_nonce(raw["sim-nonce"]),
         concurrency=_int("concurrency", raw["concurrency"], 1),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
@@ -315,7 +318,6 @@ def read_config(config: Any) -> EcdysisConfig:
         editor_context_tokens=_int("editor-context", raw["editor-context"], 0),
         editor_writable=_writable(raw["editor-writable"]),
         **read_limits(limits, env),
-        **read_limits(limits, env, AGENT_LIMITS),
         **_budgets(raw),
         progress_s=_float("progress", raw["progress"], 0.0, None),
     )
