@@ -7,7 +7,7 @@
 `sim`: 2 x `--decisions` plain runs of τ² airline (train split or the `--tasks` ids of it, 1 trial per
 task, `example_harness`) on
 the simulated model's no-op profile (`sim/noop`: no harness-curable quirk, run-to-run noise on), each
-with its own `--ecdysis-sim-nonce`, so every run is an independent draw of the same harness. Decision k
+with its own ini `ecdysis_sim_nonce`, so every run is an independent draw of the same harness. Decision k
 compares run 2k (the incumbent) with run 2k+1 (a "candidate" identical to it: a no-op by construction)
 through `pytest_ecdysis.gate.acceptance.decide`, exactly as a round does, under `strict` and under `paired`
 with each method at level 0.05. Prints each decision and the share accepted per rule; every acceptance
@@ -18,11 +18,11 @@ own two nonces; neighbouring decisions share a run, so they are not independent)
 `rounds`: two evolution runs on the simulated model's default profile started together in a `git clone
 --local` of this repository (its committed HEAD), same train tasks (`--tasks`, default the first
 `--train` train ids), `--rounds`, test scoring at `--test-trials`: one under `--ecdysis-accept strict`
-(response cache off), one under `--ecdysis-accept paired` with `--ecdysis-response-cache on` (or off:
+(response cache off), one under `--ecdysis-accept paired` with ini `ecdysis_response_cache = on` (or off:
 `--paired-cache off`, to compare the rules alone). Prints per
 round each run's outcome, scores, p-value and validation wall-clock, the paired run's cache hits, misses
 and tokens saved, and both runs' test scores (start and frozen). The incumbent is re-scored beside each
-candidate in both (`--ecdysis-rescore auto`, nonce not fixed).
+candidate in both (ini `ecdysis_rescore = auto`, nonce not fixed).
 
 `scripted`: the same decisions on scripted paired results: 30 tasks whose success chance is drawn per
 task (uniform 0.3-1.0), two independent draws per decision; no pytest, seconds.
@@ -58,7 +58,7 @@ def run_once(run_dir: Path, nonce: str, profile: str, workers: str, tasks: str |
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-n", workers,
-           "--ecdysis-model", f"sim/{profile}", "--ecdysis-sim-nonce", nonce, "--ecdysis-sim-latency", "0",
+           "--ecdysis-model", f"sim/{profile}", "-o", f"ecdysis_sim_nonce={nonce}", "--ecdysis-sim-latency", "0",
            "--ecdysis-run-dir", str(run_dir), *(["--ecdysis-tasks", tasks] if tasks else [])]
     start = time.monotonic()
     subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
@@ -119,7 +119,7 @@ def evolve_run(clone: Path, out: Path, rule: str, args: argparse.Namespace, resu
            "--ecdysis-evolve", "--ecdysis-model", "sim", "--ecdysis-rounds", str(args.rounds),
            "--ecdysis-tasks", args.tasks, "--ecdysis-test-trials", str(args.test_trials),
            "--ecdysis-run-dir", str(out), "--ecdysis-accept", rule,
-           *(["--ecdysis-response-cache", "on"] if rule == "paired" and args.paired_cache == "on" else [])]
+           *(["-o", "ecdysis_response_cache=on"] if rule == "paired" and args.paired_cache == "on" else [])]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True)
     found = sorted(out.glob("*/evolution.json"))
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train", type=int, default=10, help="rounds: the first N train ids (without --tasks)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--paired-cache", choices=("on", "off"), default="on",
-                        help="rounds: the paired run's --ecdysis-response-cache (the strict run's is off)")
+                        help="rounds: the paired run's ecdysis_response_cache (the strict run's is off)")
     parser.add_argument("--test-trials", type=int, default=1)
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("--profile", default="noop")

@@ -37,8 +37,8 @@ def rollup(pid: int) -> tuple[int, int]:
 
 def status_peaks(pid: int) -> dict[str, int]:
     """VmPeak (address space), VmHWM (resident) and VmData (data segment) in bytes, and the CPU time used so
-    far (`cpu_ms`) of one process: the figures the per-process limits (`--ecdysis-agent-memory`,
-    `--ecdysis-agent-cpu`) are chosen from."""
+    far (`cpu_ms`) of one process: the figures the per-process limits (`--ecdysis-limits agent-memory`,
+    `--ecdysis-limits agent-cpu`) are chosen from."""
     out = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:

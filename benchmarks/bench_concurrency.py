@@ -155,8 +155,8 @@ def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir
     xdist = ["-n", "0"] if level == 1 else ["-n", "2", "--ecdysis-concurrency", str(level // 2)]
     command = [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-p",
                "no:cacheprovider", "--ecdysis-split", "all", "--ecdysis-tasks", ",".join(tasks),
-               "--ecdysis-trials", str(trials), "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce",
-               "bench", "--ecdysis-run-dir", str(run_dir), *xdist]
+               "--ecdysis-trials", str(trials), "--ecdysis-sim-latency", str(latency), "-o",
+               "ecdysis_sim_nonce=bench", "--ecdysis-run-dir", str(run_dir), *xdist]
     trace = workdir / f"trace-{level}.jsonl" if breakdown else None
     proc, out, wall_s, peak = measured(command, ROOT if breakdown else workdir, trace)
     if trace is not None:
@@ -223,9 +223,9 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
         subprocess.run(["git", "checkout", "--quiet", "-B", "bench-rev", rev], cwd=clone, check=True)
     command = [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-n", "2",
                "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
-               "--ecdysis-sim-latency", str(latency), "--ecdysis-sim-nonce", "bench", "--ecdysis-evolve",
+               "--ecdysis-sim-latency", str(latency), "-o", "ecdysis_sim_nonce=bench", "--ecdysis-evolve",
                "--ecdysis-rounds", "1", "--ecdysis-editor", "sim", "--ecdysis-test-trials", "0",
-               "--ecdysis-rescore", "never", "--ecdysis-run-dir", str(run_dir)]
+               "-o", "ecdysis_rescore=never", "--ecdysis-run-dir", str(run_dir)]
     trace = Path(tmp) / "trace.jsonl" if breakdown else None
     proc, out, wall_s, peak = measured(command, clone, trace)
     evo = sorted(run_dir.glob("*/evolution.json"))

@@ -23,7 +23,7 @@ Sources, each printed as its own rows:
 - `bernoulli`: scripted, each task succeeds with its pool's measured rate (`--trials` recorded trials),
   independent draws, `--bernoulli` decisions.
 
-Rules: `strict`, `paired/sign`, `paired/wilcoxon`, `paired/sign+extra` (`--ecdysis-accept-extra-trials
+Rules: `strict`, `paired/sign`, `paired/wilcoxon`, `paired/sign+extra` (`ecdysis_accept_extra_trials
 --looks` on the flipped tasks, then the sign test) and `sequential` (`gate/sequential.py`, up to `--looks`
 confirmation looks on the tasks with a discordant pair so far, `evolve/confirm.py`'s choice) and
 `sequential/unsettled` (a variant: looks on every task not solved by both sides in every pair; measured

@@ -75,9 +75,9 @@ def score(domain: str, harness: str, args: argparse.Namespace, run_root: Path) -
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "pytest", f"pytest_ecdysis_tau2/test_{domain}.py", "-q", "-p", "no:cacheprovider",
            "-n", str(args.workers), "--ecdysis-harness", harness, "--ecdysis-split", args.split,
-           "--ecdysis-trials", str(args.trials), "--ecdysis-run-dir", str(run_dir), "--ecdysis-progress", "0"]
+           "--ecdysis-trials", str(args.trials), "--ecdysis-run-dir", str(run_dir), "-o", "ecdysis_progress=0"]
     if args.nonce != "fresh":
-        cmd += ["--ecdysis-sim-nonce", args.nonce]
+        cmd += ["-o", f"ecdysis_sim_nonce={args.nonce}"]
     if args.tasks:
         cmd += ["--ecdysis-tasks", args.tasks]
     start = time.monotonic()

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mode", choices=("default", "noop"))
     parser.add_argument("--strategies", default="ecdysis,self-evolution")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--cap", type=int, default=5, help="--ecdysis-self-evolution-cap")
+    parser.add_argument("--cap", type=int, default=5, help="ecdysis_self_evolution_cap")
     parser.add_argument("--test-trials", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5, help="noop: evolution runs (nonces) per strategy")
     parser.add_argument("--tasks", default=None, help="evolve on only these train task ids (comma-separated; "
@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True,
                               text=True).stdout.strip()
         print(f"bench_sim_validity {args.mode} at commit {head}", flush=True)
-        common = ["-n", args.workers, "--ecdysis-rounds", str(args.rounds), "--ecdysis-self-evolution-cap",
-                  str(args.cap), *(["--ecdysis-tasks", args.tasks] if args.tasks else [])]
+        common = ["-n", args.workers, "--ecdysis-rounds", str(args.rounds), "-o",
+                  f"ecdysis_self_evolution_cap={args.cap}", *(["--ecdysis-tasks", args.tasks] if args.tasks else [])]
         if args.mode == "default":
             direct = args.direct_score
             if args.direct != "no":

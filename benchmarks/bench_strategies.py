@@ -16,7 +16,7 @@ in a `git clone --local` of this repository (so no branch is created here, and w
 committed HEAD: `python -m pytest` in the clone imports the clone's `pytest_ecdysis`) and prints, from each
 `evolution.json`: rounds accepted, train score before/after, test score of the start and frozen harness,
 diagnosis and editor calls, validation sub-runs, tokens and wall-clock (`self-evolution` makes one editor
-call and one validation per spec, at most `--ecdysis-self-evolution-cap` a round, printed in the row). Figures are what the runs
+call and one validation per spec, at most ini `ecdysis_self_evolution_cap` a round, printed in the row). Figures are what the runs
 produce with the simulated model; nothing is tuned to match the paper.
 """
 
@@ -119,7 +119,7 @@ def bench_evolve(strategies: list[str], evidence: list[str], rounds: int, suite:
                     "validations": len(list(evo[-1].parent.glob("rounds/*/validation.json")))
                     + len(list(evo[-1].parent.glob("rounds/*/steps/*/validation.json"))),
                     "tokens": sum((r.get("tokens") or {}).get("total", 0) for r in doc.get("rounds", [])),
-                    # self-evolution's cost depends on its cap (--ecdysis-self-evolution-cap): print it beside
+                    # self-evolution's cost depends on its cap (ecdysis_self_evolution_cap): print it beside
                     "self_evolution_cap": doc.get("self_evolution_cap") if strategy == "self-evolution" else "",
                     "outcomes": [r.get("outcome") for r in doc.get("rounds", [])],
                 })

@@ -9,7 +9,7 @@ committed into the clone as `direct_harness/`), and Ecdysis with failure-aware e
 start run's failures, at least 1). Each evolving row runs `pytest <domain suite> --ecdysis-evolve` on the
 train tasks of the plan in a `git clone --local` of this repository (the committed HEAD runs), with the
 simulated model at a fixed latency (`--ecdysis-sim-latency`) and its noise on (a fresh nonce per run), the
-paper's strict rule against the incumbent's earlier run (`--ecdysis-rescore never`) and no test scoring in
+paper's strict rule against the incumbent's earlier run (ini `ecdysis_rescore = never`) and no test scoring in
 the run (`--ecdysis-test-trials 0`); the script then scores each frozen harness on the plan's test tasks
 (a start harness once, a frozen harness equal to its start not again) and, for the transfer column, with
 the second profile `sim/strong`.
@@ -129,7 +129,7 @@ def evolve(clone: Path, domain: str, strategy: str, harness: str, evidence: str,
     args = ["--ecdysis-evolve", "--ecdysis-strategy", strategy, "--ecdysis-rounds", str(plan["rounds"]),
             "--ecdysis-tasks", ",".join(tasks), "--ecdysis-trials", "1", "--ecdysis-test-trials", "0",
             "--ecdysis-harness", harness, "--ecdysis-run-dir", str(out), "--ecdysis-sim-latency", str(latency),
-            "--ecdysis-rescore", "never", "--ecdysis-self-evolution-cap", str(plan["cap"]),
+            "-o", "ecdysis_rescore=never", "-o", "ecdysis_self_evolution_cap=" + str(plan["cap"]),
             "--ecdysis-evidence", evidence]
     proc = run(pytest_cmd(domain, *args), clone)
     evo = sorted(out.glob("*/evolution.json"))

@@ -169,8 +169,8 @@ def _gate(args: argparse.Namespace) -> int:
     from pytest_ecdysis.gate import baseline as gate
     from pytest_ecdysis.gate.acceptance import METHODS
 
-    try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions, -accept-level, -accept-method,
-        # -gate-max-cost-rise
+    try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions and the ini keys
+        # ecdysis_accept_level, ecdysis_accept_method, ecdysis_gate_max_cost_rise
         _float("gate-tolerance", args.tolerance, 0.0, 1.0)
         if args.max_regressions is not None:
             _int("gate-max-regressions", args.max_regressions, 0)
@@ -179,7 +179,10 @@ def _gate(args: argparse.Namespace) -> int:
         if args.max_cost_rise is not None:
             _float("gate-max-cost-rise", args.max_cost_rise, 0.0, None)
     except UsageError as exc:
-        raise RunDirError(str(exc).replace("--ecdysis-gate-", "--").replace("--ecdysis-", "--")) from None
+        text = str(exc).replace("ini key ecdysis_gate_max_cost_rise", "--max-cost-rise")
+        text = text.replace("ini key ecdysis_accept_", "--accept-").replace("accept_level", "accept-level")
+        text = text.replace("accept_method", "accept-method").replace("--ecdysis-gate-", "--")
+        raise RunDirError(text) from None
     summary, _ = report.read_run(args.run_dir)
     try:  # a baseline that cannot be used: exit 4, as `pytest --ecdysis-gate` (a usage error there)
         baseline = gate.load_baseline(args.baseline, who="ecdysis gate", option="--baseline")
@@ -261,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-level", type=float, default=0.05, help="the paired test's level, in (0, 1) (default: %(default)s)")
     p.add_argument("--max-cost-rise", type=float, default=None,
                    help="fail when the agent's tokens per task rise above the baseline's by more than this share "
-                        "(0.2 = 20%%; as --ecdysis-gate-max-cost-rise) (default: not checked)")
+                        "(0.2 = 20%%; as ini ecdysis_gate_max_cost_rise) (default: not checked)")
     p.set_defaults(func=_gate)
     p = sub.add_parser("init", help="lay out a repository of your own: harness, suite, pytest.ini, workflows")
     p.add_argument("directory", type=Path)

@@ -196,13 +196,14 @@ def _finish(session: pytest.Session, state: EcdysisState, stopped: str | None) -
 
 
 def write_html_page(state: EcdysisState) -> None:
-    """`--ecdysis-html FILE`: the run's page (html_report), after evolution, also when it was interrupted
+    """ini `ecdysis_html = FILE`: the run's page (html_report), after evolution, also when it was interrupted
     (the page then says so and how to resume); a failure to write it is a run problem, not an exception."""
     from pytest_ecdysis.report.html import write_html
 
     outcome = state.outcome
     if outcome.run_path is None:
-        outcome.problems.append(f"--ecdysis-html: {state.cfg.html} not written, the run directory could not be written")
+        outcome.problems.append(f"ecdysis_html: {state.cfg.html} not written, the run directory could not be "
+                                "written")
         return
     try:
         state.html_path, _ = write_html(outcome.run_path, state.cfg.html)

@@ -14,7 +14,7 @@ headers, retries or budgets. Deadlines and retries live in `pytest_ecdysis.endpo
   `time_budget_exceeded`.
 
 The agent's and the user simulator's clients share one budget, so one trial costs at most its budget. The
-limits come from `--ecdysis-call-timeout`, `--ecdysis-max-retries`, `--ecdysis-trial-budget` (ini
+limits come from `--ecdysis-limits call-timeout`, `--ecdysis-limits max-retries`, `--ecdysis-limits trial-budget` (ini
 mirrors; env `ECDYSIS_CALL_TIMEOUT_S`, `ECDYSIS_MAX_RETRIES`, `ECDYSIS_TRIAL_BUDGET_S` as fallbacks). The
 API key comes from `OPENAI_API_KEY` and is never printed or written. This module does not import tau2.
 """
@@ -64,7 +64,7 @@ class EndpointSettings:
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
     connect_timeout_s: float = 10.0
     backoff_s: float = 0.5
-    text_tool_calls: str = "reject"  # `--ecdysis-text-tool-calls`: reject or parse
+    text_tool_calls: str = "reject"  # ini `ecdysis_text_tool_calls`: reject or parse
 
     @classmethod
     def from_config(cls, cfg: Any) -> EndpointSettings:
@@ -98,7 +98,7 @@ class BudgetTransport(DeadlineTransport):
 #: `tool_name_repaired`, `arguments_coerced` and `reasoning_stripped` are repairs that leave it evidence.
 PROBLEM_NOTES = ("text_tool_calls", "server_parse_error", "tool_name_markup")
 
-#: `--ecdysis-text-tool-calls`: what the agent's client does with tool calls written as text.
+#: ini `ecdysis_text_tool_calls`: what the agent's client does with tool calls written as text.
 TEXT_TOOL_CALLS = ("reject", "parse")
 
 
@@ -207,7 +207,8 @@ class ReplyShapeTransport(httpx2.BaseTransport):
             self.log.format_error = (
                 f"the endpoint wrote {len(found.calls)} tool call(s) as text ({found.style} markup: {names}) with "
                 "tool_calls empty: the server has no tool parser for this model (vLLM: --enable-auto-tool-choice "
-                "--tool-call-parser; llama.cpp: --jinja); fix the server, or pass --ecdysis-text-tool-calls parse")
+                "--tool-call-parser; llama.cpp: --jinja); fix the server, or set the ini key "
+                "ecdysis_text_tool_calls = parse")
             self.log.note("text_tool_calls", self.log.format_error)
             raise EndpointFormatError(self.log.format_error)
         message["tool_calls"] = [{"id": f"text_call_{self.log.calls}_{i}", "type": "function",
@@ -216,7 +217,7 @@ class ReplyShapeTransport(httpx2.BaseTransport):
         message["content"] = found.rest or None
         choice["finish_reason"] = "tool_calls"
         self.log.note("text_tool_calls", f"{len(found.calls)} tool call(s) written as text ({found.style} markup: "
-                      f"{names}) parsed into tool calls (--ecdysis-text-tool-calls parse)")
+                      f"{names}) parsed into tool calls (ecdysis_text_tool_calls = parse)")
         self._fix_calls(message)
         return True
 

@@ -11,7 +11,7 @@ parametrises, calls this, and records the result). It never raises for a trial o
   included (`pytest_ecdysis.endpoint.deadline`); `TrialResult.pending_call` says which model call was in flight;
 - `endpoint_format_error`: the harness found the endpoint's reply unusable (`EndpointFormatError`), or the
   agent's client layer did (`endpoint.EndpointLog.format_error`: tool calls written as text without
-  `--ecdysis-text-tool-calls parse`, a server that could not parse the model's output); such a trial
+  ini `ecdysis_text_tool_calls = parse`, a server that could not parse the model's output); such a trial
   counts as a failure (reward 0) and its record says `endpoint_problem`;
 - `context_overflow`: the endpoint refused a request that does not fit the model's context window (the
   harness's context management, or a server started with too small a context: the error says which);

@@ -192,9 +192,9 @@ def editor_stage(session: Path, url: str, alias: str, args: argparse.Namespace) 
     spec = work / "spec.json"
     spec.write_text(json.dumps(EDITOR_SPEC, indent=2) + "\n")
     client = RoleClient(alias, base_url=url, timeout_s=max(180.0, args.call_timeout), max_retries=0, stage="editor",
-                        max_tokens=reply_tokens(args.ctx))  # as BuiltinEditor.client with --ecdysis-editor-context
+                        max_tokens=reply_tokens(args.ctx))  # as BuiltinEditor.client with ecdysis_editor_context
     print("\n== editor: the built-in editor, spec: raise MAX_MODEL_CALLS in config.py", flush=True)
-    cfg = SimpleNamespace(editor_context_tokens=args.ctx)  # --ecdysis-editor-context: the server's --ctx
+    cfg = SimpleNamespace(editor_context_tokens=args.ctx)  # ecdysis_editor_context: the server's --ctx
     result = BuiltinEditor(cfg, client=client).edit(None, harness, spec_path=spec)
     changed = sorted(p.relative_to(harness).as_posix() for p in harness.rglob("*.py")
                      if not (REPO / "pytest_ecdysis_tau2" / "example_harness" / p.relative_to(harness)).is_file()
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 extra = ["--ecdysis-gate", "--ecdysis-baseline", str(baseline)]
             elif stage == "evolve":
                 extra = ["--ecdysis-evolve", "--ecdysis-rounds", "1", "--ecdysis-diagnosis-model", args.model,
-                         "--ecdysis-editor", "builtin", "--ecdysis-editor-context", str(args.ctx),
+                         "--ecdysis-editor", "builtin", "-o", "ecdysis_editor_context=" + str(args.ctx),
                          "--ecdysis-test-trials", "0",
                          "--ecdysis-fdcr-passes", str(args.fdcr_passes)]
             else:  # noise

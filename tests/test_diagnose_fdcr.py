@@ -239,7 +239,7 @@ def test_a_prompt_that_fits_without_its_max_tokens_is_asked_again_with_the_room_
 
 
 def test_role_calls_wait_at_least_as_long_as_the_call_timeout_a_user_raised():
-    """A slow endpoint's user raises --ecdysis-call-timeout; role calls (default 180 s per attempt) get it
+    """A slow endpoint's user raises --ecdysis-limits call-timeout; role calls (default 180 s per attempt) get it
     too when it is longer, instead of being cut and asked again from the start."""
     def cfg_with(seconds):
         return SimpleNamespace(diagnosis_model="local", base_url="http://127.0.0.1:1/v1", call_timeout_s=seconds,

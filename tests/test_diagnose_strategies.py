@@ -128,7 +128,7 @@ def test_self_harness_takes_the_next_change_when_the_first_was_proposed(tmp_path
 
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_self_harness_makes_as_many_proposals_as_asked(tmp_path, n):
-    """--ecdysis-proposals N (cfg.proposals): N weaknesses, N analyst calls, at most N proposals; 4 weaknesses
+    """ecdysis_proposals = N (cfg.proposals): N weaknesses, N analyst calls, at most N proposals; 4 weaknesses
     come from three groups plus a single record of the largest."""
     log = []
     d = run(tmp_path, "self-harness", id_prefix_records() + incomplete_records() + blind_spot_records(), log,

@@ -84,7 +84,7 @@ def test_subrun_args_drop_outer_options() -> None:
     out = subrun_args(args, harness_dir=Path("/c/h"), run_dir=Path("/r"),
                       overrides={"--ecdysis-trials": "3", "--ecdysis-tasks": None})
     assert out == ["pytest_ecdysis_tau2/test_airline.py", "-n", "2", "--ecdysis-harness", "/c/h",
-                   "--ecdysis-run-dir", "/r", "--ecdysis-trials", "3"]
+                   "--ecdysis-run-dir", "/r", "-o", "ecdysis_html=", "--ecdysis-trials", "3"]
 
 
 def test_import_check_covers_lazily_imported_modules(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """The built-in editor's prompt (`edit_prompt`): the spec's files in full, the rest by name, fitted to
-`--ecdysis-editor-context`; what the model was shown is recorded, and a prompt that cannot fit makes no call."""
+ini `ecdysis_editor_context`; what the model was shown is recorded, and a prompt that cannot fit makes no call."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_a_spec_that_names_no_file_gets_every_source_file_and_says_so(tmp_path: 
 
 
 def test_files_are_fitted_to_the_editor_context(tmp_path: Path) -> None:
-    """With --ecdysis-editor-context a named file that does not fit is listed instead of shown; the prompt's
+    """With ecdysis_editor_context a named file that does not fit is listed instead of shown; the prompt's
     estimate stays within the context less the reply's share."""
     h = _harness(tmp_path, big=400)  # ~12,800 characters: ~4,300 estimated tokens
     spec = _spec(tmp_path, "mod.py", "big.py").read_text()
@@ -93,7 +93,7 @@ def test_no_call_when_not_one_named_file_fits(tmp_path: Path) -> None:
     result = editor.edit(None, h, spec_path=_spec(tmp_path, "big.py"))
     assert not result.ok and result.calls == 0 and client.requests == []
     assert "not one of the spec's files fits the editor's context of 2048 tokens" in result.detail
-    assert "raise --ecdysis-editor-context" in result.detail and result.prompt["left_out"] == ["big.py"]
+    assert "raise ecdysis_editor_context" in result.detail and result.prompt["left_out"] == ["big.py"]
 
 
 def test_the_example_harness_prompt_for_one_file_is_a_fraction_of_the_whole() -> None:
@@ -118,7 +118,7 @@ def test_named_files_reads_any_spec_text() -> None:
 
 
 def test_the_editor_asks_for_at_most_the_replys_share_of_the_context() -> None:
-    """With --ecdysis-editor-context the editor's max_tokens is the reply's share (a quarter, at least 512):
+    """With ecdysis_editor_context the editor's max_tokens is the reply's share (a quarter, at least 512):
     a model that repeats itself stops there instead of at the client's 4,096 tokens."""
     cfg = SimpleNamespace(editor_context_tokens=8192, diagnosis_model="m", base_url="http://127.0.0.1:9/v1",
                           editor_budget_s=60.0, call_timeout_s=10.0, max_retries=0)

@@ -1,4 +1,4 @@
-"""Minimal accepted edits (`--ecdysis-ablate`): an accepted candidate of several changes (hunks of its diff)
+"""Minimal accepted edits (ini `ecdysis_ablate`): an accepted candidate of several changes (hunks of its diff)
 is re-validated without each in turn, and a change whose removal loses nothing is dropped; the commit and
 `rounds/<n>/ablation.json` say so. End to end on a tiny suite whose scores are known in advance."""
 
@@ -73,7 +73,7 @@ def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
     script(project, [{"set": {"LEVEL": 2}, "append": "UNUSED_LIMIT = 50"},
            {"set": {"LEVEL": 3, "BONUS": 1}},
            {"set": {"LEVEL": 5}}])
-    result = run_evolution(project, "--ecdysis-rounds", "3", "--ecdysis-ablate", "--ecdysis-rescore", "never",
+    result = run_evolution(project, "--ecdysis-rounds", "3", "-o", "ecdysis_ablate=true", "-o", "ecdysis_rescore=never",
                            "--ecdysis-test-trials", "0")
     assert result.ret == 0, result.stdout.str()
     doc = evolution(project)
@@ -112,7 +112,7 @@ def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
     assert "+LEVEL = 2" in diff and "UNUSED_LIMIT" not in diff
     message = git(project.path, "show", "-s", "--format=%B", r1)
     assert "suite score 0.1667 -> 0.3333" in message
-    assert "ablation (--ecdysis-ablate, strict rule): kept 1 of 2 change(s) (hunks of the diff); dropped 1" in message
+    assert "ablation (ecdysis_ablate, strict rule): kept 1 of 2 change(s) (hunks of the diff); dropped 1" in message
     assert "- dropped: __init__.py @@ -9,0 +10,2 @@: removal lost nothing" in message
     message2 = git(project.path, "show", "-s", "--format=%B", log[-2])
     assert "kept 2 of 2 change(s)" in message2
@@ -151,12 +151,15 @@ def test_removal_loses_follows_the_run_rule() -> None:
     assert removal_loses("strict", reduced=kept, **kw) is None
 
 
-def test_ablate_without_evolve_is_a_usage_error(pytester: pytest.Pytester) -> None:
+def test_ablate_is_an_ini_key_an_evolution_reads(pytester: pytest.Pytester) -> None:
+    """`ecdysis_ablate = true` is ignored by a session that does not evolve; the former option
+    `--ecdysis-ablate` is a usage error naming the ini key."""
     pytester.makepyfile("def test_x(): pass")
+    assert pytester.runpytest_subprocess("-o", "ecdysis_ablate=true").ret == pytest.ExitCode.OK
     result = pytester.runpytest_subprocess("--ecdysis-ablate")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-ablate is read only by an evolution: it needs "
-                                 "--ecdysis-evolve*"])
+    result.stderr.fnmatch_lines(["*--ecdysis-ablate was removed: set the ini key ecdysis_ablate (in the ini file, "
+                                 "or -o ecdysis_ablate=true for one run)*"])
 
 
 # eight tasks, honouring --ecdysis-tasks and --ecdysis-trials; task i < 7 is solved when i < LEVEL; task 7 is
@@ -197,9 +200,9 @@ def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Py
     printed and recorded."""
     project = make_project(pytester, monkeypatch, CONFTEST, suite=FLAKY_SUITE, editor=EDITOR)
     script(project, [{"set": {"LEVEL": 7}}])
-    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-test-trials", "0",
-                           "--ecdysis-accept", "paired", "--ecdysis-accept-method", "wilcoxon",
-                           "--ecdysis-accept-extra-trials", "3")
+    result = run_evolution(project, "--ecdysis-rounds", "1", "-o", "ecdysis_rescore=never", "--ecdysis-test-trials", "0",
+                           "--ecdysis-accept", "paired", "-o", "ecdysis_accept_method=wilcoxon",
+                           "-o", "ecdysis_accept_extra_trials=3")
     assert result.ret == 0, result.stdout.str()
     (row,) = evolution(project)["rounds"]
     extra = row["extra_trials"]
@@ -218,9 +221,9 @@ def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Py
 
 def test_extra_trials_need_the_paired_rule(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess("--ecdysis-accept-extra-trials", "2", "--ecdysis-accept", "strict")
+    result = pytester.runpytest_subprocess("-o", "ecdysis_accept_extra_trials=2", "--ecdysis-accept", "strict")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-accept-extra-trials 2 adds trials before a paired test: it needs "
+    result.stderr.fnmatch_lines(["*ini key ecdysis_accept_extra_trials = 2 adds trials before a paired test: it needs "
                                  "--ecdysis-accept paired or sequential*"])
 
 

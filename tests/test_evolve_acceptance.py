@@ -237,7 +237,7 @@ def test_rescore_plan() -> None:
     assert rescore_plan(cfg("auto"), {"ECDYSIS_SIM_NONCE": "x"})[0] is False
     assert rescore_plan(cfg("auto", model="gpt-4o", nonce="ci"), {})[0] is True  # a nonce fixes only sim
     assert rescore_plan(cfg("always", nonce="ci"), {})[0] is True
-    assert rescore_plan(cfg("never"), {}) == (False, "--ecdysis-rescore never: compared with the incumbent's "
+    assert rescore_plan(cfg("never"), {}) == (False, "ecdysis_rescore = never: compared with the incumbent's "
                                                      "earlier run")
 
 
@@ -245,7 +245,7 @@ def test_rescore_plan() -> None:
 def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Self-evolution: two specs whose edits give byte-identical candidates on the same incumbent (a tie,
     rejected, so the base stays): the second step reuses the first one's validation, recorded, and starts
-    no sub-run; `--ecdysis-rescore never` compares with the incumbent's earlier run, recorded too."""
+    no sub-run; ini `ecdysis_rescore = never` compares with the incumbent's earlier run, recorded too."""
     import json
 
     from test_evolve_selfevolution import CONFTEST, _run
@@ -253,7 +253,7 @@ def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch:
 
     project = make_project(pytester, monkeypatch, CONFTEST)
     (project.path / "script.json").write_text(json.dumps([[{"value": 1}, {"value": 1}]]))
-    result = _run(project, 1, "--ecdysis-rescore", "never")
+    result = _run(project, 1, "-o", "ecdysis_rescore=never")
     assert result.ret == 0, result.stdout.str()
     (r1,) = evolution(project)["rounds"]
     s1, s2 = r1["steps"]

@@ -99,7 +99,7 @@ def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester
     its spec, diff, validation and decision in rounds/1/proposals/<k>/."""
     project = _project(pytester, monkeypatch, CONFTEST)
     (project.path / "script.json").write_text(json.dumps([[{"value": 2}, {"value": 4, "skip": 0}, {"value": 3}]]))
-    result = _run(project, "self-harness", 1, "--ecdysis-proposals", "4")
+    result = _run(project, "self-harness", 1, "-o", "ecdysis_proposals=4")
     assert result.ret == 0, result.stdout.str()
     assert evolution(project)["proposals"] == 4 and "4 proposals a round" in result.stdout.str()
     (r1,) = evolution(project)["rounds"]

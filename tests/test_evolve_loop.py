@@ -213,11 +213,11 @@ def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pyt
     number recorded when the run started (a 0.25 -> 0.75 'gain' against trials that score 0.5)."""
     script(project, [{"knob": "x", "value": 2}])
     (project.path / "interrupt-validate").write_text("")
-    assert run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never").ret == 2
+    assert run_evolution(project, "--ecdysis-rounds", "1", "-o", "ecdysis_rescore=never").ret == 2
     assert evolution(project)["start"]["score"] == 0.25
     (project.path / "interrupt-validate").unlink()
     monkeypatch.setenv("TINY_BONUS", "1")
-    second = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-rescore", "never", "--ecdysis-resume", "run1",
+    second = run_evolution(project, "--ecdysis-rounds", "1", "-o", "ecdysis_rescore=never", "--ecdysis-resume", "run1",
                            run_id="")
     assert second.ret == 0, second.stdout.str()
     doc = evolution(project)

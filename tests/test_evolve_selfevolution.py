@@ -125,15 +125,15 @@ def test_steps_are_capped(project: pytest.Pytester) -> None:
 
 @pytest.mark.slow
 def test_the_cap_is_an_option_recorded_in_evolution_json(project: pytest.Pytester) -> None:
-    """--ecdysis-self-evolution-cap 2 patches two specs of seven; evolution.json records the cap and the
+    """ecdysis_self_evolution_cap = 2 patches two specs of seven; evolution.json records the cap and the
     final table prints it beside the strategy (its cost depends on it)."""
     (project.path / "script.json").write_text(json.dumps([[{"kind": "fail"}] * 7]))
-    result = _run(project, 1, "--ecdysis-self-evolution-cap", "2")
+    result = _run(project, 1, "-o", "ecdysis_self_evolution_cap=2")
     assert result.ret == 0, result.stdout.str()
     doc = evolution(project)
     (r1,) = doc["rounds"]
     assert doc["self_evolution_cap"] == 2 and r1["editor_calls"] == 2
-    assert "cap: 2 of 7 specs patched (--ecdysis-self-evolution-cap 2)" in r1["reason"]
+    assert "cap: 2 of 7 specs patched (ecdysis_self_evolution_cap = 2)" in r1["reason"]
     result.stdout.fnmatch_lines(["*strategy self-evolution, at most 2 specs a round*"])
 
 

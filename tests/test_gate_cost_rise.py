@@ -1,4 +1,4 @@
-"""The gate watches cost too (`--ecdysis-gate-max-cost-rise`): a baseline keeps the agent's tokens per task, and
+"""The gate watches cost too (ini `ecdysis_gate_max_cost_rise`): a baseline keeps the agent's tokens per task, and
 a harness change that raises them beyond the allowed share fails the gate with the figure in the verdict."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_task(request, task_id):
 
 
 def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) -> None:
-    """`pytest --ecdysis-gate --ecdysis-gate-max-cost-rise 0.1`: the same scores at +50 % tokens per task
+    """`pytest --ecdysis-gate -o ecdysis_gate_max_cost_rise=0.1`: the same scores at +50 % tokens per task
     fail the gate (exit 1) with both figures in the verdict; within the share it passes (exit 0)."""
     for name in ("ECDYSIS_RUN_ID", "ECDYSIS_SIM_URL", "PYTEST_ADDOPTS"):
         monkeypatch.delenv(name, raising=False)
@@ -74,18 +74,18 @@ def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) ->
     assert saved.ret == 0, saved.stdout.str()
     monkeypatch.setenv("TINY_TOKENS", "1500")
     failed = pytester.runpytest_subprocess(*args, "--ecdysis-gate", "--ecdysis-baseline", "base.json",
-                                           "--ecdysis-gate-max-cost-rise", "0.1")
+                                           "-o", "ecdysis_gate_max_cost_rise=0.1")
     assert failed.ret == 1, failed.stdout.str()
     failed.stdout.fnmatch_lines(["*tokens per task 1,500 are +50.0% against the baseline's 1,000*"])
     monkeypatch.setenv("TINY_TOKENS", "1050")
     passed = pytester.runpytest_subprocess(*args, "--ecdysis-gate", "--ecdysis-baseline", "base.json",
-                                           "--ecdysis-gate-max-cost-rise", "0.1")
+                                           "-o", "ecdysis_gate_max_cost_rise=0.1")
     assert passed.ret == 0, passed.stdout.str()
     passed.stdout.fnmatch_lines(["*tokens per task 1,050 vs 1,000 (+5.0%, at most +10.0%)*"])
 
 
 def test_the_gate_command_checks_the_cost_rise_too(tmp_path, capsys) -> None:
-    """`ecdysis gate RUN --max-cost-rise 0.1` judges tokens per task as `pytest --ecdysis-gate-max-cost-rise`
+    """`ecdysis gate RUN --max-cost-rise 0.1` judges tokens per task as `pytest --ecdysis-gate` with ini `ecdysis_gate_max_cost_rise`
     does (it had no such option: a sharded gate could not watch cost): exit 1 with the figure, 0 without it."""
     import json
 

@@ -182,11 +182,11 @@ def test_gate_refuses_a_sim_baseline_of_another_nonce(pytester: pytest.Pytester,
 
     monkeypatch.delenv("ECDYSIS_SIM_NONCE")
     write_suite(pytester, BASE)
-    run(pytester, "--ecdysis-trials", "2", "--ecdysis-sim-nonce", "ci", "--ecdysis-save-baseline", "b.json")
+    run(pytester, "--ecdysis-trials", "2", "-o", "ecdysis_sim_nonce=ci", "--ecdysis-save-baseline", "b.json")
     base = json.loads((pytester.path / "b.json").read_text())
     assert base["sim_nonce"] == "ci"
-    assert gate_run(pytester, BASE, "--ecdysis-sim-nonce", "ci", "--ecdysis-baseline", "b.json").ret == 0
-    result = gate_run(pytester, BASE, "--ecdysis-sim-nonce", "other", "--ecdysis-baseline", "b.json")
+    assert gate_run(pytester, BASE, "-o", "ecdysis_sim_nonce=ci", "--ecdysis-baseline", "b.json").ret == 0
+    result = gate_run(pytester, BASE, "-o", "ecdysis_sim_nonce=other", "--ecdysis-baseline", "b.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*refuses baseline*simulated model's nonce*baseline 'ci', this run 'other'*"])
     result = gate_run(pytester, BASE, "--ecdysis-baseline", "b.json")  # no nonce: a fresh one per run
@@ -195,13 +195,13 @@ def test_gate_refuses_a_sim_baseline_of_another_nonce(pytester: pytest.Pytester,
     monkeypatch.setenv("ECDYSIS_SIM_NONCE", "ci")  # the environment variable fixes it as the option does
     assert gate_run(pytester, BASE, "--ecdysis-baseline", "b.json").ret == 0
     (pytester.path / "old.json").write_text(json.dumps({k: v for k, v in base.items() if k != "sim_nonce"}))
-    assert gate_run(pytester, BASE, "--ecdysis-sim-nonce", "other", "--ecdysis-baseline", "old.json").ret == 0
+    assert gate_run(pytester, BASE, "-o", "ecdysis_sim_nonce=other", "--ecdysis-baseline", "old.json").ret == 0
     monkeypatch.delenv("ECDYSIS_SIM_NONCE")
-    run(pytester, "--ecdysis-trials", "2", "--ecdysis-sim-nonce", "other", "--ecdysis-run-dir", "runs")
+    run(pytester, "--ecdysis-trials", "2", "-o", "ecdysis_sim_nonce=other", "--ecdysis-run-dir", "runs")
     (run_dir,) = list((pytester.path / "runs").iterdir())
     assert json.loads((run_dir / "summary.json").read_text())["sim_nonce"] == "other"
     assert ecdysis(["gate", str(run_dir), "--baseline", "b.json"]) == 4
-    assert "simulated model's nonce (--ecdysis-sim-nonce or ECDYSIS_SIM_NONCE): baseline 'ci', this run 'other'" \
+    assert "simulated model's nonce (ecdysis_sim_nonce or ECDYSIS_SIM_NONCE): baseline 'ci', this run 'other'" \
         in capsys.readouterr().out
     assert ecdysis(["gate", str(run_dir), "--baseline", "old.json"]) == 0
 

@@ -1,5 +1,5 @@
 """Progress lines a person can follow (issue 20 item 1): stage, done/total trials, elapsed, an estimate,
-at least every `--ecdysis-progress` seconds, during the session's trials and the evolution's sub-runs."""
+at least every ini `ecdysis_progress` seconds, during the session's trials and the evolution's sub-runs."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest
     pytester.makepyfile(test_slow=SLOW_SUITE)
     pytester.mkpydir("harness")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ecdysis-harness", "harness",
-                                           "--ecdysis-progress", "0.3", *xdist, timeout=300)
+                                           "-o", "ecdysis_progress=0.3", *xdist, timeout=300)
     assert result.ret == 1
     assert any(line.startswith("ecdysis [") and " running the suite: " in line and "/4 trials" in line
                and "elapsed" in line for line in result.stdout.lines), result.stdout.str()
@@ -86,7 +86,7 @@ def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkey
     slow = "\n\nimport time as _time\n\n\n@pytest.fixture(autouse=True)\ndef _slow():\n    yield\n    _time.sleep(0.4)\n"
     project = make_project(pytester, monkeypatch, "import pytest\n" + CONFTEST + slow)  # trials that take time
     script(project, [{"knob": "x", "value": 2}])
-    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-progress", "0.2")
+    result = run_evolution(project, "--ecdysis-rounds", "1", "-o", "ecdysis_progress=0.2")
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.str()
     for stage in ("round 1: validating candidate tiny_harness@", "test: start harness", "test: frozen harness"):

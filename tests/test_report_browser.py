@@ -1,4 +1,4 @@
-"""The HTML page of a real simulated-model evolution run on τ² airline tasks (`--ecdysis-html`, `ecdysis
+"""The HTML page of a real simulated-model evolution run on τ² airline tasks (ini `ecdysis_html`, `ecdysis
 report`), opened in headless Chromium; `ecdysis show` of the same run prints its rounds.
 
 The browser test installs Debian's `chromium` in its set-up where missing (root and apt-get needed) and
@@ -43,7 +43,7 @@ def _git(cwd: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def evolution_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess]:
     """A real evolution (simulated model, sim editor, 2 rounds on 6 airline tasks, test split 1 trial) in a
-    git repository holding a copy of the example harness; run as users run it, with `--ecdysis-html`. Run
+    git repository holding a copy of the example harness; run as users run it, with ini `ecdysis_html`. Run
     once per session, whichever xdist worker asks first (tests/once.py); the tests only read it."""
     place = once_per_session(tmp_path_factory, "browser-evolution", _evolve)
     proc = subprocess.CompletedProcess("evolution", int((place / "returncode").read_text()),
@@ -74,7 +74,7 @@ def _evolve(place: Path) -> None:
         [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-n", "2",
          "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "sim", "--ecdysis-harness",
          "example_harness", "--ecdysis-tasks", TASKS, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "1",
-         "--ecdysis-html", str(page)],
+         "-o", "ecdysis_html=" + str(page)],
         cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
     for name, value in (("returncode", str(proc.returncode)), ("stdout", proc.stdout), ("stderr", proc.stderr)):
         (place / name).write_text(value)
@@ -120,7 +120,7 @@ def _artifacts() -> Path:
 
 @pytest.mark.slow
 def test_page_of_a_real_evolution_in_chromium(browser: str, evolution_run, tmp_path: Path) -> None:
-    """The page `--ecdysis-html` wrote, opened in headless Chromium: a screenshot is taken, and the rendered
+    """The page ini `ecdysis_html` wrote, opened in headless Chromium: a screenshot is taken, and the rendered
     text shows every round's score and outcome, the test split's start and frozen scores, the flipped
     tasks and the failure groups; the page fetches nothing (no script, no external URL)."""
     run, page, proc = evolution_run

@@ -1,4 +1,4 @@
-"""The HTML page of a run (`ecdysis report`, `--ecdysis-html`) on bad run directories: an empty, absent,
+"""The HTML page of a run (`ecdysis report`, ini `ecdysis_html`) on bad run directories: an empty, absent,
 half-written (interrupted) or older-schema run gives a page saying what is missing, never a traceback;
 a gate run's page leads with its verdict. The page of a real evolution in a browser: test_report_browser.py.
 """
@@ -27,12 +27,12 @@ def _page(run: Path) -> str:
 @pytest.mark.slow
 def test_html_option_writes_the_page_of_an_interrupted_evolution(pytester: pytest.Pytester,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--ecdysis-html FILE` on the tiny evolution project (test_evolve_loop.py) interrupted in round 2: the
+    """ini `ecdysis_html = FILE` on the tiny evolution project (test_evolve_loop.py) interrupted in round 2: the
     page is written all the same, with round 1 and the command that resumes the run; the terminal names it."""
     project = make_project(pytester, monkeypatch, CONFTEST)
     script(project, [{"knob": "x", "value": 2}, {"knob": "x", "value": 4}])
     (project.path / "interrupt-2").write_text("")
-    result = run_evolution(project, "--ecdysis-rounds", "2", "--ecdysis-html", "out/page.html")
+    result = run_evolution(project, "--ecdysis-rounds", "2", "-o", "ecdysis_html=out/page.html")
     assert result.ret == 2, result.stdout.str()  # interrupted
     page = (project.path / "out" / "page.html").read_text()
     assert "Round 1:" in page and "tiny/1" in page and "--ecdysis-resume run1" in page
@@ -46,7 +46,7 @@ def test_empty_and_absent_run_directories(tmp_path: Path, capsys: pytest.Capture
     page = _page(tmp_path / "empty")
     assert "What is missing" in page and "is empty: the run wrote nothing" in page
     assert "is empty" in capsys.readouterr().err
-    page = html_report.render_view(html_report.gather(tmp_path / "nope"))  # --ecdysis-html at session end
+    page = html_report.render_view(html_report.gather(tmp_path / "nope"))  # ecdysis_html at session end
     assert "is not a directory: nothing to show" in page
     assert cli.main(["report", str(tmp_path / "nope")]) == 2  # a typo: exit 2, nothing created
     assert "nope is not a directory" in capsys.readouterr().err and not (tmp_path / "nope").exists()

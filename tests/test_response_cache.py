@@ -104,14 +104,14 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_bad_cache_options_are_usage_errors(pytester: pytest.Pytester) -> None:
-    """An unknown --ecdysis-response-cache value, or a cache directory under a file, stops the session at
+    """An unknown ecdysis_response_cache value, or a cache directory under a file, stops the session at
     configure time (exit 4) with a message naming the fix."""
     pytester.makepyfile("def test_x(): pass")
     (pytester.path / "afile").write_text("")
-    result = pytester.runpytest_subprocess("--ecdysis-response-cache", "maybe")
+    result = pytester.runpytest_subprocess("-o", "ecdysis_response_cache=maybe")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-response-cache must be one of on, off, got 'maybe'*"])
-    result = pytester.runpytest_subprocess("--ecdysis-evolve", "--ecdysis-response-cache", "on",
-                                           "--ecdysis-cache-dir", str(pytester.path / "afile" / "cache"))
+    result.stderr.fnmatch_lines(["*ini key ecdysis_response_cache must be one of on, off, got 'maybe'*"])
+    result = pytester.runpytest_subprocess("--ecdysis-evolve", "-o", "ecdysis_response_cache=on",
+                                           "-o", "ecdysis_cache_dir=" + str(pytester.path / "afile" / "cache"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-cache-dir *afile/cache: *afile is not a writable directory*"])
+    result.stderr.fnmatch_lines(["*ini key ecdysis_cache_dir *afile/cache: *afile is not a writable directory*"])

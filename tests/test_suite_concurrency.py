@@ -67,8 +67,8 @@ def test_bad_concurrency_is_a_usage_error(pytester: pytest.Pytester, args: list[
 def _run(pytester: pytest.Pytester, run_dir: str, *extra: str) -> tuple[int, dict]:
     result = pytester.runpytest_subprocess(
         "--pyargs", "pytest_ecdysis_tau2.test_airline", "-n", "2", "-rA", "-p", "no:cacheprovider", "--ecdysis-split", "all",
-        "--ecdysis-tasks", "0,1,2", "--ecdysis-trials", "2", "--ecdysis-sim-nonce", "tests",
-        "--ecdysis-call-timeout", "600",  # a loaded machine's slow reply is no infrastructure error
+        "--ecdysis-tasks", "0,1,2", "--ecdysis-trials", "2", "-o", "ecdysis_sim_nonce=tests",
+        "--ecdysis-limits", "call-timeout=600",  # a loaded machine's slow reply is no infrastructure error
         "--ecdysis-run-dir", run_dir, *extra, timeout=900)
     (path,) = (pytester.path / run_dir).iterdir()
     trials = {}

@@ -119,7 +119,7 @@ def test_a_role_call_cut_at_its_call_timeout_is_not_asked_again():
         client = RoleClient("m", base_url=server.url, timeout_s=0.6, max_retries=3, budget_s=60.0)
         started = start(client.budget)
         with pytest.raises(InfrastructureError, match=r"analyst call to 'm' timed out: no complete response within "
-                                                      r"the call timeout of 0\.6 s.*not asked again.*--ecdysis-call-timeout"):
+                                                      r"the call timeout of 0\.6 s.*not asked again.*--ecdysis-limits call-timeout"):
             client.complete("analyst", [{"role": "user", "content": "x"}])
         elapsed = time.monotonic() - started
     assert client.budget.attempts == 1 and len(server.requests) == 1 and ended_by(0.6, elapsed, held_s(pattern))
@@ -250,7 +250,7 @@ def test_a_slow_user_model_ends_the_trial_within_its_budget(warm_tau2):
 
 
 def test_the_limits_are_options_that_reach_the_trial_and_the_summary(pytester: pytest.Pytester, monkeypatch):
-    """`--ecdysis-call-timeout`, `--ecdysis-max-retries` and the ini key `ecdysis_trial_budget` reach the
+    """`--ecdysis-limits call-timeout`, `--ecdysis-limits max-retries` and the ini key `ecdysis_trial_budget` reach the
     trial through pytest (a silent agent endpoint ends the case as time_budget_exceeded within the
     budget), and the run's summary prints them."""
     pytest.importorskip("tau2")
@@ -260,8 +260,8 @@ def test_the_limits_are_options_that_reach_the_trial_and_the_summary(pytester: p
     with SlowEndpoint(agent=("silence",), user=("ok", HELLO)) as server:
         result = pytester.runpytest_subprocess(
             "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "slow",
-            "--ecdysis-base-url", server.url, "--ecdysis-tasks", "3", "--ecdysis-call-timeout", "60",
-            "--ecdysis-max-retries", "0", "--ecdysis-run-dir", str(pytester.path / "runs"), timeout=300)
+            "--ecdysis-base-url", server.url, "--ecdysis-tasks", "3", "--ecdysis-limits", "call-timeout=60",
+            "--ecdysis-limits", "max-retries=0", "--ecdysis-run-dir", str(pytester.path / "runs"), timeout=300)
     result.stdout.fnmatch_lines(["*time_budget_exceeded: the trial time budget of 30 s ran out*",
                                  "limits: call 60 s, retries 0, trial 30 s, diagnosis 1800 s, editor 900 s"])
     (run_dir,) = (pytester.path / "runs").iterdir()

@@ -60,7 +60,7 @@ def test_a_tool_call_written_as_text_ends_the_trial_as_an_endpoint_format_error(
 
 
 def test_with_the_parse_option_a_text_tool_call_is_executed_and_noted():
-    """`--ecdysis-text-tool-calls parse`: the call is executed like a native one, the reasoning is dropped,
+    """ini `ecdysis_text_tool_calls = parse`: the call is executed like a native one, the reasoning is dropped,
     the trial goes on; the note says what was parsed and the trial is flagged endpoint_problem."""
     agent = ScriptedModel([text(MARKUPS["hermes"]), text("Your reservation JMO1MG is confirmed.")])
     user = scripted_user()

@@ -1,6 +1,6 @@
 """The frozen `EcdysisConfig`: every option read and checked at configure time.
 
-The options are declared once in `options` (the README's options table lists them) and each kind of value
+The options and ini-only settings are declared once in `options` (docs/options.md lists them) and each kind of value
 is checked in `config_values`; `read_config` reads them into one frozen object, checks the values that
 depend on each other, and a bad value is a `UsageError` naming the fix. Checks that need other modules
 (harness resolution, pre-flight git checks, endpoint reachability) live with those modules and are
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.config_values import (
+    AGENT_LIMITS,
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_DIAGNOSIS_BUDGET_S,
     DEFAULT_EDITOR_BUDGET_S,
@@ -33,10 +34,19 @@ from pytest_ecdysis.core.config_values import (
     check_needs,
     endpoint_limits_from_env,
     level,
+    parse_limits,
     read_limits,
 )
 from pytest_ecdysis.core.errors import UsageError
-from pytest_ecdysis.core.options import OPTIONS, Option, _raw, add_options
+from pytest_ecdysis.core.options import (
+    LIMIT_KEYS,
+    OPTIONS,
+    SETTINGS,
+    Option,
+    _raw,
+    add_options,
+    check_removed,
+)
 
 #: Names other modules import from here (kept where they were before `options` and `config_values`).
 __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_DIAGNOSIS_BUDGET_S", "DEFAULT_EDITOR_BUDGET_S", "DEFAULT_MAX_RETRIES",
@@ -105,28 +115,28 @@ class EcdysisConfig:
     rootdir: Path
     html: Path | None = None
     sandbox: str = "auto"  # `--ecdysis-sandbox`: auto, on or off
-    agent_memory_mb: int = 4096  # `--ecdysis-agent-memory`
-    agent_cpu_s: int = 900  # `--ecdysis-agent-cpu`
+    agent_memory_mb: int = 4096  # `--ecdysis-limits agent-memory=MB`
+    agent_cpu_s: int = 900  # `--ecdysis-limits agent-cpu=S`
     sim_nonce: str | None = None
     concurrency: int = 1  # trials in flight per worker (`--ecdysis-concurrency`)
     self_evolution_cap: int = 5
-    proposals: int = 3  # self-harness proposals per round (`--ecdysis-proposals`)
+    proposals: int = 3  # self-harness proposals per round (ini `ecdysis_proposals`)
     text_tool_calls: str = "reject"
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     max_retries: int = DEFAULT_MAX_RETRIES
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
     diagnosis_budget_s: float = DEFAULT_DIAGNOSIS_BUDGET_S
     editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
-    editor_context_tokens: int = 0  # `--ecdysis-editor-context`: 0 = no limit
+    editor_context_tokens: int = 0  # ini `ecdysis_editor_context`: 0 = no limit
     editor_writable: tuple[str, ...] = ()  # `--ecdysis-editor-writable`: absolute paths
     response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
-    ablate: bool = False  # `--ecdysis-ablate`
-    accept_extra_trials: int = 0  # `--ecdysis-accept-extra-trials`
+    ablate: bool = False  # ini `ecdysis_ablate`
+    accept_extra_trials: int = 0  # ini `ecdysis_accept_extra_trials`
     cache_dir: Path | None = None
     uncacheable: tuple[str, ...] = ()
     max_cost_usd: float | None = None  # `--ecdysis-max-cost`: None = no limit
     max_tokens: int | None = None  # `--ecdysis-max-tokens`: None = no limit
-    gate_max_cost_rise: float | None = None  # `--ecdysis-gate-max-cost-rise`: a share, None = not checked
+    gate_max_cost_rise: float | None = None  # ini `ecdysis_gate_max_cost_rise`: a share, None = not checked
 
     def limits(self) -> dict[str, float | int]:
         """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
@@ -140,7 +150,7 @@ class EcdysisConfig:
 
     @property
     def fixed_sim_nonce(self) -> str | None:
-        """The simulated model's run nonce when fixed (`--ecdysis-sim-nonce`, else env `ECDYSIS_SIM_NONCE`), or
+        """The simulated model's run nonce when fixed (ini `ecdysis_sim_nonce`, else env `ECDYSIS_SIM_NONCE`), or
         None: a fresh nonce per run (the sim server's rule, `sim.model.SimModel`)."""
         return self.sim_nonce or os.environ.get("ECDYSIS_SIM_NONCE") or None
 
@@ -151,7 +161,7 @@ class EcdysisConfig:
 
 def _budgets(raw: dict[str, Any]) -> dict[str, Any]:
     """`max_cost_usd`, `max_tokens` and `gate_max_cost_rise` of `--ecdysis-max-cost`, `--ecdysis-max-tokens` and
-    `--ecdysis-gate-max-cost-rise` (None when not given).
+    the ini key `ecdysis_gate_max_cost_rise` (None when not given).
 
     Raises:
         UsageError: not a number, negative, or (tokens) not a whole number.
@@ -167,14 +177,20 @@ def _budgets(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_config(config: Any) -> EcdysisConfig:
-    """Read and check every option of a pytest `Config`.
+    """Read and check every option and ini-only setting of a pytest `Config`.
 
     Raises:
-        UsageError: a value is out of range or inconsistent with another; the message names the fix.
+        UsageError: a removed option was given, or a value is out of range or inconsistent with another; the
+            message names the fix.
     """
-    raw = {opt.name: _raw(config, opt) for opt in OPTIONS}
+    check_removed(config)
+    raw = {opt.name: _raw(config, opt) for opt in SETTINGS}
+    limits = parse_limits(raw["limits"])  # `--ecdysis-limits` keys over the ini keys
+    limits = {key: limits.get(key, raw[key]) for key in LIMIT_KEYS}
     env = os.environ
-    for name in ("model", "base-url", "user-model", "diagnosis-model", "harness", "run-dir", "tasks"):
+    agent = read_limits(limits, env, AGENT_LIMITS)  # the harness process's bounds
+    for name in ("model", "base-url", "user-model", "diagnosis-model", "harness", "run-dir", "tasks", "resume",
+                 "save-baseline", "baseline"):
         if isinstance(raw[name], str) and not raw[name].strip():  # `--ecdysis-model=` (an unset $MODEL)
             raise UsageError(f"--ecdysis-{name} was given an empty value (an unset shell variable?); pass a "
                              f"value, or leave the option out for its default")
@@ -245,10 +261,14 @@ def read_config(config: Any) -> EcdysisConfig:
         _choice("response-cache", raw["response-cache"], ("on", "off"))
     accept_level = level("accept-level", raw["accept-level"])
 
+    if raw["save-baseline"] and Path(raw["save-baseline"]).is_dir():
+        raise UsageError(f"--ecdysis-save-baseline {raw['save-baseline']} is a directory; pass the baseline's file "
+                         f"name, e.g. {Path(raw['save-baseline']) / 'baseline.json'}")
     max_reg = raw["gate-max-regressions"]
     html = Path(raw["html"]) if raw["html"] else None
     if html is not None and html.is_dir():
-        raise UsageError(f"--ecdysis-html {html} is a directory; pass the page's file name, e.g. {html / 'report.html'}")
+        raise UsageError(f"ini key ecdysis_html: {html} is a directory; pass the page's file name, e.g. "
+                         f"{html / 'report.html'}")
     cfg = EcdysisConfig(
         model=model,
         base_url=base_url,
@@ -288,8 +308,8 @@ def read_config(config: Any) -> EcdysisConfig:
         rootdir=Path(str(config.rootpath)),
         html=html,
         sandbox=_choice("sandbox", str(raw["sandbox"]).strip().lower(), ("auto", "on", "off")),
-        agent_memory_mb=_int("agent-memory", raw["agent-memory"], 0),
-        agent_cpu_s=_int("agent-cpu", raw["agent-cpu"], 0),
+        agent_memory_mb=int(agent["agent_memory_mb"]),
+        agent_cpu_s=int(agent["agent_cpu_s"]),
         sim_nonce=_nonce(raw["sim-nonce"]),
         concurrency=_int("concurrency", raw["concurrency"], 1),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
@@ -297,7 +317,7 @@ def read_config(config: Any) -> EcdysisConfig:
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
         editor_context_tokens=_int("editor-context", raw["editor-context"], 0),
         editor_writable=_writable(raw["editor-writable"]),
-        **read_limits(raw, env),
+        **read_limits(limits, env),
         **_budgets(raw),
         progress_s=_float("progress", raw["progress"], 0.0, None),
     )

@@ -1,10 +1,12 @@
 """The checks of option values, one function a kind of value, and the model-call limits.
 
-Each check takes the option's name (without `--ecdysis-`) and its raw value (`options._raw`) and returns
-the value to keep, or raises one `UsageError` that names the option and the value it wants.
+Each check takes the setting's name (without `--ecdysis-`) and its raw value (`options._raw`) and returns
+the value to keep, or raises one `UsageError` that names the option (or, for an ini-only setting, its ini key:
+`flag`) and the value it wants.
 `config.read_config` calls them; `cli` reuses them for the `ecdysis` command's flags. The time limits and
-retries of model calls (`LIMITS`) have, besides option and ini key, environment fallbacks, read here
-(`read_limits`) for pytest sessions and runs outside pytest alike. This module must not import tau2, task
+retries of model calls (`LIMITS`) and the harness process's bounds (`AGENT_LIMITS`) are the keys of
+`--ecdysis-limits` and ini keys; the former also have environment fallbacks, read here (`read_limits`) for
+pytest sessions and runs outside pytest alike. This module must not import tau2, task
 suites or harnesses.
 """
 
@@ -15,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import UsageError
+from pytest_ecdysis.core.options import INI_ONLY, LIMIT_KEYS
 
-#: Time limits (seconds) and retries of model calls; each has an option, an ini key and an env fallback.
+#: Time limits (seconds) and retries of model calls; each is a key of `--ecdysis-limits`, an ini key and has an
+#: env fallback.
 DEFAULT_CALL_TIMEOUT_S = 60.0  # one model call, whole response included
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_TRIAL_BUDGET_S = 900.0  # a τ² trial makes ~10-60 model calls
@@ -32,15 +36,50 @@ LIMITS: dict[str, tuple[str, tuple[str, ...], float, str]] = {
     "editor-budget": ("editor_budget_s", ("ECDYSIS_EDITOR_BUDGET_S", "ECDYSIS_EDITOR_TIMEOUT"),
                       DEFAULT_EDITOR_BUDGET_S, "seconds"),
 }
+#: The bounds of each harness process (`validate.limits`), keys of `--ecdysis-limits` and ini keys, as `LIMITS`
+#: (no env fallback: the controller passes them on in ECDYSIS_AGENT_MEMORY_MB and ECDYSIS_AGENT_CPU_S).
+AGENT_LIMITS: dict[str, tuple[str, tuple[str, ...], float, str]] = {
+    "agent-memory": ("agent_memory_mb", (), 4096, "int"),
+    "agent-cpu": ("agent_cpu_s", (), 900, "int"),
+}
+assert set(LIMITS) | set(AGENT_LIMITS) == set(LIMIT_KEYS)
+
+_INI_ONLY = frozenset(o.name for o in INI_ONLY)
+
+
+def flag(name: str) -> str:
+    """How a message names a setting: `--ecdysis-<name>`, or `ini key ecdysis_<name>` for an ini-only one."""
+    return f"ini key ecdysis_{name.replace('-', '_')}" if name in _INI_ONLY else f"--ecdysis-{name}"
+
+
+def parse_limits(values: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`--ecdysis-limits KEY=VALUE,...` (each given value; a later key wins) as `{key: value}`, unchecked.
+
+    Raises:
+        UsageError: a part without `=`, or a key that is not one of `options.LIMIT_KEYS`.
+    """
+    out: dict[str, str] = {}
+    for value in values:
+        for part in str(value).split(","):
+            if not part.strip():
+                continue
+            key, eq, text = part.partition("=")
+            key = key.strip()
+            if not eq or key not in LIMIT_KEYS:
+                raise UsageError(f"--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of "
+                                 f"{', '.join(LIMIT_KEYS)} (e.g. --ecdysis-limits call-timeout=120,max-retries=5), "
+                                 f"got {part.strip()!r}")
+            out[key] = text.strip()
+    return out
 
 
 def _int(name: str, value: Any, minimum: int) -> int:
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise UsageError(f"--ecdysis-{name} must be an integer >= {minimum}, got {value!r}") from None
+        raise UsageError(f"{flag(name)} must be an integer >= {minimum}, got {value!r}") from None
     if number < minimum:
-        raise UsageError(f"--ecdysis-{name} must be an integer >= {minimum}, got {number}")
+        raise UsageError(f"{flag(name)} must be an integer >= {minimum}, got {number}")
     return number
 
 
@@ -48,34 +87,34 @@ def _float(name: str, value: Any, lo: float, hi: float | None) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise UsageError(f"--ecdysis-{name} must be a number, got {value!r}") from None
+        raise UsageError(f"{flag(name)} must be a number, got {value!r}") from None
     if not (number >= lo and (hi is None or number <= hi)):  # NaN fails both comparisons
         span = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise UsageError(f"--ecdysis-{name} must be {span}, got {number}")
+        raise UsageError(f"{flag(name)} must be {span}, got {number}")
     return number
 
 
 def level(name: str, value: Any) -> float:
-    """A test's level (`--ecdysis-accept-level`): a number in the open interval (0, 1); one message for any
+    """A test's level (ini `ecdysis_accept_level`): a number in the open interval (0, 1); one message for any
     other value (a bound in [0, 1] was said to be allowed, then refused)."""
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = None
     if number is None or not 0.0 < number < 1.0:  # NaN fails the comparison
-        raise UsageError(f"--ecdysis-{name} must be a number strictly between 0 and 1 (e.g. 0.05), got "
+        raise UsageError(f"{flag(name)} must be a number strictly between 0 and 1 (e.g. 0.05), got "
                          f"{value if number is None else number!r}")
     return number
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise UsageError(f"--ecdysis-{name} must be one of {', '.join(choices)}, got {value!r}")
+        raise UsageError(f"{flag(name)} must be one of {', '.join(choices)}, got {value!r}")
     return str(value)
 
 
 def _limit(name: str, value: Any, source: str) -> float | int:
-    field, _, _, kind = LIMITS[name]
+    _, _, _, kind = {**LIMITS, **AGENT_LIMITS}[name]
     where = f" (from {source})" if source.startswith("env") else ""
     try:
         number = int(value) if kind == "int" else float(value)
@@ -83,21 +122,22 @@ def _limit(name: str, value: Any, source: str) -> float | int:
         number = None
     if number is None or (kind == "int" and number < 0) or (kind == "seconds" and not number > 0):
         want = "an integer >= 0" if kind == "int" else "a number of seconds > 0"
-        raise UsageError(f"--ecdysis-{name} must be {want}, got {value!r}{where}; set --ecdysis-{name} "
-                         f"(or ini ecdysis_{name.replace('-', '_')})")
+        raise UsageError(f"--ecdysis-limits {name} must be {want}, got {value!r}{where}; set it with "
+                         f"--ecdysis-limits {name}=VALUE (or the ini key ecdysis_{name.replace('-', '_')})")
     return number
 
 
-def read_limits(raw: dict[str, Any], env: Any = None) -> dict[str, float | int]:
-    """The time limits and retries: option, else ini (both in `raw`), else env fallback, else default.
+def read_limits(raw: dict[str, Any], env: Any = None, table: dict[str, Any] | None = None) -> dict[str, float | int]:
+    """The time limits and retries (`table`, default `LIMITS`; `AGENT_LIMITS` for the harness process's
+    bounds): `--ecdysis-limits` key, else ini key (both in `raw`, by key), else env fallback, else default.
 
     Returns `{config field: value}`. Raises UsageError for a zero or negative budget or timeout, retries
     below 0, or a value that is not a number (the message names where it came from).
     """
     env = os.environ if env is None else env
     out: dict[str, float | int] = {}
-    for name, (field, env_names, default, _) in LIMITS.items():
-        value, source = raw.get(name), f"--ecdysis-{name}"
+    for name, (field, env_names, default, _) in (LIMITS if table is None else table).items():
+        value, source = raw.get(name), f"--ecdysis-limits {name}"
         for env_name in env_names:
             if value is None and env.get(env_name) not in (None, ""):
                 value, source = env[env_name], f"env {env_name}"
@@ -134,7 +174,7 @@ def check_needs(config: Any, evolve: bool, gate: bool) -> None:
     Raises:
         UsageError: e.g. `--ecdysis-rounds 5` without `--ecdysis-evolve`.
     """
-    from pytest_ecdysis.core.options import OPTIONS, given_on_command_line
+    from pytest_ecdysis.core.options import OPTIONS, given_on_command_line  # OPTIONS: command-line ones only
 
     args = tuple(getattr(getattr(config, "invocation_params", None), "args", ()) or ())
     jobs = {"evolve": evolve, "gate": gate}
@@ -142,9 +182,9 @@ def check_needs(config: Any, evolve: bool, gate: bool) -> None:
     if not idle:
         return
     job = {"evolve": "an evolution", "gate": "the gate"}
-    flag = {"evolve": "--ecdysis-evolve (or --ecdysis-resume RUN_ID)", "gate": "--ecdysis-gate"}
+    job_flag = {"evolve": "--ecdysis-evolve (or --ecdysis-resume RUN_ID)", "gate": "--ecdysis-gate"}
     lines = [f"--ecdysis-{o.name} is read only by {' or '.join(job[j] for j in o.needs)}: it needs "
-             f"{' or '.join(flag[j] for j in o.needs)}" for o in idle]
+             f"{' or '.join(job_flag[j] for j in o.needs)}" for o in idle]
     keys = ", ".join("ecdysis_" + o.name.replace("-", "_") for o in idle if o.ini)
     keep = f", or keep the setting in the ini file ({keys}), which other sessions ignore" if keys else ""
     raise UsageError("; ".join(lines) + f". Without it the option would be silently ignored: drop it, add the "
@@ -152,13 +192,13 @@ def check_needs(config: Any, evolve: bool, gate: bool) -> None:
 
 
 def _ablate(value: bool, evolve: bool) -> bool:
-    """`--ecdysis-ablate`: on only in an evolution (given on the command line without one, `check_needs`
-    refuses it; the ini mirror `ecdysis_ablate = true` is ignored by sessions that do not evolve)."""
+    """Ini `ecdysis_ablate`: on only in an evolution (`ecdysis_ablate = true` is ignored by sessions that do
+    not evolve)."""
     return value and evolve
 
 
 def _extra_trials(value: Any, rule: str) -> int:
-    """`--ecdysis-accept-extra-trials K`: an integer >= 0, above 0 only with `--ecdysis-accept paired` (K more
+    """Ini `ecdysis_accept_extra_trials = K`: an integer >= 0, above 0 only with `--ecdysis-accept paired` (K more
     trials of the flipped tasks) or `sequential` (at most K confirmation looks; 0: `evolve.confirm.DEFAULT_LOOKS`).
 
     Raises:
@@ -166,23 +206,24 @@ def _extra_trials(value: Any, rule: str) -> int:
     """
     k = _int("accept-extra-trials", value, 0)
     if k and rule not in ("paired", "sequential"):
-        raise UsageError(f"--ecdysis-accept-extra-trials {k} adds trials before a paired test: it needs "
+        raise UsageError(f"ini key ecdysis_accept_extra_trials = {k} adds trials before a paired test: it needs "
                          "--ecdysis-accept paired or sequential (the strict rule compares the two runs' scores as "
                          "they are)")
     return k
 
 
 def _nonce(value: Any) -> str | None:
-    """`--ecdysis-sim-nonce`: any non-blank text, else None (unset)."""
+    """Ini `ecdysis_sim_nonce`: any non-blank text, else None (unset)."""
     if value is None:
         return None
     text = str(value).strip()
     if not text:
-        raise UsageError(f"--ecdysis-sim-nonce must be a non-blank text (e.g. --ecdysis-sim-nonce ci), got {value!r}")
+        raise UsageError(f"ini key ecdysis_sim_nonce must be a non-blank text (e.g. ecdysis_sim_nonce = ci), got "
+                         f"{value!r}")
     return text
 
 
 #: `--ecdysis-accept` values (the rules: `pytest_ecdysis/gate/acceptance.py`).
 RULES = ("strict", "paired", "sequential")
-#: `--ecdysis-accept-method` values.
+#: ini `ecdysis_accept_method` values.
 METHODS = ("sign", "wilcoxon", "bootstrap")

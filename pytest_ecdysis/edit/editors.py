@@ -4,7 +4,7 @@ One protocol, three implementations, chosen by `--ecdysis-editor`:
 
 - `builtin`: an LLM (the diagnosis model, through `pytest_ecdysis.endpoint.role_client`) answers with SEARCH/REPLACE
   edit blocks; its prompt shows the files the spec names and lists the rest, fitted to
-  `--ecdysis-editor-context` (`edit_prompt`); the blocks are applied to harness files, then a syntax and
+  ini `ecdysis_editor_context` (`edit_prompt`); the blocks are applied to harness files, then a syntax and
   import check runs, with one repair attempt that shows the model the error; an empty reply, one with no usable edit block, a prompt longer
   than the model's context and a call that timed out all end as `ok=False` with the reason;
 - `cmd:<template>`: an external coding agent (OpenCode, Aider, a script); `{spec}` becomes the path of
@@ -211,9 +211,10 @@ class BuiltinEditor:
         if self._client is None:
             from pytest_ecdysis.endpoint.role_client import RoleClient
 
-            context = int(getattr(self.cfg, "editor_context_tokens", 0) or 0)  # --ecdysis-editor-context
+            context = int(getattr(self.cfg, "editor_context_tokens", 0) or 0)  # ecdysis_editor_context
             extra = {"max_tokens": reply_tokens(context)} if context else {}
-            self._client = RoleClient.from_config(self.cfg, stage="editor", **extra)  # --ecdysis-editor-budget
+            # its budget: --ecdysis-limits editor-budget
+            self._client = RoleClient.from_config(self.cfg, stage="editor", **extra)
         return self._client
 
     def edit(self, spec: Any, harness_dir: Path, *, spec_path: Path) -> EditResult:

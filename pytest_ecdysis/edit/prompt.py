@@ -4,7 +4,7 @@ A whole harness is thousands of tokens (the example harness: 24,582 characters, 
 docs/real-model.md), more than a small model reads in the time of a call or holds in its context. The
 prompt therefore shows in full only the files the spec's changes name (`SpecChange.files`) and lists every
 other harness file by path and size; a spec that names no existing harness file gets every Python source
-file, as before, and the record says so. With `--ecdysis-editor-context TOKENS` (the editor model's
+file, as before, and the record says so. With ini `ecdysis_editor_context = TOKENS` (the editor model's
 context window) the shown files are also cut to what fits: files that do not fit are listed instead, and
 when not one named file fits there is no call at all (`EditorPrompt.problem`).
 
@@ -36,7 +36,7 @@ def estimate_tokens(text: str) -> int:
 
 def reply_tokens(context_tokens: int) -> int:
     """The reply's share of a context of `context_tokens` (`REPLY_SHARE`, at least `MIN_REPLY_TOKENS`): the
-    editor's `max_tokens` when `--ecdysis-editor-context` is set (a small model that repeats itself to the
+    editor's `max_tokens` when ini `ecdysis_editor_context` is set (a small model that repeats itself to the
     limit then stops there: SmolLM2 wrote 4,096 tokens of one repeated sentence in 456 s, docs/real-model.md)."""
     return max(MIN_REPLY_TOKENS, int(context_tokens * REPLY_SHARE))
 
@@ -149,11 +149,11 @@ def build_prompt(spec_json: str, harness_dir: Path, files: list[Path], *, contex
                           chars=len(text), tokens_estimate=estimate_tokens(text), context_tokens=context_tokens)
     if left_out:
         prompt.note += (f"; {len(left_out)} not shown: they do not fit the editor's context of {context_tokens} "
-                        f"tokens (--ecdysis-editor-context): {', '.join(left_out)}")
+                        f"tokens (ecdysis_editor_context): {', '.join(left_out)}")
     if context_tokens and not shown and not missing:
         which = "the spec's files" if from_spec else "the harness's Python files"
         prompt.problem = (f"not one of {which} fits the editor's context of {context_tokens} tokens "
-                          f"(--ecdysis-editor-context; about {room} tokens are left for files once the reply's "
-                          f"share is kept): {', '.join(left_out)}; raise --ecdysis-editor-context to the model's "
+                          f"(ecdysis_editor_context; about {room} tokens are left for files once the reply's "
+                          f"share is kept): {', '.join(left_out)}; raise ecdysis_editor_context to the model's "
                           "real context, use a model with a longer one, or an external editor (cmd:)")
     return prompt

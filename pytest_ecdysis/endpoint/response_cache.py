@@ -1,4 +1,4 @@
-"""The response cache for common random numbers (`--ecdysis-response-cache on`).
+"""The response cache for common random numbers (ini `ecdysis_response_cache = on`).
 
 Within one evolution run, a validation sub-run reuses every model response whose request is
 byte-identical to one already answered for the same task, trial and role: the conversation before an
@@ -14,7 +14,7 @@ share their random draws up to the point where the edit changes what the model i
   (one `O_APPEND` write per line); `run_stats` sums them per run id: the figures a round prints.
 - Where: the directory is `ECDYSIS_RESPONSE_CACHE` (the controller sets it for the session, its workers
   and sub-runs); unset = no cache. `ECDYSIS_UNCACHEABLE` (comma-separated model names or base URLs, from
-  `--ecdysis-uncacheable`) lists endpoints never cached.
+  ini `ecdysis_uncacheable`) lists endpoints never cached.
 
 The hook is `wrap_transport`, called by the suite's client factory around its network transport.
 Caveats: the simulated model keeps per-trial ground truth of the calls it answers, so a cached prefix is
@@ -144,8 +144,8 @@ def wrap_transport(inner: httpx2.BaseTransport, *, model: str, base_url: str | N
 
 
 def configure(cfg: Any, run_path: Path, env: dict[str, str] | Any) -> Path | None:
-    """Controller, configure time: when `--ecdysis-response-cache on` and evolving, set `ECDYSIS_RESPONSE_CACHE`
-    (the cache directory: `--ecdysis-cache-dir`, default `<run dir>/response_cache`) and
+    """Controller, configure time: when ini `ecdysis_response_cache = on` and evolving, set `ECDYSIS_RESPONSE_CACHE`
+    (the cache directory: ini `ecdysis_cache_dir`, default `<run dir>/response_cache`) and
     `ECDYSIS_UNCACHEABLE` in `env` for the session, its workers and sub-runs; returns the directory.
 
     Raises:
@@ -160,8 +160,8 @@ def configure(cfg: Any, run_path: Path, env: dict[str, str] | Any) -> Path | Non
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--ecdysis-cache-dir {directory}: {probe} is not a writable directory; pass a writable "
-                         "--ecdysis-cache-dir, or --ecdysis-response-cache off")
+        raise UsageError(f"ini key ecdysis_cache_dir {directory}: {probe} is not a writable directory; set a "
+                         "writable ecdysis_cache_dir, or ecdysis_response_cache = off")
     env[ENV_DIR] = str(directory)
     if cfg.uncacheable:
         env[ENV_UNCACHEABLE] = ",".join(cfg.uncacheable)

@@ -11,8 +11,8 @@ server routes on and real endpoints ignore.
 
 Timeouts, retries and a stage budget are explicit: each attempt has a total deadline of `timeout_s` that
 covers the whole response, body included, and all calls of one stage (a round's diagnosis, or its edit)
-share a `Budget` of `budget_s` seconds (`--ecdysis-diagnosis-budget`, `--ecdysis-editor-budget`);
-`max_retries` (`--ecdysis-max-retries`) bounds the retries (`pytest_ecdysis.endpoint.deadline.DeadlineTransport`).
+share a `Budget` of `budget_s` seconds (`--ecdysis-limits diagnosis-budget`, `--ecdysis-limits editor-budget`);
+`max_retries` (`--ecdysis-limits max-retries`) bounds the retries (`pytest_ecdysis.endpoint.deadline.DeadlineTransport`).
 Endpoint failures after retries (down, timeout, 429/5xx, a rejected request, a spent stage budget) are
 raised as `InfrastructureError`: a diagnosis that could not run is never mistaken for "no spec". A request
 the server refuses because it does not fit the model's context raises `ContextOverflowError` (`overflow.py`).
@@ -135,7 +135,7 @@ class RoleClient:
     def from_config(cls, cfg: Any, stage: str = "diagnosis", **kwargs: Any) -> RoleClient:
         """A client for `cfg.diagnosis_model` (an `EcdysisConfig`) with the stage's budget
         (`cfg.diagnosis_budget_s` or `cfg.editor_budget_s`), `cfg.max_retries`, and per attempt the larger
-        of `DEFAULT_TIMEOUT_S` and `cfg.call_timeout_s` (`--ecdysis-call-timeout`): a slow endpoint's user
+        of `DEFAULT_TIMEOUT_S` and `cfg.call_timeout_s` (`--ecdysis-limits call-timeout`): a slow endpoint's user
         raises that one, and a role call cut at 180 s is asked again from the start (measured with a real
         model: a 232-s critic call answered twice, docs/real-model.md)."""
         kwargs.setdefault("budget_s", getattr(cfg, f"{stage}_budget_s", None))
@@ -193,7 +193,7 @@ class RoleClient:
             raise InfrastructureError(
                 f"{role} call to {self.model!r} timed out: {exc.__cause__ or exc}; not asked again (a server that "
                 "accepted it may still be computing it, and a retry would queue behind it); a slow model needs a "
-                "longer --ecdysis-call-timeout") from exc
+                "longer --ecdysis-limits call-timeout") from exc
         except openai.APIConnectionError as exc:
             raise InfrastructureError(f"{role} call to {self.model!r}: endpoint unreachable: {exc}") from exc
         except openai.APIStatusError as exc:

@@ -1,4 +1,4 @@
-"""Minimal accepted edits (`--ecdysis-ablate`): an accepted candidate made of several changes is
+"""Minimal accepted edits (ini `ecdysis_ablate`): an accepted candidate made of several changes is
 re-validated without each change in turn; a change whose removal loses nothing is dropped.
 
 *A change* is one hunk of the candidate's diff against its base, with zero lines of context (a run of
@@ -73,24 +73,25 @@ def removal_loses(rule: str, *, method: str, level: float, inc: tuple[float, lis
 def cache_env(cfg: Any, adir: Path, env: Any = None) -> tuple[dict[str, str] | None, str]:
     """(extra environment of the candidate's validation and the ablation sub-runs, the line that says it).
 
-    `--ecdysis-response-cache on`: the run's cache is already in the environment (None, said). Not given:
+    ini `ecdysis_response_cache = on`: the run's cache is already in the environment (None, said). Not given:
     `<adir>/ablation_cache`, for the candidate's sub-run (all misses: it only records) and its ablation runs.
-    `off`, or the task model marked `--ecdysis-uncacheable`: no cache (None, said).
+    `off`, or the task model marked ini `ecdysis_uncacheable`: no cache (None, said).
     """
     from pytest_ecdysis.endpoint.response_cache import ENV_DIR, ENV_UNCACHEABLE, uncacheable
 
     env = os.environ if env is None else env
     if cfg.response_cache == "off":
-        return None, "response cache off (--ecdysis-response-cache off): every re-validation calls the model"
+        return None, "response cache off (ecdysis_response_cache = off): every re-validation calls the model"
     if uncacheable(cfg.model, cfg.base_url, cfg.uncacheable):
-        return None, f"response cache off: {cfg.model} is marked --ecdysis-uncacheable"
+        return None, f"response cache off: {cfg.model} is marked ecdysis_uncacheable"
     if cfg.response_cache == "on" and env.get(ENV_DIR):
         return None, f"response cache on ({env[ENV_DIR]})"
     directory = str(adir.resolve() / "ablation_cache")
     extra = {ENV_DIR: directory}
     if cfg.uncacheable:
         extra[ENV_UNCACHEABLE] = ",".join(cfg.uncacheable)
-    return extra, f"response cache turned on for the ablation ({directory}; --ecdysis-response-cache off turns it off)"
+    return extra, (f"response cache turned on for the ablation ({directory}; ecdysis_response_cache = off turns it "
+                   "off)")
 
 
 def ablate(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run_id: str, label: str,
@@ -197,9 +198,9 @@ def _validate(ev: RoundContext, worktree: gitops.Worktree, reduced: gitops.Snaps
 def commit_lines(doc: dict[str, Any]) -> str:
     """The commit message's ablation paragraph: what was kept and what dropped, and why."""
     if doc.get("skipped"):
-        return f"ablation (--ecdysis-ablate): {doc['skipped']}\n"
+        return f"ablation (ecdysis_ablate): {doc['skipped']}\n"
     n = len(doc["changes"])
-    lines = [f"ablation (--ecdysis-ablate, {doc['rule']} rule): kept {len(doc['kept'])} of {n} change(s) "
+    lines = [f"ablation (ecdysis_ablate, {doc['rule']} rule): kept {len(doc['kept'])} of {n} change(s) "
              f"({doc['unit']}s of the diff); dropped {len(doc['dropped'])}"]
     for c in doc["changes"]:
         lines.append(f"- {'kept' if c.get('kept', True) else 'dropped'}: {c['file']} {c['header']}"

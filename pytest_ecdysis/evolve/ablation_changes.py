@@ -1,4 +1,4 @@
-"""A candidate's changes for the ablation (`--ecdysis-ablate`): hunks of its diff, and the candidate without some.
+"""A candidate's changes for the ablation (ini `ecdysis_ablate`): hunks of its diff, and the candidate without some.
 
 *A change* is one hunk of the candidate's diff against its base, with zero lines of context (a run of
 added, removed or replaced lines; `difflib.SequenceMatcher` opcodes over the file's lines); a file the

@@ -3,8 +3,8 @@
 `accept_stage(ev, ...)` is the last part of `Evolution.attempt`, after `evolve_stages.validate_stage`:
 it reads the two runs compared (the incumbent's re-run or earlier run, the candidate's; both checked
 against the ledger), refuses a comparison the candidate's infrastructure errors would skew
-(`validate.infra_drift`), applies the run's rule (`acceptance.decide`, with `--ecdysis-accept-extra-trials`
-through `evolve_extra`), minimises an accepted candidate (`--ecdysis-ablate`, `ablation`) and commits
+(`validate.infra_drift`), applies the run's rule (`acceptance.decide`, with ini `ecdysis_accept_extra_trials`
+through `evolve_extra`), minimises an accepted candidate (ini `ecdysis_ablate`, `ablation`) and commits
 exactly the validated bytes in the candidate's worktree (`gitops`), checking the commit holds them.
 This module must not import tau2, task suites or harness code.
 """

@@ -4,9 +4,9 @@ After the starting run (tokens and model calls per trial measured there) `projec
 evolution can still spend, in model calls, tokens and USD, part by part:
 
 - trials per round: the validation sub-run (the starting run's trials), the incumbent's re-run beside it
-  when `--ecdysis-rescore` re-scores (`evolve/paired.rescore_plan`), `--ecdysis-accept-extra-trials` K for
-  both harnesses on every task (the most that can flip), and with `--ecdysis-ablate` up to `MAX_CHANGES`
-  re-validations; times the candidates a round validates (`--ecdysis-self-evolution-cap`, `--ecdysis-proposals`);
+  when ini `ecdysis_rescore` re-scores (`evolve/paired.rescore_plan`), ini `ecdysis_accept_extra_trials` K for
+  both harnesses on every task (the most that can flip), and with ini `ecdysis_ablate` up to `MAX_CHANGES`
+  re-validations; times the candidates a round validates (ini `ecdysis_self_evolution_cap`, ini `ecdysis_proposals`);
   each trial at the starting run's mean agent and user-simulator tokens and calls;
 - diagnosis per round: 3K+1 role calls and one spec repair (K = `--ecdysis-fdcr-passes`); call i (from 0)
   reads the evidence (at most `DEFAULT_MAX_CHARS` characters plus `ROLE_PROMPT_CHARS` of role prompt, at

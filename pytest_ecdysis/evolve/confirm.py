@@ -6,7 +6,7 @@ discordant trial pair; all tasks when none did) for both harnesses, two sub-runs
 (`evolve_paired.together`, `--ecdysis-tasks <tasks> --ecdysis-trials 1`, fresh nonces, no response
 cache) in `<round or step dir>/confirm/<j>/` (`<run-id>c<j>`) and `confirm/<j>/incumbent/` (`<run-id>ic<j>`).
 After each look the sequential test is taken again on all trial pairs; it stops at acceptance
-(LR >= 1/α), rejection (LR <= β/(1 - α)) or when `--ecdysis-accept-extra-trials` looks (default
+(LR >= 1/α), rejection (LR <= β/(1 - α)) or when ini `ecdysis_accept_extra_trials` looks (default
 `DEFAULT_LOOKS`) are spent: then the outcome is `inconclusive`. Each look is checkpointed
 (`confirm/<j>.json`): Ctrl-C during a look and `--ecdysis-resume` redo only the unfinished look.
 
@@ -34,12 +34,12 @@ from pytest_ecdysis.validate.subrun import read_run
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
 
-#: confirmation looks when `--ecdysis-accept-extra-trials` is 0 (each look: one trial per chosen task and side).
+#: confirmation looks when ini `ecdysis_accept_extra_trials` is 0 (each look: one trial per chosen task and side).
 DEFAULT_LOOKS = 3
 
 
 def looks_allowed(cfg: Any) -> int:
-    """The most confirmation looks: `--ecdysis-accept-extra-trials`, else `DEFAULT_LOOKS`."""
+    """The most confirmation looks: ini `ecdysis_accept_extra_trials`, else `DEFAULT_LOOKS`."""
     return int(getattr(cfg, "accept_extra_trials", 0) or DEFAULT_LOOKS)
 
 

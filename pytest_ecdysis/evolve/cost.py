@@ -12,7 +12,7 @@ lines (`analyst`, `critic`, `engineer`, `moderator`, or a strategy's own role na
 `diagnosis` for a strategy that writes no transcript (`diagnosis.json` tokens); `editor` (`edit.json` tokens,
 `calls` its editor calls). Trials by stage, from where the sub-run's
 `summary.json` lies: `start` (the session's own run), `validation` (the candidate), `rescore` (the incumbent
-re-run beside it), `confirmation` (`--ecdysis-accept-extra-trials`), `ablation`, `test` (the test split).
+re-run beside it), `confirmation` (ini `ecdysis_accept_extra_trials`), `ablation`, `test` (the test split).
 Prices: `core.prices` (agent with the sub-run's `model`, user with its `user_model`, roles and editor with
 `--ecdysis-diagnosis-model`). Responses served from the response cache are counted as their trials report
 them (the tokens of the call that was cached).

@@ -1,4 +1,4 @@
-"""Extra trials for the tasks that flipped, before a `paired` decision (`--ecdysis-accept-extra-trials K`).
+"""Extra trials for the tasks that flipped, before a `paired` decision (ini `ecdysis_accept_extra_trials = K`).
 
 Under `--ecdysis-accept paired`, after the candidate's validation and the incumbent's run, the tasks whose
 mean reward differs between the two runs (the *flipped* tasks: the only ones the paired test counts) get

@@ -1,6 +1,6 @@
 """Instance-level rounds (`self-evolution`): one spec per failure, patched one by one.
 
-Step k (1-based, at most `--ecdysis-self-evolution-cap`, default `MAX_INSTANCE_STEPS`) makes one editor call on the current incumbent in its own
+Step k (1-based, at most ini `ecdysis_self_evolution_cap`, default `MAX_INSTANCE_STEPS`) makes one editor call on the current incumbent in its own
 worktree, then guard, validation and acceptance, in `rounds/<n>/steps/<k>/` (`spec.json`, `edit.json`,
 `candidate.diff`, `validation.json`, the sub-run `<run-id>-r<n>s<k>/`, `decision.json`). An accepted step
 is committed and is the base of the next step. A step whose `decision.json` exists is read back, not redone.
@@ -21,7 +21,7 @@ from pytest_ecdysis.validate.subrun import flips, read_run
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
 
-#: The default of `--ecdysis-self-evolution-cap`: an instance-level round patches at most this many of its
+#: The default of ini `ecdysis_self_evolution_cap`: an instance-level round patches at most this many of its
 #: specs, in order (each costs an editor call and a validation sub-run), so a suite with many failures
 #: cannot run for hours; the round's reason says when specs were dropped.
 MAX_INSTANCE_STEPS = 5
@@ -41,7 +41,8 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
     current = dict(start)
     steps: list[dict[str, Any]] = []
     ev.say(f"round {n}: instance level: {len(specs)} spec(s), patched one by one"
-           + (f" (the first {len(todo)}: --ecdysis-self-evolution-cap {cap})" if len(todo) < len(specs) else ""), n)
+           + (f" (the first {len(todo)}: ecdysis_self_evolution_cap = {cap})" if len(todo) < len(specs) else ""),
+           n)
     for k, spec in enumerate(todo, start=1):
         sdir = rdir / "steps" / str(k)
         if (sdir / "decision.json").is_file():  # finished before an interruption
@@ -110,6 +111,6 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
         row["outcome"] = next(o for o in ("broken_candidate", "guard_rejected", "no_change") if o in outcomes)
         row["reason"] = "; ".join(f"step {s['step']}: {s['reason']}" for s in steps)
     if len(todo) < len(specs):
-        row["reason"] += (f"; cap: {len(todo)} of {len(specs)} specs patched (--ecdysis-self-evolution-cap "
+        row["reason"] += (f"; cap: {len(todo)} of {len(specs)} specs patched (ecdysis_self_evolution_cap = "
                           f"{cap}), the other {len(specs) - len(todo)} dropped")
     return ev.finish_round(row, rdir)

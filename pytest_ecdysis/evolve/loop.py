@@ -11,15 +11,15 @@
         change           <- the diff of the harness directory         none       -> `no_change`
         guard            <- only harness files; no gold-data reads    otherwise  -> `guard_rejected`
         score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
-        score_before     <- a re-run of the incumbent started beside it (`evolve_paired`, `--ecdysis-rescore`)
+        score_before     <- a re-run of the incumbent started beside it (`evolve_paired`, ini `ecdysis_rescore`)
         accept (`acceptance`, `--ecdysis-accept`): strict = score_after > score_before; paired = a paired test
-        over tasks at `--ecdysis-accept-level` (`--ecdysis-accept-extra-trials K`: first K more trials of the
+        over tasks at ini `ecdysis_accept_level` (ini `ecdysis_accept_extra_trials = K`: first K more trials of the
         tasks that flipped, for both harnesses, `evolve_extra`)
-        ablate (`ablation`, `--ecdysis-ablate`): an accepted candidate of several changes (hunks of its diff)
+        ablate (`ablation`, ini `ecdysis_ablate`): an accepted candidate of several changes (hunks of its diff)
         re-validated without each in turn; a change whose removal loses nothing is dropped
         commit (the kept changes) in the worktree; it becomes the incumbent
         (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
-         in order, each on the incumbent the previous step left; at most --ecdysis-self-evolution-cap a round)
+         in order, each on the incumbent the previous step left; at most ecdysis_self_evolution_cap a round)
         (alternatives strategies, `self-harness`, `harnessfix`: each proposal edited and validated from the
          same incumbent in `rounds/<n>/proposals/<k>/`, the best that passes kept: `evolve_alternatives`)
     branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
@@ -30,7 +30,7 @@
 Files (docs/internals.md): `<run>/evolution.json` (also the checkpoint: finished rounds, the incumbent, the
 stage reached), `<run>/rounds/<n>/{spec.json, transcript.jsonl, candidate.diff, decision.json}` plus the
 stage checkpoints `diagnosis.json`, `edit.json`, `validation.json` and the sub-run's own run directory
-`rounds/<n>/<sub-run-id>/` (with `--ecdysis-ablate`: `ablation.json` and `ablation/<i>/`); an
+`rounds/<n>/<sub-run-id>/` (with ini `ecdysis_ablate`: `ablation.json` and `ablation/<i>/`); an
 instance-level round keeps its step files (`spec.json`, `edit.json`, `candidate.diff`, `validation.json`,
 the sub-run, `decision.json`) in `rounds/<n>/steps/<k>/` (listed in the round entry under `steps`); test scoring in `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`.
 A stage whose checkpoint file exists is never redone on `--ecdysis-resume`; Ctrl-C between or during

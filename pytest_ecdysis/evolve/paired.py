@@ -4,10 +4,10 @@ A candidate is compared with a fresh run of the incumbent started together with 
 (two `pytest` subprocesses started at the same moment, same suite arguments, tasks and trials, running
 side by side, so endpoint drift hits both alike), not with a number cached from an earlier run: a noisy
 model's incumbent score is otherwise its luckiest run, and that winner's curse carries into every later
-round. `--ecdysis-rescore`:
+round. ini `ecdysis_rescore`:
 
 - `auto` (the default): re-score, unless the models are deterministic (every model simulated and the
-  simulated model's nonce fixed, `--ecdysis-sim-nonce` or `ECDYSIS_SIM_NONCE`: a rerun is byte-identical),
+  simulated model's nonce fixed, ini `ecdysis_sim_nonce` or `ECDYSIS_SIM_NONCE`: a rerun is byte-identical),
   when the incumbent's earlier run is reused;
 - `always`: re-score even then;
 - `never`: compare with the incumbent's earlier run (the paper's loop).
@@ -36,7 +36,7 @@ from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun, infra_drift
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
 
-#: `--ecdysis-rescore` values.
+#: ini `ecdysis_rescore` values.
 RESCORE = ("auto", "always", "never")
 
 
@@ -52,7 +52,7 @@ def rescore_plan(cfg: Any, env: Mapping[str, str]) -> tuple[bool, str]:
     """(re-score the incumbent beside the candidate?, why) under `cfg.rescore`."""
     mode = getattr(cfg, "rescore", "auto")
     if mode == "never":
-        return False, "--ecdysis-rescore never: compared with the incumbent's earlier run"
+        return False, "ecdysis_rescore = never: compared with the incumbent's earlier run"
     why = deterministic(cfg, env)
     if mode == "auto" and why:
         return False, f"reused the incumbent's earlier run: {why}"

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_ecdysis.core.config_values import flag
 from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.edit.editors import check_editor
@@ -83,7 +84,7 @@ def check_resume_options(cfg: Any, doc: dict[str, Any]) -> None:
     for name in RESUME_FIELDS:
         if name in doc and doc[name] != _option_value(cfg, name):
             then, now = doc[name], _option_value(cfg, name)
-            diff.append(f"--ecdysis-{name.replace('_', '-')} {_shown(name, then)} then, {_shown(name, now)} now")
+            diff.append(f"{flag(name.replace('_', '-'))} {_shown(name, then)} then, {_shown(name, now)} now")
     if diff:
         raise UsageError(f"--ecdysis-resume {cfg.resume}: that run was started with other options ("
                          + "; ".join(diff) + "); resume with the options of the interrupted run, or start a new "

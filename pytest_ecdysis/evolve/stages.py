@@ -190,7 +190,7 @@ def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktr
 def validate_stage(ev: RoundContext, worktree: gitops.Worktree, rdir: Path, run_id: str, label: str,
                    base: dict[str, Any]) -> dict[str, Any]:
     """The validation sub-run of the same suite on the candidate in `worktree`, started together with a
-    re-run of the incumbent `base` when `--ecdysis-rescore` asks for one (`evolve_paired`).
+    re-run of the incumbent `base` when ini `ecdysis_rescore` asks for one (`evolve_paired`).
 
     Returns `{"outcome", "reason", "score", "harness_id", "run_path", "run_id", "exit_code", "wall_s",
     "pass_hat_k", "incumbent"}` (`incumbent`: the run the candidate is compared with, see

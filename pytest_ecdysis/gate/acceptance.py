@@ -6,9 +6,9 @@ Two rules (`--ecdysis-accept`, docs/evolution.md "Acceptance"):
   tasks may drop. Its false-acceptance rate is not controlled: with a noisy model an unchanged harness
   is "better" about half the time.
 - `paired`: accept only when a one-sided paired test over tasks rejects "no improvement" at the level
-  `--ecdysis-accept-level` (α, default 0.05), so a candidate that changes nothing is accepted with
+  ini `ecdysis_accept_level` (α, default 0.05), so a candidate that changes nothing is accepted with
   probability at most about α. The pairs are the per-task mean rewards of the incumbent's and the
-  candidate's runs (tasks scored in both); the method is `--ecdysis-accept-method`:
+  candidate's runs (tasks scored in both); the method is ini `ecdysis_accept_method`:
   `sign` (exact binomial sign test on the tasks that changed, `scipy.stats.binomtest`; conservative,
   the default), `wilcoxon` (signed-rank test, `scipy.stats.wilcoxon`, zeros dropped; exact without tied
   magnitudes, else a seeded permutation test, about 1 s; with a single magnitude, e.g. ±1 differences of

@@ -7,12 +7,12 @@ with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
   (xdist can print "no tests ran" and exit 0: the gate checks coverage itself);
 - `--ecdysis-accept strict` (the default): the suite score is below the baseline's by more than
   `--ecdysis-gate-tolerance`; `--ecdysis-accept paired`: a one-sided paired test over tasks
-  (`acceptance.regression_test`, `--ecdysis-accept-method`) finds the run worse than the baseline at the
-  level `--ecdysis-accept-level` *and* the mean per-task drop exceeds the tolerance, so an unchanged
+  (`acceptance.regression_test`, ini `ecdysis_accept_method`) finds the run worse than the baseline at the
+  level ini `ecdysis_accept_level` *and* the mean per-task drop exceeds the tolerance, so an unchanged
   harness on a noisy model fails the gate with probability at most about the level;
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
   that option is given); "solved" = every trial of the task succeeded;
-- `--ecdysis-gate-max-cost-rise S` (a share, only when given): the agent's tokens per task (its tokens over
+- ini `ecdysis_gate_max_cost_rise = S` (a share, only when given): the agent's tokens per task (its tokens over
   the tasks, as the evolution's test split reports efficiency) rose above the baseline's by more than S
   (`cost_rise`); a baseline saved before it kept tokens per task cannot be checked and fails with that reason.
 
@@ -43,7 +43,7 @@ MATCH_FIELDS = ("suite", "split", "trials", "model", "threshold", "sim_nonce")
 #: (the simulated model's fixed run nonce, None for a fresh one per run) is written for sim runs only.
 OPTIONAL_FIELDS = ("sim_nonce",)
 #: how a mismatch names a field whose name alone does not say what to change.
-FIELD_NAMES = {"sim_nonce": "simulated model's nonce (--ecdysis-sim-nonce or ECDYSIS_SIM_NONCE)"}
+FIELD_NAMES = {"sim_nonce": "simulated model's nonce (ecdysis_sim_nonce or ECDYSIS_SIM_NONCE)"}
 
 
 def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +164,7 @@ class GateVerdict:
     baseline_path: str = ""
     rule: str = "strict"  #: `strict` (score drop beyond the tolerance) or `paired` (a significant drop)
     test: dict[str, Any] | None = None  #: the paired test: method, effect, interval, p_value, level, ...
-    cost: dict[str, Any] | None = None  #: `cost_rise` figures with `--ecdysis-gate-max-cost-rise`
+    cost: dict[str, Any] | None = None  #: `cost_rise` figures with ini `ecdysis_gate_max_cost_rise`
 
     @property
     def delta(self) -> float | None:
@@ -264,10 +264,10 @@ def verdict(
 ) -> GateVerdict:
     """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons.
 
-    `rule`, `method`, `level`: `--ecdysis-accept`, `--ecdysis-accept-method`, `--ecdysis-accept-level`. The
+    `rule`, `method`, `level`: `--ecdysis-accept`, ini `ecdysis_accept_method`, ini `ecdysis_accept_level`. The
     gate cannot re-run the baseline, so `sequential` (the default) is judged as `paired`: a significant drop
     (its measured false-failure rate and power: `benchmarks/bench_decisions.py`, docs/benchmarks.md).
-    `max_cost_rise`: `--ecdysis-gate-max-cost-rise` (None: tokens per task not checked).
+    `max_cost_rise`: ini `ecdysis_gate_max_cost_rise` (None: tokens per task not checked).
     """
     rule = "paired" if rule == "sequential" else rule
     v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),

@@ -1,4 +1,4 @@
-"""The gate's cost check (`--ecdysis-gate-max-cost-rise`): the agent's tokens per task against the baseline's.
+"""The gate's cost check (ini `ecdysis_gate_max_cost_rise`): the agent's tokens per task against the baseline's.
 
 Tokens per task = the agent's tokens (prompt + completion) of a run over its tasks, the efficiency figure the
 evolution's test split reports (`evolve/testsplit.efficiency`). Pure functions over `summary.json` and baseline
@@ -26,12 +26,12 @@ def cost_rise(summary: dict[str, Any], baseline: dict[str, Any], max_rise: float
     figures: dict[str, Any] = {"tokens_per_task": now, "baseline_tokens_per_task": then, "rise": None,
                                "max_rise": max_rise}
     if then is None:
-        return figures, ("--ecdysis-gate-max-cost-rise: the baseline keeps no tokens per task (saved by an older "
+        return figures, ("ecdysis_gate_max_cost_rise: the baseline keeps no tokens per task (saved by an older "
                          "version); save a new baseline with --ecdysis-save-baseline")
     if now is None or not then:
         return figures, None
     figures["rise"] = round(now / then - 1, 4)
     if figures["rise"] > max_rise + 1e-9:
         return figures, (f"tokens per task {now:,.0f} are {figures['rise']:+.1%} against the baseline's {then:,.0f} "
-                         f"(allowed at most {max_rise:+.1%}, --ecdysis-gate-max-cost-rise)")
+                         f"(allowed at most {max_rise:+.1%}, ecdysis_gate_max_cost_rise)")
     return figures, None

@@ -1,4 +1,4 @@
-"""One self-contained HTML page per run (`ecdysis report`, `--ecdysis-html FILE`).
+"""One self-contained HTML page per run (`ecdysis report`, ini `ecdysis_html = FILE`).
 
     gather(run_path) -> dict       every file of a run directory read tolerantly into plain data
     render(run_path) -> str        that data through `templates/report.html.j2` (Jinja2, autoescaped)

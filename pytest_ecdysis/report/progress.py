@@ -3,7 +3,7 @@
 - `TrialCounter`: the controller's count of finished trial cases, fed from test reports; it writes
   `<run>/progress.json` (`{"done", "total", "failed", "elapsed_s"}`, at most once a second) so that a
   parent process (the evolution loop waiting on a validation sub-run) can show the sub-run's progress.
-- `Ticker`: while a stage runs, one line every `interval_s` seconds (`--ecdysis-progress`, default 20),
+- `Ticker`: while a stage runs, one line every `interval_s` seconds (ini `ecdysis_progress`, default 20),
   from a daemon thread: `<label>: 12/30 trials (3 below λ), 1m05s elapsed, about 1m40s left`. When the
   output is a terminal, a `rich` status line that redraws in place replaces the repeated lines; the stage's
   start and end lines are printed either way.
@@ -27,7 +27,7 @@ from typing import Any
 
 from pytest_ecdysis.core.records import SCHEMA_VERSION
 
-#: `--ecdysis-progress` default: seconds between progress lines (under the 30 s a reader waits for one).
+#: ini `ecdysis_progress` default: seconds between progress lines (under the 30 s a reader waits for one).
 INTERVAL_S = 20.0
 #: least seconds between two writes of `progress.json`.
 WRITE_EVERY_S = 1.0

@@ -35,7 +35,7 @@ class EcdysisState:
     started: float = field(default_factory=time.time)
     outcome: Any = None  # set by session.finish: summary, gate verdict, evolution result
     messages: list[str] = field(default_factory=list)
-    html_path: Path | None = None  # the page `--ecdysis-html` wrote
+    html_path: Path | None = None  # the page ini `ecdysis_html` wrote
     progress: Any = None  # progress.SessionProgress on the controller
     no_trials: bool = False  # --collect-only, --setup-plan, --fixtures, ...: no trial will run
     sandbox_verdict: str | None = None  # the verdict's line when harness code ran without the sandbox

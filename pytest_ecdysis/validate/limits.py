@@ -1,4 +1,4 @@
-"""Per-process bounds of harness code (`--ecdysis-agent-memory`, `--ecdysis-agent-cpu`), sandbox on or off.
+"""Per-process bounds of harness code (`--ecdysis-limits agent-memory=MB,agent-cpu=S`), sandbox on or off.
 
 The controller exports the values (`export`: `ECDYSIS_AGENT_MEMORY_MB`, `ECDYSIS_AGENT_CPU_S`) so workers
 and validation sub-runs inherit them; the trusted trial process passes them to the harness's fork server
@@ -31,7 +31,7 @@ ENV_CPU = "ECDYSIS_AGENT_CPU_S"
 #: (134 MB resident) on the example harness (docs/benchmarks.md, issue 27); 4096 MB is 3.1x that.
 DEFAULT_MEMORY_MB = 4096
 #: CPU seconds of one trial's harness process; a τ² trial's used about 0.1 s (docs/benchmarks.md, issue
-#: 27), and its wall-clock budget (`--ecdysis-trial-budget`) defaults to 900 s.
+#: 27), and its wall-clock budget (`--ecdysis-limits trial-budget`) defaults to 900 s.
 DEFAULT_CPU_S = 900
 #: Seconds between SIGXCPU (the soft limit, which a harness may catch) and SIGKILL (the hard limit).
 CPU_GRACE_S = 5
@@ -48,10 +48,10 @@ class Limits:
     cpu_s: int = DEFAULT_CPU_S  #: CPU time (RLIMIT_CPU) per trial process, seconds
 
     def describe(self) -> str:
-        """`"memory 4096 MB (--ecdysis-agent-memory), CPU time 900 s (--ecdysis-agent-cpu)"`."""
+        """`"memory 4096 MB (--ecdysis-limits agent-memory), CPU time 900 s (--ecdysis-limits agent-cpu)"`."""
         mem = f"memory {self.memory_mb} MB" if self.memory_mb else "memory unlimited"
         cpu = f"CPU time {self.cpu_s} s" if self.cpu_s else "CPU time unlimited"
-        return f"{mem} (--ecdysis-agent-memory), {cpu} (--ecdysis-agent-cpu)"
+        return f"{mem} (--ecdysis-limits agent-memory), {cpu} (--ecdysis-limits agent-cpu)"
 
 
 def from_env(env: dict[str, str] | None = None) -> Limits:
@@ -96,13 +96,14 @@ def apply(limits: Limits, *, server: bool) -> None:
 def exceeded(limits: Limits, *, exit_code: int | None = None, cpu_s: float | None = None,
              raised: str | None = None) -> str | None:
     """The limit a harness process ran into, as the trial's reason (`"the harness process exceeded its
-    CPU-time limit (--ecdysis-agent-cpu 900 s)"`), or None. `exit_code`: its exit status (negative: the
+    CPU-time limit (--ecdysis-limits agent-cpu: 900 s, RLIMIT_CPU)"`), or None. `exit_code`: its exit status (negative: the
     signal); `cpu_s`: the CPU seconds it used; `raised`: the exception class it reported."""
     if limits.cpu_s and (exit_code == -signal.SIGXCPU or (cpu_s is not None and cpu_s >= limits.cpu_s)):
-        return f"the harness process exceeded its CPU-time limit (--ecdysis-agent-cpu {limits.cpu_s} s, RLIMIT_CPU)"
+        return (f"the harness process exceeded its CPU-time limit (--ecdysis-limits agent-cpu: {limits.cpu_s} s, "
+                "RLIMIT_CPU)")
     if limits.memory_mb and raised == "MemoryError":
-        return (f"the harness process ran out of its memory limit (--ecdysis-agent-memory {limits.memory_mb} MB "
-                "of address space, RLIMIT_AS)")
+        return ("the harness process ran out of its memory limit (--ecdysis-limits agent-memory: "
+                f"{limits.memory_mb} MB of address space, RLIMIT_AS)")
     return None
 
 

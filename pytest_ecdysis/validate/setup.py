@@ -3,7 +3,10 @@
 Arguments (`subrun_args`): the session's suite arguments and xdist settings, minus the options that belong
 to the outer run (`STRIPPED_OPTIONS`: evolution, gate, baseline, resume, run dir, harness, junit, and every
 option only an evolution or a gate reads), plus
-`--ecdysis-harness <candidate>` and `--ecdysis-run-dir <dir>`.
+`--ecdysis-harness <candidate>`, `--ecdysis-run-dir <dir>` and `-o ecdysis_html=` (`SUBRUN_INI`: the HTML page
+is the controller's, whether the ini file or a `-o` names it). Ini-only settings (`options.INI_ONLY`) reach a
+sub-run as they reached the controller: from the ini file of the trusted copy, or from the `-o` arguments,
+which are passed on.
 
 Environment (`subrun_env`): inherited from the controller (never from harness code) without the user's
 repository-local git variables (`gitenv.child_env`), minus the routes that load code before the suite does
@@ -45,7 +48,6 @@ SKIP_PARTS = {"__pycache__", ".git", ".pytest_cache", ".ruff_cache", ".mypy_cach
 #: Outer-run options a sub-run must not inherit: name -> takes a value.
 STRIPPED_OPTIONS: dict[str, bool] = {
     "--ecdysis-evolve": False,
-    "--ecdysis-ablate": False,
     "--ecdysis-gate": False,
     "--ecdysis-resume": True,
     "--ecdysis-save-baseline": True,
@@ -56,7 +58,6 @@ STRIPPED_OPTIONS: dict[str, bool] = {
     "--ecdysis-harness": True,
     "--ecdysis-run-dir": True,
     "--ecdysis-test-model": True,
-    "--ecdysis-html": True,
     "--junitxml": True,
     "--junit-xml": True,
     "--lf": False,
@@ -72,6 +73,9 @@ STRIPPED_OPTIONS: dict[str, bool] = {
 #: ... and every option only an evolution or a gate reads (`options.Option.needs`): a sub-run does neither,
 #: and would refuse them (`config_values.check_needs`); the controller reads them.
 STRIPPED_OPTIONS.update({"--ecdysis-" + o.name: o.action != "store_true" for o in OPTIONS if o.needs})
+#: Ini overrides every sub-run gets after the session's own `-o` (the last `-o` of a key wins): blank
+#: `ecdysis_html`, so a sub-run writes no page (into its read-only trusted copy, or over the controller's).
+SUBRUN_INI: tuple[str, ...] = ("-o", "ecdysis_html=")
 
 
 def strip_args(args: list[str] | tuple[str, ...], drop: dict[str, bool] | None = None) -> list[str]:
@@ -98,7 +102,7 @@ def subrun_args(base_args: list[str] | tuple[str, ...], *, harness_dir: Path, ru
     any given value (None: drop the option)."""
     overrides = overrides or {}
     args = strip_args(base_args, {**STRIPPED_OPTIONS, **{k: True for k in overrides}})
-    args += ["--ecdysis-harness", str(harness_dir), "--ecdysis-run-dir", str(run_dir)]
+    args += ["--ecdysis-harness", str(harness_dir), "--ecdysis-run-dir", str(run_dir), *SUBRUN_INI]
     for name, value in overrides.items():
         if value is not None:
             args += [name, value]

@@ -179,9 +179,9 @@ def test_limits_name_the_bound() -> None:
     """`exceeded` names the limit and its value for SIGXCPU, for CPU used past the limit and for a
     MemoryError; other endings name none."""
     bound = limits.Limits(memory_mb=512, cpu_s=7)
-    assert "--ecdysis-agent-cpu 7 s" in limits.exceeded(bound, exit_code=-24)
-    assert "--ecdysis-agent-cpu 7 s" in limits.exceeded(bound, exit_code=-9, cpu_s=7.2)
-    assert "--ecdysis-agent-memory 512 MB" in limits.exceeded(bound, raised="MemoryError")
+    assert "--ecdysis-limits agent-cpu: 7 s" in limits.exceeded(bound, exit_code=-24)
+    assert "--ecdysis-limits agent-cpu: 7 s" in limits.exceeded(bound, exit_code=-9, cpu_s=7.2)
+    assert "--ecdysis-limits agent-memory: 512 MB" in limits.exceeded(bound, raised="MemoryError")
     assert limits.exceeded(bound, exit_code=3, cpu_s=0.4) is None
     assert limits.exceeded(limits.Limits(0, 0), exit_code=-24, raised="MemoryError") is None
 

@@ -203,7 +203,7 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
 @pytest.mark.parametrize("sandboxed", [True, False])
 def test_a_4_gb_allocation_ends_the_trial_naming_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            sandboxed: bool) -> None:
-    """A harness that allocates 4 GB: past `--ecdysis-agent-memory` (default 4096 MB of address
+    """A harness that allocates 4 GB: past `--ecdysis-limits agent-memory` (default 4096 MB of address
     space) the allocation fails, and the trial ends agent_error naming the limit and its value; the next
     trial of the same worker runs normally. With and without bubblewrap."""
     if sandboxed:
@@ -216,17 +216,17 @@ def test_a_4_gb_allocation_ends_the_trial_naming_the_limit(tmp_path: Path, monke
     body = "        block = bytearray(4 << 30)"
     result = run("3", None, harness=_harness(tmp_path, f"alloc{int(sandboxed)}", body=body), settings=SETTINGS)
     assert result.termination_reason == "agent_error" and result.reward == 0.0
-    assert "--ecdysis-agent-memory 4096 MB" in result.error, result.error
+    assert "--ecdysis-limits agent-memory: 4096 MB" in result.error, result.error
     again = run("3", None, harness=_harness(tmp_path, f"idle{int(sandboxed)}"), settings=SETTINGS)
     assert again.termination_reason in ("user_stop", "agent_stop"), again.error
 
 
 def test_a_cpu_spin_ends_the_trial_naming_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A harness that spins past `--ecdysis-agent-cpu` (here 2 s): the kernel ends its process (SIGXCPU),
+    """A harness that spins past `--ecdysis-limits agent-cpu` (here 2 s): the kernel ends its process (SIGXCPU),
     and the trial ends agent_error naming the limit and its value, long before the trial budget."""
     monkeypatch.setenv("ECDYSIS_SANDBOX", "0")
     monkeypatch.setenv("ECDYSIS_AGENT_CPU_S", "2")
     body = "        while True:\n            pass"
     result = run("3", None, harness=_harness(tmp_path, "spin", body=body), settings=SETTINGS)
     assert result.termination_reason == "agent_error" and result.reward == 0.0
-    assert "--ecdysis-agent-cpu 2 s" in result.error, result.error
+    assert "--ecdysis-limits agent-cpu: 2 s" in result.error, result.error

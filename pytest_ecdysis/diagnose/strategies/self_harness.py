@@ -2,9 +2,9 @@
 modifications per round, each validated against the suite with regression tests, the best that passes kept.
 
 1. Mine weaknesses: each pattern group of the round is a weakness (cross-task groups and larger groups
-   first); when there are fewer than the proposals asked for (`--ecdysis-proposals`, default `PROPOSALS`), the records of the largest groups become weaknesses of
+   first); when there are fewer than the proposals asked for (ini `ecdysis_proposals`, default `PROPOSALS`), the records of the largest groups become weaknesses of
    their own, so a round still gets several proposals.
-2. Propose: one analyst call per weakness (at most `--ecdysis-proposals`), each seeing only that weakness's records,
+2. Propose: one analyst call per weakness (at most ini `ecdysis_proposals`), each seeing only that weakness's records,
    the harness map, the history and the changes already proposed this round (asked for a different one),
    and asked for the single smallest change; a spec is cut to one change (minimal): its first change not
    proposed earlier this round (diverse), and a spec whose every change was proposed already (same
@@ -39,7 +39,7 @@ from pytest_ecdysis.diagnose.strategies.base import RoundInput
 from pytest_ecdysis.endpoint.role_client import RoleClient
 from pytest_ecdysis.evidence.build import record_key, usable_records
 
-#: The default of `--ecdysis-proposals`, proposals per round (the Self-Harness description asks for several:
+#: The default of ini `ecdysis_proposals`, proposals per round (the Self-Harness description asks for several:
 #: at least three; a smaller value is allowed and runs a reduced Self-Harness).
 PROPOSALS = 3
 
