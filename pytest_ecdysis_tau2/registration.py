@@ -37,7 +37,7 @@ def ecdysis_templates() -> dict[str, str]:
 
 @hookimpl
 def ecdysis_sim_knowledge() -> dict[str, Any]:
-    from .sim_knowledge import providers
+    from .knowledge.providers import providers
 
     return providers()
 
@@ -57,14 +57,14 @@ def ecdysis_answer_keys() -> list[str]:
 @hookimpl
 def ecdysis_warm_services(directory: str) -> list[Any]:
     """The session's warm scorer server (`warm_scorer`; the plugin calls this only when the sandbox is on)."""
-    from .warm_scorer import start
+    from .scoring.warm_scorer import start
 
     return [start(directory)]
 
 
 @hookimpl
 def ecdysis_task_ids(split: str) -> dict[str, list[str]]:
-    from .suite import DOMAINS, split_ids, suite_name
+    from .tasks.suite import DOMAINS, split_ids, suite_name
 
     return {suite_name(d): list(split_ids(d, split)) for d in DOMAINS}
 
