@@ -33,14 +33,14 @@ def test_the_package_keeps_its_import_contracts():
 
 @pytest.mark.parametrize(("module", "line", "broken"), [
     # an upward import: core (the bottom layer) importing the loop
-    ("pytest_ecdysis/core/errors.py", "from pytest_ecdysis.evolve import loop  # noqa", "stages are layered"),
+    ("core/errors.py", "from pytest_ecdysis.evolve import loop  # noqa", "stages are layered"),
     # a circle inside one package: the loop's stage importing the loop back
-    ("pytest_ecdysis/evolve/stages.py", "from pytest_ecdysis.evolve import loop  # noqa", "no import circle"),
+    ("evolve/stages.py", "from pytest_ecdysis.evolve import loop  # noqa", "no import circle"),
     # the plugin importing τ² or the τ² suite, even lazily inside a function
-    ("pytest_ecdysis/core/errors.py", "import tau2  # noqa", "never imports tau2"),
-    ("pytest_ecdysis/gate/baseline.py", "def f():\n    from pytest_ecdysis_tau2.tasks import suite  # noqa",
-     "never imports tau2"),
-    # the τ² suite: its bottom room (τ² loaded) importing the trial above it, even lazily
+    ("core/errors.py", "import tau2  # noqa", "never imports tau2"),
+    ("gate/baseline.py", "def f():\n    from pytest_ecdysis_tau2 import suite  # noqa", "never imports tau2"),
+    # the τ² suite (paths from the checkout's root): its bottom room (τ² loaded) importing the trial above
+    # it, even lazily
     ("pytest_ecdysis_tau2/tasks/suite.py",
      "def f():\n    from pytest_ecdysis_tau2.trial import runner  # noqa", "rooms are layered"),
     # a circle inside one room: the worker's scorer client importing the warm server back
@@ -54,15 +54,14 @@ def test_an_added_upward_import_or_circle_breaks_the_contract(tmp_path, module, 
     for package in ("pytest_ecdysis", "pytest_ecdysis_tau2"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / module
+    target = tmp_path / (module if module.startswith("pytest_ecdysis_tau2/") else f"pytest_ecdysis/{module}")
     target.write_text(target.read_text(encoding="utf-8") + "\n" + line + "\n", encoding="utf-8")
     result = lint(tmp_path)
     assert result.returncode != 0
     assert f"{broken}" in result.stdout and "BROKEN" in result.stdout
     # the report names the offending module (and, for a layer break, the line)
-    dotted = module.removesuffix(".py").replace("/", ".")
-    parts = module.split("/")
-    assert dotted in result.stdout or "." + parts[-1].removesuffix(".py") in result.stdout, result.stdout
+    dotted = str(target.relative_to(tmp_path)).removesuffix(".py").replace("/", ".")
+    assert dotted in result.stdout or "." + target.stem in result.stdout, result.stdout
 
 
 def test_an_old_module_path_is_an_import_error_naming_it():
