@@ -4,10 +4,10 @@
   row: model, tools and policy only);
 - `ecdysis_templates`: `template/`, the suite's part of a new repository (`ecdysis init --suite tau2`);
 - `ecdysis_sim_knowledge`: the simulated model's knowledge of τ² tasks, imported lazily from
-  `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
+  `knowledge/providers.py` (owned by the simulated-model part) only when a simulated server starts;
 - `ecdysis_answer_keys`: τ²'s task files (gold actions, evaluation criteria, splits), covered in the editor's
-  sandbox as they are in the harness's (`agent_env.gold_files`);
-- `ecdysis_warm_services`: the session's warm scorer server (`warm_scorer.py`), where the sandbox is on;
+  sandbox as they are in the harness's (`harness_process/agent_env.gold_files`);
+- `ecdysis_warm_services`: the session's warm scorer server (`scoring/warm_scorer.py`), where the sandbox is on;
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
   the controller's checks of `--ecdysis-tasks` and of a gate's baseline right after collection.
 """
