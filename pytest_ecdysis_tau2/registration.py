@@ -7,7 +7,7 @@
   `knowledge/providers.py` (owned by the simulated-model part) only when a simulated server starts;
 - `ecdysis_answer_keys`: τ²'s task files (gold actions, evaluation criteria, splits), covered in the editor's
   sandbox as they are in the harness's (`harness_process/agent_env.gold_files`);
-- `ecdysis_warm_services`: the session's warm scorer server (`scoring/warm_scorer.py`), where the sandbox is on;
+- `ecdysis_warm_services`: the session's warm scorer server (`scoring/warm_scorer.py`), with the sandbox on;
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
   the controller's checks of `--ecdysis-tasks` and of a gate's baseline right after collection.
 """
