@@ -131,7 +131,7 @@ def rounds(args: argparse.Namespace) -> None:
     import threading
 
     if not args.tasks:
-        from pytest_ecdysis_tau2.suite import split_ids  # the benchmark may import the suite
+        from pytest_ecdysis_tau2.tasks.suite import split_ids  # the benchmark may import the suite
 
         args.tasks = ",".join(list(split_ids("airline", "train"))[:args.train])
     with tempfile.TemporaryDirectory(prefix="ecdysis-rounds-") as tmp:

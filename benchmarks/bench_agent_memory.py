@@ -64,9 +64,9 @@ def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from pytest_ecdysis.core.harness import harness_id
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.agent_process import agent_process
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
-    from pytest_ecdysis_tau2.suite import split_ids
+    from pytest_ecdysis_tau2.harness_process.agent_process import agent_process
+    from pytest_ecdysis_tau2.tasks.suite import split_ids
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     server = start_background(latency_s=args.latency, nonce="bench")
     harness = (ROOT / "pytest_ecdysis_tau2" / "example_harness").resolve()

@@ -39,8 +39,8 @@ import json, os, sys, time
 from pathlib import Path
 from pytest_ecdysis.core.harness import harness_id
 from pytest_ecdysis.sim.server import start_background
-from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
-from pytest_ecdysis_tau2.suite import split_ids
+from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
+from pytest_ecdysis_tau2.tasks.suite import split_ids
 server = start_background()
 h = Path(sys.argv[1]).resolve()
 tasks, repeats = split_ids("airline", "train")[: int(sys.argv[2])], int(sys.argv[3])
@@ -66,7 +66,7 @@ server.stop()
 STARTUP = """
 import json, sys, time
 from pathlib import Path
-from pytest_ecdysis_tau2.agent_wire import AgentProcess
+from pytest_ecdysis_tau2.harness_process.agent_wire import AgentProcess
 walls = []
 for _ in range(int(sys.argv[2])):
     server = AgentProcess(Path(sys.argv[1]))

@@ -68,7 +68,7 @@ def tree_pss(root: psutil.Process) -> int:
 
 #: process kinds of a run's tree, by a part of their command line (first match), for the CPU table
 KINDS = (("agent_child", "harness fork servers (+ their trial processes)"),
-         ("pytest_ecdysis_tau2.scorer", "scorers (+ their scoring children)"),
+         ("pytest_ecdysis_tau2.scoring", "scorers (+ their scoring children)"),
          ("sys.stdin.readline", "xdist workers (trials, orchestrator)"),
          ("pytest", "pytest controllers (+ sim server, evolution)"))
 
@@ -94,7 +94,7 @@ def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:
             parent = proc.parent()
             pline = " ".join(parent.cmdline()) if parent else ""
             if parent is not None and os.path.basename((parent.cmdline() or ["?"])[0]) != "bwrap" and (
-                    "agent_child" in pline or "pytest_ecdysis_tau2.scorer" in pline):
+                    "agent_child" in pline or "pytest_ecdysis_tau2.scoring" in pline):
                 continue  # a trial process or scoring child: counted with its parent (reaped children)
             t = proc.cpu_times()
             cpu = t.user + t.system + (t.children_user + t.children_system if "fork" in kind or "scor" in kind else 0)
@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--rev", help="with --round: run this commit of the repository instead of HEAD")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from pytest_ecdysis_tau2.suite import split_ids
+    from pytest_ecdysis_tau2.tasks.suite import split_ids
 
     levels = [int(x) for x in args.levels.split(",")]
     if any(level < 1 or (level > 1 and level % 2) for level in levels):

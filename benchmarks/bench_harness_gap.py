@@ -33,7 +33,7 @@ def _play(harness: str, domain: str, task_ids: list[str], trials: int, profile: 
     os.environ.pop("ECDYSIS_SIM_NONCE", None)
     from pytest_ecdysis.sim.client import fetch_ground_truth
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     handle = start_background(default_profile=profile)
     harness_dir = Path(harness) if Path(harness).is_absolute() else ROOT / harness
@@ -57,7 +57,7 @@ def _play(harness: str, domain: str, task_ids: list[str], trials: int, profile: 
 
 def measure(harness: str, domain: str, split: str, trials: int, profile: str, nonce: str, jobs: int,
             n_tasks: int | None = None) -> dict:
-    from pytest_ecdysis_tau2 import suite
+    from pytest_ecdysis_tau2.tasks import suite
 
     task_ids = suite.select_task_ids(domain, split, None)[:n_tasks]
     chunks = [task_ids[i::jobs] for i in range(jobs) if task_ids[i::jobs]]

@@ -41,12 +41,13 @@ def worker(path: str, domain: str, ids: list[str]) -> None:
     {"<task_id>#<n>": [reward, components, s]}, n counting the repeats of a task id."""
     from gold_replay import gold_simulation
 
-    from pytest_ecdysis_tau2 import scorer, suite
-    from pytest_ecdysis_tau2.tau2lib import load_tau2
+    from pytest_ecdysis_tau2.scoring import scorer, scorer_client
+    from pytest_ecdysis_tau2.tasks import suite
+    from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
 
     t = load_tau2()
     sims = {i: gold_simulation(domain, i) for i in set(ids)}
-    client = scorer.ScorerClient()
+    client = scorer_client.ScorerClient()
     if path == "ecdysis":
         client.score(domain, ids[0], json.dumps(sims[ids[0]]))  # warm: start-up and the one-time build
     else:
@@ -102,7 +103,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker[0], args.worker[1], args.worker[2].split(","))
         return
-    from pytest_ecdysis_tau2 import suite
+    from pytest_ecdysis_tau2.tasks import suite
 
     print(f"scoring gold replays, one fresh process per path and domain; load {os.getloadavg()[0]:.1f}")
     for domain in args.domains.split(","):

@@ -38,8 +38,8 @@ def knowledge(kind: str) -> tuple[dict, list[tuple[str, str]], str]:
 
         return {"toy": ToyKnowledge()}, [("toy", "1"), ("toy", "2")], "policy " * 1200
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from pytest_ecdysis_tau2.sim_knowledge import providers
-    from pytest_ecdysis_tau2.suite import domain_module, split_ids
+    from pytest_ecdysis_tau2.knowledge.providers import providers
+    from pytest_ecdysis_tau2.tasks.suite import domain_module, split_ids
 
     tasks = [("tau2-airline", t) for t in split_ids("airline", "test")]
     tasks += [("tau2-retail", t) for t in split_ids("retail", "test")]

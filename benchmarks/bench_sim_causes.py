@@ -41,8 +41,8 @@ def main() -> int:
     from pytest_ecdysis.sim.client import fetch_ground_truth
     from pytest_ecdysis.sim.server import start_background
     from pytest_ecdysis.sim.truth.replay import replay_cause
-    from pytest_ecdysis_tau2 import suite
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.tasks import suite
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     handle = start_background(default_profile=args.profile)
     model = f"sim/{args.profile}"

@@ -47,8 +47,8 @@ def main() -> None:
     from pytest_ecdysis.sim.editor.recipes import apply_spec
     from pytest_ecdysis.sim.server import start_background
     from pytest_ecdysis.sim.truth.repairs import executed_calls
-    from pytest_ecdysis_tau2 import suite
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.tasks import suite
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-repairs-"))
     checked = tmp / "value_check"

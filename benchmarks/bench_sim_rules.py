@@ -35,7 +35,7 @@ def main() -> None:
     from pytest_ecdysis.sim.agent.trial import AgentTrial
     from pytest_ecdysis.sim.profiles import load_profile
     from pytest_ecdysis_tau2.example_harness.prompts import build_system_prompt
-    from pytest_ecdysis_tau2.sim_knowledge import providers
+    from pytest_ecdysis_tau2.knowledge.providers import providers
 
     task = providers()["tau2-airline"].task("0")
     prompt = build_system_prompt(task.policy)

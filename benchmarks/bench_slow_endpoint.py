@@ -32,12 +32,13 @@ def main() -> None:
     from slow_endpoint import SlowEndpoint
 
     from pytest_ecdysis.core.harness import harness_id
-    from pytest_ecdysis_tau2.endpoint import EndpointSettings
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     harness = ROOT / "pytest_ecdysis_tau2" / "example_harness"
     from pytest_ecdysis.core.harness import load_harness
-    from pytest_ecdysis_tau2 import suite, user  # noqa: F401 - imported before the clock starts
+    from pytest_ecdysis_tau2.tasks import suite  # noqa: F401 - imported before the clock starts
+    from pytest_ecdysis_tau2.trial import user  # noqa: F401 - imported before the clock starts
 
     load_harness(harness)  # a worker's first trial pays these imports once; measure the endpoint, not them
     suite.get_environment("airline")

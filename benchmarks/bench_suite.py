@@ -35,7 +35,8 @@ for key in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID"):
 
 STARTUP = (
     "import time; t=time.perf_counter(); import pytest, pytest_ecdysis.plugin, pytest_ecdysis_tau2.cases; "
-    "from pytest_ecdysis_tau2.tau2lib import load_tau2; load_tau2(); import pytest_ecdysis_tau2.runner; "
+    "from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2; load_tau2(); "
+    "import pytest_ecdysis_tau2.trial.runner; "
     "from pytest_ecdysis.core.harness import load_harness; load_harness(__import__('pathlib').Path('{h}')); "
     "print(time.perf_counter()-t)"
 )
@@ -45,7 +46,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from pytest_ecdysis.core.harness import harness_id
-from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 h = Path(sys.argv[2])
 walls = []
 for task_id in sys.argv[3].split(","):
@@ -60,7 +61,7 @@ print(json.dumps({"total": time.perf_counter() - t0, "walls": walls}))
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
-        from pytest_ecdysis_tau2 import suite
+        from pytest_ecdysis_tau2.tasks import suite
 
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         role = self.headers.get("X-Ecdysis-Role")
@@ -98,7 +99,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="start-up measurements (default: 3)")
     args = parser.parse_args()
     harness = REPO / "pytest_ecdysis_tau2" / "example_harness"
-    from pytest_ecdysis_tau2 import suite
+    from pytest_ecdysis_tau2.tasks import suite
 
     task_ids = list(suite.split_ids("airline", "test"))[: args.tasks]
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-READY = ("from pytest_ecdysis_tau2.tau2lib import load_tau2; from pytest_ecdysis_tau2.scorer import _fast_environments; "
+READY = ("from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2; "
+         "from pytest_ecdysis_tau2.scoring.scorer import _fast_environments; "
          "load_tau2(); _fast_environments()")
 
 
@@ -55,7 +56,7 @@ def _scorer_start(flags: list[str], repeats: int, prefix: str | None = None) -> 
 def _guard(calls: int = 200) -> tuple[float, float, float]:
     import httpx2
 
-    from pytest_ecdysis_tau2.request_guard import TrustedRequestTransport
+    from pytest_ecdysis_tau2.harness_process.request_guard import TrustedRequestTransport
 
     inner = httpx2.MockTransport(lambda request: httpx2.Response(200, json={"ok": True}))
     guard = TrustedRequestTransport(inner, model="sim", forced={"X-Ecdysis-Trial": "r/s/1/0", "X-Ecdysis-Role": "agent",

@@ -85,37 +85,41 @@ def _timed(owner: Any, name: str, label: str, fields: Any = None) -> None:
 
 
 def _install() -> None:
-    from pytest_ecdysis_tau2 import agent_process
+    from pytest_ecdysis_tau2.harness_process import agent_process, agent_wire
 
-    _timed(agent_process.AgentProcess, "_await_ready", "forkserver_start")
+    _timed(agent_wire.AgentProcess, "_await_ready", "forkserver_start")
     _timed(agent_process, "check_harness", "check_harness")
 
 
 def _install_trials() -> None:
-    from pytest_ecdysis_tau2 import runner, scorer  # imported here as the first trial would (openai, httpx2)
+    from pytest_ecdysis_tau2.scoring import scorer_client
+    from pytest_ecdysis_tau2.trial import runner  # imported here as the first trial would (openai, httpx2)
 
-    _timed(scorer.ScorerClient, "_start", "scorer_spawn")
-    _timed(scorer.ScorerClient, "score", "score", lambda self, domain, task_id, *_: {"task": task_id})
+    _timed(scorer_client.ScorerClient, "_start", "scorer_spawn")
+    _timed(scorer_client.ScorerClient, "score", "score", lambda self, domain, task_id, *_: {"task": task_id})
     _timed(runner, "run_trial", "trial", lambda spec, *a, **k: {"task": spec.task_id, "trial": spec.trial})
     _install_steps()
 
 
 #: a trial's steps the per-trial table shows, by (module, owner, name) -> label (`steps`)
-STEPS = (("pytest_ecdysis_tau2.runner", None, "load_tau2", "τ² loaded"),
-         ("pytest_ecdysis_tau2.scorer_client", "ScorerClient", "start", "scorer start"),
-         ("pytest_ecdysis_tau2.runner", None, "prepare_agent", "fork server ready"),
-         ("pytest_ecdysis_tau2.suite", None, "get_task", "τ² task"),
-         ("pytest_ecdysis_tau2.suite", None, "get_environment", "τ² environment"),
-         ("pytest_ecdysis_tau2.runner", None, "tool_params", "tool schema"),
-         ("pytest_ecdysis_tau2.runner", None, "make_client", "openai clients"),
-         ("pytest_ecdysis_tau2.agent_wire", "AgentProcess", "connect", "harness: check + domain (server lock)"),
-         ("pytest_ecdysis_tau2.agent_wire", "AgentProcess", "warm_up", "harness: warm-up (check + domain)"),
-         ("pytest_ecdysis_tau2.agent_wire", "TrialLink", "__init__", "harness: trial process forked"),
-         ("pytest_ecdysis_tau2.runner", None, "build_agent", "harness agent built (all of it)"),
-         ("pytest_ecdysis_tau2.runner", None, "guard_sync", "guard sync"),
-         ("pytest_ecdysis_tau2.user", "Tau2User", "generate_next_message", "user simulator turn"),
-         ("pytest_ecdysis_tau2.agent_wire", "_Wire", "receive", "wire receive (waiting)"),
-         ("pytest_ecdysis_tau2.scorer_client", "ScorerClient", "score", "scoring (lock included)"),
+STEPS = (("pytest_ecdysis_tau2.trial.runner", None, "load_tau2", "τ² loaded"),
+         ("pytest_ecdysis_tau2.scoring.scorer_client", "ScorerClient", "start", "scorer start"),
+         ("pytest_ecdysis_tau2.trial.runner", None, "prepare_agent", "fork server ready"),
+         ("pytest_ecdysis_tau2.tasks.suite", None, "get_task", "τ² task"),
+         ("pytest_ecdysis_tau2.tasks.suite", None, "get_environment", "τ² environment"),
+         ("pytest_ecdysis_tau2.trial.runner", None, "tool_params", "tool schema"),
+         ("pytest_ecdysis_tau2.trial.runner", None, "make_client", "openai clients"),
+         ("pytest_ecdysis_tau2.harness_process.agent_wire", "AgentProcess", "connect",
+          "harness: check + domain (server lock)"),
+         ("pytest_ecdysis_tau2.harness_process.agent_wire", "AgentProcess", "warm_up",
+          "harness: warm-up (check + domain)"),
+         ("pytest_ecdysis_tau2.harness_process.agent_wire", "TrialLink", "__init__",
+          "harness: trial process forked"),
+         ("pytest_ecdysis_tau2.trial.runner", None, "build_agent", "harness agent built (all of it)"),
+         ("pytest_ecdysis_tau2.trial.runner", None, "guard_sync", "guard sync"),
+         ("pytest_ecdysis_tau2.trial.user", "Tau2User", "generate_next_message", "user simulator turn"),
+         ("pytest_ecdysis_tau2.harness_process.agent_wire", "_Wire", "receive", "wire receive (waiting)"),
+         ("pytest_ecdysis_tau2.scoring.scorer_client", "ScorerClient", "score", "scoring (lock included)"),
          ("httpx2", "HTTPTransport", "handle_request", "HTTP model call"))
 
 
@@ -127,7 +131,7 @@ def _install_steps() -> None:
         fields = (lambda self, request, _l=label: {"part": _l, "who": request.headers.get("x-ecdysis-role", "?")}) \
             if name == "handle_request" else (lambda *a, _l=label, **k: {"part": _l})
         _timed(getattr(mod, owner) if owner else mod, name, "step", fields)
-    from pytest_ecdysis_tau2.tau2lib import load_tau2
+    from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
 
     _timed(load_tau2().Orchestrator, "run", "step", lambda *a, **k: {"part": "orchestrator run (conversation)"})
 

@@ -91,7 +91,7 @@ WORKERS = "0"
 
 def task_ids(domain: str, split: str, n: int) -> list[str]:
     # the benchmark may import the suite; pytest_ecdysis never does
-    from pytest_ecdysis_tau2.suite import split_ids
+    from pytest_ecdysis_tau2.tasks.suite import split_ids
 
     return list(split_ids(domain, split))[:n]
 

@@ -64,7 +64,7 @@ def _play(profile: str, harness_dir: str, task_ids: list[str], nonce: str) -> di
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     os.environ.pop("ECDYSIS_SIM_NONCE", None)
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     model = "sim" if profile == "default" else f"sim/{profile}"
     if profile not in _SERVERS:
@@ -83,7 +83,7 @@ def collect(out: Path, trials: int = 8, jobs: int = 2) -> dict:
     so an interrupted collection keeps every finished trial and a later call continues it. The example
     pools get `trials` trials per task (a no-op decision draws both sides from one pool), the fix pools
     `FIX_TRIALS` (one side only). Returns the document (`trials`: the fewest trials of an example pool)."""
-    from pytest_ecdysis_tau2 import suite
+    from pytest_ecdysis_tau2.tasks import suite
 
     path = out / "pools.json"
     doc = json.loads(path.read_text()) if path.is_file() else {}

@@ -38,7 +38,7 @@ def _runs(profile: str, noise: float, domain: str, task_ids: list[str], nonces: 
     os.environ.pop("ECDYSIS_SIM_NONCE", None)
     os.environ["ECDYSIS_SIM_PROFILES"] = _profile_dir(profile, noise)
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     handle = start_background(default_profile=profile)
     out: dict[str, list[int]] = {}
@@ -63,7 +63,7 @@ def spread(profiles: list[str], noises: list[float | None], domain: str, split: 
     `noises` None: the profile's own share. Nonces are `spread-1..K` (fresh, independent of the profile).
     """
     from pytest_ecdysis.sim.profiles import load_profile
-    from pytest_ecdysis_tau2 import suite
+    from pytest_ecdysis_tau2.tasks import suite
 
     task_ids = suite.select_task_ids(domain, split, None)[:n_tasks]
     rows = []

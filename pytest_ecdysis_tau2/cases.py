@@ -17,8 +17,8 @@ from pytest_ecdysis.core.config import is_sim_model
 from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.core.records import TrialResult
 
-from . import suite
-from .agent_process import check_harness, start_early, warm_up_soon
+from .harness_process.agent_process import check_harness, start_early, warm_up_soon
+from .tasks import suite
 
 FIXTURE = "tau2_trial"
 
@@ -61,8 +61,8 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
 @pytest.fixture
 def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
     """Run the trial of this case (setup phase) and record its TrialResult on the item."""
-    from .endpoint import EndpointSettings
-    from .runner import TrialSpec, run_trial
+    from .trial.endpoint import EndpointSettings
+    from .trial.runner import TrialSpec, run_trial
 
     state = get_state(request.config)
     cfg = state.cfg
@@ -76,7 +76,7 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
     spec = spec_of(request.param)
     try:
         if cfg.concurrency > 1:  # this trial and the next C - 1 of the worker's share run in threads
-            from .trial_pool import pool_for
+            from .trial.trial_pool import pool_for
 
             run = lambda param: run_trial(spec_of(param), EndpointSettings.from_config(cfg))  # noqa: E731
             result = pool_for(request, FIXTURE, run, cfg.concurrency).result(request.param)
@@ -113,7 +113,7 @@ def record_ground_truth(state, header: str, result: TrialResult, threshold: floa
 
     The tool calls τ² executed (this trial's trajectory) go with the request, so the server can tell a
     bent argument the harness repaired or refused in code from one the environment received
-    (`pytest_ecdysis.sim.repairs`)."""
+    (`pytest_ecdysis.sim.truth.repairs`)."""
     try:
         from pytest_ecdysis.sim.client import fetch_ground_truth, write_ground_truth
         from pytest_ecdysis.sim.truth.repairs import executed_calls

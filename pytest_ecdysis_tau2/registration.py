@@ -4,10 +4,10 @@
   row: model, tools and policy only);
 - `ecdysis_templates`: `template/`, the suite's part of a new repository (`ecdysis init --suite tau2`);
 - `ecdysis_sim_knowledge`: the simulated model's knowledge of τ² tasks, imported lazily from
-  `sim_knowledge.py` (owned by the simulated-model part) only when a simulated server starts;
+  `knowledge/providers.py` (owned by the simulated-model part) only when a simulated server starts;
 - `ecdysis_answer_keys`: τ²'s task files (gold actions, evaluation criteria, splits), covered in the editor's
-  sandbox as they are in the harness's (`agent_env.gold_files`);
-- `ecdysis_warm_services`: the session's warm scorer server (`warm_scorer.py`), where the sandbox is on;
+  sandbox as they are in the harness's (`harness_process/agent_env.gold_files`);
+- `ecdysis_warm_services`: the session's warm scorer server (`scoring/warm_scorer.py`), with the sandbox on;
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
   the controller's checks of `--ecdysis-tasks` and of a gate's baseline right after collection.
 """
@@ -37,7 +37,7 @@ def ecdysis_templates() -> dict[str, str]:
 
 @hookimpl
 def ecdysis_sim_knowledge() -> dict[str, Any]:
-    from .sim_knowledge import providers
+    from .knowledge.providers import providers
 
     return providers()
 
@@ -57,14 +57,14 @@ def ecdysis_answer_keys() -> list[str]:
 @hookimpl
 def ecdysis_warm_services(directory: str) -> list[Any]:
     """The session's warm scorer server (`warm_scorer`; the plugin calls this only when the sandbox is on)."""
-    from .warm_scorer import start
+    from .scoring.warm_scorer import start
 
     return [start(directory)]
 
 
 @hookimpl
 def ecdysis_task_ids(split: str) -> dict[str, list[str]]:
-    from .suite import DOMAINS, split_ids, suite_name
+    from .tasks.suite import DOMAINS, split_ids, suite_name
 
     return {suite_name(d): list(split_ids(d, split)) for d in DOMAINS}
 

@@ -68,8 +68,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         # then mixed two copies of `AssistantMessage` and SimulationRun refused them ("305 validation
         # errors", tests/adversarial/test_trusted_side.py under -n 2 in CI)
         try:
-            import pytest_ecdysis_tau2.runner  # noqa: F401  (imports every τ² module a trial uses)
-            from pytest_ecdysis_tau2.tau2lib import load_tau2
+            import pytest_ecdysis_tau2.trial.runner  # noqa: F401  (imports every τ² module a trial uses)
+            from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
         except ImportError:
             return
         load_tau2()

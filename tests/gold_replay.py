@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_ecdysis_tau2 import suite
-from pytest_ecdysis_tau2.tau2lib import load_tau2
+from pytest_ecdysis_tau2.tasks import suite
+from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
 
 
 def gold_simulation(domain: str, task_id: str) -> dict[str, Any]:

@@ -79,7 +79,7 @@ def run(task_id: str, agent: ScriptedModel | None, *, domain: str = "airline", h
         agent_transport: Any = None, scorer: Any = None) -> Any:
     """One trial through the suite's runner with scripted agent and user endpoints."""
     from pytest_ecdysis.core.harness import harness_id
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     spec = TrialSpec(domain=domain, task_id=task_id, trial=0, run_id="test-run", model="scripted",
                      user_model="scripted", harness_dir=harness, harness_id=harness_id(harness), base_url=base_url)
@@ -95,7 +95,8 @@ def warm_up() -> None:
     """Import τ², the example harness and the user simulator and load the airline environment once, so a
     timed trial measures its endpoint, not this process's first imports (seconds on a loaded machine)."""
     from pytest_ecdysis.core.harness import load_harness
-    from pytest_ecdysis_tau2 import suite, user  # noqa: F401
+    from pytest_ecdysis_tau2.tasks import suite  # noqa: F401
+    from pytest_ecdysis_tau2.trial import user  # noqa: F401
 
     suite.get_environment("airline")
     suite.get_task("airline", "3")

@@ -1,5 +1,5 @@
-"""τ²'s database hash from the touched records (`pytest_ecdysis_tau2.db_hash`, issue 32 item 2): byte for
-byte τ²'s `get_dict_hash(db.model_dump())` after gold replays, after replays missing their last write,
+"""τ²'s database hash from the touched records (`pytest_ecdysis_tau2.scoring.db_hash`, issue 32 item 2): byte
+for byte τ²'s `get_dict_hash(db.model_dump())` after gold replays, after replays missing their last write,
 after changes of every kind, and whatever route a record was taken out by."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pickle
 import pytest
 from gold_replay import gold_simulation
 
-from pytest_ecdysis_tau2 import db_hash, suite
-from pytest_ecdysis_tau2.tau2lib import load_tau2
+from pytest_ecdysis_tau2.scoring import db_hash
+from pytest_ecdysis_tau2.tasks import suite
+from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
 
 #: write tasks of both domains (cancel, change, book, exchange, return): the replays change records
 SAMPLE = [("airline", "2"), ("airline", "8"), ("airline", "14"), ("airline", "21"),

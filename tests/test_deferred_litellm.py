@@ -24,7 +24,7 @@ def test_tau2_imports_without_litellm_and_its_settings_reach_the_real_one() -> N
     `import litellm` elsewhere gets the real library, not the stand-in."""
     out = _run("""
         import sys
-        from pytest_ecdysis_tau2.tau2lib import load_tau2
+        from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
         t = load_tau2()
         assert not [n for n in sys.modules if n == "litellm" or n.startswith("litellm.")], "litellm was imported"
         import tau2.utils.llm_utils as u
@@ -51,7 +51,7 @@ def test_a_tau2_needing_more_of_litellm_is_imported_the_ordinary_way() -> None:
                     import litellm.types.utils  # absent from the stand-in: ImportError while it is installed
                 return None
         sys.meta_path.insert(0, Needy())
-        from pytest_ecdysis_tau2.tau2lib import load_tau2
+        from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
         t = load_tau2()
         assert "litellm.utils" in sys.modules and t.evaluate_simulation is not None
         print("ok")

@@ -113,10 +113,11 @@ def test_malformed_twice_is_reported_and_transcript_kept(tmp_path):
 
 def test_spec_naming_files_outside_the_harness_is_rejected(tmp_path):
     """A spec that names a file outside the harness (twice) is rejected with the file named."""
-    bad = dict(GOOD_SPEC, changes=[dict(GOOD_SPEC["changes"][0], files=["../pytest_ecdysis_tau2/scorer.py"])])
+    outside = "../pytest_ecdysis_tau2/scoring/scorer.py"
+    bad = dict(GOOD_SPEC, changes=[dict(GOOD_SPEC["changes"][0], files=[outside])])
     d, _ = run(tmp_path, scripted([json.dumps(bad)] * 2), passes=1)
     assert d.spec is None and d.reason == "outside_harness"
-    assert "../pytest_ecdysis_tau2/scorer.py" in d.detail and "outside the harness" in d.detail
+    assert "../pytest_ecdysis_tau2/scoring/scorer.py" in d.detail and "outside the harness" in d.detail
 
 
 def test_harness_dir_prefix_on_paths_is_tolerated(tmp_path):

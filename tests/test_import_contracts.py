@@ -1,5 +1,6 @@
-"""The package's import contracts (pyproject.toml [tool.importlinter]; docs/internals.md): stages are layered,
-imports only go down, and no package has an import circle among its modules. Run through import-linter's
+"""The packages' import contracts (pyproject.toml [tool.importlinter]; docs/internals.md): the plugin's stages
+and the τ² suite's rooms are layered, imports only go down, no package has an import circle among its
+modules, and harness code never imports the suite's trusted side. Run through import-linter's
 `lint-imports`, on this tree and on a copy with a deliberately added upward import (the contract must fail
 and name the offending line)."""
 
@@ -27,7 +28,7 @@ def test_the_package_keeps_its_import_contracts():
     assert LINT.exists(), "import-linter is in the dev extra: pip install -e '.[dev]'"
     result = lint(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
+    assert "5 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize(("module", "line", "broken"), [
@@ -38,19 +39,29 @@ def test_the_package_keeps_its_import_contracts():
     # the plugin importing τ² or the τ² suite, even lazily inside a function
     ("core/errors.py", "import tau2  # noqa", "never imports tau2"),
     ("gate/baseline.py", "def f():\n    from pytest_ecdysis_tau2 import suite  # noqa", "never imports tau2"),
+    # the τ² suite (paths from the checkout's root): its bottom room (τ² loaded) importing the trial above
+    # it, even lazily
+    ("pytest_ecdysis_tau2/tasks/suite.py",
+     "def f():\n    from pytest_ecdysis_tau2.trial import runner  # noqa", "rooms are layered"),
+    # a circle inside one room: the worker's scorer client importing the warm server back
+    ("pytest_ecdysis_tau2/scoring/scorer_client.py", "def f():\n    from . import warm_scorer  # noqa",
+     "no import circle"),
+    # harness code reaching the trusted side (the scorer client it could patch)
+    ("pytest_ecdysis_tau2/example_harness/tools.py",
+     "from pytest_ecdysis_tau2.scoring import scorer_client  # noqa", "harness code never imports"),
 ])
 def test_an_added_upward_import_or_circle_breaks_the_contract(tmp_path, module, line, broken):
-    shutil.copytree(ROOT / "pytest_ecdysis", tmp_path / "pytest_ecdysis",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("pytest_ecdysis", "pytest_ecdysis_tau2"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / "pytest_ecdysis" / module
+    target = tmp_path / (module if module.startswith("pytest_ecdysis_tau2/") else f"pytest_ecdysis/{module}")
     target.write_text(target.read_text(encoding="utf-8") + "\n" + line + "\n", encoding="utf-8")
     result = lint(tmp_path)
     assert result.returncode != 0
     assert f"{broken}" in result.stdout and "BROKEN" in result.stdout
     # the report names the offending module (and, for a layer break, the line)
-    dotted = "pytest_ecdysis." + module.removesuffix(".py").replace("/", ".")
-    assert dotted in result.stdout or "." + module.split("/")[1].removesuffix(".py") in result.stdout, result.stdout
+    dotted = str(target.relative_to(tmp_path)).removesuffix(".py").replace("/", ".")
+    assert dotted in result.stdout or "." + target.stem in result.stdout, result.stdout
 
 
 def test_an_old_module_path_is_an_import_error_naming_it():
@@ -58,6 +69,17 @@ def test_an_old_module_path_is_an_import_error_naming_it():
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "No module named 'pytest_ecdysis.evolve_stages'" in result.stderr
+
+
+def test_the_tau2_suite_keeps_its_face_on_top_and_the_rest_in_rooms():
+    """At the package top only what pytest and the entry point find by path (the collected test modules,
+    `registration`, `cases`); every other module lives in a room, so an old top-level path is gone."""
+    top = ROOT / "pytest_ecdysis_tau2"
+    modules = sorted(p.stem for p in top.glob("*.py"))
+    rooms = sorted(p.name for p in top.iterdir() if (p / "__init__.py").is_file())
+    assert modules == ["__init__", "cases", "registration", "test_airline", "test_retail", "test_telecom"]
+    assert rooms == ["example_harness", "harness_process", "harnesses", "knowledge", "scoring", "tasks",
+                     "trial"]
 
 
 def test_the_public_names_are_the_documented_ones():

@@ -62,7 +62,7 @@ def test_one_tau2_case_against_the_real_server(server_url):
     pytest.importorskip("tau2")
     from suite_scripted import run
 
-    from pytest_ecdysis_tau2.endpoint import EndpointSettings
+    from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings
 
     settings = EndpointSettings(call_timeout_s=600, max_retries=0, trial_budget_s=1200)
     result = run("3", None, base_url=server_url, settings=settings)

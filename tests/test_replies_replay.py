@@ -69,7 +69,7 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     a context overflow is a `context_overflow` failure (evidence, not infrastructure), a server error is
     an infrastructure error, an empty reply ends as `endpoint_format_error`; nothing crashes."""
     pytest.importorskip("tau2")
-    from pytest_ecdysis_tau2.endpoint import EndpointSettings
+    from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings
 
     follow = [] if doc["kind"] == "empty" else [text("Your reservation JMO1MG is confirmed.")]  # empty: every time
     agent = ScriptedModel([response(doc), *follow])

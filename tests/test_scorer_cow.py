@@ -11,8 +11,9 @@ import os
 import pytest
 from gold_replay import gold_simulation
 
-from pytest_ecdysis_tau2 import cow_scoring, scorer, suite
-from pytest_ecdysis_tau2.tau2lib import load_tau2
+from pytest_ecdysis_tau2.scoring import cow_scoring, scorer, scorer_client
+from pytest_ecdysis_tau2.tasks import suite
+from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
 
 #: write tasks first, so a mutated "pristine" environment would show in the next trajectory of the task.
 SAMPLE = [("airline", "1"), ("retail", "0"), ("airline", "14")]
@@ -42,7 +43,7 @@ def test_scorer_process_rewards_equal_tau2_default_path() -> None:
     one scorer process: rewards and components equal τ²'s own path, whatever was scored before (a failing
     replay first: the gold hashes a task's first child records are the gold environment's, not the
     agent's, or the gold replay after it would score 0)."""
-    client = scorer.ScorerClient()
+    client = scorer_client.ScorerClient()
     try:
         seen = []
         for domain, task_id in SAMPLE:

@@ -65,7 +65,7 @@ def test_ground_truth_endpoint_reports_each_quirk_with_origin_step_and_cured(tmp
 
 @pytest.fixture(scope="module")
 def tau2():
-    from pytest_ecdysis_tau2.sim_knowledge import providers
+    from pytest_ecdysis_tau2.knowledge.providers import providers
 
     return providers()
 
@@ -73,7 +73,7 @@ def tau2():
 def test_tau2_knowledge_plans_gold_actions_in_order_with_lookups_and_dependencies(tau2):
     """The τ² plan contains every gold action in order (lookups added before writes are marked gold=False),
     and a write value first seen in an earlier tool result is a dependency with its offset there."""
-    from pytest_ecdysis_tau2.suite import get_task
+    from pytest_ecdysis_tau2.tasks.suite import get_task
 
     assert set(tau2) == {"tau2-airline", "tau2-retail", "tau2-telecom"}
     for suite, domain, task_id in (("tau2-retail", "retail", "5"), ("tau2-airline", "airline", "22")):
@@ -93,7 +93,7 @@ def test_telecom_knowledge_keeps_both_hands_of_the_gold_plan_and_adds_the_agents
     """Telecom's plan: τ²'s gold actions in order, the user's marked `actor="user"` (never writes the agent
     makes), the agent's lookups inserted before its account write (customer by the phone number the user
     states, then the line), and the written ids read from the customer lookup's result."""
-    from pytest_ecdysis_tau2.suite import get_task
+    from pytest_ecdysis_tau2.tasks.suite import get_task
 
     task_id = "[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]"
     task = tau2["tau2-telecom"].task(task_id)

@@ -96,7 +96,7 @@ def test_the_nonce_can_flip_every_draw_site(profiles):
 def _tau2_trial(url: str, model: str, run_id: str, task_id: str):
     from pathlib import Path
 
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     harness = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
     return run_trial(TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=run_id, model=model,

@@ -33,7 +33,7 @@ def test_policy_coverage_reads_the_system_text_only():
 
 
 def _trial(url: str, model: str, harness: Path, task_id: str):
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=f"policy-{harness.name}", model=model, user_model=model,
                      harness_dir=harness, harness_id=harness.name, sim_url=url)

@@ -106,7 +106,7 @@ def test_the_endpoint_needs_the_credential_and_an_executed_list(tmp_path):
 
 
 def _trial(url: str, model: str, harness: Path, task_id: str):
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=f"repairs-{harness.name}", model=model,
                      user_model=model, harness_dir=harness, harness_id=harness.name, sim_url=url)

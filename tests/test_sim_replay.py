@@ -61,7 +61,7 @@ def test_a_real_tau2_failure_replayed_without_its_blind_spot_passes(monkeypatch)
     nothing off and passes with the blind spot off."""
     from pytest_ecdysis.sim.client import fetch_ground_truth
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
     monkeypatch.delenv("ECDYSIS_SIM_NONCE", raising=False)

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("tau2")
 
-from pytest_ecdysis_tau2.sim_knowledge import providers  # noqa: E402
+from pytest_ecdysis_tau2.knowledge.providers import providers  # noqa: E402
 
 
 def _search_before(task, tool: str, arg_key: str, searches: set[str]):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ecdysis.run.xdist_schedule import owns
-from pytest_ecdysis_tau2.trial_pool import TrialPool
+from pytest_ecdysis_tau2.trial.trial_pool import TrialPool
 
 
 def test_pool_keeps_c_trials_in_flight_and_returns_each_its_own() -> None:

@@ -203,8 +203,8 @@ def run_trial_over(server: SlowEndpoint, budget_s: float, call_timeout_s: float,
     from suite_scripted import EXAMPLE_HARNESS
 
     from pytest_ecdysis.core.harness import harness_id
-    from pytest_ecdysis_tau2.endpoint import EndpointSettings
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     settings = EndpointSettings(call_timeout_s=call_timeout_s, max_retries=max_retries, trial_budget_s=budget_s,
                                 backoff_s=0.01)

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from pytest_ecdysis.core.errors import UsageError
-from pytest_ecdysis_tau2.endpoint import (
+from pytest_ecdysis_tau2.trial.endpoint import (
     BudgetTransport,
     EndpointSettings,
     TrialBudget,

@@ -14,7 +14,7 @@ pytest.importorskip("tau2")
 from pytest_ecdysis.core.metrics import score_block  # noqa: E402
 from pytest_ecdysis.evidence.failures import triage  # noqa: E402
 from pytest_ecdysis.evidence.patterns import group  # noqa: E402
-from pytest_ecdysis_tau2.endpoint import EndpointSettings  # noqa: E402
+from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 
 FAST = EndpointSettings(call_timeout_s=30.0, max_retries=3, trial_budget_s=300.0, backoff_s=0.01)
 PARSE = EndpointSettings(call_timeout_s=30.0, max_retries=3, trial_budget_s=300.0, backoff_s=0.01,

@@ -83,7 +83,7 @@ SAMPLE_IDS = [str(i) for i in range(0, 114, 7)] + ["12", "13", "64"]
 
 def _telecom_sample():
     """Telecom tasks of the default oracle run: every 19th of its 114 base tasks (6, both splits)."""
-    from pytest_ecdysis_tau2 import suite
+    from pytest_ecdysis_tau2.tasks import suite
 
     return list(suite.split_ids("telecom", "all"))[::19]
 

@@ -13,8 +13,9 @@ from suite_scripted import ScriptedModel, call, run, text
 pytest.importorskip("tau2")
 
 from pytest_ecdysis.core.errors import UsageError  # noqa: E402
-from pytest_ecdysis_tau2 import suite, suspect  # noqa: E402
-from pytest_ecdysis_tau2.endpoint import EndpointSettings  # noqa: E402
+from pytest_ecdysis_tau2.tasks import suite  # noqa: E402
+from pytest_ecdysis_tau2.trial import suspect  # noqa: E402
+from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -127,7 +128,7 @@ def test_a_harness_cannot_change_its_reward_by_patching_the_evaluator(tmp_path):
     harness.mkdir()
     (harness / "__init__.py").write_text(
         "import tau2.evaluator.evaluator as ev\n"
-        "import pytest_ecdysis_tau2.scorer as sc\n"
+        "import pytest_ecdysis_tau2.scoring.scorer as sc\n"
         "from tau2.data_model.simulation import RewardInfo\n"
         "ev.evaluate_simulation = lambda *a, **k: RewardInfo(reward=1.0)\n"
         "sc.score = lambda *a, **k: {'ok': True, 'reward': 1.0, 'components': {}, 'checks': {}}\n"

@@ -16,8 +16,8 @@ pytest.importorskip("tau2")
 from pytest_ecdysis.core.errors import UsageError  # noqa: E402
 from pytest_ecdysis.evidence.failures import to_record  # noqa: E402
 from pytest_ecdysis.evidence.views import record_view  # noqa: E402
-from pytest_ecdysis_tau2 import suite  # noqa: E402
-from pytest_ecdysis_tau2.endpoint import EndpointSettings  # noqa: E402
+from pytest_ecdysis_tau2.tasks import suite  # noqa: E402
+from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 
 #: a telecom task whose gold plan is one user step (toggle_data) and one account write (refuel_data).
 TASK = "[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]"
@@ -147,7 +147,7 @@ def test_the_simulated_agent_and_user_solve_a_telecom_task_through_the_user_step
     agent's account write follows (lookups first); τ²'s environment assertions then score it."""
     from pytest_ecdysis.core.harness import harness_id
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     handle = start_background(nonce="fixed")
     try:

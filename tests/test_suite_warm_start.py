@@ -12,8 +12,9 @@ from suite_scripted import ORACLE_HARNESS
 
 pytest.importorskip("tau2")
 
-from pytest_ecdysis_tau2 import agent_process, suite  # noqa: E402
-from pytest_ecdysis_tau2.agent_wire import AgentProcess  # noqa: E402
+from pytest_ecdysis_tau2.harness_process import agent_process  # noqa: E402
+from pytest_ecdysis_tau2.harness_process.agent_wire import AgentProcess, HarnessProcessError  # noqa: E402
+from pytest_ecdysis_tau2.tasks import suite  # noqa: E402
 
 
 def test_concurrent_first_trials_read_the_database_once_and_each_gets_its_own_copy(
@@ -96,7 +97,7 @@ def test_warm_up_soon_runs_in_the_background_and_swallows_what_connect_repeats(
     class Failing:
         def warm_up(self, domain):
             calls.append(domain)
-            raise agent_process.HarnessProcessError("the harness process died")
+            raise HarnessProcessError("the harness process died")
 
     monkeypatch.setattr(agent_process, "agent_process", lambda harness_dir: Failing())
     thread = agent_process.warm_up_soon(tmp_path, "airline")

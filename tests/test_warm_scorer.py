@@ -19,7 +19,7 @@ from gold_replay import gold_simulation
 from test_scorer_cow import _without_last_write
 
 from pytest_ecdysis.validate import sandbox, warm
-from pytest_ecdysis_tau2 import scorer, scorer_client, warm_scorer
+from pytest_ecdysis_tau2.scoring import scorer_client, warm_scorer
 
 pytest.importorskip("tau2")
 
@@ -60,7 +60,7 @@ def test_rewards_equal_with_and_without_the_server(server: subprocess.Popen) -> 
              for sim in (_without_last_write(gold_simulation(d, t)), gold_simulation(d, t))]
     results = {}
     for name in ("warm 1", "warm 2", "own"):
-        client = scorer.ScorerClient()
+        client = scorer_client.ScorerClient()
         if name == "own":
             os.environ.pop(warm.ENV_DIR)
         try:
@@ -80,7 +80,7 @@ def test_a_server_that_is_gone_falls_back_once_with_the_right_reward(
     """The server's scorer killed between two requests, then the server itself: the client scores on its
     own process, says so once on stderr, and the rewards stay right."""
     sim = json.dumps(gold_simulation("airline", "1"))
-    client = scorer.ScorerClient()
+    client = scorer_client.ScorerClient()
     try:
         assert client.score("airline", "1", sim)["reward"] == 1.0 and client.conn is not None
         child = int(next(line.split()[2] for line in _log(server) if " connection " in line))
@@ -91,7 +91,7 @@ def test_a_server_that_is_gone_falls_back_once_with_the_right_reward(
         client.close()
     server.kill()
     server.wait(timeout=20)
-    other = scorer.ScorerClient()  # a new worker: the socket refuses (the server is dead)
+    other = scorer_client.ScorerClient()  # a new worker: the socket refuses (the server is dead)
     try:
         assert other.score("airline", "1", sim)["reward"] == 1.0 and other.proc is not None
     finally:
@@ -101,7 +101,7 @@ def test_a_server_that_is_gone_falls_back_once_with_the_right_reward(
 
 
 def test_the_server_exits_with_its_controller_and_removes_its_directory(server: subprocess.Popen) -> None:
-    client = scorer.ScorerClient()
+    client = scorer_client.ScorerClient()
     client.start("airline")
     server.stdin.close()  # the controller's end of the pipe: closed (or the controller died)
     assert server.wait(timeout=30) == 0
@@ -138,7 +138,7 @@ def test_no_server_without_the_sandbox_and_none_inherited(tmp_path: Path, monkey
     try:
         made = warm.prepare(True)  # another session's: not used; this one's own, with the τ² suite's server
         assert made is not None and made != outer and oct(made.stat().st_mode & 0o777) == "0o700"
-        assert (made / warm_scorer.SOCKET_NAME).is_socket() and os.environ[warm.ENV_DIR] == str(made)
+        assert (made / scorer_client.SOCKET_NAME).is_socket() and os.environ[warm.ENV_DIR] == str(made)
     finally:
         warm.stop()
     assert not made.exists() and warm.ENV_DIR not in os.environ
@@ -185,12 +185,12 @@ def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.
     try:
         prepare_sandbox(cfg, SimpleNamespace(messages=[], sandbox_verdict=None))
         directory = Path(os.environ[warm.ENV_DIR])  # under the system's temporary directory, not the editor's
-        assert directory in sandbox.hidden_paths() and (directory / warm_scorer.SOCKET_NAME).is_socket()
+        assert directory in sandbox.hidden_paths() and (directory / scorer_client.SOCKET_NAME).is_socket()
         worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
         worktree.mkdir()
         scratch.mkdir()
         probe = ("import socket; s=socket.socket(socket.AF_UNIX)\n"
-                 f"try: s.connect({str(directory / warm_scorer.SOCKET_NAME)!r}); print('connected')\n"
+                 f"try: s.connect({str(directory / scorer_client.SOCKET_NAME)!r}); print('connected')\n"
                  "except OSError as e: print('refused', e)")
         outside = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
         writable = (tempfile.gettempdir(),) if writable_tmp else ()
@@ -310,7 +310,7 @@ def test_the_server_writes_no_bytecode_after_the_evolution_froze_it(tmp_path: Pa
             proc.stdin.flush()
             logged("frozen")
         before = pycache.digests(cache)
-        client = scorer.ScorerClient()
+        client = scorer_client.ScorerClient()
         try:
             assert client.score("airline", "1", sim)["reward"] == 1.0 and client.conn is not None
         finally:

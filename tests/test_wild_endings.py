@@ -30,8 +30,8 @@ def run_over(server: SlowEndpoint, task_id: str = "3", budget_s: float = 120.0, 
     harness = harness or EXAMPLE_HARNESS
 
     from pytest_ecdysis.core.harness import harness_id
-    from pytest_ecdysis_tau2.endpoint import EndpointSettings
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     settings = EndpointSettings(call_timeout_s=60.0, max_retries=1, trial_budget_s=budget_s, backoff_s=0.01)
     spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id="wild", model="scripted",
@@ -238,7 +238,7 @@ def test_the_user_simulators_out_of_scope_abort_is_flagged_kept_out_and_listed(w
 def test_a_harness_tool_the_request_offered_is_repaired_but_not_coerced():
     """A name the request's `tools` offered (a harness's own tool, unknown to τ²) is repaired from markup
     too; arguments are coerced only against τ²'s tools."""
-    from pytest_ecdysis_tau2.tool_calls import fix_calls
+    from pytest_ecdysis_tau2.tasks.tool_calls import fix_calls
 
     message = {"tool_calls": [{"id": "1", "type": "function",
                                "function": {"name": "think<|channel|>analysis", "arguments": '{"n": "2"}'}}]}

@@ -31,8 +31,8 @@ A third shape is no reply at all: an HTTP 200 to `/chat/completions` whose body 
 (an HTML page from a proxy, truncated JSON, `choices: []`, an event stream the request did not ask for).
 `completion_problem(path, content_type, body, streamed=...)` names what is wrong with it, or returns None.
 
-Pure functions, no I/O; used by the trial's client layer (`pytest_ecdysis_tau2/endpoint.py`), the τ² user
-simulator and the role client. This module must not import tau2, task suites or harness code.
+Pure functions, no I/O; used by the trial's client layer (`pytest_ecdysis_tau2/trial/endpoint.py`), the τ²
+user simulator and the role client. This module must not import tau2, task suites or harness code.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ GOLD_PATTERNS: tuple[tuple[str, str], ...] = (
      "reads gold task fields"),
     (r"tau2\.evaluator|\bevaluate_simulation\b|\bEnvironmentEvaluator\b", "touches τ²'s evaluator"),
     (r"\bpytest_ecdysis\b|\bpytest_ecdysis_tau2\b", "touches the plugin or the task suites"),
-    (r"ground_truth|sim_knowledge", "reads the simulated model's ground truth"),
+    (r"ground_truth|sim_knowledge|telecom_knowledge|knowledge\.providers",
+     "reads the simulated model's ground truth"),
 )
 
 ALLOWED_IMPORTS = ("tau2.agent", "tau2.data_model.message", "tau2.environment.tool", "pytest_ecdysis.core.errors")

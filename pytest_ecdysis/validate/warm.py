@@ -1,5 +1,5 @@
 """Trusted processes kept warm for a whole session and its sub-runs (issue 32, item 1): the suites' warm
-services (the τ² suite: one scorer server, `pytest_ecdysis_tau2.warm_scorer`).
+services (the τ² suite: one scorer server, `pytest_ecdysis_tau2.scoring.warm_scorer`).
 
 The rules are those of the scorers' bytecode cache (`validate.pycache`):
 

@@ -18,7 +18,7 @@ from test_suite_runner import _write_task
 
 pytest.importorskip("tau2")
 
-from pytest_ecdysis_tau2.endpoint import EndpointSettings  # noqa: E402
+from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 
 FAST = EndpointSettings(call_timeout_s=2.0, max_retries=1, trial_budget_s=20.0, backoff_s=0.01)
 GOOD = [call("get_reservation_details", json.dumps({"reservation_id": "JMO1MG"})), text("Done.")]
@@ -84,7 +84,7 @@ def test_a_real_endpoint_failure_is_still_infrastructure() -> None:
 def test_hanging_dying_and_printing_harnesses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A harness that hangs is ended at the trial budget, one that dies is named with its exit status (both
     agent_error), one that prints to stdout does not break the protocol; the next trial runs normally."""
-    from pytest_ecdysis_tau2.agent_process import agent_process
+    from pytest_ecdysis_tau2.harness_process.agent_process import agent_process
 
     harness = _harness(tmp_path, "hang", "        import time\n        time.sleep(3600)")
     agent_process(harness).connect("airline").close()  # its server up (τ², the harness, the domain) first
@@ -135,15 +135,15 @@ def test_harness_code_cannot_reach_the_reward_or_the_record(tmp_path: Path) -> N
     `record_trial`, and points PYTHONPATH at a `sitecustomize.py` it ships: all of it happens in its own
     process, so an idle agent on a task that needs a write still scores 0."""
     setup = ("    import os, pathlib, sys\n"
-             "    import pytest_ecdysis_tau2.scorer as sc, pytest_ecdysis.plugin as pl\n"
+             "    import pytest_ecdysis_tau2.scoring.scorer_client as sc, pytest_ecdysis.plugin as pl\n"
              "    sc.ScorerClient.score = lambda self, *a, **k: {'ok': True, 'reward': 1.0, 'components': {}}\n"
              "    pl.record_trial = lambda item, result: None\n"
              "    d = pathlib.Path(os.getcwd()) / 'site'\n"
              "    d.mkdir(exist_ok=True)\n"
-             "    (d / 'sitecustomize.py').write_text('import pytest_ecdysis_tau2.scorer as s\\n"
+             "    (d / 'sitecustomize.py').write_text('import pytest_ecdysis_tau2.scoring.scorer as s\\n"
              "s.score = lambda *a, **k: {\"ok\": True, \"reward\": 1.0, \"components\": {}}\\n')\n"
              "    os.environ['PYTHONPATH'] = str(d)")
-    from pytest_ecdysis_tau2.scorer import scorer_client
+    from pytest_ecdysis_tau2.scoring.scorer_client import scorer_client
 
     scorer_client().close()  # the next trial starts a fresh scorer process (after the harness ran)
     task = _write_task()

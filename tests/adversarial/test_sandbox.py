@@ -146,7 +146,7 @@ def test_a_sandbox_that_does_not_start_is_an_infrastructure_error(tmp_path: Path
     """bwrap failing to start the harness's process: a `SandboxStartError` (an infrastructure error) that
     names the tool and its message, never a harness failure; a sub-run's log carrying it is recognised."""
     pytest.importorskip("tau2")
-    from pytest_ecdysis_tau2.agent_process import agent_process, prepare
+    from pytest_ecdysis_tau2.harness_process.agent_process import agent_process, prepare
 
     harness = tmp_path / "h"
     harness.mkdir()
@@ -168,7 +168,7 @@ def test_a_sandbox_that_does_not_start_is_an_infrastructure_error(tmp_path: Path
 def test_the_child_environment_is_an_allowlist() -> None:
     """The harness's process gets PATH, locale and Python's own variables, never a key, token or URL,
     whatever its name."""
-    from pytest_ecdysis_tau2.agent_wire import child_env
+    from pytest_ecdysis_tau2.harness_process.agent_wire import child_env
 
     given = {"PATH": "/bin", "LC_ALL": "C", "HOME": "/h", "OPENAI_API_KEY": "k", "MY_SERVICE_TOKEN": "t",
              "HF_TOKEN": "h", "ECDYSIS_SIM_URL": "http://x", "DATABASE_URL": "postgres://u:p@h/db"}
@@ -225,8 +225,8 @@ def test_a_sub_run_whose_sandbox_did_not_start_stops_the_loop_not_the_candidate(
     `BrokenCandidate` (which would end the round `broken_candidate`)."""
     from pytest_ecdysis.validate import subrun
 
-    said = (f"E   pytest_ecdysis_tau2.agent_wire.SandboxStartError: {sandbox.START_FAILURE_MARK}: bwrap: execvp "
-            "/tmp/venv/bin/python: No such file or directory")
+    said = ("E   pytest_ecdysis_tau2.harness_process.agent_wire.SandboxStartError: "
+            f"{sandbox.START_FAILURE_MARK}: bwrap: execvp /tmp/venv/bin/python: No such file or directory")
     monkeypatch.setattr(subrun, "_run", lambda args, cwd, environ, log, on_start=None: (2, 1.0, f"collecting\n{said}\n"))
     harness = tmp_path / "h"
     harness.mkdir()

@@ -25,7 +25,7 @@ from test_sandbox import need_bwrap
 
 pytest.importorskip("tau2")
 
-from pytest_ecdysis_tau2.endpoint import EndpointSettings  # noqa: E402
+from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 
 pytest_plugins = ["pytester"]
 

@@ -21,8 +21,8 @@ from suite_scripted import ScriptedModel, run, text
 
 pytest.importorskip("tau2")
 
-from pytest_ecdysis_tau2.endpoint import EndpointSettings  # noqa: E402
-from pytest_ecdysis_tau2.request_guard import guard_call  # noqa: E402
+from pytest_ecdysis_tau2.harness_process.request_guard import guard_call  # noqa: E402
+from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 
 FAST = EndpointSettings(call_timeout_s=5.0, max_retries=1, trial_budget_s=60.0, backoff_s=0.01)
 EXAMPLE = Path(__file__).resolve().parents[2] / "pytest_ecdysis_tau2" / "example_harness"
@@ -104,7 +104,7 @@ def test_a_stronger_profile_asked_by_the_harness_is_not_served(tmp_path: Path, m
     messages, as the unchanged harness's."""
     from pytest_ecdysis.sim.client import fetch_ground_truth
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.runner import TrialSpec, run_trial
+    from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     monkeypatch.setenv("ECDYSIS_SIM_NONCE", "trust-27")
     strong = tmp_path / "strong_harness"
@@ -134,7 +134,7 @@ def test_the_ground_truth_needs_the_servers_credential() -> None:
     `ECDYSIS_SIM_TOKEN` on workers): answered. Harness processes never get the variable."""
     from pytest_ecdysis.sim.client import TOKEN_HEADER, fetch_ground_truth
     from pytest_ecdysis.sim.server import start_background
-    from pytest_ecdysis_tau2.agent_wire import HIDDEN_ENV_PREFIXES
+    from pytest_ecdysis_tau2.harness_process.agent_wire import HIDDEN_ENV_PREFIXES
 
     server = start_background()
     try:
@@ -175,7 +175,7 @@ def _poisoned_package(root: Path) -> Path:
 def test_the_scorer_process_never_loads_planted_bytecode(tmp_path: Path) -> None:
     """A `.pyc` planted in a package's `__pycache__` is loaded by a plain interpreter, and not by one started
     as the scorer is (`SCORER_FLAGS` and an empty private `pycache_prefix`)."""
-    from pytest_ecdysis_tau2.scorer import SCORER_FLAGS
+    from pytest_ecdysis_tau2.scoring.scorer_client import SCORER_FLAGS
 
     _poisoned_package(tmp_path)
     probe = ["-c", "import victim; print(victim.REWARD)"]
@@ -195,8 +195,8 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
     """With the harness in the trial process (`ECDYSIS_AGENT_PROCESS=0`), patching the scorer module there
     changes nothing: the reward comes from the scorer's own process, started with a private bytecode prefix
     (`-B` and an empty one, or the session's trusted cache: `validate.pycache`)."""
-    import pytest_ecdysis_tau2.scorer as scorer_module
-    from pytest_ecdysis_tau2.scorer import scorer_client
+    import pytest_ecdysis_tau2.scoring.scorer as scorer_module
+    from pytest_ecdysis_tau2.scoring.scorer_client import scorer_client
 
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
     monkeypatch.delenv("ECDYSIS_WARM_DIR", raising=False)  # the worker's own scorer process, not the warm server

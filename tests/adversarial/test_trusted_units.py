@@ -141,7 +141,8 @@ def test_a_rewritten_suspect_cache_is_not_believed(tmp_path: Path, monkeypatch: 
     """The shipped table decides for τ² 26.3; for another version, a cache marking every task suspect fails
     verification and is recomputed (here: airline, whose gold actions all replay)."""
     pytest.importorskip("tau2")
-    from pytest_ecdysis_tau2 import suite, suspect
+    from pytest_ecdysis_tau2.tasks import suite
+    from pytest_ecdysis_tau2.trial import suspect
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(suspect, "tau2_version", lambda: "0.0-test")

@@ -15,7 +15,7 @@ from typing import Any
 from tau2.agent.base import BaseAgent
 from tau2.data_model.message import AssistantMessage, ToolCall
 
-from pytest_ecdysis_tau2 import suite
+from pytest_ecdysis_tau2.tasks import suite
 
 DONE_TEXT = "All done."
 USER_ACTION = "Please run this on your phone: "

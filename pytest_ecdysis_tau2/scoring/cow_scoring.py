@@ -56,7 +56,7 @@ def prepare(domain: str) -> None:
     garbage collection does not touch, and so copy, their pages)."""
     if domain in _PRISTINE:
         return
-    from . import suite
+    from ..tasks import suite
 
     _PRISTINE[domain] = [suite.get_environment(domain), suite.get_environment(domain)]
     first = db_hash.track(_PRISTINE[domain][0].tools.db)
@@ -67,7 +67,7 @@ def prepare(domain: str) -> None:
 
 def environment(domain: str) -> Any:
     """A fresh environment of `domain`: a pristine one inside a scoring child (twice per domain), else a copy."""
-    from . import suite
+    from ..tasks import suite
 
     if _HANDED is not None and _HANDED.get(domain, 0) < len(_PRISTINE.get(domain, ())):
         k = _HANDED[domain] = _HANDED.get(domain, 0) + 1

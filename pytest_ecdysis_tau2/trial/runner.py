@@ -42,9 +42,12 @@ from pytest_ecdysis.core.errors import EndpointFormatError, InfrastructureError,
 from pytest_ecdysis.core.records import ToolCallRecord, TrialResult
 from pytest_ecdysis.endpoint.overflow import context_overflow
 
-from . import suite
-from .agent_process import build_agent
-from .agent_process import prepare as prepare_agent
+from ..harness_process.agent_process import build_agent
+from ..harness_process.agent_process import prepare as prepare_agent
+from ..scoring.scorer_client import ScorerClient, ScorerError, scorer_client
+from ..tasks import suite
+from ..tasks.tau2lib import load_tau2
+from ..tasks.tool_calls import tool_params
 from .dual_control import guard_sync, user_tool_call_records, user_tools
 from .endpoint import (
     EndpointLog,
@@ -54,9 +57,6 @@ from .endpoint import (
     make_client,
     trial_header,
 )
-from .scorer import ScorerClient, ScorerError, scorer_client
-from .tau2lib import load_tau2
-from .tool_calls import tool_params
 
 STOP_ENDINGS = ("user_stop", "agent_stop")
 

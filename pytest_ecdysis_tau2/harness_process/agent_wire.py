@@ -144,14 +144,14 @@ class AgentProcess(_Wire):
         from pytest_ecdysis.validate.sandbox import hidden_paths, wrap_command
 
         protect_this_process()  # this process's environment (keys) unreadable by the child's user
-        from . import SUITE_ROOT as package_root
+        from .. import SUITE_ROOT as package_root
         env = child_env(os.environ)
         # this process's own import path (trusted: harness code never ran here), the suite's root first
         path = [str(package_root), *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))]
         env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(path)), PYTHONDONTWRITEBYTECODE="1",
                    LITELLM_LOCAL_MODEL_COST_MAP="True")
         self.limits = limits_from_env()
-        command = wrap_command([sys.executable, "-m", "pytest_ecdysis_tau2.agent_child",
+        command = wrap_command([sys.executable, "-m", "pytest_ecdysis_tau2.harness_process.agent_child",
                                 "--memory-mb", str(self.limits.memory_mb), "--cpu-s", str(self.limits.cpu_s)],
                                visible=[self.harness_dir, package_root, *map(Path, dict.fromkeys(path))],
                                scratch=self.dir, hide=[*hidden_paths(), *gold_files()])

@@ -47,21 +47,8 @@ from pytest_ecdysis.core.errors import (
 from pytest_ecdysis.core.secrets import redact_json
 
 from .agent_child import dump as _dump
-from .agent_wire import (
-    HIDDEN_ENV_PREFIXES,
-    STARTUP_TIMEOUT_S,
-    AgentProcess,
-    HarnessProcessError,
-    TrialLink,
-    agent_process,
-    gold_files,
-)
+from .agent_wire import HarnessProcessError, agent_process
 from .request_guard import guard_call
-
-#: Names other modules use as `agent_process.<name>` (kept where they were before `agent_wire`).
-__all__ = ["HIDDEN_ENV_PREFIXES", "INFRA_TYPES", "STARTUP_TIMEOUT_S", "AgentProcess", "HarnessProcessError",
-           "TrialLink", "agent_process", "build_agent", "check_harness", "gold_files", "prepare", "start_early",
-           "warm_up_soon"]
 
 
 def prepare(harness_dir: Path) -> None:
@@ -133,7 +120,7 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
     Raises:
         HarnessProcessError: the harness could not build an agent (import error, `build_agent` raised).
     """
-    from .tau2lib import load_tau2
+    from ..tasks.tau2lib import load_tau2
 
     if os.environ.get("ECDYSIS_AGENT_PROCESS") == "0":
         from pytest_ecdysis.core.harness import load_harness

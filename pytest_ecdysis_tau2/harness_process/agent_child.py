@@ -1,8 +1,9 @@
 """The harness's side of the process boundary: a fork server that runs one agent per trial process.
 
-Started once per worker and harness by `agent_process.AgentProcess` as `python -m pytest_ecdysis_tau2.agent_child
---memory-mb N --cpu-s N` (under bubblewrap unless `--ecdysis-sandbox off` or none can start); the limits
-are applied (`validate.limits.apply`) after its own imports and before any harness code. It imports τ² and the suite (never harness code by itself),
+Started once per worker and harness by `agent_wire.AgentProcess` as
+`python -m pytest_ecdysis_tau2.harness_process.agent_child --memory-mb N --cpu-s N` (under bubblewrap unless
+`--ecdysis-sandbox off` or none can start); the limits are applied (`validate.limits.apply`) after its own
+imports and before any harness code. It imports τ² and the suite (never harness code by itself),
 listens on a Unix socket `agent.sock` in its scratch directory and answers on stdin/stdout (one JSON object
 per line; the process's fd 1 is pointed at its stderr, so a harness that prints cannot corrupt the protocol):
 
@@ -123,7 +124,7 @@ def serve_trial(channel: _Channel, t: Any, environments: dict[str, Any]) -> None
     environment (tools and policy only)."""
     from pytest_ecdysis.core.harness import load_harness
 
-    from . import suite
+    from ..tasks import suite
 
     agent: Any = None
     state: Any = None
@@ -234,8 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = sys.stderr
     from pytest_ecdysis.core.harness import load_harness
 
-    from . import suite
-    from .tau2lib import load_tau2
+    from ..tasks import suite
+    from ..tasks.tau2lib import load_tau2
 
     t = load_tau2()
     # what every trial process's proxy client needs (`_Completions.create`), imported once here: imported

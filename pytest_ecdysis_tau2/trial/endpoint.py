@@ -42,7 +42,7 @@ from pytest_ecdysis.endpoint.deadline import RETRY_STATUS, Budget, DeadlineTrans
 from pytest_ecdysis.endpoint.replies import find_text_tool_calls, strip_reasoning
 from pytest_ecdysis.endpoint.response_cache import wrap_transport
 
-from .tool_calls import fix_calls, offered_tools
+from ..tasks.tool_calls import fix_calls, offered_tools
 
 __all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointLog", "EndpointSettings", "ModelViewTransport",
            "ReplyShapeTransport", "TrialBudget", "endpoint_for", "make_client", "trial_header"]
@@ -308,7 +308,7 @@ def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_
         model_view.inner = outer
         outer = model_view
     # outermost: the model, role, trial and key of every request are the trial side's (request_guard.py)
-    from .request_guard import TrustedRequestTransport
+    from ..harness_process.request_guard import TrustedRequestTransport
 
     outer = TrustedRequestTransport(outer, model=model, note=reply_log.note if reply_log is not None else None,
                                     forced={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": role,

@@ -27,8 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import suite
-from .tau2lib import tau2_version
+from ..tasks import suite
+from ..tasks.tau2lib import tau2_version
 
 KNOWN_FILE = Path(__file__).with_name("suspect_known.json")
 

@@ -3,7 +3,7 @@ for a whole evolution, its validation and other sub-runs included (issue 32, ite
 
 Started by the top session's controller only when the sandbox is on (`start`, through the plugin's
 `pytest_ecdysis.validate.warm` and `registration.ecdysis_warm_services`), as
-`python <bytecode flags> -m pytest_ecdysis_tau2.scorer --serve <dir>/scorer.sock`, with the environment and
+`python <bytecode flags> -m pytest_ecdysis_tau2.scoring --serve <dir>/scorer.sock`, with the environment and
 flags of a worker's own scorer process (`scorer_client.scorer_env`, `scorer_command`). It listens on a Unix
 socket in the controller's private `0700` directory, which harness processes and the editor cannot see
 (`ECDYSIS_SANDBOX_HIDE`). Its life is the controller's: it exits when its standard input (a pipe from
@@ -43,27 +43,14 @@ import subprocess
 import sys
 from typing import Any
 
-#: the socket's name inside `ECDYSIS_WARM_DIR` (`pytest_ecdysis.validate.warm.ENV_DIR`).
-SOCKET_NAME = "scorer.sock"
 ENV_LOG = "ECDYSIS_SCORER_SERVER_LOG"
 #: seconds the server waits for a new connection's hello line (the client sends it with the connection).
 HELLO_TIMEOUT_S = 30.0
 
 
-def socket_path() -> str | None:
-    """`ECDYSIS_WARM_DIR/scorer.sock` where the session's sandbox is on, else None (the socket is bound
-    before the variable is exported: a missing one means the server is gone, and the client says so)."""
-    from pytest_ecdysis.validate import sandbox, warm
-
-    directory = os.environ.get(warm.ENV_DIR)
-    if not directory or not sandbox.enabled():
-        return None
-    return os.path.join(directory, SOCKET_NAME)
-
-
 def start(directory: str) -> subprocess.Popen:
     """Start the server on `directory/scorer.sock` (the controller's; module docstring); returns at once."""
-    from .scorer_client import scorer_command, scorer_env
+    from .scorer_client import SOCKET_NAME, scorer_command, scorer_env
 
     cwd = os.path.join(directory, "cwd")
     os.mkdir(cwd, 0o700)  # no .env, no harness on the path; its empty bytecode prefix lives here too
@@ -155,8 +142,8 @@ def _receive(fd: int, pipes: dict[int, bytes]) -> None:
 def _fork_scorer(conn: socket.socket, listener: socket.socket, pipes: dict[int, bytes]) -> int | None:
     """Read the connection's hello, prepare its domain here, fork its scorer; the read end of the scorer's
     gold-hash pipe, or None when the hello was unusable (the connection is closed: the client falls back)."""
+    from ..tasks.tau2lib import DOMAINS
     from . import cow_scoring, scorer
-    from .tau2lib import DOMAINS
 
     reader = conn.makefile("r", encoding="utf-8")
     try:

@@ -27,8 +27,21 @@ from typing import Any
 SCORER_FLAGS = ("-B",)
 #: Variables the scorer process does not inherit (code loaded before the scorer's own).
 SCORER_DROPPED_ENV = ("PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONPYCACHEPREFIX", "PYTHONHOME", "PYTHONEXECUTABLE")
+#: the socket's name inside `ECDYSIS_WARM_DIR` (`pytest_ecdysis.validate.warm.ENV_DIR`).
+SOCKET_NAME = "scorer.sock"
 #: seconds to connect to the warm server.
 CONNECT_TIMEOUT_S = 10.0
+
+
+def socket_path() -> str | None:
+    """`ECDYSIS_WARM_DIR/scorer.sock` where the session's sandbox is on, else None (the socket is bound
+    before the variable is exported: a missing one means the server is gone, and the client says so)."""
+    from pytest_ecdysis.validate import sandbox, warm
+
+    directory = os.environ.get(warm.ENV_DIR)
+    if not directory or not sandbox.enabled():
+        return None
+    return os.path.join(directory, SOCKET_NAME)
 
 
 class ScorerError(RuntimeError):
@@ -38,7 +51,7 @@ class ScorerError(RuntimeError):
 def scorer_env() -> dict[str, str]:
     """The environment of a scorer process (or server): this one's, without `SCORER_DROPPED_ENV`, with the
     suite's package root first on the path, user site-packages off."""
-    from . import SUITE_ROOT
+    from .. import SUITE_ROOT
 
     env = {k: v for k, v in os.environ.items() if k not in SCORER_DROPPED_ENV}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONNOUSERSITE="1")
@@ -48,12 +61,13 @@ def scorer_env() -> dict[str, str]:
 
 
 def scorer_command(cwd: str, *args: str) -> list[str]:
-    """`python <bytecode flags> -m pytest_ecdysis_tau2.scorer *args` (`pytest_ecdysis.validate.pycache.flags`;
-    an empty private prefix under `cwd` where the session has no trusted cache)."""
+    """`python <bytecode flags> -m pytest_ecdysis_tau2.scoring *args` (the scorer process, `scoring.__main__`;
+    flags: `pytest_ecdysis.validate.pycache.flags`, an empty private prefix under `cwd` where the session has
+    no trusted cache)."""
     from pytest_ecdysis.validate.pycache import flags
 
     prefix = tempfile.mkdtemp(prefix="pycache-", dir=cwd)  # empty: nothing to load from it
-    return [sys.executable, *flags(Path(prefix)), "-m", "pytest_ecdysis_tau2.scorer", *args]
+    return [sys.executable, *flags(Path(prefix)), "-m", "pytest_ecdysis_tau2.scoring", *args]
 
 
 class ScorerClient:
@@ -105,8 +119,6 @@ class ScorerClient:
             return
         if self.proc is not None and self.proc.poll() is None:
             return
-        from .warm_scorer import socket_path  # the session's warm server's, or None (no sandbox, no server)
-
         path = None if self.warm_failed else socket_path()
         if path is not None and self._connect(path, domain):
             return

@@ -39,7 +39,7 @@ def gold_files() -> list[Path]:
     try:
         from tau2.utils.utils import DATA_DIR
     except ImportError as exc:
-        from .tau2lib import UsageError, _missing
+        from ..tasks.tau2lib import UsageError, _missing
 
         raise UsageError(_missing(exc)) from None
 

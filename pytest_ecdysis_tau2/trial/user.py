@@ -33,7 +33,7 @@ import openai
 from pytest_ecdysis.core.errors import InfrastructureError
 from pytest_ecdysis.endpoint.replies import strip_reasoning
 
-from .tau2lib import load_tau2
+from ..tasks.tau2lib import load_tau2
 
 _t = load_tau2()
 
