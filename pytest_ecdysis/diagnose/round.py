@@ -18,7 +18,7 @@ from pytest_ecdysis.core.records import FailureRecord, PatternGroup
 from pytest_ecdysis.diagnose.strategies.base import RoundInput, get_strategy
 from pytest_ecdysis.diagnose.transcript import Diagnosis
 from pytest_ecdysis.endpoint.role_client import RoleClient, add_tokens
-from pytest_ecdysis.evidence.build import usable_records
+from pytest_ecdysis.evidence.views import usable_records
 
 __all__ = ["diagnose", "stopped", "timed_out"]
 

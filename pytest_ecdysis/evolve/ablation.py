@@ -40,18 +40,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ecdysis.evolve.ablation_changes import MAX_CHANGES, Change, changes_of, without
+from pytest_ecdysis.evolve.ablation_changes import MAX_CHANGES, changes_of, without
 from pytest_ecdysis.gate.acceptance import decide
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import snapshot as gitsnapshot
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import fmt
-from pytest_ecdysis.validate.subrun import BrokenCandidate, infra_drift, read_run
+from pytest_ecdysis.validate.results import infra_drift, read_run
+from pytest_ecdysis.validate.subrun import BrokenCandidate
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
-
-#: Names other modules import from here (kept where they were before `ablation_changes`).
-__all__ = ["MAX_CHANGES", "Change", "ablate", "ablate_accepted", "cache_env", "changes_of", "commit_lines",
-           "removal_loses", "without"]
 
 
 def removal_loses(rule: str, *, method: str, level: float, inc: tuple[float, list], kept: tuple[float, list],
@@ -93,7 +91,7 @@ def cache_env(cfg: Any, adir: Path, env: Any = None) -> tuple[dict[str, str] | N
     return extra, f"response cache turned on for the ablation ({directory}; --ecdysis-response-cache off turns it off)"
 
 
-def ablate(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run_id: str, label: str,
+def ablate(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id: str, label: str,
            inc_run: dict[str, Any], val: dict[str, Any]) -> dict[str, Any]:
     """Ablate the accepted candidate `ev.snapshot` (validated as `val`, compared with `inc_run`).
 
@@ -167,19 +165,19 @@ def ablate(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run_id: str,
     ev.say(f"{label}: ablation kept {len(doc['kept'])} of {len(changes)} change(s)"
            + (f"; response cache {totals['hits']} hit(s) / {totals['misses']} miss(es), {totals['tokens_saved']} "
               "tokens saved" if directory else ""))
-    gitops.reset_to_snapshot(worktree, snap)
+    gitsnapshot.reset_to_snapshot(worktree, snap)
     return doc
 
 
-def _validate(ev: RoundContext, worktree: gitops.Worktree, reduced: gitops.Snapshot, sdir: Path, run_id: str,
-              label: str, extra: dict[str, str] | None) -> dict[str, Any]:
+def _validate(ev: RoundContext, worktree: gitworktree.Worktree, reduced: gitsnapshot.Snapshot, sdir: Path,
+              run_id: str, label: str, extra: dict[str, str] | None) -> dict[str, Any]:
     """One ablation sub-run of `reduced`: `{"outcome", "reason", "score", "run_path", "harness_id",
     "pass_hat_k", "wall_s", "cache"}`."""
     from pytest_ecdysis.core.harness import harness_id
     from pytest_ecdysis.endpoint.response_cache import ENV_DIR, run_stats
 
     started = time.monotonic()
-    gitops.reset_to_snapshot(worktree, reduced)
+    gitsnapshot.reset_to_snapshot(worktree, reduced)
     hid = harness_id(worktree.harness_dir, ev.harness_dir.name)
     ev.say(f"{label}: validating {hid} (sub-run {run_id})")
     try:
@@ -207,7 +205,7 @@ def commit_lines(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ablate_accepted(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run_id: str, label: str, *,
+def ablate_accepted(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id: str, label: str, *,
                     inc_run: dict[str, Any], val: dict[str, Any], before_trials: list,
                     out: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     """The loop's hook after a candidate is accepted: ablate it (checkpoint `adir/ablation.json`), make
@@ -217,7 +215,7 @@ def ablate_accepted(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run
     Returns (the `ablation.json` document, the decision on the kept harness against the incumbent, or
     None when nothing was dropped).
     """
-    from pytest_ecdysis.validate.subrun import flips
+    from pytest_ecdysis.validate.results import flips
 
     doc = ev.stage_json(adir / "ablation.json",
                         lambda: ablate(ev, worktree, adir, run_id, label, inc_run, val))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import add_tokens, read_json, write_json
 from pytest_ecdysis.gate.acceptance import Decision, choose_best, decide_no_regression, decision_fields
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, fmt
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def alternatives_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any]
             write_json(pdir / "spec.json", spec.model_dump(mode="json"), ev.ledger)
         entry: dict[str, Any] = {"proposal": k, "spec_summary": spec.summary, "n_changes": len(spec.changes),
                                  "score_before": start["score"], "score_after": None}
-        worktree = gitops.add_worktree(ev.harness_dir, start["commit"])
+        worktree = gitworktree.add_worktree(ev.harness_dir, start["commit"])
         try:
             out, cand = ev.attempt(spec, worktree, pdir, start, label=f"round {n} proposal {k}/{len(specs)}",
                                    run_id=f"{ev.state.run_id}-r{n}p{k}", title=f"ecdysis round {n} proposal {k}")

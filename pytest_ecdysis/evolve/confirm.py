@@ -28,8 +28,8 @@ from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, paired_differences, paired_test, task_means
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs
-from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import read_run
+from pytest_ecdysis.git import worktree as gitworktree
+from pytest_ecdysis.validate.results import read_run
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -132,7 +132,7 @@ def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label:
     overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": "1"}
     no_cache = {ENV_DIR: ""}  # the same trial index again: a cache would replay the first trials
     where = adir / "confirm" / str(j)
-    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
         cand, inc = together(ev, [
             Job(candidate_dir, where, f"{run_id}c{j}", ev.snapshot.files if ev.snapshot else None, no_cache, overrides),

@@ -12,7 +12,8 @@ from typing import Any, Protocol
 
 from pytest_ecdysis.core.errors import IntegrityError
 from pytest_ecdysis.core.records import ModificationSpec
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import snapshot as gitsnapshot
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate import integrity
 from pytest_ecdysis.validate.subrun import SubRun
 
@@ -26,7 +27,7 @@ class RoundContext(Protocol):
     harness_dir: Path  #: the harness directory under evolution, in the user's checkout
     doc: dict[str, Any]  #: `evolution.json` as it is being written
     ledger: integrity.Ledger  #: the integrity ledger of every file the loop wrote
-    snapshot: gitops.Snapshot | None  #: the current candidate's bytes (set by the edit stage)
+    snapshot: gitsnapshot.Snapshot | None  #: the current candidate's bytes (set by the edit stage)
     stop_error: IntegrityError | None  #: set when a protected file changed: the loop stops
     editor: Any  #: the round's editor (`edit.editors.make_editor`)
 
@@ -45,7 +46,7 @@ class RoundContext(Protocol):
 
     def follow(self, label: str, progress_file: Any = None) -> Any: ...
 
-    def attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any], *,
+    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: dict[str, Any], *,
                 label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]: ...
 
     def finish_round(self, row: dict[str, Any], rdir: Path, *, already_written: bool = False) -> dict[str, Any]: ...

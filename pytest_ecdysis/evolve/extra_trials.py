@@ -33,7 +33,7 @@ from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, decide, task_means
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -88,7 +88,7 @@ def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str,
     if doc.get("problem"):
         ev.say(f"{label}: extra trials not used: {doc['problem']}")
         return first, {**doc, "decision_before": first.fields()}
-    from pytest_ecdysis.validate.subrun import read_run
+    from pytest_ecdysis.validate.results import read_run
 
     (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
     pooled_before, pooled_after = [*before, *inc], [*after, *cand]
@@ -109,7 +109,7 @@ def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: 
     started = time.monotonic()
     overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": str(k)}
     no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials
-    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
         cand, inc = together(ev, [
             Job(candidate_dir, adir / "extra", f"{run_id}x", ev.snapshot.files if ev.snapshot else None, no_cache,

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import add_tokens, read_json, write_json
 from pytest_ecdysis.gate.acceptance import decision_fields
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, fmt
-from pytest_ecdysis.validate.subrun import flips, read_run
+from pytest_ecdysis.validate.results import flips, read_run
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -53,7 +53,7 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
             write_json(sdir / "spec.json", spec.model_dump(mode="json"), ev.ledger)
         step: dict[str, Any] = {"step": k, "spec_summary": spec.summary, "score_before": current["score"],
                                 "score_after": None, "harness_id_before": current["harness_id"]}
-        worktree = gitops.add_worktree(ev.harness_dir, current["commit"])
+        worktree = gitworktree.add_worktree(ev.harness_dir, current["commit"])
         try:
             out, new_incumbent = ev.attempt(
                 spec, worktree, sdir, current, label=f"round {n} step {k}/{len(todo)}",

@@ -70,6 +70,8 @@ from pytest_ecdysis.evolve.state import RunState
 from pytest_ecdysis.evolve.testsplit import score_test
 from pytest_ecdysis.gate.acceptance import decision_fields
 from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import snapshot as gitsnapshot
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, FinalTable, compared_text, fmt, summary_lines
 from pytest_ecdysis.validate import integrity, pycache, sandbox, warm
 
@@ -110,7 +112,7 @@ class Evolution(RunState, TrustedRuns):
         self.base_args = [str(a) for a in config.invocation_params.args]
         self.cwd = Path(config.invocation_params.dir)
         self.editor = make_editor(self.cfg)
-        self.snapshot: gitops.Snapshot | None = None  # the current candidate's bytes (set by edit_stage)
+        self.snapshot: gitsnapshot.Snapshot | None = None  # the current candidate's bytes (set by edit_stage)
         self.stop_error: IntegrityError | None = None  # set when a protected file changed: the loop stops
         self.ledger = integrity.Ledger(self.dir, state.run_id, resume=bool(self.cfg.resume))
         self.checkout = integrity.checkout_root(self.harness_dir)
@@ -182,7 +184,7 @@ class Evolution(RunState, TrustedRuns):
             self.doc["incumbent"] = decision["incumbent"]
             return self.finish_round(decision["round"], rdir, already_written=True)
         # the incumbent's source, checked out in a temporary worktree: diagnosis reads it, the editor edits it
-        worktree = gitops.add_worktree(self.harness_dir, inc["commit"])
+        worktree = gitworktree.add_worktree(self.harness_dir, inc["commit"])
         try:
             # 1. records -> groups -> diagnosis -> spec
             diag = self.stage_json(rdir / "diagnosis.json", lambda: repeat.diagnose_once(
@@ -220,7 +222,7 @@ class Evolution(RunState, TrustedRuns):
             budget.before_stage(self, stage, f"{stage} of round {where}")
         return super().stage_json(path, compute)
 
-    def attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any], *,
+    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: dict[str, Any], *,
                 label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """One candidate: editor call in `worktree` (at `base`'s commit), guard, validation, acceptance.
 
@@ -241,14 +243,14 @@ class Evolution(RunState, TrustedRuns):
             self.say(f"{label}: {exc}")
             return {**out, "outcome": "guard_rejected", "reason": str(exc)}, None
 
-    def _attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any],
+    def _attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: dict[str, Any],
                  out: dict[str, Any], *, label: str, run_id: str,
                  title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
         edit = self.stage_json(adir / "edit.json", lambda: edit_stage(self, spec, worktree, adir, label))
         if not edit["fresh"] and not edit["outcome"]:
             # resumed: rebuild the candidate from its recorded diff (checked against the ledger)
             worktree.apply(self.ledger.read(adir / "candidate.diff").decode())
-            self.snapshot = gitops.snapshot(worktree, worktree.commit)
+            self.snapshot = gitsnapshot.snapshot(worktree, worktree.commit)
         out["editor_calls"] = int(edit.get("calls", 1))  # the true count: a repair call counts
         out["wall_s"] += edit.get("wall_s", 0.0)
         add_tokens(out["tokens"], edit.get("tokens", {}))

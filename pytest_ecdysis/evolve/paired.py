@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.config import is_sim_model
-from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun, infra_drift
+from pytest_ecdysis.git import worktree as gitworktree
+from pytest_ecdysis.validate.results import infra_drift
+from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -73,7 +74,7 @@ def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, b
                "score": base["score"], "pass_hat_k": base.get("pass_hat_k"), "cached_score": base["score"]}
     if not rescore:
         return _attempt(lambda: ev.subrun(candidate_dir, rdir, run_id, files=files, env=env)), earlier
-    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
         inc_id = f"{run_id}i"
         candidate, incumbent = together(ev, [Job(candidate_dir, rdir, run_id, files, env),

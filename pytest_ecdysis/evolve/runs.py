@@ -14,7 +14,8 @@ from typing import Any
 from pytest_ecdysis.core.errors import IntegrityError, shown
 from pytest_ecdysis.report.progress import Count, Ticker, is_terminal, read_count
 from pytest_ecdysis.validate import integrity, pycache
-from pytest_ecdysis.validate.subrun import SubRun, TrustedTree, run_suite
+from pytest_ecdysis.validate.setup import TrustedTree
+from pytest_ecdysis.validate.subrun import SubRun, run_suite
 
 
 class TrustedRuns:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pytest_ecdysis.core.errors import EcdysisError, shown
 from pytest_ecdysis.core.rundir import slug
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import fmt
 from pytest_ecdysis.validate.subrun import BrokenCandidate
 
@@ -68,7 +68,7 @@ def score_test(ev: RoundContext) -> None:
             label = f"test{'' if model is None else ' with ' + model}: {which} harness"
             every = ", every test task: --ecdysis-tasks selects train tasks only" if cfg.tasks else ""
             ev.say(f"{label} ({cfg.test_trials} trial(s) per task{every})")
-            worktree = gitops.add_worktree(ev.harness_dir, commit)
+            worktree = gitworktree.add_worktree(ev.harness_dir, commit)
             try:
                 t0 = time.monotonic()
                 sub = ev.subrun(worktree.harness_dir, base / which,

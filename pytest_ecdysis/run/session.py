@@ -14,9 +14,9 @@ The plugin calls, on the controller only:
 A session that collected no trial case and was asked for no gate or baseline writes nothing: the plugin
 stays out of the way of ordinary test runs.
 
-The parts: `run_coverage` (what was collected and reported), `run_files` (the figures and the files of
-the run directory); this module decides what the end of the run does with them and re-exports the names
-other modules use as `session.<name>`.
+The parts: `run.coverage` (what was collected and reported), `run.files` (the figures and the files of
+the run directory); this module decides what the end of the run does with them (callers import the
+parts' names from the parts).
 """
 
 from __future__ import annotations
@@ -39,22 +39,12 @@ from pytest_ecdysis.gate import baseline as gate
 from pytest_ecdysis.git import env as gitenv
 from pytest_ecdysis.report import summary as report
 from pytest_ecdysis.run.coverage import (
-    SHOW_MISSING,
-    Coverage,
     _name,
     coverage,
     crash_problems,
     expected_cases,
-    json_safe_trial,
-    note_collection,
-    note_report,
 )
 from pytest_ecdysis.run.files import _parse_trials, aggregate, write_run_dir, write_summary
-
-#: Names other modules use as `session.<name>` (kept where they were before `run_coverage`, `run_files`).
-__all__ = ["SHOW_MISSING", "Coverage", "RunOutcome", "aggregate", "coverage", "exit_status", "expected_cases",
-           "finish", "json_safe_trial", "note_collection", "note_report", "sigterm_as_interrupt",
-           "terminal_summary", "write_run_dir", "write_summary"]
 
 
 @dataclass
