@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.evolve.ablation_changes import MAX_CHANGES, changes_of, without
 from pytest_ecdysis.gate.acceptance import decide
 from pytest_ecdysis.git import snapshot as gitsnapshot
@@ -68,7 +69,7 @@ def removal_loses(rule: str, *, method: str, level: float, inc: tuple[float, lis
     return None
 
 
-def cache_env(cfg: Any, adir: Path, env: Any = None) -> tuple[dict[str, str] | None, str]:
+def cache_env(cfg: EcdysisConfig, adir: Path, env: Any = None) -> tuple[dict[str, str] | None, str]:
     """(extra environment of the candidate's validation and the ablation sub-runs, the line that says it).
 
     `--ecdysis-response-cache on`: the run's cache is already in the environment (None, said). Not given:

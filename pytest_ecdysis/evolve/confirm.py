@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 DEFAULT_LOOKS = 3
 
 
-def looks_allowed(cfg: Any) -> int:
+def looks_allowed(cfg: EcdysisConfig) -> int:
     """The most confirmation looks: `--ecdysis-accept-extra-trials`, else `DEFAULT_LOOKS`."""
     return int(getattr(cfg, "accept_extra_trials", 0) or DEFAULT_LOOKS)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.prices import Prices, cost_usd
+from pytest_ecdysis.evolve.context import RoundContext
 
 #: the order roles are listed in (others follow, sorted).
 ROLE_ORDER = ("agent", "user", "analyst", "critic", "engineer", "moderator", "editor")
@@ -178,19 +179,19 @@ def start_run_entry(summary: dict[str, Any]) -> dict[str, Any]:
             "n_trials": summary.get("n_trials")}
 
 
-def _prices(ev: Any) -> Prices:
+def _prices(ev: RoundContext) -> Prices:
     from pytest_ecdysis.core.prices import load_prices
 
     return load_prices(getattr(ev.cfg, "rootdir", None))
 
 
-def note_start_run(ev: Any) -> None:
+def note_start_run(ev: RoundContext) -> None:
     """Record this session's starting run in `cost_start_runs` (each session scores the start harness: a
     resumed run paid for it again)."""
     ev.doc.setdefault("cost_start_runs", []).append(start_run_entry(ev.summary))
 
 
-def refresh(ev: Any, row: dict[str, Any] | None = None) -> None:
+def refresh(ev: RoundContext, row: dict[str, Any] | None = None) -> None:
     """Set `row["cost"]` (a round that just finished, unless it has one) and the top-level `cost` of
     `ev.doc` from the run directory."""
     prices = _prices(ev)

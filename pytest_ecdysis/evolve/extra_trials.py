@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
@@ -51,7 +52,7 @@ def task_score(trials: list[dict[str, Any]]) -> float | None:
     return sum(means.values()) / len(means) if means else None
 
 
-def skip_reason(cfg: Any, env: Any, flipped: list[str], first: Decision) -> str | None:
+def skip_reason(cfg: EcdysisConfig, env: Any, flipped: list[str], first: Decision) -> str | None:
     """Why no extra trials are run (None: run them)."""
     if not getattr(cfg, "accept_extra_trials", 0) or cfg.accept != "paired":
         return "off"

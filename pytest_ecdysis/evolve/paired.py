@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ecdysis.core.config import is_sim_model
+from pytest_ecdysis.core.config import EcdysisConfig, is_sim_model
 from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate.results import infra_drift
 from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 RESCORE = ("auto", "always", "never")
 
 
-def deterministic(cfg: Any, env: Mapping[str, str]) -> str | None:
+def deterministic(cfg: EcdysisConfig, env: Mapping[str, str]) -> str | None:
     """Why a rerun of one harness would be byte-identical (None when it would not, or is not known to)."""
     nonce = getattr(cfg, "sim_nonce", None) or env.get("ECDYSIS_SIM_NONCE")
     if nonce and is_sim_model(cfg.model) and is_sim_model(cfg.user_model):
@@ -49,7 +49,7 @@ def deterministic(cfg: Any, env: Mapping[str, str]) -> str | None:
     return None
 
 
-def rescore_plan(cfg: Any, env: Mapping[str, str]) -> tuple[bool, str]:
+def rescore_plan(cfg: EcdysisConfig, env: Mapping[str, str]) -> tuple[bool, str]:
     """(re-score the incumbent beside the candidate?, why) under `cfg.rescore`."""
     mode = getattr(cfg, "rescore", "auto")
     if mode == "never":
