@@ -332,6 +332,7 @@ class HarnessPoint(TypedDict, total=False):
     pass_hat_k: dict[str, float] | None  #: pass^k keyed `"1"`..`"k"`
     run_path: str  #: the run directory that scored it
     round: int  #: the round that made it the incumbent (0: the start)
+    step: int  #: instance-level rounds: the step that made it
 
 
 class RoundRecord(TypedDict, total=False):
@@ -360,6 +361,12 @@ class RoundRecord(TypedDict, total=False):
     steps: list[dict[str, Any]]  #: instance-level rounds: one entry per spec patched
     proposals: list[dict[str, Any]]  #: alternatives rounds: one entry per proposal
     cost: dict[str, Any]  #: tokens and USD per role (`evolve.cost`)
+    incumbent_run: dict[str, Any]  #: the incumbent's run the candidate was compared with (`evolve.paired`)
+    confirmation: dict[str, Any] | None  #: `--ecdysis-accept sequential`: its looks (`evolve.confirm`)
+    extra_trials: dict[str, Any]  #: `--ecdysis-accept-extra-trials` (`evolve.extra_trials`)
+    ablation: dict[str, Any]  #: `--ecdysis-ablate`: changes, kept, dropped (`evolve.ablation`)
+    candidate_score: float | None  #: the candidate's score before its ablation
+    chosen: int  #: alternatives rounds: the proposal kept
 
 
 class DecisionRecord(TypedDict, total=False):

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.config import EcdysisConfig
+from pytest_ecdysis.core.records import RoundRecord
 from pytest_ecdysis.evolve.ablation_changes import MAX_CHANGES, changes_of, without
 from pytest_ecdysis.gate.acceptance import decide
 from pytest_ecdysis.git import snapshot as gitsnapshot
@@ -208,7 +209,7 @@ def commit_lines(doc: dict[str, Any]) -> str:
 
 def ablate_accepted(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id: str, label: str, *,
                     inc_run: dict[str, Any], val: dict[str, Any], before_trials: list,
-                    out: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+                    out: RoundRecord) -> tuple[dict[str, Any], Any]:
     """The loop's hook after a candidate is accepted: ablate it (checkpoint `adir/ablation.json`), make
     `ev.snapshot` the kept harness and update the round fields in `out` (`score_after`, `harness_id_after`,
     `pass_hat_k_after`, `flips`, `decision`, `ablation`; the full candidate's score in `candidate_score`).
@@ -233,7 +234,7 @@ def ablate_accepted(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path
     cfg = ev.cfg
     decision = decide(cfg.accept, inc_run["score"], kept["score"], before_trials, after_trials,
                       method=cfg.accept_method, level=cfg.accept_level)
-    out.update(candidate_score=out.get("score_after"), score_after=kept["score"],
-               harness_id_after=kept["harness_id"], pass_hat_k_after=kept.get("pass_hat_k"),
-               flips=flips(before_trials, after_trials, cfg.threshold), decision=decision.fields())
+    out.update({"candidate_score": out.get("score_after"), "score_after": kept["score"],
+                "harness_id_after": kept["harness_id"], "pass_hat_k_after": kept.get("pass_hat_k"),
+                "flips": flips(before_trials, after_trials, cfg.threshold), "decision": decision.fields()})
     return doc, decision

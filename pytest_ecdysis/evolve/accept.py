@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.errors import IntegrityError
-from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.core.records import HarnessPoint, ModificationSpec, RoundRecord
 from pytest_ecdysis.evolve.ablation import ablate_accepted, commit_lines
 from pytest_ecdysis.evolve.confirm import confirm
 from pytest_ecdysis.evolve.extra_trials import extra_trials
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 
 def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path,
-                 base: dict[str, Any], val: dict[str, Any], out: dict[str, Any], *, label: str, run_id: str,
-                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+                 base: HarnessPoint, val: dict[str, Any], out: RoundRecord, *, label: str, run_id: str,
+                 title: str) -> tuple[RoundRecord, HarnessPoint | None]:
     """Decide on a validated candidate (`val`: its `validation.json`) against `base` (the incumbent) and
     commit it when accepted. Returns `Evolution.attempt`'s `(round-row fields, new incumbent or None)`.
 
@@ -99,7 +99,7 @@ def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitworktree
     if committed != {k: v for k, v in ev.snapshot.files.items() if v is not None}:
         raise IntegrityError(f"the commit {sha[:12]} does not hold the validated candidate's bytes; the "
                              "evolution stops (no branch is made from it)")
-    out.update(outcome="accepted", accepted=True, commit=sha, reason=decision.reason)
+    out.update({"outcome": "accepted", "accepted": True, "commit": sha, "reason": decision.reason})
     return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
                  "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,8 +62,9 @@ def earlier_looks(ev: RoundContext, reused: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
-            before: list[dict[str, Any]], after: list[dict[str, Any]], score_before: float | None,
+def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str,
+            base: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]],
+            score_before: float | None,
             score_after: float | None, reused: str | None = None) -> tuple[Decision, dict[str, Any]]:
     """The sequential decision on a validated candidate. Returns (the decision, the round's `confirmation`
     record: `looks` (per look: tasks, trials, run paths, wins/losses after it), `trials` spent, `max_looks`,
@@ -123,8 +125,8 @@ def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, labe
                     "round may try it again", "sequential", info, sequential=test, outcome="inconclusive"), record
 
 
-def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any], j: int,
-          tasks: list[str]) -> dict[str, Any]:
+def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: Mapping[str, Any],
+          j: int, tasks: list[str]) -> dict[str, Any]:
     ids = sorted({key.split("/", 1)[-1] for key in tasks})
     budget = 2 * len(tasks)
     ev.say(f"{label}: confirmation look {j}: {len(tasks)} task(s) x 1 trial x 2 harnesses = {budget} trial(s) "

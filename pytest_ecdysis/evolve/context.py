@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import IntegrityError
-from pytest_ecdysis.core.records import EvolutionRecord, ModificationSpec, RoundRecord
+from pytest_ecdysis.core.records import EvolutionRecord, HarnessPoint, ModificationSpec, RoundRecord
 from pytest_ecdysis.edit.editors import Editor
 from pytest_ecdysis.evolve.state import Compute, SessionState
 from pytest_ecdysis.git import snapshot as gitsnapshot
@@ -56,7 +56,7 @@ class RoundContext(Protocol):
 
     def follow(self, label: str, progress_file: Callable[[], Path | None] | None = None) -> Ticker: ...
 
-    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: dict[str, Any], *,
-                label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]: ...
+    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
+                *, label: str, run_id: str, title: str) -> tuple[RoundRecord, HarnessPoint | None]: ...
 
     def finish_round(self, row: RoundRecord, rdir: Path, *, already_written: bool = False) -> RoundRecord: ...

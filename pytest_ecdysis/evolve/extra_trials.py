@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,8 +67,8 @@ def skip_reason(cfg: EcdysisConfig, env: Any, flipped: list[str], first: Decisio
     return None
 
 
-def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
-                 before: list[dict[str, Any]], after: list[dict[str, Any]],
+def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str,
+                 base: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]],
                  first: Decision) -> tuple[Decision, dict[str, Any] | None]:
     """The decision after extra trials of the flipped tasks (checkpoint `adir/extra_trials.json`), or `first`
     unchanged when they are skipped (the record then says why; None when the option is off).
@@ -100,7 +101,7 @@ def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str,
     return decision, {**doc, "decision_before": first.fields()}
 
 
-def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
+def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: Mapping[str, Any],
          flipped: list[str]) -> dict[str, Any]:
     k = ev.cfg.accept_extra_trials
     ids = sorted({key.split("/", 1)[-1] for key in flipped})

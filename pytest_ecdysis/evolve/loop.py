@@ -54,14 +54,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from subprocess import Popen
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
 from pytest_ecdysis.core.metrics import cpu_seconds
-from pytest_ecdysis.core.records import DecisionRecord, EvolutionRecord, ModificationSpec, RoundRecord
+from pytest_ecdysis.core.records import (
+    DecisionRecord,
+    EvolutionRecord,
+    HarnessPoint,
+    ModificationSpec,
+    RoundRecord,
+)
 from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
 from pytest_ecdysis.edit.editors import Editor, make_editor
 from pytest_ecdysis.evolve import budget, cost, repeat
@@ -203,7 +209,7 @@ class Evolution:
         self.checkpoint()
         return self.doc
 
-    def round(self, n: int) -> dict[str, Any]:
+    def round(self, n: int) -> RoundRecord:
         """One round; every stage reads its checkpoint when present instead of redoing the work."""
         rdir = self.dir / "rounds" / str(n)
         rdir.mkdir(parents=True, exist_ok=True)
@@ -216,7 +222,7 @@ class Evolution:
             "spec_summary": None,
         }
         if (rdir / "decision.json").is_file():  # decided just before an interruption
-            decision: DecisionRecord = read_json(rdir / "decision.json", self.ledger)
+            decision = cast(DecisionRecord, read_json(rdir / "decision.json", self.ledger))
             self.doc["incumbent"] = decision["incumbent"]
             return self.finish_round(decision["round"], rdir, already_written=True)
         # the incumbent's source, checked out in a temporary worktree: diagnosis reads it, the editor edits it
@@ -258,8 +264,8 @@ class Evolution:
             budget.before_stage(self, stage, f"{stage} of round {where}")
         return self.files.stage_json(path, compute, self.follow)
 
-    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: dict[str, Any], *,
-                label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
+                *, label: str, run_id: str, title: str) -> tuple[RoundRecord, HarnessPoint | None]:
         """One candidate: editor call in `worktree` (at `base`'s commit), guard, validation, acceptance.
 
         Stage checkpoints (`edit.json`, `validation.json`) and `candidate.diff` go to `adir`; the editor
@@ -267,7 +273,7 @@ class Evolution:
         `tokens`, `wall_s`, and after a validation `score_after`, `flips`, pass^k, `harness_id_after`, and
         `accepted`/`commit`) and the new incumbent (None unless accepted).
         """
-        out: dict[str, Any] = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
+        out: RoundRecord = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
                                "wall_s": 0.0}
         # the editor call; the change is the diff of the harness directory
         self.snapshot = None
@@ -279,9 +285,9 @@ class Evolution:
             self.say(f"{label}: {exc}")
             return {**out, "outcome": "guard_rejected", "reason": str(exc)}, None
 
-    def _attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: dict[str, Any],
-                 out: dict[str, Any], *, label: str, run_id: str,
-                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def _attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
+                 out: RoundRecord, *, label: str, run_id: str,
+                 title: str) -> tuple[RoundRecord, HarnessPoint | None]:
         edit = self.stage_json(adir / "edit.json", lambda: edit_stage(self, spec, worktree, adir, label))
         if not edit["fresh"] and not edit["outcome"]:
             # resumed: rebuild the candidate from its recorded diff (checked against the ledger)
@@ -317,7 +323,7 @@ class Evolution:
         self.checkpoint()
         if self.stop_error is not None:
             raise self.stop_error
-        self.say(f"round {row['round']}: {OUTCOME_TEXT[row['outcome']]} ({compared_text(row)})"
+        self.say(f"round {row['round']}: {OUTCOME_TEXT[str(row['outcome'])]} ({compared_text(row)})"
                  + (f": {row['reason']}" if row.get("reason") and row["outcome"] != "accepted" else ""), row["round"])
         return row
 
@@ -351,7 +357,7 @@ class Evolution:
         record `validity` in `evolution.json` and print the accommodation ratio t."""
         from pytest_ecdysis.sim.validity import evolution_validity, summary_line
 
-        validity = evolution_validity(self.doc, self.dir)
+        validity = evolution_validity(cast(dict[str, Any], self.doc), self.dir)  # a TypedDict is a dict
         if validity is not None:
             self.doc["validity"] = validity
             self.say(summary_line(validity))

@@ -60,7 +60,7 @@ def rescore_plan(cfg: EcdysisConfig, env: Mapping[str, str]) -> tuple[bool, str]
     return True, "re-scored beside the candidate, in the same session"
 
 
-def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, base: dict[str, Any],
+def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, base: Mapping[str, Any],
                files: dict[str, bytes | None] | None = None,
                env: dict[str, str] | None = None) -> tuple[SubRun | BrokenCandidate, dict[str, Any]]:
     """Validate the candidate (`files`, else the files under `candidate_dir`; `env` added to its sub-run's

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +191,7 @@ def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitworktree.W
 
 
 def validate_stage(ev: RoundContext, worktree: gitworktree.Worktree, rdir: Path, run_id: str, label: str,
-                   base: dict[str, Any]) -> dict[str, Any]:
+                   base: Mapping[str, Any]) -> dict[str, Any]:
     """The validation sub-run of the same suite on the candidate in `worktree`, started together with a
     re-run of the incumbent `base` when `--ecdysis-rescore` asks for one (`evolve_paired`).
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pytest_ecdysis.core import safetext
 from pytest_ecdysis.core.config import EcdysisConfig
@@ -80,13 +80,14 @@ class RunState:
         path = self.dir / "evolution.json"
         suite = self.summary.get("suite")
         if self.cfg.resume and path.is_file():
-            doc = read_json(path)  # unverified: only to name a run of another suite (a usage error)
+            # unverified: only to name a run of another suite (a usage error)
+            doc = cast(EvolutionRecord, read_json(path))
             if doc.get("suite") == suite:
                 if self.ledger.start is None:
                     raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: no integrity ledger for this run "
                                          f"at {self.ledger.path} (it keeps the digests of every checkpoint); its "
                                          "files cannot be verified, start a new run")
-                doc = read_json(path, self.ledger)
+                doc = cast(EvolutionRecord, read_json(path, self.ledger))
                 problems = integrity.changes(self.ledger.start, integrity.take(self.roots))
                 if problems:
                     raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: protected files changed since the "
@@ -110,23 +111,24 @@ class RunState:
         self.ledger.save_start(integrity.take(self.roots))
         commit = gitops.head_commit(self.harness_dir)
         start: HarnessPoint = {"commit": commit, "harness_id": self.state.harness_id,
-                 "score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k"),
-                 "run_path": str(self.dir), "round": 0}
-        doc: EvolutionRecord = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
-                                "split": self.cfg.split, "tasks": list(self.cfg.tasks) if self.cfg.tasks else None,
-                                "threshold": self.cfg.threshold, "trials": self.cfg.trials,
-                                "strategy": self.cfg.strategy, "editor": self.cfg.editor, "model": self.cfg.model,
-                                "harness": str(self.harness_dir),
-                                "self_evolution_cap": self.cfg.self_evolution_cap,
-                                "proposals": self.cfg.proposals,
-                                "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method,
-                                           "level": self.cfg.accept_level},
-                                # the options `preflight.DECISION_DEFAULTS` names, in its order
-                                "rescore": self.cfg.rescore, "evidence": self.cfg.evidence,
-                                "accept_extra_trials": self.cfg.accept_extra_trials, "ablate": self.cfg.ablate,
-                                "status": "running", "start": start, "incumbent": HarnessPoint(**start),
-                                "rounds": [], "branch": None, "test": None, "wall_s": 0.0,
-                                "run_path": str(self.dir)}
+                               "score": self.summary.get("suite_score"),
+                               "pass_hat_k": self.summary.get("pass_hat_k"), "run_path": str(self.dir),
+                               "round": 0}
+        doc = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
+               "split": self.cfg.split, "tasks": list(self.cfg.tasks) if self.cfg.tasks else None,
+               "threshold": self.cfg.threshold, "trials": self.cfg.trials,
+               "strategy": self.cfg.strategy, "editor": self.cfg.editor, "model": self.cfg.model,
+               "harness": str(self.harness_dir),
+               "self_evolution_cap": self.cfg.self_evolution_cap,
+               "proposals": self.cfg.proposals,
+               "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method,
+                          "level": self.cfg.accept_level},
+               # the options `preflight.DECISION_DEFAULTS` names, in its order
+               "rescore": self.cfg.rescore, "evidence": self.cfg.evidence,
+               "accept_extra_trials": self.cfg.accept_extra_trials, "ablate": self.cfg.ablate,
+               "status": "running", "start": start, "incumbent": HarnessPoint(**start),
+               "rounds": [], "branch": None, "test": None, "wall_s": 0.0,
+               "run_path": str(self.dir)}
         write_json(path, doc, self.ledger)
         return doc
 
@@ -134,7 +136,8 @@ class RunState:
         """The resuming session scored the start harness again into this run directory, so the trials on disk
         are the new run's: the start (and an incumbent still at it) take that run's score, and the change is
         recorded in `rescored_on_resume` (a model that is not deterministic, or was not, moves it)."""
-        new = {"score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k")}
+        new: HarnessPoint = {"score": self.summary.get("suite_score"),
+                             "pass_hat_k": self.summary.get("pass_hat_k")}
         if doc["start"].get("run_path") != str(self.dir) or doc["start"].get("score") == new["score"]:
             return
         doc.setdefault("rescored_on_resume", []).append({"recorded_score": doc["start"].get("score"), **new})

@@ -40,9 +40,9 @@ def score_test(ev: RoundContext) -> None:
         EcdysisError: a harness could not be scored (its sub-run did not produce a summary).
     """
     cfg = ev.cfg
-    if not ev.doc.get("test"):
-        ev.doc["test"] = {"start": None, "frozen": None, "trials": cfg.test_trials, "transfer": {}}
-    test = ev.doc["test"]
+    test = ev.doc.get("test")
+    if not test:
+        test = ev.doc["test"] = {"start": None, "frozen": None, "trials": cfg.test_trials, "transfer": {}}
     if cfg.test_trials == 0:
         test["skipped"] = "--ecdysis-test-trials 0: the start and frozen harness were not scored on test"
         ev.say(test["skipped"])

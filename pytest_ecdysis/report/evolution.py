@@ -6,6 +6,7 @@ Pure formatting of `evolution.json` (docs/internals.md); no git, model or file w
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ class FinalTable:
     """Prints the final table at the very end of the terminal summary (after failures and the run's
     own `ecdysis` section), where the user looks last."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: Mapping[str, Any]) -> None:
         self.doc = doc
 
     @pytest.hookimpl(trylast=True)
@@ -100,7 +101,7 @@ def cost_section(doc: dict[str, Any]) -> list[str]:
     return cost_lines(doc)
 
 
-def compared_text(row: dict[str, Any]) -> str:
+def compared_text(row: Mapping[str, Any]) -> str:
     """What a round (or step) was decided on: `candidate 0.733 vs the incumbent re-run beside it 0.800 (its
     earlier run: 0.767)`, `candidate 0.733 vs the incumbent's earlier run 0.700`, or `score 0.700` without a
     validated candidate."""
