@@ -55,7 +55,7 @@ class TrustedRuns:
         """
         progress: dict[str, Path] = {}
 
-        def started(proc: Popen[Any]) -> None:  # the sub-run writes its run directory privately: find its progress.json
+        def started(proc: Any) -> None:  # the sub-run writes its run directory privately: find its progress.json
             args = [str(a) for a in proc.args]
             if "--ecdysis-run-dir" in args:
                 at = len(args) - 1 - args[::-1].index("--ecdysis-run-dir")

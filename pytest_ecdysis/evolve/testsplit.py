@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_ecdysis.core.errors import EcdysisError, shown
+from pytest_ecdysis.core.records import Flips
 from pytest_ecdysis.core.rundir import slug
 from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import fmt
@@ -92,7 +93,7 @@ def score_test(ev: RoundContext) -> None:
         ev.checkpoint()
 
 
-def held_out_regressions(start: dict, frozen: dict, threshold: float) -> dict[str, list[str]]:
+def held_out_regressions(start: dict, frozen: dict, threshold: float) -> Flips:
     """`validate.flips` of the start's and the frozen harness's test runs: `solved_to_failed` (tasks the start
     solved in every trial and the frozen harness did not), `failed_to_solved`; both empty when the frozen
     harness is the start (no run of its own) or a run cannot be read."""
