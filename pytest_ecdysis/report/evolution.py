@@ -43,7 +43,7 @@ class FinalTable:
             terminalreporter.write_line(line)
 
 
-def summary_lines(doc: dict[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """The final table of an evolution (terminal): per round score before/after, outcome, pass^k, flips,
     editor calls, tokens, wall-clock; then test scores side by side, and the branch."""
     cap = (f", at most {doc['self_evolution_cap']} specs a round" if doc.get("strategy") == "self-evolution"
@@ -107,7 +107,9 @@ def compared_text(row: Mapping[str, Any]) -> str:
     validated candidate."""
     if row.get("score_after") is None:
         return f"score {fmt(row.get('score_before'))}"
-    inc = row.get("incumbent_run") if isinstance(row.get("incumbent_run"), dict) else {}
+    inc = row.get("incumbent_run")
+    if not isinstance(inc, dict):
+        inc = {}
     if inc.get("rescored"):
         return (f"candidate {fmt(row.get('score_after'))} vs the incumbent re-run beside it "
                 f"{fmt(row.get('score_before'))} (its earlier run: {fmt(inc.get('cached_score'))})")

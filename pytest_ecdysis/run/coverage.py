@@ -32,10 +32,9 @@ class Coverage:
 
 
 def coverage(state: EcdysisState) -> Coverage:
-    cov = getattr(state, "_ecdysis_coverage", None)
-    if cov is None:
-        cov = Coverage()
-        state._ecdysis_coverage = cov
+    if state.coverage is None:
+        state.coverage = Coverage()
+    cov: Coverage = state.coverage
     return cov
 
 
