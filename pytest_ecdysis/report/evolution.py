@@ -94,7 +94,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def cost_section(doc: dict[str, Any]) -> list[str]:
+def cost_section(doc: Mapping[str, Any]) -> list[str]:
     """The cost-by-role table of `report/cost.py` (empty for runs that recorded no cost)."""
     from pytest_ecdysis.report.cost import cost_lines
 
