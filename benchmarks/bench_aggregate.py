@@ -24,7 +24,7 @@ import zlib
 from pathlib import Path
 
 from pytest_ecdysis.core import metrics
-from pytest_ecdysis.run import session
+from pytest_ecdysis.run import files as run_files
 
 TOOLS = ["get_user_details", "get_reservation_details", "update_reservation_flights", "cancel_reservation",
          "book_reservation", "get_order_details", "modify_pending_order_items", "return_delivered_order_items"]
@@ -66,10 +66,10 @@ def synthetic(n: int, seed: int) -> list[dict]:
 
 def work(raw: dict[str, dict], out_dir: Path) -> dict:
     problems: list[str] = []
-    trials = session._parse_trials(raw, problems)
-    summary, tri, groups = session.aggregate(trials, threshold=1.0, trials_per_task=5, model="gpt-4o-mini",
+    trials = run_files._parse_trials(raw, problems)
+    summary, tri, groups = run_files.aggregate(trials, threshold=1.0, trials_per_task=5, model="gpt-4o-mini",
                                              prices=metrics.load_prices())
-    session.write_run_dir(out_dir, summary, trials, tri, groups, [], 1.0)
+    run_files.write_run_dir(out_dir, summary, trials, tri, groups, [], 1.0)
     return {"summary": summary, "n_records": len(tri.records), "n_groups": len(groups)}
 
 
@@ -88,9 +88,10 @@ def main() -> None:
         total_s = time.perf_counter() - t0
         rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         # aggregation + grouping alone (no validation, no files), on the validated trials
-        trials = session._parse_trials(raw, [])
+        trials = run_files._parse_trials(raw, [])
         t_agg0 = time.perf_counter()
-        session.aggregate(trials, threshold=1.0, trials_per_task=5, model="gpt-4o-mini", prices=metrics.load_prices())
+        run_files.aggregate(trials, threshold=1.0, trials_per_task=5, model="gpt-4o-mini",
+                            prices=metrics.load_prices())
         agg_s = time.perf_counter() - t_agg0
         tracemalloc.start()
         work(raw, Path(tmp) / "run2")

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from pytest_ecdysis.report import html as html_report
+from pytest_ecdysis.report import html_view
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +57,7 @@ def main() -> None:
         t0 = time.perf_counter()
         page = html_report.render(run)
         times.append(time.perf_counter() - t0)
-    view = html_report.gather(run)
+    view = html_view.gather(run)
     size = len(page.encode("utf-8"))
     evo = view["evolution"] or {}
     shown = sum(len(g["shown"]) for g in view["groups"])

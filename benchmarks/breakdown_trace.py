@@ -137,7 +137,7 @@ def _install_steps() -> None:
 
 
 #: the evolution's parts the controller's table shows, by (module, owner, name) -> label
-EVOLUTION = (("pytest_ecdysis.evolve.state", "RunState", "_load_or_start", "start: ledger, protected files' checksums"),
+EVOLUTION = (("pytest_ecdysis.evolve.state", "RunState", "load_or_start", "start: ledger, protected files' checksums"),
              ("pytest_ecdysis.evolve.runs", "TrustedRuns", "_trusted_tree", "trusted copy of the checkout"),
              ("pytest_ecdysis.evolve.loop", None, "diagnose_stage", "diagnosis"),
              ("pytest_ecdysis.evolve.loop", None, "edit_stage", "edit (editor call + guard + check)"),

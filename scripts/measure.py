@@ -66,7 +66,7 @@ def tool_call_ok(call: dict[str, Any], tools: list[str]) -> bool:
 
 def replies(path: Path) -> dict[str, Any]:
     from pytest_ecdysis.core.errors import SpecError
-    from pytest_ecdysis.diagnose.fdcr import validate_spec
+    from pytest_ecdysis.diagnose.spec import validate_spec
     from pytest_ecdysis.edit.editors import EDIT_BLOCK
     from pytest_ecdysis.evidence.build import extract_json
 

@@ -127,7 +127,7 @@ def test_a_harness_without_build_agent_is_refused_on_every_load(tmp_path) -> Non
 def test_time_limits_come_from_option_then_ini_then_env_then_default() -> None:
     """Each limit: the `--ecdysis-limits` key (or its ini key) wins over the env fallback, which wins over the default;
     a bad env value is the same usage error, naming the variable."""
-    from pytest_ecdysis.core.config import read_limits
+    from pytest_ecdysis.core.config_values import read_limits
 
     env = {"ECDYSIS_CALL_TIMEOUT_S": "7", "ECDYSIS_MAX_RETRIES": "0", "ECDYSIS_EDITOR_TIMEOUT": "42"}
     limits = read_limits({"call-timeout": "5", "trial-budget": "30"}, env)

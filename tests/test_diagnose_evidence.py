@@ -19,16 +19,14 @@ from test_diagnose_support import (
 from pytest_ecdysis.core.records import ModificationSpec, PatternGroup
 from pytest_ecdysis.evidence.build import (
     build_evidence,
-    cut,
     extract_json,
-    harness_map,
     parse_evidence,
     parse_turns,
-    record_key,
     render_turn,
-    select_records,
 )
+from pytest_ecdysis.evidence.context import harness_map
 from pytest_ecdysis.evidence.patterns import group
+from pytest_ecdysis.evidence.views import cut, record_key, select_records
 
 
 def many_failures(n: int):

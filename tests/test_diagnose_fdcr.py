@@ -252,7 +252,7 @@ def test_role_calls_wait_at_least_as_long_as_the_call_timeout_a_user_raised():
 def test_absolute_paths_inside_the_harness_are_made_relative(tmp_path):
     """An absolute path inside the harness is accepted as relative; an absolute path elsewhere is refused."""
     from pytest_ecdysis.core.errors import SpecError
-    from pytest_ecdysis.diagnose.fdcr import validate_spec
+    from pytest_ecdysis.diagnose.spec import validate_spec
 
     harness = write_harness(tmp_path)
     inside = dict(GOOD_SPEC, changes=[dict(GOOD_SPEC["changes"][0], files=[str(harness / "feedback.py")])])

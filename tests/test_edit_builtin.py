@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from pytest_ecdysis.edit.editors import BuiltinEditor, CommandEditor, apply_edit_blocks, import_check
 from pytest_ecdysis.endpoint.role_client import Completion
-from pytest_ecdysis.validate.subrun import strip_args, subrun_args
+from pytest_ecdysis.validate.setup import strip_args, subrun_args
 
 BLOCK = """mod.py
 <<<<<<< SEARCH

@@ -18,7 +18,7 @@ from pytest_ecdysis.diagnose.round import diagnose
 from pytest_ecdysis.edit.editors import SimEditor
 from pytest_ecdysis.evidence.patterns import group
 from pytest_ecdysis.evolve.stages import edit_stage
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.sim.editor.recipes import apply_spec, load_recipes
 
 pytest.importorskip("tau2")
@@ -55,7 +55,7 @@ def test_a_round_from_direct_makes_a_real_edit_the_guard_accepts(tmp_path):
     assert d.spec is not None, d.detail
     knobs = {c.parameters["knob"] for c in d.spec.changes}
     assert {"error_feedback", "completion_check"} <= knobs
-    worktree = gitops.add_worktree(harness)
+    worktree = gitworktree.add_worktree(harness)
     try:
         ev = SimpleNamespace(editor=SimEditor(), cfg=SimpleNamespace(editor="sim", editor_budget_s=60),
                              ledger=_Ledger(), check_integrity=lambda what: None, say=lambda line: None)

@@ -9,8 +9,9 @@ import json
 import pytest
 from tiny_evolution import CONFTEST, evolution, git, make_project, run_evolution, script
 
-from pytest_ecdysis.evolve.ablation import changes_of, removal_loses, without
-from pytest_ecdysis.git.ops import Snapshot
+from pytest_ecdysis.evolve.ablation import removal_loses
+from pytest_ecdysis.evolve.ablation_changes import changes_of, without
+from pytest_ecdysis.git.snapshot import Snapshot
 
 pytest_plugins = ["pytester"]
 

@@ -10,6 +10,7 @@ import pytest
 
 from pytest_ecdysis.core.errors import GitError
 from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -40,7 +41,7 @@ def test_commit_stages_only_changed_harness_files(repo: Path) -> None:
     status_before = _git(repo, "status", "--porcelain")
     head = _git(repo, "rev-parse", "HEAD").strip()
 
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         (wt.harness_dir / "__init__.py").write_text("LEVEL = 2\n")
         (wt.harness_dir / "new.py").write_text("N = 1\n")
@@ -64,14 +65,14 @@ def test_commit_stages_only_changed_harness_files(repo: Path) -> None:
 
 def test_saved_diff_rebuilds_the_candidate(repo: Path) -> None:
     """A candidate diff re-applied to a fresh worktree gives the same files (resume)."""
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         (wt.harness_dir / "b.py").unlink()
         (wt.harness_dir / "c.py").write_text("C = 1\n")
         diff = wt.diff(wt.changed_paths())
     finally:
         wt.remove()
-    again = gitops.add_worktree(repo / "harness")
+    again = gitworktree.add_worktree(repo / "harness")
     try:
         again.apply(diff)
         assert again.changed_paths() == ["harness/b.py", "harness/c.py"]
@@ -82,7 +83,7 @@ def test_saved_diff_rebuilds_the_candidate(repo: Path) -> None:
 
 def test_empty_commit_and_taken_branch_are_refused(repo: Path) -> None:
     """No empty commits; a branch that exists at another commit is left as it was."""
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         with pytest.raises(GitError, match="empty commit"):
             wt.commit_paths([], "nothing")

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_ecdysis.core.errors import GitError
 from pytest_ecdysis.gate.baseline import GateVerdict
+from pytest_ecdysis.run import coverage as run_coverage
 from pytest_ecdysis.run import session
 
 
@@ -73,6 +74,6 @@ def test_missing_evolution_module_gives_a_clear_message(monkeypatch: pytest.Monk
 def test_json_safe_trial_marks_what_json_cannot_carry() -> None:
     """A JSON-safe dict passes unchanged; one with an object becomes a marker naming the case."""
     good = {"suite": "s", "task_id": "1", "trial": 0, "termination_reason": "user_stop"}
-    assert session.json_safe_trial(good, "t.py::x") is good
-    bad = session.json_safe_trial({**good, "x": object()}, "t.py::x")
+    assert run_coverage.json_safe_trial(good, "t.py::x") is good
+    bad = run_coverage.json_safe_trial({**good, "x": object()}, "t.py::x")
     assert set(bad) == {"ecdysis_error"} and "t.py::x is not JSON-serialisable" in bad["ecdysis_error"]

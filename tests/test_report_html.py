@@ -14,6 +14,7 @@ from tiny_evolution import CONFTEST, make_project, run_evolution, script
 from pytest_ecdysis import cli
 from pytest_ecdysis.core.records import SCHEMA_VERSION
 from pytest_ecdysis.report import html as html_report
+from pytest_ecdysis.report import html_view
 
 pytest_plugins = ["pytester"]
 
@@ -46,7 +47,7 @@ def test_empty_and_absent_run_directories(tmp_path: Path, capsys: pytest.Capture
     page = _page(tmp_path / "empty")
     assert "What is missing" in page and "is empty: the run wrote nothing" in page
     assert "is empty" in capsys.readouterr().err
-    page = html_report.render_view(html_report.gather(tmp_path / "nope"))  # ecdysis_html at session end
+    page = html_report.render_view(html_view.gather(tmp_path / "nope"))  # ecdysis_html at session end
     assert "is not a directory: nothing to show" in page
     assert cli.main(["report", str(tmp_path / "nope")]) == 2  # a typo: exit 2, nothing created
     assert "nope is not a directory" in capsys.readouterr().err and not (tmp_path / "nope").exists()
@@ -118,7 +119,7 @@ def test_gate_run_page_shows_verdict_and_regressions(tmp_path: Path) -> None:
                   "tau2-airline/5": {"n": 2, "successes": 2, "solved": True}}}))
     (run / "groups.json").write_text(json.dumps({"schema_version": 1, "groups": []}))
     (run / "trials.jsonl").write_text("")
-    view = html_report.gather(run)
+    view = html_view.gather(run)
     assert view["missing"] == [] and view["evolution"] is None
     page = html_report.render(run)
     for text in ("gate FAILED: suite score 0.400", "2 task(s) solved in the baseline", "tau2-airline/4",

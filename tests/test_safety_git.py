@@ -18,6 +18,7 @@ from tiny_evolution import CONFTEST, git, make_project, run_evolution, script
 
 from pytest_ecdysis.git import env as gitenv
 from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 
 #: The variables a git hook exports, pointing at the repository `r` the hook runs for (name -> value).
 HOOK_VARS = {
@@ -93,7 +94,7 @@ def test_git_work_ignores_hook_variables(repo: Path, var: str, tmp_path_factory:
     before, before_other = fingerprint(repo), fingerprint(other)
     monkeypatch.setenv(var, HOOK_VARS[var](repo if TARGET[var] == "same" else other))
     gitops.preflight(repo / "harness", "r1")
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         assert (wt.harness_dir / "b.py").read_text() == "B = 1\n"  # a real checkout of the commit
         (wt.harness_dir / "__init__.py").write_text("LEVEL = 2\n")
@@ -123,7 +124,7 @@ def test_editor_process_does_not_see_hook_variables(repo: Path, monkeypatch: pyt
     before = fingerprint(repo)
     for var, value in HOOK_VARS.items():
         monkeypatch.setenv(var, value(repo))
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         result = CommandEditor(f"{sys.executable} {agent} {{harness}} {seen} {{spec}}").edit(
             None, wt.harness_dir, spec_path=repo / "spec.json")
@@ -157,7 +158,7 @@ def test_commit_in_an_index_v4_repository(v4repo: Path) -> None:
     """Index v4 (which GitPython's own index cannot read): the commit and the branch are made with git's
     command line; the user's index stays byte-identical."""
     before = fingerprint(v4repo)
-    wt = gitops.add_worktree(v4repo / "harness")
+    wt = gitworktree.add_worktree(v4repo / "harness")
     try:
         (wt.harness_dir / "b.py").unlink()
         (wt.harness_dir / "c.py").write_text("C = 1\n")
@@ -178,7 +179,7 @@ def test_no_hook_of_the_repository_runs(repo: Path, tmp_path_factory: pytest.Tem
     for name in ("post-checkout", "pre-commit", "post-commit"):
         (hooks / name).write_text(f"#!/bin/sh\ntouch {marks / name}\n")
         (hooks / name).chmod(0o755)
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         (wt.harness_dir / "b.py").write_text("B = 4\n")
         wt.commit_paths(["harness/b.py"], "ecdysis round 1")
@@ -191,7 +192,7 @@ def test_no_hook_of_the_repository_runs(repo: Path, tmp_path_factory: pytest.Tem
 
 def test_commit_uses_the_repositorys_identity_or_a_default(repo: Path) -> None:
     """The repository's configured identity signs the commit; without one, `pytest-ecdysis`."""
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         (wt.harness_dir / "b.py").write_text("B = 3\n")
         sha = wt.commit_paths(["harness/b.py"], "ecdysis round 1")

@@ -20,7 +20,6 @@ from pytest_ecdysis.core.records import TrialResult
 from pytest_ecdysis.evidence.failures import triage
 from pytest_ecdysis.report import summary as report
 from pytest_ecdysis.run import files as run_files
-from pytest_ecdysis.run import session
 
 HOSTILE = "\x1b[31mCUDA out of memory\x1b[0m\x00 at step \x07 7\r\u202eevil"
 CONTROL = [chr(c) for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, 0x9b]]
@@ -71,7 +70,7 @@ def test_a_failed_junit_is_a_problem_after_the_data_is_written(tmp_path: Path,
     monkeypatch.setattr(run_files, "write_junit", broken)
     trials = [_trial("boom")]
     summary = {"run_id": "r", "problems": []}
-    problems = session.write_run_dir(tmp_path / "r", summary, trials, triage(trials, 1.0), [], [], 1.0)
+    problems = run_files.write_run_dir(tmp_path / "r", summary, trials, triage(trials, 1.0), [], [], 1.0)
     assert len(problems) == 1 and "junit.xml not written" in problems[0]
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["problems"] == problems
     assert (tmp_path / "r" / "trials.jsonl").read_text().count("\n") == 1

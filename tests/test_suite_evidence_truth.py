@@ -174,7 +174,7 @@ def test_the_evaluator_checks_are_kept_and_a_short_value_in_a_date_is_a_weak_pas
     reasons = block["weak_passes"][0]["reasons"]
     assert "no tool call" in reasons and "'4' under 3 characters" in reasons[0]
     from pytest_ecdysis import cli
-    from pytest_ecdysis.run.session import aggregate
+    from pytest_ecdysis.run.files import aggregate
 
     summary, _, _ = aggregate([result], threshold=1.0, trials_per_task=1, model="m", prices={})
     (tmp_path / "summary.json").write_text(json.dumps({"schema_version": 1, "run_id": "r", **summary}))

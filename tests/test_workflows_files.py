@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ecdysis.core.config import OPTIONS
+from pytest_ecdysis.core.options import OPTIONS
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is in the dev extra")
 

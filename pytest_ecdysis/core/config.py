@@ -32,27 +32,12 @@ from pytest_ecdysis.core.config_values import (
     _int,
     _nonce,
     check_needs,
-    endpoint_limits_from_env,
     level,
     parse_limits,
     read_limits,
 )
 from pytest_ecdysis.core.errors import UsageError
-from pytest_ecdysis.core.options import (
-    LIMIT_KEYS,
-    OPTIONS,
-    SETTINGS,
-    Option,
-    _raw,
-    add_options,
-    check_removed,
-)
-
-#: Names other modules import from here (kept where they were before `options` and `config_values`).
-__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_DIAGNOSIS_BUDGET_S", "DEFAULT_EDITOR_BUDGET_S", "DEFAULT_MAX_RETRIES",
-           "DEFAULT_TRIAL_BUDGET_S", "ENV_PREFIXES", "LIMITS", "OPTIONS", "SPLITS", "EcdysisConfig", "Option",
-           "add_options", "endpoint_limits_from_env", "is_sim_model", "level", "read_config", "read_limits",
-           "unset_empty_env"]
+from pytest_ecdysis.core.options import LIMIT_KEYS, SETTINGS, _raw, check_removed
 
 SPLITS = ("train", "test", "all")
 

@@ -1,5 +1,8 @@
 """The pipeline's nouns: trial results, failure records, pattern groups, modification specs, rounds.
 
+The evolution loop's own files are typed as `TypedDict`s (`RoundRecord`, `DecisionRecord`, `EvolutionRecord`):
+they are plain dicts at run time, so what is written (keys, their order, values) is what the code builds.
+
 These are the shapes other parts, the run directory files and users' scripts rely on (docs/records.md lists them).
 All are pydantic models so JSON goes in and out validated; field names carry units (`wall_s`,
 `cost_usd`). This module must not import tau2, the task suites or any harness.
@@ -8,7 +11,7 @@ All are pydantic models so JSON goes in and out validated; field names carry uni
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -303,3 +306,124 @@ class RoundResult(_Model):
     harness_id_before: str = ""
     harness_id_after: str | None = None
     spec_summary: str | None = None
+
+
+class Tokens(TypedDict):
+    """Token counts of a stage, a round or a run."""
+
+    prompt: int
+    completion: int
+    total: int
+
+
+class Flips(TypedDict):
+    """Tasks whose solved state changed between two runs."""
+
+    solved_to_failed: list[str]
+    failed_to_solved: list[str]
+
+
+class HarnessPoint(TypedDict, total=False):
+    """A harness the loop scored: `evolution.json` `start` and `incumbent` (and `decision.json` `incumbent`)."""
+
+    commit: str  #: its git commit
+    harness_id: str  #: `<name>@<digest>`
+    score: float | None  #: its suite score
+    pass_hat_k: dict[str, float] | None  #: pass^k keyed `"1"`..`"k"`
+    run_path: str  #: the run directory that scored it
+    round: int  #: the round that made it the incumbent (0: the start)
+    step: int  #: instance-level rounds: the step that made it
+
+
+class RoundRecord(TypedDict, total=False):
+    """One entry of `evolution.json` `rounds` (also `decision.json` `round`); keys in the order written."""
+
+    round: int
+    strategy: str
+    score_before: float | None
+    score_after: float | None  #: None when there was no candidate
+    accepted: bool
+    editor_calls: int
+    tokens: Tokens
+    wall_s: float
+    flips: Flips
+    outcome: str | None  #: `RoundOutcome` once the round ended
+    reason: str
+    harness_id_before: str
+    harness_id_after: str | None
+    spec_summary: str | None
+    diagnosis_input: str | None  #: the digest of what the diagnosis read (`evolve.repeat`)
+    pass_hat_k_before: dict[str, float] | None
+    pass_hat_k_after: dict[str, float] | None
+    commit: str  #: the accepted commit
+    decision: dict[str, Any]  #: the acceptance rule's fields (`gate.acceptance.Decision.fields`)
+    reused_validation: str  #: the earlier validation this candidate's bytes reused
+    steps: list[dict[str, Any]]  #: instance-level rounds: one entry per spec patched
+    proposals: list[dict[str, Any]]  #: alternatives rounds: one entry per proposal
+    cost: dict[str, Any]  #: tokens and USD per role (`evolve.cost`)
+    incumbent_run: dict[str, Any]  #: the incumbent's run the candidate was compared with (`evolve.paired`)
+    confirmation: dict[str, Any] | None  #: `--ecdysis-accept sequential`: its looks (`evolve.confirm`)
+    extra_trials: dict[str, Any]  #: `--ecdysis-accept-extra-trials` (`evolve.extra_trials`)
+    ablation: dict[str, Any]  #: `--ecdysis-ablate`: changes, kept, dropped (`evolve.ablation`)
+    candidate_score: float | None  #: the candidate's score before its ablation
+    chosen: int  #: alternatives rounds: the proposal kept
+
+
+class DecisionRecord(TypedDict, total=False):
+    """`rounds/<n>/decision.json`: the rule's fields (`gate.acceptance.decision_fields`; null when no candidate
+    was validated), then the round and the incumbent after it."""
+
+    rule: str | None
+    method: str | None
+    effect: float | None
+    interval: list[float] | None
+    p_value: float | None
+    level: float | None
+    n_tasks: int | None
+    wins: int | None
+    losses: int | None
+    sequential: dict[str, Any]  #: under `sequential`: `lr`, `looks`, `pairs`, `state`
+    round: RoundRecord
+    incumbent: HarnessPoint
+
+
+class EvolutionRecord(TypedDict, total=False):
+    """`evolution.json`, the run's record and checkpoint; keys in the order a new run writes them."""
+
+    schema_version: int
+    run_id: str
+    suite: str | None
+    split: str
+    tasks: list[str] | None
+    threshold: float
+    trials: int
+    strategy: str
+    editor: str
+    model: str
+    harness: str
+    self_evolution_cap: int
+    proposals: int
+    accept: dict[str, Any]  #: `{"rule", "method", "level"}`
+    rescore: str
+    evidence: str
+    accept_extra_trials: int
+    ablate: bool
+    status: str  #: `running`, `finished`, `stopped_budget`
+    start: HarnessPoint
+    incumbent: HarnessPoint
+    rounds: list[RoundRecord]
+    branch: str | None
+    test: dict[str, Any] | None  #: `{"start", "frozen", "trials", "transfer", ...}`
+    wall_s: float
+    run_path: str
+    cpu_s: float
+    wall_s_before: float  #: resumed: the wall-clock of the sessions before
+    cpu_s_before: float
+    rescored_on_resume: list[dict[str, Any]]
+    projection: dict[str, Any]  #: `evolve.budget.project`
+    budget_stop: dict[str, Any]
+    cost: dict[str, Any]
+    cost_start_runs: list[dict[str, Any]]
+    diff_command: str
+    validations: dict[str, Any]
+    validity: dict[str, Any]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import RunDirError
-from pytest_ecdysis.core.records import SCHEMA_VERSION, FailureRecord, PatternGroup
+from pytest_ecdysis.core.records import SCHEMA_VERSION, FailureRecord, PatternGroup, Tokens
 from pytest_ecdysis.core.secrets import redact_json
 
 
@@ -30,7 +31,7 @@ def read_json(path: Path, ledger: Any = None) -> dict[str, Any]:
         raise RunDirError(f"cannot read {path}: {exc}") from None
 
 
-def write_json(path: Path, doc: dict[str, Any], ledger: Any = None) -> None:
+def write_json(path: Path, doc: Mapping[str, Any], ledger: Any = None) -> None:
     """Write `doc` to `path` atomically, adding `schema_version` when it has none; with a `ledger`
     (`integrity.Ledger`) its digest is recorded."""
     body = doc if "schema_version" in doc else {"schema_version": SCHEMA_VERSION, **doc}
@@ -67,10 +68,11 @@ def spec_of(rdir: Path) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
 
-def add_tokens(total: dict[str, int], more: dict[str, Any]) -> None:
+def add_tokens(total: Tokens, more: Mapping[str, Any]) -> None:
     """Add the `prompt`, `completion` and `total` token counts of `more` to `total`, in place."""
-    for key in ("prompt", "completion", "total"):
-        total[key] = total.get(key, 0) + int(more.get(key, 0) or 0)
+    total["prompt"] = total.get("prompt", 0) + int(more.get("prompt", 0) or 0)
+    total["completion"] = total.get("completion", 0) + int(more.get("completion", 0) or 0)
+    total["total"] = total.get("total", 0) + int(more.get("total", 0) or 0)
 
 
 def slug(model: str | None) -> str:

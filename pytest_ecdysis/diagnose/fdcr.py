@@ -29,15 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.records import ModificationSpec
-from pytest_ecdysis.diagnose.spec import spec_call, unusable, validate_spec, write_spec
+from pytest_ecdysis.diagnose.spec import spec_call, write_spec
 from pytest_ecdysis.diagnose.transcript import Diagnosis, Transcript
 from pytest_ecdysis.endpoint.role_client import RoleClient
 from pytest_ecdysis.evidence.build import Evidence, build_evidence, render_turn
-
-#: Names other modules import from here (kept where they were before `spec_answer`).
-__all__ = ["FORMATS", "ROLES", "Diagnosis", "Transcript", "evidence_for", "finish", "load_prompt",
-           "role_messages", "run_fdcr", "run_single_analyst", "spec_call", "unusable",
-           "validate_spec", "write_spec"]
 
 ROLES = ("analyst", "critic", "engineer")
 #: What each role is asked to answer with (the `format` of the `<respond .../>` marker).

@@ -13,12 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import ContextOverflowError, InfrastructureError
 from pytest_ecdysis.core.records import FailureRecord, PatternGroup
 from pytest_ecdysis.diagnose.strategies.base import RoundInput, get_strategy
 from pytest_ecdysis.diagnose.transcript import Diagnosis
 from pytest_ecdysis.endpoint.role_client import RoleClient, add_tokens
-from pytest_ecdysis.evidence.build import usable_records
+from pytest_ecdysis.evidence.views import usable_records
 
 __all__ = ["diagnose", "stopped", "timed_out"]
 
@@ -30,7 +31,7 @@ def diagnose(
     harness_dir: Path | None,
     history: Iterable[Any] = (),
     solved_tasks: Iterable[str] | Mapping[str, Any] = (),
-    cfg: Any,
+    cfg: EcdysisConfig,
     round_dir: Path | None,
     strategy: str = "ecdysis",
     client: RoleClient | None = None,

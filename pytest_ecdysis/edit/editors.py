@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import ContextOverflowError, InfrastructureError, UsageError
 from pytest_ecdysis.edit.contain import READ_ONLY_HINT, run_in_group
 from pytest_ecdysis.edit.prompt import build_prompt, reply_tokens
@@ -82,7 +83,7 @@ def check_editor(editor: str, harness_dir: Path) -> None:
                          "placeholder, e.g. \"cmd:aider --yes --message-file {spec} {harness}\"")
 
 
-def make_editor(cfg: Any) -> Editor:
+def make_editor(cfg: EcdysisConfig) -> Editor:
     """The editor `cfg.editor` names (`builtin`, `sim`, `cmd:<template>`)."""
     if cfg.editor == "sim":
         return SimEditor()
@@ -202,7 +203,7 @@ class BuiltinEditor:
 
     name = "builtin"
 
-    def __init__(self, cfg: Any, client: Any = None) -> None:
+    def __init__(self, cfg: EcdysisConfig, client: Any = None) -> None:
         self.cfg = cfg
         self._client = client
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import httpx2
 
+from pytest_ecdysis.core.config import EcdysisConfig
+
 ENV_DIR = "ECDYSIS_RESPONSE_CACHE"
 ENV_UNCACHEABLE = "ECDYSIS_UNCACHEABLE"
 
@@ -143,7 +145,7 @@ def wrap_transport(inner: httpx2.BaseTransport, *, model: str, base_url: str | N
     return CachingTransport(inner, ResponseCache(Path(directory)))
 
 
-def configure(cfg: Any, run_path: Path, env: dict[str, str] | Any) -> Path | None:
+def configure(cfg: EcdysisConfig, run_path: Path, env: dict[str, str] | Any) -> Path | None:
     """Controller, configure time: when ini `ecdysis_response_cache = on` and evolving, set `ECDYSIS_RESPONSE_CACHE`
     (the cache directory: ini `ecdysis_cache_dir`, default `<run dir>/response_cache`) and
     `ECDYSIS_UNCACHEABLE` in `env` for the session, its workers and sub-runs; returns the directory.

@@ -30,7 +30,7 @@ from typing import Any
 import httpx2
 import openai
 
-from pytest_ecdysis.core.config import is_sim_model
+from pytest_ecdysis.core.config import EcdysisConfig, is_sim_model
 from pytest_ecdysis.core.errors import ContextOverflowError, InfrastructureError, UsageError
 from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport
 from pytest_ecdysis.endpoint.overflow import completion_room, context_overflow
@@ -132,7 +132,7 @@ class RoleClient:
         self.calls = 0
 
     @classmethod
-    def from_config(cls, cfg: Any, stage: str = "diagnosis", **kwargs: Any) -> RoleClient:
+    def from_config(cls, cfg: EcdysisConfig, stage: str = "diagnosis", **kwargs: Any) -> RoleClient:
         """A client for `cfg.diagnosis_model` (an `EcdysisConfig`) with the stage's budget
         (`cfg.diagnosis_budget_s` or `cfg.editor_budget_s`), `cfg.max_retries`, and per attempt the larger
         of `DEFAULT_TIMEOUT_S` and `cfg.call_timeout_s` (`--ecdysis-limits call-timeout`): a slow endpoint's user

@@ -35,26 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.records import INFRA_REASONS, FailureRecord, PatternGroup
-from pytest_ecdysis.evidence.context import PastRound, harness_map, history_view
+from pytest_ecdysis.evidence.context import harness_map, history_view
 from pytest_ecdysis.evidence.views import (
     COMPACT,
-    FULL,
-    Detail,
     _kept,
-    cut,
-    path_key,
     record_key,
     record_view,
     select_records,
     usable_records,
 )
-
-#: Names other modules import from here (kept where they were before `evidence_records` and
-#: `evidence_context`).
-__all__ = ["COMPACT", "DEFAULT_MAX_CHARS", "EVIDENCE_CLOSE", "EVIDENCE_OPEN", "FULL", "Detail", "Evidence",
-           "PastRound", "build_evidence", "cut", "extract_json", "harness_map", "history_view", "parse_evidence",
-           "parse_turns", "path_key", "record_key", "record_view", "render_turn", "select_records",
-           "usable_records"]
 
 MAX_DETAILED_GROUPS = 12
 MAX_SUMMARY_GROUPS = 40

@@ -40,18 +40,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ecdysis.evolve.ablation_changes import MAX_CHANGES, Change, changes_of, without
+from pytest_ecdysis.core.config import EcdysisConfig
+from pytest_ecdysis.core.records import RoundRecord
+from pytest_ecdysis.evolve.ablation_changes import MAX_CHANGES, changes_of, without
 from pytest_ecdysis.gate.acceptance import decide
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import snapshot as gitsnapshot
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import fmt
-from pytest_ecdysis.validate.subrun import BrokenCandidate, infra_drift, read_run
+from pytest_ecdysis.validate.results import infra_drift, read_run
+from pytest_ecdysis.validate.subrun import BrokenCandidate
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
-
-#: Names other modules import from here (kept where they were before `ablation_changes`).
-__all__ = ["MAX_CHANGES", "Change", "ablate", "ablate_accepted", "cache_env", "changes_of", "commit_lines",
-           "removal_loses", "without"]
 
 
 def removal_loses(rule: str, *, method: str, level: float, inc: tuple[float, list], kept: tuple[float, list],
@@ -70,7 +70,7 @@ def removal_loses(rule: str, *, method: str, level: float, inc: tuple[float, lis
     return None
 
 
-def cache_env(cfg: Any, adir: Path, env: Any = None) -> tuple[dict[str, str] | None, str]:
+def cache_env(cfg: EcdysisConfig, adir: Path, env: Any = None) -> tuple[dict[str, str] | None, str]:
     """(extra environment of the candidate's validation and the ablation sub-runs, the line that says it).
 
     ini `ecdysis_response_cache = on`: the run's cache is already in the environment (None, said). Not given:
@@ -94,7 +94,7 @@ def cache_env(cfg: Any, adir: Path, env: Any = None) -> tuple[dict[str, str] | N
                    "off)")
 
 
-def ablate(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run_id: str, label: str,
+def ablate(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id: str, label: str,
            inc_run: dict[str, Any], val: dict[str, Any]) -> dict[str, Any]:
     """Ablate the accepted candidate `ev.snapshot` (validated as `val`, compared with `inc_run`).
 
@@ -168,19 +168,19 @@ def ablate(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run_id: str,
     ev.say(f"{label}: ablation kept {len(doc['kept'])} of {len(changes)} change(s)"
            + (f"; response cache {totals['hits']} hit(s) / {totals['misses']} miss(es), {totals['tokens_saved']} "
               "tokens saved" if directory else ""))
-    gitops.reset_to_snapshot(worktree, snap)
+    gitsnapshot.reset_to_snapshot(worktree, snap)
     return doc
 
 
-def _validate(ev: RoundContext, worktree: gitops.Worktree, reduced: gitops.Snapshot, sdir: Path, run_id: str,
-              label: str, extra: dict[str, str] | None) -> dict[str, Any]:
+def _validate(ev: RoundContext, worktree: gitworktree.Worktree, reduced: gitsnapshot.Snapshot, sdir: Path,
+              run_id: str, label: str, extra: dict[str, str] | None) -> dict[str, Any]:
     """One ablation sub-run of `reduced`: `{"outcome", "reason", "score", "run_path", "harness_id",
     "pass_hat_k", "wall_s", "cache"}`."""
     from pytest_ecdysis.core.harness import harness_id
     from pytest_ecdysis.endpoint.response_cache import ENV_DIR, run_stats
 
     started = time.monotonic()
-    gitops.reset_to_snapshot(worktree, reduced)
+    gitsnapshot.reset_to_snapshot(worktree, reduced)
     hid = harness_id(worktree.harness_dir, ev.harness_dir.name)
     ev.say(f"{label}: validating {hid} (sub-run {run_id})")
     try:
@@ -208,9 +208,9 @@ def commit_lines(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ablate_accepted(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run_id: str, label: str, *,
+def ablate_accepted(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id: str, label: str, *,
                     inc_run: dict[str, Any], val: dict[str, Any], before_trials: list,
-                    out: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+                    out: RoundRecord) -> tuple[dict[str, Any], Any]:
     """The loop's hook after a candidate is accepted: ablate it (checkpoint `adir/ablation.json`), make
     `ev.snapshot` the kept harness and update the round fields in `out` (`score_after`, `harness_id_after`,
     `pass_hat_k_after`, `flips`, `decision`, `ablation`; the full candidate's score in `candidate_score`).
@@ -218,7 +218,7 @@ def ablate_accepted(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run
     Returns (the `ablation.json` document, the decision on the kept harness against the incumbent, or
     None when nothing was dropped).
     """
-    from pytest_ecdysis.validate.subrun import flips
+    from pytest_ecdysis.validate.results import flips
 
     doc = ev.stage_json(adir / "ablation.json",
                         lambda: ablate(ev, worktree, adir, run_id, label, inc_run, val))
@@ -235,7 +235,7 @@ def ablate_accepted(ev: RoundContext, worktree: gitops.Worktree, adir: Path, run
     cfg = ev.cfg
     decision = decide(cfg.accept, inc_run["score"], kept["score"], before_trials, after_trials,
                       method=cfg.accept_method, level=cfg.accept_level)
-    out.update(candidate_score=out.get("score_after"), score_after=kept["score"],
-               harness_id_after=kept["harness_id"], pass_hat_k_after=kept.get("pass_hat_k"),
-               flips=flips(before_trials, after_trials, cfg.threshold), decision=decision.fields())
+    out.update({"candidate_score": out.get("score_after"), "score_after": kept["score"],
+                "harness_id_after": kept["harness_id"], "pass_hat_k_after": kept.get("pass_hat_k"),
+                "flips": flips(before_trials, after_trials, cfg.threshold), "decision": decision.fields()})
     return doc, decision

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import snapshot as gitsnapshot
 
 #: Above this many hunks a change is a file; above this many files the candidate is not ablated.
 MAX_CHANGES = 8
@@ -63,7 +63,7 @@ def _text(name: str, base: bytes, cand: bytes, op: tuple[str, int, int, int, int
     return f"--- a/{name}\n+++ b/{name}\n{head}{text}"
 
 
-def changes_of(snap: gitops.Snapshot) -> list[Change]:
+def changes_of(snap: gitsnapshot.Snapshot) -> list[Change]:
     """The candidate's changes in diff order (module docstring); one per file above `MAX_CHANGES` hunks."""
     out: list[Change] = []
     names = sorted({p for p in snap.files if snap.files[p] != snap.base_files.get(p)}
@@ -83,7 +83,7 @@ def changes_of(snap: gitops.Snapshot) -> list[Change]:
     return out
 
 
-def without(snap: gitops.Snapshot, changes: list[Change], dropped: set[int]) -> gitops.Snapshot:
+def without(snap: gitsnapshot.Snapshot, changes: list[Change], dropped: set[int]) -> gitsnapshot.Snapshot:
     """`snap` with the changes whose index (in `changes`) is in `dropped` taken back to the base."""
     files = dict(snap.files)
     for i in dropped:

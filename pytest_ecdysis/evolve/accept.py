@@ -15,22 +15,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.errors import IntegrityError
-from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.core.records import HarnessPoint, ModificationSpec, RoundRecord
 from pytest_ecdysis.evolve.ablation import ablate_accepted, commit_lines
 from pytest_ecdysis.evolve.confirm import confirm
 from pytest_ecdysis.evolve.extra_trials import extra_trials
 from pytest_ecdysis.gate.acceptance import decide
 from pytest_ecdysis.gate.rates import rates_short
-from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import flips, infra_drift, read_run
+from pytest_ecdysis.git import snapshot as gitsnapshot
+from pytest_ecdysis.git import worktree as gitworktree
+from pytest_ecdysis.validate.results import flips, infra_drift, read_run
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
 
 
-def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path,
-                 base: dict[str, Any], val: dict[str, Any], out: dict[str, Any], *, label: str, run_id: str,
-                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path,
+                 base: HarnessPoint, val: dict[str, Any], out: RoundRecord, *, label: str, run_id: str,
+                 title: str) -> tuple[RoundRecord, HarnessPoint | None]:
     """Decide on a validated candidate (`val`: its `validation.json`) against `base` (the incumbent) and
     commit it when accepted. Returns `Evolution.attempt`'s `(round-row fields, new incumbent or None)`.
 
@@ -92,13 +93,13 @@ def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Work
                f"{decision.sequential.line() if decision.sequential else decision.test.line() if decision.test else ''}\n"
                f"{ablated}run {ev.state.run_id}, editor {ev.cfg.editor}, strategy {ev.cfg.strategy}\n")
     assert ev.snapshot is not None
-    gitops.reset_to_snapshot(worktree, ev.snapshot)  # exactly the validated bytes, whatever ran since
+    gitsnapshot.reset_to_snapshot(worktree, ev.snapshot)  # exactly the validated bytes, whatever ran since
     sha = worktree.commit_paths(ev.snapshot.changed, message)
-    committed = gitops.committed_files(worktree, sha)
+    committed = gitsnapshot.committed_files(worktree, sha)
     if committed != {k: v for k, v in ev.snapshot.files.items() if v is not None}:
         raise IntegrityError(f"the commit {sha[:12]} does not hold the validated candidate's bytes; the "
                              "evolution stops (no branch is made from it)")
-    out.update(outcome="accepted", accepted=True, commit=sha, reason=decision.reason)
+    out.update({"outcome": "accepted", "accepted": True, "commit": sha, "reason": decision.reason})
     return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
                  "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}
 

@@ -16,17 +16,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.core.records import HarnessPoint, ModificationSpec, RoundRecord
 from pytest_ecdysis.core.rundir import add_tokens, read_json, write_json
 from pytest_ecdysis.gate.acceptance import Decision, choose_best, decide_no_regression, decision_fields
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, fmt
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
 
 
-def alternatives_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], diag: dict[str, Any]) -> dict[str, Any]:
+def alternatives_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
+                       diag: dict[str, Any]) -> RoundRecord:
     """Validate every proposal of round `n` from the same incumbent, keep the best that passes; the round row.
 
     The round is `accepted` when a proposal was kept (`row["chosen"]` is its number); otherwise `rejected`
@@ -42,7 +43,7 @@ def alternatives_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any]
            + (" (regression-aware: a proposal may not break a task the incumbent solves)" if regression_aware else ""),
            n)
     entries: list[dict[str, Any]] = []
-    candidates: list[dict[str, Any] | None] = []
+    candidates: list[HarnessPoint | None] = []
     for k, spec in enumerate(specs, start=1):
         pdir = rdir / "proposals" / str(k)
         if (pdir / "decision.json").is_file():  # finished before an interruption
@@ -54,7 +55,7 @@ def alternatives_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any]
             write_json(pdir / "spec.json", spec.model_dump(mode="json"), ev.ledger)
         entry: dict[str, Any] = {"proposal": k, "spec_summary": spec.summary, "n_changes": len(spec.changes),
                                  "score_before": start["score"], "score_after": None}
-        worktree = gitops.add_worktree(ev.harness_dir, start["commit"])
+        worktree = gitworktree.add_worktree(ev.harness_dir, start["commit"])
         try:
             out, cand = ev.attempt(spec, worktree, pdir, start, label=f"round {n} proposal {k}/{len(specs)}",
                                    run_id=f"{ev.state.run_id}-r{n}p{k}", title=f"ecdysis round {n} proposal {k}")
@@ -96,20 +97,23 @@ def alternatives_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any]
         chosen, cand = entries[best], candidates[best]
         assert cand is not None
         ev.doc["incumbent"] = {**cand, "round": n}
-        row.update(outcome="accepted", accepted=True, commit=cand["commit"], score_after=cand["score"],
-                   harness_id_after=chosen["harness_id_after"], flips=chosen["flips"], chosen=chosen["proposal"],
-                   pass_hat_k_before=start.get("pass_hat_k"), pass_hat_k_after=cand.get("pass_hat_k"),
-                   reason=f"proposal {chosen['proposal']} of {len(entries)} kept (the best that passed): "
-                          f"{chosen['reason']}")
+        row.update({"outcome": "accepted", "accepted": True, "commit": cand["commit"],
+                    "score_after": cand["score"],
+                    "harness_id_after": chosen["harness_id_after"], "flips": chosen["flips"],
+                    "chosen": chosen["proposal"],
+                    "pass_hat_k_before": start.get("pass_hat_k"), "pass_hat_k_after": cand.get("pass_hat_k"),
+                    "reason": f"proposal {chosen['proposal']} of {len(entries)} kept (the best that passed): "
+                              f"{chosen['reason']}"})
     elif validated:
         top = max(validated, key=lambda e: e["score_after"])
         # every validated candidate inconclusive (`sequential`): the round is too, not "tried and rejected"
-        row.update(outcome="inconclusive" if all(x["outcome"] == "inconclusive" for x in validated) else "rejected",
-                   score_after=top["score_after"], flips=top["flips"],
-                   harness_id_after=top["harness_id_after"], pass_hat_k_before=start.get("pass_hat_k"),
-                   pass_hat_k_after=top.get("pass_hat_k_after"),
-                   reason=f"no proposal passed (best: proposal {top['proposal']}, {fmt(start['score'])} -> "
-                          f"{fmt(top['score_after'])}: {top['reason']})")
+        row.update({"outcome": "inconclusive" if all(x["outcome"] == "inconclusive" for x in validated)
+                    else "rejected",
+                    "score_after": top["score_after"], "flips": top["flips"],
+                    "harness_id_after": top["harness_id_after"], "pass_hat_k_before": start.get("pass_hat_k"),
+                    "pass_hat_k_after": top.get("pass_hat_k_after"),
+                    "reason": f"no proposal passed (best: proposal {top['proposal']}, "
+                              f"{fmt(start['score'])} -> {fmt(top['score_after'])}: {top['reason']})"})
     else:
         outcomes = [e["outcome"] for e in entries]
         row["outcome"] = next((o for o in ("broken_candidate", "guard_rejected", "no_change") if o in outcomes),

@@ -34,10 +34,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import EcdysisError, UsageError
 from pytest_ecdysis.core.prices import Prices, cost_usd, load_prices
 from pytest_ecdysis.endpoint.role_client import DEFAULT_MAX_TOKENS
 from pytest_ecdysis.evidence.build import DEFAULT_MAX_CHARS
+from pytest_ecdysis.evolve.context import RoundContext
 
 #: characters per token of JSON-heavy English text, on the low side so that token bounds are not too low.
 CHARS_PER_TOKEN = 3
@@ -81,12 +83,12 @@ def per_trial(run_path: Path, summary: dict[str, Any]) -> dict[str, float]:
             "agent_calls": calls["assistant"] / n, "user_calls": calls["user"] / n}
 
 
-def _trials(n: float, t: dict[str, float], cfg: Any, prices: Prices) -> dict[str, Any]:
+def _trials(n: float, t: dict[str, float], cfg: EcdysisConfig, prices: Prices) -> dict[str, Any]:
     return _sum([_part(n * t["agent_calls"], n * t["agent_prompt"], n * t["agent_completion"], cfg.model, prices),
                  _part(n * t["user_calls"], n * t["user_prompt"], n * t["user_completion"], cfg.user_model, prices)])
 
 
-def diagnosis_bound(cfg: Any, prices: Prices) -> dict[str, Any]:
+def diagnosis_bound(cfg: EcdysisConfig, prices: Prices) -> dict[str, Any]:
     """The most one round's diagnosis can spend: 3K+1 role calls and a repair (module docstring)."""
     calls = 3 * int(getattr(cfg, "fdcr_passes", 2)) + 2
     evidence = (DEFAULT_MAX_CHARS + ROLE_PROMPT_CHARS) / CHARS_PER_TOKEN
@@ -94,7 +96,7 @@ def diagnosis_bound(cfg: Any, prices: Prices) -> dict[str, Any]:
     return _part(calls, prompt, calls * DEFAULT_MAX_TOKENS, cfg.diagnosis_model, prices)
 
 
-def editor_bound(cfg: Any, harness_dir: Path, prices: Prices) -> dict[str, Any]:
+def editor_bound(cfg: EcdysisConfig, harness_dir: Path, prices: Prices) -> dict[str, Any]:
     """The most one editor call (and its repair) can spend; nothing for the `sim` and `cmd:` editors."""
     if cfg.editor != "builtin":
         return {"calls": 0, "tokens": 0, "usd": 0.0}
@@ -103,7 +105,7 @@ def editor_bound(cfg: Any, harness_dir: Path, prices: Prices) -> dict[str, Any]:
     return _part(2, prompt, 2 * DEFAULT_MAX_TOKENS, cfg.diagnosis_model, prices)
 
 
-def project(cfg: Any, summary: dict[str, Any], run_path: Path, harness_dir: Path,
+def project(cfg: EcdysisConfig, summary: dict[str, Any], run_path: Path, harness_dir: Path,
             prices: Prices | None = None) -> dict[str, Any]:
     """`{"rounds", "per_round": {"diagnosis", "editor", "validation", "confirmation", "ablation"}, "test", "total"}`,
     each part `{"calls", "tokens", "usd"}` (`usd` None when a price is unknown): the most the evolution can
@@ -133,14 +135,14 @@ def tokens_text(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(int(n))
 
 
-def usd_text(usd: float | None, cfg: Any) -> str:
+def usd_text(usd: float | None, cfg: EcdysisConfig) -> str:
     if usd is None:
         return "USD unknown (a model has no price: see the cost table)"
     models = (cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models)
     return "$0 (simulated model)" if usd == 0 and all(str(m).startswith("sim") for m in models) else f"${usd:,.4g}"
 
 
-def projection_line(p: dict[str, Any], cfg: Any) -> str:
+def projection_line(p: dict[str, Any], cfg: EcdysisConfig) -> str:
     """One line: the most calls, tokens and USD, and what they are made of."""
     total, r = p["total"], p["per_round"]
     trials = sum(r[k]["calls"] for k in ("validation", "confirmation", "ablation"))
@@ -152,7 +154,7 @@ def projection_line(p: dict[str, Any], cfg: Any) -> str:
             + _limits(cfg))
 
 
-def _limits(cfg: Any) -> str:
+def _limits(cfg: EcdysisConfig) -> str:
     limits = ([f"--ecdysis-max-tokens {cfg.max_tokens:,}"] if cfg.max_tokens is not None else []) + (
         [f"--ecdysis-max-cost ${cfg.max_cost_usd:g}"] if cfg.max_cost_usd is not None else [])
     return f"; budget {', '.join(limits)}" if limits else ""
@@ -166,7 +168,7 @@ STAGES = {"diagnosis.json": "diagnosis", "edit.json": "editor", "validation.json
 ROLE_KINDS = {"diagnosis": lambda role: role not in ("agent", "user", "editor"), "editor": lambda role: role == "editor"}
 
 
-def spent(ev: Any) -> dict[str, Any]:
+def spent(ev: RoundContext) -> dict[str, Any]:
     """Tokens and USD spent so far: `evolve/cost.py`'s total plus the round in progress."""
     from pytest_ecdysis.evolve import cost
 
@@ -182,7 +184,7 @@ def spent(ev: Any) -> dict[str, Any]:
     return {"tokens": block["tokens"], "usd": block["usd"]}
 
 
-def stage_estimate(ev: Any, stage: str) -> dict[str, Any]:
+def stage_estimate(ev: RoundContext, stage: str) -> dict[str, Any]:
     """What the next `stage` may spend: the most an earlier round's same stage spent (diagnosis, editor), else
     the projection's figure for one of it (`ev.doc["projection"]`)."""
     proj = ev.doc.get("projection") or {}
@@ -206,7 +208,7 @@ def stage_estimate(ev: Any, stage: str) -> dict[str, Any]:
     return part
 
 
-def before_stage(ev: Any, stage: str, where: str) -> None:
+def before_stage(ev: RoundContext, stage: str, where: str) -> None:
     """Raise `BudgetReached` when spent + the stage's estimate would pass a budget (state saved first).
 
     `where` names the stage in messages (`round 2 validation`)."""
@@ -236,7 +238,7 @@ def before_stage(ev: Any, stage: str, where: str) -> None:
     raise BudgetReached(message)
 
 
-def check_priced(cfg: Any) -> None:
+def check_priced(cfg: EcdysisConfig) -> None:
     """`--ecdysis-max-cost` needs a price for every model that spends tokens (a USD cap that cannot be counted
     would not hold).
 
@@ -257,7 +259,7 @@ def check_priced(cfg: Any) -> None:
                          "--ecdysis-max-tokens")
 
 
-def check_start(cfg: Any, n_cases: int, run_dir: Path) -> str | None:
+def check_start(cfg: EcdysisConfig, n_cases: int, run_dir: Path) -> str | None:
     """Before any trial: the projection of one starting run of `n_cases` trials, from the latest earlier run in
     `run_dir` of the same model (tokens per trial); None when there is none to estimate from.
 

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, paired_differences, paired_test, task_means
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs
-from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import read_run
+from pytest_ecdysis.git import worktree as gitworktree
+from pytest_ecdysis.validate.results import read_run
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 DEFAULT_LOOKS = 3
 
 
-def looks_allowed(cfg: Any) -> int:
+def looks_allowed(cfg: EcdysisConfig) -> int:
     """The most confirmation looks: ini `ecdysis_accept_extra_trials`, else `DEFAULT_LOOKS`."""
     return int(getattr(cfg, "accept_extra_trials", 0) or DEFAULT_LOOKS)
 
@@ -60,8 +62,9 @@ def earlier_looks(ev: RoundContext, reused: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
-            before: list[dict[str, Any]], after: list[dict[str, Any]], score_before: float | None,
+def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str,
+            base: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]],
+            score_before: float | None,
             score_after: float | None, reused: str | None = None) -> tuple[Decision, dict[str, Any]]:
     """The sequential decision on a validated candidate. Returns (the decision, the round's `confirmation`
     record: `looks` (per look: tasks, trials, run paths, wins/losses after it), `trials` spent, `max_looks`,
@@ -122,8 +125,8 @@ def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, labe
                     "round may try it again", "sequential", info, sequential=test, outcome="inconclusive"), record
 
 
-def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any], j: int,
-          tasks: list[str]) -> dict[str, Any]:
+def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: Mapping[str, Any],
+          j: int, tasks: list[str]) -> dict[str, Any]:
     ids = sorted({key.split("/", 1)[-1] for key in tasks})
     budget = 2 * len(tasks)
     ev.say(f"{label}: confirmation look {j}: {len(tasks)} task(s) x 1 trial x 2 harnesses = {budget} trial(s) "
@@ -132,7 +135,7 @@ def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label:
     overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": "1"}
     no_cache = {ENV_DIR: ""}  # the same trial index again: a cache would replay the first trials
     where = adir / "confirm" / str(j)
-    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
         cand, inc = together(ev, [
             Job(candidate_dir, where, f"{run_id}c{j}", ev.snapshot.files if ev.snapshot else None, no_cache, overrides),

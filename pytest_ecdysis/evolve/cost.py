@@ -23,10 +23,13 @@ Pure reading of files and sums; no model call. Only the controller runs this.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.prices import Prices, cost_usd
+from pytest_ecdysis.core.records import RoundRecord
+from pytest_ecdysis.evolve.context import RoundContext
 
 #: the order roles are listed in (others follow, sorted).
 ROLE_ORDER = ("agent", "user", "analyst", "critic", "engineer", "moderator", "editor")
@@ -154,7 +157,8 @@ def round_cost(run_dir: Path, n: int, diagnosis_model: str, prices: Prices) -> d
     return book.block()
 
 
-def evolution_cost(doc: dict[str, Any], run_dir: Path, diagnosis_model: str, prices: Prices) -> dict[str, Any]:
+def evolution_cost(doc: Mapping[str, Any], run_dir: Path, diagnosis_model: str,
+                   prices: Prices) -> dict[str, Any]:
     """The top-level cost block: the starting run of each session (`doc["cost_start_runs"]`: a resumed run
     scored its start harness again), every round's block (`rounds[i].cost`, else read from its directory)
     and the test split; with the parts `start` and `test` as blocks of their own."""
@@ -178,19 +182,19 @@ def start_run_entry(summary: dict[str, Any]) -> dict[str, Any]:
             "n_trials": summary.get("n_trials")}
 
 
-def _prices(ev: Any) -> Prices:
+def _prices(ev: RoundContext) -> Prices:
     from pytest_ecdysis.core.prices import load_prices
 
     return load_prices(getattr(ev.cfg, "rootdir", None))
 
 
-def note_start_run(ev: Any) -> None:
+def note_start_run(ev: RoundContext) -> None:
     """Record this session's starting run in `cost_start_runs` (each session scores the start harness: a
     resumed run paid for it again)."""
     ev.doc.setdefault("cost_start_runs", []).append(start_run_entry(ev.summary))
 
 
-def refresh(ev: Any, row: dict[str, Any] | None = None) -> None:
+def refresh(ev: RoundContext, row: RoundRecord | None = None) -> None:
     """Set `row["cost"]` (a round that just finished, unless it has one) and the top-level `cost` of
     `ev.doc` from the run directory."""
     prices = _prices(ev)

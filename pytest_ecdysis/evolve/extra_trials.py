@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, decide, task_means
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -51,7 +53,7 @@ def task_score(trials: list[dict[str, Any]]) -> float | None:
     return sum(means.values()) / len(means) if means else None
 
 
-def skip_reason(cfg: Any, env: Any, flipped: list[str], first: Decision) -> str | None:
+def skip_reason(cfg: EcdysisConfig, env: Any, flipped: list[str], first: Decision) -> str | None:
     """Why no extra trials are run (None: run them)."""
     if not getattr(cfg, "accept_extra_trials", 0) or cfg.accept != "paired":
         return "off"
@@ -65,8 +67,8 @@ def skip_reason(cfg: Any, env: Any, flipped: list[str], first: Decision) -> str 
     return None
 
 
-def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
-                 before: list[dict[str, Any]], after: list[dict[str, Any]],
+def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str,
+                 base: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]],
                  first: Decision) -> tuple[Decision, dict[str, Any] | None]:
     """The decision after extra trials of the flipped tasks (checkpoint `adir/extra_trials.json`), or `first`
     unchanged when they are skipped (the record then says why; None when the option is off).
@@ -88,7 +90,7 @@ def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str,
     if doc.get("problem"):
         ev.say(f"{label}: extra trials not used: {doc['problem']}")
         return first, {**doc, "decision_before": first.fields()}
-    from pytest_ecdysis.validate.subrun import read_run
+    from pytest_ecdysis.validate.results import read_run
 
     (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
     pooled_before, pooled_after = [*before, *inc], [*after, *cand]
@@ -99,7 +101,7 @@ def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str,
     return decision, {**doc, "decision_before": first.fields()}
 
 
-def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: dict[str, Any],
+def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: Mapping[str, Any],
          flipped: list[str]) -> dict[str, Any]:
     k = ev.cfg.accept_extra_trials
     ids = sorted({key.split("/", 1)[-1] for key in flipped})
@@ -109,7 +111,7 @@ def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: 
     started = time.monotonic()
     overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": str(k)}
     no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials
-    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
         cand, inc = together(ev, [
             Job(candidate_dir, adir / "extra", f"{run_id}x", ev.snapshot.files if ev.snapshot else None, no_cache,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.core.records import HarnessPoint, ModificationSpec, RoundRecord
 from pytest_ecdysis.core.rundir import add_tokens, read_json, write_json
 from pytest_ecdysis.gate.acceptance import decision_fields
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, fmt
-from pytest_ecdysis.validate.subrun import flips, read_run
+from pytest_ecdysis.validate.results import flips, read_run
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 MAX_INSTANCE_STEPS = 5
 
 
-def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], diag: dict[str, Any]) -> dict[str, Any]:
+def instance_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
+                   diag: dict[str, Any]) -> RoundRecord:
     """Run the steps of round `n` and return its row for `evolution.json`.
 
     The round is `accepted` when any step was; otherwise `rejected` when a candidate was validated, else
@@ -38,7 +39,7 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
     specs = [ModificationSpec.model_validate(s) for s in diag["specs"]]
     cap = getattr(ev.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS)
     todo = specs[:cap]
-    current = dict(start)
+    current: HarnessPoint = HarnessPoint(**start)
     steps: list[dict[str, Any]] = []
     ev.say(f"round {n}: instance level: {len(specs)} spec(s), patched one by one"
            + (f" (the first {len(todo)}: ecdysis_self_evolution_cap = {cap})" if len(todo) < len(specs) else ""),
@@ -54,7 +55,7 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
             write_json(sdir / "spec.json", spec.model_dump(mode="json"), ev.ledger)
         step: dict[str, Any] = {"step": k, "spec_summary": spec.summary, "score_before": current["score"],
                                 "score_after": None, "harness_id_before": current["harness_id"]}
-        worktree = gitops.add_worktree(ev.harness_dir, current["commit"])
+        worktree = gitworktree.add_worktree(ev.harness_dir, current["commit"])
         try:
             out, new_incumbent = ev.attempt(
                 spec, worktree, sdir, current, label=f"round {n} step {k}/{len(todo)}",
@@ -86,11 +87,12 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
         chosen = [s for s in decided if s.get("accepted")] or sorted(decided, key=lambda s: s["score_after"])
         row["decision"] = chosen[-1]["decision"]
     if accepted:
-        row.update(outcome="accepted", accepted=True, commit=current["commit"], score_after=current["score"],
-                   harness_id_after=current["harness_id"], pass_hat_k_before=start.get("pass_hat_k"),
-                   pass_hat_k_after=current.get("pass_hat_k"),
-                   reason=f"step(s) {', '.join(map(str, accepted))} of {len(steps)} accepted: suite score "
-                          f"{fmt(start['score'])} -> {fmt(current['score'])}")
+        row.update({"outcome": "accepted", "accepted": True, "commit": current["commit"],
+                    "score_after": current["score"], "harness_id_after": current["harness_id"],
+                    "pass_hat_k_before": start.get("pass_hat_k"),
+                    "pass_hat_k_after": current.get("pass_hat_k"),
+                    "reason": f"step(s) {', '.join(map(str, accepted))} of {len(steps)} accepted: "
+                              f"suite score {fmt(start['score'])} -> {fmt(current['score'])}"})
         for path in (start["run_path"], current["run_path"]):
             ev.ledger.verify_run(Path(path))
         _, before_trials = read_run(Path(start["run_path"]))
@@ -100,12 +102,14 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: dict[str, Any], di
     elif validated:
         best = max(validated, key=lambda s: s["score_after"])
         # every validated candidate inconclusive (`sequential`): the round is too, not "tried and rejected"
-        row.update(outcome="inconclusive" if all(x["outcome"] == "inconclusive" for x in validated) else "rejected",
-                   score_after=best["score_after"], flips=best["flips"],
-                   harness_id_after=best["harness_id_after"], pass_hat_k_before=start.get("pass_hat_k"),
-                   pass_hat_k_after=best.get("pass_hat_k_after"),
-                   reason=f"no step was accepted (best: step {best['step']}, "
-                          f"{fmt(start['score'])} -> {fmt(best['score_after'])}: {best.get('reason', '')})")
+        row.update({"outcome": "inconclusive" if all(x["outcome"] == "inconclusive" for x in validated)
+                    else "rejected",
+                    "score_after": best["score_after"], "flips": best["flips"],
+                    "harness_id_after": best["harness_id_after"],
+                    "pass_hat_k_before": start.get("pass_hat_k"),
+                    "pass_hat_k_after": best.get("pass_hat_k_after"),
+                    "reason": f"no step was accepted (best: step {best['step']}, {fmt(start['score'])} -> "
+                              f"{fmt(best['score_after'])}: {best.get('reason', '')})"})
     else:
         outcomes = [s["outcome"] for s in steps]
         row["outcome"] = next(o for o in ("broken_candidate", "guard_rejected", "no_change") if o in outcomes)

@@ -6,11 +6,12 @@ Reads `rounds/<n>/candidate.diff` and the round's entry in `evolution.json`; no 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 
-def lineage_of(rdir: Path, row: dict[str, Any]) -> dict[str, Any]:
+def lineage_of(rdir: Path, row: Mapping[str, Any]) -> dict[str, Any]:
     """`{"diff", "flips", "decision"}` of a finished round (each None when the round has none)."""
     diff_path = Path(rdir) / "candidate.diff"
     try:

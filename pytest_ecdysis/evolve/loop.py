@@ -52,14 +52,25 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from subprocess import Popen
+from typing import Any, cast
 
+import pytest
+
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import EcdysisError, IntegrityError, shown
 from pytest_ecdysis.core.metrics import cpu_seconds
-from pytest_ecdysis.core.records import ModificationSpec
+from pytest_ecdysis.core.records import (
+    DecisionRecord,
+    EvolutionRecord,
+    HarnessPoint,
+    ModificationSpec,
+    RoundRecord,
+)
 from pytest_ecdysis.core.rundir import add_tokens, load_evidence, read_json, write_json
-from pytest_ecdysis.edit.editors import make_editor
+from pytest_ecdysis.edit.editors import Editor, make_editor
 from pytest_ecdysis.evolve import budget, cost, repeat
 from pytest_ecdysis.evolve.accept import accept_stage
 from pytest_ecdysis.evolve.alternatives import alternatives_round
@@ -67,18 +78,22 @@ from pytest_ecdysis.evolve.instance import MAX_INSTANCE_STEPS, instance_round
 from pytest_ecdysis.evolve.preflight import preflight
 from pytest_ecdysis.evolve.runs import TrustedRuns
 from pytest_ecdysis.evolve.stages import diagnose_stage, edit_stage, validate_stage
-from pytest_ecdysis.evolve.state import RunState
+from pytest_ecdysis.evolve.state import Compute, RunState, SessionState
 from pytest_ecdysis.evolve.testsplit import score_test
 from pytest_ecdysis.gate.acceptance import decision_fields
 from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import snapshot as gitsnapshot
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, FinalTable, compared_text, fmt, summary_lines
+from pytest_ecdysis.report.progress import Ticker
 from pytest_ecdysis.validate import integrity, pycache, sandbox, warm
+from pytest_ecdysis.validate.subrun import SubRun
 
 __all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
            "summary_lines"]
 
 
-def run_evolution(session: Any, state: Any, summary: dict[str, Any]) -> dict[str, Any]:
+def run_evolution(session: pytest.Session, state: SessionState, summary: dict[str, Any]) -> EvolutionRecord:
     """Run (or resume) the loop after the session scored the incumbent; returns `evolution.json` as a dict.
 
     Raises:
@@ -93,43 +108,72 @@ def run_evolution(session: Any, state: Any, summary: dict[str, Any]) -> dict[str
     return doc
 
 
-class Evolution(RunState, TrustedRuns):
-    """One evolution run. State lives in `self.doc` (written to `evolution.json` after every stage).
+class Evolution:
+    """One evolution run, the `RoundContext` its stages receive. State lives in `self.doc` (written to
+    `evolution.json` after every stage).
 
-    Its parts: `RunState` (`evolve_state`: `evolution.json`, stage checkpoints, stage lines) and
-    `TrustedRuns` (`evolve_runs`: validation sub-runs from the trusted copy, integrity checks, progress)."""
+    Its parts, each given what it uses: `files` (`evolve.state.RunState`: `evolution.json`, stage
+    checkpoints, stage lines) and `runs` (`evolve.runs.TrustedRuns`: validation sub-runs from the trusted
+    copy, integrity checks, progress lines)."""
 
-    def __init__(self, config: Any, state: Any, summary: dict[str, Any]) -> None:
+    def __init__(self, config: pytest.Config, state: SessionState, summary: dict[str, Any]) -> None:
         self.config = config
         self.state = state
-        self.cfg = state.cfg
+        self.cfg: EcdysisConfig = state.cfg
         self.dir: Path = Path(state.run_path).resolve()
         self.harness_dir: Path = Path(state.harness_dir)
         self.summary = summary
         self.started, self.cpu_started = time.monotonic(), cpu_seconds()
-        self.tw = config.get_terminal_writer()
-        self.base_args = [str(a) for a in config.invocation_params.args]
-        self.cwd = Path(config.invocation_params.dir)
-        self.editor = make_editor(self.cfg)
-        self.snapshot: gitops.Snapshot | None = None  # the current candidate's bytes (set by edit_stage)
-        self.stop_error: IntegrityError | None = None  # set when a protected file changed: the loop stops
+        self.editor: Editor = make_editor(self.cfg)
+        self.snapshot: gitsnapshot.Snapshot | None = None  # the current candidate's bytes (set by edit_stage)
         self.ledger = integrity.Ledger(self.dir, state.run_id, resume=bool(self.cfg.resume))
-        self.checkout = integrity.checkout_root(self.harness_dir)
-        self.roots = integrity.protected_roots(self.checkout, exclude=(self.dir.parent, self.ledger.path.parent))
-        self.last_said = "evolution"
-        self.doc = self._load_or_start()
+        checkout = integrity.checkout_root(self.harness_dir)
+        roots = integrity.protected_roots(checkout, exclude=(self.dir.parent, self.ledger.path.parent))
+        self.files = RunState(cfg=self.cfg, state=state, summary=summary, run_dir=self.dir,
+                              harness_dir=self.harness_dir, ledger=self.ledger, roots=roots,
+                              tw=config.get_terminal_writer(), started=self.started)
+        self.doc: EvolutionRecord = self.files.load_or_start()
         warm.freeze()  # the session's warm scorer server writes no bytecode from here on (`validate.warm`)
-        self.pycache_start = pycache.digests()  # the session's scorers wrote it; sub-runs only read it
+        pycache_start = pycache.digests()  # the session's scorers wrote it; sub-runs only read it
         cost.note_start_run(self)
-        self.trusted = self._trusted_tree()
+        self.runs = TrustedRuns(cfg=self.cfg, state=state, summary=summary, run_dir=self.dir,
+                                harness_dir=self.harness_dir, ledger=self.ledger, roots=roots, checkout=checkout,
+                                base_args=[str(a) for a in config.invocation_params.args],
+                                cwd=Path(config.invocation_params.dir), pycache_start=pycache_start,
+                                say=self.say, last_said=lambda: self.files.last_said)
         # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
         # (beside what the session's controller covers: its run directory, the suites' answer keys)
-        hide = [*sandbox.hidden_paths(), self.dir.parent, self.ledger.path.parent, self.checkout / ".git"]
+        hide = [*sandbox.hidden_paths(), self.dir.parent, self.ledger.path.parent, checkout / ".git"]
         os.environ[sandbox.ENV_HIDE] = os.pathsep.join(dict.fromkeys(str(p) for p in hide))
+
+    # --- what the stages use of the parts (`RoundContext`) ----------------------------------------
+
+    @property
+    def stop_error(self) -> IntegrityError | None:
+        """Set when a protected file changed (by `runs`): the loop stops."""
+        return self.runs.stop_error
+
+    def say(self, text: str, n: int | None = None) -> None:
+        self.files.say(text, n)
+
+    def checkpoint(self) -> None:
+        self.files.checkpoint()
+
+    def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
+               overrides: dict[str, str | None] | None = None,
+               files: dict[str, bytes | None] | None = None, on_start: Callable[[Popen[Any]], None] | None = None,
+               env: dict[str, str] | None = None, label: str | None = None) -> SubRun:
+        return self.runs.subrun(harness_dir, run_dir, run_id, overrides, files, on_start, env, label)
+
+    def check_integrity(self, when: str) -> None:
+        self.runs.check_integrity(when)
+
+    def follow(self, label: str, progress_file: Callable[[], Path | None] | None = None) -> Ticker:
+        return self.runs.follow(label, progress_file)
 
     # --- the loop --------------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> EvolutionRecord:
         if self.doc["start"]["score"] is None:
             n_infra = self.summary.get("n_infra_errors")
             raise EcdysisError(
@@ -158,7 +202,7 @@ class Evolution(RunState, TrustedRuns):
             self.say(f"interrupted: resume with --ecdysis-resume {self.state.run_id}")
             raise
         finally:
-            self.trusted.remove()
+            self.runs.trusted.remove()
         self.doc["status"] = "finished"
         cost.refresh(self)
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
@@ -166,12 +210,12 @@ class Evolution(RunState, TrustedRuns):
         self.checkpoint()
         return self.doc
 
-    def round(self, n: int) -> dict[str, Any]:
+    def round(self, n: int) -> RoundRecord:
         """One round; every stage reads its checkpoint when present instead of redoing the work."""
         rdir = self.dir / "rounds" / str(n)
         rdir.mkdir(parents=True, exist_ok=True)
         inc = self.doc["incumbent"]
-        row: dict[str, Any] = {
+        row: RoundRecord = {
             "round": n, "strategy": self.cfg.strategy, "score_before": inc["score"], "score_after": None,
             "accepted": False, "editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
             "wall_s": 0.0, "flips": {"solved_to_failed": [], "failed_to_solved": []}, "outcome": None,
@@ -179,11 +223,11 @@ class Evolution(RunState, TrustedRuns):
             "spec_summary": None,
         }
         if (rdir / "decision.json").is_file():  # decided just before an interruption
-            decision = read_json(rdir / "decision.json", self.ledger)
+            decision = cast(DecisionRecord, read_json(rdir / "decision.json", self.ledger))
             self.doc["incumbent"] = decision["incumbent"]
             return self.finish_round(decision["round"], rdir, already_written=True)
         # the incumbent's source, checked out in a temporary worktree: diagnosis reads it, the editor edits it
-        worktree = gitops.add_worktree(self.harness_dir, inc["commit"])
+        worktree = gitworktree.add_worktree(self.harness_dir, inc["commit"])
         try:
             # 1. records -> groups -> diagnosis -> spec
             diag = self.stage_json(rdir / "diagnosis.json", lambda: repeat.diagnose_once(
@@ -212,17 +256,17 @@ class Evolution(RunState, TrustedRuns):
         finally:
             worktree.remove()
 
-    def stage_json(self, path: Path, compute: Any) -> dict[str, Any]:
+    def stage_json(self, path: Path, compute: Compute) -> dict[str, Any]:
         """`RunState.stage_json`, after the budgets allow the stage (`evolve/budget.py`) when it is to run."""
         stage = budget.STAGES.get(path.name)
         if stage and not path.is_file():
             stage = "ablation" if "ablation" in path.relative_to(self.dir).parts[:-1] else stage
             where = "/".join(path.relative_to(self.dir).parts[1:-1])
             budget.before_stage(self, stage, f"{stage} of round {where}")
-        return super().stage_json(path, compute)
+        return self.files.stage_json(path, compute, self.follow)
 
-    def attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any], *,
-                label: str, run_id: str, title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
+                *, label: str, run_id: str, title: str) -> tuple[RoundRecord, HarnessPoint | None]:
         """One candidate: editor call in `worktree` (at `base`'s commit), guard, validation, acceptance.
 
         Stage checkpoints (`edit.json`, `validation.json`) and `candidate.diff` go to `adir`; the editor
@@ -230,7 +274,7 @@ class Evolution(RunState, TrustedRuns):
         `tokens`, `wall_s`, and after a validation `score_after`, `flips`, pass^k, `harness_id_after`, and
         `accepted`/`commit`) and the new incumbent (None unless accepted).
         """
-        out: dict[str, Any] = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
+        out: RoundRecord = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
                                "wall_s": 0.0}
         # the editor call; the change is the diff of the harness directory
         self.snapshot = None
@@ -242,14 +286,14 @@ class Evolution(RunState, TrustedRuns):
             self.say(f"{label}: {exc}")
             return {**out, "outcome": "guard_rejected", "reason": str(exc)}, None
 
-    def _attempt(self, spec: ModificationSpec, worktree: gitops.Worktree, adir: Path, base: dict[str, Any],
-                 out: dict[str, Any], *, label: str, run_id: str,
-                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def _attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
+                 out: RoundRecord, *, label: str, run_id: str,
+                 title: str) -> tuple[RoundRecord, HarnessPoint | None]:
         edit = self.stage_json(adir / "edit.json", lambda: edit_stage(self, spec, worktree, adir, label))
         if not edit["fresh"] and not edit["outcome"]:
             # resumed: rebuild the candidate from its recorded diff (checked against the ledger)
             worktree.apply(self.ledger.read(adir / "candidate.diff").decode())
-            self.snapshot = gitops.snapshot(worktree, worktree.commit)
+            self.snapshot = gitsnapshot.snapshot(worktree, worktree.commit)
         out["editor_calls"] = int(edit.get("calls", 1))  # the true count: a repair call counts
         out["wall_s"] += edit.get("wall_s", 0.0)
         add_tokens(out["tokens"], edit.get("tokens", {}))
@@ -268,7 +312,7 @@ class Evolution(RunState, TrustedRuns):
         return accept_stage(self, spec, worktree, adir, base, val, out, label=label, run_id=run_id,
                             title=title)
 
-    def finish_round(self, row: dict[str, Any], rdir: Path, *, already_written: bool = False) -> dict[str, Any]:
+    def finish_round(self, row: RoundRecord, rdir: Path, *, already_written: bool = False) -> RoundRecord:
         """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
         if not already_written:
             row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
@@ -280,7 +324,7 @@ class Evolution(RunState, TrustedRuns):
         self.checkpoint()
         if self.stop_error is not None:
             raise self.stop_error
-        self.say(f"round {row['round']}: {OUTCOME_TEXT[row['outcome']]} ({compared_text(row)})"
+        self.say(f"round {row['round']}: {OUTCOME_TEXT[str(row['outcome'])]} ({compared_text(row)})"
                  + (f": {row['reason']}" if row.get("reason") and row["outcome"] != "accepted" else ""), row["round"])
         return row
 
@@ -314,7 +358,7 @@ class Evolution(RunState, TrustedRuns):
         (`sim/truth/validity.py`), record `validity` in `evolution.json` and print the accommodation ratio t."""
         from pytest_ecdysis.sim.truth.validity import evolution_validity, summary_line
 
-        validity = evolution_validity(self.doc, self.dir)
+        validity = evolution_validity(cast(dict[str, Any], self.doc), self.dir)  # a TypedDict is a dict
         if validity is not None:
             self.doc["validity"] = validity
             self.say(summary_line(validity))

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ecdysis.core.config import is_sim_model
-from pytest_ecdysis.git import ops as gitops
-from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun, infra_drift
+from pytest_ecdysis.core.config import EcdysisConfig, is_sim_model
+from pytest_ecdysis.git import worktree as gitworktree
+from pytest_ecdysis.validate.results import infra_drift
+from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 RESCORE = ("auto", "always", "never")
 
 
-def deterministic(cfg: Any, env: Mapping[str, str]) -> str | None:
+def deterministic(cfg: EcdysisConfig, env: Mapping[str, str]) -> str | None:
     """Why a rerun of one harness would be byte-identical (None when it would not, or is not known to)."""
     nonce = getattr(cfg, "sim_nonce", None) or env.get("ECDYSIS_SIM_NONCE")
     if nonce and is_sim_model(cfg.model) and is_sim_model(cfg.user_model):
@@ -48,7 +49,7 @@ def deterministic(cfg: Any, env: Mapping[str, str]) -> str | None:
     return None
 
 
-def rescore_plan(cfg: Any, env: Mapping[str, str]) -> tuple[bool, str]:
+def rescore_plan(cfg: EcdysisConfig, env: Mapping[str, str]) -> tuple[bool, str]:
     """(re-score the incumbent beside the candidate?, why) under `cfg.rescore`."""
     mode = getattr(cfg, "rescore", "auto")
     if mode == "never":
@@ -59,7 +60,7 @@ def rescore_plan(cfg: Any, env: Mapping[str, str]) -> tuple[bool, str]:
     return True, "re-scored beside the candidate, in the same session"
 
 
-def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, base: dict[str, Any],
+def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, base: Mapping[str, Any],
                files: dict[str, bytes | None] | None = None,
                env: dict[str, str] | None = None) -> tuple[SubRun | BrokenCandidate, dict[str, Any]]:
     """Validate the candidate (`files`, else the files under `candidate_dir`; `env` added to its sub-run's
@@ -73,7 +74,7 @@ def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, b
                "score": base["score"], "pass_hat_k": base.get("pass_hat_k"), "cached_score": base["score"]}
     if not rescore:
         return _attempt(lambda: ev.subrun(candidate_dir, rdir, run_id, files=files, env=env)), earlier
-    worktree = gitops.add_worktree(ev.harness_dir, base["commit"])
+    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
         inc_id = f"{run_id}i"
         candidate, incumbent = together(ev, [Job(candidate_dir, rdir, run_id, files, env),

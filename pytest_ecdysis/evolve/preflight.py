@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.config_values import flag
 from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.core.rundir import read_json
@@ -17,7 +18,7 @@ from pytest_ecdysis.edit.editors import check_editor
 from pytest_ecdysis.git import ops as gitops
 
 
-def preflight(cfg: Any, harness_dir: Path) -> None:
+def preflight(cfg: EcdysisConfig, harness_dir: Path) -> None:
     """Check that an evolution can start (or resume) before the suite runs.
 
     Raises:
@@ -61,7 +62,7 @@ RESUME_FIELDS = ("split", "tasks", "trials", "model", "threshold", "strategy", "
 DECISION_DEFAULTS = {"rescore": "auto", "evidence": "all", "accept_extra_trials": 0, "ablate": False}
 
 
-def _option_value(cfg: Any, name: str) -> Any:
+def _option_value(cfg: EcdysisConfig, name: str) -> Any:
     if name == "accept":  # recorded as {rule, method, level}
         return {"rule": cfg.accept, "method": cfg.accept_method, "level": cfg.accept_level}
     value = getattr(cfg, name, DECISION_DEFAULTS.get(name))
@@ -74,7 +75,7 @@ def _shown(name: str, value: Any) -> str:
     return "all" if value is None else ",".join(value) if isinstance(value, list) else str(value)
 
 
-def check_resume_options(cfg: Any, doc: dict[str, Any]) -> None:
+def check_resume_options(cfg: EcdysisConfig, doc: dict[str, Any]) -> None:
     """A resume must run the trials the interrupted run ran (a 3-task run must not resume as 30).
 
     Raises:

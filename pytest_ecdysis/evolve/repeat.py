@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.rundir import spec_of
+from pytest_ecdysis.evolve.context import RoundContext
 
 #: outcomes of a diagnosis that found nothing to change: the same input gets the same answer.
 NOTHING_FOUND = ("no_spec", "no_failures", "no_new_evidence")
@@ -29,7 +30,7 @@ NOTHING_FOUND = ("no_spec", "no_failures", "no_new_evidence")
 EVIDENCE_FILES = ("failures.jsonl", "groups.json")
 
 
-def diagnosis_input(ev: Any) -> str:
+def diagnosis_input(ev: RoundContext) -> str:
     """The digest of what this round's diagnosis would read (see the module docstring)."""
     inc = ev.doc["incumbent"]
     h = hashlib.sha256()
@@ -51,7 +52,7 @@ def diagnosis_input(ev: Any) -> str:
     return h.hexdigest()
 
 
-def earlier_answer(ev: Any, digest: str) -> dict[str, Any] | None:
+def earlier_answer(ev: RoundContext, digest: str) -> dict[str, Any] | None:
     """The latest earlier round of the same diagnosis input that found nothing to change, or None."""
     for r in reversed(ev.doc.get("rounds") or []):
         if r.get("diagnosis_input") == digest and r.get("outcome") in NOTHING_FOUND:
@@ -59,7 +60,7 @@ def earlier_answer(ev: Any, digest: str) -> dict[str, Any] | None:
     return None
 
 
-def diagnose_once(ev: Any, n: int, compute: Any) -> dict[str, Any]:
+def diagnose_once(ev: RoundContext, n: int, compute: Any) -> dict[str, Any]:
     """`compute()` (the diagnosis stage) with its input digest recorded, unless an earlier round of the same
     input found nothing: then `{"outcome": "no_new_evidence", "reason", "spec": None, "same_as_round"}`
     without any role call."""

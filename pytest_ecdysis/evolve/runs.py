@@ -1,28 +1,48 @@
 """How the evolution loop runs a suite it does not trust: validation sub-runs from the trusted copy of the
 checkout, the protected-file check after each, and the progress lines while a stage runs.
 
-`TrustedRuns` is a part of `evolve.Evolution` (a mixin: it uses the loop's `cfg`, `dir`, `ledger`, `roots`,
-`state`, `summary`, `say`). The sub-run itself is `validate.run_suite`; the copy it starts from is
+`TrustedRuns` is a part of `evolve.loop.Evolution`, given what it uses in its constructor (the stage
+lines come from `evolve.state.RunState`). The sub-run itself is `validate.run_suite`; the copy it starts from is
 `integrity.pristine_copy`; the checks are docs/evolution.md's threat model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import Popen
 from typing import Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import IntegrityError, shown
+from pytest_ecdysis.evolve.state import SessionState
 from pytest_ecdysis.report.progress import Count, Ticker, is_terminal, read_count
 from pytest_ecdysis.validate import integrity, pycache
-from pytest_ecdysis.validate.subrun import SubRun, TrustedTree, run_suite
+from pytest_ecdysis.validate.setup import TrustedTree
+from pytest_ecdysis.validate.subrun import SubRun, run_suite
 
 
 class TrustedRuns:
-    """Sub-runs, integrity checks and progress lines of an `Evolution`."""
+    """Sub-runs, integrity checks and progress lines of an `Evolution`.
+
+    Making one copies the checkout (`trusted`) and compiles the copy in the background."""
+
+    def __init__(self, *, cfg: EcdysisConfig, state: SessionState, summary: dict[str, Any], run_dir: Path,
+                 harness_dir: Path, ledger: integrity.Ledger, roots: dict[str, Any], checkout: Path,
+                 base_args: list[str], cwd: Path, pycache_start: dict[str, str],
+                 say: Callable[[str], None], last_said: Callable[[], str]) -> None:
+        self.cfg, self.state, self.summary = cfg, state, summary
+        self.dir, self.harness_dir = run_dir, harness_dir
+        self.ledger, self.roots, self.checkout = ledger, roots, checkout
+        self.base_args, self.cwd = base_args, cwd  #: the session's command line and directory
+        self.pycache_start = pycache_start  #: the scorers' bytecode cache when the loop started
+        self.say, self.last_said = say, last_said
+        self.stop_error: IntegrityError | None = None  #: set when a protected file changed: the loop stops
+        self.trusted = self._trusted_tree()
 
     def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
                overrides: dict[str, str | None] | None = None,
-               files: dict[str, bytes | None] | None = None, on_start: Any = None,
+               files: dict[str, bytes | None] | None = None, on_start: Callable[[Popen[Any]], None] | None = None,
                env: dict[str, str] | None = None, label: str | None = None) -> SubRun:
         """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
         from the trusted copy (see `validate.run_suite`; `env` is added to its environment), with progress
@@ -44,7 +64,7 @@ class TrustedRuns:
                 on_start(proc)
 
         try:
-            with self.follow(label or self.last_said.split(" (")[0],
+            with self.follow(label or self.last_said().split(" (")[0],
                              lambda: next(progress["runs"].glob("*/progress.json"), None) if progress else None):
                 sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
                                 run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
@@ -68,7 +88,7 @@ class TrustedRuns:
         problems = integrity.changes(self.ledger.start or {}, integrity.take(self.roots))
         # the scorers' bytecode cache of this session (`validate.pycache`), kept in memory only: a new
         # session (a resume) makes a new one
-        problems += pycache.changes(getattr(self, "pycache_start", None) or {}, pycache.digests())
+        problems += pycache.changes(self.pycache_start, pycache.digests())
         if problems:
             self.stop_error = IntegrityError(
                 f"protected files changed during {when}: " + shown(problems, 8, "; ") + ". The candidate is "
@@ -80,7 +100,7 @@ class TrustedRuns:
         """The private copy of the checkout that validation sub-runs start from (`integrity.pristine_copy`)."""
         pristine = integrity.pristine_copy(self.checkout, exclude=(self.dir.parent,))
         tracked = integrity.checkout_files(self.checkout)
-        pythonpath = set()
+        pythonpath: set[str] = set()
         for name in ("pytest_ecdysis", *integrity.suite_packages()):
             path = integrity.package_dir(name)
             if path is not None and path.is_relative_to(self.checkout):
@@ -93,7 +113,7 @@ class TrustedRuns:
         tree.compile_in_background()  # done before the first sub-run starts (`run_suite` waits)
         return tree
 
-    def follow(self, label: str, progress_file: Any = None) -> Ticker:
+    def follow(self, label: str, progress_file: Callable[[], Path | None] | None = None) -> Ticker:
         """Progress lines while a stage runs (`progress.Ticker`); `progress_file()` names the sub-run's
         `progress.json` once known. The pace of the starting run estimates a sub-run's time before its first
         trial ends."""

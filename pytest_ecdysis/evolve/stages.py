@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +19,11 @@ from pytest_ecdysis.core.records import ModificationSpec
 from pytest_ecdysis.core.rundir import load_evidence, spec_of, write_json
 from pytest_ecdysis.core.secrets import secrets_in
 from pytest_ecdysis.evolve.lineage import lineage_of
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import snapshot as gitsnapshot
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import fmt, shorten
-from pytest_ecdysis.validate.subrun import BrokenCandidate, read_run, solved_tasks
+from pytest_ecdysis.validate.results import read_run, solved_tasks
+from pytest_ecdysis.validate.subrun import BrokenCandidate
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -125,12 +128,12 @@ def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) ->
     return doc
 
 
-def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktree, rdir: Path,
+def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitworktree.Worktree, rdir: Path,
                label: str) -> dict[str, Any]:
     """Exactly one editor call in `worktree`, the candidate snapshot, then the guard.
 
     The candidate is the snapshot of the harness directory against the worktree's base commit, whatever
-    the editor committed (`gitops.snapshot`); the worktree is then reset to exactly those bytes, which are
+    the editor committed (`git.snapshot.snapshot`); the worktree is then reset to exactly those bytes, which are
     the ones checked, validated and committed (`ev.snapshot`). The guard, in order: the editor failed ->
     `no_change`; files outside the harness changed (committed or not) -> `guard_rejected`; nothing changed
     -> `no_change`; a file over the size caps -> `guard_rejected`; no `__init__.py` left ->
@@ -145,8 +148,8 @@ def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktr
 
     result = ev.editor.edit(spec, worktree.harness_dir, spec_path=rdir / "spec.json")
     ev.check_integrity("the editor call")
-    snap = gitops.snapshot(worktree, worktree.commit)
-    gitops.reset_to_snapshot(worktree, snap)
+    snap = gitsnapshot.snapshot(worktree, worktree.commit)
+    gitsnapshot.reset_to_snapshot(worktree, snap)
     ev.snapshot = snap
     changed = snap.changed
     written = [p for p in changed if (worktree.path / p).exists() or any(p.endswith("/" + b) or p == b
@@ -187,8 +190,8 @@ def edit_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitops.Worktr
     return doc
 
 
-def validate_stage(ev: RoundContext, worktree: gitops.Worktree, rdir: Path, run_id: str, label: str,
-                   base: dict[str, Any]) -> dict[str, Any]:
+def validate_stage(ev: RoundContext, worktree: gitworktree.Worktree, rdir: Path, run_id: str, label: str,
+                   base: Mapping[str, Any]) -> dict[str, Any]:
     """The validation sub-run of the same suite on the candidate in `worktree`, started together with a
     re-run of the incumbent `base` when ini `ecdysis_rescore` asks for one (`evolve_paired`).
 
@@ -247,7 +250,7 @@ def _cache_stats(ev: RoundContext, label: str, sub: Any, incumbent: dict[str, An
         return None
     out = {"candidate": run_stats(Path(directory), str(sub.summary.get("run_id")))}
     if incumbent.get("rescored") and not own:
-        from pytest_ecdysis.validate.subrun import read_run as _read
+        from pytest_ecdysis.validate.results import read_run as _read
 
         inc_summary, _ = _read(Path(incumbent["run_path"]))
         out["incumbent"] = run_stats(Path(directory), str(inc_summary.get("run_id")))

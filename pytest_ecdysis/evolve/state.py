@@ -2,22 +2,23 @@
 checks), written after every stage, the stage checkpoints that are never redone on `--ecdysis-resume`,
 and the stage lines on the terminal.
 
-`RunState` is a part of `evolve.Evolution` (a mixin: it uses the loop's `cfg`, `dir`, `ledger`, `roots`,
-`state`, `summary`, `harness_dir`, `tw`, `started`, `follow`). Files: docs/internals.md.
+`RunState` is the part of `evolve.loop.Evolution` that owns `evolution.json` (`doc`); it is given what it
+reads in its constructor. Files: docs/internals.md.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 from pytest_ecdysis.core import safetext
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import GitError, IntegrityError, UsageError, shown
-from pytest_ecdysis.core.records import SCHEMA_VERSION
+from pytest_ecdysis.core.records import SCHEMA_VERSION, EvolutionRecord, HarnessPoint
 from pytest_ecdysis.core.rundir import read_json, write_json
-from pytest_ecdysis.evolve.instance import MAX_INSTANCE_STEPS
-from pytest_ecdysis.evolve.preflight import DECISION_DEFAULTS
 from pytest_ecdysis.git import ops as gitops
 from pytest_ecdysis.validate import integrity
 
@@ -25,20 +26,68 @@ from pytest_ecdysis.validate import integrity
 STAGE_NAMES = {"diagnosis.json": "diagnosis", "edit.json": "editor call"}
 
 
-class RunState:
-    """`evolution.json`, stage checkpoints and stage lines of an `Evolution`."""
+class SessionState(Protocol):
+    """What the loop reads of the session's state (`run.state.EcdysisState`, a layer above the loop)."""
 
-    def _load_or_start(self) -> dict[str, Any]:
+    cfg: EcdysisConfig
+    run_id: str
+    harness_id: str
+    harness_dir: Path
+    sim_url: str | None
+    started: float  #: `time.time()` when the pytest session started
+
+    @property
+    def run_path(self) -> Path: ...
+
+
+class TerminalWriter(Protocol):
+    """What the stage lines use of pytest's terminal writer."""
+
+    @property
+    def width_of_current_line(self) -> int: ...
+
+    def line(self, s: str = "", **markup: bool) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+#: a stage's computation: the checkpoint's content.
+Compute = Callable[[], dict[str, Any]]
+#: progress lines while a stage runs: `follow(label)` (`TrustedRuns.follow`).
+Follow = Callable[[str], AbstractContextManager[Any]]
+
+
+class RunState:
+    """`evolution.json` (`doc`, set by `load_or_start`), stage checkpoints and stage lines of an `Evolution`."""
+
+    def __init__(self, *, cfg: EcdysisConfig, state: SessionState, summary: dict[str, Any], run_dir: Path,
+                 harness_dir: Path, ledger: integrity.Ledger, roots: dict[str, Any], tw: TerminalWriter,
+                 started: float) -> None:
+        self.cfg, self.state, self.summary = cfg, state, summary
+        self.dir, self.harness_dir = run_dir, harness_dir
+        self.ledger, self.roots = ledger, roots
+        self.tw = tw
+        self.started = started  #: `time.monotonic()` when the loop started in this session
+        self.last_said = "evolution"  #: the latest stage line (a sub-run's progress lines name it)
+        self.doc: EvolutionRecord = {}
+
+    def load_or_start(self) -> EvolutionRecord:
+        """Read `evolution.json` back on `--ecdysis-resume` (verified), else start it; kept in `self.doc`."""
+        self.doc = self._load_or_start()
+        return self.doc
+
+    def _load_or_start(self) -> EvolutionRecord:
         path = self.dir / "evolution.json"
         suite = self.summary.get("suite")
         if self.cfg.resume and path.is_file():
-            doc = read_json(path)  # unverified: only to name a run of another suite (a usage error)
+            # unverified: only to name a run of another suite (a usage error)
+            doc = cast(EvolutionRecord, read_json(path))
             if doc.get("suite") == suite:
                 if self.ledger.start is None:
                     raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: no integrity ledger for this run "
                                          f"at {self.ledger.path} (it keeps the digests of every checkpoint); its "
                                          "files cannot be verified, start a new run")
-                doc = read_json(path, self.ledger)
+                doc = cast(EvolutionRecord, read_json(path, self.ledger))
                 problems = integrity.changes(self.ledger.start, integrity.take(self.roots))
                 if problems:
                     raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: protected files changed since the "
@@ -61,27 +110,34 @@ class RunState:
         self.ledger.record_files_named(self.dir)
         self.ledger.save_start(integrity.take(self.roots))
         commit = gitops.head_commit(self.harness_dir)
-        start = {"commit": commit, "harness_id": self.state.harness_id,
-                 "score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k"),
-                 "run_path": str(self.dir), "round": 0}
+        start: HarnessPoint = {"commit": commit, "harness_id": self.state.harness_id,
+                               "score": self.summary.get("suite_score"),
+                               "pass_hat_k": self.summary.get("pass_hat_k"), "run_path": str(self.dir),
+                               "round": 0}
         doc = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
                "split": self.cfg.split, "tasks": list(self.cfg.tasks) if self.cfg.tasks else None,
-               "threshold": self.cfg.threshold, "trials": self.cfg.trials, "strategy": self.cfg.strategy,
-               "editor": self.cfg.editor, "model": self.cfg.model, "harness": str(self.harness_dir),
-               "self_evolution_cap": getattr(self.cfg, "self_evolution_cap", MAX_INSTANCE_STEPS),
-               "proposals": getattr(self.cfg, "proposals", 3),
-               "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method, "level": self.cfg.accept_level},
-               **{name: getattr(self.cfg, name, default) for name, default in DECISION_DEFAULTS.items()},
-               "status": "running", "start": start, "incumbent": dict(start), "rounds": [], "branch": None,
-               "test": None, "wall_s": 0.0, "run_path": str(self.dir)}
+               "threshold": self.cfg.threshold, "trials": self.cfg.trials,
+               "strategy": self.cfg.strategy, "editor": self.cfg.editor, "model": self.cfg.model,
+               "harness": str(self.harness_dir),
+               "self_evolution_cap": self.cfg.self_evolution_cap,
+               "proposals": self.cfg.proposals,
+               "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method,
+                          "level": self.cfg.accept_level},
+               # the options `preflight.DECISION_DEFAULTS` names, in its order
+               "rescore": self.cfg.rescore, "evidence": self.cfg.evidence,
+               "accept_extra_trials": self.cfg.accept_extra_trials, "ablate": self.cfg.ablate,
+               "status": "running", "start": start, "incumbent": HarnessPoint(**start),
+               "rounds": [], "branch": None, "test": None, "wall_s": 0.0,
+               "run_path": str(self.dir)}
         write_json(path, doc, self.ledger)
         return doc
 
-    def _rescored_on_resume(self, doc: dict[str, Any]) -> None:
+    def _rescored_on_resume(self, doc: EvolutionRecord) -> None:
         """The resuming session scored the start harness again into this run directory, so the trials on disk
         are the new run's: the start (and an incumbent still at it) take that run's score, and the change is
         recorded in `rescored_on_resume` (a model that is not deterministic, or was not, moves it)."""
-        new = {"score": self.summary.get("suite_score"), "pass_hat_k": self.summary.get("pass_hat_k")}
+        new: HarnessPoint = {"score": self.summary.get("suite_score"),
+                             "pass_hat_k": self.summary.get("pass_hat_k")}
         if doc["start"].get("run_path") != str(self.dir) or doc["start"].get("score") == new["score"]:
             return
         doc.setdefault("rescored_on_resume", []).append({"recorded_score": doc["start"].get("score"), **new})
@@ -96,8 +152,9 @@ class RunState:
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
         write_json(self.dir / "evolution.json", self.doc, self.ledger)
 
-    def stage_json(self, path: Path, compute: Any) -> dict[str, Any]:
-        """The stage's checkpoint at `path` when it exists (`fresh` False), else `compute()` written there."""
+    def stage_json(self, path: Path, compute: Compute, follow: Follow) -> dict[str, Any]:
+        """The stage's checkpoint at `path` when it exists (`fresh` False), else `compute()` written there
+        (in-process stages with progress lines from `follow`)."""
         if path.is_file():
             doc = read_json(path, self.ledger)
             doc["fresh"] = False
@@ -105,7 +162,7 @@ class RunState:
         stage = STAGE_NAMES.get(path.name)
         if stage:  # in-process stages (diagnosis roles, the editor call) get progress lines of their own
             where = path.relative_to(self.dir).parts[1:-1]  # rounds/<n>[/steps/<k>]/<stage>.json
-            with self.follow(f"round {where[0]}{' step ' + where[2] if len(where) > 2 else ''}: {stage}"):
+            with follow(f"round {where[0]}{' step ' + where[2] if len(where) > 2 else ''}: {stage}"):
                 doc = compute()
         else:
             doc = compute()

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_ecdysis.core.errors import EcdysisError, shown
+from pytest_ecdysis.core.records import Flips
 from pytest_ecdysis.core.rundir import slug
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.report.evolution import fmt
 from pytest_ecdysis.validate.subrun import BrokenCandidate
 
@@ -40,9 +41,9 @@ def score_test(ev: RoundContext) -> None:
         EcdysisError: a harness could not be scored (its sub-run did not produce a summary).
     """
     cfg = ev.cfg
-    if not ev.doc.get("test"):
-        ev.doc["test"] = {"start": None, "frozen": None, "trials": cfg.test_trials, "transfer": {}}
-    test = ev.doc["test"]
+    test = ev.doc.get("test")
+    if not test:
+        test = ev.doc["test"] = {"start": None, "frozen": None, "trials": cfg.test_trials, "transfer": {}}
     if cfg.test_trials == 0:
         test["skipped"] = "--ecdysis-test-trials 0: the start and frozen harness were not scored on test"
         ev.say(test["skipped"])
@@ -68,7 +69,7 @@ def score_test(ev: RoundContext) -> None:
             label = f"test{'' if model is None else ' with ' + model}: {which} harness"
             every = ", every test task: --ecdysis-tasks selects train tasks only" if cfg.tasks else ""
             ev.say(f"{label} ({cfg.test_trials} trial(s) per task{every})")
-            worktree = gitops.add_worktree(ev.harness_dir, commit)
+            worktree = gitworktree.add_worktree(ev.harness_dir, commit)
             try:
                 t0 = time.monotonic()
                 sub = ev.subrun(worktree.harness_dir, base / which,
@@ -92,7 +93,7 @@ def score_test(ev: RoundContext) -> None:
         ev.checkpoint()
 
 
-def held_out_regressions(start: dict, frozen: dict, threshold: float) -> dict[str, list[str]]:
+def held_out_regressions(start: dict, frozen: dict, threshold: float) -> Flips:
     """`validate.flips` of the start's and the frozen harness's test runs: `solved_to_failed` (tasks the start
     solved in every trial and the frozen harness did not), `failed_to_solved`; both empty when the frozen
     harness is the start (no run of its own) or a run cannot be read."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import RunDirError, UsageError, shown
 from pytest_ecdysis.core.records import SCHEMA_VERSION
 from pytest_ecdysis.gate.acceptance import regression_test, sign_min_wins
@@ -128,7 +129,7 @@ def mismatches(baseline: dict[str, Any], run: dict[str, Any], fields: tuple[str,
     return out
 
 
-def preflight(cfg: Any) -> None:
+def preflight(cfg: EcdysisConfig) -> None:
     """Configure-time check of `--ecdysis-gate`: the baseline exists and matches split, trials, model, λ and,
     for a simulated model, the nonce (when the baseline records it).
 

@@ -10,6 +10,7 @@ decisions. They are the simulated model's figures, not a real model's: the text 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -59,13 +60,13 @@ def rates_text(accept: dict[str, Any] | None) -> str:
             f"({_table().get('source', 'benchmarks/bench_decisions.py')})")
 
 
-def run_rates(doc: dict[str, Any]) -> str:
+def run_rates(doc: Mapping[str, Any]) -> str:
     """`rates_text` of an `evolution.json` document's settings (`accept` and `accept_extra_trials`)."""
     accept = doc.get("accept")
     return rates_text({**accept, "extra_trials": doc.get("accept_extra_trials")} if accept else None)
 
 
-def confirmation_trials(doc: dict[str, Any]) -> int:
+def confirmation_trials(doc: Mapping[str, Any]) -> int:
     """Trials the confirmation looks spent over all rounds, steps and proposals (both harnesses)."""
     def of(row: dict[str, Any]) -> int:
         return int((row.get("confirmation") or {}).get("trials", 0)) + sum(

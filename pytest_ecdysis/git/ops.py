@@ -17,10 +17,9 @@ What it guarantees (docs/evolution.md; issue 6 item 4, issue 8 case 8, issue 11 
 - only at the end, and only when at least one round was accepted, `ecdysis/<run-id>` is created
   pointing at the last accepted commit. No branch otherwise.
 
-The parts: `gitrun` (the runner, the repository's root), `worktree` (candidate worktrees and their
-commits), `snapshot` (a candidate's bytes); this module checks before the first trial (`preflight`), reads
-the user's checkout and creates the result branch, and re-exports the parts' names (`gitops.add_worktree`,
-`gitops.Snapshot`, ... as the loop calls them).
+The parts: `git.run` (the runner, the repository's root), `git.worktree` (candidate worktrees and their
+commits), `git.snapshot` (a candidate's bytes); this module checks before the first trial (`preflight`),
+reads the user's checkout and creates the result branch. Callers import each part's names from that part.
 
 This module must not import tau2, task suites or harness code.
 """
@@ -33,23 +32,6 @@ import git
 
 from pytest_ecdysis.core.errors import GitError, UsageError, shown
 from pytest_ecdysis.git.run import Git, _checkout_git, _ok, harness_relpath, repo_root
-from pytest_ecdysis.git.snapshot import (
-    MAX_FILE_BYTES,
-    MAX_TOTAL_BYTES,
-    Snapshot,
-    committed_files,
-    reset_to_snapshot,
-    snapshot,
-    tree_files,
-    write_snapshot,
-)
-from pytest_ecdysis.git.worktree import DEFAULT_EMAIL, DEFAULT_NAME, Worktree, add_worktree
-
-#: Names other modules use as `gitops.<name>` (kept where they were before `gitrun`, `worktree`, `snapshot`).
-__all__ = ["BRANCH_PREFIX", "DEFAULT_EMAIL", "DEFAULT_NAME", "MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "Git", "Snapshot",
-           "Worktree", "add_worktree", "branch_name", "commit_exists", "committed_files", "create_branch",
-           "harness_relpath", "head_commit", "paths_changed_outside", "preflight", "repo_root",
-           "reset_to_snapshot", "snapshot", "tree_files", "uncommitted_elsewhere", "write_snapshot"]
 
 BRANCH_PREFIX = "ecdysis/"
 

@@ -7,6 +7,7 @@ in `evolve/cost.py` and docs/report.md). Tokens are shown as `98.2k`; USD as `$0
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 #: the columns of the role table and their headings.
@@ -49,7 +50,7 @@ def _columns(blocks: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [*COLUMNS, *((r, r) for r in others)]
 
 
-def cost_rows(doc: dict[str, Any]) -> dict[str, Any] | None:
+def cost_rows(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The role table as data (a resumed run's row `start x2`: each session scored the start harness): `{"columns": [heading], "rows": [{"label", "cells": [tokens text], "tokens",
     "usd"}], "stages": [(text, tokens text)], "unknown": [note]}`; None without cost blocks."""
     total = doc.get("cost") if isinstance(doc.get("cost"), dict) else None
@@ -76,7 +77,7 @@ def cost_rows(doc: dict[str, Any]) -> dict[str, Any] | None:
             "unknown": list((total or {}).get("unknown") or [])}
 
 
-def cost_lines(doc: dict[str, Any]) -> list[str]:
+def cost_lines(doc: Mapping[str, Any]) -> list[str]:
     """The terminal table: one line per part (start run, each round, test split, total), tokens per role,
     all tokens and USD; then the trial tokens by stage and each unknown price, said once."""
     data = cost_rows(doc)

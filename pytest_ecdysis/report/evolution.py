@@ -6,6 +6,7 @@ Pure formatting of `evolution.json` (docs/internals.md); no git, model or file w
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ class FinalTable:
     """Prints the final table at the very end of the terminal summary (after failures and the run's
     own `ecdysis` section), where the user looks last."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: Mapping[str, Any]) -> None:
         self.doc = doc
 
     @pytest.hookimpl(trylast=True)
@@ -42,7 +43,7 @@ class FinalTable:
             terminalreporter.write_line(line)
 
 
-def summary_lines(doc: dict[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """The final table of an evolution (terminal): per round score before/after, outcome, pass^k, flips,
     editor calls, tokens, wall-clock; then test scores side by side, and the branch."""
     cap = (f", at most {doc['self_evolution_cap']} specs a round" if doc.get("strategy") == "self-evolution"
@@ -93,20 +94,22 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def cost_section(doc: dict[str, Any]) -> list[str]:
+def cost_section(doc: Mapping[str, Any]) -> list[str]:
     """The cost-by-role table of `report/cost.py` (empty for runs that recorded no cost)."""
     from pytest_ecdysis.report.cost import cost_lines
 
     return cost_lines(doc)
 
 
-def compared_text(row: dict[str, Any]) -> str:
+def compared_text(row: Mapping[str, Any]) -> str:
     """What a round (or step) was decided on: `candidate 0.733 vs the incumbent re-run beside it 0.800 (its
     earlier run: 0.767)`, `candidate 0.733 vs the incumbent's earlier run 0.700`, or `score 0.700` without a
     validated candidate."""
     if row.get("score_after") is None:
         return f"score {fmt(row.get('score_before'))}"
-    inc = row.get("incumbent_run") if isinstance(row.get("incumbent_run"), dict) else {}
+    inc = row.get("incumbent_run")
+    if not isinstance(inc, dict):
+        inc = {}
     if inc.get("rescored"):
         return (f"candidate {fmt(row.get('score_after'))} vs the incumbent re-run beside it "
                 f"{fmt(row.get('score_before'))} (its earlier run: {fmt(inc.get('cached_score'))})")

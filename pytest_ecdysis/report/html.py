@@ -35,9 +35,6 @@ from pytest_ecdysis.core.records import SCHEMA_VERSION
 from pytest_ecdysis.core.secrets import redact
 from pytest_ecdysis.report.html_view import _num, gather
 
-#: Names other modules use as `html_report.<name>` (kept where they were before `html_view`).
-__all__ = ["gather", "render", "render_view", "write_html"]
-
 
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("pytest_ecdysis.report", "templates"), autoescape=select_autoescape(["j2", "html"]),

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from pytest_ecdysis.core.errors import EcdysisError
+from pytest_ecdysis.run.state import EcdysisState
 
 
 class StartBudgetCheck:
     """A pytest plugin: checks the budgets against one starting run of the collected cases, once."""
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: EcdysisState) -> None:
         self.state = state
         self.done = False
 
@@ -46,7 +47,7 @@ class StartBudgetCheck:
         self._check(sum(map(len, classify(ids).cases.values())) or len(ids))
 
 
-def register(config: Any, state: Any) -> None:
+def register(config: Any, state: EcdysisState) -> None:
     """Register the check when this session evolves with a budget; `--ecdysis-max-cost` with a model that has
     no price is a usage error here (`evolve/budget.check_priced`)."""
     cfg = state.cfg

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import EcdysisError, UsageError
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
 
 
-def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
+def prepare_sandbox(cfg: EcdysisConfig, state: EcdysisState) -> None:
     """Decide `--ecdysis-sandbox` (auto, on, off) once, for this session's workers and sub-runs (they inherit
     the environment), and the per-process limits of harness code; say it in one line when harness code will
     run with the user's rights.

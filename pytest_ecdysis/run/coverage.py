@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ecdysis.run.state import EcdysisState
+
 #: how many missing node ids a message names before "and N more".
 SHOW_MISSING = 10
 
@@ -29,20 +31,19 @@ class Coverage:
     workers_down: list[dict[str, Any]] = field(default_factory=list)
 
 
-def coverage(state: Any) -> Coverage:
-    cov = getattr(state, "_ecdysis_coverage", None)
-    if cov is None:
-        cov = Coverage()
-        state._ecdysis_coverage = cov
+def coverage(state: EcdysisState) -> Coverage:
+    if state.coverage is None:
+        state.coverage = Coverage()
+    cov: Coverage = state.coverage
     return cov
 
 
-def note_collection(state: Any, ids: list[str] | tuple[str, ...]) -> None:
+def note_collection(state: EcdysisState, ids: list[str] | tuple[str, ...]) -> None:
     """Record one xdist worker's collected node ids (`pytest_xdist_node_collection_finished`)."""
     coverage(state).xdist_ids.update(ids)
 
 
-def note_report(state: Any, report: Any) -> None:
+def note_report(state: EcdysisState, report: Any) -> None:
     """Record a test report: which node ids reported, which are not trials, which crashed a worker."""
     cov = coverage(state)
     if report.when == "???":  # xdist's handle_crashitem report
@@ -57,7 +58,7 @@ def note_report(state: Any, report: Any) -> None:
 CRASH_CHARS = 2000
 
 
-def note_worker_down(state: Any, worker: str, error: Any) -> None:
+def note_worker_down(state: EcdysisState, worker: str, error: Any) -> None:
     """Record an xdist worker that went down with `error` (`pytest_testnodedown`; None: a clean exit)."""
     if error is None:
         return
@@ -111,7 +112,7 @@ def json_safe_trial(data: dict, nodeid: str) -> dict:
     return data
 
 
-def expected_cases(state: Any) -> set[str]:
+def expected_cases(state: EcdysisState) -> set[str]:
     """Trial node ids that should have reported a result.
 
     Without xdist: the items marked `ecdysis_trial`. With xdist (the controller sees only ids): every id

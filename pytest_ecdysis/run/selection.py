@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import UsageError
 
 #: how many valid ids a message lists per suite before "... (N in all)".
@@ -57,7 +58,7 @@ def classify(nodeids: Iterable[str]) -> Collected:
     return out
 
 
-def check_collected(cfg: Any, nodeids: Iterable[str], baseline: dict[str, Any] | None = None,
+def check_collected(cfg: EcdysisConfig, nodeids: Iterable[str], baseline: dict[str, Any] | None = None,
                     before_deselection: Iterable[str] | None = None) -> None:
     """The checks this session asks for (`--ecdysis-tasks`, `--ecdysis-gate` with its `baseline`).
 

@@ -14,9 +14,9 @@ The plugin calls, on the controller only:
 A session that collected no trial case and was asked for no gate or baseline writes nothing: the plugin
 stays out of the way of ordinary test runs.
 
-The parts: `run_coverage` (what was collected and reported), `run_files` (the figures and the files of
-the run directory); this module decides what the end of the run does with them and re-exports the names
-other modules use as `session.<name>`.
+The parts: `run.coverage` (what was collected and reported), `run.files` (the figures and the files of
+the run directory); this module decides what the end of the run does with them (callers import the
+parts' names from the parts).
 """
 
 from __future__ import annotations
@@ -39,22 +39,13 @@ from pytest_ecdysis.gate import baseline as gate
 from pytest_ecdysis.git import env as gitenv
 from pytest_ecdysis.report import summary as report
 from pytest_ecdysis.run.coverage import (
-    SHOW_MISSING,
-    Coverage,
     _name,
     coverage,
     crash_problems,
     expected_cases,
-    json_safe_trial,
-    note_collection,
-    note_report,
 )
 from pytest_ecdysis.run.files import _parse_trials, aggregate, write_run_dir, write_summary
-
-#: Names other modules use as `session.<name>` (kept where they were before `run_coverage`, `run_files`).
-__all__ = ["SHOW_MISSING", "Coverage", "RunOutcome", "aggregate", "coverage", "exit_status", "expected_cases",
-           "finish", "json_safe_trial", "note_collection", "note_report", "sigterm_as_interrupt",
-           "terminal_summary", "write_run_dir", "write_summary"]
+from pytest_ecdysis.run.state import EcdysisState
 
 
 @dataclass
@@ -74,7 +65,7 @@ class RunOutcome:
     evolution_error: str | None = None
 
 
-def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome | None:
+def finish(session: Any, state: EcdysisState, stopped: str | None = None) -> RunOutcome | None:
     """Aggregate the run, write its directory, then baseline / gate / evolution as configured.
 
     Stores and returns a `RunOutcome` (None for a session with no trial case and no gate or baseline).
@@ -187,7 +178,7 @@ def finish(session: Any, state: Any, stopped: str | None = None) -> RunOutcome |
     return outcome
 
 
-def run_harness_id(config: Any, state: Any, trials: list[Any]) -> str | None:
+def run_harness_id(config: Any, state: EcdysisState, trials: list[Any]) -> str | None:
     """The harness the run names (`summary.json` `harness_id`): the session's when a trial recorded a harness
     id, `--ecdysis-harness` (ini `ecdysis_harness`) was given, evolution runs or no valid trial came back
     (as before: shards of one run keep one id for `ecdysis merge`); None when trials came back and none of
@@ -228,7 +219,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:
+def _evolve(session: Any, state: EcdysisState, outcome: RunOutcome) -> None:
     try:
         from pytest_ecdysis.evolve.loop import run_evolution
     except ImportError as exc:
@@ -251,7 +242,7 @@ def _evolve(session: Any, state: Any, outcome: RunOutcome) -> None:
             os.environ["GITHUB_STEP_SUMMARY"] = step_summary
 
 
-def exit_status(state: Any, exitstatus: int) -> int | None:
+def exit_status(state: EcdysisState, exitstatus: int) -> int | None:
     """The exit status the README promises ("Exit status"), or None to keep pytest's.
 
     Interrupted, internal and usage errors (2, 3, 4) are kept. A pytest-split shard that holds no case
@@ -271,7 +262,7 @@ def exit_status(state: Any, exitstatus: int) -> int | None:
     return None
 
 
-def terminal_summary(terminalreporter: Any, state: Any) -> None:
+def terminal_summary(terminalreporter: Any, state: EcdysisState) -> None:
     """The `ecdysis` section: score table, top groups, problems, gate verdict, where the files are."""
     outcome: RunOutcome = state.outcome
     tr = terminalreporter

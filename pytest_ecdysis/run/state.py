@@ -39,6 +39,7 @@ class EcdysisState:
     progress: Any = None  # progress.SessionProgress on the controller
     no_trials: bool = False  # --collect-only, --setup-plan, --fixtures, ...: no trial will run
     sandbox_verdict: str | None = None  # the verdict's line when harness code ran without the sandbox
+    coverage: Any = None  # run.coverage.Coverage: what was collected and reported (made on first use)
 
     @property
     def run_path(self) -> Path:

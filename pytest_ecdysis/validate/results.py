@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.errors import RunDirError
+from pytest_ecdysis.core.records import Flips
 
 
 def read_run(run_path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -94,7 +95,7 @@ def solved_tasks(trials: list[dict[str, Any]], threshold: float) -> set[str]:
     return {k for k, oks in by_task.items() if all(oks)}
 
 
-def flips(before: list[dict[str, Any]], after: list[dict[str, Any]], threshold: float) -> dict[str, list[str]]:
+def flips(before: list[dict[str, Any]], after: list[dict[str, Any]], threshold: float) -> Flips:
     """Per-task changes between two runs of the same tasks: `solved_to_failed`, `failed_to_solved`."""
     tasks = {f"{t['suite']}/{t['task_id']}" if t.get("suite") else str(t["task_id"]) for t in before}
     a, b = solved_tasks(before, threshold), solved_tasks(after, threshold)

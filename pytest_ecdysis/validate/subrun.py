@@ -13,9 +13,9 @@ controller after the process (and its process group) ended, so no path of the ou
 sub-run's arguments, environment or open files. The copy is checked file by file afterwards; a change is
 an `IntegrityError`.
 
-Its results are read back from its run directory (`subrun_results`): `trials.jsonl` must parse line by
-line as trial results and agree with `summary.json`, else the candidate is broken (`BrokenCandidate`).
-This module re-exports the names other modules import from it (`read_run`, `flips`, `subrun_args`, ...).
+Its arguments and environment are `validate.setup`'s; its results are read back from its run directory
+(`validate.results`): `trials.jsonl` must parse line by line as trial results and agree with `summary.json`,
+else the candidate is broken (`BrokenCandidate`). Callers import those names from those modules.
 This module must not import tau2, task suites or harness code.
 """
 
@@ -38,12 +38,10 @@ from typing import Any
 from pytest_ecdysis.core.errors import RunDirError
 from pytest_ecdysis.core.secrets import redact, redact_tree
 from pytest_ecdysis.edit.editors import import_check
-from pytest_ecdysis.validate.results import disagreement, flips, infra_drift, read_run, solved_tasks
+from pytest_ecdysis.validate.results import disagreement, read_run
 from pytest_ecdysis.validate.sandbox import SandboxStartError, start_failure
 from pytest_ecdysis.validate.sandbox import enabled as sandbox_enabled
 from pytest_ecdysis.validate.setup import (
-    SCRUBBED_ENV,
-    STRIPPED_OPTIONS,
     TrustedTree,
     _check_copy,
     _place_harness,
@@ -54,10 +52,6 @@ from pytest_ecdysis.validate.setup import (
     subrun_args,
     subrun_env,
 )
-
-#: Names other modules import from here (kept where they were before `subrun_setup`, `subrun_results`).
-__all__ = ["SCRUBBED_ENV", "STRIPPED_OPTIONS", "BrokenCandidate", "SubRun", "TrustedTree", "disagreement", "flips",
-           "infra_drift", "read_run", "run_suite", "solved_tasks", "strip_args", "subrun_args", "subrun_env"]
 
 
 @dataclass
@@ -89,7 +83,7 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
               env: dict[str, str] | None = None) -> SubRun:
     """Run the suite on a harness in a subprocess and read its run directory `<run_dir>/<run_id>`.
 
-    The harness is `files` (harness-relative path -> bytes, e.g. a `gitops.Snapshot`'s) when given, else
+    The harness is `files` (harness-relative path -> bytes, e.g. a `git.snapshot.Snapshot`'s) when given, else
     the files under `harness_dir`. Output goes to `<run_dir>/pytest.log`. Ctrl-C stops the subprocess and
     propagates. `on_start` gets the process (its own process group) once started: a caller running
     sub-runs in threads stops them with it. `env` is added to the sub-run's environment (e.g. a response

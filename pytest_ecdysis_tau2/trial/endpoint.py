@@ -30,12 +30,12 @@ from typing import Any
 import httpx2
 import openai
 
-from pytest_ecdysis.core.config import (
+from pytest_ecdysis.core.config import is_sim_model
+from pytest_ecdysis.core.config_values import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TRIAL_BUDGET_S,
     endpoint_limits_from_env,
-    is_sim_model,
 )
 from pytest_ecdysis.core.errors import EndpointFormatError, UsageError
 from pytest_ecdysis.endpoint.deadline import RETRY_STATUS, Budget, DeadlineTransport, is_parse_failure

@@ -17,7 +17,7 @@ from test_sandbox import need_bwrap
 
 from pytest_ecdysis.edit import contain
 from pytest_ecdysis.edit.editors import CommandEditor
-from pytest_ecdysis.git import ops as gitops
+from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate import sandbox
 
 ATTACKER = r'''
@@ -89,7 +89,7 @@ def test_writes_outside_the_candidate_are_prevented(repo: Path, tmp_path_factory
                                                    str(venv / "site.py")]}
     before = fingerprint(repo)
     config, site = (repo / ".git" / "config").read_bytes(), (venv / "site.py").read_bytes()
-    wt = gitops.add_worktree(repo / "harness")
+    wt = gitworktree.add_worktree(repo / "harness")
     try:
         result = CommandEditor(f"{sys.executable} {agent} {{harness}} x '{json.dumps(targets)}'").edit(
             None, wt.harness_dir, spec_path=repo / "spec.json")

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 
-from pytest_ecdysis.diagnose.fdcr import Diagnosis, Transcript, evidence_for, finish, run_single_analyst
+from pytest_ecdysis.diagnose.fdcr import evidence_for, finish, run_single_analyst
 from pytest_ecdysis.diagnose.strategies.base import RoundInput
+from pytest_ecdysis.diagnose.transcript import Diagnosis, Transcript
 from pytest_ecdysis.endpoint.role_client import RoleClient
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.core.records import FailureRecord
-from pytest_ecdysis.evidence.build import harness_map, record_key
+from pytest_ecdysis.evidence.context import harness_map
+from pytest_ecdysis.evidence.views import record_key
 
 #: Harness artifact kind -> the symbol that implements it in a harness with named parts (docs/internals.md,
 #: "Spec parameters"); a harness without the symbol (Direct) has the artifact nowhere yet.

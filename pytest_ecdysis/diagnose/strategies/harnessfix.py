@@ -24,15 +24,8 @@ import json
 import time
 
 from pytest_ecdysis.core.records import SCHEMA_VERSION, ModificationSpec, PatternGroup
-from pytest_ecdysis.diagnose.fdcr import (
-    Diagnosis,
-    Transcript,
-    evidence_for,
-    load_prompt,
-    role_messages,
-    spec_call,
-    write_spec,
-)
+from pytest_ecdysis.diagnose.fdcr import evidence_for, load_prompt, role_messages
+from pytest_ecdysis.diagnose.spec import spec_call, write_spec
 from pytest_ecdysis.diagnose.strategies.base import RoundInput
 from pytest_ecdysis.diagnose.strategies.harness_traces import (
     attribute,
@@ -42,8 +35,9 @@ from pytest_ecdysis.diagnose.strategies.harness_traces import (
     operator_for,
     trace,
 )
+from pytest_ecdysis.diagnose.transcript import Diagnosis, Transcript
 from pytest_ecdysis.endpoint.role_client import RoleClient
-from pytest_ecdysis.evidence.build import record_key, select_records, usable_records
+from pytest_ecdysis.evidence.views import record_key, select_records, usable_records
 
 #: Flaws repaired per round (the most recurring ones); each costs one analyst call.
 MAX_FLAWS = 3

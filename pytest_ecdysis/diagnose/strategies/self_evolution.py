@@ -13,10 +13,12 @@ import json
 import time
 
 from pytest_ecdysis.core.records import SCHEMA_VERSION, PatternGroup
-from pytest_ecdysis.diagnose.fdcr import Diagnosis, Transcript, evidence_for, run_single_analyst, write_spec
+from pytest_ecdysis.diagnose.fdcr import evidence_for, run_single_analyst
+from pytest_ecdysis.diagnose.spec import write_spec
 from pytest_ecdysis.diagnose.strategies.base import RoundInput
+from pytest_ecdysis.diagnose.transcript import Diagnosis, Transcript
 from pytest_ecdysis.endpoint.role_client import RoleClient
-from pytest_ecdysis.evidence.build import record_key, select_records, usable_records
+from pytest_ecdysis.evidence.views import record_key, select_records, usable_records
 
 
 class SelfEvolution:

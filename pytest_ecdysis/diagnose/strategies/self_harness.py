@@ -26,18 +26,12 @@ import time
 from typing import Any
 
 from pytest_ecdysis.core.records import SCHEMA_VERSION, FailureRecord, ModificationSpec, PatternGroup
-from pytest_ecdysis.diagnose.fdcr import (
-    Diagnosis,
-    Transcript,
-    evidence_for,
-    load_prompt,
-    role_messages,
-    spec_call,
-    write_spec,
-)
+from pytest_ecdysis.diagnose.fdcr import evidence_for, load_prompt, role_messages
+from pytest_ecdysis.diagnose.spec import spec_call, write_spec
 from pytest_ecdysis.diagnose.strategies.base import RoundInput
+from pytest_ecdysis.diagnose.transcript import Diagnosis, Transcript
 from pytest_ecdysis.endpoint.role_client import RoleClient
-from pytest_ecdysis.evidence.build import record_key, usable_records
+from pytest_ecdysis.evidence.views import record_key, usable_records
 
 #: The default of ini `ecdysis_proposals`, proposals per round (the Self-Harness description asks for several:
 #: at least three; a smaller value is allowed and runs a reduced Self-Harness).
