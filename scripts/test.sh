@@ -19,4 +19,7 @@ for arg in "$@"; do
   case "$arg" in -*) continue ;; esac
   if [ -e "${arg%%::*}" ]; then targets=(); break; fi
 done
+# The whole suite starts with the static checks (formatter, linter, import contracts, mypy: scripts/checks.sh);
+# a run of named test paths skips them, as does ECDYSIS_CHECKS=0.
+if [ ${#targets[@]} -gt 0 ] && [ "${ECDYSIS_CHECKS:-1}" != 0 ]; then ./scripts/checks.sh; fi
 .venv/bin/python -m pytest ${targets[@]+"${targets[@]}"} -n 2 -q "$@"
