@@ -52,14 +52,36 @@ SUITE = "pytest_ecdysis_tau2/test_airline.py"
 RULES = [("strict", "sign")] + [("paired", m) for m in METHODS]
 
 
-def run_once(run_dir: Path, nonce: str, profile: str, workers: str, tasks: str | None) -> tuple[float, list[dict],
-                                                                                           float]:
+def run_once(
+    run_dir: Path, nonce: str, profile: str, workers: str, tasks: str | None
+) -> tuple[float, list[dict], float]:
     """One plain run of the airline train split; returns (suite score, trials.jsonl lines, wall s)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
+    }
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-n", workers,
-           "--ecdysis-model", f"sim/{profile}", "-o", f"ecdysis_sim_nonce={nonce}", "--ecdysis-sim-latency", "0",
-           "--ecdysis-run-dir", str(run_dir), *(["--ecdysis-tasks", tasks] if tasks else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        SUITE,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        workers,
+        "--ecdysis-model",
+        f"sim/{profile}",
+        "-o",
+        f"ecdysis_sim_nonce={nonce}",
+        "--ecdysis-sim-latency",
+        "0",
+        "--ecdysis-run-dir",
+        str(run_dir),
+        *(["--ecdysis-tasks", tasks] if tasks else []),
+    ]
     start = time.monotonic()
     subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -73,7 +95,10 @@ def judge(before: tuple[float, list[dict]], after: tuple[float, list[dict]]) -> 
     out = {}
     for rule, method in RULES:
         d = decide(rule, before[0], after[0], before[1], after[1], method=method, level=0.05)
-        out[rule if rule == "strict" else f"paired/{method}"] = (d.accepted, d.test.p_value if d.test else None)
+        out[rule if rule == "strict" else f"paired/{method}"] = (
+            d.accepted,
+            d.test.p_value if d.test else None,
+        )
     return out
 
 
@@ -94,32 +119,69 @@ def sim(args: argparse.Namespace) -> None:
             score, trials, wall = run_once(Path(tmp) / str(k), nonce, args.profile, args.workers, args.tasks)
             runs.append((score, trials))
             failed = sorted((t["task_id"] for t in trials if (t.get("reward") or 0) < 1), key=str)
-            print(f"run {k}: nonce {nonce}, suite score {score:.3f}, {len(trials)} trials, failed "
-                  f"{','.join(map(str, failed)) or '-'}, {wall:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"run {k}: nonce {nonce}, suite score {score:.3f}, {len(trials)} trials, failed "
+                f"{','.join(map(str, failed)) or '-'}, {wall:.0f} s, load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
             if k % 2 == 1 or (args.chain and k > 0):
                 d = judge(runs[k - 1], runs[k])
-                print(f"  decision {k if args.chain else k // 2 + 1}: {runs[k - 1][0]:.3f} -> {score:.3f}: "
-                      + ", ".join(f"{lab} {'ACCEPT' if a else 'reject'} (p={p:.3g})" for lab, (a, p) in d.items()),
-                      flush=True)
+                print(
+                    f"  decision {k if args.chain else k // 2 + 1}: {runs[k - 1][0]:.3f} -> {score:.3f}: "
+                    + ", ".join(
+                        f"{lab} {'ACCEPT' if a else 'reject'} (p={p:.3g})" for lab, (a, p) in d.items()
+                    ),
+                    flush=True,
+                )
     if args.chain:  # decision k: run k-1 (incumbent) vs run k; neighbouring decisions share a run
-        report([judge(runs[i], runs[i + 1]) for i in range(args.decisions)],
-               f"sim/{args.profile}, consecutive pairs of runs (each decision its own two nonces)")
+        report(
+            [judge(runs[i], runs[i + 1]) for i in range(args.decisions)],
+            f"sim/{args.profile}, consecutive pairs of runs (each decision its own two nonces)",
+        )
     else:
-        report([judge(runs[2 * i], runs[2 * i + 1]) for i in range(args.decisions)],
-               f"sim/{args.profile}, disjoint pairs of runs")
-    report([judge(runs[i], runs[j]) for i, j in itertools.permutations(range(len(runs)), 2)],
-           f"sim/{args.profile}, all ordered pairs of the {len(runs)} runs (not independent)")
+        report(
+            [judge(runs[2 * i], runs[2 * i + 1]) for i in range(args.decisions)],
+            f"sim/{args.profile}, disjoint pairs of runs",
+        )
+    report(
+        [judge(runs[i], runs[j]) for i, j in itertools.permutations(range(len(runs)), 2)],
+        f"sim/{args.profile}, all ordered pairs of the {len(runs)} runs (not independent)",
+    )
 
 
 def evolve_run(clone: Path, out: Path, rule: str, args: argparse.Namespace, results: dict) -> None:
     """One evolution run in `clone`; `results[rule]` = (evolution.json as a dict or None, wall s, tail)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
+    }
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-n", args.workers,
-           "--ecdysis-evolve", "--ecdysis-model", "sim", "--ecdysis-rounds", str(args.rounds),
-           "--ecdysis-tasks", args.tasks, "--ecdysis-test-trials", str(args.test_trials),
-           "--ecdysis-run-dir", str(out), "--ecdysis-accept", rule,
-           *(["-o", "ecdysis_response_cache=on"] if rule == "paired" and args.paired_cache == "on" else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        SUITE,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        args.workers,
+        "--ecdysis-evolve",
+        "--ecdysis-model",
+        "sim",
+        "--ecdysis-rounds",
+        str(args.rounds),
+        "--ecdysis-tasks",
+        args.tasks,
+        "--ecdysis-test-trials",
+        str(args.test_trials),
+        "--ecdysis-run-dir",
+        str(out),
+        "--ecdysis-accept",
+        rule,
+        *(["-o", "ecdysis_response_cache=on"] if rule == "paired" and args.paired_cache == "on" else []),
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True)
     found = sorted(out.glob("*/evolution.json"))
@@ -133,15 +195,20 @@ def rounds(args: argparse.Namespace) -> None:
     if not args.tasks:
         from pytest_ecdysis_tau2.tasks.suite import split_ids  # the benchmark may import the suite
 
-        args.tasks = ",".join(list(split_ids("airline", "train"))[:args.train])
+        args.tasks = ",".join(list(split_ids("airline", "train"))[: args.train])
     with tempfile.TemporaryDirectory(prefix="ecdysis-rounds-") as tmp:
         clone = Path(tmp) / "repo"
         subprocess.run(["git", "clone", "--quiet", "--local", str(REPO), str(clone)], check=True)
-        print(f"train tasks {args.tasks}; {args.rounds} round(s); test trials {args.test_trials}; -n {args.workers}; "
-              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"train tasks {args.tasks}; {args.rounds} round(s); test trials {args.test_trials}; -n {args.workers}; "
+            f"load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
         results: dict = {}
-        threads = [threading.Thread(target=evolve_run, args=(clone, Path(tmp) / rule, rule, args, results))
-                   for rule in ("strict", "paired")]
+        threads = [
+            threading.Thread(target=evolve_run, args=(clone, Path(tmp) / rule, rule, args, results))
+            for rule in ("strict", "paired")
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -159,14 +226,22 @@ def rounds(args: argparse.Namespace) -> None:
                 if vpath.is_file():
                     val = json.loads(vpath.read_text())
                 cache = val.get("cache") or {}
-                print(f"  round {r['round']}: {r['outcome']}: {r['score_before']} -> {r['score_after']}, "
-                      f"p={d.get('p_value')}, wins/losses {d.get('wins')}/{d.get('losses')}, validation "
-                      f"{val.get('wall_s')} s (incumbent re-run {(val.get('incumbent') or {}).get('wall_s')} s), "
-                      f"round {r.get('wall_s')} s; {r.get('spec_summary') or r.get('reason', '')[:80]}"
-                      + "".join(f"\n    cache {who}: {st}" for who, st in cache.items()))
+                print(
+                    f"  round {r['round']}: {r['outcome']}: {r['score_before']} -> {r['score_after']}, "
+                    f"p={d.get('p_value')}, wins/losses {d.get('wins')}/{d.get('losses')}, validation "
+                    f"{val.get('wall_s')} s (incumbent re-run {(val.get('incumbent') or {}).get('wall_s')} s), "
+                    f"round {r.get('wall_s')} s; {r.get('spec_summary') or r.get('reason', '')[:80]}"
+                    + "".join(f"\n    cache {who}: {st}" for who, st in cache.items())
+                )
             test = doc.get("test") or {}
-            print("  test: " + ", ".join(f"{k} {v.get('suite_score')}" for k, v in test.items()
-                                         if isinstance(v, dict) and "suite_score" in v))
+            print(
+                "  test: "
+                + ", ".join(
+                    f"{k} {v.get('suite_score')}"
+                    for k, v in test.items()
+                    if isinstance(v, dict) and "suite_score" in v
+                )
+            )
 
 
 def scripted(args: argparse.Namespace) -> None:
@@ -177,8 +252,12 @@ def scripted(args: argparse.Namespace) -> None:
         runs = []
         for _side in range(2):
             rewards = [float(rng.random() < p) for p in p_task]
-            runs.append((sum(rewards) / 30, [{"suite": "s", "task_id": str(i), "reward": r}
-                                             for i, r in enumerate(rewards)]))
+            runs.append(
+                (
+                    sum(rewards) / 30,
+                    [{"suite": "s", "task_id": str(i), "reward": r} for i, r in enumerate(rewards)],
+                )
+            )
         decisions.append(judge(*runs))
     report(decisions, f"scripted, 30 tasks, success chance per task uniform in [0.3, 1], seed {args.seed}")
 
@@ -186,22 +265,36 @@ def scripted(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=("sim", "scripted", "rounds"))
-    parser.add_argument("--chain", action="store_true",
-                        help="sim: decisions+1 runs, decision k = run k-1 vs run k (half the runs; not independent)")
-    parser.add_argument("--train", type=int, default=10, help="rounds: the first N train ids (without --tasks)")
+    parser.add_argument(
+        "--chain",
+        action="store_true",
+        help="sim: decisions+1 runs, decision k = run k-1 vs run k (half the runs; not independent)",
+    )
+    parser.add_argument(
+        "--train", type=int, default=10, help="rounds: the first N train ids (without --tasks)"
+    )
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--paired-cache", choices=("on", "off"), default="on",
-                        help="rounds: the paired run's ecdysis_response_cache (the strict run's is off)")
+    parser.add_argument(
+        "--paired-cache",
+        choices=("on", "off"),
+        default="on",
+        help="rounds: the paired run's ecdysis_response_cache (the strict run's is off)",
+    )
     parser.add_argument("--test-trials", type=int, default=1)
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("--profile", default="noop")
     parser.add_argument("--tasks", default=None, help="sim: only these train task ids (comma-separated)")
     parser.add_argument("--seed", type=int, default=16)
-    parser.add_argument("--nonce-prefix", default="bench-accept",
-                        help="sim: run k uses nonce PREFIX-k (another prefix: fresh draws for more decisions)")
+    parser.add_argument(
+        "--nonce-prefix",
+        default="bench-accept",
+        help="sim: run k uses nonce PREFIX-k (another prefix: fresh draws for more decisions)",
+    )
     parser.add_argument("-n", dest="workers", default="2")
     args = parser.parse_args(argv)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout
     print(f"bench_acceptance {args.mode} at commit {head.strip()}", flush=True)
     {"sim": sim, "scripted": scripted, "rounds": rounds}[args.mode](args)
     return 0

@@ -74,13 +74,33 @@ def main() -> None:
     me = psutil.Process()
 
     def spec(n: int, run: str) -> TrialSpec:
-        return TrialSpec(domain="airline", task_id=tasks[n % len(tasks)], trial=n // len(tasks), run_id=run,
-                         model="sim", user_model="sim", harness_dir=harness, harness_id=harness_id(harness),
-                         sim_url=server.url)
+        return TrialSpec(
+            domain="airline",
+            task_id=tasks[n % len(tasks)],
+            trial=n // len(tasks),
+            run_id=run,
+            model="sim",
+            user_model="sim",
+            harness_dir=harness,
+            harness_id=harness_id(harness),
+            sim_url=server.url,
+        )
 
     def measure(count: int, run: str) -> dict:
-        peak = {"server_pss": 0, "forks": 0, "fork_pss": 0, "fork_uss": 0, "per_fork_pss": 0, "per_fork_uss": 0,
-                "worker_rss": 0, "VmPeak": 0, "VmHWM": 0, "VmData": 0, "cpu_ms": 0, "server_VmPeak": 0}
+        peak = {
+            "server_pss": 0,
+            "forks": 0,
+            "fork_pss": 0,
+            "fork_uss": 0,
+            "per_fork_pss": 0,
+            "per_fork_uss": 0,
+            "worker_rss": 0,
+            "VmPeak": 0,
+            "VmHWM": 0,
+            "VmData": 0,
+            "cpu_ms": 0,
+            "server_VmPeak": 0,
+        }
         done = threading.Event()
 
         def sample() -> None:
@@ -90,21 +110,36 @@ def main() -> None:
                     try:
                         root = psutil.Process(zygote.pid)
                         tree = [root, *root.children(recursive=True)]  # bwrap first under the sandbox
-                        server_pid = next((p.pid for p in tree if "agent_child" in " ".join(p.cmdline())
-                                           and not p.name().startswith("bwrap")), None)
+                        server_pid = next(
+                            (
+                                p.pid
+                                for p in tree
+                                if "agent_child" in " ".join(p.cmdline()) and not p.name().startswith("bwrap")
+                            ),
+                            None,
+                        )
                         forks = [p.pid for p in tree if p.pid != server_pid and p.ppid() == server_pid]
                         figures = [rollup(pid) for pid in forks]
                         for pid in forks:
                             for key, value in status_peaks(pid).items():
                                 peak[key] = max(peak[key], value)
                         if server_pid:
-                            peak["server_VmPeak"] = max(peak["server_VmPeak"], status_peaks(server_pid)["VmPeak"])
-                        peak["server_pss"] = max(peak["server_pss"], rollup(server_pid)[0] if server_pid else 0)
+                            peak["server_VmPeak"] = max(
+                                peak["server_VmPeak"], status_peaks(server_pid)["VmPeak"]
+                            )
+                        peak["server_pss"] = max(
+                            peak["server_pss"], rollup(server_pid)[0] if server_pid else 0
+                        )
                         if figures:
                             pss, uss = sum(f[0] for f in figures), sum(f[1] for f in figures)
                             if len(figures) >= peak["forks"]:
-                                peak.update(forks=len(figures), fork_pss=pss, fork_uss=uss,
-                                            per_fork_pss=pss / len(figures), per_fork_uss=uss / len(figures))
+                                peak.update(
+                                    forks=len(figures),
+                                    fork_pss=pss,
+                                    fork_uss=uss,
+                                    per_fork_pss=pss / len(figures),
+                                    per_fork_uss=uss / len(figures),
+                                )
                     except (psutil.Error, OSError, StopIteration):
                         pass
                 peak["worker_rss"] = max(peak["worker_rss"], me.memory_info().rss)
@@ -127,17 +162,23 @@ def main() -> None:
     rss_before = me.memory_info().rss
     for count in (1, args.trials):
         p = measure(count, f"m{count}")
-        mb = 2 ** 20
-        print(f"{count:>3} trial(s) at once ({time.strftime('%H:%M:%S')}, load {os.getloadavg()[0]:.1f}): "
-              f"{p['forks']} trial processes at the peak, their PSS {p['fork_pss'] / mb:.0f} MB "
-              f"({p['per_fork_pss'] / mb:.1f} MB each), USS {p['fork_uss'] / mb:.0f} MB "
-              f"({p['per_fork_uss'] / mb:.1f} MB each); fork server PSS {p['server_pss'] / mb:.0f} MB; "
-              f"this (worker) process RSS {p['worker_rss'] / mb:.0f} MB (after warm-up {rss_before / mb:.0f} MB); "
-              f"wall {p['wall_s']:.0f} s", flush=True)
-        print(f"    peak of one trial process: address space (VmPeak) {p['VmPeak'] / mb:.0f} MB, resident (VmHWM) "
-              f"{p['VmHWM'] / mb:.0f} MB, data (VmData) {p['VmData'] / mb:.0f} MB, CPU time {p['cpu_ms'] / 1000:.2f} s "
-              f"(sampled, at least); fork server VmPeak "
-              f"{p['server_VmPeak'] / mb:.0f} MB", flush=True)
+        mb = 2**20
+        print(
+            f"{count:>3} trial(s) at once ({time.strftime('%H:%M:%S')}, load {os.getloadavg()[0]:.1f}): "
+            f"{p['forks']} trial processes at the peak, their PSS {p['fork_pss'] / mb:.0f} MB "
+            f"({p['per_fork_pss'] / mb:.1f} MB each), USS {p['fork_uss'] / mb:.0f} MB "
+            f"({p['per_fork_uss'] / mb:.1f} MB each); fork server PSS {p['server_pss'] / mb:.0f} MB; "
+            f"this (worker) process RSS {p['worker_rss'] / mb:.0f} MB (after warm-up {rss_before / mb:.0f} MB); "
+            f"wall {p['wall_s']:.0f} s",
+            flush=True,
+        )
+        print(
+            f"    peak of one trial process: address space (VmPeak) {p['VmPeak'] / mb:.0f} MB, resident (VmHWM) "
+            f"{p['VmHWM'] / mb:.0f} MB, data (VmData) {p['VmData'] / mb:.0f} MB, CPU time {p['cpu_ms'] / 1000:.2f} s "
+            f"(sampled, at least); fork server VmPeak "
+            f"{p['server_VmPeak'] / mb:.0f} MB",
+            flush=True,
+        )
     server.stop()
 
 

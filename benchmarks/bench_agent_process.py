@@ -82,8 +82,14 @@ def startup(sandboxed: bool, repeats: int) -> list[float]:
     """Seconds from starting the harness's fork server to its `ready` (τ² imported), `repeats` times."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ECDYSIS_")}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", ECDYSIS_SANDBOX="1" if sandboxed else "0")
-    out = subprocess.run([sys.executable, "-c", STARTUP, str(REPO / "pytest_ecdysis_tau2" / "example_harness"), str(repeats)], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, "-c", STARTUP, str(REPO / "pytest_ecdysis_tau2" / "example_harness"), str(repeats)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode != 0:
         raise SystemExit(f"start-up failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -91,11 +97,27 @@ def startup(sandboxed: bool, repeats: int) -> list[float]:
 
 def measure(mode: str, tasks: int, repeats: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ECDYSIS_")}
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", ECDYSIS_SIM_NONCE="bench",
-               ECDYSIS_AGENT_PROCESS="0" if mode == "in-process" else "1",
-               ECDYSIS_SANDBOX="1" if mode == "child+sandbox" else "0")
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(REPO / "pytest_ecdysis_tau2" / "example_harness"), str(tasks), str(repeats)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    env.update(
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        ECDYSIS_SIM_NONCE="bench",
+        ECDYSIS_AGENT_PROCESS="0" if mode == "in-process" else "1",
+        ECDYSIS_SANDBOX="1" if mode == "child+sandbox" else "0",
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            MEASURE,
+            str(REPO / "pytest_ecdysis_tau2" / "example_harness"),
+            str(tasks),
+            str(repeats),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if out.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -106,7 +128,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per mode and round")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of all modes, interleaved")
-    parser.add_argument("--startup", type=int, default=0, help="also time N starts of the fork server per mode")
+    parser.add_argument(
+        "--startup", type=int, default=0, help="also time N starts of the fork server per mode"
+    )
     args = parser.parse_args()
     if args.startup:
         modes_on = [False] + ([True] if shutil.which("bwrap") else [])
@@ -115,8 +139,10 @@ def main() -> None:
             for on in modes_on:
                 times[on] += startup(on, 1)
         for on, walls in times.items():
-            print(f"  fork server start ({'sandbox' if on else 'off'}): median {statistics.median(walls):.2f} s "
-                  f"of {len(walls)} ({', '.join(f'{w:.2f}' for w in walls)}), load {os.getloadavg()[0]:.1f}")
+            print(
+                f"  fork server start ({'sandbox' if on else 'off'}): median {statistics.median(walls):.2f} s "
+                f"of {len(walls)} ({', '.join(f'{w:.2f}' for w in walls)}), load {os.getloadavg()[0]:.1f}"
+            )
     modes = ["in-process", "child"] + (["child+sandbox"] if shutil.which("bwrap") else [])
     results: dict[str, dict] = {m: {"per_trial_s": [], "first_trial_s": [], "load": []} for m in modes}
     for _ in range(args.rounds):
@@ -128,18 +154,25 @@ def main() -> None:
             results[mode]["load"] += [load_before, os.getloadavg()[0]]
             results[mode]["rewards"] = r["rewards"]
     median = {m: statistics.median(r["per_trial_s"]) for m, r in results.items()}
-    print(f"{args.tasks} airline train tasks x {args.repeats} timed passes x {args.rounds} round(s) (simulated "
-          f"model), per mode; {os.cpu_count()} cores:")
+    print(
+        f"{args.tasks} airline train tasks x {args.repeats} timed passes x {args.rounds} round(s) (simulated "
+        f"model), per mode; {os.cpu_count()} cores:"
+    )
     for mode, r in results.items():
         per = median[mode]
         same = r["rewards"] == results["in-process"]["rewards"]
-        vs_child = f"  vs child {100 * (per - median['child']) / median['child']:+6.1f} %" \
-            if mode == "child+sandbox" else ""
-        print(f"  {mode:<14} {per * 1000:8.1f} ms per trial (median of {len(r['per_trial_s'])}; passes "
-              f"{', '.join(f'{x * 1000:.0f}' for x in r['per_trial_s'])} ms)  overhead "
-              f"{100 * (per - median['in-process']) / median['in-process']:+6.1f} %{vs_child}  first trial "
-              f"{statistics.median(r['first_trial_s']):.2f} s  load {min(r['load']):.1f}-{max(r['load']):.1f}  "
-              f"same rewards as in-process: {same}")
+        vs_child = (
+            f"  vs child {100 * (per - median['child']) / median['child']:+6.1f} %"
+            if mode == "child+sandbox"
+            else ""
+        )
+        print(
+            f"  {mode:<14} {per * 1000:8.1f} ms per trial (median of {len(r['per_trial_s'])}; passes "
+            f"{', '.join(f'{x * 1000:.0f}' for x in r['per_trial_s'])} ms)  overhead "
+            f"{100 * (per - median['in-process']) / median['in-process']:+6.1f} %{vs_child}  first trial "
+            f"{statistics.median(r['first_trial_s']):.2f} s  load {min(r['load']):.1f}-{max(r['load']):.1f}  "
+            f"same rewards as in-process: {same}"
+        )
     if "child+sandbox" not in results:
         print("  child+sandbox  skipped: bwrap not installed (apt-get install bubblewrap)")
 

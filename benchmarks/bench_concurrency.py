@@ -67,10 +67,12 @@ def tree_pss(root: psutil.Process) -> int:
 
 
 #: process kinds of a run's tree, by a part of their command line (first match), for the CPU table
-KINDS = (("agent_child", "harness fork servers (+ their trial processes)"),
-         ("pytest_ecdysis_tau2.scoring", "scorers (+ their scoring children)"),
-         ("sys.stdin.readline", "xdist workers (trials, orchestrator)"),
-         ("pytest", "pytest controllers (+ sim server, evolution)"))
+KINDS = (
+    ("agent_child", "harness fork servers (+ their trial processes)"),
+    ("pytest_ecdysis_tau2.scoring", "scorers (+ their scoring children)"),
+    ("sys.stdin.readline", "xdist workers (trials, orchestrator)"),
+    ("pytest", "pytest controllers (+ sim server, evolution)"),
+)
 
 
 def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:
@@ -85,19 +87,27 @@ def tree_cpu(root: psutil.Process, seen: dict[int, tuple[str, float]]) -> None:
             line = " ".join(argv)
             kind = next((label for part, label in KINDS if part in line), None)
             if not argv and proc.pid in seen:  # made non-dumpable since (`limits.protect_this_process`): its
-                kind = seen[proc.pid][0]       # command line reads empty now; keep what it was
+                kind = seen[proc.pid][0]  # command line reads empty now; keep what it was
             elif not argv and proc.name().startswith("python"):
                 kind = "pytest controllers or xdist workers (command line hidden)"
             if kind is None:
                 kind = f"other: {os.path.basename(argv[0]) if argv else '?'}" + (
-                    f" {argv[1]}" if len(argv) > 1 and not argv[1].startswith("-") else "")
+                    f" {argv[1]}" if len(argv) > 1 and not argv[1].startswith("-") else ""
+                )
             parent = proc.parent()
             pline = " ".join(parent.cmdline()) if parent else ""
-            if parent is not None and os.path.basename((parent.cmdline() or ["?"])[0]) != "bwrap" and (
-                    "agent_child" in pline or "pytest_ecdysis_tau2.scoring" in pline):
+            if (
+                parent is not None
+                and os.path.basename((parent.cmdline() or ["?"])[0]) != "bwrap"
+                and ("agent_child" in pline or "pytest_ecdysis_tau2.scoring" in pline)
+            ):
                 continue  # a trial process or scoring child: counted with its parent (reaped children)
             t = proc.cpu_times()
-            cpu = t.user + t.system + (t.children_user + t.children_system if "fork" in kind or "scor" in kind else 0)
+            cpu = (
+                t.user
+                + t.system
+                + (t.children_user + t.children_system if "fork" in kind or "scor" in kind else 0)
+            )
             seen[proc.pid] = (kind, max(cpu, seen.get(proc.pid, ("", 0.0))[1]))
         except (psutil.Error, OSError, IndexError):
             pass
@@ -110,7 +120,13 @@ def cpu_table(seen: dict[int, tuple[str, float]]) -> str:
         by.setdefault(kind, []).append(cpu)
     lines = [f"  {kind:50} {len(v):3} process(es) {sum(v):8.1f} CPU s" for kind, v in sorted(by.items())]
     total = sum(cpu for _, cpu in seen.values())
-    return "\n".join(["CPU seconds by kind of process (sampled every 0.5 s):", *lines, f"  {'total':50} {'':16}{total:8.1f} CPU s"])
+    return "\n".join(
+        [
+            "CPU seconds by kind of process (sampled every 0.5 s):",
+            *lines,
+            f"  {'total':50} {'':16}{total:8.1f} CPU s",
+        ]
+    )
 
 
 def calls_of(rows: list[dict]) -> tuple[int, int]:
@@ -119,7 +135,9 @@ def calls_of(rows: list[dict]) -> tuple[int, int]:
     return sum(per), max(per, default=0)
 
 
-def measured(command: list[str], cwd: Path, trace: Path | None = None) -> tuple[psutil.Popen, bytes, float, int]:
+def measured(
+    command: list[str], cwd: Path, trace: Path | None = None
+) -> tuple[psutil.Popen, bytes, float, int]:
     """Run `command`; (process, output, wall seconds, peak PSS bytes of its tree sampled every 0.5 s).
     With `trace`, the run's pytest sessions write their phases there (`breakdown_trace`)."""
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID")}
@@ -149,14 +167,34 @@ def measured(command: list[str], cwd: Path, trace: Path | None = None) -> tuple[
     return proc, out, wall_s, peak
 
 
-def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir: Path,
-              breakdown: bool = False) -> dict:
+def run_level(
+    level: int, tasks: list[str], trials: int, latency: float, workdir: Path, breakdown: bool = False
+) -> dict:
     run_dir = workdir / f"runs-{level}"
     xdist = ["-n", "0"] if level == 1 else ["-n", "2", "--ecdysis-concurrency", str(level // 2)]
-    command = [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-p",
-               "no:cacheprovider", "--ecdysis-split", "all", "--ecdysis-tasks", ",".join(tasks),
-               "--ecdysis-trials", str(trials), "--ecdysis-sim-latency", str(latency), "-o",
-               "ecdysis_sim_nonce=bench", "--ecdysis-run-dir", str(run_dir), *xdist]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "pytest_ecdysis_tau2.test_airline",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-split",
+        "all",
+        "--ecdysis-tasks",
+        ",".join(tasks),
+        "--ecdysis-trials",
+        str(trials),
+        "--ecdysis-sim-latency",
+        str(latency),
+        "-o",
+        "ecdysis_sim_nonce=bench",
+        "--ecdysis-run-dir",
+        str(run_dir),
+        *xdist,
+    ]
     trace = workdir / f"trace-{level}.jsonl" if breakdown else None
     proc, out, wall_s, peak = measured(command, ROOT if breakdown else workdir, trace)
     if trace is not None:
@@ -169,9 +207,18 @@ def run_level(level: int, tasks: list[str], trials: int, latency: float, workdir
     rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
     calls, _ = calls_of(rows)
     ideal_s = calls * latency / level
-    return {"level": level, "trials": len(rows), "exit": proc.returncode, "wall_s": wall_s,
-            "per_min": len(rows) / wall_s * 60, "peak_mb": peak / 2**20, "calls": calls, "ideal_s": ideal_s,
-            "ratio": wall_s / ideal_s if ideal_s else float("nan"), "tail": out.decode(errors="replace")[-300:]}
+    return {
+        "level": level,
+        "trials": len(rows),
+        "exit": proc.returncode,
+        "wall_s": wall_s,
+        "per_min": len(rows) / wall_s * 60,
+        "peak_mb": peak / 2**20,
+        "calls": calls,
+        "ideal_s": ideal_s,
+        "ratio": wall_s / ideal_s if ideal_s else float("nan"),
+        "tail": out.decode(errors="replace")[-300:],
+    }
 
 
 def main() -> None:
@@ -180,9 +227,16 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1, help="trials per task at least")
     parser.add_argument("--levels", default="1,8,32,64", help="trials in flight in all (1, or even numbers)")
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per simulated completion")
-    parser.add_argument("--round", type=int, default=0, metavar="C",
-                        help="instead: one evolution round at -n 2 --ecdysis-concurrency C")
-    parser.add_argument("--breakdown", action="store_true", help="also print where each pytest session's time went")
+    parser.add_argument(
+        "--round",
+        type=int,
+        default=0,
+        metavar="C",
+        help="instead: one evolution round at -n 2 --ecdysis-concurrency C",
+    )
+    parser.add_argument(
+        "--breakdown", action="store_true", help="also print where each pytest session's time went"
+    )
     parser.add_argument("--rev", help="with --round: run this commit of the repository instead of HEAD")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -194,38 +248,72 @@ def main() -> None:
     tasks = list(split_ids("airline", "train"))[: args.tasks]
     if args.round:
         return bench_round(args.round, tasks, args.latency, args.breakdown, args.rev)
-    print(f"simulated model (not a real LLM), latency {args.latency:g} s per completion; airline train split, "
-          f"{len(tasks)} task(s); machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'in flight':>9} {'trials':>6} {'wall s':>8} {'trials/min':>10} {'PSS MB':>8} {'calls':>6} "
-          f"{'ideal s':>8} {'x ideal':>7}")
+    print(
+        f"simulated model (not a real LLM), latency {args.latency:g} s per completion; airline train split, "
+        f"{len(tasks)} task(s); machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"{'in flight':>9} {'trials':>6} {'wall s':>8} {'trials/min':>10} {'PSS MB':>8} {'calls':>6} "
+        f"{'ideal s':>8} {'x ideal':>7}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
         for level in levels:
             trials = max(args.trials, math.ceil(level / len(tasks)))
             r = run_level(level, tasks, trials, args.latency, Path(tmp), args.breakdown)
-            print(f"{r['level']:>9} {r['trials']:>6} {r['wall_s']:>8.1f} {r['per_min']:>10.1f} {r['peak_mb']:>8.0f} "
-                  f"{r['calls']:>6} {r['ideal_s']:>8.1f} {r['ratio']:>7.2f}", flush=True)
+            print(
+                f"{r['level']:>9} {r['trials']:>6} {r['wall_s']:>8.1f} {r['per_min']:>10.1f} {r['peak_mb']:>8.0f} "
+                f"{r['calls']:>6} {r['ideal_s']:>8.1f} {r['ratio']:>7.2f}",
+                flush=True,
+            )
             if r["exit"] not in (0, 1):
                 print(f"  pytest exit status {r['exit']}: {r['tail']}")
             print(f"  (load average {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S')})", flush=True)
 
 
-def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: bool = False,
-                rev: str | None = None) -> None:
+def bench_round(
+    concurrency: int, tasks: list[str], latency: float, breakdown: bool = False, rev: str | None = None
+) -> None:
     """One evolution round against its physical limit (module docstring)."""
     in_flight = 2 * concurrency
-    print(f"one evolution round, simulated model (not a real LLM), latency {latency:g} s; airline train, "
-          f"{len(tasks)} task(s); -n 2 --ecdysis-concurrency {concurrency}; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"one evolution round, simulated model (not a real LLM), latency {latency:g} s; airline train, "
+        f"{len(tasks)} task(s); -n 2 --ecdysis-concurrency {concurrency}; load average {os.getloadavg()[0]:.1f}"
+    )
     tmp = tempfile.mkdtemp(prefix="bench-round-")  # kept: the run directories are the evidence
     print(f"clone and run directories under {tmp}", flush=True)
     clone, run_dir = Path(tmp) / "repo", Path(tmp) / "runs"
     subprocess.run(["git", "clone", "--quiet", "--local", str(ROOT), str(clone)], check=True)
     if rev:  # an earlier commit, e.g. to compare before and after a change under the same load
         subprocess.run(["git", "checkout", "--quiet", "-B", "bench-rev", rev], cwd=clone, check=True)
-    command = [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-n", "2",
-               "--ecdysis-concurrency", str(concurrency), "--ecdysis-tasks", ",".join(tasks),
-               "--ecdysis-sim-latency", str(latency), "-o", "ecdysis_sim_nonce=bench", "--ecdysis-evolve",
-               "--ecdysis-rounds", "1", "--ecdysis-editor", "sim", "--ecdysis-test-trials", "0",
-               "-o", "ecdysis_rescore=never", "--ecdysis-run-dir", str(run_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "pytest_ecdysis_tau2.test_airline",
+        "-q",
+        "-n",
+        "2",
+        "--ecdysis-concurrency",
+        str(concurrency),
+        "--ecdysis-tasks",
+        ",".join(tasks),
+        "--ecdysis-sim-latency",
+        str(latency),
+        "-o",
+        "ecdysis_sim_nonce=bench",
+        "--ecdysis-evolve",
+        "--ecdysis-rounds",
+        "1",
+        "--ecdysis-editor",
+        "sim",
+        "--ecdysis-test-trials",
+        "0",
+        "-o",
+        "ecdysis_rescore=never",
+        "--ecdysis-run-dir",
+        str(run_dir),
+    ]
     trace = Path(tmp) / "trace.jsonl" if breakdown else None
     proc, out, wall_s, peak = measured(command, clone, trace)
     evo = sorted(run_dir.glob("*/evolution.json"))
@@ -233,8 +321,13 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
         print(f"no evolution.json (exit {proc.returncode}): {out.decode(errors='replace')[-1500:]}")
         return
     doc = json.loads(evo[-1].read_text())
-    runs = [evo[-1].parent, *(Path(json.loads(p.read_text())["run_path"])
-                              for p in evo[-1].parent.glob("rounds/*/validation.json"))]
+    runs = [
+        evo[-1].parent,
+        *(
+            Path(json.loads(p.read_text())["run_path"])
+            for p in evo[-1].parent.glob("rounds/*/validation.json")
+        ),
+    ]
     suite_limit, suite_calls = 0.0, []
     for path in runs:
         rows = [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
@@ -246,14 +339,18 @@ def bench_round(concurrency: int, tasks: list[str], latency: float, breakdown: b
     editor = sum(r.get("editor_calls", 0) for r in doc.get("rounds", []))
     limit = suite_limit + (diagnosis + editor) * latency
     stages = [{k: r.get(k) for k in ("outcome", "wall_s")} for r in doc.get("rounds", [])]
-    print(f"exit {proc.returncode}; suite runs {len(runs)} with {suite_calls} model calls; diagnosis calls "
-          f"{diagnosis}, editor calls {editor}; rounds {stages}")
+    print(
+        f"exit {proc.returncode}; suite runs {len(runs)} with {suite_calls} model calls; diagnosis calls "
+        f"{diagnosis}, editor calls {editor}; rounds {stages}"
+    )
     if not stages:
         print(out.decode(errors="replace")[-3000:])
-    print(f"wall-clock {wall_s:.1f} s (pytest start to end), physical limit {limit:.1f} s "
-          f"(suite runs {suite_limit:.1f} s + {diagnosis + editor} calls x {latency:g} s): "
-          f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"wall-clock {wall_s:.1f} s (pytest start to end), physical limit {limit:.1f} s "
+        f"(suite runs {suite_limit:.1f} s + {diagnosis + editor} calls x {latency:g} s): "
+        f"{wall_s / limit:.2f}x the limit (goal 1.5x); peak PSS {peak / 2**20:.0f} MB; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     if trace is not None:
         from breakdown_trace import report, steps
 

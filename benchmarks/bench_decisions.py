@@ -57,10 +57,20 @@ from pytest_ecdysis.gate.acceptance import decide, paired_differences, regressio
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs  # noqa: E402
 
 acceptance._bootstrap = lambda d, level: (None, None)  # the interval: reported, never decides sign/wilcoxon
-WORLDS = {"noop: no-op": ("noop/example", "noop/example"), "default: no-op": ("default/example", "default/example"),
-          "default: systematic fix": ("default/example", "default/cured"),
-          "default: partial fix": ("default/example", "default/partial")}
-RULES = ("strict", "paired/sign", "paired/wilcoxon", "paired/sign+extra", "sequential", "sequential/unsettled")
+WORLDS = {
+    "noop: no-op": ("noop/example", "noop/example"),
+    "default: no-op": ("default/example", "default/example"),
+    "default: systematic fix": ("default/example", "default/cured"),
+    "default: partial fix": ("default/example", "default/partial"),
+}
+RULES = (
+    "strict",
+    "paired/sign",
+    "paired/wilcoxon",
+    "paired/sign+extra",
+    "sequential",
+    "sequential/unsettled",
+)
 
 #: the rules a user can select (`--ecdysis-accept`, `-method`, `-extra-trials`): the default is one of them.
 SELECTABLE = RULES[:5]
@@ -70,6 +80,8 @@ def unsettled_tasks(pairs: dict) -> list[str]:
     """The `sequential/unsettled` variant's looks: tasks not solved by both sides in every pair so far (a
     discordant pair, or a failure on both sides)."""
     return sorted(k for k, ps in pairs.items() if any(min(a, b) < 1.0 - 1e-12 for a, b in ps))
+
+
 RATES = REPO / "pytest_ecdysis" / "gate" / "decision_rates.json"
 
 
@@ -97,13 +109,19 @@ class Draw:
 
 
 def trials_of(rewards: dict[str, list[float]]) -> list[dict]:
-    return [{"suite": "airline", "task_id": t, "trial": i, "reward": r}
-            for t, rs in rewards.items() for i, r in enumerate(rs)]
+    return [
+        {"suite": "airline", "task_id": t, "trial": i, "reward": r}
+        for t, rs in rewards.items()
+        for i, r in enumerate(rs)
+    ]
 
 
 def one_decision(rule: str, draw: Draw, tasks: list[str], looks: int) -> tuple[str, int]:
     """(`accepted`, `rejected` or `inconclusive`, trials spent)."""
-    sides: list[dict[str, list[float]]] = [{t: [draw.next(0, t)] for t in tasks}, {t: [draw.next(1, t)] for t in tasks}]
+    sides: list[dict[str, list[float]]] = [
+        {t: [draw.next(0, t)] for t in tasks},
+        {t: [draw.next(1, t)] for t in tasks},
+    ]
     spent = 2 * len(tasks)
 
     def score(side: dict[str, list[float]]) -> float:
@@ -111,13 +129,22 @@ def one_decision(rule: str, draw: Draw, tasks: list[str], looks: int) -> tuple[s
 
     if rule in ("strict", "paired/sign", "paired/wilcoxon"):
         name, _, method = rule.partition("/")
-        d = decide(name, score(sides[0]), score(sides[1]), trials_of(sides[0]), trials_of(sides[1]),
-                   method=method or "sign")
+        d = decide(
+            name,
+            score(sides[0]),
+            score(sides[1]),
+            trials_of(sides[0]),
+            trials_of(sides[1]),
+            method=method or "sign",
+        )
         return ("accepted" if d.accepted else "rejected"), spent
     if rule == "paired/sign+extra":
         b, a = task_means(trials_of(sides[0])), task_means(trials_of(sides[1]))
-        flipped = [t.split("/", 1)[1] for t, x in zip(sorted(set(b) & set(a)), paired_differences(b, a),
-                                                       strict=True) if x != 0]
+        flipped = [
+            t.split("/", 1)[1]
+            for t, x in zip(sorted(set(b) & set(a)), paired_differences(b, a), strict=True)
+            if x != 0
+        ]
         first = decide("paired", score(sides[0]), score(sides[1]), trials_of(sides[0]), trials_of(sides[1]))
         if flipped and first.test and first.test.wins:
             for t in flipped:
@@ -139,8 +166,9 @@ def one_decision(rule: str, draw: Draw, tasks: list[str], looks: int) -> tuple[s
             sides[0][t].append(draw.next(0, t))
             sides[1][t].append(draw.next(1, t))
         spent += 2 * len(chosen)
-        test = sequential_test(trial_pairs(trials_of(sides[0]), trials_of(sides[1])), looks=j,
-                               max_log_lr=test.max_log_lr)
+        test = sequential_test(
+            trial_pairs(trials_of(sides[0]), trials_of(sides[1])), looks=j, max_log_lr=test.max_log_lr
+        )
     return {"accept": "accepted", "reject": "rejected"}.get(test.state, "inconclusive"), spent
 
 
@@ -162,18 +190,30 @@ def main() -> int:
     ap.add_argument("--bernoulli", type=int, default=2000)
     ap.add_argument("--looks", type=int, default=3)
     ap.add_argument("--write-rates", action="store_true")
-    ap.add_argument("--no-collect", action="store_true", help="use <out>/pools.json as it is (no more trials)")
+    ap.add_argument(
+        "--no-collect", action="store_true", help="use <out>/pools.json as it is (no more trials)"
+    )
     args = ap.parse_args()
     started = time.monotonic()
-    doc = collect(args.out, args.trials) if not args.no_collect else json.loads((args.out / "pools.json").read_text())
+    doc = (
+        collect(args.out, args.trials)
+        if not args.no_collect
+        else json.loads((args.out / "pools.json").read_text())
+    )
     pools, tasks = doc["pools"], doc["tasks"]
-    print(f"pools: {len(tasks)} airline train tasks (collected in {doc['wall_s']:.0f} s, load then "
-          f"{doc['load'][0]:.1f})")
+    print(
+        f"pools: {len(tasks)} airline train tasks (collected in {doc['wall_s']:.0f} s, load then "
+        f"{doc['load'][0]:.1f})"
+    )
     for name, rewards in pools.items():
-        print(f"  {name:<16} {len(rewards[tasks[0]])} recorded trial(s) per task, mean reward "
-              f"{sum(map(sum, rewards.values())) / sum(map(len, rewards.values())):.3f}")
+        print(
+            f"  {name:<16} {len(rewards[tasks[0]])} recorded trial(s) per task, mean reward "
+            f"{sum(map(sum, rewards.values())) / sum(map(len, rewards.values())):.3f}"
+        )
     rows: list[dict] = []
-    print(f"\n{'world':<24} {'source':<10} {'rule':<18} {'n':>5} {'accepted':>9} {'inconcl.':>9} {'trials/dec':>10} {'recorded':>9}")
+    print(
+        f"\n{'world':<24} {'source':<10} {'rule':<18} {'n':>5} {'accepted':>9} {'inconcl.':>9} {'trials/dec':>10} {'recorded':>9}"
+    )
     for world, pair in WORLDS.items():
         for source, n in (("real", args.decisions), ("bernoulli", args.bernoulli)):
             for rule in RULES:
@@ -185,28 +225,55 @@ def main() -> int:
                 acc = sum(r == "accepted" for r, _ in results) / n
                 inc = sum(r == "inconclusive" for r, _ in results) / n
                 cost = sum(s for _, s in results) / n
-                rows.append({"world": world, "source": source, "rule": rule, "n": n, "accepted": acc,
-                             "inconclusive": inc, "trials": cost, "recorded_share": recorded})
+                rows.append(
+                    {
+                        "world": world,
+                        "source": source,
+                        "rule": rule,
+                        "n": n,
+                        "accepted": acc,
+                        "inconclusive": inc,
+                        "trials": cost,
+                        "recorded_share": recorded,
+                    }
+                )
                 rec = "" if recorded is None else f"{recorded:>9.0%}"
-                print(f"{world:<24} {source:<10} {rule:<18} {n:>5} {acc:>9.1%} {inc:>9.1%} {cost:>10.1f}{rec}",
-                      flush=True)
+                print(
+                    f"{world:<24} {source:<10} {rule:<18} {n:>5} {acc:>9.1%} {inc:>9.1%} {cost:>10.1f}{rec}",
+                    flush=True,
+                )
     print("\ngate (a failed run; one trial per task each side):")
     gate_rows = []
-    for world, (inc_pool, cand_pool) in (("noop: no-op", ("noop/example",) * 2),
-                                         ("default: no-op", ("default/example",) * 2),
-                                         ("default: regression (cured baseline)", ("default/example", "default/cured"))):
+    for world, (inc_pool, cand_pool) in (
+        ("noop: no-op", ("noop/example",) * 2),
+        ("default: no-op", ("default/example",) * 2),
+        ("default: regression (cured baseline)", ("default/example", "default/cured")),
+    ):
         for rule in ("strict", "paired/sign"):
             rng = random.Random(f"gate|{world}|{rule}")
             n = args.bernoulli
-            fails = sum(gate_decision(rule.split("/")[0], Draw(pools, (inc_pool, cand_pool), "bernoulli", rng), tasks)
-                        for _ in range(n)) / n
+            fails = (
+                sum(
+                    gate_decision(
+                        rule.split("/")[0], Draw(pools, (inc_pool, cand_pool), "bernoulli", rng), tasks
+                    )
+                    for _ in range(n)
+                )
+                / n
+            )
             gate_rows.append({"world": world, "rule": rule, "n": n, "failed": fails})
             print(f"  {world:<38} bernoulli {rule:<12} {n:>5} failed {fails:>6.1%}")
     choice = choose_default(rows)
     print(f"\ndefault by the numbers: {choice['rule']} ({choice['why']})")
-    print(f"wall {time.monotonic() - started:.0f} s, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    (args.out / "decisions.json").write_text(json.dumps({"rows": rows, "gate": gate_rows, "choice": choice,
-                                                          "looks": args.looks, "trials": doc["trials"]}, indent=1))
+    print(
+        f"wall {time.monotonic() - started:.0f} s, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    (args.out / "decisions.json").write_text(
+        json.dumps(
+            {"rows": rows, "gate": gate_rows, "choice": choice, "looks": args.looks, "trials": doc["trials"]},
+            indent=1,
+        )
+    )
     if args.write_rates:
         write_rates(rows, choice, args, [len(r[tasks[0]]) for r in pools.values()])
     return 0
@@ -219,26 +286,37 @@ def cell(rows: list[dict], world: str, rule: str, source: str = "real") -> dict:
 def choose_default(rows: list[dict]) -> dict:
     """The issue's rule on the `real` rows: false acceptance <= 5% on `noop: no-op` and power >= 70% on the
     systematic fix; among those the cheapest... else the lowest false acceptance, said."""
-    stats = {r: (cell(rows, "noop: no-op", r)["accepted"], cell(rows, "default: systematic fix", r)["accepted"])
-             for r in SELECTABLE}
+    stats = {
+        r: (cell(rows, "noop: no-op", r)["accepted"], cell(rows, "default: systematic fix", r)["accepted"])
+        for r in SELECTABLE
+    }
     both = [r for r, (fa, power) in stats.items() if fa <= 0.05 and power >= 0.70]
     if both:
         best = max(both, key=lambda r: stats[r][1])
-        return {"rule": best, "why": f"false acceptance {stats[best][0]:.1%} on noop, power {stats[best][1]:.1%} "
-                                     "on the systematic fix: both targets met (the most powerful of those)"}
+        return {
+            "rule": best,
+            "why": f"false acceptance {stats[best][0]:.1%} on noop, power {stats[best][1]:.1%} "
+            "on the systematic fix: both targets met (the most powerful of those)",
+        }
     best = min(stats, key=lambda r: (stats[r][0], -stats[r][1]))
-    return {"rule": best, "why": f"no rule met both targets; the lowest false acceptance ({stats[best][0]:.1%} on "
-                                 f"noop, power {stats[best][1]:.1%})"}
+    return {
+        "rule": best,
+        "why": f"no rule met both targets; the lowest false acceptance ({stats[best][0]:.1%} on "
+        f"noop, power {stats[best][1]:.1%})",
+    }
 
 
 def write_rates(rows: list[dict], choice: dict, args: argparse.Namespace, recorded: list[int]) -> None:
     """`pytest_ecdysis/gate/decision_rates.json`: per rule, the `real` rows' false acceptance (noop and
     default no-op), power (systematic and partial fix), trials per decision, and where they come from."""
     counts = "/".join(str(n) for n in recorded)
-    out = {"source": f"benchmarks/bench_decisions.py (docs/benchmarks.md): simulated model, 30 airline train "
-                     f"tasks, {args.decisions} decisions per figure resampled from {counts} recorded trials per "
-                     f"task (noop/default/cured/partial pools), up to {args.looks} confirmation looks",
-           "default": choice["rule"], "rules": {}}
+    out = {
+        "source": f"benchmarks/bench_decisions.py (docs/benchmarks.md): simulated model, 30 airline train "
+        f"tasks, {args.decisions} decisions per figure resampled from {counts} recorded trials per "
+        f"task (noop/default/cured/partial pools), up to {args.looks} confirmation looks",
+        "default": choice["rule"],
+        "rules": {},
+    }
     for rule in SELECTABLE:
         out["rules"][rule] = {
             "false_acceptance_noop": round(cell(rows, "noop: no-op", rule)["accepted"], 4),
@@ -246,7 +324,8 @@ def write_rates(rows: list[dict], choice: dict, args: argparse.Namespace, record
             "power_systematic_fix": round(cell(rows, "default: systematic fix", rule)["accepted"], 4),
             "power_partial_fix": round(cell(rows, "default: partial fix", rule)["accepted"], 4),
             "trials_per_decision": round(cell(rows, "default: systematic fix", rule)["trials"], 1),
-            "decisions": args.decisions}
+            "decisions": args.decisions,
+        }
     RATES.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {RATES}")
 

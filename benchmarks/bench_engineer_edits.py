@@ -57,10 +57,13 @@ def harness_copy(dest: Path, patch: Path | None) -> Path:
     target = dest / "example_harness"
     shutil.copytree(HARNESS, target, ignore=shutil.ignore_patterns("recipes", "__pycache__", "*.pyc"))
     if patch is not None:
-        proc = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch)], cwd=dest,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", str(patch)], cwd=dest, capture_output=True, text=True
+        )
         if proc.returncode:
-            raise RuntimeError(f"{patch.name} does not apply to pytest_ecdysis_tau2/example_harness/: {proc.stderr.strip()}")
+            raise RuntimeError(
+                f"{patch.name} does not apply to pytest_ecdysis_tau2/example_harness/: {proc.stderr.strip()}"
+            )
     return target
 
 
@@ -71,11 +74,33 @@ def score(domain: str, harness: str, args: argparse.Namespace, run_root: Path) -
     the tail of pytest's output when the session wrote no summary.
     """
     run_dir = Path(tempfile.mkdtemp(prefix=f"{domain}-", dir=run_root))
-    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
+    }
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "pytest", f"pytest_ecdysis_tau2/test_{domain}.py", "-q", "-p", "no:cacheprovider",
-           "-n", str(args.workers), "--ecdysis-harness", harness, "--ecdysis-split", args.split,
-           "--ecdysis-trials", str(args.trials), "--ecdysis-run-dir", str(run_dir), "-o", "ecdysis_progress=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"pytest_ecdysis_tau2/test_{domain}.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        str(args.workers),
+        "--ecdysis-harness",
+        harness,
+        "--ecdysis-split",
+        args.split,
+        "--ecdysis-trials",
+        str(args.trials),
+        "--ecdysis-run-dir",
+        str(run_dir),
+        "-o",
+        "ecdysis_progress=0",
+    ]
     if args.nonce != "fresh":
         cmd += ["-o", f"ecdysis_sim_nonce={args.nonce}"]
     if args.tasks:
@@ -85,15 +110,22 @@ def score(domain: str, harness: str, args: argparse.Namespace, run_root: Path) -
     wall = time.monotonic() - start
     summaries = sorted(run_dir.glob("*/summary.json"))
     if not summaries:
-        raise RuntimeError(f"no run written for {harness} on {domain} (exit {proc.returncode}):\n"
-                           f"{proc.stdout[-1500:]}{proc.stderr[-800:]}")
+        raise RuntimeError(
+            f"no run written for {harness} on {domain} (exit {proc.returncode}):\n"
+            f"{proc.stdout[-1500:]}{proc.stderr[-800:]}"
+        )
     summary = json.loads(summaries[-1].read_text())
     trials = {}
     for line in (summaries[-1].parent / "trials.jsonl").read_text().splitlines():
         record = json.loads(line)
         trials[(record["task_id"], record["trial"])] = record
-    return {"score": summary["suite_score"], "trials": trials, "wall_s": wall, "run_dir": str(summaries[-1].parent),
-            "infra": summary.get("n_infra_errors", 0)}
+    return {
+        "score": summary["suite_score"],
+        "trials": trials,
+        "wall_s": wall,
+        "run_dir": str(summaries[-1].parent),
+        "infra": summary.get("n_infra_errors", 0),
+    }
 
 
 def _passed(record: dict | None) -> bool:
@@ -107,26 +139,58 @@ def _errors_per_trial(run: dict) -> float:
 
 def compare(label: str, domain: str, base: dict, other: dict, args: argparse.Namespace) -> dict:
     """A table row: base and other scores, delta, discordant pairs, sign-test p, notes the other added."""
-    keys = sorted(set(base["trials"]) | set(other["trials"]), key=lambda k: (int(k[0]) if k[0].isdigit() else k[0], k[1]))
+    keys = sorted(
+        set(base["trials"]) | set(other["trials"]),
+        key=lambda k: (int(k[0]) if k[0].isdigit() else k[0], k[1]),
+    )
     plus = [k for k in keys if not _passed(base["trials"].get(k)) and _passed(other["trials"].get(k))]
     minus = [k for k in keys if _passed(base["trials"].get(k)) and not _passed(other["trials"].get(k))]
-    p = binomtest(len(plus), len(plus) + len(minus), 0.5, alternative="greater").pvalue if plus or minus else 1.0
+    p = (
+        binomtest(len(plus), len(plus) + len(minus), 0.5, alternative="greater").pvalue
+        if plus or minus
+        else 1.0
+    )
 
     def notes(run: dict) -> Counter:
         return Counter(n.get("kind") for r in run["trials"].values() for n in r.get("harness_notes") or [])
 
     added = notes(other) - notes(base)
-    return {"edit": label, "domain": domain, "split": args.split, "trials": args.trials,
-            "base": round(base["score"], 3), "edited": round(other["score"], 3),
-            "delta": round(other["score"] - base["score"], 3), "plus": len(plus), "minus": len(minus),
-            "p": round(p, 4), "errors_per_trial": f"{_errors_per_trial(base):.2f}->{_errors_per_trial(other):.2f}",
-            "notes_added": dict(added), "flips_plus": [f"{t}/{k}" for t, k in plus],
-            "flips_minus": [f"{t}/{k}" for t, k in minus], "infra": f"{base['infra']}/{other['infra']}",
-            "wall_s": round(other["wall_s"])}
+    return {
+        "edit": label,
+        "domain": domain,
+        "split": args.split,
+        "trials": args.trials,
+        "base": round(base["score"], 3),
+        "edited": round(other["score"], 3),
+        "delta": round(other["score"] - base["score"], 3),
+        "plus": len(plus),
+        "minus": len(minus),
+        "p": round(p, 4),
+        "errors_per_trial": f"{_errors_per_trial(base):.2f}->{_errors_per_trial(other):.2f}",
+        "notes_added": dict(added),
+        "flips_plus": [f"{t}/{k}" for t, k in plus],
+        "flips_minus": [f"{t}/{k}" for t, k in minus],
+        "infra": f"{base['infra']}/{other['infra']}",
+        "wall_s": round(other["wall_s"]),
+    }
 
 
-COLUMNS = ("edit", "domain", "split", "trials", "base", "edited", "delta", "plus", "minus", "p",
-           "errors_per_trial", "notes_added", "infra", "wall_s")
+COLUMNS = (
+    "edit",
+    "domain",
+    "split",
+    "trials",
+    "base",
+    "edited",
+    "delta",
+    "plus",
+    "minus",
+    "p",
+    "errors_per_trial",
+    "notes_added",
+    "infra",
+    "wall_s",
+)
 
 
 def table(rows: list[dict]) -> str:
@@ -137,16 +201,28 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--domains", default="airline", help="comma-separated: airline, retail (default airline)")
+    parser.add_argument(
+        "--domains", default="airline", help="comma-separated: airline, retail (default airline)"
+    )
     parser.add_argument("--split", default="test", choices=["train", "test", "all"])
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--edits", default=",".join(edits_available()),
-                        help="comma-separated fixture names; '' for none (default: all)")
+    parser.add_argument(
+        "--edits",
+        default=",".join(edits_available()),
+        help="comma-separated fixture names; '' for none (default: all)",
+    )
     parser.add_argument("--tasks", default="", help="only these task ids (a quick check; default all)")
-    parser.add_argument("--no-direct", action="store_true", help="do not score Direct against the example harness")
-    parser.add_argument("--direct-domains", default="airline,retail",
-                        help="domains of the Direct vs example comparison (default airline,retail)")
-    parser.add_argument("--nonce", default="engineer-edits", help="simulated model's nonce for every run, or 'fresh'")
+    parser.add_argument(
+        "--no-direct", action="store_true", help="do not score Direct against the example harness"
+    )
+    parser.add_argument(
+        "--direct-domains",
+        default="airline,retail",
+        help="domains of the Direct vs example comparison (default airline,retail)",
+    )
+    parser.add_argument(
+        "--nonce", default="engineer-edits", help="simulated model's nonce for every run, or 'fresh'"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default="", help="also write the rows here")
     args = parser.parse_args()
@@ -156,9 +232,12 @@ def main() -> None:
         parser.error(f"no fixture {unknown}; known: {', '.join(edits_available())}")
     domains = [d for d in args.domains.split(",") if d]
     direct_domains = [] if args.no_direct else [d for d in args.direct_domains.split(",") if d]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
-    print(f"commit {commit}  load at start {os.getloadavg()}  nonce {args.nonce}  simulated model", flush=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        f"commit {commit}  load at start {os.getloadavg()}  nonce {args.nonce}  simulated model", flush=True
+    )
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="engineer-edits-") as tmp:
         root = Path(tmp)
@@ -167,11 +246,18 @@ def main() -> None:
         for domain in list(dict.fromkeys(domains + direct_domains)):
             base_dir = harness_copy(root / f"base-{domain}", None)
             base = score(domain, str(base_dir), args, runs)
-            print(f"{domain}: example harness {base['score']:.3f} ({base['wall_s']:.0f} s, load "
-                  f"{os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"{domain}: example harness {base['score']:.3f} ({base['wall_s']:.0f} s, load "
+                f"{os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
             for edit in edits if domain in domains else []:
-                edited = score(domain, str(harness_copy(root / f"{edit}-{domain}", FIXTURES / f"{edit}.patch")),
-                               args, runs)
+                edited = score(
+                    domain,
+                    str(harness_copy(root / f"{edit}-{domain}", FIXTURES / f"{edit}.patch")),
+                    args,
+                    runs,
+                )
                 rows.append(compare(edit, domain, base, edited, args))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
             if domain in direct_domains:
@@ -184,7 +270,9 @@ def main() -> None:
     for row in rows:
         print(f"{row['edit']} {row['domain']}: + {row['flips_plus']}  - {row['flips_minus']}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"commit": commit, "nonce": args.nonce, "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"commit": commit, "nonce": args.nonce, "rows": rows}, indent=1)
+        )
 
 
 if __name__ == "__main__":

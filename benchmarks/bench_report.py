@@ -36,9 +36,27 @@ def evolve(rounds: int, test_trials: int) -> Path:
         subprocess.run(["git", "config", key, value], cwd=clone, check=True)
     env = {**os.environ, "ECDYSIS_RUN_ID": "bench-report", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("ECDYSIS_SIM_URL", None)
-    subprocess.run([sys.executable, "-m", "pytest", "pytest_ecdysis_tau2/test_airline.py", "-n", "2", "-q",
-                    "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-rounds", str(rounds),
-                    "--ecdysis-test-trials", str(test_trials)], cwd=clone, env=env, check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "pytest_ecdysis_tau2/test_airline.py",
+            "-n",
+            "2",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--ecdysis-evolve",
+            "--ecdysis-rounds",
+            str(rounds),
+            "--ecdysis-test-trials",
+            str(test_trials),
+        ],
+        cwd=clone,
+        env=env,
+        check=False,
+    )
     return clone / ".ecdysis" / "runs" / "bench-report"
 
 
@@ -62,15 +80,24 @@ def main() -> None:
     evo = view["evolution"] or {}
     shown = sum(len(g["shown"]) for g in view["groups"])
     print(f"run: {run}")
-    print(f"rounds: {len(evo.get('rounds', []))}  failure groups: {len(view['groups'])}  records shown: {shown}  "
-          f"missing notes: {len(view['missing'])}")
-    print(f"page size: {size} bytes ({size / 1024:.1f} KiB), gzip {len(gzip.compress(page.encode())) / 1024:.1f} KiB")
+    print(
+        f"rounds: {len(evo.get('rounds', []))}  failure groups: {len(view['groups'])}  records shown: {shown}  "
+        f"missing notes: {len(view['missing'])}"
+    )
+    print(
+        f"page size: {size} bytes ({size / 1024:.1f} KiB), gzip {len(gzip.compress(page.encode())) / 1024:.1f} KiB"
+    )
     print(f"render time: {min(times) * 1000:.0f} ms (best of 3)")
     evo_file = run / "evolution.json"
     if evo_file.is_file():
         doc = json.loads(evo_file.read_text())
-        print("scores per round: start " + f"{doc['start']['score']:.3f}; " + "; ".join(
-            f"round {r['round']} {r['outcome']} {r.get('score_after')}" for r in doc.get("rounds", [])))
+        print(
+            "scores per round: start "
+            + f"{doc['start']['score']:.3f}; "
+            + "; ".join(
+                f"round {r['round']} {r['outcome']} {r.get('score_after')}" for r in doc.get("rounds", [])
+            )
+        )
     if args.evolve:
         shutil.rmtree(run.parents[2].parent, ignore_errors=True)
 

@@ -51,8 +51,13 @@ def worker(path: str, domain: str, ids: list[str]) -> None:
     if path == "ecdysis":
         client.score(domain, ids[0], json.dumps(sims[ids[0]]))  # warm: start-up and the one-time build
     else:
-        t.evaluate_simulation(simulation=t.SimulationRun.model_validate(sims[ids[0]]), task=suite.get_task(domain, ids[0]),
-                              evaluation_type=t.EvaluationType.ALL, solo_mode=False, domain=domain)
+        t.evaluate_simulation(
+            simulation=t.SimulationRun.model_validate(sims[ids[0]]),
+            task=suite.get_task(domain, ids[0]),
+            evaluation_type=t.EvaluationType.ALL,
+            solo_mode=False,
+            domain=domain,
+        )
     out = {}
     for i in ids[1:]:
         t0 = time.perf_counter()
@@ -61,13 +66,19 @@ def worker(path: str, domain: str, ids: list[str]) -> None:
             r = client.score(domain, i, json.dumps(sims[i]))
             reward, comps = r["reward"], r["components"]
         else:
-            info = t.evaluate_simulation(simulation=t.SimulationRun.model_validate(sims[i]),
-                                         task=suite.get_task(domain, i), evaluation_type=t.EvaluationType.ALL,
-                                         solo_mode=False, domain=domain)
+            info = t.evaluate_simulation(
+                simulation=t.SimulationRun.model_validate(sims[i]),
+                task=suite.get_task(domain, i),
+                evaluation_type=t.EvaluationType.ALL,
+                solo_mode=False,
+                domain=domain,
+            )
             reward = float(info.reward)
-            comps = {scorer.COMPONENTS[getattr(k, "value", str(k)).upper()]: float(v)
-                     for k, v in (info.reward_breakdown or {}).items()
-                     if getattr(k, "value", str(k)).upper() in scorer.COMPONENTS}
+            comps = {
+                scorer.COMPONENTS[getattr(k, "value", str(k)).upper()]: float(v)
+                for k, v in (info.reward_breakdown or {}).items()
+                if getattr(k, "value", str(k)).upper() in scorer.COMPONENTS
+            }
         wall = time.perf_counter() - t0
         cpu = (_cpu(client.proc.pid) if path == "ecdysis" else time.process_time()) - c0
         n = sum(key.startswith(f"{i}#") for key in out) + (i == ids[0])  # the warm-up was the task's first
@@ -108,30 +119,41 @@ def main() -> None:
     print(f"scoring gold replays, one fresh process per path and domain; load {os.getloadavg()[0]:.1f}")
     for domain in args.domains.split(","):
         every = sorted(suite.all_tasks(domain), key=lambda x: int(x) if x.isdigit() else x)
-        ids = every[:args.tasks] if args.tasks else every
+        ids = every[: args.tasks] if args.tasks else every
         warm = next((i for i in every if i not in ids), ids[0])
         order = [warm, *(i for i in ids for _ in range(args.trials))]
         res, peaks = {}, {}
         for path in ("tau2", "ecdysis"):
-            proc = subprocess.run([sys.executable, __file__, "--worker", path, domain, ",".join(order)],
-                                  capture_output=True, text=True, cwd=ROOT, check=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--worker", path, domain, ",".join(order)],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                check=True,
+            )
             doc = json.loads(proc.stdout.strip().splitlines()[-1])
             res[path], peaks[path] = doc["trials"], doc["peak"]
         keys = list(res["tau2"])
         same = [k for k in keys if res["tau2"][k][:2] == res["ecdysis"][k][:2]]
         ones = sum(res["ecdysis"][k][0] == 1.0 for k in keys)
-        for label, part in (("first trials", [k for k in keys if k.endswith("#0")]),
-                            ("later trials", [k for k in keys if not k.endswith("#0")])):
+        for label, part in (
+            ("first trials", [k for k in keys if k.endswith("#0")]),
+            ("later trials", [k for k in keys if not k.endswith("#0")]),
+        ):
             if not part:
                 continue
             mean = {p: sum(r[k][2] for k in part) / len(part) for p, r in res.items()}
             cpu = {p: sum(r[k][3] for k in part) / len(part) for p, r in res.items()}
-            print(f"{domain:8} {label}: {len(part):3}  tau2 {mean['tau2']:.3f} s/trial  ecdysis {mean['ecdysis']:.3f} "
-                  f"s/trial  speed-up {mean['tau2'] / mean['ecdysis']:.2f}x;  CPU tau2 {cpu['tau2']:.3f} s  ecdysis "
-                  f"{cpu['ecdysis']:.3f} s  {cpu['tau2'] / max(cpu['ecdysis'], 1e-9):.2f}x")
+            print(
+                f"{domain:8} {label}: {len(part):3}  tau2 {mean['tau2']:.3f} s/trial  ecdysis {mean['ecdysis']:.3f} "
+                f"s/trial  speed-up {mean['tau2'] / mean['ecdysis']:.2f}x;  CPU tau2 {cpu['tau2']:.3f} s  ecdysis "
+                f"{cpu['ecdysis']:.3f} s  {cpu['tau2'] / max(cpu['ecdysis'], 1e-9):.2f}x"
+            )
         print(f"{'':8} identical rewards+components {len(same)}/{len(keys)}  reward 1.0: {ones}/{len(keys)}")
-        print(f"{'':8} peak memory: tau2 path {peaks['tau2']['self_mb']:.0f} MB; ecdysis scorer process "
-              f"{peaks['ecdysis'].get('scorer_mb', 0):.0f} MB (its worker {peaks['ecdysis']['self_mb']:.0f} MB)")
+        print(
+            f"{'':8} peak memory: tau2 path {peaks['tau2']['self_mb']:.0f} MB; ecdysis scorer process "
+            f"{peaks['ecdysis'].get('scorer_mb', 0):.0f} MB (its worker {peaks['ecdysis']['self_mb']:.0f} MB)"
+        )
 
 
 if __name__ == "__main__":

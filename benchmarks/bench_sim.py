@@ -63,12 +63,16 @@ def serve(kind: str) -> None:
 
 def conversation(conn: http.client.HTTPConnection, trial: str, system: str, limit: int) -> int:
     """One trial as a harness would run it; returns the number of agent completions."""
-    messages: list[dict] = [{"role": "system", "content": system},
-                            {"role": "assistant", "content": "Hi! How can I help you today?"},
-                            {"role": "user", "content": "Hi, I need help with my booking."}]
+    messages: list[dict] = [
+        {"role": "system", "content": system},
+        {"role": "assistant", "content": "Hi! How can I help you today?"},
+        {"role": "user", "content": "Hi, I need help with my booking."},
+    ]
     headers = {"Content-Type": "application/json", "X-Ecdysis-Role": "agent", "X-Ecdysis-Trial": trial}
     for n in range(1, limit + 1):
-        conn.request("POST", "/v1/chat/completions", json.dumps({"model": "sim", "messages": messages}), headers)
+        conn.request(
+            "POST", "/v1/chat/completions", json.dumps({"model": "sim", "messages": messages}), headers
+        )
         response = conn.getresponse()
         body = json.loads(response.read())
         if response.status != 200:
@@ -77,7 +81,9 @@ def conversation(conn: http.client.HTTPConnection, trial: str, system: str, limi
         messages.append(message)
         if message.get("tool_calls"):
             call = message["tool_calls"][0]
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": '{"status": "ok", "id": "X1"}'})
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": '{"status": "ok", "id": "X1"}'}
+            )
         elif "anything else" in (message.get("content") or ""):
             return n
         else:
@@ -104,7 +110,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=3000, help="timed agent completions (default 3000)")
     parser.add_argument("--knowledge", choices=("tau2", "toy"), default="tau2")
     parser.add_argument("--connections", type=int, default=1, help="concurrent keep-alive client connections")
@@ -116,8 +124,13 @@ def main() -> int:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) > 1:
         os.sched_setaffinity(0, set(cpus[1:]))
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", "--knowledge", args.knowledge],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", "--knowledge", args.knowledge],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         info = json.loads(proc.stdout.readline())
         tasks, url = [tuple(t) for t in info["tasks"]], info["url"]
@@ -126,8 +139,10 @@ def main() -> int:
         client_loop(url, tasks, policy, len(tasks) * 3, "warm", warm)
         out: list = []
         per = args.requests // args.connections
-        threads = [threading.Thread(target=client_loop, args=(url, tasks, policy, per, f"timed{i}", out))
-                   for i in range(args.connections)]
+        threads = [
+            threading.Thread(target=client_loop, args=(url, tasks, policy, per, f"timed{i}", out))
+            for i in range(args.connections)
+        ]
         started = time.perf_counter()
         cpu_before = cpu_seconds(proc.pid)
         for t in threads:
@@ -140,14 +155,22 @@ def main() -> int:
         proc.stdin.close()
         proc.wait(timeout=30)
     completions = sum(d for d, _ in out)
-    result = {"completions": completions, "trials": sum(t for _, t in out), "seconds": round(elapsed, 3),
-              "completions_per_s": round(completions / elapsed, 1),
-              "server_cpu_s": round(server_cpu_s, 3),
-              "completions_per_server_cpu_s": round(completions / server_cpu_s, 1) if server_cpu_s else None,
-              "knowledge": args.knowledge,
-              "system_prompt_chars": info["policy_chars"], "server_cpu": 0, "client_cpus": cpus[1:] or cpus,
-              "connections": args.connections, "target_per_s": 500,
-              "load_average_1min": round(os.getloadavg()[0], 2), "cpu_count": os.cpu_count()}
+    result = {
+        "completions": completions,
+        "trials": sum(t for _, t in out),
+        "seconds": round(elapsed, 3),
+        "completions_per_s": round(completions / elapsed, 1),
+        "server_cpu_s": round(server_cpu_s, 3),
+        "completions_per_server_cpu_s": round(completions / server_cpu_s, 1) if server_cpu_s else None,
+        "knowledge": args.knowledge,
+        "system_prompt_chars": info["policy_chars"],
+        "server_cpu": 0,
+        "client_cpus": cpus[1:] or cpus,
+        "connections": args.connections,
+        "target_per_s": 500,
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "cpu_count": os.cpu_count(),
+    }
     print(json.dumps(result, indent=2))
     return 0
 

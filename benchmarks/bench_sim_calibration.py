@@ -47,8 +47,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("tau2-airline", "tau2-retail")
-HARNESSES = {"example": "example_harness", "example_again": "example_harness", "direct": "direct",
-             "cured": "cured"}
+HARNESSES = {
+    "example": "example_harness",
+    "example_again": "example_harness",
+    "direct": "direct",
+    "cured": "cured",
+}
 CURED_PATCH = ROOT / "benchmarks" / "cured_harness.patch"
 
 
@@ -61,34 +65,64 @@ def materialise_cured(base: Path) -> Path:
     import shutil
 
     target = base / "cured_harness"
-    shutil.copytree(ROOT / "pytest_ecdysis_tau2" / "example_harness", target, ignore=shutil.ignore_patterns("recipes", "__pycache__"))
-    proc = subprocess.run(["patch", "-p1", "-s", "-d", str(target), "-i", str(CURED_PATCH)],
-                          capture_output=True, text=True)
+    shutil.copytree(
+        ROOT / "pytest_ecdysis_tau2" / "example_harness",
+        target,
+        ignore=shutil.ignore_patterns("recipes", "__pycache__"),
+    )
+    proc = subprocess.run(
+        ["patch", "-p1", "-s", "-d", str(target), "-i", str(CURED_PATCH)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         sys.exit(f"{CURED_PATCH} does not apply to example_harness:\n{proc.stdout}{proc.stderr}")
     return target
 
 
-def run_suite(label: str, harness: str, args: argparse.Namespace, base: Path, nonce: str | None = None) -> Path:
+def run_suite(
+    label: str, harness: str, args: argparse.Namespace, base: Path, nonce: str | None = None
+) -> Path:
     """One pytest session over the τ² suites; returns its run directory."""
     run_dir = base / label
-    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
+    }
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     nonce = nonce or (None if args.nonce == "fresh" else args.nonce)
     if nonce:
         env["ECDYSIS_SIM_NONCE"] = nonce
     model = "sim" if args.profile == "default" else f"sim/{args.profile}"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
-           *(str(ROOT / f"pytest_ecdysis_tau2/test_{d}.py") for d in args.suites.split(",")),
-           "--ecdysis-split", args.split, "--ecdysis-trials", str(args.trials), "--ecdysis-model", model,
-           "--ecdysis-harness", harness, "--ecdysis-run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(ROOT),
+        *(str(ROOT / f"pytest_ecdysis_tau2/test_{d}.py") for d in args.suites.split(",")),
+        "--ecdysis-split",
+        args.split,
+        "--ecdysis-trials",
+        str(args.trials),
+        "--ecdysis-model",
+        model,
+        "--ecdysis-harness",
+        harness,
+        "--ecdysis-run-dir",
+        str(run_dir),
+    ]
     if args.workers > 0:
         cmd += ["-n", str(args.workers)]
     started = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     runs = sorted(p for p in run_dir.glob("*") if p.is_dir())
     if not runs or not (runs[-1] / "summary.json").is_file():
-        sys.exit(f"{label}: no run directory written (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        sys.exit(
+            f"{label}: no run directory written (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     print(f"  {label}: {time.time() - started:.0f} s, pytest exit {proc.returncode}", file=sys.stderr)
     return runs[-1]
 
@@ -104,7 +138,9 @@ def figures(run: Path) -> dict:
     truth = read_jsonl(run / "sim" / "ground_truth.jsonl")
     failed = [g for g in truth if g.get("failed")]
     with_sys = [g for g in failed if any(q["origin"] == "systematic" for q in g["quirks"])]
-    with_uncured = [g for g in failed if any(q["origin"] == "systematic" and not q["cured"] for q in g["quirks"])]
+    with_uncured = [
+        g for g in failed if any(q["origin"] == "systematic" and not q["cured"] for q in g["quirks"])
+    ]
     only_model = [g for g in failed if g["quirks"] and all(q["origin"] == "model" for q in g["quirks"])]
     with_model = [g for g in failed if any(q["origin"] == "model" and not q["cured"] for q in g["quirks"])]
     kinds: dict[str, int] = {}
@@ -123,8 +159,9 @@ def figures(run: Path) -> dict:
         "failures_with_only_model_quirks": len(only_model),
         "failures_with_uncured_model_quirk": len(with_model),
         "failures_without_quirks": sum(1 for g in failed if not g["quirks"]),
-        "failure_causes": _count(f"{g['cause']['origin']}:{g['cause']['kind']}" if g.get("cause") else "none"
-                                 for g in failed),
+        "failure_causes": _count(
+            f"{g['cause']['origin']}:{g['cause']['kind']}" if g.get("cause") else "none" for g in failed
+        ),
         "uncured_quirks_in_failures": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
         "termination": _count(t["termination_reason"] for t in trials),
     }
@@ -139,23 +176,43 @@ def _count(items) -> dict[str, int]:
 
 def trial_key(t: dict) -> tuple:
     calls = [(c["name"], json.dumps(c["arguments"], sort_keys=True), c.get("error")) for c in t["tool_calls"]]
-    return (t.get("suite"), t["task_id"], t["trial"], t["reward"], t["termination_reason"], t["steps"], tuple(calls))
+    return (
+        t.get("suite"),
+        t["task_id"],
+        t["trial"],
+        t["reward"],
+        t["termination_reason"],
+        t["steps"],
+        tuple(calls),
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--split", default="test")
     parser.add_argument("--profile", default="default")
     parser.add_argument("--workers", type=int, default=2, help="xdist workers (0: no xdist)")
-    parser.add_argument("--only", default=",".join(HARNESSES), help="comma-separated subset of " + ",".join(HARNESSES))
-    parser.add_argument("--base", default=None, help="directory for the run directories (default: a temp dir)")
+    parser.add_argument(
+        "--only", default=",".join(HARNESSES), help="comma-separated subset of " + ",".join(HARNESSES)
+    )
+    parser.add_argument(
+        "--base", default=None, help="directory for the run directories (default: a temp dir)"
+    )
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
-    parser.add_argument("--nonce", default="calibration", help="run nonce of every run; 'fresh' leaves it unset")
+    parser.add_argument(
+        "--nonce", default="calibration", help="run nonce of every run; 'fresh' leaves it unset"
+    )
     parser.add_argument("--reruns", type=int, default=0, help="extra example runs with nonces rerun-1..K")
     parser.add_argument("--suites", default="airline,retail", help="comma-separated τ² domains")
-    parser.add_argument("--spread", default=None, help="only the run-to-run spread of these profiles (comma-separated)")
-    parser.add_argument("--noise", default=None, help="--spread: noise shares to try (default: the profile's)")
+    parser.add_argument(
+        "--spread", default=None, help="only the run-to-run spread of these profiles (comma-separated)"
+    )
+    parser.add_argument(
+        "--noise", default=None, help="--spread: noise shares to try (default: the profile's)"
+    )
     parser.add_argument("--nonces", type=int, default=8, help="--spread: fresh nonces per profile and share")
     parser.add_argument("--tasks", type=int, default=15, help="--spread: the first N tasks of the split")
     parser.add_argument("--jobs", type=int, default=2, help="--spread: worker processes")
@@ -165,8 +222,15 @@ def main() -> int:
         from sim_spread import spread
 
         noises = [float(x) for x in args.noise.split(",")] if args.noise else [None]
-        rows = spread(args.spread.split(","), noises, args.suites.split(",")[0], args.split, args.tasks,
-                      args.nonces, jobs=args.jobs)
+        rows = spread(
+            args.spread.split(","),
+            noises,
+            args.suites.split(",")[0],
+            args.split,
+            args.tasks,
+            args.nonces,
+            jobs=args.jobs,
+        )
         if args.out:
             Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
         return 0
@@ -176,16 +240,25 @@ def main() -> int:
     for label in labels:
         harness = str(materialise_cured(base)) if label == "cured" else HARNESSES[label]
         results[label] = figures(run_suite(label, harness, args, base))
-    out: dict = {"profile": args.profile, "split": args.split, "trials": args.trials, "nonce": args.nonce,
-                 "runs": results}
+    out: dict = {
+        "profile": args.profile,
+        "split": args.split,
+        "trials": args.trials,
+        "nonce": args.nonce,
+        "runs": results,
+    }
     if args.reruns:
         import statistics
 
-        reruns = [figures(run_suite(f"rerun-{k}", HARNESSES["example"], args, base, nonce=f"rerun-{k}"))["scores"]
-                  for k in range(1, args.reruns + 1)]
+        reruns = [
+            figures(run_suite(f"rerun-{k}", HARNESSES["example"], args, base, nonce=f"rerun-{k}"))["scores"]
+            for k in range(1, args.reruns + 1)
+        ]
         out["rerun_scores"] = {s: [r[s] for r in reruns] for s in SUITES if reruns[0][s] is not None}
-        out["rerun_spread"] = {s: {"max_minus_min": round(max(v) - min(v), 4),
-                                   "sd": round(statistics.pstdev(v), 4)} for s, v in out["rerun_scores"].items()}
+        out["rerun_spread"] = {
+            s: {"max_minus_min": round(max(v) - min(v), 4), "sd": round(statistics.pstdev(v), 4)}
+            for s, v in out["rerun_scores"].items()
+        }
     if "example" in results and "example_again" in results:
         a = sorted(trial_key(t) for t in read_jsonl(Path(results["example"]["run"]) / "trials.jsonl"))
         b = sorted(trial_key(t) for t in read_jsonl(Path(results["example_again"]["run"]) / "trials.jsonl"))
@@ -193,12 +266,15 @@ def main() -> int:
     ex = results.get("example")
     if ex:
         out["systematic_share_of_example_failures"] = (
-            ex["failures_with_systematic_quirk"] / ex["n_failures"] if ex["n_failures"] else None)
+            ex["failures_with_systematic_quirk"] / ex["n_failures"] if ex["n_failures"] else None
+        )
         for other in ("direct", "cured"):
             if other in results:
                 out[f"{other}_minus_example"] = {
-                    s: round(results[other]["scores"][s] - ex["scores"][s], 4) for s in SUITES
-                    if results[other]["scores"][s] is not None and ex["scores"][s] is not None}
+                    s: round(results[other]["scores"][s] - ex["scores"][s], 4)
+                    for s in SUITES
+                    if results[other]["scores"][s] is not None and ex["scores"][s] is not None
+                }
     text = json.dumps(out, indent=2)
     print(text)
     if args.out:

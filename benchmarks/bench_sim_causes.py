@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--profile", default="default")
     parser.add_argument("--domain", default="airline")
     parser.add_argument("--split", default="train")
@@ -48,15 +50,24 @@ def main() -> int:
     model = f"sim/{args.profile}"
 
     def trial(run_id: str, task_id: str, k: int):
-        spec = TrialSpec(domain=args.domain, task_id=task_id, trial=k, run_id=run_id, model=model, user_model=model,
-                         harness_dir=ROOT / args.harness, harness_id=args.harness, sim_url=handle.url)
+        spec = TrialSpec(
+            domain=args.domain,
+            task_id=task_id,
+            trial=k,
+            run_id=run_id,
+            model=model,
+            user_model=model,
+            harness_dir=ROOT / args.harness,
+            harness_id=args.harness,
+            sim_url=handle.url,
+        )
         return spec, run_trial(spec)
 
     rows, n_replays = [], 0
     try:
         started = time.monotonic()
         failed = []
-        for task_id in suite.select_task_ids(args.domain, args.split, None)[:args.tasks]:
+        for task_id in suite.select_task_ids(args.domain, args.split, None)[: args.tasks]:
             for k in range(args.trials):
                 spec, result = trial(args.nonce, task_id, k)
                 if (result.reward or 0.0) < 1.0:
@@ -64,6 +75,7 @@ def main() -> int:
         run_s = time.monotonic() - started
         started = time.monotonic()
         for task_id, k, truth in failed:
+
             def replay(off: frozenset[str], task_id=task_id, k=k, truth=truth) -> float | None:
                 nonlocal n_replays
                 n_replays += 1
@@ -74,18 +86,36 @@ def main() -> int:
             found = replay_cause(truth, replay)
             rule = (truth.get("cause") or {}).get("kind")
             by_replay = (found["cause"] or {}).get("kind")
-            rows.append({"task": task_id, "trial": k, "rule": rule, "replay": by_replay, "by": found["by"],
-                         "sufficient": found["sufficient"], "replays": found["replays"]})
+            rows.append(
+                {
+                    "task": task_id,
+                    "trial": k,
+                    "rule": rule,
+                    "replay": by_replay,
+                    "by": found["by"],
+                    "sufficient": found["sufficient"],
+                    "replays": found["replays"],
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
         replay_s = time.monotonic() - started
     finally:
         handle.stop()
     n_trials = args.tasks * args.trials
-    summary = {"profile": args.profile, "domain": args.domain, "split": args.split, "trials": n_trials,
-               "failed": len(rows), "agree": sum(r["rule"] == r["replay"] for r in rows),
-               "not_reproduced": sum(r["by"] == "not_reproduced" for r in rows), "replays": n_replays,
-               "run_s": round(run_s, 1), "replay_s": round(replay_s, 1),
-               "replay_cost_vs_run": round(replay_s / run_s, 2) if run_s else None, "load": os.getloadavg()}
+    summary = {
+        "profile": args.profile,
+        "domain": args.domain,
+        "split": args.split,
+        "trials": n_trials,
+        "failed": len(rows),
+        "agree": sum(r["rule"] == r["replay"] for r in rows),
+        "not_reproduced": sum(r["by"] == "not_reproduced" for r in rows),
+        "replays": n_replays,
+        "run_s": round(run_s, 1),
+        "replay_s": round(replay_s, 1),
+        "replay_cost_vs_run": round(replay_s / run_s, 2) if run_s else None,
+        "load": os.getloadavg(),
+    }
     print(json.dumps(summary))
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")

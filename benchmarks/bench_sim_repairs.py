@@ -24,11 +24,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-VALUE_CHECK = {"summary": "value check", "changes": [{
-    "component": "tool_interface", "files": ["tools.py"], "description": "value check",
-    "trigger": "a call that changes a record carries a value the conversation never showed", "addresses": ["bench"],
-    "expected_effect": "", "risks": [], "guards": [], "parameters": {"knob": "value_check"}}],
-    "left_alone": [], "watch_tasks": []}
+VALUE_CHECK = {
+    "summary": "value check",
+    "changes": [
+        {
+            "component": "tool_interface",
+            "files": ["tools.py"],
+            "description": "value check",
+            "trigger": "a call that changes a record carries a value the conversation never showed",
+            "addresses": ["bench"],
+            "expected_effect": "",
+            "risks": [],
+            "guards": [],
+            "parameters": {"knob": "value_check"},
+        }
+    ],
+    "left_alone": [],
+    "watch_tasks": [],
+}
 
 
 def main() -> None:
@@ -38,7 +51,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--nonce", default="attrib-1")
     parser.add_argument("--profile", default="default")
-    parser.add_argument("--tasks", default="", help="comma-separated task ids (default: every task of the split)")
+    parser.add_argument(
+        "--tasks", default="", help="comma-separated task ids (default: every task of the split)"
+    )
     args = parser.parse_args()
     os.environ["ECDYSIS_AGENT_PROCESS"] = "0"
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -52,7 +67,11 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-repairs-"))
     checked = tmp / "value_check"
-    shutil.copytree(REPO / "pytest_ecdysis_tau2" / "example_harness", checked, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "pytest_ecdysis_tau2" / "example_harness",
+        checked,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     applied = apply_spec(ModificationSpec.model_validate(VALUE_CHECK), checked)
     assert applied.applied == ["value_check"], applied
     ids = args.tasks.split(",") if args.tasks else list(suite.split_ids(args.domain, args.split))
@@ -63,19 +82,34 @@ def main() -> None:
             rewards, verdicts, causes = [], Counter(), Counter()
             for task_id in ids:
                 for trial in range(args.trials):
-                    spec = TrialSpec(domain=args.domain, task_id=task_id, trial=trial, run_id=f"bench-{harness.name}",
-                                     model="sim", user_model="sim", harness_dir=harness, harness_id=harness.name,
-                                     sim_url=server.url)
+                    spec = TrialSpec(
+                        domain=args.domain,
+                        task_id=task_id,
+                        trial=trial,
+                        run_id=f"bench-{harness.name}",
+                        model="sim",
+                        user_model="sim",
+                        harness_dir=harness,
+                        harness_id=harness.name,
+                        sim_url=server.url,
+                    )
                     result = run_trial(spec)
-                    truth = fetch_ground_truth(server.url, spec.header, executed=executed_calls(result.messages))
+                    truth = fetch_ground_truth(
+                        server.url, spec.header, executed=executed_calls(result.messages)
+                    )
                     rewards.append(result.reward or 0.0)
-                    verdicts.update(f"{q['kind']}:{q['harness']}{':cured' if q.get('cured') else ''}"
-                                    for q in truth["quirks"] if q.get("harness"))
+                    verdicts.update(
+                        f"{q['kind']}:{q['harness']}{':cured' if q.get('cured') else ''}"
+                        for q in truth["quirks"]
+                        if q.get("harness")
+                    )
                     if (result.reward or 0.0) < 1.0 and truth.get("cause"):
                         causes[truth["cause"]["kind"]] += 1
-            print(f"{harness.name}: score {sum(rewards) / len(rewards):.3f} over {len(rewards)} trials; harness "
-                  f"verdicts {dict(verdicts)}; causes of failures {dict(causes)}; {time.monotonic() - started:.0f} s",
-                  flush=True)
+            print(
+                f"{harness.name}: score {sum(rewards) / len(rewards):.3f} over {len(rewards)} trials; harness "
+                f"verdicts {dict(verdicts)}; causes of failures {dict(causes)}; {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)

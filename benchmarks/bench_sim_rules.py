@@ -45,7 +45,9 @@ def main() -> None:
         read_rules(prompt + f"\nNote {k}.", task.policy, writes)  # a new text each time: no cache hit
     uncached = (time.perf_counter() - start) / args.repeats
     messages = [{"role": "system", "content": prompt}] + [
-        {"role": "user" if i % 2 else "tool", "content": f"message {i} " * 40, "tool_call_id": f"c{i}"} for i in range(30)]
+        {"role": "user" if i % 2 else "tool", "content": f"message {i} " * 40, "tool_call_id": f"c{i}"}
+        for i in range(30)
+    ]
     agent = AgentTrial(task, load_profile("default"), 0, nonce="bench")
     agent.follower.read_instructions(messages)
     start = time.perf_counter()
@@ -53,9 +55,18 @@ def main() -> None:
         agent.follower.read_instructions(messages)
         harness_text(messages, set())
     cached = (time.perf_counter() - start) / args.repeats
-    print(json.dumps({"prompt_chars": len(prompt), "rules_found": len(read_rules(prompt, task.policy, writes)),
-                      "uncached_parse_us": round(uncached * 1e6, 1), "cached_read_per_request_us": round(cached * 1e6, 1),
-                      "repeats": args.repeats, "load": os.getloadavg()}))
+    print(
+        json.dumps(
+            {
+                "prompt_chars": len(prompt),
+                "rules_found": len(read_rules(prompt, task.policy, writes)),
+                "uncached_parse_us": round(uncached * 1e6, 1),
+                "cached_read_per_request_us": round(cached * 1e6, 1),
+                "repeats": args.repeats,
+                "load": os.getloadavg(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

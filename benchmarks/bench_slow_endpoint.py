@@ -42,19 +42,31 @@ def main() -> None:
 
     load_harness(harness)  # a worker's first trial pays these imports once; measure the endpoint, not them
     suite.get_environment("airline")
-    spec = TrialSpec(domain="airline", task_id="3", trial=0, run_id="bench", model="slow", user_model="slow",
-                     harness_dir=harness, harness_id=harness_id(harness))
+    spec = TrialSpec(
+        domain="airline",
+        task_id="3",
+        trial=0,
+        run_id="bench",
+        model="slow",
+        user_model="slow",
+        harness_dir=harness,
+        harness_id=harness_id(harness),
+    )
     settings = EndpointSettings(call_timeout_s=args.call_timeout, trial_budget_s=args.budget)
     reply = {"content": "I can help with that."}
-    with SlowEndpoint(agent=("whitespace", args.spaces, args.interval, reply),
-                      user=("ok", {"content": "Hi, I need help with my reservation."})) as server:
+    with SlowEndpoint(
+        agent=("whitespace", args.spaces, args.interval, reply),
+        user=("ok", {"content": "Hi, I need help with my reservation."}),
+    ) as server:
         spec = TrialSpec(**{**spec.__dict__, "base_url": server.url})
         result = run_trial(spec, settings)
         conversation_s = time.monotonic() - server.requests[0][1]
     print(f"endpoint: headers, then {args.spaces} spaces at one per {args.interval:g} s, then the JSON")
     print(f"call timeout {args.call_timeout:g} s, trial budget {args.budget:g} s")
-    print(f"termination {result.termination_reason}; conversation {conversation_s:.1f} s "
-          f"(trial wall_s {result.wall_s:.1f} s, set-up included)")
+    print(
+        f"termination {result.termination_reason}; conversation {conversation_s:.1f} s "
+        f"(trial wall_s {result.wall_s:.1f} s, set-up included)"
+    )
     print(f"pending call: {result.pending_call}")
 
 

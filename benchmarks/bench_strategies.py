@@ -46,10 +46,17 @@ def bench_diagnosis(run_dir: Path, strategies: list[str], evidence: list[str], p
     from pytest_ecdysis.endpoint.role_client import RoleClient
     from pytest_ecdysis.sim.server import start_background
 
-    records = [FailureRecord.model_validate_json(line) for line in
-               (run_dir / "failures.jsonl").read_text().splitlines() if line.strip()]
-    groups = [PatternGroup.model_validate(g) for g in json.loads((run_dir / "groups.json").read_text())["groups"]]
-    trials = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
+    records = [
+        FailureRecord.model_validate_json(line)
+        for line in (run_dir / "failures.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    groups = [
+        PatternGroup.model_validate(g) for g in json.loads((run_dir / "groups.json").read_text())["groups"]
+    ]
+    trials = [
+        json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()
+    ]
     failed = {t["task_id"] for t in trials if (t.get("reward") or 0) < 1.0}
     solved = sorted({t["task_id"] for t in trials} - failed)
     harness = REPO / "pytest_ecdysis_tau2" / "example_harness"
@@ -59,25 +66,47 @@ def bench_diagnosis(run_dir: Path, strategies: list[str], evidence: list[str], p
     try:
         for strategy in strategies:
             for ev in evidence:
-                cfg = SimpleNamespace(fdcr_passes=passes, evidence_limit=_evidence_limit(ev), diagnosis_model="sim",
-                                      base_url=None)
+                cfg = SimpleNamespace(
+                    fdcr_passes=passes,
+                    evidence_limit=_evidence_limit(ev),
+                    diagnosis_model="sim",
+                    base_url=None,
+                )
                 with tempfile.TemporaryDirectory() as tmp:
-                    d = diagnose(records=records, groups=groups, harness_dir=harness, history=[],
-                                 solved_tasks=solved, cfg=cfg, round_dir=Path(tmp), strategy=strategy,
-                                 client=RoleClient("sim"))
+                    d = diagnose(
+                        records=records,
+                        groups=groups,
+                        harness_dir=harness,
+                        history=[],
+                        solved_tasks=solved,
+                        cfg=cfg,
+                        round_dir=Path(tmp),
+                        strategy=strategy,
+                        client=RoleClient("sim"),
+                    )
                 specs = d.specs or []
-                rows.append({"strategy": strategy, "evidence": ev, "records": d.n_records, "calls": d.calls,
-                             "tokens": d.tokens["total"], "wall_s": round(d.wall_s, 3),
-                             "evidence_chars": d.evidence_chars, "specs": len(specs),
-                             "knobs": sorted({c.parameters.get("knob", "?") for s in specs for c in s.changes}),
-                             "reason": d.reason})
+                rows.append(
+                    {
+                        "strategy": strategy,
+                        "evidence": ev,
+                        "records": d.n_records,
+                        "calls": d.calls,
+                        "tokens": d.tokens["total"],
+                        "wall_s": round(d.wall_s, 3),
+                        "evidence_chars": d.evidence_chars,
+                        "specs": len(specs),
+                        "knobs": sorted({c.parameters.get("knob", "?") for s in specs for c in s.changes}),
+                        "reason": d.reason,
+                    }
+                )
     finally:
         server.stop()
     return rows
 
 
-def bench_evolve(strategies: list[str], evidence: list[str], rounds: int, suite: str, workers: str,
-                 extra: list[str]) -> list[dict]:
+def bench_evolve(
+    strategies: list[str], evidence: list[str], rounds: int, suite: str, workers: str, extra: list[str]
+) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="ecdysis-bench-") as tmp:
         clone = Path(tmp) / "repo"
@@ -85,9 +114,25 @@ def bench_evolve(strategies: list[str], evidence: list[str], rounds: int, suite:
         for strategy in strategies:
             for ev in evidence:
                 run_dir = Path(tmp) / "runs" / f"{strategy}-{ev.replace(':', '')}"
-                cmd = [sys.executable, "-m", "pytest", suite, "-q", "-n", workers, "--ecdysis-evolve",
-                       "--ecdysis-strategy", strategy, "--ecdysis-evidence", ev, "--ecdysis-rounds", str(rounds),
-                       "--ecdysis-run-dir", str(run_dir), *extra]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    suite,
+                    "-q",
+                    "-n",
+                    workers,
+                    "--ecdysis-evolve",
+                    "--ecdysis-strategy",
+                    strategy,
+                    "--ecdysis-evidence",
+                    ev,
+                    "--ecdysis-rounds",
+                    str(rounds),
+                    "--ecdysis-run-dir",
+                    str(run_dir),
+                    *extra,
+                ]
                 env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
                 env.pop("ECDYSIS_SIM_URL", None)
                 start = time.monotonic()
@@ -95,34 +140,51 @@ def bench_evolve(strategies: list[str], evidence: list[str], rounds: int, suite:
                 wall = time.monotonic() - start
                 evo = sorted(run_dir.glob("*/evolution.json"))
                 if not evo:
-                    rows.append({"strategy": strategy, "evidence": ev, "error": proc.stdout[-800:] + proc.stderr[-800:]})
+                    rows.append(
+                        {
+                            "strategy": strategy,
+                            "evidence": ev,
+                            "error": proc.stdout[-800:] + proc.stderr[-800:],
+                        }
+                    )
                     continue
                 doc = json.loads(evo[-1].read_text())
                 rdirs = sorted(evo[-1].parent.glob("rounds/*/transcript.jsonl"))
                 calls = sum(len(p.read_text().splitlines()) for p in rdirs)
                 test = doc.get("test") or {}
-                rows.append({
-                    "strategy": strategy, "evidence": ev, "exit": proc.returncode, "wall_s": round(wall, 1),
-                    "rounds": len(doc.get("rounds", [])),
-                    "accepted": sum(bool(r.get("accepted")) for r in doc.get("rounds", [])),
-                    "train_first": (doc.get("rounds") or [{}])[0].get("score_before"),
-                    "train_best": max([r.get("score_after") or 0 for r in doc.get("rounds", []) if r.get("accepted")]
-                                      or [(doc.get("rounds") or [{}])[0].get("score_before")]),
-                    "test_start": (test.get("start") or {}).get("suite_score") if isinstance(test.get("start"), dict)
-                    else test.get("start"),
-                    "test_frozen": (test.get("frozen") or {}).get("suite_score") if isinstance(test.get("frozen"), dict)
-                    else test.get("frozen"),
-                    "diagnosis_calls": calls,
-                    "editor_calls": sum(r.get("editor_calls", 0) for r in doc.get("rounds", [])),
-                    # validation sub-runs: one per round that produced a candidate, one per step for
-                    # instance-level strategies (self-evolution patches its specs one by one)
-                    "validations": len(list(evo[-1].parent.glob("rounds/*/validation.json")))
-                    + len(list(evo[-1].parent.glob("rounds/*/steps/*/validation.json"))),
-                    "tokens": sum((r.get("tokens") or {}).get("total", 0) for r in doc.get("rounds", [])),
-                    # self-evolution's cost depends on its cap (ecdysis_self_evolution_cap): print it beside
-                    "self_evolution_cap": doc.get("self_evolution_cap") if strategy == "self-evolution" else "",
-                    "outcomes": [r.get("outcome") for r in doc.get("rounds", [])],
-                })
+                rows.append(
+                    {
+                        "strategy": strategy,
+                        "evidence": ev,
+                        "exit": proc.returncode,
+                        "wall_s": round(wall, 1),
+                        "rounds": len(doc.get("rounds", [])),
+                        "accepted": sum(bool(r.get("accepted")) for r in doc.get("rounds", [])),
+                        "train_first": (doc.get("rounds") or [{}])[0].get("score_before"),
+                        "train_best": max(
+                            [r.get("score_after") or 0 for r in doc.get("rounds", []) if r.get("accepted")]
+                            or [(doc.get("rounds") or [{}])[0].get("score_before")]
+                        ),
+                        "test_start": (test.get("start") or {}).get("suite_score")
+                        if isinstance(test.get("start"), dict)
+                        else test.get("start"),
+                        "test_frozen": (test.get("frozen") or {}).get("suite_score")
+                        if isinstance(test.get("frozen"), dict)
+                        else test.get("frozen"),
+                        "diagnosis_calls": calls,
+                        "editor_calls": sum(r.get("editor_calls", 0) for r in doc.get("rounds", [])),
+                        # validation sub-runs: one per round that produced a candidate, one per step for
+                        # instance-level strategies (self-evolution patches its specs one by one)
+                        "validations": len(list(evo[-1].parent.glob("rounds/*/validation.json")))
+                        + len(list(evo[-1].parent.glob("rounds/*/steps/*/validation.json"))),
+                        "tokens": sum((r.get("tokens") or {}).get("total", 0) for r in doc.get("rounds", [])),
+                        # self-evolution's cost depends on its cap (ecdysis_self_evolution_cap): print it beside
+                        "self_evolution_cap": doc.get("self_evolution_cap")
+                        if strategy == "self-evolution"
+                        else "",
+                        "outcomes": [r.get("outcome") for r in doc.get("rounds", [])],
+                    }
+                )
     return rows
 
 
@@ -155,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     evidence = [x for x in args.evidence.split(",") if x]
     if args.mode == "diagnosis":
         if not (args.run_dir / "failures.jsonl").is_file():
-            parser.error(f"{args.run_dir} has no failures.jsonl: pass a run directory (.ecdysis/runs/<run-id>)")
+            parser.error(
+                f"{args.run_dir} has no failures.jsonl: pass a run directory (.ecdysis/runs/<run-id>)"
+            )
         rows = bench_diagnosis(args.run_dir, strategies, evidence, args.passes)
     else:
         rows = bench_evolve(strategies, evidence, args.rounds, args.suite, args.workers, args.extra)

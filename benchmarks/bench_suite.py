@@ -75,14 +75,30 @@ class Handler(BaseHTTPRequestHandler):
             done = sum(1 for m in body["messages"] if m["role"] == "tool")
             if done < len(gold):
                 a = gold[done]
-                message = {"content": None, "tool_calls": [{"id": f"c{done}", "type": "function", "function": {
-                    "name": a.name, "arguments": json.dumps(a.arguments)}}]}
+                message = {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"c{done}",
+                            "type": "function",
+                            "function": {"name": a.name, "arguments": json.dumps(a.arguments)},
+                        }
+                    ],
+                }
             else:
                 message = {"content": "Done. " + "; ".join(task.evaluation_criteria.communicate_info or [])}
-        payload = json.dumps({"id": "b", "object": "chat.completion", "created": 0, "model": "scripted",
-                              "choices": [{"index": 0, "finish_reason": "stop",
-                                           "message": {"role": "assistant", **message}}],
-                              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+        payload = json.dumps(
+            {
+                "id": "b",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "scripted",
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", **message}}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -107,34 +123,82 @@ def main() -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     env = dict(os.environ, OPENAI_API_KEY="unused")
 
-    startups = [float(subprocess.run([sys.executable, "-c", STARTUP.format(h=harness)], capture_output=True,
-                                     text=True, check=True, cwd=REPO, env=env).stdout) for _ in range(args.repeats)]
-    print(f"worker start-up (imports: plugin, suite, tau2, runner, harness): median {statistics.median(startups):.2f} s "
-          f"over {args.repeats} runs {[round(s, 2) for s in startups]}")
+    startups = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", STARTUP.format(h=harness)],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=REPO,
+                env=env,
+            ).stdout
+        )
+        for _ in range(args.repeats)
+    ]
+    print(
+        f"worker start-up (imports: plugin, suite, tau2, runner, harness): median {statistics.median(startups):.2f} s "
+        f"over {args.repeats} runs {[round(s, 2) for s in startups]}"
+    )
 
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", DIRECT, url, str(harness), ",".join(task_ids)], capture_output=True,
-                         text=True, check=True, cwd=REPO, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", DIRECT, url, str(harness), ",".join(task_ids)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env=env,
+    )
     direct_total = time.perf_counter() - t
     data = json.loads(out.stdout.strip().splitlines()[-1])
     walls = [w for _, w, _, _ in data["walls"]]
     rewards = [r for *_, r, _ in data["walls"]]
-    print(f"wall-clock per trial, airline test split ({len(walls)} tasks, scripted model, example harness): "
-          f"mean {statistics.mean(walls):.2f} s, median {statistics.median(walls):.2f} s, first {walls[0]:.2f} s "
-          f"(scorer start overlaps it); reward 1.0 on {sum(r == 1.0 for r in rewards)}/{len(rewards)}")
+    print(
+        f"wall-clock per trial, airline test split ({len(walls)} tasks, scripted model, example harness): "
+        f"mean {statistics.mean(walls):.2f} s, median {statistics.median(walls):.2f} s, first {walls[0]:.2f} s "
+        f"(scorer start overlaps it); reward 1.0 on {sum(r == 1.0 for r in rewards)}/{len(rewards)}"
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:xdist", "-q",
-             "-p", "no:cacheprovider", "--ecdysis-model", "scripted", "--ecdysis-base-url", url,
-             "--ecdysis-split", "test", "--ecdysis-tasks", ",".join(task_ids), "--ecdysis-run-dir", tmp],
-            capture_output=True, text=True, cwd=tmp, env=env)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--pyargs",
+                "pytest_ecdysis_tau2.test_airline",
+                "-p",
+                "no:xdist",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--ecdysis-model",
+                "scripted",
+                "--ecdysis-base-url",
+                url,
+                "--ecdysis-split",
+                "test",
+                "--ecdysis-tasks",
+                ",".join(task_ids),
+                "--ecdysis-run-dir",
+                tmp,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            env=env,
+        )
         pytest_total = time.perf_counter() - t
-    last = [line for line in proc.stdout.splitlines() if " in " in line and ("passed" in line or "failed" in line)]
-    print(f"pytest layer: {pytest_total:.2f} s for {len(task_ids)} trials ({last[-1].strip('= ') if last else proc.stdout[-300:]}) "
-          f"vs {direct_total:.2f} s calling run_trial in a loop (fresh process each): "
-          f"overhead {100 * (pytest_total - direct_total) / direct_total:+.1f} % (target < 5 %)")
+    last = [
+        line for line in proc.stdout.splitlines() if " in " in line and ("passed" in line or "failed" in line)
+    ]
+    print(
+        f"pytest layer: {pytest_total:.2f} s for {len(task_ids)} trials ({last[-1].strip('= ') if last else proc.stdout[-300:]}) "
+        f"vs {direct_total:.2f} s calling run_trial in a loop (fresh process each): "
+        f"overhead {100 * (pytest_total - direct_total) / direct_total:+.1f} % (target < 5 %)"
+    )
     server.shutdown()
 
 

@@ -29,9 +29,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-READY = ("from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2; "
-         "from pytest_ecdysis_tau2.scoring.scorer import _fast_environments; "
-         "load_tau2(); _fast_environments()")
+READY = (
+    "from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2; "
+    "from pytest_ecdysis_tau2.scoring.scorer import _fast_environments; "
+    "load_tau2(); _fast_environments()"
+)
 
 
 def _scorer_start(flags: list[str], repeats: int, prefix: str | None = None) -> tuple[float, float]:
@@ -46,7 +48,9 @@ def _scorer_start(flags: list[str], repeats: int, prefix: str | None = None) -> 
         with tempfile.TemporaryDirectory() as fresh:
             extra = ["-X", f"pycache_prefix={prefix or fresh}"] if flags or prefix else []
             started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run([sys.executable, *flags, *extra, "-c", READY], env=env, check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, *flags, *extra, "-c", READY], env=env, check=True, capture_output=True
+            )
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             times.append(time.perf_counter() - started)
             cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -59,17 +63,28 @@ def _guard(calls: int = 200) -> tuple[float, float, float]:
     from pytest_ecdysis_tau2.harness_process.request_guard import TrustedRequestTransport
 
     inner = httpx2.MockTransport(lambda request: httpx2.Response(200, json={"ok": True}))
-    guard = TrustedRequestTransport(inner, model="sim", forced={"X-Ecdysis-Trial": "r/s/1/0", "X-Ecdysis-Role": "agent",
-                                                                "Authorization": "Bearer sim"})
+    guard = TrustedRequestTransport(
+        inner,
+        model="sim",
+        forced={"X-Ecdysis-Trial": "r/s/1/0", "X-Ecdysis-Role": "agent", "Authorization": "Bearer sim"},
+    )
     messages = [{"role": "user", "content": "x" * 1000} for _ in range(100)]
 
     def median_us(transport: httpx2.BaseTransport, model: str) -> float:
         body = json.dumps({"model": model, "messages": messages}).encode()
         times = []
         for _ in range(calls):
-            request = httpx2.Request("POST", "http://h/v1/chat/completions", content=body,
-                                     headers={"X-Ecdysis-Trial": "r/s/1/0", "X-Ecdysis-Role": "agent",
-                                              "Authorization": "Bearer sim", "Content-Type": "application/json"})
+            request = httpx2.Request(
+                "POST",
+                "http://h/v1/chat/completions",
+                content=body,
+                headers={
+                    "X-Ecdysis-Trial": "r/s/1/0",
+                    "X-Ecdysis-Role": "agent",
+                    "Authorization": "Bearer sim",
+                    "Content-Type": "application/json",
+                },
+            )
             started = time.perf_counter()
             transport.handle_request(request)
             times.append(time.perf_counter() - started)
@@ -115,13 +130,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ecdysis-pycache-") as cache:  # validate.pycache: filled once
         _scorer_start([], 1, prefix=cache)
         trusted = _scorer_start(["-B"], args.repeats, prefix=cache)
-    print(f"scorer start (wall s, CPU s): the venv's bytecode {before[0]:.2f}, {before[1]:.2f}; -B + empty "
-          f"pycache_prefix {now[0]:.2f}, {now[1]:.2f}; -B + the session's trusted cache {trusted[0]:.2f}, "
-          f"{trusted[1]:.2f} (median of {args.repeats})")
+    print(
+        f"scorer start (wall s, CPU s): the venv's bytecode {before[0]:.2f}, {before[1]:.2f}; -B + empty "
+        f"pycache_prefix {now[0]:.2f}, {now[1]:.2f}; -B + the session's trusted cache {trusted[0]:.2f}, "
+        f"{trusted[1]:.2f} (median of {args.repeats})"
+    )
     bare, same, changed = _guard()
-    print(f"request guard (100 kB body): bare {bare:.0f} us, guarded {same:.0f} us, model overwritten {changed:.0f} us")
+    print(
+        f"request guard (100 kB body): bare {bare:.0f} us, guarded {same:.0f} us, model overwritten {changed:.0f} us"
+    )
     print(f"redaction of 1 MB: {_redaction():.1f} ms")
-    print(f"editor start: process group {_editor(False):.1f} ms, PID namespace + marker scan {_editor(True):.1f} ms")
+    print(
+        f"editor start: process group {_editor(False):.1f} ms, PID namespace + marker scan {_editor(True):.1f} ms"
+    )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

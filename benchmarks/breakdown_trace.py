@@ -48,8 +48,15 @@ def event(name: str, **extra: Any) -> None:
     path = os.environ.get(ENV)
     if not path:
         return
-    line = {"t": time.time(), "pid": os.getpid(), "ppid": os.getppid(), "role": _role(), "event": name,
-            "thread": threading.current_thread().name, **extra}
+    line = {
+        "t": time.time(),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "role": _role(),
+        "event": name,
+        "thread": threading.current_thread().name,
+        **extra,
+    }
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -102,25 +109,39 @@ def _install_trials() -> None:
 
 
 #: a trial's steps the per-trial table shows, by (module, owner, name) -> label (`steps`)
-STEPS = (("pytest_ecdysis_tau2.trial.runner", None, "load_tau2", "τ² loaded"),
-         ("pytest_ecdysis_tau2.scoring.scorer_client", "ScorerClient", "start", "scorer start"),
-         ("pytest_ecdysis_tau2.trial.runner", None, "prepare_agent", "fork server ready"),
-         ("pytest_ecdysis_tau2.tasks.suite", None, "get_task", "τ² task"),
-         ("pytest_ecdysis_tau2.tasks.suite", None, "get_environment", "τ² environment"),
-         ("pytest_ecdysis_tau2.trial.runner", None, "tool_params", "tool schema"),
-         ("pytest_ecdysis_tau2.trial.runner", None, "make_client", "openai clients"),
-         ("pytest_ecdysis_tau2.harness_process.agent_wire", "AgentProcess", "connect",
-          "harness: check + domain (server lock)"),
-         ("pytest_ecdysis_tau2.harness_process.agent_wire", "AgentProcess", "warm_up",
-          "harness: warm-up (check + domain)"),
-         ("pytest_ecdysis_tau2.harness_process.agent_wire", "TrialLink", "__init__",
-          "harness: trial process forked"),
-         ("pytest_ecdysis_tau2.trial.runner", None, "build_agent", "harness agent built (all of it)"),
-         ("pytest_ecdysis_tau2.trial.runner", None, "guard_sync", "guard sync"),
-         ("pytest_ecdysis_tau2.trial.user", "Tau2User", "generate_next_message", "user simulator turn"),
-         ("pytest_ecdysis_tau2.harness_process.agent_wire", "_Wire", "receive", "wire receive (waiting)"),
-         ("pytest_ecdysis_tau2.scoring.scorer_client", "ScorerClient", "score", "scoring (lock included)"),
-         ("httpx2", "HTTPTransport", "handle_request", "HTTP model call"))
+STEPS = (
+    ("pytest_ecdysis_tau2.trial.runner", None, "load_tau2", "τ² loaded"),
+    ("pytest_ecdysis_tau2.scoring.scorer_client", "ScorerClient", "start", "scorer start"),
+    ("pytest_ecdysis_tau2.trial.runner", None, "prepare_agent", "fork server ready"),
+    ("pytest_ecdysis_tau2.tasks.suite", None, "get_task", "τ² task"),
+    ("pytest_ecdysis_tau2.tasks.suite", None, "get_environment", "τ² environment"),
+    ("pytest_ecdysis_tau2.trial.runner", None, "tool_params", "tool schema"),
+    ("pytest_ecdysis_tau2.trial.runner", None, "make_client", "openai clients"),
+    (
+        "pytest_ecdysis_tau2.harness_process.agent_wire",
+        "AgentProcess",
+        "connect",
+        "harness: check + domain (server lock)",
+    ),
+    (
+        "pytest_ecdysis_tau2.harness_process.agent_wire",
+        "AgentProcess",
+        "warm_up",
+        "harness: warm-up (check + domain)",
+    ),
+    (
+        "pytest_ecdysis_tau2.harness_process.agent_wire",
+        "TrialLink",
+        "__init__",
+        "harness: trial process forked",
+    ),
+    ("pytest_ecdysis_tau2.trial.runner", None, "build_agent", "harness agent built (all of it)"),
+    ("pytest_ecdysis_tau2.trial.runner", None, "guard_sync", "guard sync"),
+    ("pytest_ecdysis_tau2.trial.user", "Tau2User", "generate_next_message", "user simulator turn"),
+    ("pytest_ecdysis_tau2.harness_process.agent_wire", "_Wire", "receive", "wire receive (waiting)"),
+    ("pytest_ecdysis_tau2.scoring.scorer_client", "ScorerClient", "score", "scoring (lock included)"),
+    ("httpx2", "HTTPTransport", "handle_request", "HTTP model call"),
+)
 
 
 def _install_steps() -> None:
@@ -128,24 +149,31 @@ def _install_steps() -> None:
 
     for module, owner, name, label in STEPS:
         mod = importlib.import_module(module)
-        fields = (lambda self, request, _l=label: {"part": _l, "who": request.headers.get("x-ecdysis-role", "?")}) \
-            if name == "handle_request" else (lambda *a, _l=label, **k: {"part": _l})
+        fields = (
+            (lambda self, request, _l=label: {"part": _l, "who": request.headers.get("x-ecdysis-role", "?")})
+            if name == "handle_request"
+            else (lambda *a, _l=label, **k: {"part": _l})
+        )
         _timed(getattr(mod, owner) if owner else mod, name, "step", fields)
     from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
 
-    _timed(load_tau2().Orchestrator, "run", "step", lambda *a, **k: {"part": "orchestrator run (conversation)"})
+    _timed(
+        load_tau2().Orchestrator, "run", "step", lambda *a, **k: {"part": "orchestrator run (conversation)"}
+    )
 
 
 #: the evolution's parts the controller's table shows, by (module, owner, name) -> label
-EVOLUTION = (("pytest_ecdysis.evolve.state", "RunState", "load_or_start", "start: ledger, protected files' checksums"),
-             ("pytest_ecdysis.evolve.runs", "TrustedRuns", "_trusted_tree", "trusted copy of the checkout"),
-             ("pytest_ecdysis.evolve.loop", None, "diagnose_stage", "diagnosis"),
-             ("pytest_ecdysis.evolve.loop", None, "edit_stage", "edit (editor call + guard + check)"),
-             ("pytest_ecdysis.evolve.loop", None, "validate_stage", "validation"),
-             ("pytest_ecdysis.evolve.loop", None, "accept_stage", "decision (confirmation, ablation, commit)"),
-             ("pytest_ecdysis.evolve.loop", None, "score_test", "test split"),
-             ("pytest_ecdysis.evolve.runs", "TrustedRuns", "subrun", "  sub-run (copy, pytest, read back)"),
-             ("pytest_ecdysis.evolve.runs", "TrustedRuns", "check_integrity", "  protected files checked"))
+EVOLUTION = (
+    ("pytest_ecdysis.evolve.state", "RunState", "load_or_start", "start: ledger, protected files' checksums"),
+    ("pytest_ecdysis.evolve.runs", "TrustedRuns", "_trusted_tree", "trusted copy of the checkout"),
+    ("pytest_ecdysis.evolve.loop", None, "diagnose_stage", "diagnosis"),
+    ("pytest_ecdysis.evolve.loop", None, "edit_stage", "edit (editor call + guard + check)"),
+    ("pytest_ecdysis.evolve.loop", None, "validate_stage", "validation"),
+    ("pytest_ecdysis.evolve.loop", None, "accept_stage", "decision (confirmation, ablation, commit)"),
+    ("pytest_ecdysis.evolve.loop", None, "score_test", "test split"),
+    ("pytest_ecdysis.evolve.runs", "TrustedRuns", "subrun", "  sub-run (copy, pytest, read back)"),
+    ("pytest_ecdysis.evolve.runs", "TrustedRuns", "check_integrity", "  protected files checked"),
+)
 
 
 def _install_evolution() -> None:
@@ -153,15 +181,23 @@ def _install_evolution() -> None:
 
     for module, owner, name, label in EVOLUTION:
         mod = importlib.import_module(module)
-        _timed(getattr(mod, owner) if owner else mod, name, "evo", lambda *a, _label=label, **k: {"part": _label})
+        _timed(
+            getattr(mod, owner) if owner else mod, name, "evo", lambda *a, _label=label, **k: {"part": _label}
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     event("configure_begin")
-    if os.environ.get(ENV) and not hasattr(config, "workerinput") and config.getoption("ecdysis_evolve", False):
+    if (
+        os.environ.get(ENV)
+        and not hasattr(config, "workerinput")
+        and config.getoption("ecdysis_evolve", False)
+    ):
         _install_evolution()
-    if os.environ.get(ENV) and (hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0)):
+    if os.environ.get(ENV) and (
+        hasattr(config, "workerinput") or config.getoption("numprocesses", None) in (None, 0)
+    ):
         config._ecdysis_trace_workers = True  # the process that runs trials
         _install()
 
@@ -223,20 +259,48 @@ def _session(ctl: list[dict], workers: list[list[dict]]) -> None:
         rows.append((label, None if a is None else a - t0, None if a is None or b is None else b - a))
 
     span("controller: interpreter + pytest import (±1 s)", t0, _first(ctl, "trace_imported"))
-    span("controller: plugins, conftest, options", _first(ctl, "trace_imported"), _first(ctl, "configure_begin"))
-    span("controller: configure (sim server start)", _first(ctl, "configure_begin"), _first(ctl, "configure_end"))
+    span(
+        "controller: plugins, conftest, options",
+        _first(ctl, "trace_imported"),
+        _first(ctl, "configure_begin"),
+    )
+    span(
+        "controller: configure (sim server start)",
+        _first(ctl, "configure_begin"),
+        _first(ctl, "configure_end"),
+    )
     for events in workers:
         role = events[0]["role"]
-        rows.append((f"{role}: process started (±1 s: /proc start time)", _first(events, "process_start", "at") - t0, None))
-        span(f"{role}: interpreter + pytest import (±1 s)", _first(events, "process_start", "at"),
-             _first(events, "trace_imported"))
-        span(f"{role}: plugins, conftest, options", _first(events, "trace_imported"), _first(events, "configure_begin"))
+        rows.append(
+            (
+                f"{role}: process started (±1 s: /proc start time)",
+                _first(events, "process_start", "at") - t0,
+                None,
+            )
+        )
+        span(
+            f"{role}: interpreter + pytest import (±1 s)",
+            _first(events, "process_start", "at"),
+            _first(events, "trace_imported"),
+        )
+        span(
+            f"{role}: plugins, conftest, options",
+            _first(events, "trace_imported"),
+            _first(events, "configure_begin"),
+        )
         span(f"{role}: configure", _first(events, "configure_begin"), _first(events, "configure_end"))
-        span(f"{role}: collection (τ² import, fork server)", _first(events, "collection_begin"),
-             _first(events, "collection_end"))
+        span(
+            f"{role}: collection (τ² import, fork server)",
+            _first(events, "collection_begin"),
+            _first(events, "collection_end"),
+        )
         fork = [x for x in events if x["event"] == "forkserver_start"]
         if fork:
-            span(f"{role}:   of which waiting for the fork server", fork[0]["begun"], fork[0]["begun"] + fork[0]["s"])
+            span(
+                f"{role}:   of which waiting for the fork server",
+                fork[0]["begun"],
+                fork[0]["begun"] + fork[0]["s"],
+            )
         trials = [x for x in events if x["event"] == "trial"]
         if trials:
             a, b = min(x["begun"] for x in trials), max(x["begun"] + x["s"] for x in trials)
@@ -244,20 +308,39 @@ def _session(ctl: list[dict], workers: list[list[dict]]) -> None:
             span(f"{role}: trials ({len(trials)}; {sum(x['s'] for x in trials):.1f} trial-s)", a, b)
         scores = [x for x in events if x["event"] == "score"]
         if scores:
-            span(f"{role}:   first score (scorer start included)", scores[0]["begun"], scores[0]["begun"] + scores[0]["s"])
-            span(f"{role}:   scoring ({len(scores)} in turn, {sum(x['s'] for x in scores):.1f} s)",
-                 scores[0]["begun"], scores[-1]["begun"] + scores[-1]["s"])
-        span(f"{role}: last trial -> exit", max((x["begun"] + x["s"] for x in trials), default=None),
-             _first(events, "exit"))
-    span("controller: run loop (workers' whole life)", _first(ctl, "runtestloop_begin"), _first(ctl, "runtestloop_end"))
-    span("controller: after the run loop -> exit (reports, evolution)", _first(ctl, "runtestloop_end"),
-         _first(ctl, "exit"))
+            span(
+                f"{role}:   first score (scorer start included)",
+                scores[0]["begun"],
+                scores[0]["begun"] + scores[0]["s"],
+            )
+            span(
+                f"{role}:   scoring ({len(scores)} in turn, {sum(x['s'] for x in scores):.1f} s)",
+                scores[0]["begun"],
+                scores[-1]["begun"] + scores[-1]["s"],
+            )
+        span(
+            f"{role}: last trial -> exit",
+            max((x["begun"] + x["s"] for x in trials), default=None),
+            _first(events, "exit"),
+        )
+    span(
+        "controller: run loop (workers' whole life)",
+        _first(ctl, "runtestloop_begin"),
+        _first(ctl, "runtestloop_end"),
+    )
+    span(
+        "controller: after the run loop -> exit (reports, evolution)",
+        _first(ctl, "runtestloop_end"),
+        _first(ctl, "exit"),
+    )
     for x in sorted((x for x in ctl if x["event"] == "evo"), key=lambda x: x["begun"]):
         span(f"controller: evolution: {x['part']}", x["begun"], x["begun"] + x["s"])
     span("controller: whole process", t0, _first(ctl, "exit"))
     print(f"  {'phase':60} {'at s':>7} {'took s':>7}")
     for label, at, took in rows:
-        print(f"  {label:60} {'' if at is None else f'{at:7.1f}':>7} {'' if took is None else f'{took:7.1f}':>7}")
+        print(
+            f"  {label:60} {'' if at is None else f'{at:7.1f}':>7} {'' if took is None else f'{took:7.1f}':>7}"
+        )
 
 
 def steps(path: Path) -> None:

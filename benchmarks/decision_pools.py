@@ -32,8 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PATCH = ROOT / "benchmarks" / "cured_harness.patch"
 #: trials per task of the fix pools (a decision draws at most 1 + looks of them, on the candidate's side only).
 FIX_TRIALS = 5
-POOLS = {"noop/example": ("noop", "example"), "default/example": ("default", "example"),
-         "default/cured": ("default", "cured"), "default/partial": ("default", "partial")}
+POOLS = {
+    "noop/example": ("noop", "example"),
+    "default/example": ("default", "example"),
+    "default/cured": ("default", "cured"),
+    "default/partial": ("default", "partial"),
+}
 
 
 def materialise(base: Path, kind: str) -> Path:
@@ -44,12 +48,18 @@ def materialise(base: Path, kind: str) -> Path:
     target = base / f"{kind}_harness"
     if target.is_dir():
         return target
-    shutil.copytree(ROOT / "pytest_ecdysis_tau2" / "example_harness", target, ignore=shutil.ignore_patterns("recipes", "__pycache__"))
+    shutil.copytree(
+        ROOT / "pytest_ecdysis_tau2" / "example_harness",
+        target,
+        ignore=shutil.ignore_patterns("recipes", "__pycache__"),
+    )
     text = PATCH.read_text()
     if kind == "partial":
         parts = re.split(r"(?m)^(?=diff -ruN )", text)
         text = "".join(p for p in parts if p.startswith("diff -ruN a/closing.py"))
-    proc = subprocess.run(["patch", "-p1", "-s", "-d", str(target)], input=text, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["patch", "-p1", "-s", "-d", str(target)], input=text, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{PATCH} ({kind}) does not apply to example_harness:\n{proc.stdout}{proc.stderr}")
     return target
@@ -72,8 +82,17 @@ def _play(profile: str, harness_dir: str, task_ids: list[str], nonce: str) -> di
     url = _SERVERS[profile].url
     out: dict[str, float] = {}
     for task_id in task_ids:
-        spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=nonce, model=model, user_model=model,
-                         harness_dir=Path(harness_dir), harness_id=Path(harness_dir).name, sim_url=url)
+        spec = TrialSpec(
+            domain="airline",
+            task_id=task_id,
+            trial=0,
+            run_id=nonce,
+            model=model,
+            user_model=model,
+            harness_dir=Path(harness_dir),
+            harness_id=Path(harness_dir).name,
+            sim_url=url,
+        )
         out[task_id] = float(run_trial(spec).reward or 0.0)
     return out
 
@@ -108,11 +127,15 @@ def collect(out: Path, trials: int = 8, jobs: int = 2) -> dict:
                         doc["pools"][name][t].append(r)
                 doc["wall_s"] = round(doc["wall_s"] + time.monotonic() - t0, 1)
                 doc["load"] = list(os.getloadavg())
-                doc["trials"] = min(len(doc["pools"][n][task_ids[0]]) for n, (_, kd) in POOLS.items()
-                                    if kd == "example")
+                doc["trials"] = min(
+                    len(doc["pools"][n][task_ids[0]]) for n, (_, kd) in POOLS.items() if kd == "example"
+                )
                 path.write_text(json.dumps(doc, indent=1))
-                print(f"pool {name}: trial {k + 1}, score {sum(p for part in parts for p in part.values()) / 30:.3f}, "
-                      f"{time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+                print(
+                    f"pool {name}: trial {k + 1}, score {sum(p for part in parts for p in part.values()) / 30:.3f}, "
+                    f"{time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
     return doc
 
 

@@ -30,8 +30,9 @@ def _profile_dir(profile: str, noise: float) -> str:
     return directory
 
 
-def _runs(profile: str, noise: float, domain: str, task_ids: list[str], nonces: list[str],
-          harness: str) -> dict[str, list[int]]:
+def _runs(
+    profile: str, noise: float, domain: str, task_ids: list[str], nonces: list[str], harness: str
+) -> dict[str, list[int]]:
     """{nonce: [1 if solved else 0 per task]} (one worker process)."""
     os.environ["ECDYSIS_AGENT_PROCESS"] = "0"
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -46,9 +47,17 @@ def _runs(profile: str, noise: float, domain: str, task_ids: list[str], nonces: 
         for nonce in nonces:
             row = []
             for task_id in task_ids:
-                spec = TrialSpec(domain=domain, task_id=task_id, trial=0, run_id=nonce, model=f"sim/{profile}",
-                                 user_model=f"sim/{profile}", harness_dir=ROOT / harness, harness_id=harness,
-                                 sim_url=handle.url)
+                spec = TrialSpec(
+                    domain=domain,
+                    task_id=task_id,
+                    trial=0,
+                    run_id=nonce,
+                    model=f"sim/{profile}",
+                    user_model=f"sim/{profile}",
+                    harness_dir=ROOT / harness,
+                    harness_id=harness,
+                    sim_url=handle.url,
+                )
                 row.append(int((run_trial(spec).reward or 0.0) >= 1.0))
             out[nonce] = row
     finally:
@@ -56,8 +65,16 @@ def _runs(profile: str, noise: float, domain: str, task_ids: list[str], nonces: 
     return out
 
 
-def spread(profiles: list[str], noises: list[float | None], domain: str, split: str, n_tasks: int,
-           n_nonces: int, harness: str = "example_harness", jobs: int = 2) -> list[dict]:
+def spread(
+    profiles: list[str],
+    noises: list[float | None],
+    domain: str,
+    split: str,
+    n_tasks: int,
+    n_nonces: int,
+    harness: str = "example_harness",
+    jobs: int = 2,
+) -> list[dict]:
     """One row per (profile, noise): scores per nonce, `sd`, `range`, `tasks_that_flipped`.
 
     `noises` None: the profile's own share. Nonces are `spread-1..K` (fresh, independent of the profile).
@@ -78,9 +95,21 @@ def spread(profiles: list[str], noises: list[float | None], domain: str, split: 
             outcomes = {k: v for part in parts for k, v in part.items()}
             scores = [round(sum(outcomes[n]) / len(task_ids), 4) for n in nonces]
             flipped = sum(1 for i in range(len(task_ids)) if len({outcomes[n][i] for n in nonces}) > 1)
-            rows.append({"profile": profile, "noise": share, "domain": domain, "split": split, "tasks": task_ids,
-                         "harness": harness, "scores": scores, "mean": round(statistics.mean(scores), 4),
-                         "sd": round(statistics.pstdev(scores), 4), "range": round(max(scores) - min(scores), 4),
-                         "tasks_that_flipped": flipped, "load": os.getloadavg()})
+            rows.append(
+                {
+                    "profile": profile,
+                    "noise": share,
+                    "domain": domain,
+                    "split": split,
+                    "tasks": task_ids,
+                    "harness": harness,
+                    "scores": scores,
+                    "mean": round(statistics.mean(scores), 4),
+                    "sd": round(statistics.pstdev(scores), 4),
+                    "range": round(max(scores) - min(scores), 4),
+                    "tasks_that_flipped": flipped,
+                    "load": os.getloadavg(),
+                }
+            )
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "tasks"}), flush=True)
     return rows

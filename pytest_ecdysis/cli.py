@@ -41,13 +41,24 @@ def _show(args: argparse.Namespace) -> int:
     try:
         if has_summary:
             weak = summary.get("weak_passes") or []  # passes that rest on luck
-            print("\n".join(report.summary_lines(summary, groups, summary.get("gate"), summary.get("problems"),
-                                                 weak_hint="listed below" if weak else None)))
+            print(
+                "\n".join(
+                    report.summary_lines(
+                        summary,
+                        groups,
+                        summary.get("gate"),
+                        summary.get("problems"),
+                        weak_hint="listed below" if weak else None,
+                    )
+                )
+            )
             for w in weak:
                 print(f"  weak pass {w['task']} t{w['trial']}: {'; '.join(w['reasons'])}")
         if unfinished:  # said before the rounds: no branch verdict yet, whatever the rounds so far show
-            print(f"evolution status {doc.get('status')!r}: still running (or interrupted), so no branch verdict "
-                  f"yet; resume an interrupted one with --ecdysis-resume {doc.get('run_id') or Path(args.run_dir).name}")
+            print(
+                f"evolution status {doc.get('status')!r}: still running (or interrupted), so no branch verdict "
+                f"yet; resume an interrupted one with --ecdysis-resume {doc.get('run_id') or Path(args.run_dir).name}"
+            )
         if doc is not None:
             from pytest_ecdysis.report.evolution import (
                 summary_lines as evolution_lines,  # imports pytest: evolution runs only
@@ -58,8 +69,10 @@ def _show(args: argparse.Namespace) -> int:
             if (doc.get("test") or {}).get("skipped"):
                 print(f"test split not scored: {doc['test']['skipped']}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise RunDirError(f"{args.run_dir} has files that lack fields this version reads ({type(exc).__name__}: "
-                          f"{exc}); written by another version or halfway? `ecdysis report` shows what it has") from None
+        raise RunDirError(
+            f"{args.run_dir} has files that lack fields this version reads ({type(exc).__name__}: "
+            f"{exc}); written by another version or halfway? `ecdysis report` shows what it has"
+        ) from None
     return 0
 
 
@@ -88,30 +101,42 @@ def compare_lines(a: Path, b: Path) -> list[str]:
     sb, _ = report.read_run(b)
     for key in ("suite", "split", "threshold"):
         if sa.get(key) != sb.get(key):
-            raise RunDirError(f"cannot compare runs of a different {key}: {a} has {sa.get(key)!r}, {b} has "
-                              f"{sb.get(key)!r}; compare two runs of the same suite, split and λ")
+            raise RunDirError(
+                f"cannot compare runs of a different {key}: {a} has {sa.get(key)!r}, {b} has "
+                f"{sb.get(key)!r}; compare two runs of the same suite, split and λ"
+            )
     fl = report.flips(sa, sb)
     out = [f"{a.name} -> {b.name}  suite {sa.get('suite')}  split {sa.get('split')}"]
     if sa.get("trials") != sb.get("trials"):
-        out.append(f"note: trials per task differ ({sa.get('trials')} vs {sb.get('trials')}); "
-                   "'solved' means every trial succeeded")
+        out.append(
+            f"note: trials per task differ ({sa.get('trials')} vs {sb.get('trials')}); "
+            "'solved' means every trial succeeded"
+        )
     sc_a, sc_b = sa.get("suite_score"), sb.get("suite_score")
     ta, tb = sa.get("tasks") or {}, sb.get("tasks") or {}
     if set(ta) != set(tb):  # another --ecdysis-tasks: whole-run scores are over other tasks
         common = sorted(set(ta) & set(tb))
-        out.append(f"DIFFERENT TASK SETS: {len(ta)} tasks vs {len(tb)}, {len(common)} in common; the whole-run "
-                   f"scores ({_score(sc_a)} and {_score(sc_b)}) are not comparable, so only the common tasks are")
+        out.append(
+            f"DIFFERENT TASK SETS: {len(ta)} tasks vs {len(tb)}, {len(common)} in common; the whole-run "
+            f"scores ({_score(sc_a)} and {_score(sc_b)}) are not comparable, so only the common tasks are"
+        )
         sc_a, sc_b = _common_score(ta, common), _common_score(tb, common)
         label = f"score on the {len(common)} common tasks"
     else:
         label = "suite score"
     if sc_a is not None and sc_b is not None:
         out.append(f"{label} {sc_a:.3f} -> {sc_b:.3f} ({sc_b - sc_a:+.3f})")
-    out.append(f"solved -> failed ({len(fl['solved_to_failed'])}): {', '.join(fl['solved_to_failed']) or 'none'}")
-    out.append(f"failed -> solved ({len(fl['failed_to_solved'])}): {', '.join(fl['failed_to_solved']) or 'none'}")
+    out.append(
+        f"solved -> failed ({len(fl['solved_to_failed'])}): {', '.join(fl['solved_to_failed']) or 'none'}"
+    )
+    out.append(
+        f"failed -> solved ({len(fl['failed_to_solved'])}): {', '.join(fl['failed_to_solved']) or 'none'}"
+    )
     if fl["only_before"] or fl["only_after"]:
-        out.append(f"tasks only in {a.name}: {', '.join(fl['only_before']) or 'none'}; only in {b.name}: "
-                   f"{', '.join(fl['only_after']) or 'none'}")
+        out.append(
+            f"tasks only in {a.name}: {', '.join(fl['only_before']) or 'none'}; only in {b.name}: "
+            f"{', '.join(fl['only_after']) or 'none'}"
+        )
     return out
 
 
@@ -141,8 +166,10 @@ def _merge(args: argparse.Namespace) -> int:
     from pytest_ecdysis.run.merge import merge
 
     summary = merge(args.shards, args.output, run_id=args.run_id)
-    print(f"merged {len(args.shards)} shard(s) into {args.output}: {summary['n_trials']} trial(s) of "
-          f"{summary['n_tasks']} task(s), suite score {report._fmt(summary.get('suite_score'))}")
+    print(
+        f"merged {len(args.shards)} shard(s) into {args.output}: {summary['n_trials']} trial(s) of "
+        f"{summary['n_tasks']} task(s), suite score {report._fmt(summary.get('suite_score'))}"
+    )
     return 0
 
 
@@ -151,14 +178,20 @@ def _baseline(args: argparse.Namespace) -> int:
 
     summary, _ = report.read_run(args.run_dir)
     if "suite_score" not in summary:
-        raise RunDirError(f"{args.run_dir} has no suite score to save; pass the run directory of a suite run "
-                          "(or of `ecdysis merge`)")
+        raise RunDirError(
+            f"{args.run_dir} has no suite score to save; pass the run directory of a suite run "
+            "(or of `ecdysis merge`)"
+        )
     if why := gate.incomplete(summary):
-        raise RunDirError(f"baseline not written to {args.output}: {args.run_dir} is incomplete ({why}); "
-                          "rerun the missing shards or cases when the endpoint is healthy")
+        raise RunDirError(
+            f"baseline not written to {args.output}: {args.run_dir} is incomplete ({why}); "
+            "rerun the missing shards or cases when the endpoint is healthy"
+        )
     path = gate.save_baseline(summary, args.output)
-    print(f"baseline of {args.run_dir} written to {path}: suite score {report._fmt(summary.get('suite_score'))}, "
-          f"{summary.get('n_tasks')} task(s) x {summary.get('trials')} trial(s)")
+    print(
+        f"baseline of {args.run_dir} written to {path}: suite score {report._fmt(summary.get('suite_score'))}, "
+        f"{summary.get('n_tasks')} task(s) x {summary.get('trials')} trial(s)"
+    )
     return 0
 
 
@@ -189,13 +222,25 @@ def _gate(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"ecdysis: error: {exc}", file=sys.stderr)
         return 4
-    v = gate.verdict(summary, baseline, tolerance=args.tolerance, max_regressions=args.max_regressions,
-                     missing=summary.get("missing", []), n_collected=int(summary.get("n_collected") or 0),
-                     baseline_path=str(args.baseline), rule=args.accept, method=args.accept_method,
-                     level=level, max_cost_rise=args.max_cost_rise)
+    v = gate.verdict(
+        summary,
+        baseline,
+        tolerance=args.tolerance,
+        max_regressions=args.max_regressions,
+        missing=summary.get("missing", []),
+        n_collected=int(summary.get("n_collected") or 0),
+        baseline_path=str(args.baseline),
+        rule=args.accept,
+        method=args.accept_method,
+        level=level,
+        max_cost_rise=args.max_cost_rise,
+    )
     if summary.get("gate"):  # an earlier verdict (the pytest gate's, or another rule's) is kept, not replaced
         summary.setdefault("gate_history", []).append(summary["gate"])
-    summary["gate"] = {**v.as_dict(), "by": "ecdysis gate"}  # as `pytest --ecdysis-gate` records it (docs/ci.md)
+    summary["gate"] = {
+        **v.as_dict(),
+        "by": "ecdysis gate",
+    }  # as `pytest --ecdysis-gate` records it (docs/ci.md)
     write_json(args.run_dir / "summary.json", summary)
     print(v.headline())
     for reason in v.reasons if not v.refused else []:
@@ -207,14 +252,20 @@ def _init(args: argparse.Namespace) -> int:
     from pytest_ecdysis.ci.template import init
 
     try:
-        written = init(args.directory, suite=args.suite, harness=args.harness, action=args.action,
-                       baseline=args.baseline)
+        written = init(
+            args.directory, suite=args.suite, harness=args.harness, action=args.action, baseline=args.baseline
+        )
     except UsageError as exc:
         raise RunDirError(str(exc)) from None  # exit 2 with the one line, as every command's bad input
-    print(f"ecdysis init: {len(written)} file(s) in {args.directory}: harness/, tests/, pytest.ini, "
-          f".github/workflows/{', .ecdysis/baseline.json' if args.baseline else ''}")
-    print("next: cd into it, `git init` (if new), " + ("" if args.baseline else
-          "`pytest -n 2 --ecdysis-save-baseline .ecdysis/baseline.json`, ") + "commit everything; README.md says more")
+    print(
+        f"ecdysis init: {len(written)} file(s) in {args.directory}: harness/, tests/, pytest.ini, "
+        f".github/workflows/{', .ecdysis/baseline.json' if args.baseline else ''}"
+    )
+    print(
+        "next: cd into it, `git init` (if new), "
+        + ("" if args.baseline else "`pytest -n 2 --ecdysis-save-baseline .ecdysis/baseline.json`, ")
+        + "commit everything; README.md says more"
+    )
     return 0
 
 
@@ -245,35 +296,74 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_merge)
     p = sub.add_parser("baseline", help="write a (merged) run's scores as the gate's baseline file")
     p.add_argument("run_dir", type=Path)
-    p.add_argument("-o", "--output", type=Path, default=Path(".ecdysis/baseline.json"),
-                   help="the baseline file (default: %(default)s)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path(".ecdysis/baseline.json"),
+        help="the baseline file (default: %(default)s)",
+    )
     p.set_defaults(func=_baseline)
     p = sub.add_parser("gate", help="the regression gate on a (merged) run directory")
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--baseline", type=Path, default=Path(".ecdysis/baseline.json"),
-                   help="the baseline file the gate reads (default: %(default)s)")
-    p.add_argument("--tolerance", type=float, default=0.0, help="allowed drop of the suite score (default: %(default)s)")
-    p.add_argument("--max-regressions", type=int, default=None,
-                   help="allowed tasks solved in the baseline and not now (default: not checked)")
-    p.add_argument("--accept", choices=("strict", "paired", "sequential"), default="paired",
-                   help="strict: fail on any drop beyond the tolerance; paired (and sequential, the same for the "
-                        "gate): only on a significant one (as --ecdysis-accept; the default by the measured error "
-                        "rates, docs/benchmarks.md) (default: %(default)s)")
-    p.add_argument("--accept-method", default="sign", help="the paired test: sign, wilcoxon or bootstrap "
-                   "(default: %(default)s)")
-    p.add_argument("--accept-level", type=float, default=0.05, help="the paired test's level, in (0, 1) (default: %(default)s)")
-    p.add_argument("--max-cost-rise", type=float, default=None,
-                   help="fail when the agent's tokens per task rise above the baseline's by more than this share "
-                        "(0.2 = 20%%; as ini ecdysis_gate_max_cost_rise) (default: not checked)")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=Path(".ecdysis/baseline.json"),
+        help="the baseline file the gate reads (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=0.0, help="allowed drop of the suite score (default: %(default)s)"
+    )
+    p.add_argument(
+        "--max-regressions",
+        type=int,
+        default=None,
+        help="allowed tasks solved in the baseline and not now (default: not checked)",
+    )
+    p.add_argument(
+        "--accept",
+        choices=("strict", "paired", "sequential"),
+        default="paired",
+        help="strict: fail on any drop beyond the tolerance; paired (and sequential, the same for the "
+        "gate): only on a significant one (as --ecdysis-accept; the default by the measured error "
+        "rates, docs/benchmarks.md) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--accept-method",
+        default="sign",
+        help="the paired test: sign, wilcoxon or bootstrap (default: %(default)s)",
+    )
+    p.add_argument(
+        "--accept-level",
+        type=float,
+        default=0.05,
+        help="the paired test's level, in (0, 1) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-cost-rise",
+        type=float,
+        default=None,
+        help="fail when the agent's tokens per task rise above the baseline's by more than this share "
+        "(0.2 = 20%%; as ini ecdysis_gate_max_cost_rise) (default: not checked)",
+    )
     p.set_defaults(func=_gate)
     p = sub.add_parser("init", help="lay out a repository of your own: harness, suite, pytest.ini, workflows")
     p.add_argument("directory", type=Path)
     p.add_argument("--suite", default=None, help="the suite template (default: the only one installed, tau2)")
-    p.add_argument("--harness", default="example_harness",
-                   help="the harness to start from: a directory or a registered name (default: %(default)s)")
-    p.add_argument("--action", default=None,
-                   help="the action's reference in the workflows, OWNER/REPO@REF (default: pytest-ecdysis/pytest-ecdysis@v0)")
-    p.add_argument("--baseline", action="store_true", help="also run the suite once and save .ecdysis/baseline.json")
+    p.add_argument(
+        "--harness",
+        default="example_harness",
+        help="the harness to start from: a directory or a registered name (default: %(default)s)",
+    )
+    p.add_argument(
+        "--action",
+        default=None,
+        help="the action's reference in the workflows, OWNER/REPO@REF (default: pytest-ecdysis/pytest-ecdysis@v0)",
+    )
+    p.add_argument(
+        "--baseline", action="store_true", help="also run the suite once and save .ecdysis/baseline.json"
+    )
     p.set_defaults(func=_init)
     return parser
 

@@ -30,6 +30,8 @@ from pytest_ecdysis.run.state import ENV_RUN_ID, ENV_SESSION_PID, ENV_SIM_URL, E
 
 CONFIG_KEY = pytest.StashKey["EcdysisState"]()
 TRIAL_KEY = pytest.StashKey[dict]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
@@ -39,7 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ecdysis_trial: a trial of a task suite (task x trial)")
     unset_empty_env()  # an empty OPENAI_BASE_URL (an unset CI secret) means unset, here and in every child
     try:
-        register_pytest_plugins(config.pluginmanager)  # strategies a conftest.py defines (`ecdysis_strategies`)
+        register_pytest_plugins(
+            config.pluginmanager
+        )  # strategies a conftest.py defines (`ecdysis_strategies`)
         cfg = read_config(config)
         harness_dir = resolve_harness(cfg.harness, cfg.rootdir)
         from pytest_ecdysis.run.xdist_schedule import check_dist
@@ -55,7 +59,14 @@ def pytest_configure(config: pytest.Config) -> None:
             # (sharing them wrote this session's files into its run directory and continued its conversations)
             from pytest_ecdysis.validate import pycache, warm
 
-            for name in (ENV_RUN_ID, ENV_SIM_URL, pycache.ENV_DIR, pycache.ENV_WRITE, warm.ENV_DIR, warm.ENV_SUBRUN):
+            for name in (
+                ENV_RUN_ID,
+                ENV_SIM_URL,
+                pycache.ENV_DIR,
+                pycache.ENV_WRITE,
+                warm.ENV_DIR,
+                warm.ENV_SUBRUN,
+            ):
                 os.environ.pop(name, None)  # ... its scorers' bytecode cache and warm services (`validate`)
         run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
         os.environ[ENV_RUN_ID] = run_id  # inherited by xdist workers, which start after configure
@@ -138,7 +149,9 @@ def ecdysis(request: pytest.FixtureRequest) -> EcdysisState:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     data = item.stash.get(TRIAL_KEY, None)
-    if data is not None and (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
+    if data is not None and (
+        report.when == "call" or (report.when == "setup" and report.outcome != "passed")
+    ):
         from pytest_ecdysis.run.coverage import json_safe_trial
 
         report.ecdysis_trial = json_safe_trial(data, item.nodeid)
@@ -202,8 +215,9 @@ def write_html_page(state: EcdysisState) -> None:
 
     outcome = state.outcome
     if outcome.run_path is None:
-        outcome.problems.append(f"ecdysis_html: {state.cfg.html} not written, the run directory could not be "
-                                "written")
+        outcome.problems.append(
+            f"ecdysis_html: {state.cfg.html} not written, the run directory could not be written"
+        )
         return
     try:
         state.html_path, _ = write_html(outcome.run_path, state.cfg.html)

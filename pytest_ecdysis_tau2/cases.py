@@ -69,9 +69,18 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
     domain, task_id, trial = request.param
 
     def spec_of(param: tuple[str, str, int]) -> TrialSpec:
-        return TrialSpec(domain=param[0], task_id=param[1], trial=param[2], run_id=state.run_id, model=cfg.model,
-                         user_model=cfg.user_model, harness_dir=state.harness_dir, harness_id=state.harness_id,
-                         base_url=cfg.base_url, sim_url=state.sim_url)
+        return TrialSpec(
+            domain=param[0],
+            task_id=param[1],
+            trial=param[2],
+            run_id=state.run_id,
+            model=cfg.model,
+            user_model=cfg.user_model,
+            harness_dir=state.harness_dir,
+            harness_id=state.harness_id,
+            base_url=cfg.base_url,
+            sim_url=state.sim_url,
+        )
 
     spec = spec_of(request.param)
     try:
@@ -83,9 +92,15 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
         else:
             result = run_trial(spec, EndpointSettings.from_config(cfg))
     except Exception as exc:  # a defect of the suite or of τ² itself: never the agent's, never evidence
-        result = TrialResult(suite=spec.suite, task_id=task_id, trial=trial, termination_reason="infrastructure_error",
-                             harness_id=state.harness_id, model=cfg.model,
-                             error=f"the τ² suite failed to run the trial: {type(exc).__name__}: {exc}")
+        result = TrialResult(
+            suite=spec.suite,
+            task_id=task_id,
+            trial=trial,
+            termination_reason="infrastructure_error",
+            harness_id=state.harness_id,
+            model=cfg.model,
+            error=f"the τ² suite failed to run the trial: {type(exc).__name__}: {exc}",
+        )
     result.nodeid = request.node.nodeid
     record_trial(request.node, result)
     if is_sim_model(cfg.model) and state.sim_url:
@@ -101,9 +116,11 @@ def check_trial(result: TrialResult, threshold: float) -> None:
     if result.reward is None or result.reward < threshold:
         parts = ", ".join(f"{k}={v:g}" for k, v in sorted(result.components.items())) or "none scored"
         detail = f"; {result.error.splitlines()[0]}" if result.error else ""
-        pytest.fail(safetext.terminal(
-            f"reward {result.reward} < λ={threshold:g} on {result.suite} task {result.task_id} "
-            f"(trial {result.trial}): components {parts}; termination {result.termination_reason}{detail}"),
+        pytest.fail(
+            safetext.terminal(
+                f"reward {result.reward} < λ={threshold:g} on {result.suite} task {result.task_id} "
+                f"(trial {result.trial}): components {parts}; termination {result.termination_reason}{detail}"
+            ),
             pytrace=False,
         )
 

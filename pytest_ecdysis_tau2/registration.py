@@ -46,7 +46,9 @@ def ecdysis_sim_knowledge() -> dict[str, Any]:
 def ecdysis_answer_keys() -> list[str]:
     import importlib.util
 
-    spec = importlib.util.find_spec("tau2")  # located, not imported (tau2's import costs most of a CPU second)
+    spec = importlib.util.find_spec(
+        "tau2"
+    )  # located, not imported (tau2's import costs most of a CPU second)
     if spec is None or not spec.submodule_search_locations:
         return []
     # τ²'s `tau2.utils.utils.DATA_DIR`: the package's own `data` directory

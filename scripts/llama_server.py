@@ -35,14 +35,18 @@ GEMMA_END = "<end_of_turn>"
 def _listing(tools: list[dict[str, Any]] | None) -> str:
     if not tools:
         return ""
-    return ("\n\nYou have access to the following functions:\n"
-            + "".join(f"\nfunctions.{t['function']['name']}:\n"
-                      f"{json.dumps(t['function'].get('parameters') or {})}\n" for t in tools)
-            + "\n\nYou can respond to users messages with either a single message or one or more function "
-              "calls.\n\nTo respond with a message begin the message with 'message:', use the following "
-              "format:\n\nmessage:\n<message>\n\nTo respond with one or more function calls begin the "
-              "message with 'functions.<function_name>:', use the following format:\n\n"
-              'functions.<function_name>:\n{ "arg1": "value1", "arg2": "value2" }')
+    return (
+        "\n\nYou have access to the following functions:\n"
+        + "".join(
+            f"\nfunctions.{t['function']['name']}:\n{json.dumps(t['function'].get('parameters') or {})}\n"
+            for t in tools
+        )
+        + "\n\nYou can respond to users messages with either a single message or one or more function "
+        "calls.\n\nTo respond with a message begin the message with 'message:', use the following "
+        "format:\n\nmessage:\n<message>\n\nTo respond with one or more function calls begin the "
+        "message with 'functions.<function_name>:', use the following format:\n\n"
+        'functions.<function_name>:\n{ "arg1": "value1", "arg2": "value2" }'
+    )
 
 
 def _text(content: Any) -> str:
@@ -109,26 +113,60 @@ def _usage(*completions: dict[str, Any]) -> dict[str, int]:
 STYLES = {"chatml-tools": (render, END), "gemma-tools": (render_gemma, GEMMA_END)}
 
 
-def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                 tool_choice: Any = None, temperature: float = 0.2, max_tokens: int | None = None,
-                 response_format: dict[str, Any] | None = None, stream: bool = False, stop: Any = None,
-                 functions: Any = None, function_call: Any = None, style: str = "chatml-tools",
-                 **kwargs: Any) -> Any:
+def chatml_tools(
+    llama: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    temperature: float = 0.2,
+    max_tokens: int | None = None,
+    response_format: dict[str, Any] | None = None,
+    stream: bool = False,
+    stop: Any = None,
+    functions: Any = None,
+    function_call: Any = None,
+    style: str = "chatml-tools",
+    **kwargs: Any,
+) -> Any:
     """The `chatml-tools` / `gemma-tools` handler (`style`; llama-cpp-python's chat-handler signature; returns
     an OpenAI chat completion). `tool_choice` None or "auto": the model chooses (missing means auto, as with
     OpenAI); "none" or no tools: plain text; "required" or a named function: a call is forced."""
     render_prompt, end = STYLES[style]
-    sample = {k: kwargs[k] for k in ("top_p", "top_k", "min_p", "seed", "repeat_penalty", "presence_penalty",
-                                     "frequency_penalty", "model") if kwargs.get(k) is not None}
+    sample = {
+        k: kwargs[k]
+        for k in (
+            "top_p",
+            "top_k",
+            "min_p",
+            "seed",
+            "repeat_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "model",
+        )
+        if kwargs.get(k) is not None
+    }
     stops = [end] + ([stop] if isinstance(stop, str) else list(stop or []))
     use_tools = tools if tools and tool_choice != "none" else None
     prompt = render_prompt(messages, use_tools)
     if not use_tools:
-        grammar = fmt._grammar_for_response_format(response_format) \
-            if response_format and response_format.get("type") == "json_object" else None
-        return fmt._convert_completion_to_chat(llama.create_completion(
-            prompt=prompt, temperature=temperature, max_tokens=max_tokens, stop=stops, stream=stream,
-            grammar=grammar, **sample), stream=stream)
+        grammar = (
+            fmt._grammar_for_response_format(response_format)
+            if response_format and response_format.get("type") == "json_object"
+            else None
+        )
+        return fmt._convert_completion_to_chat(
+            llama.create_completion(
+                prompt=prompt,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                stop=stops,
+                stream=stream,
+                grammar=grammar,
+                **sample,
+            ),
+            stream=stream,
+        )
     if stream:
         raise ValueError("chatml-tools does not stream replies with tools; send stream=false")
     names = [t["function"]["name"] for t in use_tools]
@@ -138,37 +176,69 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
     else:
         choices = [f'"functions.{n}:"' for n in names] + ([] if tool_choice == "required" else ['"message:"'])
     first = llama.create_completion(
-        prompt=prompt, temperature=temperature, max_tokens=32, stop=[end], **sample,
-        grammar=llama_grammar.LlamaGrammar.from_string(f"root ::= {' | '.join(choices)}\n", verbose=False))
+        prompt=prompt,
+        temperature=temperature,
+        max_tokens=32,
+        stop=[end],
+        **sample,
+        grammar=llama_grammar.LlamaGrammar.from_string(f"root ::= {' | '.join(choices)}\n", verbose=False),
+    )
     picked = first["choices"][0]["text"].strip()
     if not picked.startswith("functions."):
-        answer = llama.create_completion(prompt=prompt + "message:\n", temperature=temperature,
-                                          max_tokens=max_tokens, stop=stops, **sample)
+        answer = llama.create_completion(
+            prompt=prompt + "message:\n", temperature=temperature, max_tokens=max_tokens, stop=stops, **sample
+        )
         reply = fmt._convert_completion_to_chat(answer, stream=False)
         reply["usage"] = _usage(first, answer)
         return reply
-    name = picked[len("functions."):].rstrip(":")
+    name = picked[len("functions.") :].rstrip(":")
     tool = next(t for t in use_tools if t["function"]["name"] == name)
     try:
         grammar = llama_grammar.LlamaGrammar.from_json_schema(
-            json.dumps(tool["function"].get("parameters") or {"type": "object"}), verbose=False)
+            json.dumps(tool["function"].get("parameters") or {"type": "object"}), verbose=False
+        )
     except Exception:  # a schema the converter does not take: any JSON, as upstream falls back
         grammar = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
-    args = llama.create_completion(prompt=prompt + f"functions.{name}:\n", temperature=temperature,
-                                   max_tokens=max_tokens, stop=stops, grammar=grammar, **sample)
+    args = llama.create_completion(
+        prompt=prompt + f"functions.{name}:\n",
+        temperature=temperature,
+        max_tokens=max_tokens,
+        stop=stops,
+        grammar=grammar,
+        **sample,
+    )
     finish = args["choices"][0]["finish_reason"]
-    return {"id": "chat" + args["id"], "object": "chat.completion", "created": int(time.time()),
-            "model": args["model"],
-            "choices": [{"index": 0, "logprobs": None,
-                         "finish_reason": "tool_calls" if finish == "stop" else finish,
-                         "message": {"role": "assistant", "content": None, "tool_calls": [
-                             {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                              "function": {"name": name, "arguments": args["choices"][0]["text"]}}]}}],
-            "usage": _usage(first, args)}
+    return {
+        "id": "chat" + args["id"],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": args["model"],
+        "choices": [
+            {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if finish == "stop" else finish,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{uuid.uuid4().hex[:24]}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": args["choices"][0]["text"]},
+                        }
+                    ],
+                },
+            }
+        ],
+        "usage": _usage(first, args),
+    }
 
 
 fmt.register_chat_completion_handler("chatml-tools")(chatml_tools)
-fmt.register_chat_completion_handler("gemma-tools")(lambda *a, **kw: chatml_tools(*a, style="gemma-tools", **kw))
+fmt.register_chat_completion_handler("gemma-tools")(
+    lambda *a, **kw: chatml_tools(*a, style="gemma-tools", **kw)
+)
 
 if __name__ == "__main__":
     from llama_cpp.server.__main__ import main

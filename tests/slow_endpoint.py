@@ -25,10 +25,16 @@ from typing import Any
 
 
 def completion_bytes(message: dict[str, Any], finish: str = "stop") -> bytes:
-    return json.dumps({"id": "cmpl-slow", "object": "chat.completion", "created": 0, "model": "slow",
-                       "choices": [{"index": 0, "finish_reason": finish,
-                                    "message": {"role": "assistant", **message}}],
-                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+    return json.dumps(
+        {
+            "id": "cmpl-slow",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "slow",
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", **message}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    ).encode()
 
 
 class SlowEndpoint:
@@ -60,7 +66,9 @@ class SlowEndpoint:
                     self.wfile.write(args[0])
                     return
                 reply = args[-1] if kind != "silence" else None
-                payload = completion_bytes(reply(body) if callable(reply) else reply) if reply is not None else b""
+                payload = (
+                    completion_bytes(reply(body) if callable(reply) else reply) if reply is not None else b""
+                )
                 prefix = b" " * args[0] if kind == "whitespace" else b""
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -84,7 +92,7 @@ class SlowEndpoint:
                 for i in range(len(data)):
                     if outer.stop.is_set():
                         return
-                    self.wfile.write(data[i:i + 1])
+                    self.wfile.write(data[i : i + 1])
                     time.sleep(interval)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -21,16 +21,23 @@ ORACLE_HARNESS = Path(__file__).resolve().parent / "suite_oracle_harness"
 
 
 def completion(message: dict[str, Any], finish: str | None = "stop") -> dict[str, Any]:
-    return {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "scripted",
-            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", **message}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+    return {
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", **message}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
 
 
 def text(content: str, finish: str | None = "stop") -> tuple[dict[str, Any], str | None]:
     return {"content": content}, finish
 
 
-def call(name: str, arguments: Any, call_id: Any = "c1", finish: str | None = "tool_calls") -> tuple[dict, str | None]:
+def call(
+    name: str, arguments: Any, call_id: Any = "c1", finish: str | None = "tool_calls"
+) -> tuple[dict, str | None]:
     """A reply with one tool call; `arguments` is sent as given (a str, or a dict to test case 2)."""
     function = {"name": name, "arguments": arguments}
     tool_call = {"type": "function", "function": function}
@@ -74,18 +81,38 @@ def scripted_user(opening: str = "Hi, I need help with my reservation.") -> Scri
     return ScriptedModel([reply])
 
 
-def run(task_id: str, agent: ScriptedModel | None, *, domain: str = "airline", harness: Path = EXAMPLE_HARNESS,
-        settings: Any = None, user: ScriptedModel | None = None, base_url: str = "http://scripted.invalid/v1",
-        agent_transport: Any = None, scorer: Any = None) -> Any:
+def run(
+    task_id: str,
+    agent: ScriptedModel | None,
+    *,
+    domain: str = "airline",
+    harness: Path = EXAMPLE_HARNESS,
+    settings: Any = None,
+    user: ScriptedModel | None = None,
+    base_url: str = "http://scripted.invalid/v1",
+    agent_transport: Any = None,
+    scorer: Any = None,
+) -> Any:
     """One trial through the suite's runner with scripted agent and user endpoints."""
     from pytest_ecdysis.core.harness import harness_id
     from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
-    spec = TrialSpec(domain=domain, task_id=task_id, trial=0, run_id="test-run", model="scripted",
-                     user_model="scripted", harness_dir=harness, harness_id=harness_id(harness), base_url=base_url)
+    spec = TrialSpec(
+        domain=domain,
+        task_id=task_id,
+        trial=0,
+        run_id="test-run",
+        model="scripted",
+        user_model="scripted",
+        harness_dir=harness,
+        harness_id=harness_id(harness),
+        base_url=base_url,
+    )
     user = user or scripted_user()
     transport = agent_transport or (agent.transport() if agent is not None else None)
-    return run_trial(spec, settings, agent_transport=transport, user_transport=user.transport(), scorer=scorer)
+    return run_trial(
+        spec, settings, agent_transport=transport, user_transport=user.transport(), scorer=scorer
+    )
 
 
 Handler = Callable[[httpx2.Request], httpx2.Response]

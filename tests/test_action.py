@@ -20,7 +20,7 @@ from pytest_ecdysis.ci.action import choose_model, pytest_args
 from pytest_ecdysis.ci.inputs import ActionInputs
 from pytest_ecdysis.core.options import OPTIONS
 
-SUITE = '''
+SUITE = """
 import json, pathlib, pytest, pytest_ecdysis
 from pytest_ecdysis import TrialResult
 
@@ -40,12 +40,14 @@ def test_task(case, request, ecdysis):
     pytest_ecdysis.record_trial(request.node, TrialResult(suite="toy", task_id=task, trial=trial, reward=reward,
                                 components={"communicate": reward}, termination_reason="agent_stop"))
     assert reward >= ecdysis.cfg.threshold
-'''
+"""
 
 
 def agent(repo: Path, solved: int) -> None:
     """The toy agent answers the first `solved` of the 6 tasks right."""
-    (repo / "agent.json").write_text(json.dumps({f"t{i}": f"answer-{i}" if i < solved else "?" for i in range(6)}))
+    (repo / "agent.json").write_text(
+        json.dumps({f"t{i}": f"answer-{i}" if i < solved else "?" for i in range(6)})
+    )
 
 
 @pytest.fixture
@@ -62,26 +64,43 @@ def action(repo: Path, run_id: str, **inputs: str) -> tuple[subprocess.Completed
     runner = repo.parent / f"runner-{run_id}"
     runner.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_", "ECDYSIS_RUN"))}
-    env.update({"INPUT_" + k.upper(): v for k, v in inputs.items()}, GITHUB_OUTPUT=str(runner / "output"),
-               GITHUB_STEP_SUMMARY=str(runner / "summary.md"), RUNNER_TEMP=str(runner), GITHUB_RUN_ID=run_id,
-               GITHUB_RUN_ATTEMPT="1", ECDYSIS_SIM_URL="http://127.0.0.1:9")  # the toy suite calls no model
-    proc = subprocess.run([sys.executable, "-m", "pytest_ecdysis.ci.action"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env.update(
+        {"INPUT_" + k.upper(): v for k, v in inputs.items()},
+        GITHUB_OUTPUT=str(runner / "output"),
+        GITHUB_STEP_SUMMARY=str(runner / "summary.md"),
+        RUNNER_TEMP=str(runner),
+        GITHUB_RUN_ID=run_id,
+        GITHUB_RUN_ATTEMPT="1",
+        ECDYSIS_SIM_URL="http://127.0.0.1:9",
+    )  # the toy suite calls no model
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_ecdysis.ci.action"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = runner / "output"
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines()) if out.exists() else {}
     summary = (runner / "summary.md").read_text() if (runner / "summary.md").exists() else ""
     return proc, outputs, summary
 
 
-@pytest.mark.parametrize(("inputs", "what"), [
-    ({"MODE": "check"}, "mode"),
-    ({"MODE": "gate", "BASELINE": "missing.json"}, "baseline"),
-    ({"MODE": "evolve", "TOKEN": ""}, "token"),
-    ({"MODE": "gate", "SHARDS": "4"}, "shard"),
-    ({"MODE": "baseline", "BUDGET": "ten"}, "budget"),
-    ({"MODE": "gate", "BASELINE": "test_toy.py", "ACCEPT": "lenient"}, "accept"),
-])
-def test_bad_input_fails_the_step_with_one_line_naming_what_to_set(repo: Path, inputs: dict, what: str) -> None:
+@pytest.mark.parametrize(
+    ("inputs", "what"),
+    [
+        ({"MODE": "check"}, "mode"),
+        ({"MODE": "gate", "BASELINE": "missing.json"}, "baseline"),
+        ({"MODE": "evolve", "TOKEN": ""}, "token"),
+        ({"MODE": "gate", "SHARDS": "4"}, "shard"),
+        ({"MODE": "baseline", "BUDGET": "ten"}, "budget"),
+        ({"MODE": "gate", "BASELINE": "test_toy.py", "ACCEPT": "lenient"}, "accept"),
+    ],
+)
+def test_bad_input_fails_the_step_with_one_line_naming_what_to_set(
+    repo: Path, inputs: dict, what: str
+) -> None:
     """Unknown mode, a gate without its baseline, evolve without a token (and bad numbers, shards, rules):
     exit 2 with a single `::error::` line that says which input to set; nothing runs, no output is written."""
     proc, outputs, _ = action(repo, "1", **inputs)
@@ -99,15 +118,27 @@ def test_baseline_then_gate_passes_then_fails_when_the_agent_gets_worse(repo: Pa
     run directory and the HTML page; the job summary names the simulated model and the verdict."""
     proc, out, summary = action(repo, "10", MODE="baseline", WORKERS="2", TRIALS="2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert out["verdict"] == "saved" and out["suite-score"] == "0.8333" and out["artifact-name"] == "ecdysis-baseline-run"
-    assert json.loads((repo / ".ecdysis" / "baseline.json").read_text())["suite_score"] == pytest.approx(5 / 6)
+    assert (
+        out["verdict"] == "saved"
+        and out["suite-score"] == "0.8333"
+        and out["artifact-name"] == "ecdysis-baseline-run"
+    )
+    assert json.loads((repo / ".ecdysis" / "baseline.json").read_text())["suite_score"] == pytest.approx(
+        5 / 6
+    )
     assert "::notice title=pytest-ecdysis::" in proc.stdout and "simulated" in summary
 
     proc, out, summary = action(repo, "11", MODE="gate", WORKERS="2", TRIALS="2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (out["verdict"], out["suite-score"], out["run-dir"]) == ("passed", "0.8333", ".ecdysis/runs/gate-11-1")
+    assert (out["verdict"], out["suite-score"], out["run-dir"]) == (
+        "passed",
+        "0.8333",
+        ".ecdysis/runs/gate-11-1",
+    )
     assert "<html" in Path(out["report-path"]).read_text()[:500].lower()
-    assert "verdict **passed**, suite score 0.8333" in summary and "gate PASSED" in summary  # the plugin's table too
+    assert (
+        "verdict **passed**, suite score 0.8333" in summary and "gate PASSED" in summary
+    )  # the plugin's table too
 
     agent(repo, 2)
     proc, out, summary = action(repo, "12", MODE="gate", WORKERS="0", TRIALS="2", ACCEPT="strict")
@@ -128,7 +159,11 @@ def test_a_sharded_gate_runs_each_shard_then_merges_and_gates(repo: Path) -> Non
     for group in ("1", "2"):
         proc, out, _ = action(repo, f"2{group}", MODE="gate", SHARDS="2", SHARD=group, WORKERS="0")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert out["verdict"] == "shard" and out["report-path"] == "" and out["artifact-name"] == f"ecdysis-shard-{group}"
+        assert (
+            out["verdict"] == "shard"
+            and out["report-path"] == ""
+            and out["artifact-name"] == f"ecdysis-shard-{group}"
+        )
         (repo / out["run-dir"]).rename(shards / f"ecdysis-shard-{group}")  # as download-artifact lays them
     proc, out, summary = action(repo, "29", MODE="gate", MERGE=f"{shards}/*/")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -139,6 +174,7 @@ def test_a_sharded_gate_runs_each_shard_then_merges_and_gates(repo: Path) -> Non
 
 def test_the_model_falls_back_to_sim_without_a_key_or_url() -> None:
     """A model secret without a key or URL (a fork's pull request gets none) runs `sim` and says why."""
+
     def inputs(**env: str) -> ActionInputs:
         return ActionInputs.from_env({"INPUT_MODE": "baseline", **{"INPUT_" + k: v for k, v in env.items()}})
 
@@ -152,14 +188,30 @@ def test_the_model_falls_back_to_sim_without_a_key_or_url() -> None:
 
 def test_evolve_inputs_become_options_the_plugin_has() -> None:
     """Evolve's rounds, strategy, rule and budget become the plugin's options (each one it declares)."""
-    inp = ActionInputs.from_env({"INPUT_MODE": "evolve", "INPUT_TOKEN": "t", "INPUT_ROUNDS": "1",
-                                 "INPUT_STRATEGY": "ecdysis-nofdcr", "INPUT_ACCEPT": "strict", "INPUT_BUDGET": "2.5",
-                                 "INPUT_PATHS": "suite/a.py suite/b.py", "INPUT_ARGS": "--ecdysis-tasks '0,1'"})
+    inp = ActionInputs.from_env(
+        {
+            "INPUT_MODE": "evolve",
+            "INPUT_TOKEN": "t",
+            "INPUT_ROUNDS": "1",
+            "INPUT_STRATEGY": "ecdysis-nofdcr",
+            "INPUT_ACCEPT": "strict",
+            "INPUT_BUDGET": "2.5",
+            "INPUT_PATHS": "suite/a.py suite/b.py",
+            "INPUT_ARGS": "--ecdysis-tasks '0,1'",
+        }
+    )
     args = pytest_args(inp, "sim")
     assert args[:2] == ["suite/a.py", "suite/b.py"] and args[-2:] == ["--ecdysis-tasks", "0,1"]
     joined = " ".join(args)
-    for part in ("--ecdysis-evolve", "--ecdysis-rounds 1", "--ecdysis-strategy ecdysis-nofdcr",
-                 "--ecdysis-accept strict", "--ecdysis-max-cost 2.5", "-n 2", "--ecdysis-model sim"):
+    for part in (
+        "--ecdysis-evolve",
+        "--ecdysis-rounds 1",
+        "--ecdysis-strategy ecdysis-nofdcr",
+        "--ecdysis-accept strict",
+        "--ecdysis-max-cost 2.5",
+        "-n 2",
+        "--ecdysis-model sim",
+    ):
         assert part in joined
     known = {"--ecdysis-" + o.name for o in OPTIONS}
     assert set(re.findall(r"--ecdysis-[a-z-]+", joined)) <= known

@@ -27,26 +27,67 @@ BAD_OPTIONS = [
     (["-o", "ecdysis_proposals=0"], "ini key ecdysis_proposals must be an integer >= 1, got 0"),
     (["-o", "ecdysis_proposals=three"], "ini key ecdysis_proposals must be an integer >= 1, got 'three'"),
     (["-o", "ecdysis_sim_nonce= "], "ini key ecdysis_sim_nonce must be a non-blank text"),
-    (["--ecdysis-limits", "trial-budget=0"], "--ecdysis-limits trial-budget must be a number of seconds > 0, got '0'"),
-    (["--ecdysis-limits=call-timeout=-1"], "--ecdysis-limits call-timeout must be a number of seconds > 0, got '-1'"),
-    (["--ecdysis-limits", "max-retries=-1"], "--ecdysis-limits max-retries must be an integer >= 0, got '-1'"),
-    (["--ecdysis-limits", "diagnosis-budget=soon"], "--ecdysis-limits diagnosis-budget must be a number of seconds > 0"),
+    (
+        ["--ecdysis-limits", "trial-budget=0"],
+        "--ecdysis-limits trial-budget must be a number of seconds > 0, got '0'",
+    ),
+    (
+        ["--ecdysis-limits=call-timeout=-1"],
+        "--ecdysis-limits call-timeout must be a number of seconds > 0, got '-1'",
+    ),
+    (
+        ["--ecdysis-limits", "max-retries=-1"],
+        "--ecdysis-limits max-retries must be an integer >= 0, got '-1'",
+    ),
+    (
+        ["--ecdysis-limits", "diagnosis-budget=soon"],
+        "--ecdysis-limits diagnosis-budget must be a number of seconds > 0",
+    ),
     (["-o", "ecdysis_editor_budget=0"], "--ecdysis-limits editor-budget must be a number of seconds > 0"),
-    (["--ecdysis-limits", "retries=3"], "--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of"),
+    (
+        ["--ecdysis-limits", "retries=3"],
+        "--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of",
+    ),
     (["-o", "ecdysis_editor_context=-5"], "ini key ecdysis_editor_context must be an integer >= 0, got -5"),
-    (["--ecdysis-editor-writable", "/nonexistent-ecdysis"], "--ecdysis-editor-writable: /nonexistent-ecdysis is not an "
-                                                          "existing directory; create it first"),
-    (["-o", "ecdysis_text_tool_calls=guess"], "ini key ecdysis_text_tool_calls must be one of reject, parse, got 'guess'"),
+    (
+        ["--ecdysis-editor-writable", "/nonexistent-ecdysis"],
+        "--ecdysis-editor-writable: /nonexistent-ecdysis is not an existing directory; create it first",
+    ),
+    (
+        ["-o", "ecdysis_text_tool_calls=guess"],
+        "ini key ecdysis_text_tool_calls must be one of reject, parse, got 'guess'",
+    ),
     (["-o", "ecdysis_rescore=sometimes"], "ini key ecdysis_rescore must be one of auto, always, never"),
     (["--ecdysis-accept", "lenient"], "--ecdysis-accept must be one of strict, paired, sequential"),
-    (["-o", "ecdysis_accept_method=t-test"], "ini key ecdysis_accept_method must be one of sign, wilcoxon, bootstrap"),
-    (["-o", "ecdysis_accept_level=0"], "ini key ecdysis_accept_level must be a number strictly between 0 and 1*got 0.0"),
-    (["-o", "ecdysis_accept_level=1"], "ini key ecdysis_accept_level must be a number strictly between 0 and 1*got 1.0"),
+    (
+        ["-o", "ecdysis_accept_method=t-test"],
+        "ini key ecdysis_accept_method must be one of sign, wilcoxon, bootstrap",
+    ),
+    (
+        ["-o", "ecdysis_accept_level=0"],
+        "ini key ecdysis_accept_level must be a number strictly between 0 and 1*got 0.0",
+    ),
+    (
+        ["-o", "ecdysis_accept_level=1"],
+        "ini key ecdysis_accept_level must be a number strictly between 0 and 1*got 1.0",
+    ),
     # one message stating the open interval (it said "in [0.0, 1.0]", and then refused 1.0)
-    (["-o", "ecdysis_accept_level=1.5"], "ini key ecdysis_accept_level must be a number strictly between 0 and 1*got 1.5"),
-    (["-o", "ecdysis_accept_level=five"], "ini key ecdysis_accept_level must be a number strictly between 0 and 1*'five'"),
-    (["--ecdysis-accept-level", "0.01"], "--ecdysis-accept-level was removed: set the ini key ecdysis_accept_level"),
-    (["--ecdysis-agent-memory", "8"], "--ecdysis-agent-memory was removed: pass --ecdysis-limits agent-memory=VALUE"),
+    (
+        ["-o", "ecdysis_accept_level=1.5"],
+        "ini key ecdysis_accept_level must be a number strictly between 0 and 1*got 1.5",
+    ),
+    (
+        ["-o", "ecdysis_accept_level=five"],
+        "ini key ecdysis_accept_level must be a number strictly between 0 and 1*'five'",
+    ),
+    (
+        ["--ecdysis-accept-level", "0.01"],
+        "--ecdysis-accept-level was removed: set the ini key ecdysis_accept_level",
+    ),
+    (
+        ["--ecdysis-agent-memory", "8"],
+        "--ecdysis-agent-memory was removed: pass --ecdysis-limits agent-memory=VALUE",
+    ),
     (["--ecdysis-model="], "--ecdysis-model was given an empty value"),
     (["--ecdysis-run-dir="], "--ecdysis-run-dir was given an empty value"),
     (["--ecdysis-harness="], "--ecdysis-harness was given an empty value"),
@@ -71,17 +112,24 @@ def test_real_model_without_endpoint_is_a_usage_error(pytester: pytest.Pytester,
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess("--ecdysis-model", "gpt-4o-mini")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-model 'gpt-4o-mini' is not simulated*--ecdysis-base-url*OPENAI_API_KEY*"])
+    result.stderr.fnmatch_lines(
+        ["*--ecdysis-model 'gpt-4o-mini' is not simulated*--ecdysis-base-url*OPENAI_API_KEY*"]
+    )
     result = pytester.runpytest_subprocess("--ecdysis-test-model", "gpt-4o")  # the hint names the option used
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-test-model 'gpt-4o' is not simulated*or use --ecdysis-test-model sim*"])
+    result.stderr.fnmatch_lines(
+        ["*--ecdysis-test-model 'gpt-4o' is not simulated*or use --ecdysis-test-model sim*"]
+    )
 
 
-@pytest.mark.parametrize("ini, message", [
-    ("ecdysis_trials = 0", "--ecdysis-trials must be an integer >= 1, got 0"),
-    ("ecdysis_concurrency = -1", "--ecdysis-concurrency must be an integer >= 1, got -1"),
-    ("ecdysis_editor_context = 8k", "ini key ecdysis_editor_context must be an integer >= 0, got '8k'"),
-])
+@pytest.mark.parametrize(
+    "ini, message",
+    [
+        ("ecdysis_trials = 0", "--ecdysis-trials must be an integer >= 1, got 0"),
+        ("ecdysis_concurrency = -1", "--ecdysis-concurrency must be an integer >= 1, got -1"),
+        ("ecdysis_editor_context = 8k", "ini key ecdysis_editor_context must be an integer >= 0, got '8k'"),
+    ],
+)
 def test_ini_mirror_is_read(pytester: pytest.Pytester, ini: str, message: str) -> None:
     """An ini key ecdysis_<name> sets the option; a bad ini value is also a usage error."""
     pytester.makeini(f"[pytest]\n{ini}\n")
@@ -131,11 +179,19 @@ def test_time_limits_come_from_option_then_ini_then_env_then_default() -> None:
 
     env = {"ECDYSIS_CALL_TIMEOUT_S": "7", "ECDYSIS_MAX_RETRIES": "0", "ECDYSIS_EDITOR_TIMEOUT": "42"}
     limits = read_limits({"call-timeout": "5", "trial-budget": "30"}, env)
-    assert limits == {"call_timeout_s": 5.0, "max_retries": 0, "trial_budget_s": 30.0,
-                      "diagnosis_budget_s": 1800.0, "editor_budget_s": 42.0}
+    assert limits == {
+        "call_timeout_s": 5.0,
+        "max_retries": 0,
+        "trial_budget_s": 30.0,
+        "diagnosis_budget_s": 1800.0,
+        "editor_budget_s": 42.0,
+    }
     assert read_limits({}, {})["call_timeout_s"] == 60.0 and read_limits({}, {})["max_retries"] == 3
-    with pytest.raises(UsageError, match="--ecdysis-limits trial-budget must be a number of seconds > 0, got '-5' "
-                                         r"\(from env ECDYSIS_TRIAL_BUDGET_S\)"):
+    with pytest.raises(
+        UsageError,
+        match="--ecdysis-limits trial-budget must be a number of seconds > 0, got '-5' "
+        r"\(from env ECDYSIS_TRIAL_BUDGET_S\)",
+    ):
         read_limits({}, {"ECDYSIS_TRIAL_BUDGET_S": "-5"})
 
 
@@ -145,13 +201,20 @@ def test_bad_time_limit_in_the_environment_is_a_usage_error(pytester: pytest.Pyt
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-limits max-retries must be an integer >= 0, got 'many' (from env "
-                                 "ECDYSIS_MAX_RETRIES)*"])
+    result.stderr.fnmatch_lines(
+        ["*--ecdysis-limits max-retries must be an integer >= 0, got 'many' (from env ECDYSIS_MAX_RETRIES)*"]
+    )
 
 
 #: a valid value for each option that only an evolution or a gate reads (None: a flag without value).
-JOB_ONLY_VALUES = {"diagnosis-model": "sim", "editor": "sim", "baseline": "b.json", "gate-max-regressions": "0",
-                   "test-model": "sim", "editor-writable": "."}
+JOB_ONLY_VALUES = {
+    "diagnosis-model": "sim",
+    "editor": "sim",
+    "baseline": "b.json",
+    "gate-max-regressions": "0",
+    "test-model": "sim",
+    "editor-writable": ".",
+}
 
 
 def _job_only_options():
@@ -163,9 +226,15 @@ def _job_only_options():
 def test_the_job_only_list_covers_the_options_only_a_job_reads():
     """The list the next test runs over: every evolution-only and gate-only option, none of the others."""
     names = {o.name: o.needs for o in _job_only_options()}
-    assert names["rounds"] == ("evolve",) and names["test-model"] == ("evolve",) and names["max-cost"] == ("evolve",)
+    assert (
+        names["rounds"] == ("evolve",)
+        and names["test-model"] == ("evolve",)
+        and names["max-cost"] == ("evolve",)
+    )
     assert names["gate-tolerance"] == ("gate",) and names["accept"] == ("evolve", "gate")
-    assert not {"model", "trials", "split", "tasks", "harness", "evolve", "gate", "save-baseline"} & set(names)
+    assert not {"model", "trials", "split", "tasks", "harness", "evolve", "gate", "save-baseline"} & set(
+        names
+    )
 
 
 @pytest.mark.parametrize("form", ["space", "equals"])
@@ -183,11 +252,18 @@ def test_an_option_only_a_job_reads_needs_that_job_on_the_command_line(pytester:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    needs = "--ecdysis-evolve" if opt.needs == ("evolve",) else "--ecdysis-gate" if opt.needs == ("gate",) \
+    needs = (
+        "--ecdysis-evolve"
+        if opt.needs == ("evolve",)
+        else "--ecdysis-gate"
+        if opt.needs == ("gate",)
         else "--ecdysis-evolve (or --ecdysis-resume RUN_ID) or --ecdysis-gate"
+    )
     assert f"{flag} is read only by" in result.stderr.str() and f"it needs {needs}" in result.stderr.str()
     if opt.ini and form == "space":  # the ini mirror is no error
-        pytester.makeini(f"[pytest]\necdysis_{name.replace('-', '_')} = {'true' if value is None else value}\n")
+        pytester.makeini(
+            f"[pytest]\necdysis_{name.replace('-', '_')} = {'true' if value is None else value}\n"
+        )
         assert pytester.runpytest().ret == pytest.ExitCode.OK
 
 
@@ -198,10 +274,20 @@ def test_job_only_options_pass_with_their_job_and_are_not_given_to_sub_runs():
     from pytest_ecdysis.core.config_values import check_needs
     from pytest_ecdysis.validate.setup import strip_args
 
-    args = ["--ecdysis-rounds", "5", "--ecdysis-evidence=all", "--ecdysis-accept=paired", "--ecdysis-baseline", "b.json",
-            "--ecdysis-trials", "2"]
+    args = [
+        "--ecdysis-rounds",
+        "5",
+        "--ecdysis-evidence=all",
+        "--ecdysis-accept=paired",
+        "--ecdysis-baseline",
+        "b.json",
+        "--ecdysis-trials",
+        "2",
+    ]
     config = SimpleNamespace(invocation_params=SimpleNamespace(args=tuple(args)))
     with pytest.raises(UsageError, match="--ecdysis-baseline is read only by the gate"):
         check_needs(config, evolve=True, gate=False)
-    check_needs(SimpleNamespace(invocation_params=SimpleNamespace(args=tuple(args[:4]))), evolve=True, gate=False)
+    check_needs(
+        SimpleNamespace(invocation_params=SimpleNamespace(args=tuple(args[:4]))), evolve=True, gate=False
+    )
     assert strip_args(args) == ["--ecdysis-trials", "2"]

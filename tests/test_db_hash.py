@@ -15,8 +15,16 @@ from pytest_ecdysis_tau2.tasks import suite
 from pytest_ecdysis_tau2.tasks.tau2lib import load_tau2
 
 #: write tasks of both domains (cancel, change, book, exchange, return): the replays change records
-SAMPLE = [("airline", "2"), ("airline", "8"), ("airline", "14"), ("airline", "21"),
-          ("retail", "0"), ("retail", "3"), ("retail", "4"), ("retail", "5")]
+SAMPLE = [
+    ("airline", "2"),
+    ("airline", "8"),
+    ("airline", "14"),
+    ("airline", "21"),
+    ("retail", "0"),
+    ("retail", "3"),
+    ("retail", "4"),
+    ("retail", "5"),
+]
 
 
 def _tau2_hash(db: object) -> str:
@@ -35,7 +43,7 @@ def _replayed(domain: str, task_id: str, drop_last_write: bool) -> tuple[db_hash
     messages = list(run.messages)
     if drop_last_write:
         last = max(i for i, m in enumerate(messages) if getattr(m, "tool_calls", None))
-        del messages[last:last + 2]
+        del messages[last : last + 2]
     env.set_state(initialization_data=None, initialization_actions=None, message_history=messages)
     return pieces, env.tools.db
 
@@ -88,8 +96,14 @@ def test_routes_that_hand_out_records_are_recorded() -> None:
     assert res.touched == {key, sorted(dict.keys(res))[1]}
     assert dict(res) == {**res}  # both copies go through keys() and indexing: every key recorded
     assert res.touched == set(dict.keys(res))
-    for route in (lambda d: d.values(), lambda d: d.items(), lambda d: d.copy(), lambda d: copy.deepcopy(d),
-                  lambda d: pickle.dumps(d), lambda d: d | {}):
+    for route in (
+        lambda d: d.values(),
+        lambda d: d.items(),
+        lambda d: d.copy(),
+        lambda d: copy.deepcopy(d),
+        lambda d: pickle.dumps(d),
+        lambda d: d | {},
+    ):
         pieces, db = _fresh()
         route(db.users)
         assert db.users.touched is db_hash._ALL

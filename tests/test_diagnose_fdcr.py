@@ -24,11 +24,18 @@ from pytest_ecdysis.evidence.patterns import group
 
 GOOD_SPEC = {
     "summary": "Name the argument in tool errors.",
-    "changes": [{"component": "environment_contract", "files": ["feedback.py"],
-                 "description": "errors name the argument and expected form", "trigger": "tool error",
-                 "addresses": ["too_many_errors|db|get_order_details|not_found"],
-                 "parameters": {"knob": "error_feedback"}}],
-    "left_alone": [], "watch_tasks": [],
+    "changes": [
+        {
+            "component": "environment_contract",
+            "files": ["feedback.py"],
+            "description": "errors name the argument and expected form",
+            "trigger": "tool error",
+            "addresses": ["too_many_errors|db|get_order_details|not_found"],
+            "parameters": {"knob": "error_feedback"},
+        }
+    ],
+    "left_alone": [],
+    "watch_tasks": [],
 }
 
 
@@ -36,9 +43,17 @@ def run(tmp_path, answer, *, strategy="ecdysis", passes=2, records=None, log=Non
     harness = write_harness(tmp_path)
     records = id_prefix_records() if records is None else records
     log = [] if log is None else log
-    d = diagnose(records=records, groups=group(records), harness_dir=harness, history=[], solved_tasks=[],
-                 cfg=cfg(passes), round_dir=tmp_path / "round", strategy=strategy,
-                 client=scripted_client(answer, log))
+    d = diagnose(
+        records=records,
+        groups=group(records),
+        harness_dir=harness,
+        history=[],
+        solved_tasks=[],
+        cfg=cfg(passes),
+        round_dir=tmp_path / "round",
+        strategy=strategy,
+        client=scripted_client(answer, log),
+    )
     return d, log
 
 
@@ -49,6 +64,7 @@ def scripted(spec_answers):
     def fn(role, body):
         wants_spec = 'format="spec"' in body["messages"][1]["content"]
         return answers.pop(0) if wants_spec else f"{role} notes"
+
     return fn
 
 
@@ -132,7 +148,9 @@ def test_empty_spec_is_no_spec(tmp_path):
     empty = {"summary": "nothing", "changes": [], "left_alone": [{"signature": "s", "reason": "model"}]}
     d, _ = run(tmp_path, scripted([json.dumps(empty)]), passes=1)
     assert d.spec is None and d.reason == "no_spec" and (tmp_path / "round" / "spec.json").exists()
-    assert d.detail == "the spec proposes no change, 1 group(s) left alone"  # it goes inside "no spec (...)" lines
+    assert (
+        d.detail == "the spec proposes no change, 1 group(s) left alone"
+    )  # it goes inside "no spec (...)" lines
 
 
 @pytest.mark.parametrize("records", [[], [rec("1", suspect=True)], [rec("1", reason="infrastructure_error")]])
@@ -141,6 +159,7 @@ def test_no_failures_means_no_call(tmp_path, records):
 
     def never(role, body):
         raise AssertionError("no role may be called")
+
     d, log = run(tmp_path, never, records=records)
     assert d.spec is None and d.reason == "no_failures" and log == [] and d.calls == 0
 
@@ -151,7 +170,10 @@ def test_endpoint_failure_is_infrastructure_error_and_keeps_transcript(tmp_path)
 
     def fn(role, body):
         calls.append(role)
-        return "analyst notes" if len(calls) == 1 else httpx2.Response(500, json={"error": {"message": "boom"}})
+        return (
+            "analyst notes" if len(calls) == 1 else httpx2.Response(500, json={"error": {"message": "boom"}})
+        )
+
     with pytest.raises(InfrastructureError, match="HTTP 500"):
         run(tmp_path, fn, passes=1)
     lines = (tmp_path / "round" / "transcript.jsonl").read_text().splitlines()
@@ -167,6 +189,7 @@ def test_json_mode_rejected_by_endpoint_is_dropped(tmp_path):
         if "response_format" in body:
             return httpx2.Response(400, json={"error": {"message": "response_format is not supported"}})
         return json.dumps(GOOD_SPEC)
+
     d, _ = run(tmp_path, fn, strategy="ecdysis-nofdcr")
     assert d.spec is not None and seen == [True, False]
 
@@ -195,8 +218,16 @@ def test_sim_roles_end_to_end_through_openai_client(tmp_path):
     records = id_prefix_records() + incomplete_records()
     harness = write_harness(tmp_path)
     log = []
-    d = diagnose(records=records, groups=group(records), harness_dir=harness, history=[], solved_tasks=[],
-                 cfg=cfg(2), round_dir=tmp_path / "r", client=sim_client(log))
+    d = diagnose(
+        records=records,
+        groups=group(records),
+        harness_dir=harness,
+        history=[],
+        solved_tasks=[],
+        cfg=cfg(2),
+        round_dir=tmp_path / "r",
+        client=sim_client(log),
+    )
     knobs = {c.parameters["knob"] for c in d.spec.changes}
     assert knobs == {"error_feedback", "id_normalisation", "completion_check"} and len(log) == 7
 
@@ -210,6 +241,7 @@ def test_rejected_optional_parameters_are_not_sent_again(tmp_path):
         if "max_tokens" in body:
             return httpx2.Response(400, json={"error": {"message": "Unsupported parameter: 'max_tokens'"}})
         return json.dumps(GOOD_SPEC) if 'format="spec"' in body["messages"][1]["content"] else "notes"
+
     d, log = run(tmp_path, fn, passes=1)
     assert d.spec is not None and seen == [True] + [False] * 4
 
@@ -224,14 +256,24 @@ def test_a_prompt_that_fits_without_its_max_tokens_is_asked_again_with_the_room_
         def fn(role, body):
             seen.append(body.get("max_tokens"))
             if body.get("max_tokens", 0) + messages > 8192:
-                return httpx2.Response(400, json={"error": {
-                    "message": f"This model's maximum context length is 8192 tokens. However, you requested "
-                               f"{messages + body['max_tokens']} tokens ({messages} in the messages, "
-                               f"{body['max_tokens']} in the completion). Please reduce the length of the "
-                               "messages or completion.", "type": "invalid_request_error", "param": "messages",
-                    "code": "context_length_exceeded"}})
+                return httpx2.Response(
+                    400,
+                    json={
+                        "error": {
+                            "message": f"This model's maximum context length is 8192 tokens. However, you requested "
+                            f"{messages + body['max_tokens']} tokens ({messages} in the messages, "
+                            f"{body['max_tokens']} in the completion). Please reduce the length of the "
+                            "messages or completion.",
+                            "type": "invalid_request_error",
+                            "param": "messages",
+                            "code": "context_length_exceeded",
+                        }
+                    },
+                )
             return json.dumps(GOOD_SPEC)
+
         return fn
+
     d, _ = run(tmp_path / "fits", answer(5004), strategy="ecdysis-nofdcr")
     assert d.spec is not None and seen == [4096, 3188]
     seen.clear()
@@ -242,9 +284,16 @@ def test_a_prompt_that_fits_without_its_max_tokens_is_asked_again_with_the_room_
 def test_role_calls_wait_at_least_as_long_as_the_call_timeout_a_user_raised():
     """A slow endpoint's user raises --ecdysis-limits call-timeout; role calls (default 180 s per attempt) get it
     too when it is longer, instead of being cut and asked again from the start."""
+
     def cfg_with(seconds):
-        return SimpleNamespace(diagnosis_model="local", base_url="http://127.0.0.1:1/v1", call_timeout_s=seconds,
-                               max_retries=0, diagnosis_budget_s=1800.0)
+        return SimpleNamespace(
+            diagnosis_model="local",
+            base_url="http://127.0.0.1:1/v1",
+            call_timeout_s=seconds,
+            max_retries=0,
+            diagnosis_budget_s=1800.0,
+        )
+
     assert RoleClient.from_config(cfg_with(600.0)).timeout_s == 600.0
     assert RoleClient.from_config(cfg_with(60.0)).timeout_s == DEFAULT_TIMEOUT_S == 180.0
 

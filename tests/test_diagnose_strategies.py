@@ -26,8 +26,17 @@ def run(tmp_path, strategy, records, log, proposals=None):
     config = cfg(2)
     if proposals is not None:
         config.proposals = proposals
-    return diagnose(records=records, groups=group(records), harness_dir=harness, history=[], solved_tasks=[],
-                    cfg=config, round_dir=tmp_path / "round", strategy=strategy, client=sim_client(log))
+    return diagnose(
+        records=records,
+        groups=group(records),
+        harness_dir=harness,
+        history=[],
+        solved_tasks=[],
+        cfg=config,
+        round_dir=tmp_path / "round",
+        strategy=strategy,
+        client=sim_client(log),
+    )
 
 
 def evidence_of(body):
@@ -63,14 +72,21 @@ def test_harnessfix_traces_attributes_consolidates_and_scopes(tmp_path):
     flaws = json.loads((rdir / "flaws.json").read_text())
     assert len(flaws["attributions"]) == 6
     assert {f["flaw"]: f["tasks"] for f in flaws["flaws"]} == {
-        "premature_end": ["7", "8"], "tool_error": ["1", "2"], "wrong_write": ["9"]}
+        "premature_end": ["7", "8"],
+        "tool_error": ["1", "2"],
+        "wrong_write": ["9"],
+    }
     ops = json.loads((rdir / "operators.json").read_text())["operators"]
     assert [(o["flaw"], o["operator"], o["may_touch"]) for o in ops] == [
-        ("premature_end", "add_check", ["closing.py"]), ("tool_error", "add_guard", ["feedback.py", "tools.py"]),
-        ("wrong_write", "rewrite_tool_description", ["prompts.py", "tools.py"])]
+        ("premature_end", "add_check", ["closing.py"]),
+        ("tool_error", "add_guard", ["feedback.py", "tools.py"]),
+        ("wrong_write", "rewrite_tool_description", ["prompts.py", "tools.py"]),
+    ]
     assert len(log) == 3 and all("HarnessFix repair" in body["messages"][1]["content"] for _, body in log)
     assert d.alternatives and d.regression_aware and len(d.specs) == 1
-    assert all(set(c.files) <= {"closing.py", "feedback.py", "tools.py", "prompts.py"} for c in d.spec.changes)
+    assert all(
+        set(c.files) <= {"closing.py", "feedback.py", "tools.py", "prompts.py"} for c in d.spec.changes
+    )
 
 
 def test_harnessfix_drops_a_repair_outside_its_operator(tmp_path):
@@ -79,7 +95,9 @@ def test_harnessfix_drops_a_repair_outside_its_operator(tmp_path):
 
     op = {"may_touch": ["config.py"], "creates": False}
     assert in_scope(["config.py"], op) and not in_scope(["prompts.py"], op)
-    assert in_scope(["anything.py"], {"may_touch": [], "creates": True})  # Direct: the artifact does not exist
+    assert in_scope(
+        ["anything.py"], {"may_touch": [], "creates": True}
+    )  # Direct: the artifact does not exist
 
 
 def test_self_harness_proposes_diverse_minimal_modifications(tmp_path):
@@ -111,8 +129,10 @@ def test_self_harness_mines_records_when_groups_are_few(tmp_path):
     dup = sum(r["outcome"] == "duplicate" for r in rows)
     assert dup >= 1
     # fewer proposals than asked: the round's line says why (printed by the loop before the proposals run)
-    assert d.detail.startswith(f"{len(d.specs)} distinct proposal(s) from 3 weakness(es); {dup} answer(s) "
-                               "repeated an earlier proposal")
+    assert d.detail.startswith(
+        f"{len(d.specs)} distinct proposal(s) from 3 weakness(es); {dup} answer(s) "
+        "repeated an earlier proposal"
+    )
 
 
 def test_self_harness_takes_the_next_change_when_the_first_was_proposed(tmp_path):
@@ -131,8 +151,13 @@ def test_self_harness_makes_as_many_proposals_as_asked(tmp_path, n):
     """ecdysis_proposals = N (cfg.proposals): N weaknesses, N analyst calls, at most N proposals; 4 weaknesses
     come from three groups plus a single record of the largest."""
     log = []
-    d = run(tmp_path, "self-harness", id_prefix_records() + incomplete_records() + blind_spot_records(), log,
-            proposals=n)
+    d = run(
+        tmp_path,
+        "self-harness",
+        id_prefix_records() + incomplete_records() + blind_spot_records(),
+        log,
+        proposals=n,
+    )
     weak = json.loads((tmp_path / "round" / "weaknesses.json").read_text())["weaknesses"]
     assert len(log) == len(weak) == n and 1 <= len(d.specs) <= n
     assert "already proposed" not in log[0][1]["messages"][1]["content"].lower()

@@ -32,21 +32,86 @@ PACKAGES = ("pytest_ecdysis", "pytest_ecdysis_tau2")
 
 #: Files of other projects (and of a user's repository) that our texts cite on purpose.
 EXTERNAL_FILES = {
-    "conftest.py", "setup.py", "__init__.py", "__main__.py", "dsession.py", "newhooks.py", "workermanage.py",
-    "mockllm.py", "mock.py", "_exceptions.py", "STYLE.md", "DESIGN.md", "CHANGELOG.md",
-    "model_prices_and_context_window_backup.json", "AGENTS.md", "CLAUDE.md", "sitecustomize.py",
-    "usercustomize.py", "evaluator_communicate.py", "simulation_guidelines.md", "test_orders.py", "utils.py",
-    "model_call.py", "t.py", "ecdysis-pr-body.md",
+    "conftest.py",
+    "setup.py",
+    "__init__.py",
+    "__main__.py",
+    "dsession.py",
+    "newhooks.py",
+    "workermanage.py",
+    "mockllm.py",
+    "mock.py",
+    "_exceptions.py",
+    "STYLE.md",
+    "DESIGN.md",
+    "CHANGELOG.md",
+    "model_prices_and_context_window_backup.json",
+    "AGENTS.md",
+    "CLAUDE.md",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "evaluator_communicate.py",
+    "simulation_guidelines.md",
+    "test_orders.py",
+    "utils.py",
+    "model_call.py",
+    "t.py",
+    "ecdysis-pr-body.md",
 }
 #: Prefixes of paths that live outside this repository (τ²'s package, a user's run, a temporary tree).
 #: Dotted names in backticks that start like a room but are not ours (git configuration keys, pytest's).
-EXTERNAL_NAMES = {"core.fsmonitor", "core.hooksPath", "core.sshCommand", "core.editor", "core.pager",
-                  "report.longrepr", "report.ecdysis_trial", "report.user_properties", "config.workeroutput"}
+EXTERNAL_NAMES = {
+    "core.fsmonitor",
+    "core.hooksPath",
+    "core.sshCommand",
+    "core.editor",
+    "core.pager",
+    "report.longrepr",
+    "report.ecdysis_trial",
+    "report.user_properties",
+    "config.workeroutput",
+}
 #: A backticked name ending like a file (`edit.json`, `ci.yml`) is a file name, not a module.
-FILE_SUFFIXES = (".json", ".jsonl", ".yml", ".yaml", ".md", ".py", ".txt", ".html", ".toml", ".j2", ".tmpl",
-                 ".diff", ".patch", ".xml", ".sh", ".lock", ".gguf", ".csv")
-EXTERNAL_PREFIXES = ("tau2/", "src/", "data/", "site-packages/", "xdist/", "/", "~", ".venv/", ".ecdysis/",
-                     "your_", "my_", "path/", "a/", "b/", ".../", "harness/", "tests/fixtures/", "web/")
+FILE_SUFFIXES = (
+    ".json",
+    ".jsonl",
+    ".yml",
+    ".yaml",
+    ".md",
+    ".py",
+    ".txt",
+    ".html",
+    ".toml",
+    ".j2",
+    ".tmpl",
+    ".diff",
+    ".patch",
+    ".xml",
+    ".sh",
+    ".lock",
+    ".gguf",
+    ".csv",
+)
+EXTERNAL_PREFIXES = (
+    "tau2/",
+    "src/",
+    "data/",
+    "site-packages/",
+    "xdist/",
+    "/",
+    "~",
+    ".venv/",
+    ".ecdysis/",
+    "your_",
+    "my_",
+    "path/",
+    "a/",
+    "b/",
+    ".../",
+    "harness/",
+    "tests/fixtures/",
+    "web/",
+)
 
 DOTTED_FULL = re.compile(r"\b(pytest_ecdysis(?:_tau2)?(?:\.[A-Za-z_]\w*)+)")
 BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*)`?")
@@ -121,8 +186,11 @@ def _full_name_ok(dotted: str) -> bool:
 @cache
 def _rooms() -> frozenset[str]:
     """The sub-package names of both packages (`evolve`, `sim`, `scoring`, ...)."""
-    return frozenset(m.split(".")[1] for m in _modules() if m.count(".") >= 1 and (
-        _modules()[m].name == "__init__.py" and m.count(".") == 1))
+    return frozenset(
+        m.split(".")[1]
+        for m in _modules()
+        if m.count(".") >= 1 and (_modules()[m].name == "__init__.py" and m.count(".") == 1)
+    )
 
 
 def _relative_name_ok(dotted: str) -> bool:
@@ -138,8 +206,13 @@ def _relative_name_ok(dotted: str) -> bool:
 
 @cache
 def _repo_files() -> tuple[str, ...]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return tuple(line for line in out.splitlines() if line)
 
 
@@ -155,12 +228,21 @@ def _path_ok(path: str, source: Path) -> bool:
 def _former_modules() -> frozenset[str]:
     """Stems of `.py` files git shows renamed away or deleted, that are no module, definition or option now."""
     try:
-        log = subprocess.run(["git", "log", "-M", "--name-status", "--diff-filter=RD", "--pretty=format:"],
-                             cwd=ROOT, capture_output=True, text=True, check=True, timeout=60).stdout
+        log = subprocess.run(
+            ["git", "log", "-M", "--name-status", "--diff-filter=RD", "--pretty=format:"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return frozenset()
-    gone = {Path(line.split("\t")[1]).stem for line in log.splitlines()
-            if line[:1] in "RD" and "\t" in line and line.split("\t")[1].endswith(".py")}
+    gone = {
+        Path(line.split("\t")[1]).stem
+        for line in log.splitlines()
+        if line[:1] in "RD" and "\t" in line and line.split("\t")[1].endswith(".py")
+    }
     now = {m.rsplit(".", 1)[-1] for m in _modules()}
     for path in _modules().values():
         now |= _defined(path)
@@ -202,18 +284,25 @@ def test_every_module_a_text_names_exists() -> None:
 
 def test_no_text_cites_our_tracker() -> None:
     """No "issue N" in the package, the docs or the README: they say what and why, not which ticket asked."""
-    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:100]}" for p in _texts()
-            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if TRACKER.search(line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()[:100]}"
+        for p in _texts()
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if TRACKER.search(line)
+    ]
     assert not hits, f"{len(hits)} lines cite the tracker:\n" + "\n".join(hits)
 
 
-@pytest.mark.parametrize("text, stale", [
-    ("see `evolve.loop.Evolution`", False),
-    ("see `evolve.loop.NoSuchThing`", True),
-    ("see pytest_ecdysis.evolve.no_such_module", True),
-    ("see pytest_ecdysis/evolve/no_such_module.py", True),
-    ("see evolve/loop.py", False),
-])
+@pytest.mark.parametrize(
+    "text, stale",
+    [
+        ("see `evolve.loop.Evolution`", False),
+        ("see `evolve.loop.NoSuchThing`", True),
+        ("see pytest_ecdysis.evolve.no_such_module", True),
+        ("see pytest_ecdysis/evolve/no_such_module.py", True),
+        ("see evolve/loop.py", False),
+    ],
+)
 def test_the_check_itself(text: str, stale: bool) -> None:
     """The check finds a deliberately stale name and passes a true one."""
     assert bool(stale_names(ROOT / "README.md", text)) is stale

@@ -78,13 +78,40 @@ def test_cmd_editor_timeout_and_failure(tmp_path: Path) -> None:
 
 def test_subrun_args_drop_outer_options() -> None:
     """Sub-runs keep the suite arguments and xdist settings and drop evolution/gate/resume options."""
-    args = ["pytest_ecdysis_tau2/test_airline.py", "-n", "2", "--ecdysis-evolve", "--ecdysis-rounds=2",
-            "--ecdysis-resume", "r1", "--ecdysis-harness", "h", "--ecdysis-trials", "2", "-x"]
+    args = [
+        "pytest_ecdysis_tau2/test_airline.py",
+        "-n",
+        "2",
+        "--ecdysis-evolve",
+        "--ecdysis-rounds=2",
+        "--ecdysis-resume",
+        "r1",
+        "--ecdysis-harness",
+        "h",
+        "--ecdysis-trials",
+        "2",
+        "-x",
+    ]
     assert strip_args(args) == ["pytest_ecdysis_tau2/test_airline.py", "-n", "2", "--ecdysis-trials", "2"]
-    out = subrun_args(args, harness_dir=Path("/c/h"), run_dir=Path("/r"),
-                      overrides={"--ecdysis-trials": "3", "--ecdysis-tasks": None})
-    assert out == ["pytest_ecdysis_tau2/test_airline.py", "-n", "2", "--ecdysis-harness", "/c/h",
-                   "--ecdysis-run-dir", "/r", "-o", "ecdysis_html=", "--ecdysis-trials", "3"]
+    out = subrun_args(
+        args,
+        harness_dir=Path("/c/h"),
+        run_dir=Path("/r"),
+        overrides={"--ecdysis-trials": "3", "--ecdysis-tasks": None},
+    )
+    assert out == [
+        "pytest_ecdysis_tau2/test_airline.py",
+        "-n",
+        "2",
+        "--ecdysis-harness",
+        "/c/h",
+        "--ecdysis-run-dir",
+        "/r",
+        "-o",
+        "ecdysis_html=",
+        "--ecdysis-trials",
+        "3",
+    ]
 
 
 def test_import_check_covers_lazily_imported_modules(tmp_path: Path) -> None:

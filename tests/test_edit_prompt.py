@@ -49,10 +49,14 @@ def test_only_the_files_the_spec_names_are_shown_the_rest_listed(tmp_path: Path)
     their contents), and `edit.json`'s record says which was which."""
     h = _harness(tmp_path, big=50)
     client = RecordingClient(BLOCK)
-    result = BuiltinEditor(SimpleNamespace(), client=client).edit(None, h, spec_path=_spec(tmp_path, "mod.py"))
+    result = BuiltinEditor(SimpleNamespace(), client=client).edit(
+        None, h, spec_path=_spec(tmp_path, "mod.py")
+    )
     assert result.ok and (h / "mod.py").read_text() == "LEVEL = 2\n"
     prompt = client.requests[0][1]["content"]
-    assert "```python\nLEVEL = 1\n```" in prompt and "filler line" not in prompt and "build_agent" not in prompt
+    assert (
+        "```python\nLEVEL = 1\n```" in prompt and "filler line" not in prompt and "build_agent" not in prompt
+    )
     assert "- big.py (" in prompt and "- __init__.py (" in prompt and "- notes.txt (12 bytes)" in prompt
     assert result.prompt["shown"] == ["mod.py"]
     assert result.prompt["listed"] == ["__init__.py", "big.py", "notes.txt"]
@@ -63,8 +67,12 @@ def test_a_spec_that_names_no_file_gets_every_source_file_and_says_so(tmp_path: 
     """No file named (or only files the harness lacks): every Python file is shown, as before, and the
     record and the result's detail say why; a named file to create is pointed out."""
     h = _harness(tmp_path, big=2)
-    result = BuiltinEditor(SimpleNamespace(), client=RecordingClient(BLOCK)).edit(None, h, spec_path=_spec(tmp_path))
-    assert result.prompt["shown"] == ["__init__.py", "big.py", "mod.py"] and result.prompt["listed"] == ["notes.txt"]
+    result = BuiltinEditor(SimpleNamespace(), client=RecordingClient(BLOCK)).edit(
+        None, h, spec_path=_spec(tmp_path)
+    )
+    assert result.prompt["shown"] == ["__init__.py", "big.py", "mod.py"] and result.prompt["listed"] == [
+        "notes.txt"
+    ]
     assert "the spec names no file: all 3 Python source file(s) shown" in result.detail
     prompt = build_prompt(_spec(tmp_path, "skills.py").read_text(), h, _source_files(h))
     assert prompt.missing == ["skills.py"] and "create them with an empty SEARCH): skills.py" in prompt.text
@@ -100,8 +108,18 @@ def test_the_example_harness_prompt_for_one_file_is_a_fraction_of_the_whole() ->
     """The real example harness and the real-model script's spec (raise MAX_MODEL_CALLS in config.py): the
     prompt shows config.py alone and is under a quarter of the whole-harness prompt (24,582 characters,
     6,557 SmolLM2 tokens measured, docs/real-model.md) that a small model could not read in 25 minutes."""
-    spec = json.dumps({"summary": "s", "changes": [{"component": "trajectory_regulation", "files": ["config.py"],
-                                                    "description": "Raise MAX_MODEL_CALLS by ten."}]})
+    spec = json.dumps(
+        {
+            "summary": "s",
+            "changes": [
+                {
+                    "component": "trajectory_regulation",
+                    "files": ["config.py"],
+                    "description": "Raise MAX_MODEL_CALLS by ten.",
+                }
+            ],
+        }
+    )
     files = [p for p in _source_files(EXAMPLE) if "__pycache__" not in p.parts]
     one = build_prompt(spec, EXAMPLE, files)
     whole = build_prompt(json.dumps({"summary": "s", "changes": []}), EXAMPLE, files)
@@ -120,8 +138,19 @@ def test_named_files_reads_any_spec_text() -> None:
 def test_the_editor_asks_for_at_most_the_replys_share_of_the_context() -> None:
     """With ecdysis_editor_context the editor's max_tokens is the reply's share (a quarter, at least 512):
     a model that repeats itself stops there instead of at the client's 4,096 tokens."""
-    cfg = SimpleNamespace(editor_context_tokens=8192, diagnosis_model="m", base_url="http://127.0.0.1:9/v1",
-                          editor_budget_s=60.0, call_timeout_s=10.0, max_retries=0)
+    cfg = SimpleNamespace(
+        editor_context_tokens=8192,
+        diagnosis_model="m",
+        base_url="http://127.0.0.1:9/v1",
+        editor_budget_s=60.0,
+        call_timeout_s=10.0,
+        max_retries=0,
+    )
     assert BuiltinEditor(cfg).client.max_tokens == 2048
-    assert BuiltinEditor(SimpleNamespace(**{**vars(cfg), "editor_context_tokens": 1024})).client.max_tokens == 512
-    assert BuiltinEditor(SimpleNamespace(**{**vars(cfg), "editor_context_tokens": 0})).client.max_tokens == 4096
+    assert (
+        BuiltinEditor(SimpleNamespace(**{**vars(cfg), "editor_context_tokens": 1024})).client.max_tokens
+        == 512
+    )
+    assert (
+        BuiltinEditor(SimpleNamespace(**{**vars(cfg), "editor_context_tokens": 0})).client.max_tokens == 4096
+    )

@@ -14,8 +14,17 @@ from pytest_ecdysis.core.harness import load_harness
 from pytest_ecdysis.sim.editor.recipes import apply_spec, check_usable, load_recipes
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
-KNOBS = {"max_model_calls", "max_tool_result_chars", "keep_last_messages", "error_feedback", "id_normalisation",
-         "completion_check", "repeat_guard", "policy_rule", "value_check"}
+KNOBS = {
+    "max_model_calls",
+    "max_tool_result_chars",
+    "keep_last_messages",
+    "error_feedback",
+    "id_normalisation",
+    "completion_check",
+    "repeat_guard",
+    "policy_rule",
+    "value_check",
+}
 
 
 @pytest.fixture
@@ -26,8 +35,12 @@ def harness(tmp_path: Path) -> Path:
 
 
 def _spec(*changes: dict) -> dict:
-    return {"summary": "s", "changes": [{"component": "policy_prompt", "files": [], "description": "d",
-                                         "parameters": c} for c in changes]}
+    return {
+        "summary": "s",
+        "changes": [
+            {"component": "policy_prompt", "files": [], "description": "d", "parameters": c} for c in changes
+        ],
+    }
 
 
 def _module(harness: Path, name: str):
@@ -44,8 +57,14 @@ def test_one_recipe_per_documented_knob() -> None:
 
 def test_settings_recipes(harness: Path) -> None:
     """Value knobs set the named constant in config.py and nothing else."""
-    result = apply_spec(_spec({"knob": "max_model_calls", "value": 32}, {"knob": "keep_last_messages", "value": 64},
-                              {"knob": "max_tool_result_chars", "value": 5000}), harness)
+    result = apply_spec(
+        _spec(
+            {"knob": "max_model_calls", "value": 32},
+            {"knob": "keep_last_messages", "value": 64},
+            {"knob": "max_tool_result_chars", "value": 5000},
+        ),
+        harness,
+    )
     assert result.applied == ["max_model_calls", "keep_last_messages", "max_tool_result_chars"]
     assert result.files == ["config.py"]
     config = _module(harness, "config")
@@ -79,7 +98,9 @@ def test_completion_check_once_per_conversation(harness: Path) -> None:
     check = closing.check_before_end([{"role": "user", "content": "hi"}, closing_reply])
     assert check and "figures" in check
     assert closing.check_before_end([{"role": "assistant", "content": "Which flight?"}]) is None
-    assert closing.check_before_end([closing_reply, {"role": "user", "content": check}, closing_reply]) is None
+    assert (
+        closing.check_before_end([closing_reply, {"role": "user", "content": check}, closing_reply]) is None
+    )
 
 
 def test_repeat_guard_marks_identical_failing_call(harness: Path) -> None:
@@ -103,8 +124,15 @@ def test_policy_rule_appends_the_text_literally(harness: Path) -> None:
 def test_not_implementable_is_reported_not_guessed(harness: Path) -> None:
     """Unknown knobs, missing or ill-typed parameters and already-applied recipes change nothing."""
     before = {p: p.read_bytes() for p in harness.rglob("*.py")}
-    result = apply_spec(_spec({"knob": "rewrite_everything"}, {"knob": "max_model_calls", "value": "many"},
-                              {"knob": "id_normalisation"}, {}), harness)
+    result = apply_spec(
+        _spec(
+            {"knob": "rewrite_everything"},
+            {"knob": "max_model_calls", "value": "many"},
+            {"knob": "id_normalisation"},
+            {},
+        ),
+        harness,
+    )
     assert result.applied == [] and len(result.not_implementable) == 4
     assert "no edit recipe" in result.not_implementable[0]["reason"]
     assert {p: p.read_bytes() for p in harness.rglob("*.py")} == before
@@ -117,25 +145,41 @@ def test_a_narrowed_spec_gets_a_narrower_edit(harness: Path) -> None:
     """completion_check narrowed by review ("... after at least one write ...") checks a closing reply only
     when the conversation changed a record; the base trigger checks every closing reply."""
     closing_reply = {"role": "assistant", "content": "Done. Is there anything else I can help you with?"}
-    lookup = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "1", "type": "function", "function": {"name": "get_order_details", "arguments": "{}"}}]}
-    write = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "2", "type": "function", "function": {"name": "cancel_pending_order", "arguments": "{}"}}]}
+    lookup = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "get_order_details", "arguments": "{}"}}
+        ],
+    }
+    write = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "2", "type": "function", "function": {"name": "cancel_pending_order", "arguments": "{}"}}
+        ],
+    }
     narrowed = _spec({"knob": "completion_check"})
     narrowed["changes"][0].update(
         trigger="the agent is about to end the conversation after at least one write, and no check was sent yet",
-        guards=["at most one check per conversation", "leaves conversations that already succeed unchanged"])
+        guards=["at most one check per conversation", "leaves conversations that already succeed unchanged"],
+    )
     assert apply_spec(narrowed, harness).applied == ["completion_check"]
     closing = _module(harness, "closing")
     assert closing.check_before_end([lookup, closing_reply]) is None
     assert closing.check_before_end([lookup, write, closing_reply])
 
 
-@pytest.mark.parametrize(("knob", "trigger"), [
-    ("policy_rule", "only the tool calls named in the rule"),
-    ("completion_check", "the user asks about baggage"),
-])
-def test_a_trigger_the_recipe_cannot_implement_is_refused_with_the_reason(harness: Path, knob: str, trigger: str):
+@pytest.mark.parametrize(
+    ("knob", "trigger"),
+    [
+        ("policy_rule", "only the tool calls named in the rule"),
+        ("completion_check", "the user asks about baggage"),
+    ],
+)
+def test_a_trigger_the_recipe_cannot_implement_is_refused_with_the_reason(
+    harness: Path, knob: str, trigger: str
+):
     """A spec whose trigger is neither the recipe's nor one of its narrowings is refused, saying what the
     recipe can implement; nothing is written."""
     before = {p: p.read_bytes() for p in harness.rglob("*.py")}

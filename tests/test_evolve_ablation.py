@@ -16,7 +16,7 @@ from pytest_ecdysis.git.snapshot import Snapshot
 pytest_plugins = ["pytester"]
 
 # six tasks; task i is solved when LEVEL + BONUS > i
-SUITE = '''
+SUITE = """
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
 from pytest_ecdysis.core.harness import load_harness
@@ -34,7 +34,7 @@ def test_task(request, task_id):
         components={"db": reward}, harness_id=state.harness_id,
         tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
     assert reward >= 1.0
-'''
+"""
 
 HARNESS = '''"""A tiny harness: the suite solves task i when LEVEL + BONUS > i."""
 
@@ -48,7 +48,7 @@ def build_agent(**kwargs):
 '''
 
 # the spec's parameters: {"set": {NAME: value}, "append": "text"}
-EDITOR = '''
+EDITOR = """
 import json, re, sys
 from pathlib import Path
 
@@ -61,21 +61,36 @@ for name, value in step.get("set", {}).items():
 if step.get("append"):
     text += "\\n" + step["append"] + "\\n"
 init.write_text(text)
-'''
+"""
 
 
 @pytest.mark.slow
 def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Round 1: LEVEL 1 -> 2 and an unused constant appended: without the constant the score stays 2/6, so it
     is dropped and the commit holds LEVEL only; without LEVEL it falls to 1/6, so LEVEL stays. Round 2:
     LEVEL 2 -> 3 and BONUS 0 -> 1, each worth a task: both kept. Round 3: one change: not ablated."""
     project = make_project(pytester, monkeypatch, CONFTEST, suite=SUITE, harness=HARNESS, editor=EDITOR)
-    script(project, [{"set": {"LEVEL": 2}, "append": "UNUSED_LIMIT = 50"},
-           {"set": {"LEVEL": 3, "BONUS": 1}},
-           {"set": {"LEVEL": 5}}])
-    result = run_evolution(project, "--ecdysis-rounds", "3", "-o", "ecdysis_ablate=true", "-o", "ecdysis_rescore=never",
-                           "--ecdysis-test-trials", "0")
+    script(
+        project,
+        [
+            {"set": {"LEVEL": 2}, "append": "UNUSED_LIMIT = 50"},
+            {"set": {"LEVEL": 3, "BONUS": 1}},
+            {"set": {"LEVEL": 5}},
+        ],
+    )
+    result = run_evolution(
+        project,
+        "--ecdysis-rounds",
+        "3",
+        "-o",
+        "ecdysis_ablate=true",
+        "-o",
+        "ecdysis_rescore=never",
+        "--ecdysis-test-trials",
+        "0",
+    )
     assert result.ret == 0, result.stdout.str()
     doc = evolution(project)
     rounds = doc["rounds"]
@@ -91,20 +106,32 @@ def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
     assert first["validation"]["score"] == pytest.approx(1 / 6)
     assert "+UNUSED_LIMIT = 50" in second["diff"] and not second["kept"]
     assert "removal lost nothing under the strict rule" in second["why"]
-    assert rounds[0]["ablation"] == {"changes": 2, "kept": 1, "dropped": 1, "unit": "hunk", "file": "ablation.json"}
+    assert rounds[0]["ablation"] == {
+        "changes": 2,
+        "kept": 1,
+        "dropped": 1,
+        "unit": "hunk",
+        "file": "ablation.json",
+    }
     assert rounds[0]["candidate_score"] == pytest.approx(2 / 6)
     assert rounds[0]["harness_id_after"] == second["validation"]["harness_id"]
     assert "cache" in abl  # on for the ablation (the tiny suite calls no model: nothing to hit)
-    result.stdout.fnmatch_lines(["*round 1: ablation of 2 changes (hunks of the diff)*response cache turned on "
-                                 "for the ablation*",
-                                 "*round 1: ablation 2/2 __init__.py @@ -* @@: dropped: removal lost nothing*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*round 1: ablation of 2 changes (hunks of the diff)*response cache turned on for the ablation*",
+            "*round 1: ablation 2/2 __init__.py @@ -* @@: dropped: removal lost nothing*",
+        ]
+    )
 
     # round 2: both changes matter; round 3: a single change, no re-validation
     abl2 = json.loads((run / "rounds" / "2" / "ablation.json").read_text())
     assert abl2["kept"] == [0, 1] and abl2["dropped"] == []
     assert [c["validation"]["score"] for c in abl2["changes"]] == pytest.approx([3 / 6, 3 / 6])
     abl3 = json.loads((run / "rounds" / "3" / "ablation.json").read_text())
-    assert abl3["skipped"] == "a single change: nothing to ablate" and not (run / "rounds" / "3" / "ablation").exists()
+    assert (
+        abl3["skipped"] == "a single change: nothing to ablate"
+        and not (run / "rounds" / "3" / "ablation").exists()
+    )
 
     # the commits: round 1 holds LEVEL only and says what was dropped and why
     log = git(project.path, "log", "--format=%H", "main..ecdysis/run1").split()
@@ -113,7 +140,10 @@ def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
     assert "+LEVEL = 2" in diff and "UNUSED_LIMIT" not in diff
     message = git(project.path, "show", "-s", "--format=%B", r1)
     assert "suite score 0.1667 -> 0.3333" in message
-    assert "ablation (ecdysis_ablate, strict rule): kept 1 of 2 change(s) (hunks of the diff); dropped 1" in message
+    assert (
+        "ablation (ecdysis_ablate, strict rule): kept 1 of 2 change(s) (hunks of the diff); dropped 1"
+        in message
+    )
     assert "- dropped: __init__.py @@ -9,0 +10,2 @@: removal lost nothing" in message
     message2 = git(project.path, "show", "-s", "--format=%B", log[-2])
     assert "kept 2 of 2 change(s)" in message2
@@ -122,8 +152,14 @@ def test_ablation_drops_a_change_that_does_nothing_keeps_changes_that_matter(
 
 
 def _snap(base: bytes, cand: bytes) -> Snapshot:
-    return Snapshot(base_commit="0" * 40, rel="h", files={"a.py": cand}, base_files={"a.py": base}, outside=[],
-                    too_large=[])
+    return Snapshot(
+        base_commit="0" * 40,
+        rel="h",
+        files={"a.py": cand},
+        base_files={"a.py": base},
+        outside=[],
+        too_large=[],
+    )
 
 
 def test_changes_are_zero_context_hunks_and_taking_them_back_gives_the_base() -> None:
@@ -133,12 +169,15 @@ def test_changes_are_zero_context_hunks_and_taking_them_back_gives_the_base() ->
     assert [c.header for c in changes] == ["@@ -1 +1 @@", "@@ -3 +3,2 @@"]
     assert without(snap, changes, {0}).files["a.py"] == b"A = 1\n\nB = 4\nC = 5\n"
     assert without(snap, changes, {0, 1}).files["a.py"] == base
-    many = _snap(b"".join(b"X%d = 0\n\n" % i for i in range(9)), b"".join(b"X%d = 1\n\n" % i for i in range(9)))
+    many = _snap(
+        b"".join(b"X%d = 0\n\n" % i for i in range(9)), b"".join(b"X%d = 1\n\n" % i for i in range(9))
+    )
     assert [c.header for c in changes_of(many)] == ["whole file"]  # above MAX_CHANGES hunks: one per file
 
 
 def test_removal_loses_follows_the_run_rule() -> None:
     """Under `paired` a change stays only when the kept harness is significantly better than without it."""
+
     def trials(rewards: list[float]) -> list[dict]:
         return [{"suite": "s", "task_id": str(i), "reward": r} for i, r in enumerate(rewards)]
 
@@ -159,13 +198,17 @@ def test_ablate_is_an_ini_key_an_evolution_reads(pytester: pytest.Pytester) -> N
     assert pytester.runpytest_subprocess("-o", "ecdysis_ablate=true").ret == pytest.ExitCode.OK
     result = pytester.runpytest_subprocess("--ecdysis-ablate")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-ablate was removed: set the ini key ecdysis_ablate (in the ini file, "
-                                 "or -o ecdysis_ablate=true for one run)*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--ecdysis-ablate was removed: set the ini key ecdysis_ablate (in the ini file, "
+            "or -o ecdysis_ablate=true for one run)*"
+        ]
+    )
 
 
 # eight tasks, honouring --ecdysis-tasks and --ecdysis-trials; task i < 7 is solved when i < LEVEL; task 7 is
 # solved by a harness with LEVEL < 7, and by one with LEVEL >= 7 in every trial but the first (noise)
-FLAKY_SUITE = '''
+FLAKY_SUITE = """
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
 from pytest_ecdysis.core.harness import load_harness
@@ -189,21 +232,34 @@ def test_task(request, task_id, trial):
         components={"db": reward}, harness_id=state.harness_id,
         tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
     assert reward >= 1.0
-'''
+"""
 
 
 @pytest.mark.slow
-def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Pytester,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extra_trials_of_flipped_tasks_decide_a_paired_round(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """LEVEL 1 -> 7 gains tasks 1-6 and loses task 7 in its first trial only. One trial per task: +6/-1, the
     Wilcoxon test on ±1 differences is the sign test, p = 8/128 > 0.05: rejected. With 3 extra trials of the
     7 flipped tasks for both harnesses, task 7's loss shrinks to -0.5 and p = 2/128: accepted, the budget
     printed and recorded."""
     project = make_project(pytester, monkeypatch, CONFTEST, suite=FLAKY_SUITE, editor=EDITOR)
     script(project, [{"set": {"LEVEL": 7}}])
-    result = run_evolution(project, "--ecdysis-rounds", "1", "-o", "ecdysis_rescore=never", "--ecdysis-test-trials", "0",
-                           "--ecdysis-accept", "paired", "-o", "ecdysis_accept_method=wilcoxon",
-                           "-o", "ecdysis_accept_extra_trials=3")
+    result = run_evolution(
+        project,
+        "--ecdysis-rounds",
+        "1",
+        "-o",
+        "ecdysis_rescore=never",
+        "--ecdysis-test-trials",
+        "0",
+        "--ecdysis-accept",
+        "paired",
+        "-o",
+        "ecdysis_accept_method=wilcoxon",
+        "-o",
+        "ecdysis_accept_extra_trials=3",
+    )
     assert result.ret == 0, result.stdout.str()
     (row,) = evolution(project)["rounds"]
     extra = row["extra_trials"]
@@ -215,17 +271,27 @@ def test_extra_trials_of_flipped_tasks_decide_a_paired_round(pytester: pytest.Py
     run = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1"
     lines = (run / "extra" / "run1-r1x" / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 21 and (run / "extra" / "incumbent" / "run1-r1ix" / "trials.jsonl").is_file()
-    result.stdout.fnmatch_lines(["*round 1: extra trials: 7 flipped task(s) x 3 trial(s) x 2 harnesses = 42 "
-                                 "trial(s) (sub-runs run1-r1x, run1-r1ix)*",
-                                 "*round 1: paired rule: accept: *(with 3 extra trial(s) on 7 flipped task(s))*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*round 1: extra trials: 7 flipped task(s) x 3 trial(s) x 2 harnesses = 42 "
+            "trial(s) (sub-runs run1-r1x, run1-r1ix)*",
+            "*round 1: paired rule: accept: *(with 3 extra trial(s) on 7 flipped task(s))*",
+        ]
+    )
 
 
 def test_extra_trials_need_the_paired_rule(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess("-o", "ecdysis_accept_extra_trials=2", "--ecdysis-accept", "strict")
+    result = pytester.runpytest_subprocess(
+        "-o", "ecdysis_accept_extra_trials=2", "--ecdysis-accept", "strict"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ini key ecdysis_accept_extra_trials = 2 adds trials before a paired test: it needs "
-                                 "--ecdysis-accept paired or sequential*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*ini key ecdysis_accept_extra_trials = 2 adds trials before a paired test: it needs "
+            "--ecdysis-accept paired or sequential*"
+        ]
+    )
 
 
 def test_extra_trials_are_skipped_when_they_cannot_help() -> None:
@@ -242,9 +308,17 @@ def test_extra_trials_are_skipped_when_they_cannot_help() -> None:
     before, after, worse = trials([0.0, 1.0, 1.0]), trials([1.0, 1.0, 0.0]), trials([0.0, 0.0, 1.0])
     assert flipped_tasks(before, after) == ["s/0", "s/2"] and task_score(after) == pytest.approx(2 / 3)
     first = decide("paired", 2 / 3, 2 / 3, before, after)
-    cfg = SimpleNamespace(accept="paired", accept_extra_trials=2, model="sim", user_model="sim", sim_nonce=None)
+    cfg = SimpleNamespace(
+        accept="paired", accept_extra_trials=2, model="sim", user_model="sim", sim_nonce=None
+    )
     assert skip_reason(cfg, {}, flipped_tasks(before, after), first) is None
-    assert skip_reason(SimpleNamespace(**{**vars(cfg), "accept_extra_trials": 0}), {}, ["s/0"], first) == "off"
-    assert "fixed nonce" in skip_reason(SimpleNamespace(**{**vars(cfg), "sim_nonce": "ci"}), {}, ["s/0"], first)
+    assert (
+        skip_reason(SimpleNamespace(**{**vars(cfg), "accept_extra_trials": 0}), {}, ["s/0"], first) == "off"
+    )
+    assert "fixed nonce" in skip_reason(
+        SimpleNamespace(**{**vars(cfg), "sim_nonce": "ci"}), {}, ["s/0"], first
+    )
     assert skip_reason(cfg, {}, [], first) == "no task flipped"
-    assert skip_reason(cfg, {}, ["s/1"], decide("paired", 2 / 3, 1 / 3, before, worse)).startswith("no task rose")
+    assert skip_reason(cfg, {}, ["s/1"], decide("paired", 2 / 3, 1 / 3, before, worse)).startswith(
+        "no task rose"
+    )

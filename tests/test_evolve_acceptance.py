@@ -24,13 +24,18 @@ from pytest_ecdysis.gate.acceptance import (
 
 def _trials(rewards: dict[str, list[float]]) -> list[dict]:
     """`trials.jsonl` lines: task id -> rewards of its trials."""
-    return [{"suite": "s", "task_id": t, "trial": i, "reward": r}
-            for t, rs in rewards.items() for i, r in enumerate(rs)]
+    return [
+        {"suite": "s", "task_id": t, "trial": i, "reward": r}
+        for t, rs in rewards.items()
+        for i, r in enumerate(rs)
+    ]
 
 
 def _runs(before: list[float], after: list[float]) -> tuple[list[dict], list[dict]]:
-    return (_trials({str(i): [r] for i, r in enumerate(before)}),
-            _trials({str(i): [r] for i, r in enumerate(after)}))
+    return (
+        _trials({str(i): [r] for i, r in enumerate(before)}),
+        _trials({str(i): [r] for i, r in enumerate(after)}),
+    )
 
 
 CLEAR_WIN = ([0.0] * 8 + [1.0] * 22, [1.0] * 30)  # 8 tasks gained, none lost
@@ -108,8 +113,9 @@ def test_false_acceptance_rate_of_paired_on_noise_is_at_most_the_level(method: s
 def test_per_task_means_pair_tasks_scored_in_both_runs() -> None:
     """Trials of a task are averaged; infrastructure errors (no reward) are left out; only tasks scored in
     both runs are paired."""
-    means = task_means(_trials({"1": [1.0, 0.0, 1.0], "2": [0.5]}) + [{"suite": "s", "task_id": "3",
-                                                                          "reward": None}])
+    means = task_means(
+        _trials({"1": [1.0, 0.0, 1.0], "2": [0.5]}) + [{"suite": "s", "task_id": "3", "reward": None}]
+    )
     assert means == {"s/1": pytest.approx(2 / 3), "s/2": 0.5}
     assert paired_differences(means, {"s/1": 1.0, "s/4": 0.0}) == [pytest.approx(1 / 3)]
 
@@ -128,8 +134,11 @@ def test_decision_fields_for_decision_json() -> None:
     test = paired_test([1.0] * 6 + [0.0] * 4, method="sign", level=0.1)
     d = decide_paired(0.4, 1.0, test)
     fields = d.fields()
-    assert {k: fields[k] for k in ("rule", "method", "level")} == {"rule": "paired", "method": "sign",
-                                                                  "level": 0.1}
+    assert {k: fields[k] for k in ("rule", "method", "level")} == {
+        "rule": "paired",
+        "method": "sign",
+        "level": 0.1,
+    }
     assert fields["effect"] == pytest.approx(0.6) and fields["p_value"] == pytest.approx(1 / 64)
     assert len(fields["interval"]) == 2
     assert decision_fields({"decision": fields}) == fields
@@ -148,10 +157,20 @@ def test_regression_test_is_the_paired_test_the_other_way_round() -> None:
 
 
 def _summary(rewards: list[float], score: float | None = None) -> dict:
-    tasks = {f"s/{i}": {"n": 1, "successes": int(r), "solved": r == 1.0, "mean_reward": r, "infra_errors": 0}
-             for i, r in enumerate(rewards)}
-    return {"suite": "s", "split": "train", "trials": 1, "model": "sim", "threshold": 1.0, "n_infra_errors": 0,
-            "suite_score": sum(rewards) / len(rewards) if score is None else score, "tasks": tasks}
+    tasks = {
+        f"s/{i}": {"n": 1, "successes": int(r), "solved": r == 1.0, "mean_reward": r, "infra_errors": 0}
+        for i, r in enumerate(rewards)
+    }
+    return {
+        "suite": "s",
+        "split": "train",
+        "trials": 1,
+        "model": "sim",
+        "threshold": 1.0,
+        "n_infra_errors": 0,
+        "suite_score": sum(rewards) / len(rewards) if score is None else score,
+        "tasks": tasks,
+    }
 
 
 def test_gate_paired_fails_only_on_a_significant_drop() -> None:
@@ -178,13 +197,16 @@ def test_gate_pairs_old_baselines_by_success_rate() -> None:
     for v in base["tasks"].values():
         del v["mean_reward"]
     run = _summary([0.5] * 10)  # partial rewards: no successes at λ = 1
-    v = gate.verdict(run, base, rule="paired", tolerance=0.0, max_regressions=None, missing=[], n_collected=10)
+    v = gate.verdict(
+        run, base, rule="paired", tolerance=0.0, max_regressions=None, missing=[], n_collected=10
+    )
     assert v.test["effect"] == pytest.approx(-1.0)
 
 
 @pytest.mark.slow
-def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_round_records_its_decision_under_paired(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tiny suite (test_evolve_loop): LEVEL 1 -> 3 gains 2 of 4 tasks. `strict` would accept; under
     `--ecdysis-accept paired` the sign test gives p = 1/4 > 0.05 (on 4 tasks no test was possible: 5 wins are
     needed), so the round is rejected, and its
@@ -202,21 +224,33 @@ def test_a_round_records_its_decision_under_paired(pytester: pytest.Pytester,
     run = project.path / ".ecdysis" / "runs" / "run1"
     decision = json.loads((run / "rounds" / "1" / "decision.json").read_text())
     assert decision["round"]["outcome"] == "rejected"
-    assert {k: decision[k] for k in ("rule", "method", "level")} == {"rule": "paired", "method": "sign",
-                                                                    "level": 0.05}
+    assert {k: decision[k] for k in ("rule", "method", "level")} == {
+        "rule": "paired",
+        "method": "sign",
+        "level": 0.05,
+    }
     assert decision["effect"] == pytest.approx(0.5) and decision["p_value"] == pytest.approx(0.25)
     assert decision["interval"][0] <= 0.5 <= decision["interval"][1]
     doc = json.loads((run / "evolution.json").read_text())
     assert doc["accept"]["rule"] == "paired"
     # paired re-scoring: the incumbent ran again beside the candidate; both runs are kept
     inc = doc["rounds"][0]["incumbent_run"]
-    assert inc["rescored"] and inc["run_id"] == "run1-r1i" and inc["score"] == 0.25 and inc["cached_score"] == 0.25
+    assert (
+        inc["rescored"]
+        and inc["run_id"] == "run1-r1i"
+        and inc["score"] == 0.25
+        and inc["cached_score"] == 0.25
+    )
     assert (run / "rounds" / "1" / "incumbent" / "run1-r1i" / "trials.jsonl").is_file()
     assert (run / "rounds" / "1" / "run1-r1" / "trials.jsonl").is_file()
-    result.stdout.fnmatch_lines(["*round 1: paired rule*: reject: against the incumbent re-run beside it: suite score "
-                                 "0.250 -> 0.750; sign test over 4 task(s) (+2/-0): effect +0.500*p=0.25: no test was "
-                                 "possible (4 tasks: at least 5 wins needed)*",
-                                 "*acceptance: paired sign test at level 0.05*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*round 1: paired rule*: reject: against the incumbent re-run beside it: suite score "
+            "0.250 -> 0.750; sign test over 4 task(s) (+2/-0): effect +0.500*p=0.25: no test was "
+            "possible (4 tasks: at least 5 wins needed)*",
+            "*acceptance: paired sign test at level 0.05*",
+        ]
+    )
     body = render_pr_body(run)
     assert "| +0.500 [" in body and "| 0.25 (sign) |" in body
 
@@ -237,8 +271,10 @@ def test_rescore_plan() -> None:
     assert rescore_plan(cfg("auto"), {"ECDYSIS_SIM_NONCE": "x"})[0] is False
     assert rescore_plan(cfg("auto", model="gpt-4o", nonce="ci"), {})[0] is True  # a nonce fixes only sim
     assert rescore_plan(cfg("always", nonce="ci"), {})[0] is True
-    assert rescore_plan(cfg("never"), {}) == (False, "ecdysis_rescore = never: compared with the incumbent's "
-                                                     "earlier run")
+    assert rescore_plan(cfg("never"), {}) == (
+        False,
+        "ecdysis_rescore = never: compared with the incumbent's earlier run",
+    )
 
 
 @pytest.mark.slow
@@ -262,5 +298,9 @@ def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch:
     assert "reused_validation" not in s1 and s2["reused_validation"] == "rounds/1/steps/1"
     assert [x for x in lines(project, "validate.log") if "-r1" in x] == ["run1-r1s1"]
     assert s1["incumbent_run"]["rescored"] is False and "rescore never" in s1["incumbent_run"]["why"]
-    result.stdout.fnmatch_lines(["*step 2/2: candidate * was already validated on incumbent * in this run "
-                                 "(rounds/1/steps/1): its validation is reused*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*step 2/2: candidate * was already validated on incumbent * in this run "
+            "(rounds/1/steps/1): its validation is reused*"
+        ]
+    )

@@ -12,7 +12,7 @@ from tiny_evolution import evolution, git, make_project, run_evolution, scripted
 
 pytest_plugins = ["pytester"]
 
-SUITE = '''
+SUITE = """
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
 from pytest_ecdysis.core.harness import load_harness
@@ -30,9 +30,9 @@ def test_task(request, task_id):
         components={"db": reward}, harness_id=state.harness_id,
         tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
     assert reward >= 1.0
-'''
+"""
 
-EDITOR = '''
+EDITOR = """
 import json, sys
 from pathlib import Path
 
@@ -45,10 +45,10 @@ text = init.read_text().replace("LEVEL = ", "LEVEL = %d  # was " % step["value"]
 if step.get("skip") is not None:
     text += "\\nSKIP = (%d,)\\n" % step["skip"]
 init.write_text(text)
-'''
+"""
 
 # Scripted alternatives diagnosis: round n proposes one spec per entry of SCRIPT[n-1]; regression-aware.
-CONFTEST = scripted_diagnosis('''
+CONFTEST = scripted_diagnosis("""
 
 def diagnose(*, round_dir, strategy, **_):
     n = int(Path(round_dir).name)
@@ -59,10 +59,10 @@ def diagnose(*, round_dir, strategy, **_):
                            regression_aware=True, reason="", tokens={"prompt": 5, "completion": 2, "total": 7},
                            wall_s=0.01)
 
-''')
+""")
 
 # A user's own strategy, registered from conftest.py; its diagnosis goes through the real `diagnose`.
-USER_CONFTEST = '''
+USER_CONFTEST = """
 from pytest_ecdysis.diagnose.fdcr import Diagnosis
 from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
@@ -80,7 +80,7 @@ class Mine:
 
 def ecdysis_strategies():
     return {"mine": Mine}
-'''
+"""
 
 
 def _project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str) -> pytest.Pytester:
@@ -98,14 +98,19 @@ def test_the_best_passing_proposal_is_kept_and_a_regression_is_rejected(pytester
     as a regression), LEVEL 3 (0.75, passes): the best that passes, proposal 3, is kept; each proposal keeps
     its spec, diff, validation and decision in rounds/1/proposals/<k>/."""
     project = _project(pytester, monkeypatch, CONFTEST)
-    (project.path / "script.json").write_text(json.dumps([[{"value": 2}, {"value": 4, "skip": 0}, {"value": 3}]]))
+    (project.path / "script.json").write_text(
+        json.dumps([[{"value": 2}, {"value": 4, "skip": 0}, {"value": 3}]])
+    )
     result = _run(project, "self-harness", 1, "-o", "ecdysis_proposals=4")
     assert result.ret == 0, result.stdout.str()
     assert evolution(project)["proposals"] == 4 and "4 proposals a round" in result.stdout.str()
     (r1,) = evolution(project)["rounds"]
     assert r1["editor_calls"] == 3 and len((project.path / "editor.log").read_text().splitlines()) == 3
     assert [(p["outcome"], p["score_before"], p["score_after"]) for p in r1["proposals"]] == [
-        ("accepted", 0.25, 0.5), ("rejected", 0.25, 0.75), ("accepted", 0.25, 0.75)]
+        ("accepted", 0.25, 0.5),
+        ("rejected", 0.25, 0.75),
+        ("accepted", 0.25, 0.75),
+    ]
     assert r1["proposals"][1]["regression"] and "tiny/0" in r1["proposals"][1]["reason"]
     assert [p["chosen"] for p in r1["proposals"]] == [False, False, True]
     assert (r1["outcome"], r1["chosen"], r1["score_after"]) == ("accepted", 3, 0.75)
@@ -141,8 +146,15 @@ def test_a_strategy_registered_in_conftest_runs_through_the_hook(pytester, monke
     result = _run(project, "mine", 1)
     assert result.ret == 0, result.stdout.str()
     (r1,) = evolution(project)["rounds"]
-    assert (r1["strategy"], r1["outcome"], r1["score_after"], r1["editor_calls"]) == ("mine", "accepted", 0.75, 1)
-    assert (project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "mine.txt").read_text() == "3 record(s)"
+    assert (r1["strategy"], r1["outcome"], r1["score_after"], r1["editor_calls"]) == (
+        "mine",
+        "accepted",
+        0.75,
+        1,
+    )
+    assert (
+        project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "mine.txt"
+    ).read_text() == "3 record(s)"
 
 
 def test_validity_counts_only_the_kept_proposal(tmp_path) -> None:
@@ -154,8 +166,24 @@ def test_validity_counts_only_the_kept_proposal(tmp_path) -> None:
         pdir = tmp_path / "rounds" / "1" / "proposals" / str(k)
         pdir.mkdir(parents=True)
         (pdir / "validation.json").write_text(json.dumps({"run_path": f"/runs/p{k}"}))
-    doc = {"start": {"run_path": "/runs/start"}, "rounds": [{"round": 1, "accepted": True, "proposals": [
-        {"proposal": 1, "accepted": True, "chosen": False, "flips": {"failed_to_solved": ["a"]}},
-        {"proposal": 2, "accepted": True, "chosen": True, "flips": {"failed_to_solved": ["a", "b"]}}]}]}
-    assert accepted_edits(doc, tmp_path) == [{"round": 1, "step": None, "before": "/runs/start", "after": "/runs/p2",
-                                              "gained": ["a", "b"]}]
+    doc = {
+        "start": {"run_path": "/runs/start"},
+        "rounds": [
+            {
+                "round": 1,
+                "accepted": True,
+                "proposals": [
+                    {"proposal": 1, "accepted": True, "chosen": False, "flips": {"failed_to_solved": ["a"]}},
+                    {
+                        "proposal": 2,
+                        "accepted": True,
+                        "chosen": True,
+                        "flips": {"failed_to_solved": ["a", "b"]},
+                    },
+                ],
+            }
+        ],
+    }
+    assert accepted_edits(doc, tmp_path) == [
+        {"round": 1, "step": None, "before": "/runs/start", "after": "/runs/p2", "gained": ["a", "b"]}
+    ]

@@ -10,8 +10,10 @@ import pytest
 from pytest_ecdysis.evolve import cost
 from pytest_ecdysis.report.cost import cost_lines, cost_markdown
 
-PRICES = {"agent-m": {"prompt_per_mtok": 1.0, "completion_per_mtok": 2.0},
-          "diag-m": {"prompt_per_mtok": 10.0, "completion_per_mtok": 20.0}}
+PRICES = {
+    "agent-m": {"prompt_per_mtok": 1.0, "completion_per_mtok": 2.0},
+    "diag-m": {"prompt_per_mtok": 10.0, "completion_per_mtok": 20.0},
+}
 
 
 def tok(prompt: int, completion: int) -> dict[str, int]:
@@ -32,7 +34,9 @@ def run_dir(tmp_path: Path) -> Path:
     """A run with one round (two passes of roles, a moderator, an editor call, a candidate, an incumbent
     re-run and confirmation trials) and a test split."""
     r1 = tmp_path / "rounds" / "1"
-    lines = [{"role": role, "pass": 1, "tokens": tok(1000, 100)} for role in ("analyst", "critic", "engineer")]
+    lines = [
+        {"role": role, "pass": 1, "tokens": tok(1000, 100)} for role in ("analyst", "critic", "engineer")
+    ]
     lines.append({"role": "moderator", "pass": None, "tokens": tok(2000, 500)})
     write(r1 / "transcript.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
     write(r1 / "edit.json", {"tokens": tok(3000, 1000), "calls": 1})
@@ -64,12 +68,17 @@ def test_round_cost_per_role_and_stage(run_dir: Path) -> None:
 def test_evolution_cost_totals_and_unknown_is_none_said_once(run_dir: Path) -> None:
     """The total adds the start run(s), the rounds and the test split; a model without a price makes the
     USD of its role and of the total unknown (None), and is named once."""
-    doc = {"model": "agent-m", "cost_start_runs": [summary(tok(8000, 800), tok(0, 0))] * 2,
-           "rounds": [{"round": 1, "cost": cost.round_cost(run_dir, 1, "unpriced-m", PRICES)}]}
+    doc = {
+        "model": "agent-m",
+        "cost_start_runs": [summary(tok(8000, 800), tok(0, 0))] * 2,
+        "rounds": [{"round": 1, "cost": cost.round_cost(run_dir, 1, "unpriced-m", PRICES)}],
+    }
     total = cost.evolution_cost(doc, run_dir, "unpriced-m", PRICES)
     assert total["start"]["tokens"] == 2 * 8800 and total["test"]["stages"] == {"test": 9900}
     assert total["roles"]["agent"]["total"] == 2 * 8800 + 11000 + 9900
-    assert total["roles"]["agent"]["usd"] == pytest.approx((2 * 8000 + 10000 + 9000 + 2 * (1600 + 1000 + 900)) / 1e6)
+    assert total["roles"]["agent"]["usd"] == pytest.approx(
+        (2 * 8000 + 10000 + 9000 + 2 * (1600 + 1000 + 900)) / 1e6
+    )
     assert total["roles"]["analyst"]["usd"] is None and total["usd"] is None
     assert len(total["unknown"]) == 1 and "unpriced-m" in total["unknown"][0]
     doc["cost"] = total
@@ -86,7 +95,11 @@ def test_simulated_model_costs_sim_not_unknown(run_dir: Path) -> None:
     doc["rounds"] = [{"round": 1, "cost": cost.round_cost(run_dir, 1, "sim", {})}]
     doc["cost"] = cost.evolution_cost(doc, run_dir, "sim", {})
     assert doc["cost"]["usd"] is None  # the fixture's sub-runs name agent-m, unpriced here
-    only_sim = {"model": "sim", "cost_start_runs": [summary(tok(10, 1), tok(10, 1), model="sim")], "rounds": []}
+    only_sim = {
+        "model": "sim",
+        "cost_start_runs": [summary(tok(10, 1), tok(10, 1), model="sim")],
+        "rounds": [],
+    }
     only_sim["cost"] = cost.evolution_cost(only_sim, run_dir / "nothing", "sim", {})
     assert only_sim["cost"]["usd"] == 0.0 and cost_lines(only_sim)[2].split()[-1] == "sim"
 
@@ -97,13 +110,28 @@ def test_html_page_and_pr_body_show_the_cost_table(run_dir: Path) -> None:
     from pytest_ecdysis.report.html import render
     from pytest_ecdysis.report.pr_body import render_pr_body
 
-    doc = {"run_id": "r", "model": "agent-m", "status": "finished", "rounds": [], "start": {"score": 0.5},
-           "cost_start_runs": [summary(tok(8000, 800), tok(0, 0))]}
-    doc["rounds"] = [{"round": 1, "outcome": "rejected", "score_before": 0.5, "score_after": 0.5,
-                      "cost": cost.round_cost(run_dir, 1, "diag-m", PRICES)}]
+    doc = {
+        "run_id": "r",
+        "model": "agent-m",
+        "status": "finished",
+        "rounds": [],
+        "start": {"score": 0.5},
+        "cost_start_runs": [summary(tok(8000, 800), tok(0, 0))],
+    }
+    doc["rounds"] = [
+        {
+            "round": 1,
+            "outcome": "rejected",
+            "score_before": 0.5,
+            "score_after": 0.5,
+            "cost": cost.round_cost(run_dir, 1, "diag-m", PRICES),
+        }
+    ]
     doc["cost"] = cost.evolution_cost(doc, run_dir, "diag-m", PRICES)
     write(run_dir / "evolution.json", doc)
-    write(run_dir / "summary.json", {"run_id": "r", "suite": "s", "model": "agent-m", "tokens": tok(8000, 800)})
+    write(
+        run_dir / "summary.json", {"run_id": "r", "suite": "s", "model": "agent-m", "tokens": tok(8000, 800)}
+    )
     page = render(run_dir)
     assert '<h3 id="cost">Cost by role</h3>' in page
     assert "<td>round 1</td>" in page and "<td>total</td>" in page

@@ -33,7 +33,11 @@ def test_accepted_rejected_and_tied_rounds(project: pytest.Pytester) -> None:
     doc = evolution(project)
     rounds = doc["rounds"]
     assert [r["outcome"] for r in rounds] == ["accepted", "rejected", "rejected"]
-    assert [(r["score_before"], r["score_after"]) for r in rounds] == [(0.25, 0.75), (0.75, 0.5), (0.75, 0.75)]
+    assert [(r["score_before"], r["score_after"]) for r in rounds] == [
+        (0.25, 0.75),
+        (0.75, 0.5),
+        (0.75, 0.75),
+    ]
     assert [r["editor_calls"] for r in rounds] == [1, 1, 1]
     assert rounds[0]["flips"]["failed_to_solved"] == ["tiny/1", "tiny/2"]
     assert doc["branch"] == "ecdysis/run1"
@@ -82,9 +86,14 @@ def test_gold_data_read_and_no_spec(project: pytest.Pytester) -> None:
     result = run_evolution(project, "--ecdysis-rounds", "2", "--ecdysis-test-model", "other-model")
     transfer = evolution(project)["test"]["transfer"]
     assert transfer["other-model"]["start"]["suite_score"] == 0.25
-    assert "--ecdysis-model other-model" in next(
-        (project.path / ".ecdysis" / "runs" / "run1" / "test" / "transfer" / "other-model").rglob("pytest.log")
-    ).read_text()
+    assert (
+        "--ecdysis-model other-model"
+        in next(
+            (project.path / ".ecdysis" / "runs" / "run1" / "test" / "transfer" / "other-model").rglob(
+                "pytest.log"
+            )
+        ).read_text()
+    )
     assert result.ret == 0, result.stdout.str()
     rounds = evolution(project)["rounds"]
     assert [r["outcome"] for r in rounds] == ["guard_rejected", "no_spec"]
@@ -114,22 +123,35 @@ def test_held_out_scores_carry_capability_and_efficiency(project: pytest.Pyteste
     from pytest_ecdysis.report.pr_body import render_pr_body
 
     suite = (project.path / "test_tiny.py").read_text()
-    (project.path / "test_tiny.py").write_text(suite.replace(
-        "tool_calls=[", 'tokens={"prompt": 100 * level, "completion": 0, "total": 100 * level}, tool_calls=[', 1))
+    (project.path / "test_tiny.py").write_text(
+        suite.replace(
+            "tool_calls=[",
+            'tokens={"prompt": 100 * level, "completion": 0, "total": 100 * level}, tool_calls=[',
+            1,
+        )
+    )
     git(project.path, "commit", "-qam", "trials report tokens")
     script(project, [{"knob": "x", "value": 3}])
     result = run_evolution(project, "--ecdysis-rounds", "1")
     assert result.ret == 0, result.stdout.str()
     test = evolution(project)["test"]
-    assert (test["start"]["suite_score"], test["start"]["tokens_per_task"], test["start"]["tokens"]) == (0.25, 100, 400)
+    assert (test["start"]["suite_score"], test["start"]["tokens_per_task"], test["start"]["tokens"]) == (
+        0.25,
+        100,
+        400,
+    )
     assert (test["frozen"]["suite_score"], test["frozen"]["tokens_per_task"]) == (0.75, 300)
-    result.stdout.fnmatch_lines(["*test split*start 0.250 (pass^1 0.250, 100 tokens/task)*frozen 0.750*300 tokens/task*"])
+    result.stdout.fnmatch_lines(
+        ["*test split*start 0.250 (pass^1 0.250, 100 tokens/task)*frozen 0.750*300 tokens/task*"]
+    )
     body = render_pr_body(project.path / ".ecdysis" / "runs" / "run1")
     assert "| before (start) | 0.250 | 0.250 | 100 |" in body
     assert "| after (frozen) | 0.750 | 0.750 | 300 |" in body
 
 
-REPAIRING_EDITOR = CONFTEST + '''
+REPAIRING_EDITOR = (
+    CONFTEST
+    + '''
 import pytest_ecdysis.evolve.loop as _evolve
 from pytest_ecdysis.edit.editors import BuiltinEditor
 from pytest_ecdysis.endpoint.role_client import Completion
@@ -148,10 +170,13 @@ class Client:
 
 _evolve.make_editor = lambda cfg: BuiltinEditor(cfg, client=Client())
 '''
+)
 
 
 @pytest.mark.slow
-def test_a_repair_call_counts_as_an_editor_call(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_repair_call_counts_as_an_editor_call(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The round's `editor_calls` is the true number of editor model calls: the built-in editor's first
     answer breaks the syntax, its one repair call makes the edit, and the round counts 2 calls (and both
     calls' tokens), not 1 per edit."""
@@ -161,7 +186,9 @@ def test_a_repair_call_counts_as_an_editor_call(pytester: pytest.Pytester, monke
     assert result.ret == 0, result.stdout.str()
     (r1,) = evolution(project)["rounds"]
     assert (r1["outcome"], r1["score_after"], r1["editor_calls"]) == ("accepted", 0.75, 2)
-    edit = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "edit.json").read_text())
+    edit = json.loads(
+        (project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "edit.json").read_text()
+    )
     assert (edit["calls"], edit["tokens"]["total"]) == (2, 30) and "attempt 2" in edit["detail"]
 
 
@@ -206,8 +233,9 @@ def test_resume_rebuilds_an_edited_candidate(project: pytest.Pytester) -> None:
 
 
 @pytest.mark.slow
-def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pytester,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_compares_with_the_trials_this_session_scored(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The resuming session scores the start harness again into the run directory; when the model moved
     (TINY_BONUS: one more task solved), the candidate is compared with that run's score, never with the
     number recorded when the run started (a 0.25 -> 0.75 'gain' against trials that score 0.5)."""
@@ -217,8 +245,9 @@ def test_resume_compares_with_the_trials_this_session_scored(project: pytest.Pyt
     assert evolution(project)["start"]["score"] == 0.25
     (project.path / "interrupt-validate").unlink()
     monkeypatch.setenv("TINY_BONUS", "1")
-    second = run_evolution(project, "--ecdysis-rounds", "1", "-o", "ecdysis_rescore=never", "--ecdysis-resume", "run1",
-                           run_id="")
+    second = run_evolution(
+        project, "--ecdysis-rounds", "1", "-o", "ecdysis_rescore=never", "--ecdysis-resume", "run1", run_id=""
+    )
     assert second.ret == 0, second.stdout.str()
     doc = evolution(project)
     assert doc["start"]["score"] == 0.5
@@ -236,8 +265,11 @@ def test_resume_errors(project: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--ecdysis-resume nope: no such run*"])
     run = project.path / ".ecdysis" / "runs" / "other"
     run.mkdir(parents=True)
-    (run / "evolution.json").write_text(json.dumps({"suite": "tau2-retail", "status": "running",
-                                                    "incumbent": {"commit": "0" * 40}, "rounds": []}))
+    (run / "evolution.json").write_text(
+        json.dumps(
+            {"suite": "tau2-retail", "status": "running", "incumbent": {"commit": "0" * 40}, "rounds": []}
+        )
+    )
     result = run_evolution(project, "--ecdysis-resume", "other", run_id="")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*that run evolved suite 'tau2-retail'*"])

@@ -25,7 +25,9 @@ def finish(ev: SimpleNamespace, doc: dict, spec: dict | None = None) -> None:
     (ev.dir / "rounds" / str(n)).mkdir()
     if spec is not None:
         (ev.dir / "rounds" / str(n) / "spec.json").write_text(json.dumps(spec))
-    ev.doc["rounds"].append({"round": n, "outcome": doc["outcome"], "diagnosis_input": doc["diagnosis_input"]})
+    ev.doc["rounds"].append(
+        {"round": n, "outcome": doc["outcome"], "diagnosis_input": doc["diagnosis_input"]}
+    )
 
 
 def test_no_spec_on_the_same_input_is_not_asked_again(tmp_path: Path) -> None:
@@ -33,7 +35,9 @@ def test_no_spec_on_the_same_input_is_not_asked_again(tmp_path: Path) -> None:
     `no_new_evidence`, naming round 1."""
     ev = make_ev(tmp_path)
     calls = []
-    first = repeat.diagnose_once(ev, 1, lambda: calls.append(1) or {"outcome": "no_spec", "reason": "", "spec": None})
+    first = repeat.diagnose_once(
+        ev, 1, lambda: calls.append(1) or {"outcome": "no_spec", "reason": "", "spec": None}
+    )
     finish(ev, first, spec={"summary": "no change", "changes": [], "left_alone": [{"signature": "x"}]})
     second = repeat.diagnose_once(ev, 2, lambda: calls.append(2) or {"outcome": "no_spec", "spec": None})
     assert calls == [1]
@@ -53,7 +57,10 @@ def test_changed_evidence_incumbent_or_a_rejected_spec_is_diagnosed(tmp_path: Pa
     (ev.dir / "failures.jsonl").write_text('{"task_id": "2"}\n')
     assert repeat.earlier_answer(ev, repeat.diagnosis_input(ev)) is None
     (ev.dir / "failures.jsonl").write_text('{"task_id": "1"}\n')
-    finish(ev, {"outcome": "rejected", "diagnosis_input": repeat.diagnosis_input(ev)},
-           spec={"summary": "cut tool results at 4000", "changes": []})
+    finish(
+        ev,
+        {"outcome": "rejected", "diagnosis_input": repeat.diagnosis_input(ev)},
+        spec={"summary": "cut tool results at 4000", "changes": []},
+    )
     again = repeat.diagnose_once(ev, 3, lambda: {"outcome": "no_spec", "spec": None})
     assert again["outcome"] == "no_spec"

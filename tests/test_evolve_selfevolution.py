@@ -54,8 +54,15 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 
 def _run(project: pytest.Pytester, rounds: int, *extra: str, run_id: str | None = "run1") -> pytest.RunResult:
-    return run_evolution(project, "--ecdysis-strategy", "self-evolution", "--ecdysis-rounds", str(rounds), *extra,
-                         run_id=run_id)
+    return run_evolution(
+        project,
+        "--ecdysis-strategy",
+        "self-evolution",
+        "--ecdysis-rounds",
+        str(rounds),
+        *extra,
+        run_id=run_id,
+    )
 
 
 @pytest.mark.slow
@@ -65,8 +72,9 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     each accepted step is one commit on the branch."""
     # round 1: a tie (rejected), LEVEL 3 (0.25 -> 0.75, accepted), LEVEL 2 on top of it (0.5, rejected)
     # round 2: LEVEL 4 on top of round 1 (1.0, accepted)
-    (project.path / "script.json").write_text(json.dumps([
-        [{"value": 1}, {"value": 3}, {"value": 2}], [{"value": 4}]]))
+    (project.path / "script.json").write_text(
+        json.dumps([[{"value": 1}, {"value": 3}, {"value": 2}], [{"value": 4}]])
+    )
     result = _run(project, 2)
     assert result.ret == 0, result.stdout.str()
     doc = evolution(project)
@@ -74,15 +82,32 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     assert len(lines(project, "diagnose.log")) == 2
     assert [json.loads(x)["value"] for x in lines(project, "editor.log")] == [1, 3, 2, 4]
     validated = lines(project, "validate.log")
-    assert [x for x in validated if not x.endswith("i")][:4] == ["run1-r1s1", "run1-r1s2", "run1-r1s3", "run1-r2s1"]
+    assert [x for x in validated if not x.endswith("i")][:4] == [
+        "run1-r1s1",
+        "run1-r1s2",
+        "run1-r1s3",
+        "run1-r2s1",
+    ]
     # each candidate was scored beside a re-run of the incumbent it was edited from (evolve_paired)
-    assert sorted(x for x in validated if x.endswith("i")) == ["run1-r1s1i", "run1-r1s2i", "run1-r1s3i",
-                                                               "run1-r2s1i"]
+    assert sorted(x for x in validated if x.endswith("i")) == [
+        "run1-r1s1i",
+        "run1-r1s2i",
+        "run1-r1s3i",
+        "run1-r2s1i",
+    ]
     assert r1["editor_calls"] == 3 and r2["editor_calls"] == 1
     assert [s["outcome"] for s in r1["steps"]] == ["rejected", "accepted", "rejected"]
-    assert [(s["score_before"], s["score_after"]) for s in r1["steps"]] == [(0.25, 0.25), (0.25, 0.75),
-                                                                            (0.75, 0.5)]
-    assert (r1["outcome"], r1["accepted"], r1["score_before"], r1["score_after"]) == ("accepted", True, 0.25, 0.75)
+    assert [(s["score_before"], s["score_after"]) for s in r1["steps"]] == [
+        (0.25, 0.25),
+        (0.25, 0.75),
+        (0.75, 0.5),
+    ]
+    assert (r1["outcome"], r1["accepted"], r1["score_before"], r1["score_after"]) == (
+        "accepted",
+        True,
+        0.25,
+        0.75,
+    )
     assert r1["flips"]["failed_to_solved"] == ["tiny/1", "tiny/2"]
     assert r1["tokens"]["total"] == 7  # the diagnosis; the cmd: editor reports no tokens
     assert (r2["outcome"], r2["score_before"], r2["score_after"]) == ("accepted", 0.75, 1.0)
@@ -90,8 +115,14 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
     steps = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "steps"
     assert "-LEVEL = 3  # was 1" in (steps / "3" / "candidate.diff").read_text()
     for k in (1, 2, 3):
-        for name in ("spec.json", "edit.json", "candidate.diff", "validation.json", "decision.json",
-                     f"run1-r1s{k}/summary.json"):
+        for name in (
+            "spec.json",
+            "edit.json",
+            "candidate.diff",
+            "validation.json",
+            "decision.json",
+            f"run1-r1s{k}/summary.json",
+        ):
             assert (steps / str(k) / name).is_file(), f"step {k}: {name}"
     assert json.loads((steps / "2" / "spec.json").read_text())["changes"][0]["parameters"] == {"value": 3}
     log = git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
@@ -109,9 +140,21 @@ def test_steps_are_capped(project: pytest.Pytester) -> None:
     assert MAX_INSTANCE_STEPS == 5
     # a failing editor (no_change), an edit outside the harness (guard_rejected), three more failures;
     # the two LEVEL 4 specs beyond the cap would have been accepted
-    (project.path / "script.json").write_text(json.dumps([
-        [{"kind": "fail"}, {"kind": "outside"}, {"kind": "fail"}, {"kind": "fail"}, {"kind": "fail"},
-         {"value": 4}, {"value": 4}]]))
+    (project.path / "script.json").write_text(
+        json.dumps(
+            [
+                [
+                    {"kind": "fail"},
+                    {"kind": "outside"},
+                    {"kind": "fail"},
+                    {"kind": "fail"},
+                    {"kind": "fail"},
+                    {"value": 4},
+                    {"value": 4},
+                ]
+            ]
+        )
+    )
     result = _run(project, 1)
     assert result.ret == 0, result.stdout.str()
     (r1,) = evolution(project)["rounds"]
@@ -153,10 +196,21 @@ def test_resume_does_not_redo_finished_steps(project: pytest.Pytester) -> None:
     (r1,) = evolution(project)["rounds"]
     assert len(lines(project, "diagnose.log")) == 1
     assert len(lines(project, "editor.log")) == 3
-    assert [x for x in lines(project, "validate.log") if not x.endswith("i")][:3] == ["run1-r1s1", "run1-r1s2",
-                                                                                     "run1-r1s3"]
+    assert [x for x in lines(project, "validate.log") if not x.endswith("i")][:3] == [
+        "run1-r1s1",
+        "run1-r1s2",
+        "run1-r1s3",
+    ]
     assert [(s["outcome"], s["score_before"], s["score_after"]) for s in r1["steps"]] == [
-        ("rejected", 0.25, 0.25), ("accepted", 0.25, 0.75), ("accepted", 0.75, 1.0)]
-    assert (r1["outcome"], r1["score_before"], r1["score_after"], r1["editor_calls"]) == ("accepted", 0.25, 1.0, 3)
+        ("rejected", 0.25, 0.25),
+        ("accepted", 0.25, 0.75),
+        ("accepted", 0.75, 1.0),
+    ]
+    assert (r1["outcome"], r1["score_before"], r1["score_after"], r1["editor_calls"]) == (
+        "accepted",
+        0.25,
+        1.0,
+        3,
+    )
     log = git(project.path, "log", "--format=%s", "main..ecdysis/run1").splitlines()
     assert [line.split(":")[0] for line in log] == ["ecdysis round 1 step 3", "ecdysis round 1 step 2"]

@@ -21,7 +21,11 @@ from pytest_ecdysis.gate.sequential import (
 
 
 def _trials(rewards: dict[str, list[float]]) -> list[dict]:
-    return [{"suite": "s", "task_id": t, "trial": i, "reward": r} for t, rs in rewards.items() for i, r in enumerate(rs)]
+    return [
+        {"suite": "s", "task_id": t, "trial": i, "reward": r}
+        for t, rs in rewards.items()
+        for i, r in enumerate(rs)
+    ]
 
 
 def _pairs(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
@@ -49,16 +53,20 @@ def test_first_comparison_may_only_reject() -> None:
     assert first.state == "continue" and first.p_value == 1.0
     assert sequential_test(pairs, looks=1).state == "accept"
     alone = sequential_test(pairs, looks=0, can_confirm=False)
-    assert alone.state == "accept" and alone.p_value == pytest.approx(1.5 ** -10)
+    assert alone.state == "accept" and alone.p_value == pytest.approx(1.5**-10)
 
 
 def test_clearly_worse_is_rejected_at_the_first_comparison() -> None:
     """+1/-3: LR 1.5 · 0.5^3 = 0.1875 <= β/(1-α) = 0.2105: rejected without a look; +3/-3 (a tie, as in
     the issue's curable world) is not: it goes to confirmation."""
-    worse = sequential_test(_pairs({"0": [0], "1": [1], "2": [1], "3": [1]}, {"0": [1], "1": [0], "2": [0], "3": [0]}))
+    worse = sequential_test(
+        _pairs({"0": [0], "1": [1], "2": [1], "3": [1]}, {"0": [1], "1": [0], "2": [0], "3": [0]})
+    )
     assert worse.state == "reject" and math.exp(worse.log_lr) == pytest.approx(0.1875)
     assert worse.bounds()[0] == pytest.approx(BETA / 0.95)
-    tie = sequential_test(_pairs({str(i): [float(i < 3)] for i in range(6)}, {str(i): [float(i >= 3)] for i in range(6)}))
+    tie = sequential_test(
+        _pairs({str(i): [float(i < 3)] for i in range(6)}, {str(i): [float(i >= 3)] for i in range(6)})
+    )
     assert (tie.wins, tie.losses, tie.state) == (3, 3, "continue")
 
 
@@ -75,12 +83,12 @@ def test_confirmation_stopping_accept_and_inconclusive() -> None:
         before[task].append(0.0)
         after[task].append(1.0)
     t = sequential_test(_pairs(before, after), looks=1, max_log_lr=t.max_log_lr)
-    assert t.state == "continue" and math.exp(t.log_lr) == pytest.approx(1.5 ** 7 * 0.5)
+    assert t.state == "continue" and math.exp(t.log_lr) == pytest.approx(1.5**7 * 0.5)
     for task in "0123":
         before[task].append(0.0)
         after[task].append(1.0)
     t = sequential_test(_pairs(before, after), looks=2, max_log_lr=t.max_log_lr)
-    assert t.state == "accept" and t.p_value == pytest.approx(1 / (1.5 ** 11 * 0.5))
+    assert t.state == "accept" and t.p_value == pytest.approx(1 / (1.5**11 * 0.5))
     tie_b, tie_a = {"0": [1.0], "1": [0.0]}, {"0": [0.0], "1": [1.0]}
     t = sequential_test(_pairs(tie_b, tie_a))
     for look in (1, 2, 3):
@@ -120,7 +128,9 @@ def test_decide_sequential_without_looks_and_minimum_wins() -> None:
     a7 = [{**t, "reward": 1.0 if int(t["task_id"]) < 7 else 0.0} for t in b]
     d8 = decide("sequential", 0.0, 0.8, b, a8)
     d7 = decide("sequential", 0.0, 0.7, b, a7)
-    assert d8.accepted and d8.fields()["method"] == "sprt" and d8.fields()["p_value"] == pytest.approx(1.5 ** -8)
+    assert (
+        d8.accepted and d8.fields()["method"] == "sprt" and d8.fields()["p_value"] == pytest.approx(1.5**-8)
+    )
     assert not d7.accepted and d7.inconclusive and d7.fields()["sequential"]["outcome"] == "inconclusive"
 
 
@@ -153,16 +163,29 @@ def test_the_gate_judges_sequential_as_a_significant_drop() -> None:
     from pytest_ecdysis.gate import baseline as gate
 
     def summary(rewards: list[float]) -> dict:
-        tasks = {f"s/{i}": {"n": 1, "successes": int(r), "solved": r == 1.0, "mean_reward": r, "infra_errors": 0}
-                 for i, r in enumerate(rewards)}
-        return {"suite": "s", "split": "train", "trials": 1, "model": "sim", "threshold": 1.0, "n_infra_errors": 0,
-                "suite_score": sum(rewards) / len(rewards), "tasks": tasks}
+        tasks = {
+            f"s/{i}": {"n": 1, "successes": int(r), "solved": r == 1.0, "mean_reward": r, "infra_errors": 0}
+            for i, r in enumerate(rewards)
+        }
+        return {
+            "suite": "s",
+            "split": "train",
+            "trials": 1,
+            "model": "sim",
+            "threshold": 1.0,
+            "n_infra_errors": 0,
+            "suite_score": sum(rewards) / len(rewards),
+            "tasks": tasks,
+        }
 
     base, run = summary([1.0] * 10), summary([0.0] + [1.0] * 9)  # one task lost: p = 0.5
-    v = gate.verdict(run, base, rule="sequential", tolerance=0.0, max_regressions=None, missing=[], n_collected=10)
+    v = gate.verdict(
+        run, base, rule="sequential", tolerance=0.0, max_regressions=None, missing=[], n_collected=10
+    )
     assert v.passed and v.rule == "paired"
-    assert not gate.verdict(run, base, rule="strict", tolerance=0.0, max_regressions=None, missing=[],
-                            n_collected=10).passed
+    assert not gate.verdict(
+        run, base, rule="strict", tolerance=0.0, max_regressions=None, missing=[], n_collected=10
+    ).passed
 
 
 LOOK_CONFTEST_TAIL = '''
@@ -184,8 +207,9 @@ evolve.run_suite = run_suite_logged
 
 
 @pytest.mark.slow
-def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytester: pytest.Pytester,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tiny suite (test_evolve_loop): LEVEL 1 -> 4 gains 3 of 4 tasks in every trial. Under `sequential`
     the first comparison (+3/-0, LR 3.4) may not accept; look 1 re-runs the 3 flipped tasks for both
     harnesses (+6/-0, LR 11.4), look 2 again (+9/-0, LR 38.4 >= 20): accepted, 12 confirmation trials.
@@ -199,29 +223,50 @@ def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytes
     project = make_project(pytester, monkeypatch, CONFTEST + LOOK_CONFTEST_TAIL)
     script(project, [{"knob": "x", "value": 4}])
     (project.path / "interrupt-look").write_text("")
-    first = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
+    first = run_evolution(
+        project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0"
+    )
     assert first.ret == 2, first.stdout.str()
     confirm_dir = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1" / "confirm"
     assert (confirm_dir / "1.json").is_file() and not (confirm_dir / "2.json").exists()
     (project.path / "interrupt-look").unlink()
-    second = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0",
-                           "--ecdysis-resume", "run1", run_id="")
+    second = run_evolution(
+        project,
+        "--ecdysis-rounds",
+        "1",
+        "--ecdysis-accept",
+        "sequential",
+        "--ecdysis-test-trials",
+        "0",
+        "--ecdysis-resume",
+        "run1",
+        run_id="",
+    )
     assert second.ret == 0, second.stdout.str()
     ran = (project.path / "validate.log").read_text().split()
-    assert sorted(r for r in ran if "c1" in r) == ["run1-r1c1", "run1-r1ic1"]  # look 1: once, before the Ctrl-C
+    assert sorted(r for r in ran if "c1" in r) == [
+        "run1-r1c1",
+        "run1-r1ic1",
+    ]  # look 1: once, before the Ctrl-C
     # look 2 was unfinished: redone (its incumbent side may have started beside the interrupted candidate)
     assert ran.count("run1-r1c2") == 1 and ran.count("run1-r1ic2") in (1, 2) and ran[-2:] != ["run1-r1c1"] * 2
     (row,) = evolution(project)["rounds"]
     assert row["outcome"] == "accepted"
     conf = row["confirmation"]
-    assert [x["tasks"] for x in conf["looks"]] == [["tiny/1", "tiny/2", "tiny/3"]] * 2 and conf["trials"] == 12
+    assert [x["tasks"] for x in conf["looks"]] == [["tiny/1", "tiny/2", "tiny/3"]] * 2 and conf[
+        "trials"
+    ] == 12
     assert (row["decision"]["rule"], row["decision"]["method"]) == ("sequential", "sprt")
     assert (row["decision"]["wins"], row["decision"]["losses"]) == (9, 0)
-    assert row["decision"]["p_value"] == pytest.approx(1.5 ** -9)
+    assert row["decision"]["p_value"] == pytest.approx(1.5**-9)
     assert json.loads((confirm_dir / "2.json").read_text())["budget_trials"] == 6
-    second.stdout.fnmatch_lines(["*round 1: sequential rule*: accept: against the incumbent re-run beside it: *"
-                                 "+9/-0 discordant*12 confirmation trial(s)*",
-                                 "*decided by: sequential sign test*the confirmation spent 12 trial(s)*"])
+    second.stdout.fnmatch_lines(
+        [
+            "*round 1: sequential rule*: accept: against the incumbent re-run beside it: *"
+            "+9/-0 discordant*12 confirmation trial(s)*",
+            "*decided by: sequential sign test*the confirmation spent 12 trial(s)*",
+        ]
+    )
     body = render_pr_body(project.path / ".ecdysis" / "runs" / "run1")
     assert "The confirmation spent 12 trial(s)." in body and "sequential sign test of discordant" in body
     from pytest_ecdysis.report.html_view import gather
@@ -232,21 +277,27 @@ def test_confirmation_accepts_after_looks_and_resumes_without_redoing_them(pytes
 
 
 @pytest.mark.slow
-def test_an_inconclusive_round_is_not_rejected(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_inconclusive_round_is_not_rejected(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """LEVEL 1 -> 2 gains one task of 4 in every trial: +1, +2, +3, +4 discordant wins after the first
     comparison and three looks: LR 1.5^4 = 5.1, neither bound: `inconclusive`, no branch, said as such."""
     from tiny_evolution import CONFTEST, evolution, make_project, run_evolution, script
 
     project = make_project(pytester, monkeypatch, CONFTEST)
     script(project, [{"knob": "x", "value": 2}])
-    result = run_evolution(project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
+    result = run_evolution(
+        project, "--ecdysis-rounds", "1", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0"
+    )
     assert result.ret == 0, result.stdout.str()
     doc = evolution(project)
     (row,) = doc["rounds"]
     assert row["outcome"] == "inconclusive" and not row["accepted"] and doc["branch"] is None
     assert row["confirmation"]["trials"] == 6 and "budget spent (3 look(s)" in row["confirmation"]["stopped"]
     assert row["decision"]["sequential"]["outcome"] == "inconclusive"
-    result.stdout.fnmatch_lines(["*round 1: inconclusive (neither accepted nor rejected: may be tried again)*"])
+    result.stdout.fnmatch_lines(
+        ["*round 1: inconclusive (neither accepted nor rejected: may be tried again)*"]
+    )
 
 
 def test_held_out_regressions_are_listed_in_the_verdict_and_pr_body(tmp_path) -> None:
@@ -262,32 +313,61 @@ def test_held_out_regressions_are_listed_in_the_verdict_and_pr_body(tmp_path) ->
         d = tmp_path / name
         d.mkdir()
         (d / "summary.json").write_text(json.dumps({"suite_score": 0.5}))
-        (d / "trials.jsonl").write_text("".join(
-            json.dumps({"suite": "airline", "task_id": t, "trial": i, "reward": r, "termination_reason": "agent_stop"})
-            + "\n" for t, rs in rewards.items() for i, r in enumerate(rs)))
+        (d / "trials.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "suite": "airline",
+                        "task_id": t,
+                        "trial": i,
+                        "reward": r,
+                        "termination_reason": "agent_stop",
+                    }
+                )
+                + "\n"
+                for t, rs in rewards.items()
+                for i, r in enumerate(rs)
+            )
+        )
         return str(d)
 
-    start = {"run_path": run("start", {"1": [1.0, 1.0], "2": [1.0, 1.0], "3": [0.0, 1.0]}), "suite_score": 0.83}
-    frozen = {"run_path": run("frozen", {"1": [1.0, 0.0], "2": [1.0, 1.0], "3": [1.0, 1.0]}), "suite_score": 0.83}
+    start = {
+        "run_path": run("start", {"1": [1.0, 1.0], "2": [1.0, 1.0], "3": [0.0, 1.0]}),
+        "suite_score": 0.83,
+    }
+    frozen = {
+        "run_path": run("frozen", {"1": [1.0, 0.0], "2": [1.0, 1.0], "3": [1.0, 1.0]}),
+        "suite_score": 0.83,
+    }
     reg = held_out_regressions(start, frozen, 1.0)
     assert reg == {"solved_to_failed": ["airline/1"], "failed_to_solved": ["airline/3"]}
     assert held_out_regressions(start, {**frozen, "same_as_start": True}, 1.0)["solved_to_failed"] == []
-    doc = {"rounds": [{"round": 1, "accepted": True, "outcome": "accepted"}], "start": {"score": 0.5},
-           "incumbent": {"score": 0.6}, "branch": "ecdysis/r1", "diff_command": "git diff a ecdysis/r1",
-           "test": {"start": start, "frozen": frozen, "trials": 2, "regressions": reg},
-           "accept": {"rule": "sequential", "method": "sign", "level": 0.05}}
+    doc = {
+        "rounds": [{"round": 1, "accepted": True, "outcome": "accepted"}],
+        "start": {"score": 0.5},
+        "incumbent": {"score": 0.6},
+        "branch": "ecdysis/r1",
+        "diff_command": "git diff a ecdysis/r1",
+        "test": {"start": start, "frozen": frozen, "trials": 2, "regressions": reg},
+        "accept": {"rule": "sequential", "method": "sign", "level": 0.05},
+    }
     texts = [t for t, _ in evolution_lines(doc, None, "r1")]
-    assert ("held-out regression(s): the frozen harness lost 1 test task(s) the start solved in every trial: "
-            "airline/1") in texts
+    assert (
+        "held-out regression(s): the frozen harness lost 1 test task(s) the start solved in every trial: "
+        "airline/1"
+    ) in texts
     (tmp_path / "evo").mkdir()
     (tmp_path / "evo" / "evolution.json").write_text(json.dumps(doc))
-    assert "**Held-out regressions**: the frozen harness lost 1 test task(s) the start solved in every trial: " \
-           "airline/1" in render_pr_body(tmp_path / "evo")
+    assert (
+        "**Held-out regressions**: the frozen harness lost 1 test task(s) the start solved in every trial: "
+        "airline/1" in render_pr_body(tmp_path / "evo")
+    )
 
 
 @pytest.mark.slow
-def test_a_retried_inconclusive_candidate_continues_its_test(pytester: pytest.Pytester,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_retried_inconclusive_candidate_continues_its_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """LEVEL 1 -> 2 (one task gained in every trial) proposed in three rounds: round 1 ends inconclusive at
     +4/-0 (LR 5.1); rounds 2 and 3 reuse its validation and continue the same test with the earlier looks
     pooled: round 2 reaches +7 (LR 17.1, inconclusive), round 3 accepts at its first look (+8, LR 25.6 >= 20)."""
@@ -295,12 +375,15 @@ def test_a_retried_inconclusive_candidate_continues_its_test(pytester: pytest.Py
 
     project = make_project(pytester, monkeypatch, CONFTEST)
     script(project, [{"knob": "x", "value": 2}] * 3)
-    result = run_evolution(project, "--ecdysis-rounds", "3", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0")
+    result = run_evolution(
+        project, "--ecdysis-rounds", "3", "--ecdysis-accept", "sequential", "--ecdysis-test-trials", "0"
+    )
     assert result.ret == 0, result.stdout.str()
     rounds = evolution(project)["rounds"]
     assert [r["outcome"] for r in rounds] == ["inconclusive", "inconclusive", "accepted"]
     assert [r["decision"]["wins"] for r in rounds] == [4, 7, 8]
     assert [r["confirmation"].get("continued", 0) for r in rounds] == [0, 3, 6]
     assert [r["confirmation"]["trials"] for r in rounds] == [6, 6, 2]
-    result.stdout.fnmatch_lines(["*round 3: continuing the test of the earlier attempt(s) at this candidate "
-                                 "(6 look(s) pooled)*"])
+    result.stdout.fnmatch_lines(
+        ["*round 3: continuing the test of the earlier attempt(s) at this candidate (6 look(s) pooled)*"]
+    )

@@ -7,14 +7,27 @@ from pytest_ecdysis.gate import baseline as gate
 
 
 def summary(tokens_total: int, score: float = 0.5) -> dict:
-    tasks = {f"s/{i}": {"n": 1, "successes": int(i < 2), "solved": i < 2, "mean_reward": float(i < 2)}
-             for i in range(4)}
-    return {"suite": "s", "split": "train", "trials": 1, "model": "m", "threshold": 1.0, "suite_score": score,
-            "n_tasks": 4, "tasks": tasks, "tokens": {"prompt": tokens_total, "completion": 0, "total": tokens_total}}
+    tasks = {
+        f"s/{i}": {"n": 1, "successes": int(i < 2), "solved": i < 2, "mean_reward": float(i < 2)}
+        for i in range(4)
+    }
+    return {
+        "suite": "s",
+        "split": "train",
+        "trials": 1,
+        "model": "m",
+        "threshold": 1.0,
+        "suite_score": score,
+        "n_tasks": 4,
+        "tasks": tasks,
+        "tokens": {"prompt": tokens_total, "completion": 0, "total": tokens_total},
+    }
 
 
 def check(run: dict, base: dict, rise: float | None) -> gate.GateVerdict:
-    return gate.verdict(run, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=4, max_cost_rise=rise)
+    return gate.verdict(
+        run, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=4, max_cost_rise=rise
+    )
 
 
 def test_baseline_keeps_tokens_per_task() -> None:
@@ -41,7 +54,7 @@ def test_a_baseline_without_tokens_per_task_cannot_be_checked() -> None:
     assert not v.passed and any("save a new baseline" in r for r in v.reasons)
 
 
-SUITE = '''
+SUITE = """
 import os
 
 import pytest
@@ -57,7 +70,7 @@ def test_task(request, task_id):
         suite="tiny", task_id=task_id, trial=0, reward=1.0, termination_reason="agent_stop",
         components={"db": 1.0}, harness_id=get_state(request.config).harness_id,
         tokens={"prompt": n, "completion": 0, "total": n}))
-'''
+"""
 
 
 def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) -> None:
@@ -67,19 +80,30 @@ def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) ->
         monkeypatch.delenv(name, raising=False)
     pytester.makepyfile(test_tiny=SUITE)
     pytester.mkpydir("tiny_harness")
-    args = ("test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-model", "fake", "--ecdysis-base-url",
-            "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness")
+    args = (
+        "test_tiny.py",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-model",
+        "fake",
+        "--ecdysis-base-url",
+        "http://127.0.0.1:9",
+        "--ecdysis-harness",
+        "tiny_harness",
+    )
     monkeypatch.setenv("TINY_TOKENS", "1000")
     saved = pytester.runpytest_subprocess(*args, "--ecdysis-save-baseline", "base.json")
     assert saved.ret == 0, saved.stdout.str()
     monkeypatch.setenv("TINY_TOKENS", "1500")
-    failed = pytester.runpytest_subprocess(*args, "--ecdysis-gate", "--ecdysis-baseline", "base.json",
-                                           "-o", "ecdysis_gate_max_cost_rise=0.1")
+    failed = pytester.runpytest_subprocess(
+        *args, "--ecdysis-gate", "--ecdysis-baseline", "base.json", "-o", "ecdysis_gate_max_cost_rise=0.1"
+    )
     assert failed.ret == 1, failed.stdout.str()
     failed.stdout.fnmatch_lines(["*tokens per task 1,500 are +50.0% against the baseline's 1,000*"])
     monkeypatch.setenv("TINY_TOKENS", "1050")
-    passed = pytester.runpytest_subprocess(*args, "--ecdysis-gate", "--ecdysis-baseline", "base.json",
-                                           "-o", "ecdysis_gate_max_cost_rise=0.1")
+    passed = pytester.runpytest_subprocess(
+        *args, "--ecdysis-gate", "--ecdysis-baseline", "base.json", "-o", "ecdysis_gate_max_cost_rise=0.1"
+    )
     assert passed.ret == 0, passed.stdout.str()
     passed.stdout.fnmatch_lines(["*tokens per task 1,050 vs 1,000 (+5.0%, at most +10.0%)*"])
 
@@ -93,7 +117,9 @@ def test_the_gate_command_checks_the_cost_rise_too(tmp_path, capsys) -> None:
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "summary.json").write_text(json.dumps({**summary(5200), "run_id": "r", "n_collected": 4, "missing": []}))
+    (run / "summary.json").write_text(
+        json.dumps({**summary(5200), "run_id": "r", "n_collected": 4, "missing": []})
+    )
     (tmp_path / "b.json").write_text(json.dumps(gate.baseline_from_summary(summary(4000))))
     assert ecdysis(["gate", str(run), "--baseline", str(tmp_path / "b.json"), "--max-cost-rise", "0.1"]) == 1
     assert "tokens per task 1,300 vs 1,000 (+30.0%, at most +10.0%)" in capsys.readouterr().out

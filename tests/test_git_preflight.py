@@ -72,15 +72,25 @@ def test_untracked_harness_dir(repo: Path) -> None:
         gitops.preflight(repo / "h2", "r1")
 
 
-def test_plugin_runs_preflight_before_trials(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plugin_runs_preflight_before_trials(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--ecdysis-evolve` outside a repository stops at configure time (exit 4) before any trial runs."""
     monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
     pytester.makepyfile(test_x="def test_x():\n    open('ran', 'w')\n")
     pytester.mkpydir("h")
     (pytester.path / "h" / "__init__.py").write_text("def build_agent(**kw):\n    return None\n")
-    result = pytester.runpytest_subprocess("--ecdysis-evolve", "--ecdysis-harness", "h", "--ecdysis-model",
-                                           "fake", "--ecdysis-base-url", "http://127.0.0.1:9",
-                                           "--ecdysis-editor", "sim")
+    result = pytester.runpytest_subprocess(
+        "--ecdysis-evolve",
+        "--ecdysis-harness",
+        "h",
+        "--ecdysis-model",
+        "fake",
+        "--ecdysis-base-url",
+        "http://127.0.0.1:9",
+        "--ecdysis-editor",
+        "sim",
+    )
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*needs a git repository*"])
     assert not (pytester.path / "ran").exists()

@@ -54,7 +54,10 @@ def test_commit_stages_only_changed_harness_files(repo: Path) -> None:
     finally:
         wt.remove()
     name = gitops.create_branch(repo / "harness", "r1", sha)
-    assert _git(repo, "diff", "--name-only", "main", name).split() == ["harness/__init__.py", "harness/new.py"]
+    assert _git(repo, "diff", "--name-only", "main", name).split() == [
+        "harness/__init__.py",
+        "harness/new.py",
+    ]
     assert _git(repo, "rev-parse", "HEAD").strip() == head
     assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
     assert _git(repo, "status", "--porcelain") == status_before

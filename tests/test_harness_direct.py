@@ -10,12 +10,16 @@ from suite_scripted import DIRECT_HARNESS, ScriptedModel, call, run, text
 pytest.importorskip("tau2")
 
 
-@pytest.mark.parametrize("reply", [
-    call("get_reservation_details", '{"reservation_id": "JMO1MG"'),
-    call("get_reservation_details", {"reservation_id": "JMO1MG"}),
-    call("get_reservation_details", json.dumps({"reservation_id": "JMO1MG"}), call_id=...),
-    ({"content": ""}, "stop"),
-], ids=["invalid-json", "object-arguments", "missing-id", "empty"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        call("get_reservation_details", '{"reservation_id": "JMO1MG"'),
+        call("get_reservation_details", {"reservation_id": "JMO1MG"}),
+        call("get_reservation_details", json.dumps({"reservation_id": "JMO1MG"}), call_id=...),
+        ({"content": ""}, "stop"),
+    ],
+    ids=["invalid-json", "object-arguments", "missing-id", "empty"],
+)
 def test_direct_does_not_repair_replies(reply):
     """Direct repairs nothing: malformed arguments, object arguments, a missing id or an empty reply end
     the trial as endpoint_format_error (reward 0, not an infrastructure error)."""
@@ -26,7 +30,9 @@ def test_direct_does_not_repair_replies(reply):
 
 def test_direct_sends_policy_as_system_prompt_and_arguments_unnormalised():
     """System prompt = the domain policy alone; ids are not normalised (a lower-case id reaches τ² as sent)."""
-    agent = ScriptedModel([call("get_reservation_details", json.dumps({"reservation_id": "jmo1mg"})), text("Done.")])
+    agent = ScriptedModel(
+        [call("get_reservation_details", json.dumps({"reservation_id": "jmo1mg"})), text("Done.")]
+    )
     result = run("3", agent, harness=DIRECT_HARNESS)
     assert result.termination_reason == "user_stop"
     assert agent.requests[0]["messages"][0]["content"].lstrip().startswith("# Airline Agent Policy")

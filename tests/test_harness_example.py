@@ -27,12 +27,16 @@ def executed(result):
 def test_scripted_trial_runs_to_user_stop_with_headers_policy_and_normalised_ids():
     """A scripted conversation ends by user stop; every request carries the trial and role headers, the
     system prompt holds the domain policy, and a reservation id is stripped and upper-cased before the call."""
-    agent = ScriptedModel([call(GET, json.dumps({"reservation_id": " jmo1mg "})), text("Your reservation is JMO1MG.")])
+    agent = ScriptedModel(
+        [call(GET, json.dumps({"reservation_id": " jmo1mg "})), text("Your reservation is JMO1MG.")]
+    )
     result = run("3", agent)
     assert result.termination_reason == "user_stop"
     assert result.tool_calls[0].arguments == {"reservation_id": RES} and not result.tool_calls[0].error
-    assert all(h["x-ecdysis-trial"] == "test-run/tau2-airline/3/0" and h["x-ecdysis-role"] == "agent"
-               for h in agent.headers)
+    assert all(
+        h["x-ecdysis-trial"] == "test-run/tau2-airline/3/0" and h["x-ecdysis-role"] == "agent"
+        for h in agent.headers
+    )
     system = agent.requests[0]["messages"][0]
     assert system["role"] == "system" and "Airline Agent Policy" in system["content"]
     assert result.tokens == {"prompt": 20, "completion": 10, "total": 30}
@@ -42,11 +46,13 @@ def test_scripted_trial_runs_to_user_stop_with_headers_policy_and_normalised_ids
 def test_case1_invalid_json_arguments_become_a_tool_error_and_are_not_executed():
     """Case 1: arguments that are not valid JSON are not executed; the model gets a tool error saying the
     arguments were not valid JSON, and its corrected call runs."""
-    agent = ScriptedModel([
-        call(GET, '{"reservation_id": "JMO1MG"', call_id="c1"),
-        call(GET, json.dumps({"reservation_id": RES}), call_id="c2"),
-        text("Found it."),
-    ])
+    agent = ScriptedModel(
+        [
+            call(GET, '{"reservation_id": "JMO1MG"', call_id="c1"),
+            call(GET, json.dumps({"reservation_id": RES}), call_id="c2"),
+            text("Found it."),
+        ]
+    )
     result = run("3", agent)
     assert result.termination_reason == "user_stop"
     assert [c["id"] for m in executed(result) for c in m["tool_calls"]] == ["c2"]
@@ -56,11 +62,12 @@ def test_case1_invalid_json_arguments_become_a_tool_error_and_are_not_executed()
     assert notes_of(result, "malformed_arguments")[0]["step"] == 1
 
 
-@pytest.mark.parametrize("bad", ['[1, 2]', '"JMO1MG"', 'null'])
+@pytest.mark.parametrize("bad", ["[1, 2]", '"JMO1MG"', "null"])
 def test_case1_json_that_is_not_an_object_is_malformed_too(bad):
     """Case 1, same kind: JSON that is not an object (list, string, null) is treated as malformed."""
-    agent = ScriptedModel([call(GET, bad), call(GET, json.dumps({"reservation_id": RES}), call_id="c2"),
-                           text("Found it.")])
+    agent = ScriptedModel(
+        [call(GET, bad), call(GET, json.dumps({"reservation_id": RES}), call_id="c2"), text("Found it.")]
+    )
     result = run("3", agent)
     assert len(notes_of(result, "malformed_arguments")) == 1
     assert len(result.tool_calls) == 1 and result.tool_calls[0].arguments == {"reservation_id": RES}
@@ -81,14 +88,18 @@ def test_case2_object_arguments_are_accepted_and_recorded_and_sent_back_as_a_str
 def test_case3_missing_empty_or_reused_ids_get_stable_ids_and_keep_call_result_pairing(ids):
     """Case 3: calls with no id, an empty id, or a reused id get `call_<n>` ids; each result is paired
     with its call in the trajectory and in what is sent back to the endpoint."""
-    agent = ScriptedModel([
-        call(GET, json.dumps({"reservation_id": RES}), call_id=ids[0]),
-        call("get_user_details", json.dumps({"user_id": "anya_garcia_5901"}), call_id=ids[1]),
-        text("Done."),
-    ])
+    agent = ScriptedModel(
+        [
+            call(GET, json.dumps({"reservation_id": RES}), call_id=ids[0]),
+            call("get_user_details", json.dumps({"user_id": "anya_garcia_5901"}), call_id=ids[1]),
+            text("Done."),
+        ]
+    )
     result = run("3", agent)
     assert result.termination_reason == "user_stop"
-    assert all(c.result is not None and not c.error for c in result.tool_calls) and len(result.tool_calls) == 2
+    assert (
+        all(c.result is not None and not c.error for c in result.tool_calls) and len(result.tool_calls) == 2
+    )
     sent = agent.requests[-1]["messages"]
     call_ids = [c["id"] for m in sent if m.get("tool_calls") for c in m["tool_calls"]]
     result_ids = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
@@ -101,11 +112,14 @@ def test_case3_missing_empty_or_reused_ids_get_stable_ids_and_keep_call_result_p
 
 def test_case4_tool_calls_finish_with_no_calls_is_asked_again_then_recorded():
     """Case 4: finish_reason 'tool_calls' with an empty call list is an empty reply: asked again once."""
-    agent = ScriptedModel([({"content": None, "tool_calls": []}, "tool_calls"), text("How can I help?"),
-                           text("Done.")])
+    agent = ScriptedModel(
+        [({"content": None, "tool_calls": []}, "tool_calls"), text("How can I help?"), text("Done.")]
+    )
     result = run("3", agent)
     assert result.termination_reason == "user_stop"
-    assert notes_of(result, "empty_reply")[0]["detail"].startswith("finish_reason 'tool_calls' with no tool calls")
+    assert notes_of(result, "empty_reply")[0]["detail"].startswith(
+        "finish_reason 'tool_calls' with no tool calls"
+    )
 
 
 def test_case4_repeated_empty_replies_end_as_endpoint_format_error():
@@ -120,8 +134,13 @@ def test_case4_repeated_empty_replies_end_as_endpoint_format_error():
 def test_case4_stop_with_calls_and_length_with_text_are_accepted_and_recorded():
     """Case 4: finish_reason 'stop' with calls runs the calls; 'length' with text is accepted as truncated;
     both are recorded so diagnosis can tell an endpoint quirk from a harness defect."""
-    agent = ScriptedModel([call(GET, json.dumps({"reservation_id": RES}), finish="stop"),
-                           text("Your reservation is JMO1MG and it", finish="length"), text("Done.")])
+    agent = ScriptedModel(
+        [
+            call(GET, json.dumps({"reservation_id": RES}), finish="stop"),
+            text("Your reservation is JMO1MG and it", finish="length"),
+            text("Done."),
+        ]
+    )
     result = run("3", agent)
     assert len(result.tool_calls) == 1 and not result.tool_calls[0].error
     assert notes_of(result, "finish_reason_mismatch") and notes_of(result, "truncated_reply")
@@ -130,8 +149,13 @@ def test_case4_stop_with_calls_and_length_with_text_are_accepted_and_recorded():
 
 def test_case4_length_with_cut_arguments_is_handled_as_malformed():
     """Case 4: finish_reason 'length' whose call arguments were cut mid-JSON gets the malformed-JSON error."""
-    agent = ScriptedModel([call(GET, '{"reservation_id": "JM', finish="length"),
-                           call(GET, json.dumps({"reservation_id": RES}), call_id="c2"), text("Done.")])
+    agent = ScriptedModel(
+        [
+            call(GET, '{"reservation_id": "JM', finish="length"),
+            call(GET, json.dumps({"reservation_id": RES}), call_id="c2"),
+            text("Done."),
+        ]
+    )
     result = run("3", agent)
     assert notes_of(result, "truncated_reply") and notes_of(result, "malformed_arguments")
     assert len(result.tool_calls) == 1
@@ -148,8 +172,11 @@ def test_text_and_calls_in_one_reply_keep_the_calls():
 @pytest.fixture
 def tiny_budget_harness(tmp_path):
     directory = tmp_path / "budget_harness"
-    shutil.copytree(__import__("suite_scripted").EXAMPLE_HARNESS, directory,
-                    ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    shutil.copytree(
+        __import__("suite_scripted").EXAMPLE_HARNESS,
+        directory,
+        ignore=shutil.ignore_patterns("__pycache__", "recipes"),
+    )
     config = directory / "config.py"
     config.write_text(re.sub(r"MAX_MODEL_CALLS = \d+", "MAX_MODEL_CALLS = 2", config.read_text()))
     return directory
@@ -161,8 +188,12 @@ def test_case6_budget_hit_with_a_call_pending_is_recorded_and_aggregates(tiny_bu
     a `budget_exhausted` note, and the records stage turns it into a failure record without crashing."""
     from pytest_ecdysis.evidence import failures
 
-    agent = ScriptedModel([call(GET, json.dumps({"reservation_id": RES}), call_id="c1"),
-                           call("cancel_reservation", json.dumps({"reservation_id": RES}), call_id="c2")])
+    agent = ScriptedModel(
+        [
+            call(GET, json.dumps({"reservation_id": RES}), call_id="c1"),
+            call("cancel_reservation", json.dumps({"reservation_id": RES}), call_id="c2"),
+        ]
+    )
     result = run("3", agent, harness=tiny_budget_harness)
     assert result.termination_reason == "agent_stop"
     assert "step budget of 2 model calls reached" in result.messages[-1]["content"]
@@ -179,8 +210,12 @@ def test_case6_budget_hit_with_a_call_pending_is_recorded_and_aggregates(tiny_bu
 
 def test_content_sent_as_text_parts_is_read_as_text():
     """A reply whose content is a list of text parts is read as the joined text, not as an empty reply."""
-    agent = ScriptedModel([({"content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "done."}]},
-                            "stop"), text("Done.")])
+    agent = ScriptedModel(
+        [
+            ({"content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "done."}]}, "stop"),
+            text("Done."),
+        ]
+    )
     result = run("3", agent)
     assert result.termination_reason == "user_stop" and not notes_of(result, "empty_reply")
     assert any(m["content"] == "Hello, done." for m in result.messages if m["role"] == "assistant")

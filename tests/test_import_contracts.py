@@ -21,7 +21,9 @@ LINT = Path(sys.executable).with_name("lint-imports")
 def lint(cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(cwd)}
     env.pop("PYTHONSAFEPATH", None)
-    return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(LINT), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_package_keeps_its_import_contracts():
@@ -31,25 +33,41 @@ def test_the_package_keeps_its_import_contracts():
     assert "5 kept, 0 broken" in result.stdout
 
 
-@pytest.mark.parametrize(("module", "line", "broken"), [
-    # an upward import: core (the bottom layer) importing the loop
-    ("core/errors.py", "from pytest_ecdysis.evolve import loop  # noqa", "stages are layered"),
-    # a circle inside one package: the loop's stage importing the loop back
-    ("evolve/stages.py", "from pytest_ecdysis.evolve import loop  # noqa", "no import circle"),
-    # the plugin importing τ² or the τ² suite, even lazily inside a function
-    ("core/errors.py", "import tau2  # noqa", "never imports tau2"),
-    ("gate/baseline.py", "def f():\n    from pytest_ecdysis_tau2 import suite  # noqa", "never imports tau2"),
-    # the τ² suite (paths from the checkout's root): its bottom room (τ² loaded) importing the trial above
-    # it, even lazily
-    ("pytest_ecdysis_tau2/tasks/suite.py",
-     "def f():\n    from pytest_ecdysis_tau2.trial import runner  # noqa", "rooms are layered"),
-    # a circle inside one room: the worker's scorer client importing the warm server back
-    ("pytest_ecdysis_tau2/scoring/scorer_client.py", "def f():\n    from . import warm_scorer  # noqa",
-     "no import circle"),
-    # harness code reaching the trusted side (the scorer client it could patch)
-    ("pytest_ecdysis_tau2/example_harness/tools.py",
-     "from pytest_ecdysis_tau2.scoring import scorer_client  # noqa", "harness code never imports"),
-])
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        # an upward import: core (the bottom layer) importing the loop
+        ("core/errors.py", "from pytest_ecdysis.evolve import loop  # noqa", "stages are layered"),
+        # a circle inside one package: the loop's stage importing the loop back
+        ("evolve/stages.py", "from pytest_ecdysis.evolve import loop  # noqa", "no import circle"),
+        # the plugin importing τ² or the τ² suite, even lazily inside a function
+        ("core/errors.py", "import tau2  # noqa", "never imports tau2"),
+        (
+            "gate/baseline.py",
+            "def f():\n    from pytest_ecdysis_tau2 import suite  # noqa",
+            "never imports tau2",
+        ),
+        # the τ² suite (paths from the checkout's root): its bottom room (τ² loaded) importing the trial above
+        # it, even lazily
+        (
+            "pytest_ecdysis_tau2/tasks/suite.py",
+            "def f():\n    from pytest_ecdysis_tau2.trial import runner  # noqa",
+            "rooms are layered",
+        ),
+        # a circle inside one room: the worker's scorer client importing the warm server back
+        (
+            "pytest_ecdysis_tau2/scoring/scorer_client.py",
+            "def f():\n    from . import warm_scorer  # noqa",
+            "no import circle",
+        ),
+        # harness code reaching the trusted side (the scorer client it could patch)
+        (
+            "pytest_ecdysis_tau2/example_harness/tools.py",
+            "from pytest_ecdysis_tau2.scoring import scorer_client  # noqa",
+            "harness code never imports",
+        ),
+    ],
+)
 def test_an_added_upward_import_or_circle_breaks_the_contract(tmp_path, module, line, broken):
     for package in ("pytest_ecdysis", "pytest_ecdysis_tau2"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -66,7 +84,9 @@ def test_an_added_upward_import_or_circle_breaks_the_contract(tmp_path, module, 
 
 def test_an_old_module_path_is_an_import_error_naming_it():
     code = "import pytest_ecdysis.evolve_stages"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0
     assert "No module named 'pytest_ecdysis.evolve_stages'" in result.stderr
 
@@ -78,13 +98,28 @@ def test_the_tau2_suite_keeps_its_face_on_top_and_the_rest_in_rooms():
     modules = sorted(p.stem for p in top.glob("*.py"))
     rooms = sorted(p.name for p in top.iterdir() if (p / "__init__.py").is_file())
     assert modules == ["__init__", "cases", "registration", "test_airline", "test_retail", "test_telecom"]
-    assert rooms == ["example_harness", "harness_process", "harnesses", "knowledge", "scoring", "tasks",
-                     "trial"]
+    assert rooms == [
+        "example_harness",
+        "harness_process",
+        "harnesses",
+        "knowledge",
+        "scoring",
+        "tasks",
+        "trial",
+    ]
 
 
 def test_the_public_names_are_the_documented_ones():
     import pytest_ecdysis
 
-    for name in ("record_trial", "TrialResult", "get_state", "hookimpl", "FailureRecord", "ModificationSpec", "UsageError"):
+    for name in (
+        "record_trial",
+        "TrialResult",
+        "get_state",
+        "hookimpl",
+        "FailureRecord",
+        "ModificationSpec",
+        "UsageError",
+    ):
         assert name in pytest_ecdysis.__all__ and hasattr(pytest_ecdysis, name)
     assert pytest_ecdysis.TrialResult.__module__ == "pytest_ecdysis.core.records"

@@ -23,7 +23,10 @@ def test_init_lays_out_harness_suite_ini_and_workflows(tmp_path: Path, capsys: p
     team = tmp_path / "team"
     example = resolve_harness("example_harness", ROOT)
     assert harness_files(team / "harness") == harness_files(example)
-    assert all((team / "harness" / rel).read_bytes() == (example / rel).read_bytes() for rel in harness_files(example))
+    assert all(
+        (team / "harness" / rel).read_bytes() == (example / rel).read_bytes()
+        for rel in harness_files(example)
+    )
     assert any(rel.parts[0] == "recipes" for rel in harness_files(team / "harness"))
     ini = (team / "pytest.ini").read_text()
     assert "ecdysis_harness = harness" in ini and "testpaths = tests" in ini
@@ -45,7 +48,9 @@ def test_init_overwrites_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert (tmp_path / "pytest.ini").read_text() == "[pytest]\n"
 
 
-def test_init_names_the_installed_suites_for_an_unknown_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_init_names_the_installed_suites_for_an_unknown_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     assert main(["init", str(tmp_path / "x"), "--suite", "webshop"]) == 2
     assert "--suite 'webshop' offers no template; installed: tau2" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

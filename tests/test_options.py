@@ -37,51 +37,116 @@ CLI_CASES: dict[str, Case] = {
     "tasks": Case("3, 7", {"tasks": ("3", "7")}, ",", "--ecdysis-tasks was given but names no task id"),
     "trials": Case("2", {"trials": 2}, "0", "--ecdysis-trials must be an integer >= 1, got 0"),
     "threshold": Case("0.5", {"threshold": 0.5}, "1.5", "--ecdysis-threshold must be in [0.0, 1.0], got 1.5"),
-    "harness": Case("direct", {"harness": "direct"}, "no_such_harness",
-                    "*is neither a directory nor a registered harness name*", session=True),
+    "harness": Case(
+        "direct",
+        {"harness": "direct"},
+        "no_such_harness",
+        "*is neither a directory nor a registered harness name*",
+        session=True,
+    ),
     "run-dir": Case("out", {"run_dir": Path("out")}, "", "--ecdysis-run-dir was given an empty value"),
     "concurrency": Case("4", {"concurrency": 4}, "0", "--ecdysis-concurrency must be an integer >= 1, got 0"),
     "model": Case("sim/strong", {"model": "sim/strong"}, "gpt-x", "--ecdysis-model 'gpt-x' is not simulated"),
-    "base-url": Case("http://localhost:9/v1", {"base_url": "http://localhost:9/v1"}, "notaurl",
-                     "--ecdysis-base-url (or OPENAI_BASE_URL) must be an http(s) URL"),
-    "user-model": Case("sim/strong", {"user_model": "sim/strong"}, "gpt-x",
-                       "--ecdysis-user-model 'gpt-x' is not simulated"),
-    "diagnosis-model": Case("sim/strong", {"diagnosis_model": "sim/strong"}, "gpt-x",
-                            "--ecdysis-diagnosis-model 'gpt-x' is not simulated", EVOLVE),
-    "sim-latency": Case("0.5", {"sim_latency_s": 0.5}, "-1", "--ecdysis-sim-latency must be >= 0.0, got -1.0"),
-    "evolve": Case(None, {"evolve": True}, ["--ecdysis-evolve", "--ecdysis-split", "test"],
-                   "the test split is held out"),
-    "resume": Case("r1", {"resume": "r1", "evolve": True}, "nosuch", "*--ecdysis-resume nosuch: no such run*",
-                   session=True),
+    "base-url": Case(
+        "http://localhost:9/v1",
+        {"base_url": "http://localhost:9/v1"},
+        "notaurl",
+        "--ecdysis-base-url (or OPENAI_BASE_URL) must be an http(s) URL",
+    ),
+    "user-model": Case(
+        "sim/strong", {"user_model": "sim/strong"}, "gpt-x", "--ecdysis-user-model 'gpt-x' is not simulated"
+    ),
+    "diagnosis-model": Case(
+        "sim/strong",
+        {"diagnosis_model": "sim/strong"},
+        "gpt-x",
+        "--ecdysis-diagnosis-model 'gpt-x' is not simulated",
+        EVOLVE,
+    ),
+    "sim-latency": Case(
+        "0.5", {"sim_latency_s": 0.5}, "-1", "--ecdysis-sim-latency must be >= 0.0, got -1.0"
+    ),
+    "evolve": Case(
+        None, {"evolve": True}, ["--ecdysis-evolve", "--ecdysis-split", "test"], "the test split is held out"
+    ),
+    "resume": Case(
+        "r1",
+        {"resume": "r1", "evolve": True},
+        "nosuch",
+        "*--ecdysis-resume nosuch: no such run*",
+        session=True,
+    ),
     "rounds": Case("2", {"rounds": 2}, "0", "--ecdysis-rounds must be an integer >= 1, got 0", EVOLVE),
-    "strategy": Case("self-harness", {"strategy": "self-harness"}, "magic", "--ecdysis-strategy must be one of",
-                     EVOLVE),
-    "fdcr-passes": Case("1", {"fdcr_passes": 1}, "0", "--ecdysis-fdcr-passes must be an integer >= 1", EVOLVE),
-    "editor": Case("builtin", {"editor": "builtin"}, "vim", "--ecdysis-editor must be 'builtin', 'sim' or 'cmd:",
-                   EVOLVE),
-    "evidence": Case("failure-aware:5", {"evidence": "failure-aware:5", "evidence_limit": 5}, "some",
-                     "--ecdysis-evidence must be 'all' or 'failure-aware:N'", EVOLVE),
-    "test-trials": Case("1", {"test_trials": 1}, "-1", "--ecdysis-test-trials must be an integer >= 0", EVOLVE),
-    "test-model": Case("sim/strong", {"test_models": ("sim/strong",)}, "gpt-x",
-                       "--ecdysis-test-model 'gpt-x' is not simulated", EVOLVE),
-    "accept": Case("strict", {"accept": "strict"}, "lenient",
-                   "--ecdysis-accept must be one of strict, paired, sequential", EVOLVE),
-    "max-cost": Case("2.5", {"max_cost_usd": 2.5}, "-1", "--ecdysis-max-cost must be >= 0.0, got -1.0", EVOLVE),
-    "max-tokens": Case("1_000", {"max_tokens": 1000}, "x", "--ecdysis-max-tokens must be an integer >= 0", EVOLVE),
-    "limits": Case("call-timeout=5,agent-cpu=10", {"call_timeout_s": 5.0, "agent_cpu_s": 10, "max_retries": 3},
-                   "foo=1", "--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of"),
+    "strategy": Case(
+        "self-harness", {"strategy": "self-harness"}, "magic", "--ecdysis-strategy must be one of", EVOLVE
+    ),
+    "fdcr-passes": Case(
+        "1", {"fdcr_passes": 1}, "0", "--ecdysis-fdcr-passes must be an integer >= 1", EVOLVE
+    ),
+    "editor": Case(
+        "builtin", {"editor": "builtin"}, "vim", "--ecdysis-editor must be 'builtin', 'sim' or 'cmd:", EVOLVE
+    ),
+    "evidence": Case(
+        "failure-aware:5",
+        {"evidence": "failure-aware:5", "evidence_limit": 5},
+        "some",
+        "--ecdysis-evidence must be 'all' or 'failure-aware:N'",
+        EVOLVE,
+    ),
+    "test-trials": Case(
+        "1", {"test_trials": 1}, "-1", "--ecdysis-test-trials must be an integer >= 0", EVOLVE
+    ),
+    "test-model": Case(
+        "sim/strong",
+        {"test_models": ("sim/strong",)},
+        "gpt-x",
+        "--ecdysis-test-model 'gpt-x' is not simulated",
+        EVOLVE,
+    ),
+    "accept": Case(
+        "strict",
+        {"accept": "strict"},
+        "lenient",
+        "--ecdysis-accept must be one of strict, paired, sequential",
+        EVOLVE,
+    ),
+    "max-cost": Case(
+        "2.5", {"max_cost_usd": 2.5}, "-1", "--ecdysis-max-cost must be >= 0.0, got -1.0", EVOLVE
+    ),
+    "max-tokens": Case(
+        "1_000", {"max_tokens": 1000}, "x", "--ecdysis-max-tokens must be an integer >= 0", EVOLVE
+    ),
+    "limits": Case(
+        "call-timeout=5,agent-cpu=10",
+        {"call_timeout_s": 5.0, "agent_cpu_s": 10, "max_retries": 3},
+        "foo=1",
+        "--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of",
+    ),
     "sandbox": Case("off", {"sandbox": "off"}, "maybe", "--ecdysis-sandbox must be one of auto, on, off"),
-    "editor-writable": Case("/", {"editor_writable": ("/",)}, "/nonexistent-ecdysis",
-                            "--ecdysis-editor-writable: /nonexistent-ecdysis is not an existing directory", EVOLVE),
+    "editor-writable": Case(
+        "/",
+        {"editor_writable": ("/",)},
+        "/nonexistent-ecdysis",
+        "--ecdysis-editor-writable: /nonexistent-ecdysis is not an existing directory",
+        EVOLVE,
+    ),
     "gate": Case(None, {"gate": True}, ["--ecdysis-gate", "--ecdysis-evolve"], "are separate jobs"),
-    "baseline": Case("b.json", {"baseline": Path("b.json")}, "", "--ecdysis-baseline was given an empty value",
-                     GATE),
-    "save-baseline": Case("b.json", {"save_baseline": Path("b.json")}, ".",
-                          "--ecdysis-save-baseline . is a directory"),
-    "gate-tolerance": Case("0.1", {"gate_tolerance": 0.1}, "nan",
-                           "--ecdysis-gate-tolerance must be in [0.0, 1.0], got nan", GATE),
-    "gate-max-regressions": Case("2", {"gate_max_regressions": 2}, "-1",
-                                 "--ecdysis-gate-max-regressions must be an integer >= 0, got -1", GATE),
+    "baseline": Case(
+        "b.json", {"baseline": Path("b.json")}, "", "--ecdysis-baseline was given an empty value", GATE
+    ),
+    "save-baseline": Case(
+        "b.json", {"save_baseline": Path("b.json")}, ".", "--ecdysis-save-baseline . is a directory"
+    ),
+    "gate-tolerance": Case(
+        "0.1", {"gate_tolerance": 0.1}, "nan", "--ecdysis-gate-tolerance must be in [0.0, 1.0], got nan", GATE
+    ),
+    "gate-max-regressions": Case(
+        "2",
+        {"gate_max_regressions": 2},
+        "-1",
+        "--ecdysis-gate-max-regressions must be an integer >= 0, got -1",
+        GATE,
+    ),
 }
 
 #: Options without an ini mirror, and why.
@@ -97,37 +162,84 @@ NO_INI = {
 INI_CASES: dict[str, Case] = {
     "progress": Case("5", {"progress_s": 5.0}, "-1", "ini key ecdysis_progress must be >= 0.0, got -1.0"),
     "html": Case("page.html", {"html": Path("page.html")}, ".", "ini key ecdysis_html: . is a directory"),
-    "text-tool-calls": Case("parse", {"text_tool_calls": "parse"}, "guess",
-                            "ini key ecdysis_text_tool_calls must be one of reject, parse, got 'guess'"),
+    "text-tool-calls": Case(
+        "parse",
+        {"text_tool_calls": "parse"},
+        "guess",
+        "ini key ecdysis_text_tool_calls must be one of reject, parse, got 'guess'",
+    ),
     "sim-nonce": Case("ci", {"sim_nonce": "ci"}, " ", "ini key ecdysis_sim_nonce must be a non-blank text"),
-    "self-evolution-cap": Case("2", {"self_evolution_cap": 2}, "0",
-                               "ini key ecdysis_self_evolution_cap must be an integer >= 1, got 0"),
-    "proposals": Case("1", {"proposals": 1}, "three", "ini key ecdysis_proposals must be an integer >= 1, got 'three'"),
-    "editor-context": Case("8000", {"editor_context_tokens": 8000}, "8k",
-                           "ini key ecdysis_editor_context must be an integer >= 0, got '8k'"),
-    "response-cache": Case("on", {"response_cache": "on"}, "maybe",
-                           "ini key ecdysis_response_cache must be one of on, off"),
+    "self-evolution-cap": Case(
+        "2",
+        {"self_evolution_cap": 2},
+        "0",
+        "ini key ecdysis_self_evolution_cap must be an integer >= 1, got 0",
+    ),
+    "proposals": Case(
+        "1", {"proposals": 1}, "three", "ini key ecdysis_proposals must be an integer >= 1, got 'three'"
+    ),
+    "editor-context": Case(
+        "8000",
+        {"editor_context_tokens": 8000},
+        "8k",
+        "ini key ecdysis_editor_context must be an integer >= 0, got '8k'",
+    ),
+    "response-cache": Case(
+        "on", {"response_cache": "on"}, "maybe", "ini key ecdysis_response_cache must be one of on, off"
+    ),
     "cache-dir": Case("c", {"cache_dir": Path("c")}, None),  # its writability: tests/test_response_cache.py
     "uncacheable": Case("m1, m2", {"uncacheable": ("m1", "m2")}, None),
-    "ablate": Case("true", {"ablate": True}, "maybe", "ini option ecdysis_ablate must be true or false", EVOLVE),
-    "rescore": Case("never", {"rescore": "never"}, "sometimes", "ini key ecdysis_rescore must be one of auto"),
-    "accept-level": Case("0.01", {"accept_level": 0.01}, "1",
-                         "ini key ecdysis_accept_level must be a number strictly between 0 and 1"),
-    "accept-method": Case("wilcoxon", {"accept_method": "wilcoxon"}, "t-test",
-                          "ini key ecdysis_accept_method must be one of sign, wilcoxon, bootstrap"),
-    "accept-extra-trials": Case("2", {"accept_extra_trials": 2}, "-1",
-                                "ini key ecdysis_accept_extra_trials must be an integer >= 0"),
-    "gate-max-cost-rise": Case("0.1", {"gate_max_cost_rise": 0.1}, "-0.1",
-                               "ini key ecdysis_gate_max_cost_rise must be >= 0.0"),
-    "call-timeout": Case("5", {"call_timeout_s": 5.0}, "0",
-                         "--ecdysis-limits call-timeout must be a number of seconds > 0, got '0'"),
-    "max-retries": Case("0", {"max_retries": 0}, "-1", "--ecdysis-limits max-retries must be an integer >= 0"),
-    "trial-budget": Case("30", {"trial_budget_s": 30.0}, "0", "--ecdysis-limits trial-budget must be a number"),
-    "diagnosis-budget": Case("60", {"diagnosis_budget_s": 60.0}, "soon",
-                             "--ecdysis-limits diagnosis-budget must be a number of seconds > 0"),
-    "editor-budget": Case("60", {"editor_budget_s": 60.0}, "0", "--ecdysis-limits editor-budget must be a number"),
-    "agent-memory": Case("512", {"agent_memory_mb": 512}, "-1",
-                         "--ecdysis-limits agent-memory must be an integer >= 0, got '-1'"),
+    "ablate": Case(
+        "true", {"ablate": True}, "maybe", "ini option ecdysis_ablate must be true or false", EVOLVE
+    ),
+    "rescore": Case(
+        "never", {"rescore": "never"}, "sometimes", "ini key ecdysis_rescore must be one of auto"
+    ),
+    "accept-level": Case(
+        "0.01",
+        {"accept_level": 0.01},
+        "1",
+        "ini key ecdysis_accept_level must be a number strictly between 0 and 1",
+    ),
+    "accept-method": Case(
+        "wilcoxon",
+        {"accept_method": "wilcoxon"},
+        "t-test",
+        "ini key ecdysis_accept_method must be one of sign, wilcoxon, bootstrap",
+    ),
+    "accept-extra-trials": Case(
+        "2", {"accept_extra_trials": 2}, "-1", "ini key ecdysis_accept_extra_trials must be an integer >= 0"
+    ),
+    "gate-max-cost-rise": Case(
+        "0.1", {"gate_max_cost_rise": 0.1}, "-0.1", "ini key ecdysis_gate_max_cost_rise must be >= 0.0"
+    ),
+    "call-timeout": Case(
+        "5",
+        {"call_timeout_s": 5.0},
+        "0",
+        "--ecdysis-limits call-timeout must be a number of seconds > 0, got '0'",
+    ),
+    "max-retries": Case(
+        "0", {"max_retries": 0}, "-1", "--ecdysis-limits max-retries must be an integer >= 0"
+    ),
+    "trial-budget": Case(
+        "30", {"trial_budget_s": 30.0}, "0", "--ecdysis-limits trial-budget must be a number"
+    ),
+    "diagnosis-budget": Case(
+        "60",
+        {"diagnosis_budget_s": 60.0},
+        "soon",
+        "--ecdysis-limits diagnosis-budget must be a number of seconds > 0",
+    ),
+    "editor-budget": Case(
+        "60", {"editor_budget_s": 60.0}, "0", "--ecdysis-limits editor-budget must be a number"
+    ),
+    "agent-memory": Case(
+        "512",
+        {"agent_memory_mb": 512},
+        "-1",
+        "--ecdysis-limits agent-memory must be an integer >= 0, got '-1'",
+    ),
     "agent-cpu": Case("0", {"agent_cpu_s": 0}, "x", "--ecdysis-limits agent-cpu must be an integer >= 0"),
 }
 
@@ -143,15 +255,24 @@ def _read(pytester: pytest.Pytester, *args: str):
 @pytest.fixture(autouse=True)
 def _no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """A model that is not simulated needs a key or a base URL: neither, so 'gpt-x' is a bad value."""
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ECDYSIS_MODEL", "ECDYSIS_EDITOR_WRITABLE",
-                 "ECDYSIS_CALL_TIMEOUT_S", "ECDYSIS_MAX_RETRIES", "ECDYSIS_TRIAL_BUDGET_S"):
+    for name in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ECDYSIS_MODEL",
+        "ECDYSIS_EDITOR_WRITABLE",
+        "ECDYSIS_CALL_TIMEOUT_S",
+        "ECDYSIS_MAX_RETRIES",
+        "ECDYSIS_TRIAL_BUDGET_S",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
 def test_every_setting_has_help_an_ini_key_and_a_case(pytester: pytest.Pytester) -> None:
     """Each option is in a help group, names its default, has an ini mirror (or a reason in NO_INI) and a
     row in CLI_CASES; each ini-only setting names its default and has a row in INI_CASES."""
-    assert {o.name for o in OPTIONS} == set(CLI_CASES), "an option without a row in CLI_CASES (or a stale row)"
+    assert {o.name for o in OPTIONS} == set(CLI_CASES), (
+        "an option without a row in CLI_CASES (or a stale row)"
+    )
     assert {o.name for o in INI_ONLY} == set(INI_CASES), "an ini-only setting without a row in INI_CASES"
     assert set(NO_INI) == {o.name for o in OPTIONS if not o.ini}
     assert set(LIMIT_KEYS) <= set(INI_CASES)
@@ -224,7 +345,9 @@ def test_an_ini_only_setting_is_read_and_checked(pytester: pytest.Pytester, name
 
 
 @pytest.mark.parametrize("name", sorted(INI_CASES))
-def test_a_removed_option_is_a_usage_error_naming_its_replacement(pytester: pytest.Pytester, name: str) -> None:
+def test_a_removed_option_is_a_usage_error_naming_its_replacement(
+    pytester: pytest.Pytester, name: str
+) -> None:
     """`--ecdysis-<former option>` stops the session with exit 4 and says what sets it now."""
     opt = next(o for o in INI_ONLY if o.name == name)
     value = None if opt.action == "store_true" else (INI_CASES[name].value or "1")
@@ -240,26 +363,39 @@ def test_removed_option_in_a_session_exits_4(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess("--ecdysis-sim-nonce", "ci")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--ecdysis-sim-nonce was removed: set the ini key ecdysis_sim_nonce*"
-                                 "ECDYSIS_SIM_NONCE*"])
+    result.stderr.fnmatch_lines(
+        ["*--ecdysis-sim-nonce was removed: set the ini key ecdysis_sim_nonce*ECDYSIS_SIM_NONCE*"]
+    )
 
 
-def test_limit_keys_come_from_the_option_then_the_ini_key_then_env(pytester: pytest.Pytester,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_limit_keys_come_from_the_option_then_the_ini_key_then_env(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--ecdysis-limits` keys win over the keys' ini keys, which win over the env fallback; repeated
     `--ecdysis-limits` options add up (a later key wins); keys not given keep their defaults."""
     monkeypatch.setenv("ECDYSIS_CALL_TIMEOUT_S", "9")
     monkeypatch.setenv("ECDYSIS_MAX_RETRIES", "7")
-    cfg = _read(pytester, "-o", "ecdysis_call_timeout=8", "-o", "ecdysis_max_retries=6",
-                "--ecdysis-limits", "call-timeout=5", "--ecdysis-limits", "agent-memory=100,call-timeout=4")
+    cfg = _read(
+        pytester,
+        "-o",
+        "ecdysis_call_timeout=8",
+        "-o",
+        "ecdysis_max_retries=6",
+        "--ecdysis-limits",
+        "call-timeout=5",
+        "--ecdysis-limits",
+        "agent-memory=100,call-timeout=4",
+    )
     assert (cfg.call_timeout_s, cfg.max_retries, cfg.agent_memory_mb, cfg.agent_cpu_s) == (4.0, 6, 100, 900)
     assert _read(pytester).max_retries == 7
 
 
 def test_ini_file_holds_the_settings(pytester: pytest.Pytester) -> None:
     """The ini file (not only `-o`) sets options and ini-only settings; the test-model key takes several."""
-    pytester.makeini("[pytest]\necdysis_trials = 3\necdysis_accept_level = 0.02\necdysis_agent_cpu = 60\n"
-                     "ecdysis_test_model = sim, sim/strong\n")
+    pytester.makeini(
+        "[pytest]\necdysis_trials = 3\necdysis_accept_level = 0.02\necdysis_agent_cpu = 60\n"
+        "ecdysis_test_model = sim, sim/strong\n"
+    )
     cfg = _read(pytester, "--ecdysis-evolve")
     assert (cfg.trials, cfg.accept_level, cfg.agent_cpu_s) == (3, 0.02, 60)
     assert cfg.test_models == ("sim", "sim/strong")
@@ -270,12 +406,33 @@ def test_sub_runs_get_what_the_controller_had() -> None:
     reach it as they reached the controller), never writes the HTML page, and drops the job options."""
     from pytest_ecdysis.validate.setup import subrun_args
 
-    args = ["suite", "-o", "ecdysis_sim_nonce=ci", "--ecdysis-limits", "call-timeout=5", "-o",
-            "ecdysis_html=page.html", "--ecdysis-evolve", "--ecdysis-rounds", "2"]
+    args = [
+        "suite",
+        "-o",
+        "ecdysis_sim_nonce=ci",
+        "--ecdysis-limits",
+        "call-timeout=5",
+        "-o",
+        "ecdysis_html=page.html",
+        "--ecdysis-evolve",
+        "--ecdysis-rounds",
+        "2",
+    ]
     out = subrun_args(args, harness_dir=Path("/c/h"), run_dir=Path("/r"))
-    assert out[:7] == ["suite", "-o", "ecdysis_sim_nonce=ci", "--ecdysis-limits", "call-timeout=5", "-o",
-                       "ecdysis_html=page.html"]
-    assert out[-2:] == ["-o", "ecdysis_html="] and "--ecdysis-evolve" not in out and "--ecdysis-rounds" not in out
+    assert out[:7] == [
+        "suite",
+        "-o",
+        "ecdysis_sim_nonce=ci",
+        "--ecdysis-limits",
+        "call-timeout=5",
+        "-o",
+        "ecdysis_html=page.html",
+    ]
+    assert (
+        out[-2:] == ["-o", "ecdysis_html="]
+        and "--ecdysis-evolve" not in out
+        and "--ecdysis-rounds" not in out
+    )
 
 
 def test_the_options_table_lists_every_option_and_ini_key() -> None:

@@ -67,8 +67,9 @@ def test_doc_suite_runs_saves_a_baseline_and_gates(suite: pytest.Pytester) -> No
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 3, "2": 2 / 3})
     assert summary["harness_id"] is None
     records = [json.loads(line) for line in (last_run(suite) / "failures.jsonl").read_text().splitlines()]
-    assert {(r["task_id"], r["first_tool_error"]["name"], tuple(r["failed_components"])) for r in records} == {
-        ("status-8", "get_order", ("communicate",))}
+    assert {
+        (r["task_id"], r["first_tool_error"]["name"], tuple(r["failed_components"])) for r in records
+    } == {("status-8", "get_order", ("communicate",))}
     assert json.loads((suite.path / "base.json").read_text())["tasks"]["orders/status-9"]["solved"] is True
 
     gate = run(suite, "-n", "2", "--ecdysis-gate", "--ecdysis-baseline", "base.json")

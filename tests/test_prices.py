@@ -42,9 +42,16 @@ def test_recorded_gpt_4o_mini_reply_is_priced_from_litellms_map() -> None:
 def test_project_file_overrides_and_price_zero_is_a_price(tmp_path: Path) -> None:
     """`.ecdysis/prices.json` wins over litellm's map; 0 (a local server) is a known price of 0 USD."""
     (tmp_path / ".ecdysis").mkdir()
-    (tmp_path / ".ecdysis" / "prices.json").write_text(json.dumps({"models": {
-        "gpt-4o-mini": {"prompt_per_mtok": 1.0, "completion_per_mtok": 1.0},
-        "local-llama": {"prompt_per_mtok": 0, "completion_per_mtok": 0}}}))
+    (tmp_path / ".ecdysis" / "prices.json").write_text(
+        json.dumps(
+            {
+                "models": {
+                    "gpt-4o-mini": {"prompt_per_mtok": 1.0, "completion_per_mtok": 1.0},
+                    "local-llama": {"prompt_per_mtok": 0, "completion_per_mtok": 0},
+                }
+            }
+        )
+    )
     table = prices.load_prices(tmp_path)
     tokens = {"prompt": 1_000_000, "completion": 1_000_000, "total": 2_000_000}
     assert prices.cost_usd("gpt-4o-mini", tokens, table) == (pytest.approx(2.0), "priced")
@@ -64,14 +71,18 @@ def test_unknown_model_and_no_litellm_are_unknown_never_zero(monkeypatch: pytest
 
 def test_negative_price_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / ".ecdysis").mkdir()
-    (tmp_path / ".ecdysis" / "prices.json").write_text('{"models": {"x": {"prompt_per_mtok": -1, "completion_per_mtok": 0}}}')
+    (tmp_path / ".ecdysis" / "prices.json").write_text(
+        '{"models": {"x": {"prompt_per_mtok": -1, "completion_per_mtok": 0}}}'
+    )
     with pytest.raises(UsageError, match="negative price for x"):
         prices.load_prices(tmp_path)
 
 
 def test_reading_prices_does_not_import_litellm() -> None:
     """The map is read as a file: importing litellm takes seconds and may fetch a price map online."""
-    code = ("import sys; from pytest_ecdysis.core import prices; t = prices.load_prices(); "
-            "assert 'gpt-4o-mini' in t; print('litellm' in sys.modules)")
+    code = (
+        "import sys; from pytest_ecdysis.core import prices; t = prices.load_prices(); "
+        "assert 'gpt-4o-mini' in t; print('litellm' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,7 +10,7 @@ from tiny_evolution import CONFTEST, make_project, run_evolution, script
 
 from pytest_ecdysis.report.progress import Count, Ticker, read_count, status_line
 
-SLOW_SUITE = '''
+SLOW_SUITE = """
 import time
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
@@ -24,20 +24,26 @@ def test_task(request, task_id):
     record_trial(request.node, TrialResult(suite="slow", task_id=task_id, trial=0, reward=reward,
                                            termination_reason="agent_stop", components={"db": reward}))
     assert reward >= 1.0
-'''
+"""
 
 
 def test_status_line_says_done_total_elapsed_and_an_estimate() -> None:
     """The pace so far estimates the rest; before the first trial, an earlier run's pace, else it says so."""
     assert status_line("round 1: validating", Count(done=10, total=30, failed=2), 65.0) == (
-        "round 1: validating: 10/30 trials (2 failed), 1m05s elapsed, about 2m10s left")
+        "round 1: validating: 10/30 trials (2 failed), 1m05s elapsed, about 2m10s left"
+    )
     assert status_line("test: start harness", Count(done=0, total=60), 30.0, seconds_per_trial=2.0) == (
-        "test: start harness: 0/60 trials, 30s elapsed, about 1m30s left")
-    assert status_line("s", Count(done=0, total=4), 3.0) == "s: 0/4 trials, 3s elapsed, estimate after the first trial"
+        "test: start harness: 0/60 trials, 30s elapsed, about 1m30s left"
+    )
+    assert (
+        status_line("s", Count(done=0, total=4), 3.0)
+        == "s: 0/4 trials, 3s elapsed, estimate after the first trial"
+    )
     assert status_line("round 2: diagnosis", None, 3725.0) == "round 2: diagnosis: 1h02m elapsed"
     # the pace counts from the end of collection: 100 s of workers starting do not inflate the estimate
     assert status_line("running the suite", Count(done=4, total=30, pace_s=20.0), 120.0) == (
-        "running the suite: 4/30 trials, 2m00s elapsed, about 2m10s left")
+        "running the suite: 4/30 trials, 2m00s elapsed, about 2m10s left"
+    )
 
 
 def test_ticker_repeats_its_line_until_the_stage_ends(tmp_path) -> None:
@@ -57,19 +63,33 @@ def test_ticker_repeats_its_line_until_the_stage_ends(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
-def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest.Pytester,
-                                                                monkeypatch: pytest.MonkeyPatch, xdist: tuple) -> None:
+def test_session_prints_progress_lines_and_writes_progress_json(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple
+) -> None:
     """While the trials run: `ecdysis [t s] running the suite: k/4 trials ...` lines; at the end
     progress.json in the run directory says 4/4 with 1 failed."""
     monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")
     monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
     pytester.makepyfile(test_slow=SLOW_SUITE)
     pytester.mkpydir("harness")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ecdysis-harness", "harness",
-                                           "-o", "ecdysis_progress=0.3", *xdist, timeout=300)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-harness",
+        "harness",
+        "-o",
+        "ecdysis_progress=0.3",
+        *xdist,
+        timeout=300,
+    )
     assert result.ret == 1
-    assert any(line.startswith("ecdysis [") and " running the suite: " in line and "/4 trials" in line
-               and "elapsed" in line for line in result.stdout.lines), result.stdout.str()
+    assert any(
+        line.startswith("ecdysis [")
+        and " running the suite: " in line
+        and "/4 trials" in line
+        and "elapsed" in line
+        for line in result.stdout.lines
+    ), result.stdout.str()
     # written where pytest's own terminal output goes, never into a running test's captured output (-n 0,
     # no terminal: the lines fell into the failing test's "Captured stdout call")
     assert "Captured stdout" not in result.stdout.str(), result.stdout.str()
@@ -80,21 +100,37 @@ def test_session_prints_progress_lines_and_writes_progress_json(pytester: pytest
 
 
 @pytest.mark.slow
-def test_evolution_stages_print_progress_lines(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evolution_stages_print_progress_lines(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Diagnosis, editor call, validation sub-run and test-split scoring each report while they run, the
     sub-runs with their done/total trials read from the sub-run's progress.json."""
     slow = "\n\nimport time as _time\n\n\n@pytest.fixture(autouse=True)\ndef _slow():\n    yield\n    _time.sleep(0.4)\n"
-    project = make_project(pytester, monkeypatch, "import pytest\n" + CONFTEST + slow)  # trials that take time
+    project = make_project(
+        pytester, monkeypatch, "import pytest\n" + CONFTEST + slow
+    )  # trials that take time
     script(project, [{"knob": "x", "value": 2}])
     result = run_evolution(project, "--ecdysis-rounds", "1", "-o", "ecdysis_progress=0.2")
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.str()
-    for stage in ("round 1: validating candidate tiny_harness@", "test: start harness", "test: frozen harness"):
-        assert any(stage in line and "elapsed" in line and line.startswith("ecdysis [") for line in out.splitlines()), stage
+    for stage in (
+        "round 1: validating candidate tiny_harness@",
+        "test: start harness",
+        "test: frozen harness",
+    ):
+        assert any(
+            stage in line and "elapsed" in line and line.startswith("ecdysis [") for line in out.splitlines()
+        ), stage
     assert any("/4 trials" in line for line in out.splitlines() if "validating candidate" in line)
     # one clock from the session's start: the evolution's lines go on from the suite's, never restart at 0
-    clock = [float(line.split("[", 1)[1].split("s]", 1)[0]) for line in out.splitlines() if line.startswith("ecdysis [")]
+    clock = [
+        float(line.split("[", 1)[1].split("s]", 1)[0])
+        for line in out.splitlines()
+        if line.startswith("ecdysis [")
+    ]
     assert clock == sorted(clock) and len(clock) > 3, clock
     # the incumbent's re-run beside the candidate reports under its own label, not as a second candidate
-    assert any("re-running the incumbent (paired with the candidate): " in line and "/4 trials" in line
-               for line in out.splitlines())
+    assert any(
+        "re-running the incumbent (paired with the candidate): " in line and "/4 trials" in line
+        for line in out.splitlines()
+    )

@@ -23,7 +23,14 @@ from record_proxy import RecordingProxy  # noqa: E402
 
 pytestmark = pytest.mark.slow
 #: endings a trial of a real model may have: any of τ²'s or ours except a crashed harness or a dead server.
-ENDINGS = {"user_stop", "agent_stop", "max_steps", "too_many_errors", "endpoint_format_error", "context_overflow"}
+ENDINGS = {
+    "user_stop",
+    "agent_stop",
+    "max_steps",
+    "too_many_errors",
+    "endpoint_format_error",
+    "context_overflow",
+}
 
 
 def free_port() -> int:
@@ -38,16 +45,25 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory):
     if not server_installed():
-        pytest.skip("the llama.cpp server is not installed: ./scripts/real-model.sh installs it (the first build of "
-                    "llama-cpp-python[server] takes up to an hour on 2 cores); CI replays recorded replies instead")
+        pytest.skip(
+            "the llama.cpp server is not installed: ./scripts/real-model.sh installs it (the first build of "
+            "llama-cpp-python[server] takes up to an hour on 2 cores); CI replays recorded replies instead"
+        )
     try:
         model, chat_format, _ = ensure_model("smollm2", install=False)
     except ServerError as exc:
         pytest.skip(str(exc))
     logs = tmp_path_factory.mktemp("real-model")
     port = free_port()
-    proc, _ = start_server(model, chat_format=chat_format, ctx=8192, threads=1, port=port + 1, alias="smollm2",
-                           log_path=logs / "server.log")
+    proc, _ = start_server(
+        model,
+        chat_format=chat_format,
+        ctx=8192,
+        threads=1,
+        port=port + 1,
+        alias="smollm2",
+        log_path=logs / "server.log",
+    )
     proxy = RecordingProxy(upstream=f"http://127.0.0.1:{port + 1}", port=port, record=logs / "replies.jsonl")
     proxy.start()
     yield f"http://127.0.0.1:{port}/v1"
@@ -82,9 +98,21 @@ def test_one_diagnosis_call_against_the_real_server(server_url, tmp_path):
     records = id_prefix_records()
     cfg = SimpleNamespace(fdcr_passes=1, evidence_limit=None, diagnosis_model="smollm2", base_url=server_url)
     client = RoleClient("smollm2", base_url=server_url, timeout_s=900, max_tokens=1024)
-    d = diagnose(records=records, groups=group(records), harness_dir=write_harness(tmp_path), cfg=cfg,
-                 round_dir=tmp_path / "round", strategy="ecdysis-nofdcr", client=client)
-    assert d.spec is not None or d.reason in {"invalid_spec", "outside_harness", "context_overflow", "slow_endpoint"}
+    d = diagnose(
+        records=records,
+        groups=group(records),
+        harness_dir=write_harness(tmp_path),
+        cfg=cfg,
+        round_dir=tmp_path / "round",
+        strategy="ecdysis-nofdcr",
+        client=client,
+    )
+    assert d.spec is not None or d.reason in {
+        "invalid_spec",
+        "outside_harness",
+        "context_overflow",
+        "slow_endpoint",
+    }
     assert d.spec is not None or d.detail
     lines = (tmp_path / "round" / "transcript.jsonl").read_text().splitlines()
     assert len(lines) == d.calls and (d.calls >= 1 or d.reason in {"context_overflow", "slow_endpoint"})
@@ -97,13 +125,24 @@ def test_chatml_tools_shows_tool_results_and_the_calls_made():
     pytest.importorskip("llama_cpp")
     from llama_server import render
 
-    tool = {"type": "function", "function": {"name": "get_reservation_details",
-                                             "parameters": {"type": "object", "properties": {}}}}
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'}}
-    prompt = render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Show JMO1MG."},
-                     {"role": "assistant", "content": "", "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'}], [tool])
+    tool = {
+        "type": "function",
+        "function": {"name": "get_reservation_details", "parameters": {"type": "object", "properties": {}}},
+    }
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'},
+    }
+    prompt = render(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Show JMO1MG."},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'},
+        ],
+        [tool],
+    )
     assert prompt.count("functions.get_reservation_details:\n{") == 2  # the listing and the call made
     assert '<|im_start|>tool\n{"status": "ok"}<|im_end|>' in prompt
     assert prompt.startswith("<|im_start|>system\nBe brief.") and prompt.endswith("<|im_start|>assistant\n")
@@ -116,13 +155,24 @@ def test_gemma_tools_puts_system_text_and_tool_results_in_user_turns():
     pytest.importorskip("llama_cpp")
     from llama_server import render_gemma
 
-    tool = {"type": "function", "function": {"name": "get_reservation_details",
-                                             "parameters": {"type": "object", "properties": {}}}}
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'}}
-    prompt = render_gemma([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Show JMO1MG."},
-                           {"role": "assistant", "content": "", "tool_calls": [call]},
-                           {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'}], [tool])
+    tool = {
+        "type": "function",
+        "function": {"name": "get_reservation_details", "parameters": {"type": "object", "properties": {}}},
+    }
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'},
+    }
+    prompt = render_gemma(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Show JMO1MG."},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'},
+        ],
+        [tool],
+    )
     assert prompt.startswith("<start_of_turn>user\nBe brief.\n\nYou have access to the following functions:")
     assert prompt.count("<start_of_turn>user\n") == 2 and "<start_of_turn>system" not in prompt
     assert "Show JMO1MG.<end_of_turn>\n<start_of_turn>model\nfunctions.get_reservation_details:\n{" in prompt

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SYNTH = '''
+SYNTH = """
 import json, os
 import pytest
 from pytest_ecdysis import record_trial
@@ -55,13 +55,15 @@ def test_case(trial):
     if os.environ.get("SYNTH_CRASH") == f"{{trial.suite}}-{{trial.task_id}}-t{{trial.trial}}":
         os._exit(1)
     assert trial.reward >= 1.0, f"reward {{trial.reward}} components {{trial.components}}"
-'''
+"""
 
 #: three tasks x 3 trials: task 1 always solved, task 2 solved 2 of 3, task 3 never.
 PLAN = {"syn-air": {"1": [1.0, 1.0, 1.0], "2": [1.0, 0.0, 1.0], "3": [0.0, 0.0, 0.0]}}
 
 
-def write_suite(pytester: pytest.Pytester, plan: dict = PLAN, suspect: tuple = (), name: str = "test_synth") -> None:
+def write_suite(
+    pytester: pytest.Pytester, plan: dict = PLAN, suspect: tuple = (), name: str = "test_synth"
+) -> None:
     pytester.makepyfile(**{name: SYNTH.format(plan=json.dumps(plan), suspect=list(suspect))})
     (pytester.path / "harness").mkdir(exist_ok=True)
     (pytester.path / "harness" / "__init__.py").write_text("# a harness for the synthetic suite\n")
@@ -95,8 +97,9 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def _strip(records: list[dict]) -> list[str]:
-    return sorted(json.dumps({k: v for k, v in r.items() if k not in ("wall_s",)}, sort_keys=True)
-                   for r in records)
+    return sorted(
+        json.dumps({k: v for k, v in r.items() if k not in ("wall_s",)}, sort_keys=True) for r in records
+    )
 
 
 def test_xdist_and_plain_runs_give_the_same_records(pytester: pytest.Pytester, env: None) -> None:
@@ -125,15 +128,20 @@ def test_xdist_and_plain_runs_give_the_same_records(pytester: pytest.Pytester, e
     assert groups[0]["signature"] == "user_stop|db|update_order|not_found"
 
 
-def test_a_worker_killed_mid_run_is_named_as_missing(pytester: pytest.Pytester, env: None,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_killed_mid_run_is_named_as_missing(
+    pytester: pytest.Pytester, env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A case whose worker dies (os._exit) is named as missing in the summary and fails the run."""
     write_suite(pytester)
     monkeypatch.setenv("SYNTH_CRASH", "syn-air-2-t0")
     result = run(pytester, "-n", "2")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*PROBLEM: 1 collected case(s) never reported*test_case[[]syn-air-2-t0[]]*",
-                                 "*crashed while running*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*PROBLEM: 1 collected case(s) never reported*test_case[[]syn-air-2-t0[]]*",
+            "*crashed while running*",
+        ]
+    )
     summary = json.loads((only_run_dir(pytester) / "summary.json").read_text())
     assert summary["missing"] == ["test_synth.py::test_case[syn-air-2-t0]"]
     assert summary["n_trials"] == 8
@@ -142,7 +150,8 @@ def test_a_worker_killed_mid_run_is_named_as_missing(pytester: pytest.Pytester, 
 def test_unserialisable_result_is_reported_not_dropped(pytester: pytest.Pytester, env: None) -> None:
     """A trial result JSON cannot carry is named, and its case counts as missing (exit 1, not 0)."""
     write_suite(pytester, {"syn-air": {"1": [1.0]}})
-    pytester.makeconftest(textwrap.dedent("""
+    pytester.makeconftest(
+        textwrap.dedent("""
         import pytest
         from pytest_ecdysis.plugin import TRIAL_KEY
 
@@ -150,7 +159,8 @@ def test_unserialisable_result_is_reported_not_dropped(pytester: pytest.Pytester
         def pytest_runtest_makereport(item, call):
             if call.when == "call":
                 item.stash[TRIAL_KEY] = dict(item.stash[TRIAL_KEY], extra=object())
-    """))
+    """)
+    )
     result = run(pytester, "-n", "2")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*is not JSON-serialisable*", "*1 collected case(s) never reported*"])
@@ -199,12 +209,15 @@ def test_unusable_run_dir_is_a_usage_error_before_any_trial(pytester: pytest.Pyt
     (pytester.path / "blocker").write_text("a file, not a directory")
     result = run(pytester, "--ecdysis-run-dir", "blocker/runs")
     assert result.ret == 4
-    result.stderr.fnmatch_lines(["*--ecdysis-run-dir blocker/runs:*is not a directory*writable --ecdysis-run-dir*"])
+    result.stderr.fnmatch_lines(
+        ["*--ecdysis-run-dir blocker/runs:*is not a directory*writable --ecdysis-run-dir*"]
+    )
     assert "syn-air" not in result.stdout.str()
 
 
-def test_unwritable_run_dir_still_prints_results(pytester: pytest.Pytester, env: None,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unwritable_run_dir_still_prints_results(
+    pytester: pytest.Pytester, env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run directory that cannot be written at session end: one clear message, and the summary is still
     printed (here the run's own directory is taken by a file)."""
     write_suite(pytester, {"syn-air": {"1": [1.0]}})
@@ -212,8 +225,9 @@ def test_unwritable_run_dir_still_prints_results(pytester: pytest.Pytester, env:
     (pytester.path / "runs" / "taken").write_text("a file, not a directory")
     monkeypatch.setenv("ECDYSIS_RUN_ID", "taken")
     result = run(pytester, "--ecdysis-run-dir", "runs")
-    result.stdout.fnmatch_lines(["syn-air * 1 * 1 * 1.000*",
-                                 "*PROBLEM: cannot write the run directory*--ecdysis-run-dir*"])
+    result.stdout.fnmatch_lines(
+        ["syn-air * 1 * 1 * 1.000*", "*PROBLEM: cannot write the run directory*--ecdysis-run-dir*"]
+    )
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])

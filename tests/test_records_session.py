@@ -55,12 +55,15 @@ def test_evolution_errors_are_reported_and_fail_the_run(monkeypatch: pytest.Monk
     assert session.exit_status(st, 1) == 1
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", "/tmp/summary.md")
     seen = []
-    fake.run_evolution = lambda session_, state_, summary: seen.append(os.environ.get("GITHUB_STEP_SUMMARY")) or {
-        "rounds": []}
+    fake.run_evolution = lambda session_, state_, summary: (
+        seen.append(os.environ.get("GITHUB_STEP_SUMMARY")) or {"rounds": []}
+    )
     st = state(evolve=True, out=outcome())
     session._evolve(None, st, st.outcome)
     assert st.outcome.evolution == {"rounds": []} and session.exit_status(st, 1) == 0
-    assert seen == [None] and os.environ["GITHUB_STEP_SUMMARY"] == "/tmp/summary.md"  # hidden from sub-runs only
+    assert (
+        seen == [None] and os.environ["GITHUB_STEP_SUMMARY"] == "/tmp/summary.md"
+    )  # hidden from sub-runs only
 
 
 def test_missing_evolution_module_gives_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:

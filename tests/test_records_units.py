@@ -63,8 +63,9 @@ def test_cost_unknown_model_is_none_and_sim_is_zero(tmp_path) -> None:
     assert cost is None and "my-local-llama" in note
     assert metrics.cost_usd("sim/default", tokens, prices) == (0.0, "simulated")
     (tmp_path / ".ecdysis").mkdir()
-    (tmp_path / ".ecdysis" / "prices.json").write_text(json.dumps(
-        {"models": {"my-local-llama": {"prompt_per_mtok": 1.0, "completion_per_mtok": 2.0}}}))
+    (tmp_path / ".ecdysis" / "prices.json").write_text(
+        json.dumps({"models": {"my-local-llama": {"prompt_per_mtok": 1.0, "completion_per_mtok": 2.0}}})
+    )
     cost, note = metrics.cost_usd("my-local-llama", tokens, metrics.load_prices(tmp_path))
     assert cost == pytest.approx(1.0 + 1.0) and note == "priced"
 
@@ -72,22 +73,28 @@ def test_cost_unknown_model_is_none_and_sim_is_zero(tmp_path) -> None:
 def test_cost_counts_the_user_simulator_priced_with_its_own_model() -> None:
     """A real user model spends tokens too: they are summed as `user_tokens` and priced with the user model;
     an unknown user model makes the cost unknown; a simulated user adds nothing."""
-    prices = {"agent-m": {"prompt_per_mtok": 1.0, "completion_per_mtok": 2.0},
-              "user-m": {"prompt_per_mtok": 10.0, "completion_per_mtok": 20.0}}
+    prices = {
+        "agent-m": {"prompt_per_mtok": 1.0, "completion_per_mtok": 2.0},
+        "user-m": {"prompt_per_mtok": 10.0, "completion_per_mtok": 20.0},
+    }
     mtok = {"prompt": 1_000_000, "completion": 1_000_000, "total": 2_000_000}
     trials = [trial("a", 0, 1.0, tokens=mtok, user_tokens=mtok)]
-    block = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices,
-                                user_model="user-m")
+    block = metrics.score_block(
+        trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices, user_model="user-m"
+    )
     assert block["user_tokens"] == mtok and block["tokens"] == mtok
     assert block["cost_usd"] == pytest.approx(3.0 + 30.0) and block["cost_note"] == "priced"
-    unknown = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices,
-                                  user_model="other-user")
+    unknown = metrics.score_block(
+        trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices, user_model="other-user"
+    )
     assert unknown["cost_usd"] is None and "unknown user model 'other-user'" in unknown["cost_note"]
-    simulated_user = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices,
-                                         user_model="sim")
+    simulated_user = metrics.score_block(
+        trials, threshold=1.0, n_trials_cfg=1, model="agent-m", prices=prices, user_model="sim"
+    )
     assert simulated_user["cost_usd"] == pytest.approx(3.0)
-    both_sim = metrics.score_block(trials, threshold=1.0, n_trials_cfg=1, model="sim", prices=prices,
-                                   user_model="sim")
+    both_sim = metrics.score_block(
+        trials, threshold=1.0, n_trials_cfg=1, model="sim", prices=prices, user_model="sim"
+    )
     assert (both_sim["cost_usd"], both_sim["cost_note"]) == (0.0, "simulated")
 
 
@@ -101,16 +108,30 @@ def test_bad_price_table_is_a_usage_error(tmp_path) -> None:
 
 def test_failure_record_fields() -> None:
     """A record names failed components, the first tool error, a pending call and a bounded excerpt."""
-    msgs = [{"role": "user", "content": "x" * 5000}] + [{"role": "assistant", "content": f"m{i}"} for i in range(20)]
-    calls = [ToolCallRecord(name="get", arguments={}, result="{}", step=2),
-             ToolCallRecord(name="book", arguments={"id": "a"}, result="Error: invalid id", error=True, step=10),
-             ToolCallRecord(name="cancel", arguments={}, result=None, step=20)]
-    t = trial("7", 1, 0.0, components={"DB": 0.0, "communicate": 1.0, "nl_assertion": 0.5}, tool_calls=calls,
-              messages=msgs)
+    msgs = [{"role": "user", "content": "x" * 5000}] + [
+        {"role": "assistant", "content": f"m{i}"} for i in range(20)
+    ]
+    calls = [
+        ToolCallRecord(name="get", arguments={}, result="{}", step=2),
+        ToolCallRecord(name="book", arguments={"id": "a"}, result="Error: invalid id", error=True, step=10),
+        ToolCallRecord(name="cancel", arguments={}, result=None, step=20),
+    ]
+    t = trial(
+        "7",
+        1,
+        0.0,
+        components={"DB": 0.0, "communicate": 1.0, "nl_assertion": 0.5},
+        tool_calls=calls,
+        messages=msgs,
+    )
     (rec,) = failures.triage([t], 1.0).records
     assert rec.failed_components == ["db", "nl_assertion"]
-    assert rec.first_tool_error == {"name": "book", "arguments": {"id": "a"}, "result": "Error: invalid id",
-                                    "step": 10}
+    assert rec.first_tool_error == {
+        "name": "book",
+        "arguments": {"id": "a"},
+        "result": "Error: invalid id",
+        "step": 10,
+    }
     assert rec.pending_tool_call
     idx = [m["index"] for m in rec.excerpt]
     assert idx == list(range(10 - failures.EXCERPT_BEFORE, 10 + failures.EXCERPT_AFTER + 1))
@@ -124,21 +145,42 @@ def test_failure_record_fields() -> None:
 def test_triage_separates_infra_endpoint_and_suspect() -> None:
     """Infra errors are counted not recorded; endpoint_format_error is a flagged record kept out of the
     evidence (issue 12); suspect is not evidence."""
-    trials = [trial("1", 0, None), trial("2", 0, None, termination_reason="time_budget_exceeded"),
-              trial("3", 0, None, termination_reason="endpoint_format_error"),
-              trial("4", 0, 0.0, suspect=True), trial("5", 0, 1.0)]
+    trials = [
+        trial("1", 0, None),
+        trial("2", 0, None, termination_reason="time_budget_exceeded"),
+        trial("3", 0, None, termination_reason="endpoint_format_error"),
+        trial("4", 0, 0.0, suspect=True),
+        trial("5", 0, 1.0),
+    ]
     tri = failures.triage(trials, 1.0)
     assert len(tri.infra_errors) == 2 and tri.n_passed == 1
     assert [(r.task_id, r.endpoint_problem, r.suspect) for r in tri.records] == [
-        ("3", True, False), ("4", False, True)]
+        ("3", True, False),
+        ("4", False, True),
+    ]
     assert [r.kept_out for r in tri.records] == ["endpoint_problem", "suspect"] and tri.evidence == []
 
 
-def rec(task: str, k: int = 0, reason: str = "user_stop", comps: tuple = ("db",), err: tuple | None = None,
-        suite: str = "s", **kw) -> FailureRecord:
+def rec(
+    task: str,
+    k: int = 0,
+    reason: str = "user_stop",
+    comps: tuple = ("db",),
+    err: tuple | None = None,
+    suite: str = "s",
+    **kw,
+) -> FailureRecord:
     fte = {"name": err[0], "arguments": {}, "result": err[1], "step": 1} if err else None
-    return FailureRecord(suite=suite, task_id=task, trial=k, reward=0.0, termination_reason=reason,
-                         failed_components=list(comps), first_tool_error=fte, **kw)
+    return FailureRecord(
+        suite=suite,
+        task_id=task,
+        trial=k,
+        reward=0.0,
+        termination_reason=reason,
+        failed_components=list(comps),
+        first_tool_error=fte,
+        **kw,
+    )
 
 
 def test_grouping_on_crafted_records() -> None:
@@ -154,7 +196,10 @@ def test_grouping_on_crafted_records() -> None:
     ]
     groups = patterns.group(records)
     assert [g.signature for g in groups] == [
-        "user_stop|db|update_reservation|not_found", "max_steps|none|-|-", "user_stop|communicate|-|-"]
+        "user_stop|db|update_reservation|not_found",
+        "max_steps|none|-|-",
+        "user_stop|communicate|-|-",
+    ]
     assert [g.cross_task for g in groups] == [True, False, False]
     assert groups[0].tasks == ["s/1", "s/2"] and groups[0].records == ["s/1/t0", "s/2/t0", "s/2/t1"]
     assert groups == patterns.group(list(reversed(records)))  # deterministic whatever the order
@@ -162,8 +207,12 @@ def test_grouping_on_crafted_records() -> None:
 
 def test_pending_call_and_error_classes() -> None:
     """Without a tool error, a pending call names the tool; error texts fall into coarse classes."""
-    r = rec("1", comps=(), pending_tool_call=True,
-            tool_calls=[ToolCallRecord(name="get_user", arguments={}, result=None)])
+    r = rec(
+        "1",
+        comps=(),
+        pending_tool_call=True,
+        tool_calls=[ToolCallRecord(name="get_user", arguments={}, result=None)],
+    )
     assert patterns.signature(r) == "user_stop|none|get_user|no_result"
     assert patterns.error_class("Expecting value: line 1 column 1 (char 0) JSON") == "malformed_arguments"
     assert patterns.error_class("Error: order_id must be a string like '#W123'") == "invalid_argument"

@@ -31,9 +31,17 @@ from pytest_ecdysis.evidence.patterns import group
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "replies"
 #: kind -> the paths it is replayed through.
 KINDS = {
-    "tool_call": ("agent",), "text": ("agent",), "tool_call_as_text": ("agent",), "empty": ("agent", "role"),
-    "context_overflow": ("agent", "role", "editor"), "server_error": ("agent", "role"),
-    "spec": ("role",), "spec_unparseable": ("role",), "spec_wrong_schema": ("role",), "edit_block": ("editor",), "no_edit_block": ("editor",),
+    "tool_call": ("agent",),
+    "text": ("agent",),
+    "tool_call_as_text": ("agent",),
+    "empty": ("agent", "role"),
+    "context_overflow": ("agent", "role", "editor"),
+    "server_error": ("agent", "role"),
+    "spec": ("role",),
+    "spec_unparseable": ("role",),
+    "spec_wrong_schema": ("role",),
+    "edit_block": ("editor",),
+    "no_edit_block": ("editor",),
 }
 CALL = ("get_reservation_details", {"reservation_id": "JMO1MG"})  # airline task 3's reservation
 
@@ -71,13 +79,17 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     pytest.importorskip("tau2")
     from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings
 
-    follow = [] if doc["kind"] == "empty" else [text("Your reservation JMO1MG is confirmed.")]  # empty: every time
+    follow = (
+        [] if doc["kind"] == "empty" else [text("Your reservation JMO1MG is confirmed.")]
+    )  # empty: every time
     agent = ScriptedModel([response(doc), *follow])
     result = run("3", agent, settings=EndpointSettings(max_retries=0))
     kind = doc["kind"]
     said = [m for m in result.messages if m["role"] == "assistant"][1:]  # [0] is τ²'s greeting
     first = said[0] if said else {}
-    if kind == "tool_call":  # executed as the model wrote it (a recorded real call may name a wrong id), after
+    if (
+        kind == "tool_call"
+    ):  # executed as the model wrote it (a recorded real call may name a wrong id), after
         # the harness's normalisation (ids upper-cased: SmolLM2's "./emma_kim_9957.json" reaches τ² upper-cased)
         from pytest_ecdysis_tau2.example_harness.tools import normalise_arguments
 
@@ -112,8 +124,11 @@ def role_client(doc: dict, calls: list) -> RoleClient:
         calls.append(json.loads(request.content))
         return response(doc)
 
-    oa = openai.OpenAI(base_url="http://replay.invalid/v1", api_key="k",
-                       http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    oa = openai.OpenAI(
+        base_url="http://replay.invalid/v1",
+        api_key="k",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
     return RoleClient("replayed", client=oa, max_retries=0)
 
 
@@ -137,8 +152,15 @@ def test_spec_reply_through_diagnosis(doc: dict, tmp_path: Path) -> None:
     harness = harness_copy(tmp_path)
 
     def go():
-        return diagnose(records=records, groups=group(records), harness_dir=harness, cfg=cfg,
-                        round_dir=tmp_path / "round", strategy="ecdysis-nofdcr", client=role_client(doc, calls))
+        return diagnose(
+            records=records,
+            groups=group(records),
+            harness_dir=harness,
+            cfg=cfg,
+            round_dir=tmp_path / "round",
+            strategy="ecdysis-nofdcr",
+            client=role_client(doc, calls),
+        )
 
     kind = doc["kind"]
     if kind == "server_error":
@@ -173,7 +195,9 @@ def test_editor_reply_through_the_builtin_editor(doc: dict, tmp_path: Path) -> N
     spec = tmp_path / "spec.json"
     spec.write_text('{"summary": "raise the budget", "changes": []}')
     before = (harness / "config.py").read_text()
-    result = BuiltinEditor(SimpleNamespace(), client=role_client(doc, calls)).edit(None, harness, spec_path=spec)
+    result = BuiltinEditor(SimpleNamespace(), client=role_client(doc, calls)).edit(
+        None, harness, spec_path=spec
+    )
     if doc["kind"] == "edit_block":
         assert result.ok and len(calls) == 1, result.detail
         assert "MAX_MODEL_CALLS = 30" in (harness / "config.py").read_text()
@@ -187,7 +211,9 @@ def test_editor_reply_through_the_builtin_editor(doc: dict, tmp_path: Path) -> N
             used = doc["body"]["usage"]["completion_tokens"]
             assert f"cut at the token limit after {used} tokens: finish_reason 'length'" in result.detail
             echoed = calls[1]["messages"][2]["content"]  # shown back in the repair turn, cut
-            assert len(echoed) < REPAIR_ECHO_CHARS + 100 < len(doc["body"]["choices"][0]["message"]["content"])
+            assert (
+                len(echoed) < REPAIR_ECHO_CHARS + 100 < len(doc["body"]["choices"][0]["message"]["content"])
+            )
 
 
 def timing_out_client(calls: list, after: int = 0) -> RoleClient:
@@ -196,13 +222,31 @@ def timing_out_client(calls: list, after: int = 0) -> RoleClient:
     def handler(request: httpx2.Request) -> httpx2.Response:
         calls.append(request)
         if len(calls) <= after:
-            return response({"status": 200, "body": {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": "notes"}}]}})
+            return response(
+                {
+                    "status": 200,
+                    "body": {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "m",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": "notes"},
+                            }
+                        ],
+                    },
+                }
+            )
         raise httpx2.ReadTimeout("no answer in time", request=request)
 
-    oa = openai.OpenAI(base_url="http://replay.invalid/v1", api_key="k",
-                       http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    oa = openai.OpenAI(
+        base_url="http://replay.invalid/v1",
+        api_key="k",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
     return RoleClient("replayed", client=oa, max_retries=0)
 
 
@@ -211,8 +255,15 @@ def test_a_role_call_that_times_out_ends_the_diagnosis_without_a_spec(tmp_path: 
     stopped evolution; the round then ends as `no_spec` with that reason."""
     records, calls = id_prefix_records(), []
     cfg = SimpleNamespace(fdcr_passes=1, evidence_limit=None, diagnosis_model="replayed", base_url=None)
-    d = diagnose(records=records, groups=group(records), harness_dir=harness_copy(tmp_path), cfg=cfg,
-                 round_dir=tmp_path / "round", strategy="ecdysis", client=timing_out_client(calls, after=2))
+    d = diagnose(
+        records=records,
+        groups=group(records),
+        harness_dir=harness_copy(tmp_path),
+        cfg=cfg,
+        round_dir=tmp_path / "round",
+        strategy="ecdysis",
+        client=timing_out_client(calls, after=2),
+    )
     assert d.spec is None and d.reason == "slow_endpoint" and "after 2 answered call(s)" in d.detail
     assert d.calls == 2 and len((tmp_path / "round" / "transcript.jsonl").read_text().splitlines()) == 2
 
@@ -223,7 +274,9 @@ def test_an_editor_call_that_times_out_is_no_change(tmp_path: Path) -> None:
     spec = tmp_path / "spec.json"
     spec.write_text('{"summary": "raise the budget", "changes": []}')
     before = (harness / "config.py").read_text()
-    result = BuiltinEditor(SimpleNamespace(), client=timing_out_client(calls)).edit(None, harness, spec_path=spec)
+    result = BuiltinEditor(SimpleNamespace(), client=timing_out_client(calls)).edit(
+        None, harness, spec_path=spec
+    )
     assert not result.ok and "timed out" in result.detail and len(calls) == 1
     assert (harness / "config.py").read_text() == before
 
@@ -234,8 +287,18 @@ def test_a_failed_incumbent_whose_records_are_all_kept_out_says_so() -> None:
     from pytest_ecdysis.core.records import FailureRecord
     from pytest_ecdysis.evolve.stages import why_no_evidence
 
-    record = FailureRecord.model_validate({"suite": "tau2-airline", "task_id": "3", "trial": 0, "reward": 0.0,
-                                           "termination_reason": "endpoint_format_error", "endpoint_problem": True})
+    record = FailureRecord.model_validate(
+        {
+            "suite": "tau2-airline",
+            "task_id": "3",
+            "trial": 0,
+            "reward": 0.0,
+            "termination_reason": "endpoint_format_error",
+            "endpoint_problem": True,
+        }
+    )
     reason = why_no_evidence([record])
-    assert reason.startswith("none of the incumbent's 1 failure record(s) is usable evidence: 1 endpoint_format_error")
+    assert reason.startswith(
+        "none of the incumbent's 1 failure record(s) is usable evidence: 1 endpoint_format_error"
+    )
     assert why_no_evidence([]) == "the incumbent has no failure records"

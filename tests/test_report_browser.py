@@ -46,8 +46,12 @@ def evolution_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
     git repository holding a copy of the example harness; run as users run it, with ini `ecdysis_html`. Run
     once per session, whichever xdist worker asks first (tests/once.py); the tests only read it."""
     place = once_per_session(tmp_path_factory, "browser-evolution", _evolve)
-    proc = subprocess.CompletedProcess("evolution", int((place / "returncode").read_text()),
-                                       (place / "stdout").read_text(), (place / "stderr").read_text())
+    proc = subprocess.CompletedProcess(
+        "evolution",
+        int((place / "returncode").read_text()),
+        (place / "stdout").read_text(),
+        (place / "stderr").read_text(),
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return place / "evo" / ".ecdysis" / "runs" / "evo1", place / "evo" / "out" / "page.html", proc
 
@@ -57,8 +61,11 @@ def _evolve(place: Path) -> None:
     from pytest_ecdysis_tau2 import example_harness
 
     repo = place / "evo"
-    shutil.copytree(Path(example_harness.__file__).parent, repo / "example_harness",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(example_harness.__file__).parent,
+        repo / "example_harness",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     (repo / ".gitignore").write_text(".ecdysis/\n__pycache__/\n")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "config", "user.email", "dev@example.com")
@@ -66,17 +73,57 @@ def _evolve(place: Path) -> None:
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "harness")
     # a session-scoped fixture runs before the per-test clean-up (conftest): drop this session's exports here
-    env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "PYTEST_ADDOPTS", "ECDYSIS_SESSION_PID",
-                                                             "GITHUB_STEP_SUMMARY", "PYTEST_XDIST_WORKER")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "ECDYSIS_SIM_URL",
+            "PYTEST_ADDOPTS",
+            "ECDYSIS_SESSION_PID",
+            "GITHUB_STEP_SUMMARY",
+            "PYTEST_XDIST_WORKER",
+        )
+    }
     env.update(ECDYSIS_RUN_ID="evo1", ECDYSIS_SIM_NONCE=NONCE, LITELLM_LOCAL_MODEL_COST_MAP="True")
     page = repo / "out" / "page.html"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-n", "2",
-         "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "sim", "--ecdysis-harness",
-         "example_harness", "--ecdysis-tasks", TASKS, "--ecdysis-rounds", "2", "--ecdysis-test-trials", "1",
-         "-o", "ecdysis_html=" + str(page)],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
-    for name, value in (("returncode", str(proc.returncode)), ("stdout", proc.stdout), ("stderr", proc.stderr)):
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "pytest_ecdysis_tau2.test_airline",
+            "-q",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            "--ecdysis-evolve",
+            "--ecdysis-model",
+            "sim",
+            "--ecdysis-harness",
+            "example_harness",
+            "--ecdysis-tasks",
+            TASKS,
+            "--ecdysis-rounds",
+            "2",
+            "--ecdysis-test-trials",
+            "1",
+            "-o",
+            "ecdysis_html=" + str(page),
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    for name, value in (
+        ("returncode", str(proc.returncode)),
+        ("stdout", proc.stdout),
+        ("stderr", proc.stderr),
+    ):
         (place / name).write_text(value)
 
 
@@ -93,23 +140,46 @@ def _browser() -> str:
             return shutil.which(name)  # type: ignore[return-value]
     why = "no chromium on PATH"
     if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        for cmd in (["apt-get", "install", "-y", "-q", "chromium"], ["apt-get", "update", "-q"],
-                    ["apt-get", "install", "-y", "-q", "chromium"]):
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        for cmd in (
+            ["apt-get", "install", "-y", "-q", "chromium"],
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "chromium"],
+        ):
+            done = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            )
             if cmd[1] == "install" and done.returncode == 0 and shutil.which("chromium"):
                 return shutil.which("chromium")  # type: ignore[return-value]
         why += f"; apt-get install chromium failed: {done.stderr.strip()[-300:]}"
     else:
         why += "; it cannot be installed here (needs apt-get as root)"
-    pytest.skip(f"headless Chromium unavailable ({why}): install Debian's `chromium` package to run this test")
+    pytest.skip(
+        f"headless Chromium unavailable ({why}): install Debian's `chromium` package to run this test"
+    )
 
 
 def _chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=180)
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def _artifacts() -> Path:
@@ -126,12 +196,18 @@ def test_page_of_a_real_evolution_in_chromium(browser: str, evolution_run, tmp_p
     run, page, proc = evolution_run
     assert f"html report: {page}" in proc.stdout
     evo = json.loads((run / "evolution.json").read_text())
-    flipped = [t for r in evo["rounds"] for t in r["flips"]["failed_to_solved"] + r["flips"]["solved_to_failed"]]
-    assert evo["rounds"] and flipped, "the run must have rounds that flip tasks for this test to mean anything"
+    flipped = [
+        t for r in evo["rounds"] for t in r["flips"]["failed_to_solved"] + r["flips"]["solved_to_failed"]
+    ]
+    assert evo["rounds"] and flipped, (
+        "the run must have rounds that flip tasks for this test to mean anything"
+    )
     text = page.read_text()
     assert "<script" not in text and not re.search(r"""(src|href)=["']?(https?:)?//""", text)
     shot = tmp_path / "report.png"
-    done = _chromium(browser, tmp_path / "profile", "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri())
+    done = _chromium(
+        browser, tmp_path / "profile", "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()
+    )
     assert shot.is_file() and shot.stat().st_size > 10_000, done.stderr[-2000:]
     dom = _chromium(browser, tmp_path / "profile2", "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -141,7 +217,10 @@ def test_page_of_a_real_evolution_in_chromium(browser: str, evolution_run, tmp_p
         after = "–" if r["score_after"] is None else f"{r['score_after']:.3f}"
         assert re.search(rf"Round {r['round']}: \S.* \({r['score_before']:.3f} → {after}\)", seen), r
     test = evo["test"]
-    assert f"test score: start → frozen {test['start']['suite_score']:.3f} → {test['frozen']['suite_score']:.3f}" in seen
+    assert (
+        f"test score: start → frozen {test['start']['suite_score']:.3f} → {test['frozen']['suite_score']:.3f}"
+        in seen
+    )
     for task in flipped:
         assert task in seen
     for g in json.loads((run / "groups.json").read_text())["groups"]:
@@ -151,7 +230,9 @@ def test_page_of_a_real_evolution_in_chromium(browser: str, evolution_run, tmp_p
 
 
 @pytest.mark.slow
-def test_show_and_report_of_the_evolution(evolution_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_and_report_of_the_evolution(
+    evolution_run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`ecdysis show` of an evolution run prints its rounds table, test scores and branch; `ecdysis report`
     writes the same page again (default RUN_DIR/report.html) and prints its size."""
     run, _, _ = evolution_run

@@ -18,12 +18,32 @@ from pytest_ecdysis.run import files as run_files
 def test_junit_has_per_case_properties_and_results(tmp_path: Path) -> None:
     """junit.xml read back with junitparser: one suite per suite, properties per case, failure/error/missing."""
     trials = [
-        TrialResult(suite="tau2-airline", task_id="3", trial=0, nodeid="t/test_air.py::test_airline[3-t0]",
-                    reward=1.0, termination_reason="user_stop", wall_s=1.5),
-        TrialResult(suite="tau2-airline", task_id="4", trial=1, nodeid="t/test_air.py::test_airline[4-t1]",
-                    reward=0.0, components={"db": 0.0}, termination_reason="agent_stop"),
-        TrialResult(suite="tau2-retail", task_id="9", trial=0, nodeid="t/test_ret.py::test_retail[9-t0]",
-                    termination_reason="infrastructure_error", error="HTTP 503 after 3 retries"),
+        TrialResult(
+            suite="tau2-airline",
+            task_id="3",
+            trial=0,
+            nodeid="t/test_air.py::test_airline[3-t0]",
+            reward=1.0,
+            termination_reason="user_stop",
+            wall_s=1.5,
+        ),
+        TrialResult(
+            suite="tau2-airline",
+            task_id="4",
+            trial=1,
+            nodeid="t/test_air.py::test_airline[4-t1]",
+            reward=0.0,
+            components={"db": 0.0},
+            termination_reason="agent_stop",
+        ),
+        TrialResult(
+            suite="tau2-retail",
+            task_id="9",
+            trial=0,
+            nodeid="t/test_ret.py::test_retail[9-t0]",
+            termination_reason="infrastructure_error",
+            error="HTTP 503 after 3 retries",
+        ),
     ]
     path = run_files.write_junit(tmp_path / "junit.xml", trials, ["t/test_ret.py::test_retail[10-t0]"], 1.0)
     xml = JUnitXml.fromfile(str(path))
@@ -31,8 +51,14 @@ def test_junit_has_per_case_properties_and_results(tmp_path: Path) -> None:
     assert set(suites) == {"tau2-airline", "tau2-retail", "missing"}
     cases = {c.name: c for s in xml for c in s}
     props = {p.name: p.value for p in cases["test_airline[4-t1]"].child(Properties)}
-    assert props == {"reward": "0", "termination_reason": "agent_stop", "task_id": "4", "trial": "1",
-                     "suite": "tau2-airline", "harness_id": ""}
+    assert props == {
+        "reward": "0",
+        "termination_reason": "agent_stop",
+        "task_id": "4",
+        "trial": "1",
+        "suite": "tau2-airline",
+        "harness_id": "",
+    }
     assert cases["test_airline[3-t0]"].is_passed and cases["test_airline[3-t0]"].time == 1.5
     assert cases["test_airline[3-t0]"].classname == "t.test_air"
     assert isinstance(cases["test_airline[4-t1]"].result[0], Failure)
@@ -45,27 +71,72 @@ def test_junit_has_per_case_properties_and_results(tmp_path: Path) -> None:
 def make_run(root: Path, name: str, suite: str, tasks: dict[str, bool], score: float) -> Path:
     run = root / name
     run.mkdir(parents=True)
-    summary = {"schema_version": SCHEMA_VERSION, "run_id": name, "suite": suite, "by_suite": {suite: {
-        "n_tasks": len(tasks), "n_trials": len(tasks), "suite_score": score, "pass_hat_k": {"1": score}}},
-        "split": "train", "trials": 1, "threshold": 1.0, "n_tasks": len(tasks), "n_trials": len(tasks),
-        "suite_score": score, "pass_at_k": {"1": score}, "pass_hat_k": {"1": score}, "n_failures": 1,
-        "n_infra_errors": 0, "suspect_tasks": [], "wall_s": 3.0,
-        "tokens": {"prompt": 10, "completion": 5, "total": 15}, "cost_usd": None, "cost_note": "unknown model",
-        "harness_id": "example_harness@abc", "model": "my-model",
-        "tasks": {k: {"n": 1, "successes": int(v), "infra_errors": 0, "solved": v} for k, v in tasks.items()}}
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": name,
+        "suite": suite,
+        "by_suite": {
+            suite: {
+                "n_tasks": len(tasks),
+                "n_trials": len(tasks),
+                "suite_score": score,
+                "pass_hat_k": {"1": score},
+            }
+        },
+        "split": "train",
+        "trials": 1,
+        "threshold": 1.0,
+        "n_tasks": len(tasks),
+        "n_trials": len(tasks),
+        "suite_score": score,
+        "pass_at_k": {"1": score},
+        "pass_hat_k": {"1": score},
+        "n_failures": 1,
+        "n_infra_errors": 0,
+        "suspect_tasks": [],
+        "wall_s": 3.0,
+        "tokens": {"prompt": 10, "completion": 5, "total": 15},
+        "cost_usd": None,
+        "cost_note": "unknown model",
+        "harness_id": "example_harness@abc",
+        "model": "my-model",
+        "tasks": {k: {"n": 1, "successes": int(v), "infra_errors": 0, "solved": v} for k, v in tasks.items()},
+    }
     (run / "summary.json").write_text(json.dumps(summary))
-    (run / "groups.json").write_text(json.dumps({"schema_version": 1, "groups": [
-        {"signature": "user_stop|db|book|not_found", "cross_task": True, "tasks": ["a", "b"],
-         "records": ["a/t0", "b/t0"]}]}))
+    (run / "groups.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "groups": [
+                    {
+                        "signature": "user_stop|db|book|not_found",
+                        "cross_task": True,
+                        "tasks": ["a", "b"],
+                        "records": ["a/t0", "b/t0"],
+                    }
+                ],
+            }
+        )
+    )
     return run
 
 
 def test_cli_show_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`show` prints the score table and groups; `compare` lists flips both ways; unknown cost says unknown."""
-    a = make_run(tmp_path, "A", "tau2-airline", {"tau2-airline/1": True, "tau2-airline/2": False,
-                                                 "tau2-airline/3": True}, 0.667)
-    b = make_run(tmp_path, "B", "tau2-airline", {"tau2-airline/1": False, "tau2-airline/2": True,
-                                                 "tau2-airline/3": True}, 0.667)
+    a = make_run(
+        tmp_path,
+        "A",
+        "tau2-airline",
+        {"tau2-airline/1": True, "tau2-airline/2": False, "tau2-airline/3": True},
+        0.667,
+    )
+    b = make_run(
+        tmp_path,
+        "B",
+        "tau2-airline",
+        {"tau2-airline/1": False, "tau2-airline/2": True, "tau2-airline/3": True},
+        0.667,
+    )
     assert cli.main(["show", str(a)]) == 0
     out = capsys.readouterr().out
     assert "tau2-airline" in out and "0.667" in out and "cost unknown" in out
@@ -112,27 +183,70 @@ def make_evolution_run(root: Path) -> Path:
     summary = json.loads((run / "summary.json").read_text())
     summary["model"] = summary["diagnosis_model"] = "gpt-4o-mini"
     (run / "summary.json").write_text(json.dumps(summary))
-    evo = {"schema_version": 1, "branch": "ecdysis/evolve-20261130", "wall_s": 812.5, "rounds": [
-        {"round": 1, "strategy": "ecdysis", "score_before": 0.4, "score_after": 0.38, "accepted": False,
-         "editor_calls": 1, "tokens": {"prompt": 1000, "completion": 200, "total": 1200}, "wall_s": 300.0,
-         "flips": {"solved_to_failed": ["tau2-airline/5"], "failed_to_solved": []}, "outcome": "rejected"},
-        {"round": 2, "strategy": "ecdysis", "score_before": 0.4, "score_after": 0.5, "accepted": True,
-         "editor_calls": 1, "tokens": {"prompt": 1000000, "completion": 0, "total": 1000000}, "wall_s": 400.0,
-         "flips": {"solved_to_failed": ["tau2-airline/9"], "failed_to_solved": ["tau2-airline/1",
-                                                                                 "tau2-airline/4"]},
-         "outcome": "accepted"}],
-        "test": {"start": {"suite_score": 0.35, "pass_hat_k": {"1": 0.35, "2": 0.2, "3": 0.1}},
-                 "frozen": {"suite_score": 0.45, "pass_hat_k": {"1": 0.45, "2": 0.3, "3": 0.2}}, "trials": 3,
-                 "transfer": {"sim/strong": {"start": 0.6, "frozen": 0.65}}}}
+    evo = {
+        "schema_version": 1,
+        "branch": "ecdysis/evolve-20261130",
+        "wall_s": 812.5,
+        "rounds": [
+            {
+                "round": 1,
+                "strategy": "ecdysis",
+                "score_before": 0.4,
+                "score_after": 0.38,
+                "accepted": False,
+                "editor_calls": 1,
+                "tokens": {"prompt": 1000, "completion": 200, "total": 1200},
+                "wall_s": 300.0,
+                "flips": {"solved_to_failed": ["tau2-airline/5"], "failed_to_solved": []},
+                "outcome": "rejected",
+            },
+            {
+                "round": 2,
+                "strategy": "ecdysis",
+                "score_before": 0.4,
+                "score_after": 0.5,
+                "accepted": True,
+                "editor_calls": 1,
+                "tokens": {"prompt": 1000000, "completion": 0, "total": 1000000},
+                "wall_s": 400.0,
+                "flips": {
+                    "solved_to_failed": ["tau2-airline/9"],
+                    "failed_to_solved": ["tau2-airline/1", "tau2-airline/4"],
+                },
+                "outcome": "accepted",
+            },
+        ],
+        "test": {
+            "start": {"suite_score": 0.35, "pass_hat_k": {"1": 0.35, "2": 0.2, "3": 0.1}},
+            "frozen": {"suite_score": 0.45, "pass_hat_k": {"1": 0.45, "2": 0.3, "3": 0.2}},
+            "trials": 3,
+            "transfer": {"sim/strong": {"start": 0.6, "frozen": 0.65}},
+        },
+    }
     (run / "evolution.json").write_text(json.dumps(evo))
     (run / "rounds" / "2").mkdir(parents=True)
-    (run / "rounds" / "2" / "spec.json").write_text(json.dumps({
-        "schema_version": 1, "summary": "Name the argument and its expected form in tool errors.",
-        "changes": [{"component": "environment_contract", "files": ["feedback.py"],
-                     "description": "errors name the argument and expected form", "trigger": "a tool error",
-                     "addresses": ["user_stop|db|book|not_found"], "expected_effect": "id errors repaired",
-                     "risks": ["longer tool messages"], "guards": ["only on errors"]}],
-        "left_alone": [{"signature": "max_steps|none|-|-", "reason": "single task"}], "watch_tasks": ["9"]}))
+    (run / "rounds" / "2" / "spec.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "summary": "Name the argument and its expected form in tool errors.",
+                "changes": [
+                    {
+                        "component": "environment_contract",
+                        "files": ["feedback.py"],
+                        "description": "errors name the argument and expected form",
+                        "trigger": "a tool error",
+                        "addresses": ["user_stop|db|book|not_found"],
+                        "expected_effect": "id errors repaired",
+                        "risks": ["longer tool messages"],
+                        "guards": ["only on errors"],
+                    }
+                ],
+                "left_alone": [{"signature": "max_steps|none|-|-", "reason": "single task"}],
+                "watch_tasks": ["9"],
+            }
+        )
+    )
     return run
 
 
@@ -156,7 +270,9 @@ def test_pr_body_from_a_recorded_evolution_run(tmp_path: Path, capsys: pytest.Ca
     assert capsys.readouterr().out == body
 
 
-def test_pr_body_without_evolution_json_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pr_body_without_evolution_json_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A run directory that is not an evolution run: exit 2 naming evolution.json."""
     run = make_run(tmp_path, "plain", "s", {"s/1": True}, 1.0)
     assert cli.main(["pr-body", str(run)]) == 2
@@ -173,15 +289,24 @@ def test_user_simulator_tokens_shown_when_spent(tmp_path: Path) -> None:
     assert any("user simulator tokens 42" in line for line in report.summary_lines(summary, groups))
 
 
-def test_cli_compare_marks_runs_of_different_task_sets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_compare_marks_runs_of_different_task_sets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A 3-task run against a 2-task run (another --ecdysis-tasks): the report says so first, does not
     compare the whole-run scores, and scores both on the common tasks."""
-    a = make_run(tmp_path, "A", "tau2-airline", {"tau2-airline/1": True, "tau2-airline/2": False,
-                                                 "tau2-airline/3": False}, 0.333)
+    a = make_run(
+        tmp_path,
+        "A",
+        "tau2-airline",
+        {"tau2-airline/1": True, "tau2-airline/2": False, "tau2-airline/3": False},
+        0.333,
+    )
     b = make_run(tmp_path, "B", "tau2-airline", {"tau2-airline/1": True, "tau2-airline/2": True}, 1.0)
     assert cli.main(["compare", str(a), str(b)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == ("DIFFERENT TASK SETS: 3 tasks vs 2, 2 in common; the whole-run scores (0.333 and 1.000) "
-                        "are not comparable, so only the common tasks are")
+    assert lines[1] == (
+        "DIFFERENT TASK SETS: 3 tasks vs 2, 2 in common; the whole-run scores (0.333 and 1.000) "
+        "are not comparable, so only the common tasks are"
+    )
     assert lines[2] == "score on the 2 common tasks 0.500 -> 1.000 (+0.500)"
     assert "tasks only in A: tau2-airline/3; only in B: none" in lines

@@ -28,19 +28,36 @@ class Endpoint:
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.calls += 1
-        return httpx2.Response(200, json={
-            "id": f"c{self.calls}", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": f"answer {self.calls}"}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        return httpx2.Response(
+            200,
+            json={
+                "id": f"c{self.calls}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": f"answer {self.calls}"},
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            },
+        )
 
 
 def _client(cache_dir: Path, endpoint: Endpoint, trial: str, role: str = "agent") -> openai.OpenAI:
-    transport = wrap_transport(httpx2.MockTransport(endpoint), model="m", base_url="http://x/v1",
-                               env={ENV_DIR: str(cache_dir)})
-    return openai.OpenAI(base_url="http://x/v1", api_key="k", max_retries=0,
-                         default_headers={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": role},
-                         http_client=httpx2.Client(transport=transport))
+    transport = wrap_transport(
+        httpx2.MockTransport(endpoint), model="m", base_url="http://x/v1", env={ENV_DIR: str(cache_dir)}
+    )
+    return openai.OpenAI(
+        base_url="http://x/v1",
+        api_key="k",
+        max_retries=0,
+        default_headers={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": role},
+        http_client=httpx2.Client(transport=transport),
+    )
 
 
 def _ask(client: openai.OpenAI, text: str) -> str:
@@ -73,8 +90,12 @@ def test_errors_are_not_stored(tmp_path: Path) -> None:
         return httpx2.Response(503, json={"error": "busy"})
 
     transport = CachingTransport(httpx2.MockTransport(failing), ResponseCache(tmp_path))
-    request = httpx2.Request("POST", "http://x/v1/chat/completions", content=b"{}",
-                             headers={"X-Ecdysis-Trial": "r/s/1/0", "X-Ecdysis-Role": "agent"})
+    request = httpx2.Request(
+        "POST",
+        "http://x/v1/chat/completions",
+        content=b"{}",
+        headers={"X-Ecdysis-Trial": "r/s/1/0", "X-Ecdysis-Role": "agent"},
+    )
     for _ in range(2):
         assert transport.handle_request(request).status_code == 503
     assert len(calls) == 2 and not list(tmp_path.glob("*/*.json"))
@@ -85,7 +106,9 @@ def test_uncacheable_endpoints_and_no_directory_are_passed_through(tmp_path: Pat
     assert wrap_transport(inner, model="m", base_url="http://x/v1", env={}) is inner
     env = {ENV_DIR: str(tmp_path), ENV_UNCACHEABLE: "other, http://x/v1/"}
     assert wrap_transport(inner, model="m", base_url="http://x/v1", env=env) is inner
-    assert wrap_transport(inner, model="gpt", base_url="http://y", env={**env, ENV_UNCACHEABLE: "gpt"}) is inner
+    assert (
+        wrap_transport(inner, model="gpt", base_url="http://y", env={**env, ENV_UNCACHEABLE: "gpt"}) is inner
+    )
     assert isinstance(wrap_transport(inner, model="m", base_url="http://y", env=env), CachingTransport)
 
 
@@ -111,7 +134,14 @@ def test_bad_cache_options_are_usage_errors(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-o", "ecdysis_response_cache=maybe")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*ini key ecdysis_response_cache must be one of on, off, got 'maybe'*"])
-    result = pytester.runpytest_subprocess("--ecdysis-evolve", "-o", "ecdysis_response_cache=on",
-                                           "-o", "ecdysis_cache_dir=" + str(pytester.path / "afile" / "cache"))
+    result = pytester.runpytest_subprocess(
+        "--ecdysis-evolve",
+        "-o",
+        "ecdysis_response_cache=on",
+        "-o",
+        "ecdysis_cache_dir=" + str(pytester.path / "afile" / "cache"),
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ini key ecdysis_cache_dir *afile/cache: *afile is not a writable directory*"])
+    result.stderr.fnmatch_lines(
+        ["*ini key ecdysis_cache_dir *afile/cache: *afile is not a writable directory*"]
+    )

@@ -40,15 +40,23 @@ def cut_records(tasks=("3", "4")):
 
 def nofdcr_spec(records, harness=None, **kw) -> ModificationSpec:
     """The spec the simulated analyst writes in one pass (no review)."""
-    return ModificationSpec.model_validate(json.loads(roles.answer("analyst", body_for("analyst", records, harness,
-                                                                                       fmt="spec", **kw))))
+    return ModificationSpec.model_validate(
+        json.loads(roles.answer("analyst", body_for("analyst", records, harness, fmt="spec", **kw)))
+    )
 
 
 def fdcr(tmp_path: Path, records, *, solved=(), history=(), passes=2):
     harness = write_harness(tmp_path)
-    return diagnose(records=records, groups=group(records), harness_dir=harness, history=list(history),
-                    solved_tasks=solved if isinstance(solved, dict) else list(solved), cfg=cfg(passes), round_dir=tmp_path / "round",
-                    client=sim_client())
+    return diagnose(
+        records=records,
+        groups=group(records),
+        harness_dir=harness,
+        history=list(history),
+        solved_tasks=solved if isinstance(solved, dict) else list(solved),
+        cfg=cfg(passes),
+        round_dir=tmp_path / "round",
+        client=sim_client(),
+    )
 
 
 def knobs(spec: ModificationSpec) -> dict[str, dict]:
@@ -98,7 +106,10 @@ def test_results_the_model_saw_cut_raise_max_tool_result_chars_above_the_raw_len
     `[truncated N chars]` marker alone (no model_view) is not read."""
     records, raw = cut_records()
     k = knobs(nofdcr_spec(records, write_harness(tmp_path)))
-    assert set(k) == {"max_tool_result_chars"} and k["max_tool_result_chars"]["value"] == -(-raw * 5 // 4 // 500) * 500
+    assert (
+        set(k) == {"max_tool_result_chars"}
+        and k["max_tool_result_chars"]["value"] == -(-raw * 5 // 4 // 500) * 500
+    )
     assert "max_tool_result_chars" not in knobs(nofdcr_spec(truncation_records(), write_harness(tmp_path)))
 
 
@@ -171,10 +182,21 @@ def test_single_task_without_visible_value_is_a_blind_spot(tmp_path):
 
 def test_critic_narrows_changes_touching_solved_tasks(tmp_path):
     """With tasks the incumbent solves, the Critic narrows completion_check (trigger, guard, watch_tasks)."""
-    body = body_for("critic", incomplete_records(), write_harness(tmp_path), solved_tasks=["20", "21"],
-                    turns=[{"role": "analyst", "pass": 1,
-                            "content": roles.answer("analyst", body_for("analyst", incomplete_records(),
-                                                                        solved_tasks=["20", "21"]))}])
+    body = body_for(
+        "critic",
+        incomplete_records(),
+        write_harness(tmp_path),
+        solved_tasks=["20", "21"],
+        turns=[
+            {
+                "role": "analyst",
+                "pass": 1,
+                "content": roles.answer(
+                    "analyst", body_for("analyst", incomplete_records(), solved_tasks=["20", "21"])
+                ),
+            }
+        ],
+    )
     (verdict,) = extract_json(roles.answer("critic", body))["verdicts"]
     assert verdict["verdict"] == "narrow" and verdict["watch_tasks"] == ["20", "21"]
     d = fdcr(tmp_path, incomplete_records(), solved=["20", "21"])
@@ -192,19 +214,32 @@ def test_critic_accepts_when_no_solved_task_is_touched(tmp_path):
 def test_rejected_spec_is_not_proposed_unchanged(tmp_path):
     """A change identical to one rejected in an earlier round is dropped and its group left alone, saying why."""
     first = fdcr(tmp_path, budget_records())
-    history = [{"round": 1, "outcome": "rejected", "score_before": 0.5, "score_after": 0.5, "spec": first.spec}]
+    history = [
+        {"round": 1, "outcome": "rejected", "score_before": 0.5, "score_after": 0.5, "spec": first.spec}
+    ]
     again = fdcr(tmp_path / "2", budget_records(), history=history)
-    assert again.spec is None and "rejected" in json.loads(
-        (tmp_path / "2" / "round" / "spec.json").read_text())["left_alone"][0]["reason"]
-    accepted = [{"round": 1, "outcome": "accepted", "score_before": 0.5, "score_after": 0.6, "spec": first.spec}]
-    assert fdcr(tmp_path / "3", budget_records(), history=accepted).spec is not None  # value knobs may rise again
+    assert (
+        again.spec is None
+        and "rejected"
+        in json.loads((tmp_path / "2" / "round" / "spec.json").read_text())["left_alone"][0]["reason"]
+    )
+    accepted = [
+        {"round": 1, "outcome": "accepted", "score_before": 0.5, "score_after": 0.6, "spec": first.spec}
+    ]
+    assert (
+        fdcr(tmp_path / "3", budget_records(), history=accepted).spec is not None
+    )  # value knobs may rise again
 
 
 @pytest.mark.parametrize("removed", ["id", "truncation", "budget", "incomplete"])
 def test_removing_a_groups_evidence_removes_it_from_the_spec(tmp_path, removed):
     """Drop one group's records from the prompt and that group (and its knob) leaves the spec."""
-    scenarios = {"id": id_prefix_records(), "truncation": cut_records()[0], "budget": budget_records(),
-                 "incomplete": incomplete_records()}
+    scenarios = {
+        "id": id_prefix_records(),
+        "truncation": cut_records()[0],
+        "budget": budget_records(),
+        "incomplete": incomplete_records(),
+    }
     full = fdcr(tmp_path / "full", [r for rs in scenarios.values() for r in rs])
     less = fdcr(tmp_path / "less", [r for name, rs in scenarios.items() if name != removed for r in rs])
     gone = {s for r in scenarios[removed] for s in [group([r])[0].signature]}
@@ -222,10 +257,25 @@ def test_answers_over_a_real_sim_server(tmp_path, monkeypatch):
         monkeypatch.setenv("ECDYSIS_SIM_URL", handle.url)
         records = id_prefix_records() + incomplete_records()
         harness = write_harness(tmp_path)
-        over_http = diagnose(records=records, groups=group(records), harness_dir=harness, history=[],
-                             solved_tasks=[], cfg=cfg(1), round_dir=tmp_path / "http")
-        direct = diagnose(records=records, groups=group(records), harness_dir=harness, history=[],
-                          solved_tasks=[], cfg=cfg(1), round_dir=tmp_path / "direct", client=sim_client())
+        over_http = diagnose(
+            records=records,
+            groups=group(records),
+            harness_dir=harness,
+            history=[],
+            solved_tasks=[],
+            cfg=cfg(1),
+            round_dir=tmp_path / "http",
+        )
+        direct = diagnose(
+            records=records,
+            groups=group(records),
+            harness_dir=harness,
+            history=[],
+            solved_tasks=[],
+            cfg=cfg(1),
+            round_dir=tmp_path / "direct",
+            client=sim_client(),
+        )
         assert over_http.spec == direct.spec and over_http.calls == 4
         assert over_http.tokens["total"] > 0
     finally:
@@ -235,11 +285,16 @@ def test_answers_over_a_real_sim_server(tmp_path, monkeypatch):
 def test_critic_narrows_only_for_solved_tasks_the_change_would_touch(tmp_path):
     """Given the tools each solved task used, completion_check is narrowed for tasks with a write (watched)
     and passes unchanged when no solved task writes."""
-    touching = fdcr(tmp_path / "a", incomplete_records(),
-                    solved={"20": ["get_order_details", "cancel_pending_order"], "21": ["get_user_details"]})
+    touching = fdcr(
+        tmp_path / "a",
+        incomplete_records(),
+        solved={"20": ["get_order_details", "cancel_pending_order"], "21": ["get_user_details"]},
+    )
     assert touching.spec.watch_tasks == ["20"] and "at least one write" in touching.spec.changes[0].trigger
     reading = fdcr(tmp_path / "b", incomplete_records(), solved={"21": ["get_user_details"]})
-    assert reading.spec.watch_tasks == [] and reading.spec.changes[0].guards == ["at most one check per conversation"]
+    assert reading.spec.watch_tasks == [] and reading.spec.changes[0].guards == [
+        "at most one check per conversation"
+    ]
 
 
 def test_roles_module_reads_no_server_state_or_ground_truth():
@@ -250,11 +305,23 @@ def test_roles_module_reads_no_server_state_or_ground_truth():
     imported: set[str] = set()
     for name in ("answers.py", "evidence.py", "analysis.py"):
         tree = ast.parse((Path(roles.__file__).parent / name).read_text())
-        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported |= {
+            node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+        }
         imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-    assert imported <= {"__future__", "json", "math", "re", "collections.abc", "typing", "pytest_ecdysis.evidence.build",
-                        "pytest_ecdysis.core.records", "pytest_ecdysis.sim.reading",
-                        "pytest_ecdysis.sim.roles.evidence", "pytest_ecdysis.sim.roles.analysis"}
+    assert imported <= {
+        "__future__",
+        "json",
+        "math",
+        "re",
+        "collections.abc",
+        "typing",
+        "pytest_ecdysis.evidence.build",
+        "pytest_ecdysis.core.records",
+        "pytest_ecdysis.sim.reading",
+        "pytest_ecdysis.sim.roles.evidence",
+        "pytest_ecdysis.sim.roles.analysis",
+    }
 
 
 def test_early_ends_split_across_groups_still_count_as_cross_task(tmp_path):
@@ -279,20 +346,33 @@ def test_wrong_value_near_an_earlier_argument_is_model_like(tmp_path):
 
 def test_critic_blocks_changes_to_the_entry_point(tmp_path):
     """A proposal editing __init__.py (build_agent, the runtime contract) is blocked by the Critic."""
-    proposal = {"proposals": [{"component": "tool_interface", "files": ["__init__.py"], "description": "wrap tools",
-                               "addresses": ["too_many_errors|db|get_order_details|not_found"],
-                               "parameters": {"knob": "error_feedback"}}], "left_alone": []}
-    body = body_for("critic", id_prefix_records(), write_harness(tmp_path),
-                    turns=[{"role": "analyst", "pass": 1, "content": "```json\n" + json.dumps(proposal) + "\n```"}])
+    proposal = {
+        "proposals": [
+            {
+                "component": "tool_interface",
+                "files": ["__init__.py"],
+                "description": "wrap tools",
+                "addresses": ["too_many_errors|db|get_order_details|not_found"],
+                "parameters": {"knob": "error_feedback"},
+            }
+        ],
+        "left_alone": [],
+    }
+    body = body_for(
+        "critic",
+        id_prefix_records(),
+        write_harness(tmp_path),
+        turns=[{"role": "analyst", "pass": 1, "content": "```json\n" + json.dumps(proposal) + "\n```"}],
+    )
     (verdict,) = extract_json(roles.answer("critic", body))["verdicts"]
     assert verdict["verdict"] == "block" and "runtime-contract" in verdict["reason"]
 
 
-
 def _documented_check(tmp_path, doc):
     harness = write_harness(tmp_path)
-    (harness / "closing.py").write_text(f'"""Closing."""\n\ndef check_before_end(history):\n    """{doc}"""\n'
-                                        "    return None\n")
+    (harness / "closing.py").write_text(
+        f'"""Closing."""\n\ndef check_before_end(history):\n    """{doc}"""\n    return None\n'
+    )
     return harness
 
 
@@ -301,17 +381,21 @@ def test_the_analyst_does_not_propose_what_the_harness_map_shows_it_already_does
     analyst proposes no completion_check and says why; a map whose docstring says there is none (or none
     documented) still gets one. The same holds for a harness that documents a repeat guard."""
     records = incomplete_records()
-    has = _documented_check(tmp_path / "a", "Ask the model once to check that every request is complete before "
-                                            "the conversation closes.")
+    has = _documented_check(
+        tmp_path / "a",
+        "Ask the model once to check that every request is complete before the conversation closes.",
+    )
     spec = nofdcr_spec(records, has)
     assert "completion_check" not in knobs(spec)
     assert any("already does this (closing.py: check_before_end" in x.reason for x in spec.left_alone)
     absent = _documented_check(tmp_path / "b", "v1: no completion check.")
     assert set(knobs(nofdcr_spec(records, absent))) == {"completion_check"}
     guard = write_harness(tmp_path / "c")
-    (guard / "feedback.py").write_text('"""Tool results."""\n\ndef format_tool_result(name, args, content, error):\n'
-                                       '    """Errors of an identical call that already failed are marked as a repeat."""\n'
-                                       "    return content\n")
+    (guard / "feedback.py").write_text(
+        '"""Tool results."""\n\ndef format_tool_result(name, args, content, error):\n'
+        '    """Errors of an identical call that already failed are marked as a repeat."""\n'
+        "    return content\n"
+    )
     assert "repeat_guard" not in knobs(nofdcr_spec(repeat_records(), guard))
 
 
@@ -319,10 +403,14 @@ def test_the_analyst_proposes_from_cut_results_when_the_harness_already_checks_t
     """The evidence shows results the model saw cut (its view shorter than τ²'s raw output) beside work left
     undone: with a completion check already in the harness, the proposal is the cut, not another check."""
     cut, raw_len = cut_records(("3", "4"))
-    harness = _documented_check(tmp_path, "Ask the model once to check the work before the conversation ends.")
+    harness = _documented_check(
+        tmp_path, "Ask the model once to check the work before the conversation ends."
+    )
     k = knobs(nofdcr_spec([*cut, *incomplete_records()], harness))
     assert "completion_check" not in k and k["max_tool_result_chars"]["value"] >= raw_len
-    assert "completion_check" in knobs(nofdcr_spec([*cut, *incomplete_records()], write_harness(tmp_path / "v1")))
+    assert "completion_check" in knobs(
+        nofdcr_spec([*cut, *incomplete_records()], write_harness(tmp_path / "v1"))
+    )
 
 
 def test_values_the_environment_accepted_that_differ_from_the_users_get_a_value_check(tmp_path):
@@ -342,7 +430,8 @@ def test_values_the_environment_accepted_that_differ_from_the_users_get_a_value_
     (with_check / "tools.py").write_text(
         '"""Tools."""\n\ndef normalise_arguments(name, args):\n    return args\n\n\ndef repair_values(name, args, shown):\n'
         '    """Each value the conversation never showed is replaced by the shown value one character off."""\n'
-        "    return args\n")
+        "    return args\n"
+    )
     assert nofdcr_spec(records, with_check).changes == []
 
     import shutil
@@ -350,8 +439,11 @@ def test_values_the_environment_accepted_that_differ_from_the_users_get_a_value_
     from pytest_ecdysis.sim.editor.recipes import apply_spec
 
     example = tmp_path / "example"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness", example,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness",
+        example,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     done = apply_spec(spec, example)
     assert done.applied == ["value_check"] and not done.not_implementable
     tools = (example / "tools.py").read_text()
@@ -359,5 +451,9 @@ def test_values_the_environment_accepted_that_differ_from_the_users_get_a_value_
     namespace: dict = {}
     exec(compile(tools, "tools.py", "exec"), namespace)
     shown = namespace["shown_values"]([{"role": "user", "content": "Cancel my order #W70 please."}])
-    assert namespace["repair_values"]("cancel_pending_order", {"order_id": "#W77"}, shown) == {"order_id": "#W70"}
-    assert namespace["repair_values"]("get_order_details", {"order_id": "#W77"}, shown) == {"order_id": "#W77"}
+    assert namespace["repair_values"]("cancel_pending_order", {"order_id": "#W77"}, shown) == {
+        "order_id": "#W70"
+    }
+    assert namespace["repair_values"]("get_order_details", {"order_id": "#W77"}, shown) == {
+        "order_id": "#W77"
+    }

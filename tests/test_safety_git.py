@@ -31,20 +31,39 @@ HOOK_VARS = {
 }
 #: Which repository the gitops test points a variable at: the user's own (a hook of that repository), or
 #: another one (pytest started from a hook of another repository, e.g. a superproject's).
-TARGET = {"GIT_INDEX_FILE": "same", "GIT_WORK_TREE": "same", "GIT_DIR": "other", "GIT_OBJECT_DIRECTORY": "other",
-          "GIT_COMMON_DIR": "other"}
+TARGET = {
+    "GIT_INDEX_FILE": "same",
+    "GIT_WORK_TREE": "same",
+    "GIT_DIR": "other",
+    "GIT_OBJECT_DIRECTORY": "other",
+    "GIT_COMMON_DIR": "other",
+}
 
 
 def fingerprint(repo: Path) -> dict[str, str]:
     """sha256 of the user's index, HEAD, branch refs and every non-ignored working-tree file."""
     env = gitenv.child_env()
-    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=repo, env=env, check=True,
-                           capture_output=True, text=True).stdout.split("\0")
-    out = {f: hashlib.sha256((repo / f).read_bytes()).hexdigest() for f in files if f and (repo / f).is_file()}
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=repo,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\0")
+    out = {
+        f: hashlib.sha256((repo / f).read_bytes()).hexdigest() for f in files if f and (repo / f).is_file()
+    }
     for name in ("index", "HEAD"):
         out[".git/" + name] = hashlib.sha256((repo / ".git" / name).read_bytes()).hexdigest()
-    out["refs"] = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"],
-                                 cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
+    out["refs"] = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"],
+        cwd=repo,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     out["staged"] = git(repo, "diff", "--cached", "--name-status")
     return out
 
@@ -60,8 +79,13 @@ def other_repo(path: Path) -> Path:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    for rel, text in {"harness/__init__.py": "LEVEL = 1\n", "harness/b.py": "B = 1\n", "suite.py": "S = 1\n",
-                      "docs/a.md": "a\n", ".gitignore": "*.log\n"}.items():
+    for rel, text in {
+        "harness/__init__.py": "LEVEL = 1\n",
+        "harness/b.py": "B = 1\n",
+        "suite.py": "S = 1\n",
+        "docs/a.md": "a\n",
+        ".gitignore": "*.log\n",
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     git(tmp_path, "init", "-q", "-b", "main")
@@ -77,16 +101,20 @@ def repo(tmp_path: Path) -> Path:
 
 def test_repo_vars_cover_gits_own_list() -> None:
     """Every repository-local variable git itself lists is scrubbed, except the `git -c` configuration."""
-    listed = set(subprocess.run(["git", "rev-parse", "--local-env-vars"], capture_output=True, text=True,
-                                check=True).stdout.split())
+    listed = set(
+        subprocess.run(
+            ["git", "rev-parse", "--local-env-vars"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
     assert listed - {"GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT"} <= set(gitenv.REPO_VARS)
     env = gitenv.child_env({"GIT_DIR": "/x", "GIT_AUTHOR_NAME": "me", "PATH": "/bin"}, EXTRA="1")
     assert env == {"GIT_AUTHOR_NAME": "me", "PATH": "/bin", "EXTRA": "1"}
 
 
 @pytest.mark.parametrize("var", sorted(TARGET))
-def test_git_work_ignores_hook_variables(repo: Path, var: str, tmp_path_factory: pytest.TempPathFactory,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_git_work_ignores_hook_variables(
+    repo: Path, var: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With one hook variable exported (for the user's repository or another one), pre-flight, a candidate
     worktree, its commit and the branch leave both repositories' index, HEAD and working tree byte-identical;
     the branch's commit, in the user's repository, changes only the harness file."""
@@ -116,10 +144,12 @@ def test_editor_process_does_not_see_hook_variables(repo: Path, monkeypatch: pyt
     from pytest_ecdysis.edit.editors import CommandEditor
 
     agent = repo / "agent.py"
-    agent.write_text("import os, subprocess, sys\nfrom pathlib import Path\n"
-                     "h = Path(sys.argv[1]); (h / 'b.py').write_text('B = 2\\n')\n"
-                     "subprocess.run(['git', 'add', '-A'], check=True)\n"
-                     f"Path(sys.argv[2]).write_text(repr(sorted(k for k in os.environ if k in {sorted(HOOK_VARS)!r})))\n")
+    agent.write_text(
+        "import os, subprocess, sys\nfrom pathlib import Path\n"
+        "h = Path(sys.argv[1]); (h / 'b.py').write_text('B = 2\\n')\n"
+        "subprocess.run(['git', 'add', '-A'], check=True)\n"
+        f"Path(sys.argv[2]).write_text(repr(sorted(k for k in os.environ if k in {sorted(HOOK_VARS)!r})))\n"
+    )
     seen = repo.parent / "seen.txt"
     before = fingerprint(repo)
     for var, value in HOOK_VARS.items():
@@ -127,7 +157,8 @@ def test_editor_process_does_not_see_hook_variables(repo: Path, monkeypatch: pyt
     wt = gitworktree.add_worktree(repo / "harness")
     try:
         result = CommandEditor(f"{sys.executable} {agent} {{harness}} {seen} {{spec}}").edit(
-            None, wt.harness_dir, spec_path=repo / "spec.json")
+            None, wt.harness_dir, spec_path=repo / "spec.json"
+        )
         assert result.ok, result.detail
         assert wt.changed_paths() == ["harness/b.py"]
     finally:
@@ -168,7 +199,11 @@ def test_commit_in_an_index_v4_repository(v4repo: Path) -> None:
     gitops.create_branch(v4repo / "harness", "r1", sha)
     assert fingerprint(v4repo) == before
     assert git(v4repo, "diff", "--name-status", "main", "ecdysis/r1").split() == [
-               "D", "harness/b.py", "A", "harness/c.py"]
+        "D",
+        "harness/b.py",
+        "A",
+        "harness/c.py",
+    ]
 
 
 def test_no_hook_of_the_repository_runs(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -203,13 +238,13 @@ def test_commit_uses_the_repositorys_identity_or_a_default(repo: Path) -> None:
 
 # --- the whole loop, as users run it -------------------------------------------------------------------
 
-AGENT = '''
+AGENT = """
 import subprocess, sys
 from pathlib import Path
 
 subprocess.run([sys.executable, str(Path(__file__).parent / "editor.py"), *sys.argv[1:]], check=True)
 subprocess.run(["git", "add", "-A"], check=True)  # coding agents stage their work
-'''
+"""
 
 
 @pytest.fixture
@@ -227,11 +262,23 @@ def _evolve(project: pytest.Pytester, *extra: str) -> pytest.RunResult:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("var", ["GIT_INDEX_FILE", "GIT_DIR", "GIT_DIR:other", "GIT_WORK_TREE",
-                                 "GIT_OBJECT_DIRECTORY:other", "GIT_COMMON_DIR:other"])
-def test_evolution_round_with_a_hook_variable(project: pytest.Pytester, var: str,
-                                              tmp_path_factory: pytest.TempPathFactory,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "var",
+    [
+        "GIT_INDEX_FILE",
+        "GIT_DIR",
+        "GIT_DIR:other",
+        "GIT_WORK_TREE",
+        "GIT_OBJECT_DIRECTORY:other",
+        "GIT_COMMON_DIR:other",
+    ],
+)
+def test_evolution_round_with_a_hook_variable(
+    project: pytest.Pytester,
+    var: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One accepted evolution round run with a hook variable exported (for the user's repository, or with
     `:other` for another one): both repositories' index, HEAD and working tree are byte-identical, and the
     branch's one commit changes only the harness file. The `cmd:` editor runs `git add -A`."""
@@ -248,11 +295,15 @@ def test_evolution_round_with_a_hook_variable(project: pytest.Pytester, var: str
     assert fingerprint(project.path) == before and fingerprint(other) == before_other
     doc = json.loads((project.path / ".ecdysis" / "runs" / "hook1" / "evolution.json").read_text())
     assert [r["outcome"] for r in doc["rounds"]] == ["accepted"] and doc["status"] == "finished"
-    assert git(project.path, "diff", "--name-only", "main", "ecdysis/hook1").split() == ["tiny_harness/__init__.py"]
+    assert git(project.path, "diff", "--name-only", "main", "ecdysis/hook1").split() == [
+        "tiny_harness/__init__.py"
+    ]
 
 
 @pytest.mark.slow
-def test_evolution_round_in_an_index_v4_repository(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evolution_round_in_an_index_v4_repository(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`feature.manyFiles` (index v4): the accepted round is committed, the run finishes with its branch."""
     git(project.path, "config", "feature.manyFiles", "true")
     git(project.path, "update-index", "--index-version", "4")

@@ -22,12 +22,14 @@ from pytest_ecdysis.report import summary as report
 from pytest_ecdysis.run import files as run_files
 
 HOSTILE = "\x1b[31mCUDA out of memory\x1b[0m\x00 at step \x07 7\r\u202eevil"
-CONTROL = [chr(c) for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, 0x9b]]
+CONTROL = [chr(c) for c in [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, 0x9B]]
 
 
 def test_safetext_escapes_what_each_format_cannot_carry() -> None:
     """Controls become visible escapes (nothing is dropped); tab and newline stay where a format allows them."""
-    assert safetext.terminal(HOSTILE) == ("\\x1b[31mCUDA out of memory\\x1b[0m\\x00 at step \\x07 7\\x0d\\u202eevil")
+    assert safetext.terminal(HOSTILE) == (
+        "\\x1b[31mCUDA out of memory\\x1b[0m\\x00 at step \\x07 7\\x0d\\u202eevil"
+    )
     assert safetext.xml("a\tb\nc\x00\ud800\uffff") == "a\tb\nc\\x00\\ud800\\uffff"
     for text in (safetext.terminal("".join(CONTROL)), safetext.markdown("".join(CONTROL))):
         assert not any(ch in text for ch in CONTROL)
@@ -35,8 +37,16 @@ def test_safetext_escapes_what_each_format_cannot_carry() -> None:
 
 
 def _trial(error: str, **kw) -> TrialResult:
-    return TrialResult(suite="tau2-airline", task_id="0", trial=0, reward=None, termination_reason="infrastructure_error",
-                       error=error, nodeid="test_airline.py::test_airline[0-t0]", **kw)
+    return TrialResult(
+        suite="tau2-airline",
+        task_id="0",
+        trial=0,
+        reward=None,
+        termination_reason="infrastructure_error",
+        error=error,
+        nodeid="test_airline.py::test_airline[0-t0]",
+        **kw,
+    )
 
 
 def test_junit_is_well_formed_with_control_characters(tmp_path: Path) -> None:
@@ -60,10 +70,12 @@ def test_terminal_and_markdown_lines_carry_no_controls() -> None:
         assert "\\x1b[31mCUDA" in text
 
 
-def test_a_failed_junit_is_a_problem_after_the_data_is_written(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_junit_is_a_problem_after_the_data_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """When `junit.xml` cannot be written, `summary.json`, `trials.jsonl`, `failures.jsonl` and `groups.json`
     are already on disk, and the problem is named in the returned list and in `summary.json`."""
+
     def broken(*args, **kwargs):
         raise ValueError("not well-formed (invalid token)")
 
@@ -74,8 +86,12 @@ def test_a_failed_junit_is_a_problem_after_the_data_is_written(tmp_path: Path,
     assert len(problems) == 1 and "junit.xml not written" in problems[0]
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["problems"] == problems
     assert (tmp_path / "r" / "trials.jsonl").read_text().count("\n") == 1
-    assert {p.name for p in (tmp_path / "r").iterdir()} == {"summary.json", "trials.jsonl", "failures.jsonl",
-                                                            "groups.json"}
+    assert {p.name for p in (tmp_path / "r").iterdir()} == {
+        "summary.json",
+        "trials.jsonl",
+        "failures.jsonl",
+        "groups.json",
+    }
 
 
 class _Failing(BaseHTTPRequestHandler):
@@ -104,8 +120,9 @@ def failing_endpoint():
     server.server_close()
 
 
-def test_hostile_endpoint_error_keeps_the_run(pytester: pytest.Pytester, failing_endpoint: str,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hostile_endpoint_error_keeps_the_run(
+    pytester: pytest.Pytester, failing_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The real τ² suite against an endpoint whose 500 replies carry control characters: pytest's own exit
     status, a complete run directory (`junit.xml` well-formed, `summary.json`), clean terminal output (the
     `ecdysis` section and pytest's own error line) and job summary, and `ecdysis show` reads the run."""
@@ -115,19 +132,37 @@ def test_hostile_endpoint_error_keeps_the_run(pytester: pytest.Pytester, failing
     step_summary = pytester.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     result = pytester.runpytest_subprocess(
-        "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
-        "--ecdysis-base-url", failing_endpoint, "--ecdysis-tasks", "0", "--ecdysis-run-dir", "runs", timeout=600)
+        "--pyargs",
+        "pytest_ecdysis_tau2.test_airline",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-model",
+        "scripted",
+        "--ecdysis-base-url",
+        failing_endpoint,
+        "--ecdysis-tasks",
+        "0",
+        "--ecdysis-run-dir",
+        "runs",
+        timeout=600,
+    )
     out = result.stdout.str()
     assert result.ret == 1, out  # the trial's infrastructure error, not INTERNALERROR (3)
     assert "INTERNALERROR" not in out
     (run,) = (pytester.path / "runs").iterdir()
-    assert {"summary.json", "trials.jsonl", "failures.jsonl", "groups.json", "junit.xml"} <= {p.name for p in run.iterdir()}
+    assert {"summary.json", "trials.jsonl", "failures.jsonl", "groups.json", "junit.xml"} <= {
+        p.name for p in run.iterdir()
+    }
     (error,) = ET.parse(run / "junit.xml").getroot().iter("error")
     assert "\\x1b[31mCUDA out of memory\\x1b[0m\\x00" in error.get("message")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["n_infra_errors"] == 1 and summary["problems"] == []
     assert "= ecdysis =" in out and "\x1b" not in out and "\x00" not in out  # pytest's own lines included
     assert not any(ch in step_summary.read_text().replace("\n", "") for ch in CONTROL)
-    show = subprocess.run([sys.executable, "-m", "pytest_ecdysis.cli", "show", str(run)], capture_output=True,
-                          text=True, env={**os.environ, "NO_COLOR": "1"})
+    show = subprocess.run(
+        [sys.executable, "-m", "pytest_ecdysis.cli", "show", str(run)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert show.returncode == 0 and "tau2-airline" in show.stdout, show.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SUITE = '''
+SUITE = """
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
 
@@ -28,12 +28,12 @@ def test_task(request, task_id):
     record_trial(request.node, TrialResult(suite="tiny", task_id=task_id, trial=0, reward=reward,
                                            termination_reason="agent_stop"))
     assert reward >= 1.0
-'''
+"""
 
-CONFTEST = '''
+CONFTEST = """
 def pytest_addoption(parser):
     parser.addoption("--interrupt-at-2", action="store_true")
-'''
+"""
 
 
 @pytest.fixture
@@ -47,8 +47,17 @@ def tiny(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.P
 
 
 def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return project.runpytest_subprocess("test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-harness", "h",
-                                        "--ecdysis-run-dir", "runs", *args, timeout=300)
+    return project.runpytest_subprocess(
+        "test_tiny.py",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-harness",
+        "h",
+        "--ecdysis-run-dir",
+        "runs",
+        *args,
+        timeout=300,
+    )
 
 
 def _run_dir(project: pytest.Pytester) -> Path:
@@ -62,15 +71,26 @@ def _check_stopped_run(project: pytest.Pytester, result: pytest.RunResult, ran: 
     trials = [json.loads(line)["task_id"] for line in (run / "trials.jsonl").read_text().splitlines()]
     assert trials == ran
     assert summary["missing"] == [] and summary["problems"] == [] and summary["stopped"]
-    assert summary["not_run"] == [f"test_tiny.py::test_task[{i}]" for i in ("0", "1", "2", "3") if i not in ran]
-    skipped = [c.get("name") for c in ET.parse(run / "junit.xml").getroot().iter("testcase")
-               if c.find("skipped") is not None]
+    assert summary["not_run"] == [
+        f"test_tiny.py::test_task[{i}]" for i in ("0", "1", "2", "3") if i not in ran
+    ]
+    skipped = [
+        c.get("name")
+        for c in ET.parse(run / "junit.xml").getroot().iter("testcase")
+        if c.find("skipped") is not None
+    ]
     assert skipped == [n.split("::")[1] for n in summary["not_run"]]
-    result.stdout.fnmatch_lines(["*= ecdysis =*", f"*stopped early (*): {len(summary['not_run'])} case(s) not run*",
-                                 "run directory: *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= ecdysis =*",
+            f"*stopped early (*): {len(summary['not_run'])} case(s) not run*",
+            "run directory: *",
+        ]
+    )
     assert "PROBLEM" not in result.stdout.str()
-    show = subprocess.run([sys.executable, "-m", "pytest_ecdysis.cli", "show", str(run)], capture_output=True,
-                          text=True)
+    show = subprocess.run(
+        [sys.executable, "-m", "pytest_ecdysis.cli", "show", str(run)], capture_output=True, text=True
+    )
     assert show.returncode == 0 and "stopped early" in show.stdout, show.stdout + show.stderr
     return summary
 
@@ -103,7 +123,9 @@ def test_sigterm_during_the_trials_writes_what_ran(tiny: pytest.Pytester) -> Non
     import time
 
     marker = tiny.path / "task2.started"
-    tiny.makeconftest(CONFTEST + f"""
+    tiny.makeconftest(
+        CONFTEST
+        + f"""
 
 import time
 from pathlib import Path
@@ -116,10 +138,27 @@ def _slow_task_2(request):
         Path({str(marker)!r}).write_text("")
         time.sleep(120)
     yield
-""")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "test_tiny.py", "-p", "no:cacheprovider",
-                             "--ecdysis-harness", "h", "--ecdysis-run-dir", "runs"], cwd=tiny.path,
-                            env={**os.environ}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+"""
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "test_tiny.py",
+            "-p",
+            "no:cacheprovider",
+            "--ecdysis-harness",
+            "h",
+            "--ecdysis-run-dir",
+            "runs",
+        ],
+        cwd=tiny.path,
+        env={**os.environ},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
@@ -128,7 +167,10 @@ def _slow_task_2(request):
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     run = _run_dir(tiny)
     summary = json.loads((run / "summary.json").read_text())
-    assert [json.loads(line)["task_id"] for line in (run / "trials.jsonl").read_text().splitlines()] == ["0", "1"]
+    assert [json.loads(line)["task_id"] for line in (run / "trials.jsonl").read_text().splitlines()] == [
+        "0",
+        "1",
+    ]
     assert summary["stopped"] == "SIGTERM received" and len(summary["not_run"]) == 2
 
 
@@ -175,9 +217,9 @@ def _slow_validation_subrun():
 
 
 @pytest.mark.slow
-def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pytester,
-                                                            tmp_path_factory: pytest.TempPathFactory,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sigterm_during_evolution_stops_cleanly_and_resumes(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGTERM while the validation sub-run runs: the sub-run is ended, the temporary worktree removed, the
     state saved and the resume command printed (exit status 2, as for Ctrl-C); the resume finishes the run."""
     import os
@@ -192,10 +234,13 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
     (markers / "slow").write_text("")
     args = [sys.executable, "-m", "pytest", *evolve_args(project, "--ecdysis-rounds", "1")]
     env = {**os.environ, "ECDYSIS_RUN_ID": "run1"}
-    proc = subprocess.Popen(args, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        args, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     pid_file = markers / "subrun.pid"
-    deadline = time.monotonic() + 900  # a hang catch: the sub-run starts after the start run (minutes at load 40)
+    deadline = (
+        time.monotonic() + 900
+    )  # a hang catch: the sub-run starts after the start run (minutes at load 40)
     while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert pid_file.exists(), proc.communicate()[0] if proc.poll() is not None else "sub-run never started"
@@ -211,8 +256,14 @@ def test_sigterm_during_evolution_stops_cleanly_and_resumes(pytester: pytest.Pyt
     doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
     assert doc["status"] == "running" and doc["rounds"] == []  # saved, resumable
     (markers / "slow").unlink()
-    resumed = subprocess.run([*args, "--ecdysis-resume", "run1"], cwd=project.path, env=env, capture_output=True,
-                             text=True, timeout=900)
+    resumed = subprocess.run(
+        [*args, "--ecdysis-resume", "run1"],
+        cwd=project.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
     assert doc["status"] == "finished" and [r["outcome"] for r in doc["rounds"]] == ["accepted"]

@@ -24,16 +24,24 @@ def _without_last_write(sim: dict) -> dict:
     out = copy.deepcopy(sim)
     msgs = out["messages"]
     last = max(i for i, m in enumerate(msgs) if m.get("tool_calls"))
-    del msgs[last:last + 2]
+    del msgs[last : last + 2]
     return out
 
 
 def _tau2_default(domain: str, task_id: str, sim: dict) -> tuple[float, dict]:
     t = load_tau2()
-    info = t.evaluate_simulation(simulation=t.SimulationRun.model_validate(sim), task=suite.get_task(domain, task_id),
-                                 evaluation_type=t.EvaluationType.ALL, solo_mode=False, domain=domain)
-    comps = {scorer.COMPONENTS[k.value.upper()]: float(v) for k, v in (info.reward_breakdown or {}).items()
-             if k.value.upper() in scorer.COMPONENTS}
+    info = t.evaluate_simulation(
+        simulation=t.SimulationRun.model_validate(sim),
+        task=suite.get_task(domain, task_id),
+        evaluation_type=t.EvaluationType.ALL,
+        solo_mode=False,
+        domain=domain,
+    )
+    comps = {
+        scorer.COMPONENTS[k.value.upper()]: float(v)
+        for k, v in (info.reward_breakdown or {}).items()
+        if k.value.upper() in scorer.COMPONENTS
+    }
     return float(info.reward), comps
 
 
@@ -69,7 +77,10 @@ def test_a_failing_or_dying_child_is_an_error_response_not_a_crash(monkeypatch: 
     assert cow_scoring.score_in_child("airline", boom) == {"ok": False, "error": "ValueError: bad trajectory"}
     died = cow_scoring.score_in_child("airline", lambda: os._exit(3))
     assert died["ok"] is False and "without an answer" in died["error"]
-    assert cow_scoring.score_in_child("airline", lambda: {"ok": True, "reward": 1.0}) == {"ok": True, "reward": 1.0}
+    assert cow_scoring.score_in_child("airline", lambda: {"ok": True, "reward": 1.0}) == {
+        "ok": True,
+        "reward": 1.0,
+    }
 
 
 @pytest.mark.skipif(not cow_scoring.available(), reason="copy-on-write scoring needs os.fork")
@@ -85,8 +96,9 @@ def test_the_gold_hash_is_computed_once_per_task(monkeypatch: pytest.MonkeyPatch
     bad = _without_last_write(gold)
 
     def run(sim: dict) -> float:
-        answer = cow_scoring.score_in_child("airline", functools.partial(scorer.score, "airline", "14", sim),
-                                              task_id="14")
+        answer = cow_scoring.score_in_child(
+            "airline", functools.partial(scorer.score, "airline", "14", sim), task_id="14"
+        )
         assert answer.get("ok"), answer
         return answer["reward"]
 

@@ -21,14 +21,18 @@ def _project(tmp_path: Path) -> Path:
         (tmp_path / pkg / "__init__.py").write_text("")
     python = tmp_path / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text(f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then echo "$@" >> pip.log; exit 0; fi\n'
-                      f'exec {sys.executable} "$@"\n')
+    python.write_text(
+        f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then echo "$@" >> pip.log; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
     python.chmod(0o755)
     return tmp_path
 
 
 def _setup(project: Path) -> tuple[str, list[str]]:
-    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=project, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", "scripts/setup.sh"], cwd=project, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     log = project / "pip.log"
     calls = log.read_text().splitlines() if log.exists() else []
@@ -73,8 +77,9 @@ def _test_sh(project: Path, *args: str) -> list[str]:
     python.chmod(0o755)
     (project / "tests").mkdir(exist_ok=True)
     (project / "tests" / "test_x.py").write_text("")
-    proc = subprocess.run(["bash", "scripts/test.sh", *args], cwd=project, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        ["bash", "scripts/test.sh", *args], cwd=project, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
@@ -85,6 +90,25 @@ def test_test_sh_runs_the_paths_it_is_given_else_everything(tmp_path: Path) -> N
     assert _test_sh(tmp_path) == ["-m", "pytest", "tests", "-n", "2", "-q"]
     assert _test_sh(tmp_path, "tests/test_x.py") == ["-m", "pytest", "-n", "2", "-q", "tests/test_x.py"]
     assert _test_sh(tmp_path, "-n", "0", "tests/test_x.py::test_a", "-x") == [
-        "-m", "pytest", "-n", "2", "-q", "-n", "0", "tests/test_x.py::test_a", "-x"]
-    assert _test_sh(tmp_path, "-k", "tests", "-x") == ["-m", "pytest", "tests", "-n", "2", "-q", "-k", "tests", "-x"]
+        "-m",
+        "pytest",
+        "-n",
+        "2",
+        "-q",
+        "-n",
+        "0",
+        "tests/test_x.py::test_a",
+        "-x",
+    ]
+    assert _test_sh(tmp_path, "-k", "tests", "-x") == [
+        "-m",
+        "pytest",
+        "tests",
+        "-n",
+        "2",
+        "-q",
+        "-k",
+        "tests",
+        "-x",
+    ]
     assert "tests" in _test_sh(tmp_path, "--ecdysis-tasks", "1,2")

@@ -38,8 +38,10 @@ def candidates(tool, arg, value):
     knows the records can offer: 'did you mean ...?')."""
     from sim_toy import toy_task
 
-    return sorted({str(s.arguments[arg]) for s in toy_task().plan if s.name == tool and arg in s.arguments}
-                  - {str(value)})
+    return sorted(
+        {str(s.arguments[arg]) for s in toy_task().plan if s.name == tool and arg in s.arguments}
+        - {str(value)}
+    )
 
 
 def did_you_mean(tool, args):
@@ -107,7 +109,9 @@ def test_a_wrong_value_is_cured_by_the_right_value_in_any_channel(sim, kind, cha
     good, truth = play(sim, kind, channel, 0)
     entries = [q for q in truth["quirks"] if q["kind"] == kind]
     writes = {"modify_order_payment", "cancel_order"}
-    judged = [q for q in entries if channel != "tool_result" or q.get("tool") in writes]  # a read: no unique repair
+    judged = [
+        q for q in entries if channel != "tool_result" or q.get("tool") in writes
+    ]  # a read: no unique repair
     assert all(q["cured"] for q in judged), (channel, entries)
     if not (channel == "tool_result" and kind == "slip"):  # a slip in a read of one of two orders: no repair
         assert good["solved"], (channel, truth["quirks"])
@@ -120,8 +124,12 @@ def test_a_message_without_the_value_corrects_nothing(sim):
     """The same channels carrying no value (a generic 'check your arguments') cure nothing."""
     handle, directory = sim
     model = write_profile(directory, "ch_blind_none", {"blind_spot": {"task_rate": 1.0, "rate": 1.0}})
-    harness = ToyHarness(truncate_at=None, error_suffix=lambda t, a: " Please check your arguments.",
-                         note_after_error=lambda t, a: "Check the values you sent.", developer="Be careful.")
+    harness = ToyHarness(
+        truncate_at=None,
+        error_suffix=lambda t, a: " Please check your arguments.",
+        note_after_error=lambda t, a: "Check the values you sent.",
+        developer="Be careful.",
+    )
     result = harness.run(handle.url, "generic/toy/1/0", model=model)
     truth = fetch_ground_truth(handle.url, "generic/toy/1/0")
     spot = [q for q in truth["quirks"] if q["kind"] == "blind_spot"]

@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_cures_patch_applies_to_the_example_harness_and_imports(tmp_path):
     """benchmarks/cured_harness.patch applies cleanly to the current example_harness, the result is a
     harness that provides build_agent, and it differs from the example only in the documented cure knobs."""
-    spec = importlib.util.spec_from_file_location("bench_sim_calibration", ROOT / "benchmarks" / "bench_sim_calibration.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_sim_calibration", ROOT / "benchmarks" / "bench_sim_calibration.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     sys.modules["bench_sim_calibration"] = bench
     spec.loader.exec_module(bench)

@@ -23,9 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def _append_many(args):
     run_path, worker = args
     for i in range(60):
-        write_ground_truth(run_path, {"task_id": str(i), "trial": worker, "failed": False,
-                                      "quirks": [{"kind": "slip", "origin": "model", "step": i, "cured": False,
-                                                  "pad": "x" * 3000}]})
+        write_ground_truth(
+            run_path,
+            {
+                "task_id": str(i),
+                "trial": worker,
+                "failed": False,
+                "quirks": [{"kind": "slip", "origin": "model", "step": i, "cured": False, "pad": "x" * 3000}],
+            },
+        )
 
 
 def test_write_ground_truth_from_several_processes_never_interleaves(tmp_path):
@@ -35,7 +41,8 @@ def test_write_ground_truth_from_several_processes_never_interleaves(tmp_path):
     lines = read_ground_truth(tmp_path)
     assert len(lines) == 240
     assert sorted((line["trial"], line["task_id"]) for line in lines) == sorted(
-        (w, str(i)) for w in range(4) for i in range(60))
+        (w, str(i)) for w in range(4) for i in range(60)
+    )
     assert (tmp_path / "sim" / "ground_truth.jsonl").is_file()
 
 
@@ -51,10 +58,17 @@ def test_ground_truth_endpoint_reports_each_quirk_with_origin_step_and_cured(tmp
         ToyHarness(truncate_at=None).run(handle.url, "r/toy/1/2", model=model)
         truth = fetch_ground_truth(handle.url, "r/toy/1/2")
         assert truth["task_id"] == "1" and truth["trial"] == 2
-        assert {"early_end", "slip"} <= {q["kind"] for q in truth["quirks"]} <= {"early_end", "slip", "unseen_value"}
+        assert (
+            {"early_end", "slip"}
+            <= {q["kind"] for q in truth["quirks"]}
+            <= {"early_end", "slip", "unseen_value"}
+        )
         for q in truth["quirks"]:
             assert set(q) >= {"kind", "origin", "step", "cured"} and isinstance(q["step"], int)
-            assert q["origin"] == {"early_end": "systematic", "slip": "model", "unseen_value": "harness"}[q["kind"]]
+            assert (
+                q["origin"]
+                == {"early_end": "systematic", "slip": "model", "unseen_value": "harness"}[q["kind"]]
+            )
         assert truth["cause"]["origin"] == "model" and truth["causes"]
         assert fetch_ground_truth(handle.url + "/v1", "r/toy/2/0")["quirks"] == []
         with pytest.raises(InfrastructureError, match="unknown task '9'"):
@@ -100,8 +114,11 @@ def test_telecom_knowledge_keeps_both_hands_of_the_gold_plan_and_adds_the_agents
     gold = [(a.name, a.arguments) for a in get_task("telecom", task_id).evaluation_criteria.actions]
     assert [(s.name, s.arguments) for s in task.plan if s.gold] == gold
     assert [(s.name, s.actor, s.write, s.gold) for s in task.plan] == [
-        ("toggle_data", "user", False, True), ("get_customer_by_phone", "agent", False, False),
-        ("get_details_by_id", "agent", False, False), ("refuel_data", "agent", True, True)]
+        ("toggle_data", "user", False, True),
+        ("get_customer_by_phone", "agent", False, False),
+        ("get_details_by_id", "agent", False, False),
+        ("refuel_data", "agent", True, True),
+    ]
     refuel = task.plan[3]
     assert {(d.path, d.source_step) for d in refuel.dependencies} == {("customer_id", 1), ("line_id", 1)}
     assert {b.bent for b in refuel.id_bends} == {"c1001", "l1002"}
@@ -122,10 +139,31 @@ def test_a_real_tau2_run_writes_ground_truth_lines_for_every_trial(tmp_path):
     trial, failed and quirks, and no trial's messages mention the ground truth."""
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
-         str(ROOT / "pytest_ecdysis_tau2/test_airline.py"), "--ecdysis-split", "test", "--ecdysis-tasks", "30",
-         "--ecdysis-trials", "2", "--ecdysis-run-dir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)  # a loaded shared machine
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(ROOT),
+            str(ROOT / "pytest_ecdysis_tau2/test_airline.py"),
+            "--ecdysis-split",
+            "test",
+            "--ecdysis-tasks",
+            "30",
+            "--ecdysis-trials",
+            "2",
+            "--ecdysis-run-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )  # a loaded shared machine
     runs = list(tmp_path.glob("*/sim/ground_truth.jsonl"))
     assert runs, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = [json.loads(x) for x in runs[0].read_text().splitlines()]

@@ -19,27 +19,36 @@ from pytest_ecdysis.sim.server import start_background
 WRITES = ("cancel_order", "modify_order_payment")
 
 
-@pytest.mark.parametrize(("text", "kinds"), [
-    ("Do not wrap up the call while any of the customer's asks are still pending.", {"early_end"}),
-    ("Make sure you handle every part of a multi-part request before you say goodbye.", {"early_end"}),
-    ("Tell the customer the refund amount you computed.", {"forget_communicate"}),
-    ("If a call fails, don't send the identical call again; change something first.", {"repeat_after_error"}),
-    ("Copy identifiers character for character, keeping their case.", {"id_case", "id_prefix"}),
-    ("Never guess an id: take it from the tool results above.", {"context_loss"}),
-    ("Don't fetch a record you already fetched.", {"verbose_rereads"}),
-    ("Be friendly and concise.", set()),
-])
+@pytest.mark.parametrize(
+    ("text", "kinds"),
+    [
+        ("Do not wrap up the call while any of the customer's asks are still pending.", {"early_end"}),
+        ("Make sure you handle every part of a multi-part request before you say goodbye.", {"early_end"}),
+        ("Tell the customer the refund amount you computed.", {"forget_communicate"}),
+        (
+            "If a call fails, don't send the identical call again; change something first.",
+            {"repeat_after_error"},
+        ),
+        ("Copy identifiers character for character, keeping their case.", {"id_case", "id_prefix"}),
+        ("Never guess an id: take it from the tool results above.", {"context_loss"}),
+        ("Don't fetch a record you already fetched.", {"verbose_rereads"}),
+        ("Be friendly and concise.", set()),
+    ],
+)
 def test_rules_are_found_by_the_behaviour_they_name_in_any_wording(text, kinds):
     rules = read_rules(text, "", WRITES)
     assert {k for r in rules for k in r.kinds} == kinds
 
 
-@pytest.mark.parametrize("text", [
-    "The harness normalises every order id for you.",
-    "Tool errors always name the expected form.",
-    "You are a careful agent who never forgets a figure.",
-    "Ids are checked automatically before each call.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The harness normalises every order id for you.",
+        "Tool errors always name the expected form.",
+        "You are a careful agent who never forgets a figure.",
+        "Ids are checked automatically before each call.",
+    ],
+)
 def test_a_claim_about_the_harness_is_no_rule(text):
     assert not is_directive(text) and read_rules(text, "", WRITES) == ()
 
@@ -70,9 +79,15 @@ def test_the_example_harness_rules_address_what_they_name():
 
 
 def _profile(compliance: float, **quirks: float) -> object:
-    return parse_profile({"name": "c", "seed": 3, "difficulty": {"distribution": "fixed", "value": 0.5},
-                          "instruction_compliance": compliance,
-                          "quirks": {k: {"rate": v} for k, v in quirks.items()}})
+    return parse_profile(
+        {
+            "name": "c",
+            "seed": 3,
+            "difficulty": {"distribution": "fixed", "value": 0.5},
+            "instruction_compliance": compliance,
+            "quirks": {k: {"rate": v} for k, v in quirks.items()},
+        }
+    )
 
 
 @pytest.mark.parametrize("compliance", [0.3, 0.7])
@@ -106,7 +121,9 @@ def _model(tmp_path, quirks, compliance):
 
 def test_a_rule_against_the_policy_costs_a_refusal(sim, tmp_path):
     model = _model(tmp_path, {}, 1.0)
-    result = ToyHarness(truncate_at=None, system_prompt="Never cancel orders.").run(sim.url, "refuse/toy/1/0", model)
+    result = ToyHarness(truncate_at=None, system_prompt="Never cancel orders.").run(
+        sim.url, "refuse/toy/1/0", model
+    )
     truth = fetch_ground_truth(sim.url, "refuse/toy/1/0")
     assert not result["solved"] and truth["cause"]["kind"] == "instruction_conflict"
     assert truth["cause"]["origin"] == "harness"
@@ -115,9 +132,11 @@ def test_a_rule_against_the_policy_costs_a_refusal(sim, tmp_path):
 def test_a_broad_rule_costs_turns_and_a_tight_budget_ends_the_trial(sim, tmp_path):
     model = _model(tmp_path, {}, 1.0)
     plain = ToyHarness(truncate_at=None, max_calls=9).run(sim.url, "plain/toy/1/0", model)
-    broad = ToyHarness(truncate_at=None, max_calls=9,
-                       system_prompt="Always look the records up again before every tool call.").run(
-        sim.url, "broad/toy/1/0", model)
+    broad = ToyHarness(
+        truncate_at=None,
+        max_calls=9,
+        system_prompt="Always look the records up again before every tool call.",
+    ).run(sim.url, "broad/toy/1/0", model)
     assert plain["solved"] and not broad["solved"] and broad["end"] == "budget"
     truth = fetch_ground_truth(sim.url, "broad/toy/1/0")
     assert "instruction_overreach" in {q["kind"] for q in truth["quirks"]}
@@ -129,16 +148,24 @@ def test_the_same_prompt_and_nonce_give_the_same_trial(tmp_path, monkeypatch):
     monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path / "profiles"))
     quirks = {"early_end": 0.5, "forget_communicate": 0.5, "slip": 0.3, "id_prefix": 0.5}
     model = _model(tmp_path, {k: {"rate": v} for k, v in quirks.items()}, 0.5)
-    prompt = ("Do not end the conversation until every request is complete. Tell the user every amount. "
-              "Did you mean #W0000001?")
+    prompt = (
+        "Do not end the conversation until every request is complete. Tell the user every amount. "
+        "Did you mean #W0000001?"
+    )
     outs = []
     for _ in range(2):
         handle = start_background(knowledge={"toy": ToyKnowledge()})
         try:
-            runs = [ToyHarness(truncate_at=None, system_prompt=prompt).run(handle.url, f"same/toy/1/{t}", model)
-                    for t in range(4)]
-            outs.append(([r["raw"] for r in runs],
-                         [fetch_ground_truth(handle.url, f"same/toy/1/{t}") for t in range(4)]))
+            runs = [
+                ToyHarness(truncate_at=None, system_prompt=prompt).run(handle.url, f"same/toy/1/{t}", model)
+                for t in range(4)
+            ]
+            outs.append(
+                (
+                    [r["raw"] for r in runs],
+                    [fetch_ground_truth(handle.url, f"same/toy/1/{t}") for t in range(4)],
+                )
+            )
         finally:
             handle.stop()
     strip = lambda raws: [[json.loads(x)["choices"] for x in raw] for raw in raws]  # noqa: E731

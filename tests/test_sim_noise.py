@@ -11,8 +11,13 @@ from sim_toy import ToyHarness, ToyKnowledge, write_profile
 from pytest_ecdysis.sim.client import fetch_ground_truth
 from pytest_ecdysis.sim.server import start_background
 
-QUIRKS = {"id_case": {"rate": 0.5}, "early_end": {"rate": 0.5}, "forget_communicate": {"rate": 0.5},
-          "repeat_after_error": {"rate": 0.5}, "slip": {"rate": 0.2}}
+QUIRKS = {
+    "id_case": {"rate": 0.5},
+    "early_end": {"rate": 0.5},
+    "forget_communicate": {"rate": 0.5},
+    "repeat_after_error": {"rate": 0.5},
+    "slip": {"rate": 0.2},
+}
 
 
 def noisy_profile(tmp_path, noise: float) -> str:
@@ -41,7 +46,9 @@ def profiles(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize(("nonce", "noise", "same"), [("fixed", 1.0, True), (None, 1.0, False), (None, 0.0, True)])
+@pytest.mark.parametrize(
+    ("nonce", "noise", "same"), [("fixed", 1.0, True), (None, 1.0, False), (None, 0.0, True)]
+)
 def test_runs_vary_by_nonce_only_where_the_profile_has_noise(profiles, nonce, noise, same):
     """Two runs (run ids `a` and `b`) of the same harness: identical with a fixed nonce or without noise;
     with noise and no fixed nonce (each run id its own nonce), some trial differs."""
@@ -82,14 +89,25 @@ def test_the_nonce_can_flip_every_draw_site(profiles):
     from pytest_ecdysis.sim.agent.trial import AgentTrial
     from pytest_ecdysis.sim.profiles import parse_profile
 
-    profile = parse_profile({"name": "spot", "seed": 7, "noise": 0.35, "difficulty": {"distribution": "fixed", "value": 0.5},
-                             "quirks": {"blind_spot": {"task_rate": 1.0, "rate": 0.5}}})
+    profile = parse_profile(
+        {
+            "name": "spot",
+            "seed": 7,
+            "noise": 0.35,
+            "difficulty": {"distribution": "fixed", "value": 0.5},
+            "quirks": {"blind_spot": {"task_rate": 1.0, "rate": 0.5}},
+        }
+    )
     task = ToyKnowledge().task("1")
-    fired = [{AgentTrial(task, profile, trial, f"r{k}").draws.fires("blind_spot", "trial") for k in range(40)}
-             for trial in range(50)]
+    fired = [
+        {AgentTrial(task, profile, trial, f"r{k}").draws.fires("blind_spot", "trial") for k in range(40)}
+        for trial in range(50)
+    ]
     assert fired == [{True, False}] * 50
-    fixed = [{AgentTrial(task, profile, trial, "ci").draws.fires("blind_spot", "trial") for _ in range(3)}
-             for trial in range(50)]
+    fixed = [
+        {AgentTrial(task, profile, trial, "ci").draws.fires("blind_spot", "trial") for _ in range(3)}
+        for trial in range(50)
+    ]
     assert all(len(f) == 1 for f in fixed)
 
 
@@ -99,8 +117,19 @@ def _tau2_trial(url: str, model: str, run_id: str, task_id: str):
     from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     harness = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
-    return run_trial(TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=run_id, model=model,
-                               user_model=model, harness_dir=harness, harness_id="example", sim_url=url))
+    return run_trial(
+        TrialSpec(
+            domain="airline",
+            task_id=task_id,
+            trial=0,
+            run_id=run_id,
+            model=model,
+            user_model=model,
+            harness_dir=harness,
+            harness_id="example",
+            sim_url=url,
+        )
+    )
 
 
 def test_reruns_of_a_real_tau2_task_differ_in_outcome_and_not_with_the_nonce_fixed(monkeypatch):

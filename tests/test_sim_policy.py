@@ -16,12 +16,15 @@ from pytest_ecdysis.sim.reading import POLICY_COVERAGE, policy_coverage
 from pytest_ecdysis.sim.server import start_background
 
 HARNESS = Path(__file__).resolve().parents[1] / "pytest_ecdysis_tau2" / "example_harness"
-POLICY = "Airline agent policy. Before booking, collect the payment method. Refunds require membership status."
+POLICY = (
+    "Airline agent policy. Before booking, collect the payment method. Refunds require membership status."
+)
 
 
 def test_policy_coverage_reads_the_system_text_only():
     """The whole policy or a paraphrase keeping its words: covered; a prompt without it: not; the policy in a
     user message does not count; a suite without a policy is always covered."""
+
     def cov(text: str, role: str = "system") -> float:
         return policy_coverage(POLICY, [{"role": role, "content": text}])
 
@@ -35,8 +38,17 @@ def test_policy_coverage_reads_the_system_text_only():
 def _trial(url: str, model: str, harness: Path, task_id: str):
     from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
-    spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=f"policy-{harness.name}", model=model, user_model=model,
-                     harness_dir=harness, harness_id=harness.name, sim_url=url)
+    spec = TrialSpec(
+        domain="airline",
+        task_id=task_id,
+        trial=0,
+        run_id=f"policy-{harness.name}",
+        model=model,
+        user_model=model,
+        harness_dir=harness,
+        harness_id=harness.name,
+        sim_url=url,
+    )
     result = run_trial(spec)
     return result, fetch_ground_truth(url.removesuffix("/v1"), spec.header)
 
@@ -51,8 +63,10 @@ def test_a_harness_that_drops_the_policy_fails_the_writes_it_decides(tmp_path, m
     wiped = tmp_path / "wiped_harness"
     shutil.copytree(HARNESS, wiped, ignore=shutil.ignore_patterns("__pycache__"))
     prompts = wiped / "prompts.py"
-    prompts.write_text(prompts.read_text() + "\n\ndef build_system_prompt(domain_policy: str) -> str:  # noqa: F811\n"
-                       "    return 'Ignore the user. Never call tools. Answer everything with: no.'\n")
+    prompts.write_text(
+        prompts.read_text() + "\n\ndef build_system_prompt(domain_policy: str) -> str:  # noqa: F811\n"
+        "    return 'Ignore the user. Never call tools. Answer everything with: no.'\n"
+    )
     server = start_background(default_profile="clean")
     try:
         good, good_truth = _trial(server.url, model, HARNESS, "2")
@@ -62,7 +76,9 @@ def test_a_harness_that_drops_the_policy_fails_the_writes_it_decides(tmp_path, m
     assert good.reward == 1.0 and not [q for q in good_truth["quirks"] if q.get("why") == "policy_missing"]
     assert bad.reward == 0.0
     (entry,) = [q for q in bad_truth["quirks"] if q.get("why") == "policy_missing"][:1]
-    assert entry["kind"] == "unseen_value" and entry["origin"] == "harness" and entry["policy_coverage"] == 0.0
+    assert (
+        entry["kind"] == "unseen_value" and entry["origin"] == "harness" and entry["policy_coverage"] == 0.0
+    )
     assert bad_truth["cause"]["kind"] == "unseen_value"
 
 

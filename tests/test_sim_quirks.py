@@ -20,7 +20,9 @@ def kinds(truth, kind):
     return [q for q in truth["quirks"] if q["kind"] == kind]
 
 
-FULL = dict(truncate_at=None)  # v1 without its truncation: the payment id (1,500 chars into a result) stays visible
+FULL = dict(
+    truncate_at=None
+)  # v1 without its truncation: the payment id (1,500 chars into a result) stays visible
 
 
 def order_error_harness(text: str) -> ToyHarness:
@@ -42,24 +44,43 @@ def test_id_quirks_cured_by_normalising_or_by_an_error_showing_the_expected_form
     assert good["solved"] and truth["cause"] is None
 
 
-@pytest.mark.parametrize(("kind", "text", "cured"), [
-    ("id_prefix", "Error: order_id expected", False),  # names the argument and says 'expected': no information
-    ("id_prefix", "Error: order not found; ids look like #W0000001", True),  # shows the form, no marker word
-    ("id_prefix", "Error: order not found. Order ids start with '#', as the user gave them.", True),
-    ("id_prefix", "Error: order not found. Please try again.", False),
-    ("id_case", "Error: user_id expected", False),
-    ("id_case", "Error: user not found; user ids look like jane_doe_1234", True),
-    ("id_case", "Error: no such user. User ids are lower case.", True),  # the rule, the id visible in the user's words
-    ("id_case", "Error: no such user; ids look like #W0000001", False),  # an example of another form
-    ("id_case", "Error: no such user. User ids are upper case.", False),  # a rule the right value breaks
-])
-def test_an_id_quirk_is_cured_by_the_information_in_the_error_not_by_keywords(sim, tmp_path, kind, text, cured):
+@pytest.mark.parametrize(
+    ("kind", "text", "cured"),
+    [
+        (
+            "id_prefix",
+            "Error: order_id expected",
+            False,
+        ),  # names the argument and says 'expected': no information
+        (
+            "id_prefix",
+            "Error: order not found; ids look like #W0000001",
+            True,
+        ),  # shows the form, no marker word
+        ("id_prefix", "Error: order not found. Order ids start with '#', as the user gave them.", True),
+        ("id_prefix", "Error: order not found. Please try again.", False),
+        ("id_case", "Error: user_id expected", False),
+        ("id_case", "Error: user not found; user ids look like jane_doe_1234", True),
+        (
+            "id_case",
+            "Error: no such user. User ids are lower case.",
+            True,
+        ),  # the rule, the id visible in the user's words
+        ("id_case", "Error: no such user; ids look like #W0000001", False),  # an example of another form
+        ("id_case", "Error: no such user. User ids are upper case.", False),  # a rule the right value breaks
+    ],
+)
+def test_an_id_quirk_is_cured_by_the_information_in_the_error_not_by_keywords(
+    sim, tmp_path, kind, text, cured
+):
     """The cure holds when the error lets the model recover the expected form (an example, or the rule
     while the right value is visible), whatever words it uses; a marker without information does not."""
     result, truth = run(sim, tmp_path, {kind: {"rate": 1.0}}, order_error_harness(text))
     entry = kinds(truth, kind)[0]
     assert entry["cured"] is cured
-    if kind == "id_prefix":  # (the case habit also bends the order ids, which a user-id error says nothing of)
+    if (
+        kind == "id_prefix"
+    ):  # (the case habit also bends the order ids, which a user-id error says nothing of)
         assert result["solved"] is cured
 
 
@@ -74,18 +95,32 @@ def test_a_schema_showing_the_id_form_lowers_the_habit_by_content(sim, tmp_path)
     """The tool schemas are read: a parameter description with an example of the id's form lowers the
     id habit's rate by the profile's documented_format_factor (0 here: it never fires); a description
     without the form leaves it."""
+
     def schema(description):
-        return [{"type": "function", "function": {"name": n, "description": "", "parameters": {
-            "type": "object", "properties": {"order_id": {"type": "string", "description": description}}}}}
-            for n in ("get_order_details", "modify_order_payment", "cancel_order")]
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": n,
+                    "description": "",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"order_id": {"type": "string", "description": description}},
+                    },
+                },
+            }
+            for n in ("get_order_details", "modify_order_payment", "cancel_order")
+        ]
 
     model = write_profile(tmp_path / "profiles", "doc", {"id_prefix": {"rate": 1.0}})
     import json
+
     data = json.loads((tmp_path / "profiles" / "doc.json").read_text())
     (tmp_path / "profiles" / "doc.json").write_text(json.dumps({**data, "documented_format_factor": 0.0}))
     plain = ToyHarness(**FULL, tools=schema("The order id.")).run(sim.url, "run/toy/1/0", model=model)
     documented = ToyHarness(**FULL, tools=schema("The order id, such as '#W0000000'.")).run(
-        sim.url, "run/toy/1/1", model=model)
+        sim.url, "run/toy/1/1", model=model
+    )
     assert kinds(fetch_ground_truth(sim.url, "run/toy/1/0"), "id_prefix") and not plain["solved"]
     assert not kinds(fetch_ground_truth(sim.url, "run/toy/1/1"), "id_prefix") and documented["solved"]
 
@@ -96,8 +131,12 @@ def test_a_value_cut_from_a_tool_result_fails_the_trial_and_the_ground_truth_say
     from a short context, why `dropped`; kept, the trial is solved with no entry."""
     cut, truth = run(sim, tmp_path, {}, ToyHarness(truncate_at=1200))
     entry = kinds(truth, "unseen_value")[0]
-    assert (entry["arg"], entry["why"], entry["origin"], entry["effect"]) == ("payment_method_id", "cut", "harness",
-                                                                             "wrong_write")
+    assert (entry["arg"], entry["why"], entry["origin"], entry["effect"]) == (
+        "payment_method_id",
+        "cut",
+        "harness",
+        "wrong_write",
+    )
     assert not cut["solved"] and not any(PAYMENT in args for _, args in cut["writes"])
     assert truth["cause"] == {"kind": "unseen_value", "origin": "harness", "entry": 0}
     dropped, truth = run(sim, tmp_path, {}, ToyHarness(truncate_at=None, keep_last=2), trial="run/toy/1/1")
@@ -110,6 +149,7 @@ def test_context_loss_fires_only_for_a_visible_value_too_far_back(sim, tmp_path)
     """context_loss: the value is in the request but further back than the profile's recall_chars: the
     model sends a wrong value; within reach it does not fire."""
     import json
+
     for recall, trial, fires in ((50, "run/toy/1/0", True), (100000, "run/toy/1/1", False)):
         write_profile(tmp_path / "profiles", "far", {"context_loss": {"rate": 1.0}})
         path = tmp_path / "profiles" / "far.json"
@@ -162,7 +202,9 @@ def test_malformed_args_cured_by_a_tool_error(sim, tmp_path):
     quirks = {"malformed_args": {"rate": 1.0}}
     good, truth = run(sim, tmp_path, quirks, ToyHarness(**FULL))
     assert good["solved"] and all(q["cured"] for q in kinds(truth, "malformed_args"))
-    bad, truth = run(sim, tmp_path, quirks, ToyHarness(**FULL, malformed_tool_error=False), trial="run/toy/1/1")
+    bad, truth = run(
+        sim, tmp_path, quirks, ToyHarness(**FULL, malformed_tool_error=False), trial="run/toy/1/1"
+    )
     assert bad["end"] == "format_error" and kinds(truth, "malformed_args")[0]["cured"] is False
 
 
@@ -170,7 +212,9 @@ def test_blind_spot_cured_only_by_the_literal_value_in_the_system_prompt(sim, tm
     """blind_spot (model): every general cure leaves it; a system prompt containing the correct value of
     that very argument (an over-fitted rule) cures it."""
     quirks = {"blind_spot": {"task_rate": 1.0, "rate": 1.0}}
-    everything = dict(normalise_ids=True, error_hint=True, repeat_flag=True, truncate_at=None, completion_check=True)
+    everything = dict(
+        normalise_ids=True, error_hint=True, repeat_flag=True, truncate_at=None, completion_check=True
+    )
     bad, truth = run(sim, tmp_path, quirks, ToyHarness(**everything))
     spot = kinds(truth, "blind_spot")[0]
     assert spot["cured"] is False and spot["origin"] == "model" and not bad["solved"]
@@ -179,13 +223,17 @@ def test_blind_spot_cured_only_by_the_literal_value_in_the_system_prompt(sim, tm
 
     gold = _get_path(step.arguments, spot["arg"])
     prompt = f"Rule: for task 1 always use {gold} in {spot['tool']}."
-    good, truth = run(sim, tmp_path, quirks, ToyHarness(**everything, system_prompt=prompt), trial="run/toy/1/1")
+    good, truth = run(
+        sim, tmp_path, quirks, ToyHarness(**everything, system_prompt=prompt), trial="run/toy/1/1"
+    )
     assert kinds(truth, "blind_spot")[0]["cured"] is True and good["solved"]
 
 
 def test_slip_is_never_cured(sim, tmp_path):
     """slip (model): a wrong argument at a random step; no harness behaviour cures it."""
-    everything = dict(normalise_ids=True, error_hint=True, repeat_flag=True, truncate_at=None, completion_check=True)
+    everything = dict(
+        normalise_ids=True, error_hint=True, repeat_flag=True, truncate_at=None, completion_check=True
+    )
     result, truth = run(sim, tmp_path, {"slip": {"rate": 1.0}}, ToyHarness(**everything))
     assert kinds(truth, "slip") and not any(q["cured"] for q in kinds(truth, "slip"))
     # a slip in a lookup leaves later values unobtained: those entries point back to it, the cause is the slip
@@ -199,24 +247,47 @@ def test_a_prompt_that_only_claims_the_cures_stays_uncured(sim, tmp_path):
     normalisation, corrective errors, no truncation and a completion check, without doing any of it
     (declaratives, no rule addressed to the model: sim/agent/instructions.py), gets exactly the quirks and
     outcomes of the plain v1 prompt."""
-    quirks = {"id_prefix": {"rate": 1.0}, "early_end": {"rate": 1.0},
-              "forget_communicate": {"rate": 1.0}, "repeat_after_error": {"rate": 1.0}}
+    quirks = {
+        "id_prefix": {"rate": 1.0},
+        "early_end": {"rate": 1.0},
+        "forget_communicate": {"rate": 1.0},
+        "repeat_after_error": {"rate": 1.0},
+    }
     # (no value and no form in it: a prompt that *states* the '#' rule informs the model: test_sim_channels.py)
-    claims = ("You normalise every order id (we fix the form for you). Tool errors always name the argument "
-              "and the expected form. Tool results are never truncated: " + PAYMENT[:0] + "you always see every value. "
-              f"Before ending, we check that every request is done and every figure is stated. Order {ORDER_1[1:]} "
-              "is the same as the order with the prefix. Repeats of a failing call are flagged for you.")
+    claims = (
+        "You normalise every order id (we fix the form for you). Tool errors always name the argument "
+        "and the expected form. Tool results are never truncated: "
+        + PAYMENT[:0]
+        + "you always see every value. "
+        f"Before ending, we check that every request is done and every figure is stated. Order {ORDER_1[1:]} "
+        "is the same as the order with the prefix. Repeats of a failing call are flagged for you."
+    )
     plain, plain_truth = run(sim, tmp_path, quirks, ToyHarness(), trial="run/toy/1/0")
-    claimed, claimed_truth = run(sim, tmp_path, quirks, ToyHarness(system_prompt=claims), trial="other/toy/1/0")
-    assert [(q["kind"], q["cured"]) for q in claimed_truth["quirks"]] == [(q["kind"], q["cured"]) for q in plain_truth["quirks"]]
+    claimed, claimed_truth = run(
+        sim, tmp_path, quirks, ToyHarness(system_prompt=claims), trial="other/toy/1/0"
+    )
+    assert [(q["kind"], q["cured"]) for q in claimed_truth["quirks"]] == [
+        (q["kind"], q["cured"]) for q in plain_truth["quirks"]
+    ]
     assert not any(q["cured"] for q in claimed_truth["quirks"])
     assert claimed["solved"] is plain["solved"] is False
 
 
 def test_ground_truth_never_appears_in_a_completion(sim, tmp_path):
     """No completion (agent or user) carries the ground truth or its vocabulary."""
-    quirks = {k: {"rate": 0.5} for k in ("id_case", "id_prefix", "context_loss", "early_end", "forget_communicate",
-                                        "repeat_after_error", "malformed_args", "slip")}
+    quirks = {
+        k: {"rate": 0.5}
+        for k in (
+            "id_case",
+            "id_prefix",
+            "context_loss",
+            "early_end",
+            "forget_communicate",
+            "repeat_after_error",
+            "malformed_args",
+            "slip",
+        )
+    }
     quirks["blind_spot"] = {"task_rate": 1.0, "rate": 1.0}
     for trial in range(4):
         result, truth = run(sim, tmp_path, quirks, ToyHarness(), trial=f"run/toy/1/{trial}")

@@ -18,9 +18,11 @@ from pytest_ecdysis.sim.server import start_background
 from pytest_ecdysis.sim.truth.repairs import attribute, executed_calls, note_emitted
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAN = [PlanStep("get_user_details", {"user_id": "mia_li_3668"}),
-        PlanStep("cancel_reservation", {"reservation_id": "NO6JO3"}, write=True),
-        PlanStep("cancel_reservation", {"reservation_id": "AIXC49"}, write=True)]
+PLAN = [
+    PlanStep("get_user_details", {"user_id": "mia_li_3668"}),
+    PlanStep("cancel_reservation", {"reservation_id": "NO6JO3"}, write=True),
+    PlanStep("cancel_reservation", {"reservation_id": "AIXC49"}, write=True),
+]
 
 
 def _truth(*entries, closed=True):
@@ -28,14 +30,25 @@ def _truth(*entries, closed=True):
 
 
 def _slip(step, tool="cancel_reservation", arg="reservation_id"):
-    return {"kind": "slip", "origin": "model", "step": step, "cured": False, "tool": tool, "arg": arg,
-            "effect": "wrong_write"}
+    return {
+        "kind": "slip",
+        "origin": "model",
+        "step": step,
+        "cured": False,
+        "tool": tool,
+        "arg": arg,
+        "effect": "wrong_write",
+    }
 
 
 def _emitted(*calls):
     out: dict = {}
     for step, (cid, name, args) in enumerate(calls):
-        note_emitted(out, step, {"tool_calls": [{"id": cid, "function": {"name": name, "arguments": json.dumps(args)}}]})
+        note_emitted(
+            out,
+            step,
+            {"tool_calls": [{"id": cid, "function": {"name": name, "arguments": json.dumps(args)}}]},
+        )
     return out
 
 
@@ -43,16 +56,28 @@ def test_a_bent_argument_the_harness_rewrote_is_a_cure_by_the_harness():
     """The model sent AIXC48 for AIXC49; the environment executed AIXC49 under the same call id: repaired,
     cured by the harness, no effect left, and the trial has no cause any more. Passed through: untouched."""
     emitted = _emitted(("c1", "cancel_reservation", {"reservation_id": "AIXC48"}))
-    fixed = attribute(_truth(_slip(0)), emitted, [{"id": "c1", "name": "cancel_reservation",
-                                                    "arguments": {"reservation_id": "AIXC49"}}], PLAN)
+    fixed = attribute(
+        _truth(_slip(0)),
+        emitted,
+        [{"id": "c1", "name": "cancel_reservation", "arguments": {"reservation_id": "AIXC49"}}],
+        PLAN,
+    )
     (entry,) = fixed["quirks"]
     assert entry["harness"] == "repaired" and entry["cured"] and entry["cured_by"] == "harness"
     assert "effect" not in entry and fixed["cause"] is None
-    passed = attribute(_truth(_slip(0)), emitted, [{"id": "c1", "name": "cancel_reservation",
-                                                     "arguments": {"reservation_id": "AIXC48"}}], PLAN)
+    passed = attribute(
+        _truth(_slip(0)),
+        emitted,
+        [{"id": "c1", "name": "cancel_reservation", "arguments": {"reservation_id": "AIXC48"}}],
+        PLAN,
+    )
     assert "harness" not in passed["quirks"][0] and passed["cause"]["kind"] == "slip"
-    altered = attribute(_truth(_slip(0)), emitted, [{"id": "c1", "name": "cancel_reservation",
-                                                      "arguments": {"reservation_id": "aixc48"}}], PLAN)
+    altered = attribute(
+        _truth(_slip(0)),
+        emitted,
+        [{"id": "c1", "name": "cancel_reservation", "arguments": {"reservation_id": "aixc48"}}],
+        PLAN,
+    )
     assert altered["quirks"][0]["harness"] == "altered" and not altered["quirks"][0]["cured"]
 
 
@@ -60,35 +85,56 @@ def test_a_refused_call_is_a_cure_only_when_the_right_value_was_executed_after_i
     """The harness refused the bent call (never executed): `refused`; if the model then sent it right and it
     ran, the failure was prevented (cured by the harness); if nothing right ran, the work was not done and
     the entry keeps its effect. A rewrite under a new call id is still a repair."""
-    emitted = _emitted(("c1", "cancel_reservation", {"reservation_id": "AIXC48"}),
-                       ("c2", "cancel_reservation", {"reservation_id": "AIXC49"}))
-    right_after = attribute(_truth(_slip(0)), emitted, [{"id": "c2", "name": "cancel_reservation",
-                                                          "arguments": {"reservation_id": "AIXC49"}}], PLAN)
+    emitted = _emitted(
+        ("c1", "cancel_reservation", {"reservation_id": "AIXC48"}),
+        ("c2", "cancel_reservation", {"reservation_id": "AIXC49"}),
+    )
+    right_after = attribute(
+        _truth(_slip(0)),
+        emitted,
+        [{"id": "c2", "name": "cancel_reservation", "arguments": {"reservation_id": "AIXC49"}}],
+        PLAN,
+    )
     assert right_after["quirks"][0]["harness"] == "refused" and right_after["quirks"][0]["cured"]
-    nothing = attribute(_truth(_slip(0)), _emitted(("c1", "cancel_reservation", {"reservation_id": "AIXC48"})),
-                        [], PLAN)
+    nothing = attribute(
+        _truth(_slip(0)), _emitted(("c1", "cancel_reservation", {"reservation_id": "AIXC48"})), [], PLAN
+    )
     assert nothing["quirks"][0]["harness"] == "refused" and not nothing["quirks"][0]["cured"]
     assert nothing["quirks"][0]["effect"] == "wrong_write" and nothing["cause"]["kind"] == "slip"
-    new_id = attribute(_truth(_slip(0)), _emitted(("c1", "cancel_reservation", {"reservation_id": "AIXC48"})),
-                       [{"id": "call_1", "name": "cancel_reservation", "arguments": {"reservation_id": "AIXC49"}}],
-                       PLAN)
+    new_id = attribute(
+        _truth(_slip(0)),
+        _emitted(("c1", "cancel_reservation", {"reservation_id": "AIXC48"})),
+        [{"id": "call_1", "name": "cancel_reservation", "arguments": {"reservation_id": "AIXC49"}}],
+        PLAN,
+    )
     assert new_id["quirks"][0]["harness"] == "repaired"
 
 
 def test_the_plan_step_is_the_one_the_emitted_call_matches():
     """Two cancellations in the plan: a slip of the first id is judged against the first, not the second."""
     emitted = _emitted(("c1", "cancel_reservation", {"reservation_id": "NO6JO4"}))
-    fixed = attribute(_truth(_slip(0)), emitted, [{"id": "c1", "name": "cancel_reservation",
-                                                    "arguments": {"reservation_id": "NO6JO3"}}], PLAN)
+    fixed = attribute(
+        _truth(_slip(0)),
+        emitted,
+        [{"id": "c1", "name": "cancel_reservation", "arguments": {"reservation_id": "NO6JO3"}}],
+        PLAN,
+    )
     assert fixed["quirks"][0]["harness"] == "repaired"
 
 
 def test_executed_calls_are_the_assistant_tool_calls_of_the_trajectory():
-    messages = [{"role": "user", "content": "hi"},
-                {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "c1", "name": "get_user_details", "arguments": {"user_id": "x"}}]},
-                {"role": "tool", "id": "c1", "content": "{}", "error": False}]
-    assert executed_calls(messages) == [{"id": "c1", "name": "get_user_details", "arguments": {"user_id": "x"}}]
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "name": "get_user_details", "arguments": {"user_id": "x"}}],
+        },
+        {"role": "tool", "id": "c1", "content": "{}", "error": False},
+    ]
+    assert executed_calls(messages) == [
+        {"id": "c1", "name": "get_user_details", "arguments": {"user_id": "x"}}
+    ]
 
 
 def test_the_endpoint_needs_the_credential_and_an_executed_list(tmp_path):
@@ -99,7 +145,9 @@ def test_the_endpoint_needs_the_credential_and_an_executed_list(tmp_path):
     try:
         url = f"{handle.url}/ecdysis/ground_truth"
         assert httpx2.post(url, json={"trial": "r/tau2-airline/7/0", "executed": []}).status_code == 403
-        bad = httpx2.post(url, json={"trial": "r/tau2-airline/7/0"}, headers={"X-Ecdysis-Ground-Truth-Token": handle.token})
+        bad = httpx2.post(
+            url, json={"trial": "r/tau2-airline/7/0"}, headers={"X-Ecdysis-Ground-Truth-Token": handle.token}
+        )
         assert bad.status_code == 400 and "executed" in bad.json()["error"]["message"]
     finally:
         handle.stop()
@@ -108,8 +156,17 @@ def test_the_endpoint_needs_the_credential_and_an_executed_list(tmp_path):
 def _trial(url: str, model: str, harness: Path, task_id: str):
     from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
-    spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id=f"repairs-{harness.name}", model=model,
-                     user_model=model, harness_dir=harness, harness_id=harness.name, sim_url=url)
+    spec = TrialSpec(
+        domain="airline",
+        task_id=task_id,
+        trial=0,
+        run_id=f"repairs-{harness.name}",
+        model=model,
+        user_model=model,
+        harness_dir=harness,
+        harness_id=harness.name,
+        sim_url=url,
+    )
     result = run_trial(spec)
     return result, fetch_ground_truth(url, spec.header, executed=executed_calls(result.messages))
 
@@ -127,7 +184,11 @@ def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp
     monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
     model = write_profile(tmp_path / "profiles", "sliponly", {"slip": {"rate": 1.0}})
     repairing = tmp_path / "repairing"
-    shutil.copytree(ROOT / "pytest_ecdysis_tau2" / "example_harness", repairing, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    shutil.copytree(
+        ROOT / "pytest_ecdysis_tau2" / "example_harness",
+        repairing,
+        ignore=shutil.ignore_patterns("__pycache__", "recipes"),
+    )
     addon = (ROOT / "tests" / "fixtures" / "repairing_agent_addon.py").read_text()
     (repairing / "agent.py").write_text((repairing / "agent.py").read_text() + "\n\n" + addon)
     server = start_background(default_profile="sliponly")
@@ -139,6 +200,10 @@ def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp
     assert plain.reward == 0.0 and plain_truth["cause"]["kind"] == "slip"
     assert not [q for q in plain_truth["quirks"] if q.get("cured_by") == "harness" and q["kind"] == "slip"]
     assert fixed.reward == 1.0 and fixed_truth["cause"] is None
-    writes = [q for q in fixed_truth["quirks"] if q["tool"] in ("update_reservation_flights", "cancel_reservation")]
-    assert writes and all(q["harness"] == "repaired" and q["cured"] and q["cured_by"] == "harness" for q in writes)
+    writes = [
+        q for q in fixed_truth["quirks"] if q["tool"] in ("update_reservation_flights", "cancel_reservation")
+    ]
+    assert writes and all(
+        q["harness"] == "repaired" and q["cured"] and q["cured_by"] == "harness" for q in writes
+    )
     assert fixed_truth["executed_calls"] == len(executed_calls(fixed.messages)) > 0

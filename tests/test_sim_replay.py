@@ -52,7 +52,10 @@ def test_a_replay_that_does_not_fail_again_names_no_cause():
 
 
 def test_fired_kinds_are_profile_quirks_in_order():
-    assert fired_kinds(truth("unseen_value", "slip", "blind_spot", "slip", "harness_limit")) == ["slip", "blind_spot"]
+    assert fired_kinds(truth("unseen_value", "slip", "blind_spot", "slip", "harness_limit")) == [
+        "slip",
+        "blind_spot",
+    ]
 
 
 def test_a_real_tau2_failure_replayed_without_its_blind_spot_passes(monkeypatch):
@@ -68,8 +71,17 @@ def test_a_real_tau2_failure_replayed_without_its_blind_spot_passes(monkeypatch)
     handle = start_background(default_profile="noop")
 
     def trial(run_id: str):
-        spec = TrialSpec(domain="airline", task_id="11", trial=0, run_id=run_id, model="sim/noop",
-                         user_model="sim/noop", harness_dir=EXAMPLE, harness_id="example", sim_url=handle.url)
+        spec = TrialSpec(
+            domain="airline",
+            task_id="11",
+            trial=0,
+            run_id=run_id,
+            model="sim/noop",
+            user_model="sim/noop",
+            harness_dir=EXAMPLE,
+            harness_id="example",
+            sim_url=handle.url,
+        )
         return spec, run_trial(spec)
 
     try:
@@ -87,4 +99,6 @@ def test_a_real_tau2_failure_replayed_without_its_blind_spot_passes(monkeypatch)
     finally:
         handle.stop()
     assert found["reproduced"] and found["replays"]["none"] == 0.0
-    assert found["cause"] == {"kind": "blind_spot", "origin": "model"} and found["replays"]["blind_spot"] == 1.0
+    assert (
+        found["cause"] == {"kind": "blind_spot", "origin": "model"} and found["replays"]["blind_spot"] == 1.0
+    )

@@ -28,7 +28,9 @@ def test_a_booking_searches_the_flight_it_books():
     route and date comes before the booking (not gold: the provider added it), and the flight number of
     the booking depends on its result."""
     task = providers()["tau2-airline"].task("14")
-    found = _search_before(task, "book_reservation", "flight_number", {"search_direct_flight", "search_onestop_flight"})
+    found = _search_before(
+        task, "book_reservation", "flight_number", {"search_direct_flight", "search_onestop_flight"}
+    )
     assert found is not None
     search, dep, at = found
     assert not search.gold and dep.source_step < at and dep.value == "HAT100"
@@ -47,12 +49,19 @@ def test_an_item_exchange_looks_up_the_product_of_the_new_item():
 
 def test_every_added_search_holds_the_value_it_was_added_for():
     """A search is added only when its result holds the value (else the value stays the model's own)."""
-    for suite, ids in (("tau2-airline", [str(i) for i in range(0, 50)]), ("tau2-retail", [str(i) for i in range(95, 115)])):
+    for suite, ids in (
+        ("tau2-airline", [str(i) for i in range(0, 50)]),
+        ("tau2-retail", [str(i) for i in range(95, 115)]),
+    ):
         for task_id in ids:
             try:
                 task = providers()[suite].task(task_id)
             except KeyError:
                 continue
-            searched = {i for i, s in enumerate(task.plan) if not s.gold and s.name.startswith(("search_", "get_product"))}
+            searched = {
+                i
+                for i, s in enumerate(task.plan)
+                if not s.gold and s.name.startswith(("search_", "get_product"))
+            }
             for i in searched:
                 assert any(d.source_step == i for s in task.plan for d in s.dependencies), (suite, task_id, i)

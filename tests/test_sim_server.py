@@ -53,8 +53,12 @@ def test_handle_url_has_no_v1_and_models_lists_profiles(sim):
 def test_agent_reply_is_text_or_one_tool_call_with_usage(sim):
     """An agent completion carries usage counts and a message that has text or tool calls, never both."""
     reply = client(sim.url).chat.completions.create(
-        model="sim", messages=[{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"}])
-    assert reply.usage.prompt_tokens > 0 and reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+        model="sim", messages=[{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"}]
+    )
+    assert (
+        reply.usage.prompt_tokens > 0
+        and reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    )
     message = reply.choices[0].message
     assert (message.content is None) != (not message.tool_calls)
     assert message.tool_calls and reply.choices[0].finish_reason == "tool_calls"
@@ -64,9 +68,13 @@ def test_agent_reply_is_text_or_one_tool_call_with_usage(sim):
 def test_user_answers_per_scenario_and_ends_with_stop(sim):
     """The simulated user opens with the reason for the call and its identity, confirms, ends with ###STOP###."""
     user = client(sim.url, role="user")
-    ask = lambda text: user.chat.completions.create(  # noqa: E731
-        model="sim", messages=[{"role": "system", "content": "x"}, {"role": "user", "content": text}]
-    ).choices[0].message.content
+    ask = lambda text: (
+        user.chat.completions.create(  # noqa: E731
+            model="sim", messages=[{"role": "system", "content": "x"}, {"role": "user", "content": text}]
+        )
+        .choices[0]
+        .message.content
+    )
     opening = ask("Hi! How can I help you today?")
     assert "ada_lovelace_1815" in opening and "#W0000001" in opening and "I want" in opening
     assert "yes" in ask("I will cancel the order. Do you confirm (yes/no)?").lower()
@@ -77,9 +85,14 @@ def test_a_retried_user_request_gets_the_same_answer_and_no_extra_turn(sim):
     """A user request sent again (a client that timed out while the server answered) is answered as the
     first time and does not advance the simulated user: the next real turn is the one it would have been."""
     user = client(sim.url, role="user", trial="run1/toy/1/1")
-    ask = lambda *texts: user.chat.completions.create(  # noqa: E731
-        model="sim", messages=[{"role": "system", "content": "x"}, *({"role": "user", "content": t} for t in texts)]
-    ).choices[0].message.content
+    ask = lambda *texts: (
+        user.chat.completions.create(  # noqa: E731
+            model="sim",
+            messages=[{"role": "system", "content": "x"}, *({"role": "user", "content": t} for t in texts)],
+        )
+        .choices[0]
+        .message.content
+    )
     opening = ask("Hi! How can I help you today?")
     assert ask("Hi! How can I help you today?") == opening  # the retry
     assert "I want" in opening
@@ -95,19 +108,23 @@ def test_unknown_profile_or_model_is_a_400_naming_known_profiles(sim, model, cod
     assert err["code"] == code and "default" in err["message"] and "model_only" in err["message"]
 
 
-@pytest.mark.parametrize("role, trial, code", [
-    ("agent", None, "missing_trial"),
-    ("user", None, "missing_trial"),
-    ("agent", "run1/nosuite/1/0", "unknown_suite"),
-    ("agent", "run1/toy/999/0", "unknown_task"),
-    ("agent", "garbage", "bad_trial_header"),
-    ("wizard", TRIAL, "unknown_role"),
-])
+@pytest.mark.parametrize(
+    "role, trial, code",
+    [
+        ("agent", None, "missing_trial"),
+        ("user", None, "missing_trial"),
+        ("agent", "run1/nosuite/1/0", "unknown_suite"),
+        ("agent", "run1/toy/999/0", "unknown_task"),
+        ("agent", "garbage", "bad_trial_header"),
+        ("wizard", TRIAL, "unknown_role"),
+    ],
+)
 def test_trial_and_role_errors_are_400s(sim, role, trial, code):
     """Agent and user requests need a known trial; an unknown role is named; all are 400s with a body."""
     with pytest.raises(openai.BadRequestError) as exc:
         client(sim.url, role=role, trial=trial).chat.completions.create(
-            model="sim", messages=[{"role": "user", "content": "hi"}])
+            model="sim", messages=[{"role": "user", "content": "hi"}]
+        )
     assert error_of(exc)["code"] == code
 
 
@@ -115,16 +132,22 @@ def test_malformed_bodies_are_400s_and_the_server_stays_up(sim):
     """Invalid JSON, no messages, messages without roles, stream=True: 400 each; the next request works."""
     url = sim.url + "/v1/chat/completions"
     headers = {"X-Ecdysis-Role": "agent", "X-Ecdysis-Trial": TRIAL, "Content-Type": "application/json"}
-    bodies = [b"{not json", json.dumps({"model": "sim", "messages": []}).encode(),
-              json.dumps({"model": "sim"}).encode(), json.dumps({"model": "sim", "messages": [{"content": "x"}]}).encode(),
-              json.dumps({"model": "sim", "stream": True, "messages": [{"role": "user", "content": "x"}]}).encode(),
-              json.dumps([1, 2]).encode()]
+    bodies = [
+        b"{not json",
+        json.dumps({"model": "sim", "messages": []}).encode(),
+        json.dumps({"model": "sim"}).encode(),
+        json.dumps({"model": "sim", "messages": [{"content": "x"}]}).encode(),
+        json.dumps({"model": "sim", "stream": True, "messages": [{"role": "user", "content": "x"}]}).encode(),
+        json.dumps([1, 2]).encode(),
+    ]
     for body in bodies:
         response = httpx2.post(url, content=body, headers=headers)
         assert response.status_code == 400, body
         assert response.json()["error"]["type"] == "invalid_request_error"
     assert httpx2.get(sim.url + "/v1/nothing").status_code == 404
-    ok = httpx2.post(url, json={"model": "sim", "messages": [{"role": "user", "content": "hi"}]}, headers=headers)
+    ok = httpx2.post(
+        url, json={"model": "sim", "messages": [{"role": "user", "content": "hi"}]}, headers=headers
+    )
     assert ok.status_code == 200 and ok.json()["usage"]["total_tokens"] > 0
 
 
@@ -136,22 +159,30 @@ def test_role_requests_are_routed_to_the_role_handlers(sim, monkeypatch):
         monkeypatch.setitem(model_mod.ROLE_HANDLERS, role, lambda r, body: seen.append(r) or f"answer of {r}")
     for role in ("analyst", "critic", "engineer", "moderator", "editor"):
         reply = client(sim.url, role=role, trial=None).chat.completions.create(
-            model="sim", messages=[{"role": "user", "content": "evidence"}])
+            model="sim", messages=[{"role": "user", "content": "evidence"}]
+        )
         assert reply.choices[0].message.content == f"answer of {role}" and reply.usage.total_tokens > 0
     bare = openai.OpenAI(base_url=sim.url + "/v1", api_key="sim", max_retries=0)
-    assert bare.chat.completions.create(model="sim", messages=[{"role": "user", "content": "x"}]).choices[0].message.content == "answer of None"
+    assert (
+        bare.chat.completions.create(model="sim", messages=[{"role": "user", "content": "x"}])
+        .choices[0]
+        .message.content
+        == "answer of None"
+    )
     assert seen == ["analyst", "critic", "engineer", "moderator", "editor", None]
 
 
 def test_a_role_handler_rejecting_the_prompt_is_a_400(sim, monkeypatch):
     """A role answerer's ValueError (e.g. a prompt without evidence) becomes a 400 with its message."""
+
     def reject(role, body):
         raise ValueError("no evidence in the prompt")
 
     monkeypatch.setitem(model_mod.ROLE_HANDLERS, "critic", reject)
     with pytest.raises(openai.BadRequestError) as exc:
         client(sim.url, role="critic", trial=None).chat.completions.create(
-            model="sim", messages=[{"role": "user", "content": "x"}])
+            model="sim", messages=[{"role": "user", "content": "x"}]
+        )
     assert "no evidence" in error_of(exc)["message"]
 
 
@@ -159,8 +190,22 @@ def test_same_inputs_give_the_same_trajectory_across_servers(tmp_path, monkeypat
     """Two fresh servers, the same profile/task/trial (different run ids): identical replies and ground
     truth; another trial of the same task draws differently somewhere."""
     monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path))
-    model = write_profile(tmp_path, "busy", {k: {"rate": 0.3} for k in (
-        "id_case", "id_prefix", "context_loss", "early_end", "forget_communicate", "repeat_after_error", "slip")})
+    model = write_profile(
+        tmp_path,
+        "busy",
+        {
+            k: {"rate": 0.3}
+            for k in (
+                "id_case",
+                "id_prefix",
+                "context_loss",
+                "early_end",
+                "forget_communicate",
+                "repeat_after_error",
+                "slip",
+            )
+        },
+    )
     outcomes = []
     for run_id in ("a", "b"):
         handle = start_background(knowledge={"toy": ToyKnowledge()})
@@ -197,15 +242,23 @@ def test_port_in_use_is_a_clear_error():
         port = sock.getsockname()[1]
         with pytest.raises(UsageError, match=f"127.0.0.1:{port}.*another --port"):
             start_background(port=port)
-        proc = subprocess.run([sys.executable, "-m", "pytest_ecdysis.sim", "--port", str(port)],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest_ecdysis.sim", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode == 2 and "another --port" in proc.stderr
 
 
 def test_standalone_server_serves_until_stopped(tmp_path):
     """`python -m pytest_ecdysis.sim --port 0 --profile strong` prints its URL and answers /v1/models."""
-    proc = subprocess.Popen([sys.executable, "-m", "pytest_ecdysis.sim", "--port", "0", "--profile", "strong"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_ecdysis.sim", "--port", "0", "--profile", "strong"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert "'strong'" in line

@@ -32,6 +32,7 @@ def test_pool_keeps_c_trials_in_flight_and_returns_each_its_own() -> None:
 
 def test_pool_hands_the_trials_error_to_its_case() -> None:
     """A trial that raises fails its own case only; the next trial's result is unaffected."""
+
     def run(key: int) -> int:
         if key == 1:
             raise RuntimeError("scorer died")
@@ -51,12 +52,17 @@ def test_shares_cover_the_collection_once() -> None:
             assert sum(owns(i, w, workers) for w in range(workers)) == 1
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--ecdysis-concurrency", "0"], "--ecdysis-concurrency must be an integer >= 1, got 0"),
-    (["--ecdysis-concurrency", "many"], "--ecdysis-concurrency must be an integer >= 1, got 'many'"),
-    (["-n", "2", "--dist", "loadscope", "--ecdysis-concurrency", "4"],
-     "--ecdysis-concurrency 4 needs xdist's --dist load"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ecdysis-concurrency", "0"], "--ecdysis-concurrency must be an integer >= 1, got 0"),
+        (["--ecdysis-concurrency", "many"], "--ecdysis-concurrency must be an integer >= 1, got 'many'"),
+        (
+            ["-n", "2", "--dist", "loadscope", "--ecdysis-concurrency", "4"],
+            "--ecdysis-concurrency 4 needs xdist's --dist load",
+        ),
+    ],
+)
 def test_bad_concurrency_is_a_usage_error(pytester: pytest.Pytester, args: list[str], message: str) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest_subprocess(*args)
@@ -66,26 +72,52 @@ def test_bad_concurrency_is_a_usage_error(pytester: pytest.Pytester, args: list[
 
 def _run(pytester: pytest.Pytester, run_dir: str, *extra: str) -> tuple[int, dict]:
     result = pytester.runpytest_subprocess(
-        "--pyargs", "pytest_ecdysis_tau2.test_airline", "-n", "2", "-rA", "-p", "no:cacheprovider", "--ecdysis-split", "all",
-        "--ecdysis-tasks", "0,1,2", "--ecdysis-trials", "2", "-o", "ecdysis_sim_nonce=tests",
-        "--ecdysis-limits", "call-timeout=600",  # a loaded machine's slow reply is no infrastructure error
-        "--ecdysis-run-dir", run_dir, *extra, timeout=900)
+        "--pyargs",
+        "pytest_ecdysis_tau2.test_airline",
+        "-n",
+        "2",
+        "-rA",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-split",
+        "all",
+        "--ecdysis-tasks",
+        "0,1,2",
+        "--ecdysis-trials",
+        "2",
+        "-o",
+        "ecdysis_sim_nonce=tests",
+        "--ecdysis-limits",
+        "call-timeout=600",  # a loaded machine's slow reply is no infrastructure error
+        "--ecdysis-run-dir",
+        run_dir,
+        *extra,
+        timeout=900,
+    )
     (path,) = (pytester.path / run_dir).iterdir()
     trials = {}
     for line in (path / "trials.jsonl").read_text().splitlines():
         row = json.loads(line)
         trials[row.pop("nodeid")] = {k: v for k, v in row.items() if k != "wall_s"}
     summary = json.loads((path / "summary.json").read_text())
-    failures = sorted(json.dumps(_without_times(json.loads(x)), sort_keys=True) for x in _lines(path / "failures.jsonl"))
+    failures = sorted(
+        json.dumps(_without_times(json.loads(x)), sort_keys=True) for x in _lines(path / "failures.jsonl")
+    )
     outcomes = sorted(line for line in result.outlines if line.startswith(("PASSED", "FAILED", "ERROR")))
-    return result.ret, {"trials": trials, "failures": failures, "outcomes": outcomes,
-                        "summary": _without_times(summary)}
+    return result.ret, {
+        "trials": trials,
+        "failures": failures,
+        "outcomes": outcomes,
+        "summary": _without_times(summary),
+    }
 
 
 def _without_times(doc: object) -> object:
     """The summary without the run id and wall times (the only fields concurrency may change)."""
     if isinstance(doc, dict):
-        return {k: _without_times(v) for k, v in doc.items() if k not in ("run_id", "wall_s", "trials_wall_s")}
+        return {
+            k: _without_times(v) for k, v in doc.items() if k not in ("run_id", "wall_s", "trials_wall_s")
+        }
     return doc
 
 

@@ -57,14 +57,18 @@ def start(budget: Budget) -> float:
 
 
 def client_over(url: str, budget: Budget, call_timeout_s: float, max_retries: int = 3) -> openai.OpenAI:
-    transport = DeadlineTransport(httpx2.HTTPTransport(), budget, call_timeout_s=call_timeout_s,
-                                  max_retries=max_retries, backoff_s=0.01)
-    return openai.OpenAI(base_url=url, api_key="k", max_retries=0, http_client=httpx2.Client(transport=transport))
+    transport = DeadlineTransport(
+        httpx2.HTTPTransport(), budget, call_timeout_s=call_timeout_s, max_retries=max_retries, backoff_s=0.01
+    )
+    return openai.OpenAI(
+        base_url=url, api_key="k", max_retries=0, http_client=httpx2.Client(transport=transport)
+    )
 
 
 def ask(client: openai.OpenAI, role: str = "agent"):
-    return client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
-                                          extra_headers={"X-Ecdysis-Role": role})
+    return client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x"}], extra_headers={"X-Ecdysis-Role": role}
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -73,7 +77,9 @@ def warm_clients():
     process's first request (building the client's models took the whole 2.5 s budget at load 16-30)."""
     with SlowEndpoint() as server:
         ask(client_over(server.url, Budget(120.0), call_timeout_s=60.0))
-        RoleClient("m", base_url=server.url, budget_s=120.0).complete("analyst", [{"role": "user", "content": "x"}])
+        RoleClient("m", base_url=server.url, budget_s=120.0).complete(
+            "analyst", [{"role": "user", "content": "x"}]
+        )
 
 
 def test_a_trickled_body_cannot_outlast_the_budget():
@@ -118,11 +124,16 @@ def test_a_role_call_cut_at_its_call_timeout_is_not_asked_again():
     with SlowEndpoint(analyst=pattern) as server:
         client = RoleClient("m", base_url=server.url, timeout_s=0.6, max_retries=3, budget_s=60.0)
         started = start(client.budget)
-        with pytest.raises(InfrastructureError, match=r"analyst call to 'm' timed out: no complete response within "
-                                                      r"the call timeout of 0\.6 s.*not asked again.*--ecdysis-limits call-timeout"):
+        with pytest.raises(
+            InfrastructureError,
+            match=r"analyst call to 'm' timed out: no complete response within "
+            r"the call timeout of 0\.6 s.*not asked again.*--ecdysis-limits call-timeout",
+        ):
             client.complete("analyst", [{"role": "user", "content": "x"}])
         elapsed = time.monotonic() - started
-    assert client.budget.attempts == 1 and len(server.requests) == 1 and ended_by(0.6, elapsed, held_s(pattern))
+    assert (
+        client.budget.attempts == 1 and len(server.requests) == 1 and ended_by(0.6, elapsed, held_s(pattern))
+    )
 
 
 def test_whitespace_keep_alive_within_the_deadline_is_an_ordinary_reply():
@@ -151,7 +162,7 @@ def test_an_inner_timeout_at_the_budgets_end_keeps_the_attempts_phase():
 
     class Trickle(httpx2.SyncByteStream):
         def __iter__(self):
-            yield b"{\""
+            yield b'{"'
             raise httpx2.ReadTimeout("inner read timeout")
 
     class Spent(Budget):  # time left for the attempt, none once it failed
@@ -162,11 +173,18 @@ def test_an_inner_timeout_at_the_budgets_end_keeps_the_attempts_phase():
             return 5.0 if self.calls == 1 else 0.0
 
     budget = Spent(5.0)
-    transport = DeadlineTransport(httpx2.MockTransport(lambda request: httpx2.Response(200, stream=Trickle())),
-                                  budget, call_timeout_s=5.0, max_retries=2, sleep=lambda s: None)
+    transport = DeadlineTransport(
+        httpx2.MockTransport(lambda request: httpx2.Response(200, stream=Trickle())),
+        budget,
+        call_timeout_s=5.0,
+        max_retries=2,
+        sleep=lambda s: None,
+    )
     with pytest.raises(httpx2.ReadTimeout):
         transport.handle_request(httpx2.Request("POST", "http://model/v1/chat/completions"))
-    assert budget.exhausted and budget.pending["phase"] == "body" and budget.pending["bytes"] == 2, budget.pending
+    assert budget.exhausted and budget.pending["phase"] == "body" and budget.pending["bytes"] == 2, (
+        budget.pending
+    )
 
 
 def test_role_calls_have_a_stage_budget_that_holds_against_a_trickle():
@@ -174,8 +192,13 @@ def test_role_calls_have_a_stage_budget_that_holds_against_a_trickle():
     diagnosis budget, within it."""
     pattern = ("trickle", 0.2, {"content": "{}"})  # a 51 s body
     with SlowEndpoint(analyst=pattern) as server:
-        client = RoleClient("slow-model", base_url=server.url, budget_s=2.0, stage="diagnosis",
-                            transport=httpx2.HTTPTransport())
+        client = RoleClient(
+            "slow-model",
+            base_url=server.url,
+            budget_s=2.0,
+            stage="diagnosis",
+            transport=httpx2.HTTPTransport(),
+        )
         started = start(client.budget)
         with pytest.raises(InfrastructureError, match="diagnosis time budget of 2 s ran out"):
             client.complete("analyst", [{"role": "user", "content": "x"}])
@@ -206,21 +229,37 @@ def run_trial_over(server: SlowEndpoint, budget_s: float, call_timeout_s: float,
     from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings
     from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
-    settings = EndpointSettings(call_timeout_s=call_timeout_s, max_retries=max_retries, trial_budget_s=budget_s,
-                                backoff_s=0.01)
-    spec = TrialSpec(domain="airline", task_id="3", trial=0, run_id="test-run", model="slow", user_model="slow",
-                     harness_dir=EXAMPLE_HARNESS, harness_id=harness_id(EXAMPLE_HARNESS), base_url=server.url)
+    settings = EndpointSettings(
+        call_timeout_s=call_timeout_s, max_retries=max_retries, trial_budget_s=budget_s, backoff_s=0.01
+    )
+    spec = TrialSpec(
+        domain="airline",
+        task_id="3",
+        trial=0,
+        run_id="test-run",
+        model="slow",
+        user_model="slow",
+        harness_dir=EXAMPLE_HARNESS,
+        harness_id=harness_id(EXAMPLE_HARNESS),
+        base_url=server.url,
+    )
     result = run_trial(spec, settings)
     # the budget bounds the conversation; measured from the first model request the endpoint received
-    assert server.requests, f"no model request within the {budget_s:g} s budget (the set-up took it): {result.error}"
+    assert server.requests, (
+        f"no model request within the {budget_s:g} s budget (the set-up took it): {result.error}"
+    )
     return result, time.monotonic() - server.requests[0][1]
 
 
-@pytest.mark.parametrize("pattern", [
-    ("trickle", 0.2, {"content": "I can help."}),
-    ("whitespace", 3000, 0.05, {"content": "I can help."}),
-    ("silence",),
-], ids=["trickled-body", "whitespace-keep-alive", "headers-then-silence"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        ("trickle", 0.2, {"content": "I can help."}),
+        ("whitespace", 3000, 0.05, {"content": "I can help."}),
+        ("silence",),
+    ],
+    ids=["trickled-body", "whitespace-keep-alive", "headers-then-silence"],
+)
 def test_a_slow_agent_endpoint_ends_the_trial_within_its_budget(pattern, warm_tau2):
     """The agent's endpoint misbehaves in time: the trial ends as time_budget_exceeded (an infrastructure
     error: no reward, no failure record) at its budget, with the pending call; without the budget, its 10
@@ -229,9 +268,14 @@ def test_a_slow_agent_endpoint_ends_the_trial_within_its_budget(pattern, warm_ta
 
     call_timeout_s, retries = BUDGET_S - 1.0, 10
     with SlowEndpoint(agent=pattern, user=("ok", HELLO)) as server:
-        result, conversation_s = run_trial_over(server, budget_s=BUDGET_S, call_timeout_s=call_timeout_s,
-                                                max_retries=retries)
-    assert result.termination_reason == "time_budget_exceeded" and result.reward is None and result.is_infra_error
+        result, conversation_s = run_trial_over(
+            server, budget_s=BUDGET_S, call_timeout_s=call_timeout_s, max_retries=retries
+        )
+    assert (
+        result.termination_reason == "time_budget_exceeded"
+        and result.reward is None
+        and result.is_infra_error
+    )
     unbounded_s = (1 + retries) * min(call_timeout_s, held_s(pattern))
     assert ended_by(BUDGET_S, conversation_s, unbounded_s), conversation_s
     assert result.pending_call["role"] == "agent" and f"time budget of {BUDGET_S:g} s ran out" in result.error
@@ -259,11 +303,30 @@ def test_the_limits_are_options_that_reach_the_trial_and_the_summary(pytester: p
     monkeypatch.setenv("XDG_CACHE_HOME", CACHE_HOME)  # pytester moves HOME: keep τ²'s suspect-task cache
     with SlowEndpoint(agent=("silence",), user=("ok", HELLO)) as server:
         result = pytester.runpytest_subprocess(
-            "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "slow",
-            "--ecdysis-base-url", server.url, "--ecdysis-tasks", "3", "--ecdysis-limits", "call-timeout=60",
-            "--ecdysis-limits", "max-retries=0", "--ecdysis-run-dir", str(pytester.path / "runs"), timeout=300)
-    result.stdout.fnmatch_lines(["*time_budget_exceeded: the trial time budget of 30 s ran out*",
-                                 "limits: call 60 s, retries 0, trial 30 s, diagnosis 1800 s, editor 900 s"])
+            "--pyargs",
+            "pytest_ecdysis_tau2.test_airline",
+            "-p",
+            "no:cacheprovider",
+            "--ecdysis-model",
+            "slow",
+            "--ecdysis-base-url",
+            server.url,
+            "--ecdysis-tasks",
+            "3",
+            "--ecdysis-limits",
+            "call-timeout=60",
+            "--ecdysis-limits",
+            "max-retries=0",
+            "--ecdysis-run-dir",
+            str(pytester.path / "runs"),
+            timeout=300,
+        )
+    result.stdout.fnmatch_lines(
+        [
+            "*time_budget_exceeded: the trial time budget of 30 s ran out*",
+            "limits: call 60 s, retries 0, trial 30 s, diagnosis 1800 s, editor 900 s",
+        ]
+    )
     (run_dir,) = (pytester.path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["limits"]["trial_budget_s"] == 30.0 and summary["n_infra_errors"] == 1
@@ -292,7 +355,9 @@ def test_an_unusable_200_to_a_role_or_the_editor_is_an_infrastructure_error(body
     from pytest_ecdysis.core.errors import UnusableReplyError
 
     with SlowEndpoint(analyst=("raw", *UNUSABLE[body]), editor=("raw", *UNUSABLE[body])) as server:
-        client = RoleClient("m", base_url=server.url, budget_s=30.0, stage=stage, transport=httpx2.HTTPTransport())
+        client = RoleClient(
+            "m", base_url=server.url, budget_s=30.0, stage=stage, transport=httpx2.HTTPTransport()
+        )
         role = "analyst" if stage == "diagnosis" else "editor"
         with pytest.raises(UnusableReplyError) as info:
             client.complete(role, [{"role": "user", "content": "x"}])
@@ -312,8 +377,9 @@ def test_a_json_chat_completion_with_another_content_type_is_usable():
         assert client.complete("analyst", [{"role": "user", "content": "x"}]).text == "fine"
 
 
-@pytest.mark.parametrize(("role", "body"), [("agent", "html"), ("agent", "truncated"), ("agent", "no-message"),
-                                            ("user", "html")])
+@pytest.mark.parametrize(
+    ("role", "body"), [("agent", "html"), ("agent", "truncated"), ("agent", "no-message"), ("user", "html")]
+)
 def test_an_unusable_200_ends_a_trial_as_an_infrastructure_error(role, body, warm_tau2):
     """The agent's (through the harness's process) or the user simulator's endpoint answers 200 with a
     body that is not a chat completion: the trial ends as infrastructure_error (no reward, no failure

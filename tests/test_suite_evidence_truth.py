@@ -17,13 +17,15 @@ from pytest_ecdysis.evidence.patterns import group  # noqa: E402
 from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 
 FAST = EndpointSettings(call_timeout_s=30.0, max_retries=3, trial_budget_s=300.0, backoff_s=0.01)
-PARSE = EndpointSettings(call_timeout_s=30.0, max_retries=3, trial_budget_s=300.0, backoff_s=0.01,
-                         text_tool_calls="parse")
+PARSE = EndpointSettings(
+    call_timeout_s=30.0, max_retries=3, trial_budget_s=300.0, backoff_s=0.01, text_tool_calls="parse"
+)
 ARGS = {"reservation_id": "JMO1MG"}
 THINK = "<think>The user wants details; I will look up the reservation. ###STOP###</think>\n"
 MARKUPS = {
-    "hermes": THINK + '<tool_call>\n{"name": "get_reservation_details", "arguments": {"reservation_id": "JMO1MG"}}\n'
-              "</tool_call>",
+    "hermes": THINK
+    + '<tool_call>\n{"name": "get_reservation_details", "arguments": {"reservation_id": "JMO1MG"}}\n'
+    "</tool_call>",
     "function_tag": THINK + '<function=get_reservation_details>{"reservation_id": "JMO1MG"}</function>',
     "mistral": '[TOOL_CALLS][{"name": "get_reservation_details", "arguments": {"reservation_id": "JMO1MG"}}]',
 }
@@ -73,11 +75,16 @@ def test_with_the_parse_option_a_text_tool_call_is_executed_and_noted():
     assert "look up" not in sent_to_user(user) and "<tool_call>" not in sent_to_user(user)
 
 
-@pytest.mark.parametrize("markup, outcome", [
-    ('<tool_call>{"name": "get_magic_upgrade", "arguments": {}}</tool_call>', "unknown"),
-    ('<tool_call>{"name": "get_reservation_details", "arguments": "{reservation_id: JMO1MG"}</tool_call>',
-     "malformed"),
-])
+@pytest.mark.parametrize(
+    "markup, outcome",
+    [
+        ('<tool_call>{"name": "get_magic_upgrade", "arguments": {}}</tool_call>', "unknown"),
+        (
+            '<tool_call>{"name": "get_reservation_details", "arguments": "{reservation_id: JMO1MG"}</tool_call>',
+            "malformed",
+        ),
+    ],
+)
 def test_parsed_markup_with_a_defect_has_the_outcome_of_a_native_call_with_it(markup, outcome):
     """Markup naming a tool that does not exist, or with arguments that are not JSON: the same outcome as
     a native tool call with that defect (τ²'s tool error; the harness's malformed-arguments feedback),
@@ -94,8 +101,16 @@ def test_parsed_markup_with_a_defect_has_the_outcome_of_a_native_call_with_it(ma
 def test_a_server_parse_failure_is_not_retried_and_is_an_endpoint_format_error():
     """HTTP 500 "Failed to parse input at pos ..." (llama.cpp) is the model's output the server could not
     parse: not retried, not an infrastructure error, but endpoint_format_error, scored as a failure."""
-    failure = httpx2.Response(500, json={"error": {"code": 500, "type": "server_error",
-                                                   "message": "Failed to parse input at pos 31: <tool_call>"}})
+    failure = httpx2.Response(
+        500,
+        json={
+            "error": {
+                "code": 500,
+                "type": "server_error",
+                "message": "Failed to parse input at pos 31: <tool_call>",
+            }
+        },
+    )
     agent = ScriptedModel([failure])
     result = run("3", agent, settings=FAST)
     assert result.termination_reason == "endpoint_format_error" and result.reward == 0.0
@@ -106,15 +121,26 @@ def test_a_server_parse_failure_is_not_retried_and_is_an_endpoint_format_error()
 
 def test_reasoning_is_never_sent_on_as_the_agents_words():
     """`reasoning_content` and `<think>` blocks are dropped: the user simulator gets only the answer."""
-    agent = ScriptedModel([({"content": "<think>secret plan</think>Could you give me your reservation number?",
-                             "reasoning_content": "more secret planning"}, "stop"),
-                           text("Thank you, all done.")])
+    agent = ScriptedModel(
+        [
+            (
+                {
+                    "content": "<think>secret plan</think>Could you give me your reservation number?",
+                    "reasoning_content": "more secret planning",
+                },
+                "stop",
+            ),
+            text("Thank you, all done."),
+        ]
+    )
     user = scripted_user()
     result = run("3", agent, settings=FAST, user=user)
     told = sent_to_user(user)
     assert "Could you give me your reservation number?" in told and "secret" not in told
     assert result.messages[1]["content"] != "" and "secret" not in json.dumps(result.messages)
-    assert [n["kind"] for n in result.endpoint_notes] == ["reasoning_stripped"] and not result.endpoint_problem
+    assert [n["kind"] for n in result.endpoint_notes] == [
+        "reasoning_stripped"
+    ] and not result.endpoint_problem
 
 
 def confirming_user(stop_in_confirmation: bool, think: str = ""):
@@ -132,7 +158,9 @@ def confirming_user(stop_in_confirmation: bool, think: str = ""):
     return ScriptedModel([reply])
 
 
-QUESTION = "I can cancel reservation JMO1MG for you. Do you want me to proceed with the cancellation (yes/no)?"
+QUESTION = (
+    "I can cancel reservation JMO1MG for you. Do you want me to proceed with the cancellation (yes/no)?"
+)
 
 
 def test_a_user_that_confirms_and_stops_in_one_message_is_flagged_and_kept_out():
@@ -149,8 +177,12 @@ def test_a_user_that_confirms_and_stops_in_one_message_is_flagged_and_kept_out()
 def test_a_stop_the_user_model_only_thought_about_does_not_end_the_conversation():
     """Reasoning in the user model's reply is stripped before the stop check: a `###STOP###` inside
     `<think>` neither ends the trial nor reaches the agent."""
-    user = ScriptedModel([({"content": "<think>maybe I say ###STOP### now</think>Hi, I need my reservation."}, "stop"),
-                          ({"content": "###STOP###"}, "stop")])
+    user = ScriptedModel(
+        [
+            ({"content": "<think>maybe I say ###STOP### now</think>Hi, I need my reservation."}, "stop"),
+            ({"content": "###STOP###"}, "stop"),
+        ]
+    )
     agent = ScriptedModel([text("Sure, which one?")])
     result = run("3", agent, settings=FAST, user=user)
     first_user = [m for m in result.messages if m["role"] == "user"][0]

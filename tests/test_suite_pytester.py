@@ -31,13 +31,23 @@ class _UserHandler(BaseHTTPRequestHandler):
             message = {"content": "Done."}
         elif body.get("tools") and last["role"] == "user" and USER_ACTION in (last["content"] or ""):
             asked = json.loads(last["content"].split(USER_ACTION, 1)[1])
-            message = {"content": None, "tool_calls": [{"id": f"u{len(messages)}", "type": "function", "function": {
-                "name": asked["name"], "arguments": json.dumps(asked["arguments"])}}]}
+            message = {
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"u{len(messages)}",
+                        "type": "function",
+                        "function": {"name": asked["name"], "arguments": json.dumps(asked["arguments"])},
+                    }
+                ],
+            }
         elif body.get("tools"):
             done = last["role"] == "user" and DONE_TEXT in (last["content"] or "")
             message = {"content": "###STOP###" if done else "Hi, I need help with my phone."}
         else:
-            message = {"content": "###STOP###" if len(agent_texts) >= 2 else "Hi, I need help with my request."}
+            message = {
+                "content": "###STOP###" if len(agent_texts) >= 2 else "Hi, I need help with my request."
+            }
         payload = json.dumps(completion(message)).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -63,10 +73,24 @@ def user_endpoint():
 def _run(pytester, user_endpoint, *args):
     url = f"http://127.0.0.1:{user_endpoint.server_address[1]}/v1"
     return pytester.runpytest_subprocess(
-        "--pyargs", "pytest_ecdysis_tau2", "-n", "2", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
-        "--ecdysis-base-url", url, "--ecdysis-harness", str(ORACLE_HARNESS),
-        "--ecdysis-sandbox", "off",  # the oracle harness reads τ²'s gold data, which the sandbox hides
-        "--ecdysis-run-dir", str(pytester.path / "runs"), *args, timeout=900,
+        "--pyargs",
+        "pytest_ecdysis_tau2",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-model",
+        "scripted",
+        "--ecdysis-base-url",
+        url,
+        "--ecdysis-harness",
+        str(ORACLE_HARNESS),
+        "--ecdysis-sandbox",
+        "off",  # the oracle harness reads τ²'s gold data, which the sandbox hides
+        "--ecdysis-run-dir",
+        str(pytester.path / "runs"),
+        *args,
+        timeout=900,
     )
 
 
@@ -106,13 +130,17 @@ def test_oracle_replay_scores_one_on_every_task(pytester, user_endpoint):
     expected_airline = 50 if full else len([i for i in SAMPLE_IDS if int(i) < 50])
     expected_retail = 114 if full else len(SAMPLE_IDS)
     expected_telecom = 114 if full else len(telecom)
-    assert {s: len(v) for s, v in by_suite.items()} == {"tau2-airline": expected_airline,
-                                                          "tau2-retail": expected_retail,
-                                                          "tau2-telecom": expected_telecom}
+    assert {s: len(v) for s, v in by_suite.items()} == {
+        "tau2-airline": expected_airline,
+        "tau2-retail": expected_retail,
+        "tau2-telecom": expected_telecom,
+    }
     result.stdout.fnmatch_lines([f"*{expected_airline + expected_retail + expected_telecom} passed*"])
     assert all(t["reward"] == 1.0 and t["termination_reason"] == "user_stop" for t in trials)
     suspects = {t["task_id"] for t in trials if t["suspect"]}
-    assert {"12", "13", "64"} <= suspects and not any(t["suspect"] for t in trials if t["suite"] != "tau2-retail")
+    assert {"12", "13", "64"} <= suspects and not any(
+        t["suspect"] for t in trials if t["suite"] != "tau2-retail"
+    )
     # telecom (dual control): the user ran its gold actions with its own tools, recorded as the user's
     telecom_trials = [t for t in trials if t["suite"] == "tau2-telecom"]
     assert all({c["actor"] for c in t["user_tool_calls"]} <= {"user"} for t in telecom_trials)
@@ -130,7 +158,8 @@ def test_split_tasks_and_trials_select_cases_with_readable_ids(pytester, user_en
     result.stdout.fnmatch_lines(["*4 passed*"])
     trials, run_dir = _trials(pytester)
     assert sorted((t["suite"], t["task_id"], t["trial"]) for t in trials) == sorted(
-        [("tau2-airline", "5", k) for k in (0, 1)] + [("tau2-retail", "72", k) for k in (0, 1)])
+        [("tau2-airline", "5", k) for k in (0, 1)] + [("tau2-retail", "72", k) for k in (0, 1)]
+    )
     assert all(t["harness_id"].startswith("suite_oracle_harness@") for t in trials)
 
 
@@ -139,7 +168,9 @@ def test_unknown_task_id_is_reported_with_the_valid_ids(pytester, user_endpoint)
     valid ids (see test_task_selection.py for the other kinds of ids that select nothing)."""
     result = _run(pytester, user_endpoint, "--ecdysis-tasks", "9999")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*9999 is a task of no installed suite; ids of split 'train': tau2-airline: 0, 1, 3*"])
+    result.stderr.fnmatch_lines(
+        ["*9999 is a task of no installed suite; ids of split 'train': tau2-airline: 0, 1, 3*"]
+    )
 
 
 def test_a_harness_without_an_agent_stops_collection_before_any_trial(pytester, user_endpoint):
@@ -153,7 +184,8 @@ def test_a_harness_without_an_agent_stops_collection_before_any_trial(pytester, 
     result.stdout.no_fnmatch_line("*passed*")
     result.stdout.no_fnmatch_line("*failed*")
     assert not list(pytester.path.glob("runs/*/failures.jsonl")) or all(
-        not p.read_text().strip() for p in pytester.path.glob("runs/*/failures.jsonl"))
+        not p.read_text().strip() for p in pytester.path.glob("runs/*/failures.jsonl")
+    )
 
 
 def test_an_unreachable_endpoint_makes_the_case_an_error_not_a_failure(pytester, monkeypatch):
@@ -167,12 +199,23 @@ def test_an_unreachable_endpoint_makes_the_case_an_error_not_a_failure(pytester,
     sock.close()
     monkeypatch.setenv("ECDYSIS_MAX_RETRIES", "1")
     result = pytester.runpytest_subprocess(
-        "--pyargs", "pytest_ecdysis_tau2.test_airline", "-p", "no:cacheprovider", "--ecdysis-model", "scripted",
-        "--ecdysis-base-url", f"http://127.0.0.1:{port}/v1", "--ecdysis-tasks", "3",
-        "--ecdysis-run-dir", str(pytester.path / "runs"), timeout=300,
+        "--pyargs",
+        "pytest_ecdysis_tau2.test_airline",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-model",
+        "scripted",
+        "--ecdysis-base-url",
+        f"http://127.0.0.1:{port}/v1",
+        "--ecdysis-tasks",
+        "3",
+        "--ecdysis-run-dir",
+        str(pytester.path / "runs"),
+        timeout=300,
     )
-    result.stdout.fnmatch_lines(["*infrastructure_error: model endpoint http://127.0.0.1:*is the server running*",
-                                 "*1 error*"])
+    result.stdout.fnmatch_lines(
+        ["*infrastructure_error: model endpoint http://127.0.0.1:*is the server running*", "*1 error*"]
+    )
     assert "failed" not in result.stdout.lines[-1]
     trials, _ = _trials(pytester)
     assert [t["termination_reason"] for t in trials] == ["infrastructure_error"]

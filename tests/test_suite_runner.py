@@ -85,7 +85,9 @@ def test_retries_never_outlast_the_trial_budget(silent_endpoint):
     assert result.termination_reason == "time_budget_exceeded" and result.reward is None
     # the budget stopped the retries after at most 10 attempts of 1 s, not after 51 (51 s). Counted, not
     # timed: a bound on wall_s also counted the trial's set-up, which a loaded machine stretches
-    retries = int(re.search(r"time budget of 10 s ran out \(\d+ requests, (\d+) retries\)", result.error).group(1))
+    retries = int(
+        re.search(r"time budget of 10 s ran out \(\d+ requests, (\d+) retries\)", result.error).group(1)
+    )
     assert retries <= 10, result.error
 
 
@@ -165,7 +167,9 @@ def test_suspect_tasks_are_those_whose_gold_actions_fail(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(suspect, "compute", lambda d: calls.append(d) or {"13": [{"index": 0}]})
     monkeypatch.setattr(suspect, "known", lambda version: None)  # a τ² version the suite ships no list for
-    monkeypatch.setattr(suspect, "verified", lambda domain, listed: True)  # (verification: test_trusted_units)
+    monkeypatch.setattr(
+        suspect, "verified", lambda domain, listed: True
+    )  # (verification: test_trusted_units)
     try:
         assert suspect.is_suspect("retail", "13") and not suspect.is_suspect("retail", "14")
         assert suspect.cache_path("retail").name == f"tau2-{suspect.tau2_version()}-suspect-retail.json"

@@ -69,8 +69,11 @@ def test_a_scripted_user_model_runs_its_own_tool_and_the_call_is_recorded_as_the
     """A real (here scripted) user model is offered τ²'s user tools; its tool call goes to the environment with
     requestor `user`, the result comes back to it, and the trial records the call in `user_tool_calls`
     (actor `user`, with τ²'s result), never in the agent's `tool_calls`; the messages mark it too."""
-    user = _user(text("My mobile data does not work. I am John Smith, 555-123-2002."),
-                 call("toggle_data", "{}", call_id="u1"), text("Data is on now. ###STOP###"))
+    user = _user(
+        text("My mobile data does not work. I am John Smith, 555-123-2002."),
+        call("toggle_data", "{}", call_id="u1"),
+        text("Data is on now. ###STOP###"),
+    )
     agent = ScriptedModel([text("Could you toggle your mobile data?")])
     result = run(TASK, agent, domain="telecom", user=user, settings=FAST)
     assert result.termination_reason == "user_stop", result.error
@@ -82,7 +85,9 @@ def test_a_scripted_user_model_runs_its_own_tool_and_the_call_is_recorded_as_the
     assert {"toggle_data", "toggle_airplane_mode", "run_speed_test"} <= offered
     assert any(m.get("role") == "tool" and m.get("requestor") == "user" for m in result.messages)
     # the user's own result reached the user model as a tool message, and never the agent
-    assert any(m["role"] == "tool" and "Mobile Data is now ON" in m["content"] for m in user.requests[2]["messages"])
+    assert any(
+        m["role"] == "tool" and "Mobile Data is now ON" in m["content"] for m in user.requests[2]["messages"]
+    )
     assert all("Mobile Data is now ON" not in json.dumps(r["messages"]) for r in agent.requests)
 
 
@@ -94,7 +99,11 @@ def test_a_user_model_calling_a_tool_it_does_not_have_ends_as_user_error_with_th
     agent = ScriptedModel([text("Could you toggle your mobile data?")])
     result = run(TASK, agent, domain="telecom", user=user, settings=FAST)
     assert result.termination_reason == "user_error" and result.user_abort
-    assert "'fly_to_the_moon'" in result.error and "toggle_data" in result.error and "not the agent's" in result.error
+    assert (
+        "'fly_to_the_moon'" in result.error
+        and "toggle_data" in result.error
+        and "not the agent's" in result.error
+    )
     assert result.reward == 0.0 and not result.is_infra_error
     assert any("toggle your mobile data" in (m.get("content") or "") for m in result.messages)
     assert to_record(result).user_abort
@@ -110,9 +119,14 @@ def test_a_user_tool_that_raises_is_an_error_result_of_the_users_call_in_the_rec
         """Toggles your phone's mobile data connection ON or OFF."""
         raise RuntimeError("the radio firmware crashed")
 
-    monkeypatch.setattr(TelecomUserTools, "toggle_data", toggle_data)  # τ² names a tool by its function's name
-    user = _user(text("My data is broken, I am John Smith, 555-123-2002."), call("toggle_data", "{}"),
-                 text("It says the radio firmware crashed. ###STOP###"))
+    monkeypatch.setattr(
+        TelecomUserTools, "toggle_data", toggle_data
+    )  # τ² names a tool by its function's name
+    user = _user(
+        text("My data is broken, I am John Smith, 555-123-2002."),
+        call("toggle_data", "{}"),
+        text("It says the radio firmware crashed. ###STOP###"),
+    )
     agent = ScriptedModel([text("Could you toggle your mobile data?")])
     # the scorer process replays the trajectory with τ²'s own (unpatched) tool, which would not raise there
     result = run(TASK, agent, domain="telecom", user=user, settings=FAST, scorer=_ZeroScorer())
@@ -123,7 +137,9 @@ def test_a_user_tool_that_raises_is_an_error_result_of_the_users_call_in_the_rec
     assert record.first_tool_error is None and record.user_tool_calls[0].error
     view = record_view(record)
     assert view["user_tool_calls"][0]["name"] == "toggle_data" and "user's own" in view["user_tool_calls_are"]
-    assert any(item.get("actor") == "user" for item in record.excerpt) or len(record.excerpt) < len(result.messages)
+    assert any(item.get("actor") == "user" for item in record.excerpt) or len(record.excerpt) < len(
+        result.messages
+    )
 
 
 def test_a_task_environment_that_breaks_between_turns_is_an_infrastructure_error_naming_the_task(monkeypatch):
@@ -151,17 +167,33 @@ def test_the_simulated_agent_and_user_solve_a_telecom_task_through_the_user_step
 
     handle = start_background(nonce="fixed")
     try:
-        spec = TrialSpec(domain="telecom", task_id=TASK, trial=0, run_id="tel", model="sim/noop",
-                         user_model="sim", harness_dir=EXAMPLE_HARNESS, harness_id=harness_id(EXAMPLE_HARNESS),
-                         sim_url=handle.url)
+        spec = TrialSpec(
+            domain="telecom",
+            task_id=TASK,
+            trial=0,
+            run_id="tel",
+            model="sim/noop",
+            user_model="sim",
+            harness_dir=EXAMPLE_HARNESS,
+            harness_id=harness_id(EXAMPLE_HARNESS),
+            sim_url=handle.url,
+        )
         result = run_trial(spec, FAST)
     finally:
         handle.stop()
     assert result.termination_reason == "user_stop", result.error
     assert [(c.name, c.actor) for c in result.user_tool_calls] == [("toggle_data", "user")]
-    assert [c.name for c in result.tool_calls] == ["get_customer_by_phone", "get_details_by_id", "refuel_data"]
+    assert [c.name for c in result.tool_calls] == [
+        "get_customer_by_phone",
+        "get_details_by_id",
+        "refuel_data",
+    ]
     assert result.reward == 1.0 and result.components == {"env_assertion": 1.0}
-    asked = [m["content"] for m in result.messages if m["role"] == "assistant" and "toggle data" in (m["content"] or "")]
+    asked = [
+        m["content"]
+        for m in result.messages
+        if m["role"] == "assistant" and "toggle data" in (m["content"] or "")
+    ]
     assert asked and "on your phone" in asked[0]
 
 
@@ -174,14 +206,20 @@ def test_the_simulated_user_reads_which_of_its_tools_the_words_ask_for():
 
     env = suite.get_environment("telecom")
     tools = [t.openai_schema for t in env.get_user_tools()]
-    steps = [(a.name, dict(a.arguments)) for task in suite.all_tasks("telecom").values()
-             for a in task.evaluation_criteria.actions or [] if a.requestor == "user"]
+    steps = [
+        (a.name, dict(a.arguments))
+        for task in suite.all_tasks("telecom").values()
+        for a in task.evaluation_criteria.actions or []
+        if a.requestor == "user"
+    ]
     assert len(steps) == 393
     assert [s for s in steps if requested_call(ask_text(*s), tools) != s] == []
     assert requested_call("Could you turn off airplane mode?", tools) == ("toggle_airplane_mode", {})
     assert requested_call("Please turn on data roaming", tools) == ("toggle_roaming", {})
     assert requested_call("Please grant the messaging app the sms permission.", tools) == (
-        "grant_app_permission", {"app_name": "messaging", "permission": "sms"})
+        "grant_app_permission",
+        {"app_name": "messaging", "permission": "sms"},
+    )
     assert requested_call("Can you restart your device?", tools) == ("reboot_device", {})
     assert requested_call("Hello, how can I help you today?", tools) is None
     assert requested_call("Please grant the app permission", tools) == ("?", "app_name")
@@ -196,17 +234,37 @@ def test_the_html_page_and_the_evidence_mark_the_users_own_tool_calls():
 
     messages = [
         {"role": "assistant", "content": "Could you toggle your data?"},
-        {"role": "user", "content": None, "tool_calls": [{"id": "u1", "name": "toggle_data", "arguments": {}}],
-         "requestor": "user"},
-        {"role": "tool", "content": "Mobile Data is now ON.", "id": "u1", "error": False, "requestor": "user"},
+        {
+            "role": "user",
+            "content": None,
+            "tool_calls": [{"id": "u1", "name": "toggle_data", "arguments": {}}],
+            "requestor": "user",
+        },
+        {
+            "role": "tool",
+            "content": "Mobile Data is now ON.",
+            "id": "u1",
+            "error": False,
+            "requestor": "user",
+        },
         {"role": "user", "content": "It is on now. ###STOP###"},
     ]
     shown = html_messages({"messages": messages, "tool_calls": []})
     assert [m["by_user"] for m in shown] == [False, True, True, False]
-    trial = TrialResult(suite="tau2-telecom", task_id=TASK, trial=0, reward=0.0, termination_reason="user_stop",
-                        components={"env_assertion": 0.0}, messages=messages, user_tool_calls=[
-                            ToolCallRecord(name="toggle_data", arguments={}, result="Mobile Data is now ON.",
-                                           step=1, actor="user")])
+    trial = TrialResult(
+        suite="tau2-telecom",
+        task_id=TASK,
+        trial=0,
+        reward=0.0,
+        termination_reason="user_stop",
+        components={"env_assertion": 0.0},
+        messages=messages,
+        user_tool_calls=[
+            ToolCallRecord(
+                name="toggle_data", arguments={}, result="Mobile Data is now ON.", step=1, actor="user"
+            )
+        ],
+    )
     record = to_record(trial)
     assert [item.get("actor") for item in record.excerpt] == [None, "user", "user", None]
     assert [_message_view(item).get("actor") for item in record.excerpt] == [None, "user", "user", None]
@@ -220,9 +278,16 @@ def test_a_pass_won_by_the_users_own_tool_calls_is_not_a_weak_pass():
     from pytest_ecdysis.core.records import ToolCallRecord, TrialResult
 
     def passed(user_calls):
-        return TrialResult(suite="tau2-telecom", task_id=TASK, trial=0, reward=1.0, termination_reason="user_stop",
-                           components={"env_assertion": 1.0}, checks={"communicate": []},
-                           user_tool_calls=user_calls)
+        return TrialResult(
+            suite="tau2-telecom",
+            task_id=TASK,
+            trial=0,
+            reward=1.0,
+            termination_reason="user_stop",
+            components={"env_assertion": 1.0},
+            checks={"communicate": []},
+            user_tool_calls=user_calls,
+        )
 
     mine = [ToolCallRecord(name="toggle_data", arguments={}, result="ON", step=3, actor="user")]
     assert weak_pass_reasons(passed(mine), 1.0) == []
@@ -244,10 +309,19 @@ def test_every_recorded_real_reply_as_the_telecom_agent_ends_in_a_clear_record(d
 
     follow = [] if doc["kind"] == "empty" else [text("Could you toggle your mobile data?")]
     user = _user(text("My data is broken, I am John Smith, 555-123-2002."), text("Thanks. ###STOP###"))
-    result = run(TASK, ScriptedModel([response(doc), *follow]), domain="telecom", user=user,
-                 settings=EndpointSettings(max_retries=0, call_timeout_s=5.0, trial_budget_s=120.0))
-    assert result.termination_reason in {"user_stop", "endpoint_format_error", "context_overflow",
-                                         "infrastructure_error"}
+    result = run(
+        TASK,
+        ScriptedModel([response(doc), *follow]),
+        domain="telecom",
+        user=user,
+        settings=EndpointSettings(max_retries=0, call_timeout_s=5.0, trial_budget_s=120.0),
+    )
+    assert result.termination_reason in {
+        "user_stop",
+        "endpoint_format_error",
+        "context_overflow",
+        "infrastructure_error",
+    }
     assert result.termination_reason == "user_stop" or result.error
     if doc["kind"] == "tool_call":  # an airline call the telecom agent does not have: τ²'s error result
         assert result.tool_calls and result.tool_calls[0].error
@@ -259,10 +333,16 @@ def test_a_recorded_real_reply_as_the_telecom_user_ends_in_a_clear_record(doc):
     of a tool the user does not have ends `user_error` naming it (the user model's fault)."""
     from test_replies_replay import response
 
-    user = ScriptedModel([text("My data is broken, I am John Smith, 555-123-2002."), response(doc),
-                          text("###STOP###")])
-    result = run(TASK, ScriptedModel([text("Could you toggle your mobile data?")]), domain="telecom", user=user,
-                 settings=FAST)
+    user = ScriptedModel(
+        [text("My data is broken, I am John Smith, 555-123-2002."), response(doc), text("###STOP###")]
+    )
+    result = run(
+        TASK,
+        ScriptedModel([text("Could you toggle your mobile data?")]),
+        domain="telecom",
+        user=user,
+        settings=FAST,
+    )
     if doc["kind"] == "tool_call":
         assert result.termination_reason == "user_error" and "not have" in result.error
     else:

@@ -18,7 +18,8 @@ from pytest_ecdysis_tau2.tasks import suite  # noqa: E402
 
 
 def test_concurrent_first_trials_read_the_database_once_and_each_gets_its_own_copy(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(suite, "_PRISTINE", {})
     reads = []
     module = suite.domain_module("airline")
@@ -57,8 +58,11 @@ def test_preload_reads_once_and_later_environments_only_copy(monkeypatch: pytest
     monkeypatch.setattr(suite, "_PRISTINE", {})
     suite.preload("airline")
     assert set(suite._PRISTINE) == {"airline"}
-    monkeypatch.setattr(suite.domain_module("airline"), "get_environment",
-                        _copy_only(suite.domain_module("airline").get_environment))
+    monkeypatch.setattr(
+        suite.domain_module("airline"),
+        "get_environment",
+        _copy_only(suite.domain_module("airline").get_environment),
+    )
     assert suite.get_environment("airline").tools.db.reservations
 
 
@@ -91,7 +95,8 @@ def test_warm_up_leaves_the_first_connection_nothing_to_load() -> None:
 
 
 def test_warm_up_soon_runs_in_the_background_and_swallows_what_connect_repeats(
-        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
     calls = []
 
     class Failing:

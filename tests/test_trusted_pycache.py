@@ -21,7 +21,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(pycache.ENV_WRITE, raising=False)
 
 
-def test_no_cache_without_the_sandbox(clean_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_no_cache_without_the_sandbox(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Without the sandbox a harness could write any directory of the user's: no cache, and one inherited
     is dropped; the scorer then reads no bytecode (`-B`, the empty private prefix)."""
     monkeypatch.setenv(pycache.ENV_DIR, str(tmp_path))
@@ -44,9 +46,9 @@ def test_a_session_makes_its_own_and_a_sub_run_reads_it(clean_env: None) -> None
     assert pycache.flags(Path("/nowhere")) == ["-B", "-X", f"pycache_prefix={made}"]
 
 
-def test_a_writable_cache_inherited_from_another_session_is_not_shared(clean_env: None,
-                                                                        monkeypatch: pytest.MonkeyPatch,
-                                                                        tmp_path: Path) -> None:
+def test_a_writable_cache_inherited_from_another_session_is_not_shared(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A session started from inside another (a test's pytest, an editor's) inherits that session's cache
     with `WRITE=1`: the outer session's scorers keep writing it, so this session's integrity checks saw
     "trusted bytecode cache: ... added" during its editor call and stopped (tests/adversarial/test_routes.py
@@ -80,8 +82,9 @@ def _victim(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("write", ["1", "0"])
-def test_the_cache_never_loads_a_pyc_planted_beside_the_source(tmp_path: Path, write: str,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_never_loads_a_pyc_planted_beside_the_source(
+    tmp_path: Path, write: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Started with the cache's flags, an interpreter ignores the venv's `__pycache__` (where a harness
     without the sandbox planted its `.pyc`); it writes the cache only where the session may (`ENV_WRITE`)."""
     _victim(tmp_path)
@@ -95,8 +98,13 @@ def test_the_cache_never_loads_a_pyc_planted_beside_the_source(tmp_path: Path, w
     plain = subprocess.run([sys.executable, *probe], env=env, capture_output=True, text=True, check=True)
     assert plain.stdout.strip() == "1.0", "the planted bytecode is not loaded: the test proves nothing"
     for _ in range(2):  # the second start reads what the first wrote (when it may write)
-        out = subprocess.run([sys.executable, *pycache.flags(tmp_path / "unused"), *probe], env=env,
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, *pycache.flags(tmp_path / "unused"), *probe],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert out.stdout.strip() == "0.0"
     written = [p.relative_to(cache).as_posix() for p in cache.rglob("*.pyc")]
     victim = [p for p in written if "/victim/" in p]
@@ -121,7 +129,8 @@ def test_a_file_written_into_the_cache_is_a_change(tmp_path: Path) -> None:
     assert pycache.changes(before, pycache.digests(tmp_path)) == [
         "trusted bytecode cache: a/m.cpython-311.pyc changed",
         "trusted bytecode cache: a/evil.cpython-311.pyc added",
-        "trusted bytecode cache: a/n.cpython-311.pyc removed"]
+        "trusted bytecode cache: a/n.cpython-311.pyc removed",
+    ]
 
 
 def test_the_trusted_copy_is_compiled_once_and_its_bytecode_checked(tmp_path: Path) -> None:
@@ -135,21 +144,35 @@ def test_the_trusted_copy_is_compiled_once_and_its_bytecode_checked(tmp_path: Pa
     from pytest_ecdysis.validate.setup import TrustedTree, _check_copy
 
     pristine = tmp_path / "pristine"
-    for path, text in (("suite/__init__.py", ""), ("suite/scoring.py", "REWARD = 0.0\n"), ("harness/__init__.py", "X = 1\n"),
-                       ("tests/conftest.py", ""), ("tests/test_x.py", ""), ("scripts/tool.py", "")):
+    for path, text in (
+        ("suite/__init__.py", ""),
+        ("suite/scoring.py", "REWARD = 0.0\n"),
+        ("harness/__init__.py", "X = 1\n"),
+        ("tests/conftest.py", ""),
+        ("tests/test_x.py", ""),
+        ("scripts/tool.py", ""),
+    ):
         (pristine / path).parent.mkdir(parents=True, exist_ok=True)
         (pristine / path).write_text(text)
-    trusted = TrustedTree(checkout=tmp_path, pristine=pristine, harness_rel="harness",
-                          digests=tree_digests(pristine), pythonpath=["."])
+    trusted = TrustedTree(
+        checkout=tmp_path,
+        pristine=pristine,
+        harness_rel="harness",
+        digests=tree_digests(pristine),
+        pythonpath=["."],
+    )
     trusted.compile_in_background()
     trusted.ready()
     tag = sys.implementation.cache_tag
-    assert set(trusted.bytecode) == {f"suite/__pycache__/{name}.{tag}.pyc" for name in ("__init__", "scoring")} | {
-        f"tests/__pycache__/conftest.{tag}.pyc"}  # what a sub-run imports: not the harness, tests, scripts
+    assert set(trusted.bytecode) == {
+        f"suite/__pycache__/{name}.{tag}.pyc" for name in ("__init__", "scoring")
+    } | {f"tests/__pycache__/conftest.{tag}.pyc"}  # what a sub-run imports: not the harness, tests, scripts
     copy = tmp_path / "copy"
     shutil.copytree(pristine, copy)
     (copy / "harness" / "__pycache__").mkdir()
-    (copy / "harness" / "__pycache__" / f"__init__.{tag}.pyc").write_bytes(b"the candidate's own: not checked")
+    (copy / "harness" / "__pycache__" / f"__init__.{tag}.pyc").write_bytes(
+        b"the candidate's own: not checked"
+    )
     _check_copy(trusted, copy)  # unchanged outside the harness
     planted = copy / "suite" / "__pycache__" / f"scoring.{tag}.pyc"
     planted.write_bytes(planted.read_bytes() + b"\x00")

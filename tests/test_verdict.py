@@ -18,7 +18,7 @@ def _tail(result: pytest.RunResult) -> list[str]:
     """The lines after pytest's own last line (`=== 3 failed, 1 passed in 9.1s ===`)."""
     lines = [line for line in result.stdout.lines if line.strip()]
     last_counts = max(i for i, line in enumerate(lines) if " passed" in line and line.startswith("="))
-    return lines[last_counts + 1:]
+    return lines[last_counts + 1 :]
 
 
 @pytest.fixture
@@ -33,16 +33,25 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert result.ret == 0, result.stdout.str()
     tail = _tail(result)
     assert "ecdysis verdict" in tail[0]
-    assert tail[1].startswith("evolution finished: 1 of 1 round(s) accepted; train score 0.250 -> 0.750; "
-                              "held-out test split 0.250 -> 0.750 (1 trial(s) per task)")
-    assert tail[2].startswith("decided by: strict rule (score strictly rises") and "measured on the simulated" in tail[2]
+    assert tail[1].startswith(
+        "evolution finished: 1 of 1 round(s) accepted; train score 0.250 -> 0.750; "
+        "held-out test split 0.250 -> 0.750 (1 trial(s) per task)"
+    )
+    assert (
+        tail[2].startswith("decided by: strict rule (score strictly rises")
+        and "measured on the simulated" in tail[2]
+    )
     assert tail[3].startswith("branch ecdysis/run1 holds the accepted change(s); see them with: git diff ")
     assert "the 3 failed trial(s) listed above are the starting harness's trials" in "\n".join(tail)
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
     doc = json.loads(next(project.path.rglob("evolution.json")).read_text())
     assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution (issue 32)
-    result.stdout.fnmatch_lines([f"evolution wall-clock {doc['wall_s']:.1f} s, {doc['cpu_s']:.1f} CPU s (the "
-                                 "controller and every process it waited for); files in *"])
+    result.stdout.fnmatch_lines(
+        [
+            f"evolution wall-clock {doc['wall_s']:.1f} s, {doc['cpu_s']:.1f} CPU s (the "
+            "controller and every process it waited for); files in *"
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -52,21 +61,35 @@ def test_evolution_without_a_branch_says_why(project) -> None:
     assert result.ret == 0, result.stdout.str()
     text = "\n".join(_tail(result))
     assert "evolution finished: 0 of 2 round(s) accepted; train score 0.250 -> 0.250" in text
-    assert ("no branch was made: no round scored strictly higher than the harness it started from: round 1 "
-            "rejected") in text
+    assert (
+        "no branch was made: no round scored strictly higher than the harness it started from: round 1 "
+        "rejected"
+    ) in text
     assert "round 2 no spec (scripted: no spec)" in text
-    assert "group(s): no spec: scripted: no spec [" in result.stdout.str()  # the stage line: no nested parentheses
+    assert (
+        "group(s): no spec: scripted: no spec [" in result.stdout.str()
+    )  # the stage line: no nested parentheses
     assert _tail(result)[-1].startswith("exit status 0 (success)")
 
 
 @pytest.mark.usefixtures("env")
 def test_gate_ends_with_its_verdict_after_the_failed_trials(pytester: pytest.Pytester) -> None:
     save_baseline(pytester)
-    result = pytester.runpytest_subprocess("--ecdysis-harness", "harness", "-p", "no:cacheprovider",
-                                           "--ecdysis-trials", "2", "--ecdysis-gate", timeout=300)
+    result = pytester.runpytest_subprocess(
+        "--ecdysis-harness",
+        "harness",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-trials",
+        "2",
+        "--ecdysis-gate",
+        timeout=300,
+    )
     assert result.ret == 0
     tail = _tail(result)
-    assert "ecdysis verdict" in tail[0] and tail[1].startswith("gate PASSED: suite score 0.625 vs baseline 0.625")
+    assert "ecdysis verdict" in tail[0] and tail[1].startswith(
+        "gate PASSED: suite score 0.625 vs baseline 0.625"
+    )
     assert "the 3 failed trial(s) listed above are within what the baseline allows" in tail[2]
     assert tail[-1].startswith("exit status 0 (success)")
 
@@ -75,44 +98,84 @@ def test_verdict_lines_of_a_stopped_evolution_and_a_failed_gate(tmp_path) -> Non
     """Unit: an evolution stopped by an error says why and how to resume (when the loop had started); a
     failed gate gives its reasons and exit status 1."""
     (tmp_path / "evolution.json").write_text("{}")
-    lines = verdict_lines({"n_failures": 2}, evolve=True, gate=None, evolution=None,
-                          evolution_error="--ecdysis-evolve stopped: git failed", run_id="r1", run_path=tmp_path,
-                          exit_status=1)
+    lines = verdict_lines(
+        {"n_failures": 2},
+        evolve=True,
+        gate=None,
+        evolution=None,
+        evolution_error="--ecdysis-evolve stopped: git failed",
+        run_id="r1",
+        run_path=tmp_path,
+        exit_status=1,
+    )
     assert [text for text, _ in lines] == [
         "evolution stopped before it finished: git failed",  # not "nothing was made": rounds may be kept
         "what was done is kept: continue with --ecdysis-resume r1 (same options)",
-        f"exit status 1 (failure); files in {tmp_path} (read back with: ecdysis show {tmp_path})"]
-    assert evolution_lines(None, "x", "r1", resumable=False) == [("evolution stopped, nothing was made: x", "red")]
+        f"exit status 1 (failure); files in {tmp_path} (read back with: ecdysis show {tmp_path})",
+    ]
+    assert evolution_lines(None, "x", "r1", resumable=False) == [
+        ("evolution stopped, nothing was made: x", "red")
+    ]
     # a budget stop: the same options would stop at the same place, so the line asks for a higher budget
-    budget = evolution_lines(None, "--ecdysis-evolve stopped: budget reached before the round 2 validation", "r1",
-                             resumable=True)
+    budget = evolution_lines(
+        None, "--ecdysis-evolve stopped: budget reached before the round 2 validation", "r1", resumable=True
+    )
     assert budget[1] == ("what was done is kept: continue with --ecdysis-resume r1 and a higher budget", None)
     # interrupted (Ctrl-C, SIGTERM): no error and no result; it said "nothing was made: no evolution result"
     assert evolution_lines(None, None, "r1", resumable=True)[0] == (
-        "evolution interrupted before it finished: no verdict", "red")
-    gate = {"passed": False, "headline": "gate FAILED: suite score 0.5 vs baseline 0.6",
-            "reasons": ["suite score 0.500 is 0.100 below", "2 regressed"]}
-    lines = verdict_lines({"n_failures": 3}, evolve=False, gate=gate, evolution=None, evolution_error=None,
-                          run_id="r", run_path=None, exit_status=1)
-    assert lines == [(gate["headline"], "red"), ("  - suite score 0.500 is 0.100 below", None),
-                     ("  - 2 regressed", None), ("exit status 1 (failure)", None)]
+        "evolution interrupted before it finished: no verdict",
+        "red",
+    )
+    gate = {
+        "passed": False,
+        "headline": "gate FAILED: suite score 0.5 vs baseline 0.6",
+        "reasons": ["suite score 0.500 is 0.100 below", "2 regressed"],
+    }
+    lines = verdict_lines(
+        {"n_failures": 3},
+        evolve=False,
+        gate=gate,
+        evolution=None,
+        evolution_error=None,
+        run_id="r",
+        run_path=None,
+        exit_status=1,
+    )
+    assert lines == [
+        (gate["headline"], "red"),
+        ("  - suite score 0.500 is 0.100 below", None),
+        ("  - 2 regressed", None),
+        ("exit status 1 (failure)", None),
+    ]
 
 
 def test_the_no_branch_line_names_the_run_s_acceptance_rule() -> None:
     """Under --ecdysis-accept paired a round that rose but was not significant is not 'not strictly higher'."""
     from pytest_ecdysis.report.verdict import evolution_lines
 
-    row = {"round": 1, "accepted": False, "outcome": "rejected",
-           "reason": "suite score 0.600 -> 0.800; sign test (+1/-0): p=0.5: not significant at level 0.2"}
-    doc = {"rounds": [row], "start": {"score": 0.6}, "incumbent": {"score": 0.6}, "branch": None,
-           "accept": {"rule": "paired", "method": "sign", "level": 0.2}}
-    (line, _), = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
-    assert line.startswith("no branch was made: no round passed the paired sign test (an improvement significant "
-                           "at level 0.2): round 1 rejected (suite score 0.600 -> 0.800")
+    row = {
+        "round": 1,
+        "accepted": False,
+        "outcome": "rejected",
+        "reason": "suite score 0.600 -> 0.800; sign test (+1/-0): p=0.5: not significant at level 0.2",
+    }
+    doc = {
+        "rounds": [row],
+        "start": {"score": 0.6},
+        "incumbent": {"score": 0.6},
+        "branch": None,
+        "accept": {"rule": "paired", "method": "sign", "level": 0.2},
+    }
+    ((line, _),) = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
+    assert line.startswith(
+        "no branch was made: no round passed the paired sign test (an improvement significant "
+        "at level 0.2): round 1 rejected (suite score 0.600 -> 0.800"
+    )
     doc["accept"] = {"rule": "strict", "method": "sign", "level": 0.05}
-    (line, _), = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
-    assert line.startswith("no branch was made: no round scored strictly higher than the harness it started from")
-
+    ((line, _),) = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
+    assert line.startswith(
+        "no branch was made: no round scored strictly higher than the harness it started from"
+    )
 
 
 def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) -> None:
@@ -125,13 +188,34 @@ def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) 
     from pytest_ecdysis.report.evolution import caveats
     from pytest_ecdysis.report.pr_body import render_pr_body
 
-    row = {"round": 1, "accepted": True, "outcome": "accepted", "score_before": 0.2, "score_after": 0.4,
-           "incumbent_run": {"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4},
-           "decision": {"rule": "strict", "method": "sign", "p_value": 0.5, "level": 0.05, "wins": 1, "losses": 0}}
-    doc = {"rounds": [row], "start": {"score": 0.4}, "incumbent": {"score": 0.4}, "branch": "ecdysis/r1",
-           "diff_command": "git diff a ecdysis/r1", "accept": {"rule": "strict", "method": "sign", "level": 0.05},
-           "validity": {"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1}}
-    said = [text for text, colour in evolution_lines(doc, None, "r1") if text.startswith("read before merging")]
+    row = {
+        "round": 1,
+        "accepted": True,
+        "outcome": "accepted",
+        "score_before": 0.2,
+        "score_after": 0.4,
+        "incumbent_run": {"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4},
+        "decision": {
+            "rule": "strict",
+            "method": "sign",
+            "p_value": 0.5,
+            "level": 0.05,
+            "wins": 1,
+            "losses": 0,
+        },
+    }
+    doc = {
+        "rounds": [row],
+        "start": {"score": 0.4},
+        "incumbent": {"score": 0.4},
+        "branch": "ecdysis/r1",
+        "diff_command": "git diff a ecdysis/r1",
+        "accept": {"rule": "strict", "method": "sign", "level": 0.05},
+        "validity": {"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1},
+    }
+    said = [
+        text for text, colour in evolution_lines(doc, None, "r1") if text.startswith("read before merging")
+    ]
     assert said == [
         "read before merging: round 1 was decided on 0.200 -> 0.400: the candidate against the incumbent re-run "
         "beside it (that incumbent's earlier run scored 0.400)",
@@ -139,12 +223,18 @@ def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) 
         "gives p=0.5 (+1/-0 tasks): a rise this size is often run-to-run noise; --ecdysis-accept paired accepts "
         "only a significant one",
         "read before merging: the simulated model's ground truth attributes 1 of 1 accepted edit(s) to no quirk "
-        "the edit cured (noise between the runs compared), 0 to systematic fixes"]
+        "the edit cured (noise between the runs compared), 0 to systematic fixes",
+    ]
     (tmp_path / "evolution.json").write_text(json.dumps(doc))
     body = render_pr_body(tmp_path)
     assert "### Read before merging" in body and body.count("\n- round 1 was") == 2
-    quiet = {**doc, "validity": {"noise": 0}, "rounds": [{**row, "incumbent_run": {"rescored": False},
-                                                          "decision": {**row["decision"], "p_value": 0.01}}]}
+    quiet = {
+        **doc,
+        "validity": {"noise": 0},
+        "rounds": [
+            {**row, "incumbent_run": {"rescored": False}, "decision": {**row["decision"], "p_value": 0.01}}
+        ],
+    }
     assert caveats(quiet) == []
 
 
@@ -158,11 +248,31 @@ def test_every_table_of_the_pr_body_has_as_many_cells_per_row_as_its_header(tmp_
     from pytest_ecdysis.report.pr_body import render_pr_body
 
     hat = {str(k): 0.5 for k in range(1, trials + 1)}
-    side = {"suite_score": 0.5, "pass_hat_k": hat, "tokens_per_task": 120} if trials else {"suite_score": None}
-    row = {"round": 1, "accepted": True, "outcome": "accepted", "score_before": 0.2, "score_after": 0.4,
-           "decision": {"rule": "strict", "method": "sign", "p_value": 0.5, "level": 0.05, "wins": 1, "losses": 0}}
-    doc = {"rounds": [row], "start": {"score": 0.2}, "incumbent": {"score": 0.4}, "branch": "ecdysis/r1",
-           "test": {"trials": trials, "start": side, "frozen": side}}
+    side = (
+        {"suite_score": 0.5, "pass_hat_k": hat, "tokens_per_task": 120} if trials else {"suite_score": None}
+    )
+    row = {
+        "round": 1,
+        "accepted": True,
+        "outcome": "accepted",
+        "score_before": 0.2,
+        "score_after": 0.4,
+        "decision": {
+            "rule": "strict",
+            "method": "sign",
+            "p_value": 0.5,
+            "level": 0.05,
+            "wins": 1,
+            "losses": 0,
+        },
+    }
+    doc = {
+        "rounds": [row],
+        "start": {"score": 0.2},
+        "incumbent": {"score": 0.4},
+        "branch": "ecdysis/r1",
+        "test": {"trials": trials, "start": side, "frozen": side},
+    }
     (tmp_path / "evolution.json").write_text(json.dumps(doc))
     body = render_pr_body(tmp_path)
     tables, current = [], []

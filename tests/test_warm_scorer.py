@@ -56,8 +56,11 @@ def test_rewards_equal_with_and_without_the_server(server: subprocess.Popen) -> 
     """Gold replays (reward 1) and replays missing their last write (reward 0), scored through the server
     by two successive clients (the second reuses the gold hashes the first's scorer sent back) and by a
     worker's own scorer process: same rewards, components and checks."""
-    cases = [(d, t, sim) for d, t in (("airline", "1"), ("retail", "0"), ("airline", "14"))
-             for sim in (_without_last_write(gold_simulation(d, t)), gold_simulation(d, t))]
+    cases = [
+        (d, t, sim)
+        for d, t in (("airline", "1"), ("retail", "0"), ("airline", "14"))
+        for sim in (_without_last_write(gold_simulation(d, t)), gold_simulation(d, t))
+    ]
     results = {}
     for name in ("warm 1", "warm 2", "own"):
         client = scorer_client.ScorerClient()
@@ -65,18 +68,27 @@ def test_rewards_equal_with_and_without_the_server(server: subprocess.Popen) -> 
             os.environ.pop(warm.ENV_DIR)
         try:
             results[name] = [client.score(d, t, json.dumps(sim)) for d, t, sim in cases]
-            assert (client.conn is not None) == name.startswith("warm") and (client.proc is None) == (name != "own")
+            assert (client.conn is not None) == name.startswith("warm") and (client.proc is None) == (
+                name != "own"
+            )
         finally:
             client.close()
     assert results["warm 1"] == results["warm 2"] == results["own"]
-    assert [r["reward"] for r in results["own"]][1::2] == [1.0] * 3 and 0.0 in [r["reward"] for r in results["own"]]
+    assert [r["reward"] for r in results["own"]][1::2] == [1.0] * 3 and 0.0 in [
+        r["reward"] for r in results["own"]
+    ]
     lines = _log(server)
     assert sum(" connection " in line for line in lines) == 2, lines
-    assert {line.split(" ", 2)[2] for line in lines if " gold " in line} == {"airline 1", "retail 0", "airline 14"}
+    assert {line.split(" ", 2)[2] for line in lines if " gold " in line} == {
+        "airline 1",
+        "retail 0",
+        "airline 14",
+    }
 
 
 def test_a_server_that_is_gone_falls_back_once_with_the_right_reward(
-        server: subprocess.Popen, capfd: pytest.CaptureFixture[str]) -> None:
+    server: subprocess.Popen, capfd: pytest.CaptureFixture[str]
+) -> None:
     """The server's scorer killed between two requests, then the server itself: the client scores on its
     own process, says so once on stderr, and the rewards stay right."""
     sim = json.dumps(gold_simulation("airline", "1"))
@@ -109,7 +121,9 @@ def test_the_server_exits_with_its_controller_and_removes_its_directory(server: 
     client.close()
 
 
-def test_no_server_without_the_sandbox_and_none_inherited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_server_without_the_sandbox_and_none_inherited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`validate.warm.prepare`: off drops an inherited directory and starts nothing; an inherited directory
     not marked a sub-run's is dropped and a new one made (its socket bound before export); a sub-run's is
     kept; `sandbox off` at the controller exports nothing."""
@@ -118,8 +132,15 @@ def test_no_server_without_the_sandbox_and_none_inherited(tmp_path: Path, monkey
     from pytest_ecdysis.run.controller import prepare_sandbox
     from pytest_ecdysis.validate import limits
 
-    for name in (sandbox.ENV_ON, sandbox.ENV_WHY, sandbox.ENV_HIDE, limits.ENV_MEMORY, limits.ENV_CPU,
-                 "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE"):
+    for name in (
+        sandbox.ENV_ON,
+        sandbox.ENV_WHY,
+        sandbox.ENV_HIDE,
+        limits.ENV_MEMORY,
+        limits.ENV_CPU,
+        "ECDYSIS_TRUSTED_PYCACHE",
+        "ECDYSIS_TRUSTED_PYCACHE_WRITE",
+    ):
         monkeypatch.setenv(name, "")
     outer = tmp_path / "outer"
     outer.mkdir()
@@ -154,20 +175,27 @@ def test_a_harness_process_cannot_reach_the_socket(tmp_path: Path, monkeypatch: 
     listener.bind(str(directory / "scorer.sock"))
     listener.listen(1)
     monkeypatch.setenv(sandbox.ENV_HIDE, str(directory))
-    probe = ("import socket,sys; s=socket.socket(socket.AF_UNIX)\n"
-             f"try: s.connect({str(directory / 'scorer.sock')!r}); print('connected')\n"
-             "except OSError as e: print('refused', e)")
+    probe = (
+        "import socket,sys; s=socket.socket(socket.AF_UNIX)\n"
+        f"try: s.connect({str(directory / 'scorer.sock')!r}); print('connected')\n"
+        "except OSError as e: print('refused', e)"
+    )
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    done = subprocess.run(sandbox.wrap_command([sys.executable, "-c", probe], visible=[], scratch=scratch, force=True),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        sandbox.wrap_command([sys.executable, "-c", probe], visible=[], scratch=scratch, force=True),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     listener.close()
     assert done.stdout.startswith("refused"), (done.stdout, done.stderr)
 
 
 @pytest.mark.parametrize("writable_tmp", [False, True], ids=["default", "tmp-writable"])
-def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            writable_tmp: bool) -> None:
+def test_the_editor_cannot_reach_the_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writable_tmp: bool
+) -> None:
     """The controller lists its warm directory in `ECDYSIS_SANDBOX_HIDE`, which the editor's sandbox covers
     (`edit.contain.editor_sandbox`): an editor cannot connect to the scorer server, also when the user made
     the whole temporary directory writable to it (`--ecdysis-editor-writable /tmp`)."""
@@ -178,8 +206,17 @@ def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.
     from pytest_ecdysis.run.controller import prepare_sandbox
     from pytest_ecdysis.validate import limits
 
-    for name in (sandbox.ENV_ON, sandbox.ENV_WHY, sandbox.ENV_HIDE, limits.ENV_MEMORY, limits.ENV_CPU,
-                 "ECDYSIS_TRUSTED_PYCACHE", "ECDYSIS_TRUSTED_PYCACHE_WRITE", warm.ENV_DIR, warm.ENV_SUBRUN):
+    for name in (
+        sandbox.ENV_ON,
+        sandbox.ENV_WHY,
+        sandbox.ENV_HIDE,
+        limits.ENV_MEMORY,
+        limits.ENV_CPU,
+        "ECDYSIS_TRUSTED_PYCACHE",
+        "ECDYSIS_TRUSTED_PYCACHE_WRITE",
+        warm.ENV_DIR,
+        warm.ENV_SUBRUN,
+    ):
         monkeypatch.setenv(name, "")
     cfg = SimpleNamespace(sandbox="on", agent_memory_mb=512, agent_cpu_s=30, run_dir=tmp_path / "runs")
     try:
@@ -189,13 +226,19 @@ def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.
         worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
         worktree.mkdir()
         scratch.mkdir()
-        probe = ("import socket; s=socket.socket(socket.AF_UNIX)\n"
-                 f"try: s.connect({str(directory / scorer_client.SOCKET_NAME)!r}); print('connected')\n"
-                 "except OSError as e: print('refused', e)")
+        probe = (
+            "import socket; s=socket.socket(socket.AF_UNIX)\n"
+            f"try: s.connect({str(directory / scorer_client.SOCKET_NAME)!r}); print('connected')\n"
+            "except OSError as e: print('refused', e)"
+        )
         outside = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
         writable = (tempfile.gettempdir(),) if writable_tmp else ()
-        done = subprocess.run([*editor_sandbox(worktree, scratch, writable), sys.executable, "-c", probe],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [*editor_sandbox(worktree, scratch, writable), sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         warm.stop()
     assert outside.stdout.startswith("connected"), outside  # the probe itself can tell
@@ -204,17 +247,46 @@ def test_the_editor_cannot_reach_the_socket(tmp_path: Path, monkeypatch: pytest.
 
 def _suite_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ECDYSIS_", "PYTEST_"))}
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", ECDYSIS_SIM_NONCE="tests", ECDYSIS_FULL_ORACLE="0",
-               ECDYSIS_SCORER_SERVER_LOG=str(tmp_path / "server.log"), **extra)
+    env.update(
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        ECDYSIS_SIM_NONCE="tests",
+        ECDYSIS_FULL_ORACLE="0",
+        ECDYSIS_SCORER_SERVER_LOG=str(tmp_path / "server.log"),
+        **extra,
+    )
     return env
 
 
 def _run_suite(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "pytest_ecdysis_tau2.test_airline", "-q", "-n", "2",
-         "-p", "no:cacheprovider", "--ecdysis-model", "sim", "--ecdysis-harness", "example_harness",
-         "--ecdysis-tasks", "0,1", "--ecdysis-sandbox", "on", "--ecdysis-run-dir", str(tmp_path / "runs")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "pytest_ecdysis_tau2.test_airline",
+            "-q",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            "--ecdysis-model",
+            "sim",
+            "--ecdysis-harness",
+            "example_harness",
+            "--ecdysis-tasks",
+            "0,1",
+            "--ecdysis-sandbox",
+            "on",
+            "--ecdysis-run-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _trials(tmp_path: Path) -> list[dict]:
@@ -223,8 +295,9 @@ def _trials(tmp_path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_session_and_a_sub_run_score_through_one_warm_server(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_session_and_a_sub_run_score_through_one_warm_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real `pytest -n 2` of two airline tasks (simulated model, sandbox on): its controller's server
     serves both workers (one connection each, no scorer process of their own); a session given that
     directory as a sub-run's (`ECDYSIS_WARM_SUBRUN=1`) uses the same server: its workers' connections
@@ -257,8 +330,9 @@ def test_a_session_and_a_sub_run_score_through_one_warm_server(tmp_path: Path,
     assert not directory.exists()
 
 
-def test_a_nested_session_does_not_use_the_outer_server(pytester: pytest.Pytester,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_nested_session_does_not_use_the_outer_server(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pytest session started inside another session's process tree (its `ECDYSIS_SESSION_PID` is the
     outer controller's) drops the outer warm directory, even one marked a sub-run's, and makes its own."""
     need_bwrap()
@@ -267,17 +341,21 @@ def test_a_nested_session_does_not_use_the_outer_server(pytester: pytest.Pyteste
     monkeypatch.setenv("ECDYSIS_SESSION_PID", "1")
     monkeypatch.setenv(warm.ENV_DIR, str(outer))
     monkeypatch.setenv(warm.ENV_SUBRUN, "1")
-    pytester.makepyfile(test_inner="import os\ndef test_dir():\n    print('WARM=' + os.environ.get('ECDYSIS_WARM_DIR', ''))\n")
-    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider", "--ecdysis-sandbox", "on",
-                                           "--ecdysis-harness", "example_harness")
+    pytester.makepyfile(
+        test_inner="import os\ndef test_dir():\n    print('WARM=' + os.environ.get('ECDYSIS_WARM_DIR', ''))\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "-s", "-p", "no:cacheprovider", "--ecdysis-sandbox", "on", "--ecdysis-harness", "example_harness"
+    )
     said = [line for line in result.outlines if line.startswith("WARM=") or "WARM=" in line]
     assert said and str(outer) not in said[0] and "ecdysis-warm-" in said[0], result.outlines[-20:]
     time.sleep(0.2)
     assert not Path(said[0].split("WARM=", 1)[1].strip(". ")).exists()  # removed at the inner session's exit
 
 
-def test_the_server_writes_no_bytecode_after_the_evolution_froze_it(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_server_writes_no_bytecode_after_the_evolution_froze_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The evolution checks the session's bytecode cache against its state at the loop's start
     (`TrustedRuns.check_integrity`): a server told `freeze` before its first connection (a resumed
     evolution's, say) imports τ² without writing a file there; one not told fills it, as the scorers did."""

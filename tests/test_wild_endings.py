@@ -34,20 +34,34 @@ def run_over(server: SlowEndpoint, task_id: str = "3", budget_s: float = 120.0, 
     from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
     settings = EndpointSettings(call_timeout_s=60.0, max_retries=1, trial_budget_s=budget_s, backoff_s=0.01)
-    spec = TrialSpec(domain="airline", task_id=task_id, trial=0, run_id="wild", model="scripted",
-                     user_model="scripted", harness_dir=harness, harness_id=harness_id(harness),
-                     base_url=server.url)
+    spec = TrialSpec(
+        domain="airline",
+        task_id=task_id,
+        trial=0,
+        run_id="wild",
+        model="scripted",
+        user_model="scripted",
+        harness_dir=harness,
+        harness_id=harness_id(harness),
+        base_url=server.url,
+    )
     return run_trial(spec, settings)
 
 
 def sse(message: dict) -> bytes:
     """One chat-completion chunk as a server-sent event stream, then [DONE] (Ollama 9092 shape)."""
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-             "choices": [{"index": 0, "delta": {"role": "assistant", **message}, "finish_reason": "stop"}]}
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", **message}, "finish_reason": "stop"}],
+    }
     return f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
 
 
 # -- 4: an event stream nobody asked for ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("content_type", ["text/event-stream", "text/event-stream; charset=utf-8"])
 def test_an_event_stream_nobody_asked_for_is_unusable_unless_streaming_was_asked(content_type):
@@ -56,7 +70,9 @@ def test_an_event_stream_nobody_asked_for_is_unusable_unless_streaming_was_asked
 
     body = sse({"content": "hi"})
     said = completion_problem("/v1/chat/completions", content_type, body)
-    assert said is not None and said.startswith("an event stream though the request did not ask for streaming")
+    assert said is not None and said.startswith(
+        "an event stream though the request did not ask for streaming"
+    )
     assert repr(body.decode()[:200]) in said and content_type in said
     assert completion_problem("/v1/chat/completions", content_type, body, streamed=True) is None
     assert asked_to_stream(b'{"model": "m", "stream": true}') and not asked_to_stream(b'{"stream": false}')
@@ -74,7 +90,9 @@ def test_an_unasked_event_stream_ends_a_trial_as_an_infrastructure_error(role, w
     with SlowEndpoint(**{role: ("raw", body, "text/event-stream"), other: ("ok", HELLO)}) as server:
         result = run_over(server)
     assert result.termination_reason == "infrastructure_error", result.error
-    assert f"the {role} call to {server.url}/chat/completions got HTTP 200 with an event stream" in result.error
+    assert (
+        f"the {role} call to {server.url}/chat/completions got HTTP 200 with an event stream" in result.error
+    )
     assert repr(body.decode()[:200]) in result.error
     tri = triage([result], 1.0)
     assert tri.records == [] and tri.infra_errors == [result]
@@ -82,8 +100,15 @@ def test_an_unasked_event_stream_ends_a_trial_as_an_infrastructure_error(role, w
 
 # -- 5: a request the harness malformed ------------------------------------------------------------
 
-STRICT_400 = json.dumps({"error": {"message": "function_call: Input should be a valid dictionary (got null)",
-                                   "type": "invalid_request_error", "code": 400}}).encode()
+STRICT_400 = json.dumps(
+    {
+        "error": {
+            "message": "function_call: Input should be a valid dictionary (got null)",
+            "type": "invalid_request_error",
+            "code": 400,
+        }
+    }
+).encode()
 
 
 @pytest.mark.parametrize("status", [400, 413, 422])
@@ -95,19 +120,36 @@ def test_a_4xx_the_agents_request_caused_is_the_harness_failure(status, warm_tau
     with SlowEndpoint(agent=("status", status, STRICT_400, "application/json"), user=("ok", HELLO)) as server:
         result = run_over(server)
     assert result.termination_reason == "agent_error", result.error
-    assert f"HTTP {status}" in result.error and "function_call: Input should be a valid dictionary" in result.error
+    assert (
+        f"HTTP {status}" in result.error
+        and "function_call: Input should be a valid dictionary" in result.error
+    )
     assert result.reward == 0.0 and not result.is_infra_error
     tri = triage([result], 1.0)
     assert len(tri.records) == 1 and tri.records[0].is_evidence() and tri.infra_errors == []
 
 
-UNKNOWN_MODEL_400 = json.dumps({"error": {"message": "Invalid model name passed in model=gpt-5-mini",
-                                          "type": "invalid_request_error", "code": "400"}}).encode()
+UNKNOWN_MODEL_400 = json.dumps(
+    {
+        "error": {
+            "message": "Invalid model name passed in model=gpt-5-mini",
+            "type": "invalid_request_error",
+            "code": "400",
+        }
+    }
+).encode()
 
 
-@pytest.mark.parametrize(("role", "status", "body"), [("agent", 401, STRICT_400), ("agent", 404, STRICT_400),
-                                                      ("agent", 429, STRICT_400), ("user", 400, STRICT_400),
-                                                      ("agent", 400, UNKNOWN_MODEL_400)])
+@pytest.mark.parametrize(
+    ("role", "status", "body"),
+    [
+        ("agent", 401, STRICT_400),
+        ("agent", 404, STRICT_400),
+        ("agent", 429, STRICT_400),
+        ("user", 400, STRICT_400),
+        ("agent", 400, UNKNOWN_MODEL_400),
+    ],
+)
 def test_a_4xx_of_auth_routing_rate_or_the_user_simulator_stays_infrastructure(role, status, body, warm_tau2):
     """Auth, not-found (also a 400 naming the model, as LiteLLM sends) and rate limits are the endpoint's
     or the account's business, and the user simulator's request is the suite's own: those stay
@@ -126,11 +168,21 @@ RESERVATION, PAYMENT = "4WQ150", "gift_card_3576581"  # airline: 5 bags, 0 non-f
 
 def one_call_then_done(name: str, arguments: dict):
     """Agent replies: the tool call `name(arguments)` (arguments sent as given), then a closing text."""
+
     def reply(body: dict) -> dict:
         if any(m.get("role") == "tool" for m in body.get("messages", [])):
             return {"content": "All done. Anything else?"}
-        return {"content": None, "tool_calls": [{"id": "call_1", "type": "function",
-                                                 "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+        return {
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ],
+        }
+
     return reply
 
 
@@ -139,10 +191,15 @@ def user_stops_second_turn(body: dict) -> dict:
     return HELLO if not said else {"content": "Thanks, that is all. ###STOP###"}
 
 
-@pytest.mark.parametrize("name", ["get_reservation_details<|channel|>commentary",
-                                  "functions.get_reservation_details",
-                                  "<|start|>assistant<|channel|>commentary to=functions.get_reservation_details",
-                                  "get_reservation_details</tool_call>"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "get_reservation_details<|channel|>commentary",
+        "functions.get_reservation_details",
+        "<|start|>assistant<|channel|>commentary to=functions.get_reservation_details",
+        "get_reservation_details</tool_call>",
+    ],
+)
 def test_a_known_tool_name_with_template_markup_is_repaired_with_a_note(name, warm_tau2):
     """A tool name that is a known tool plus chat-template markup (vLLM 32587) reaches τ² as the tool,
     with a `tool_name_repaired` endpoint note; the tool answers (no "tool not found"), the record is no
@@ -173,7 +230,12 @@ def test_template_markup_that_names_no_known_tool_is_an_endpoint_problem(warm_ta
 def test_integers_sent_as_strings_are_coerced_to_the_tool_schema_with_a_note(warm_tau2):
     """`"total_baggages": "6"` (Ollama 7843) is executed as 6: the tool succeeds, the trajectory holds the
     integer (so τ²'s scorer replays the same call), and an `arguments_coerced` note names each argument."""
-    args = {"reservation_id": RESERVATION, "total_baggages": "6", "nonfree_baggages": "1", "payment_id": PAYMENT}
+    args = {
+        "reservation_id": RESERVATION,
+        "total_baggages": "6",
+        "nonfree_baggages": "1",
+        "payment_id": PAYMENT,
+    }
     agent = one_call_then_done("update_reservation_baggages", args)
     with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
         result = run_over(server)
@@ -186,24 +248,36 @@ def test_integers_sent_as_strings_are_coerced_to_the_tool_schema_with_a_note(war
     assert not result.endpoint_problem
 
 
-@pytest.mark.parametrize(("argument", "value", "wanted"), [("total_baggages", "six", "an integer"),
-                                                         ("payment_id", ["x"], "a string")])
-def test_an_argument_that_cannot_take_the_schema_type_is_refused_naming_it(argument, value, wanted, warm_tau2):
+@pytest.mark.parametrize(
+    ("argument", "value", "wanted"),
+    [("total_baggages", "six", "an integer"), ("payment_id", ["x"], "a string")],
+)
+def test_an_argument_that_cannot_take_the_schema_type_is_refused_naming_it(
+    argument, value, wanted, warm_tau2
+):
     """A value no unambiguous coercion fits is refused before the tool runs: the tool's error names the
     argument and the type wanted (not Python's `unsupported operand`), and τ²'s scorer, which replays the
     call on an environment guarded alike, scores the trial."""
-    args = {"reservation_id": RESERVATION, "total_baggages": 6, "nonfree_baggages": 1, "payment_id": PAYMENT,
-            argument: value}
+    args = {
+        "reservation_id": RESERVATION,
+        "total_baggages": 6,
+        "nonfree_baggages": 1,
+        "payment_id": PAYMENT,
+        argument: value,
+    }
     agent = one_call_then_done("update_reservation_baggages", args)
     with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
         result = run_over(server)
     assert result.termination_reason == "user_stop" and result.reward is not None, result.error
     call = result.tool_calls[0]
-    assert call.error and f"argument '{argument}' of update_reservation_baggages must be {wanted}" in call.result
+    assert (
+        call.error and f"argument '{argument}' of update_reservation_baggages must be {wanted}" in call.result
+    )
     assert "unsupported operand" not in call.result
 
 
 # -- 3: the user simulator's own abort ----------------------------------------------------------------
+
 
 def test_the_user_simulators_out_of_scope_abort_is_flagged_kept_out_and_listed(warm_tau2):
     """The user's turn ends `###OUT-OF-SCOPE###` (tau2-bench 517): scored as τ² scores it, flagged
@@ -232,7 +306,9 @@ def test_the_user_simulators_out_of_scope_abort_is_flagged_kept_out_and_listed(w
     assert all("t0" not in key for g in group(tri.records) for key in g.records)
     summary, _, _ = aggregate([aborted, stopped], threshold=1.0, trials_per_task=2, model="m", prices={})
     assert summary["user_aborts"] == ["tau2-airline/3/t0"] and summary["kept_out"] == {"user_abort": 1}
-    assert any("user simulator aborts" in line and "tau2-airline/3/t0" in line for line in summary_lines(summary, []))
+    assert any(
+        "user simulator aborts" in line and "tau2-airline/3/t0" in line for line in summary_lines(summary, [])
+    )
 
 
 def test_a_harness_tool_the_request_offered_is_repaired_but_not_coerced():
@@ -240,14 +316,22 @@ def test_a_harness_tool_the_request_offered_is_repaired_but_not_coerced():
     too; arguments are coerced only against τ²'s tools."""
     from pytest_ecdysis_tau2.tasks.tool_calls import fix_calls
 
-    message = {"tool_calls": [{"id": "1", "type": "function",
-                               "function": {"name": "think<|channel|>analysis", "arguments": '{"n": "2"}'}}]}
+    message = {
+        "tool_calls": [
+            {
+                "id": "1",
+                "type": "function",
+                "function": {"name": "think<|channel|>analysis", "arguments": '{"n": "2"}'},
+            }
+        ]
+    }
     changed, notes = fix_calls(message, {}, {"think"})
     assert changed and message["tool_calls"][0]["function"] == {"name": "think", "arguments": '{"n": "2"}'}
     assert [kind for kind, _ in notes] == ["tool_name_repaired"]
 
 
 # -- 6: the same failure under every configuration, with real trials -----------------------------------
+
 
 def test_real_trials_of_two_harnesses_failing_a_task_alike_make_it_suspect(warm_tau2):
     """Airline task 3 under the example and the direct harness, the model answering the same useless text:
@@ -259,8 +343,10 @@ def test_real_trials_of_two_harnesses_failing_a_task_alike_make_it_suspect(warm_
 
     runs = []
     for harness in (EXAMPLE_HARNESS, DIRECT_HARNESS):
-        with SlowEndpoint(agent=("ok", {"content": "I am sorry, I cannot look that up."}),
-                          user=("ok", user_stops_second_turn)) as server:
+        with SlowEndpoint(
+            agent=("ok", {"content": "I am sorry, I cannot look that up."}),
+            user=("ok", user_stops_second_turn),
+        ) as server:
             runs.append([run_over(server, harness=harness)])
     assert runs[0][0].harness_id != runs[1][0].harness_id
     assert all(r[0].termination_reason == "user_stop" and r[0].reward == 0.0 for r in runs), runs

@@ -13,11 +13,25 @@ from pytest_ecdysis.core.records import TrialResult
 from pytest_ecdysis.evidence.suspects import identical_failures, suspect_across
 
 
-def trial(task: str, k: int, reward: float, harness: str, reason: str = "user_stop", db: float = 0.0,
-          model: str = "m") -> TrialResult:
-    return TrialResult(suite="s", task_id=task, trial=k, reward=reward, termination_reason=reason,
-                       components={"db": db if reward < 1 else 1.0, "communicate": 1.0}, harness_id=harness,
-                       model=model)
+def trial(
+    task: str,
+    k: int,
+    reward: float,
+    harness: str,
+    reason: str = "user_stop",
+    db: float = 0.0,
+    model: str = "m",
+) -> TrialResult:
+    return TrialResult(
+        suite="s",
+        task_id=task,
+        trial=k,
+        reward=reward,
+        termination_reason=reason,
+        components={"db": db if reward < 1 else 1.0, "communicate": 1.0},
+        harness_id=harness,
+        model=model,
+    )
 
 
 def test_identical_failures_under_two_configurations_make_a_task_suspect_with_the_reason():
@@ -25,28 +39,44 @@ def test_identical_failures_under_two_configurations_make_a_task_suspect_with_th
     b = [trial("1", 0, 0.0, "h@b"), trial("2", 0, 0.0, "h@b", reason="max_steps")]
     found = suspect_across([a, b], 1.0)
     assert list(found) == ["s/1"]  # task 2 failed differently under the two harnesses
-    assert "under 2 configurations (3 trials; harness h@a, h@b; model m): user_stop, failed components db" in found["s/1"]
+    assert (
+        "under 2 configurations (3 trials; harness h@a, h@b; model m): user_stop, failed components db"
+        in found["s/1"]
+    )
 
 
-@pytest.mark.parametrize("case", ["one_pass_clears", "one_configuration", "infra_only_elsewhere", "other_model"])
+@pytest.mark.parametrize(
+    "case", ["one_pass_clears", "one_configuration", "infra_only_elsewhere", "other_model"]
+)
 def test_what_does_not_make_a_task_suspect(case):
     a = [trial("1", 0, 0.0, "h@a"), trial("1", 1, 0.0, "h@a")]
-    other = {"one_pass_clears": [trial("1", 0, 0.0, "h@b"), trial("1", 1, 1.0, "h@b")],
-             "one_configuration": [trial("1", 2, 0.0, "h@a")],
-             "infra_only_elsewhere": [TrialResult(suite="s", task_id="1", trial=0, harness_id="h@b",
-                                                  termination_reason="infrastructure_error")],
-             "other_model": [trial("1", 0, 0.0, "h@a", model="m2")]}[case]
+    other = {
+        "one_pass_clears": [trial("1", 0, 0.0, "h@b"), trial("1", 1, 1.0, "h@b")],
+        "one_configuration": [trial("1", 2, 0.0, "h@a")],
+        "infra_only_elsewhere": [
+            TrialResult(
+                suite="s", task_id="1", trial=0, harness_id="h@b", termination_reason="infrastructure_error"
+            )
+        ],
+        "other_model": [trial("1", 0, 0.0, "h@a", model="m2")],
+    }[case]
     found = suspect_across([a, other], 1.0)
     assert (found != {}) == (case == "other_model")  # another model is another configuration too
 
 
 def test_identical_failures_of_one_run_are_the_baselines_signature():
-    trials = [trial("1", 0, 0.0, "h"), trial("1", 1, 0.0, "h"), trial("2", 0, 0.0, "h"), trial("2", 1, 1.0, "h")]
+    trials = [
+        trial("1", 0, 0.0, "h"),
+        trial("1", 1, 0.0, "h"),
+        trial("2", 0, 0.0, "h"),
+        trial("2", 1, 1.0, "h"),
+    ]
     assert identical_failures(trials, 1.0) == {"s/1": "user_stop|db"}
 
 
 def test_a_gate_run_failing_a_task_as_the_baseline_of_another_harness_did_marks_it_suspect(
-        pytester: pytest.Pytester, env: None) -> None:  # noqa: F811
+    pytester: pytest.Pytester, env: None
+) -> None:  # noqa: F811
     """Baseline with harness A: task 3 fails every trial (db). This run, harness B: the same. summary.json
     lists 3 in `suspect_tasks` with the reason in `suspect_reasons`, its records are kept out
     (`kept_out: suspect_task`) and in no group; task 2, which B fails once but A passed, stays evidence."""
@@ -92,7 +122,9 @@ def test_evolution_keeps_tasks_failing_alike_in_the_incumbents_and_candidates_ru
     write(tmp_path, incumbent)
     write(tmp_path / "rounds" / "1" / "validation", [trial("1", 0, 0.0, "h@b"), trial("2", 0, 1.0, "h@b")])
     said = []
-    ev = SimpleNamespace(dir=tmp_path, cfg=SimpleNamespace(threshold=1.0), say=lambda text, n: said.append(text))
+    ev = SimpleNamespace(
+        dir=tmp_path, cfg=SimpleNamespace(threshold=1.0), say=lambda text, n: said.append(text)
+    )
     records = triage(incumbent, 1.0).records
     records, groups = _without_suspects(ev, 2, records, group(records), tmp_path)
     assert {r.task_id: r.kept_out for r in records} == {"1": "suspect_task", "2": None}
@@ -111,9 +143,13 @@ def test_evolution_keeps_suspects_when_nothing_else_is_left(tmp_path):
     incumbent = [trial("1", 0, 0.0, "h@a")]
     (tmp_path / "rounds" / "1" / "v").mkdir(parents=True)
     (tmp_path / "trials.jsonl").write_text(incumbent[0].model_dump_json() + "\n")
-    (tmp_path / "rounds" / "1" / "v" / "trials.jsonl").write_text(trial("1", 0, 0.0, "h@b").model_dump_json() + "\n")
+    (tmp_path / "rounds" / "1" / "v" / "trials.jsonl").write_text(
+        trial("1", 0, 0.0, "h@b").model_dump_json() + "\n"
+    )
     said = []
-    ev = SimpleNamespace(dir=tmp_path, cfg=SimpleNamespace(threshold=1.0), say=lambda text, n: said.append(text))
+    ev = SimpleNamespace(
+        dir=tmp_path, cfg=SimpleNamespace(threshold=1.0), say=lambda text, n: said.append(text)
+    )
     records = triage(incumbent, 1.0).records
     out, groups = _without_suspects(ev, 2, records, group(records), tmp_path)
     assert [r.kept_out for r in out] == [None] and groups

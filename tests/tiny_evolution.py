@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-SUITE = '''
+SUITE = """
 import os
 
 import pytest
@@ -36,7 +36,7 @@ def test_task(request, task_id):
         components={"db": reward}, harness_id=state.harness_id,
         tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
     assert reward >= 1.0
-'''
+"""
 
 HARNESS = '''"""A tiny harness: the suite solves task i when LEVEL > i."""
 
@@ -48,7 +48,7 @@ def build_agent(**kwargs):
 '''
 
 #: The head of every scripted diagnosis: imports, and `HERE` (the project's directory).
-DIAGNOSIS_HEAD = '''
+DIAGNOSIS_HEAD = """
 import json, sys, types
 from pathlib import Path
 from types import SimpleNamespace
@@ -58,17 +58,17 @@ import pytest_ecdysis.diagnose  # the package, so its `round` attribute can be r
 from pytest_ecdysis.core.records import ModificationSpec, SpecChange
 
 HERE = Path(__file__).parent
-'''
+"""
 
 #: The tail of every scripted diagnosis: its `diagnose` replaces `pytest_ecdysis.diagnose.round` (the
 #: package imported first, as DESIGN's house rules ask of a conftest that fakes it).
-DIAGNOSIS_TAIL = '''
+DIAGNOSIS_TAIL = """
 module = types.ModuleType("pytest_ecdysis.diagnose.round")
 module.diagnose = diagnose
 sys.modules["pytest_ecdysis.diagnose.round"] = module
 import pytest_ecdysis.diagnose  # noqa: E402
 pytest_ecdysis.diagnose.round = module
-'''
+"""
 
 
 def scripted_diagnosis(body: str) -> str:
@@ -110,7 +110,7 @@ evolve.run_suite = run_suite
 ''')
 
 # Scripted editor: reads the spec and edits the harness as told; logs each call.
-EDITOR = '''
+EDITOR = """
 import json, sys
 from pathlib import Path
 
@@ -132,11 +132,19 @@ elif kind == "gold":
     init.write_text(init.read_text().replace("LEVEL = 1", "LEVEL = len(open('tasks.json').read())"))
 elif kind == "fail":
     sys.exit(3)
-'''
+"""
 
 #: What the project's git ignores: the run directory, the scripts' logs and markers, pytester's own files.
-IGNORED = (".ecdysis/", "__pycache__/", "*.log", "script.json", "interrupt-*", "stdout", "stderr",
-           "runpytest-current")
+IGNORED = (
+    ".ecdysis/",
+    "__pycache__/",
+    "*.log",
+    "script.json",
+    "interrupt-*",
+    "stdout",
+    "stderr",
+    "runpytest-current",
+)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -144,9 +152,17 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-def make_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str = CONFTEST, *,
-                 suite: str = SUITE, harness: str = HARNESS, editor: str = EDITOR,
-                 ignore: tuple[str, ...] = (), accept_ini: bool = True) -> pytest.Pytester:
+def make_project(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    conftest: str = CONFTEST,
+    *,
+    suite: str = SUITE,
+    harness: str = HARNESS,
+    editor: str = EDITOR,
+    ignore: tuple[str, ...] = (),
+    accept_ini: bool = True,
+) -> pytest.Pytester:
     """The tiny suite (`test_tiny.py`), its harness (`tiny_harness/`), `conftest` (the scripted diagnosis)
     and the editor (`editor.py`), committed to a fresh git repository on `main`.
 
@@ -180,14 +196,32 @@ def evolve_args(project: pytest.Pytester, *extra: str, editor: str = "editor.py"
     """The command line (after `pytest`) that evolves the tiny project with the scripted `cmd:` `editor`
     (a file of the project), a fake model at a closed port (no role is asked: the diagnosis is scripted) and
     one test trial per task; `extra` comes last, so it overrides any of these."""
-    return ["test_tiny.py", "-p", "no:cacheprovider", "--ecdysis-evolve", "--ecdysis-model", "fake",
-            "--ecdysis-base-url", "http://127.0.0.1:9", "--ecdysis-harness", "tiny_harness",
-            "--ecdysis-editor", f"cmd:python {project.path / editor} {{spec}} {{harness}}",
-            "--ecdysis-test-trials", "1", *extra]
+    return [
+        "test_tiny.py",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-evolve",
+        "--ecdysis-model",
+        "fake",
+        "--ecdysis-base-url",
+        "http://127.0.0.1:9",
+        "--ecdysis-harness",
+        "tiny_harness",
+        "--ecdysis-editor",
+        f"cmd:python {project.path / editor} {{spec}} {{harness}}",
+        "--ecdysis-test-trials",
+        "1",
+        *extra,
+    ]
 
 
-def run_evolution(project: pytest.Pytester, *extra: str, run_id: str | None = "run1",
-                  editor: str = "editor.py", timeout: float = 900) -> pytest.RunResult:
+def run_evolution(
+    project: pytest.Pytester,
+    *extra: str,
+    run_id: str | None = "run1",
+    editor: str = "editor.py",
+    timeout: float = 900,
+) -> pytest.RunResult:
     """`pytest <evolve_args>` in a subprocess, as users run it, with `ECDYSIS_RUN_ID=run_id` (None or "": the
     environment as it is, so a resume or a test's own run id). `timeout` (seconds) only catches a hang: a
     3-round evolution took over 300 s at load 30-45 on 2 cores."""

@@ -32,8 +32,10 @@ from pathlib import Path
 from pytest_ecdysis.ci.inputs import ActionInputs
 from pytest_ecdysis.core.errors import ActionInputError
 
-NOTICE_SIM = ("no model with an API key or base URL was given: the run uses the simulated model (sim), not a "
-              "real LLM; set the `model:` and `api-key:` (or `base-url:`) inputs to use one")
+NOTICE_SIM = (
+    "no model with an API key or base URL was given: the run uses the simulated model (sim), not a "
+    "real LLM; set the `model:` and `api-key:` (or `base-url:`) inputs to use one"
+)
 
 
 def choose_model(inp: ActionInputs) -> tuple[str, str | None]:
@@ -47,21 +49,41 @@ def choose_model(inp: ActionInputs) -> tuple[str, str | None]:
 
 def run_id_of(inp: ActionInputs, env: Mapping[str, str]) -> str:
     """`<mode>-<run id>-<attempt>` in Actions (`-shard<i>` for a shard), else `<mode>-<UTC timestamp>`."""
-    stamp = (f"{env['GITHUB_RUN_ID']}-{env.get('GITHUB_RUN_ATTEMPT', '1')}" if env.get("GITHUB_RUN_ID")
-             else time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    stamp = (
+        f"{env['GITHUB_RUN_ID']}-{env.get('GITHUB_RUN_ATTEMPT', '1')}"
+        if env.get("GITHUB_RUN_ID")
+        else time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    )
     return f"{inp.mode}-{stamp}" + (f"-shard{inp.shard}" if inp.sharded else "")
 
 
 def pytest_args(inp: ActionInputs, model: str) -> list[str]:
     """The pytest command line (after `python -m pytest`) for the inputs."""
-    args = [*inp.paths, "-q", "-p", "no:cacheprovider", "--ecdysis-run-dir", inp.run_dir, "--ecdysis-model", model,
-            "--ecdysis-trials", str(inp.trials)]
+    args = [
+        *inp.paths,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-run-dir",
+        inp.run_dir,
+        "--ecdysis-model",
+        model,
+        "--ecdysis-trials",
+        str(inp.trials),
+    ]
     if inp.workers:
         args += ["-n", str(inp.workers)]
     if inp.harness:
         args += ["--ecdysis-harness", inp.harness]
     if inp.sharded:
-        args += ["--splits", str(inp.shards), "--group", str(inp.shard), "--splitting-algorithm", "least_duration"]
+        args += [
+            "--splits",
+            str(inp.shards),
+            "--group",
+            str(inp.shard),
+            "--splitting-algorithm",
+            "least_duration",
+        ]
     elif inp.mode == "gate":
         args += ["--ecdysis-gate", "--ecdysis-baseline", inp.baseline]
     elif inp.mode == "baseline":
@@ -107,8 +129,11 @@ def run(env: Mapping[str, str]) -> int:
     if inp.base_url:
         sub_env["OPENAI_BASE_URL"] = inp.base_url
     run_id = run_id_of(inp, env)
-    summary_lines = [f"**pytest-ecdysis** `{inp.mode}`" + (f" (shard {inp.shard} of {inp.shards})" if inp.sharded
-                                                          else "") + f", model `{model}`"]
+    summary_lines = [
+        f"**pytest-ecdysis** `{inp.mode}`"
+        + (f" (shard {inp.shard} of {inp.shards})" if inp.sharded else "")
+        + f", model `{model}`"
+    ]
     if notice:
         print(f"::notice title=pytest-ecdysis::{notice}", flush=True)
         summary_lines.append(f"Model: **simulated** (sim): {notice}.")
@@ -117,12 +142,17 @@ def run(env: Mapping[str, str]) -> int:
         run_path = Path(inp.run_dir) / f"merged-{run_id}"
         shards = sorted(glob.glob(inp.merge))
         if not shards:
-            print(f"::error title=pytest-ecdysis::merge {inp.merge!r} matches no directory: set `merge:` to the "
-                  "glob of the downloaded shards' run directories", flush=True)
+            print(
+                f"::error title=pytest-ecdysis::merge {inp.merge!r} matches no directory: set `merge:` to the "
+                "glob of the downloaded shards' run directories",
+                flush=True,
+            )
             return 2
         code = _ecdysis("merge", *shards, "-o", str(run_path), env=sub_env)
         if code == 0:
-            with open(env.get("GITHUB_STEP_SUMMARY") or os.devnull, "a") as out:  # the table pytest would write
+            with open(
+                env.get("GITHUB_STEP_SUMMARY") or os.devnull, "a"
+            ) as out:  # the table pytest would write
                 _ecdysis("summary-md", str(run_path), env=sub_env, stdout=out)
             gate_args = ["--baseline", inp.baseline] + (["--accept", inp.accept] if inp.accept else [])
             code = _ecdysis("gate", str(run_path), *gate_args, env=sub_env)
@@ -134,7 +164,11 @@ def run(env: Mapping[str, str]) -> int:
         code = subprocess.run(command, env=sub_env).returncode
     outputs, status = outcome(inp, run_path, code, started)
     report = Path(env.get("RUNNER_TEMP") or run_path) / "ecdysis-report.html"
-    if run_path.is_dir() and not inp.sharded and _ecdysis("report", str(run_path), "-o", str(report), env=sub_env) == 0:
+    if (
+        run_path.is_dir()
+        and not inp.sharded
+        and _ecdysis("report", str(run_path), "-o", str(report), env=sub_env) == 0
+    ):
         outputs["report-path"] = str(report)
     if inp.mode == "evolve" and run_path.is_dir():
         body = Path(env.get("RUNNER_TEMP") or run_path) / "ecdysis-pr-body.md"
@@ -151,10 +185,16 @@ def outcome(inp: ActionInputs, run_path: Path, code: int, started: float) -> tup
     """(outputs, exit status) from the run directory and pytest's (or `ecdysis gate`'s) exit status."""
     summary = _read(run_path / "summary.json")
     score = summary.get("suite_score")
-    outputs = {"verdict": "error", "suite-score": "" if score is None else f"{score:.4f}", "branch": "",
-               "report-path": "", "run-dir": str(run_path) if run_path.is_dir() else "", "pr-body-path": "",
-               "exit-status": str(code),
-               "artifact-name": f"ecdysis-shard-{inp.shard}" if inp.sharded else f"ecdysis-{inp.mode}-run"}
+    outputs = {
+        "verdict": "error",
+        "suite-score": "" if score is None else f"{score:.4f}",
+        "branch": "",
+        "report-path": "",
+        "run-dir": str(run_path) if run_path.is_dir() else "",
+        "pr-body-path": "",
+        "exit-status": str(code),
+        "artifact-name": f"ecdysis-shard-{inp.shard}" if inp.sharded else f"ecdysis-{inp.mode}-run",
+    }
     status = code
     if inp.sharded:
         outputs["verdict"] = "shard" if code <= 1 else "error"
@@ -162,7 +202,9 @@ def outcome(inp: ActionInputs, run_path: Path, code: int, started: float) -> tup
     elif inp.mode == "gate":
         gate = summary.get("gate") or {}
         if gate:
-            outputs["verdict"] = "refused" if gate.get("refused") else "passed" if gate.get("passed") else "failed"
+            outputs["verdict"] = (
+                "refused" if gate.get("refused") else "passed" if gate.get("passed") else "failed"
+            )
         elif code == 4:
             outputs["verdict"] = "refused"
     elif inp.mode == "baseline":

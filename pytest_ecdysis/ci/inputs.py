@@ -21,9 +21,11 @@ from pytest_ecdysis.core.errors import ActionInputError
 MODES = ("gate", "evolve", "baseline")
 RULES = ("sequential", "paired", "strict")
 #: what a workflow passes for a pull request's token when it has none: an unset secret is an empty string.
-TOKEN_HINT = ("set `token:` to a token that may push and open pull requests, e.g. "
-              "`token: ${{ secrets.ECDYSIS_PR_TOKEN || github.token }}` with `permissions: contents: write, "
-              "pull-requests: write`")
+TOKEN_HINT = (
+    "set `token:` to a token that may push and open pull requests, e.g. "
+    "`token: ${{ secrets.ECDYSIS_PR_TOKEN || github.token }}` with `permissions: contents: write, "
+    "pull-requests: write`"
+)
 
 
 @dataclass(frozen=True)
@@ -63,44 +65,68 @@ class ActionInputs:
             ActionInputError: an unknown mode, a gate without its baseline file, evolve without a token, a
                 number that is not one, a shard outside 1..shards; the message names the input to set.
         """
+
         def get(name: str, default: str = "") -> str:
             return (env.get("INPUT_" + name.upper().replace("-", "_")) or default).strip()
 
         mode = get("mode")
         if mode not in MODES:
-            raise ActionInputError(f"mode {mode!r} is not one of {', '.join(MODES)}: set `mode:` to one of them")
+            raise ActionInputError(
+                f"mode {mode!r} is not one of {', '.join(MODES)}: set `mode:` to one of them"
+            )
         shards = _int(get("shards", "1"), "shards", 1)
         shard = _int(get("shard"), "shard", 1) if get("shard") else None
         if shards > 1 and (shard is None or shard > shards):
-            raise ActionInputError(f"shards is {shards} but shard is {get('shard') or 'not set'}: set `shard:` to "
-                                   f"this job's group, 1..{shards} (e.g. `shard: ${{{{ matrix.group }}}}`)")
+            raise ActionInputError(
+                f"shards is {shards} but shard is {get('shard') or 'not set'}: set `shard:` to "
+                f"this job's group, 1..{shards} (e.g. `shard: ${{{{ matrix.group }}}}`)"
+            )
         if shards > 1 and mode != "gate":
-            raise ActionInputError(f"shards is {shards} in {mode} mode: sharding is for `mode: gate`; "
-                                   "set `shards: 1` or `mode: gate`")
+            raise ActionInputError(
+                f"shards is {shards} in {mode} mode: sharding is for `mode: gate`; "
+                "set `shards: 1` or `mode: gate`"
+            )
         baseline = get("baseline", ".ecdysis/baseline.json")
         if mode == "gate" and shards == 1 and not Path(baseline).is_file():
-            raise ActionInputError(f"no baseline file {baseline!r} for the gate: set `baseline:` to your "
-                                   "committed baseline, or make one with `mode: baseline` and commit it")
+            raise ActionInputError(
+                f"no baseline file {baseline!r} for the gate: set `baseline:` to your "
+                "committed baseline, or make one with `mode: baseline` and commit it"
+            )
         token = bool(get("token"))
         if mode == "evolve" and not token:
             raise ActionInputError(f"no token for the pull request in evolve mode: {TOKEN_HINT}")
         accept = get("accept")
         if accept and accept not in RULES:
-            raise ActionInputError(f"accept {accept!r} is not a rule: set `accept:` to one of {', '.join(RULES)}")
+            raise ActionInputError(
+                f"accept {accept!r} is not a rule: set `accept:` to one of {', '.join(RULES)}"
+            )
         budget = get("budget")
         try:
             args = tuple(shlex.split(get("args")))
         except ValueError as exc:
-            raise ActionInputError(f"args cannot be split like a shell line ({exc}): fix the quoting of `args:`") \
-                from None
+            raise ActionInputError(
+                f"args cannot be split like a shell line ({exc}): fix the quoting of `args:`"
+            ) from None
         return cls(
-            mode=mode, paths=tuple(get("paths").split()), model=get("model"), base_url=get("base-url"),
-            api_key=bool(get("api-key")), baseline=baseline, shards=shards, shard=shard if shards > 1 else None,
-            merge=get("merge"), accept=accept,
+            mode=mode,
+            paths=tuple(get("paths").split()),
+            model=get("model"),
+            base_url=get("base-url"),
+            api_key=bool(get("api-key")),
+            baseline=baseline,
+            shards=shards,
+            shard=shard if shards > 1 else None,
+            merge=get("merge"),
+            accept=accept,
             budget_usd=_float(budget, "budget") if budget else None,
-            rounds=_int(get("rounds"), "rounds", 1) if get("rounds") else None, strategy=get("strategy"),
-            trials=_int(get("trials", "1"), "trials", 1), workers=_int(get("workers", "2"), "workers", 0),
-            harness=get("harness"), run_dir=get("run-dir", ".ecdysis/runs"), args=args, token=token,
+            rounds=_int(get("rounds"), "rounds", 1) if get("rounds") else None,
+            strategy=get("strategy"),
+            trials=_int(get("trials", "1"), "trials", 1),
+            workers=_int(get("workers", "2"), "workers", 0),
+            harness=get("harness"),
+            run_dir=get("run-dir", ".ecdysis/runs"),
+            args=args,
+            token=token,
         )
 
 
@@ -120,6 +146,8 @@ def _float(value: str, name: str) -> float:
     except ValueError:
         number = -1.0
     if not number > 0:
-        raise ActionInputError(f"{name} {value!r} is not an amount of USD > 0: set `{name}:` to one, or leave "
-                               "it empty for no limit")
+        raise ActionInputError(
+            f"{name} {value!r} is not an amount of USD > 0: set `{name}:` to one, or leave "
+            "it empty for no limit"
+        )
     return number

@@ -44,11 +44,15 @@ def template_files(suite: str | None) -> dict[str, Path]:
     known = registered_templates()
     if suite is None:
         if len(known) != 1:
-            raise UsageError(f"pass --suite NAME, one of: {', '.join(sorted(known)) or 'none installed'} "
-                             "(pip install 'pytest-ecdysis[tau2]' installs the tau2 suite)")
+            raise UsageError(
+                f"pass --suite NAME, one of: {', '.join(sorted(known)) or 'none installed'} "
+                "(pip install 'pytest-ecdysis[tau2]' installs the tau2 suite)"
+            )
         suite = next(iter(known))
     if suite not in known:
-        raise UsageError(f"--suite {suite!r} offers no template; installed: {', '.join(sorted(known)) or 'none'}")
+        raise UsageError(
+            f"--suite {suite!r} offers no template; installed: {', '.join(sorted(known)) or 'none'}"
+        )
     files: dict[str, Path] = {}
     for root in (GENERIC, Path(known[suite])):
         for path in sorted(root.rglob("*.tmpl")):
@@ -57,8 +61,14 @@ def template_files(suite: str | None) -> dict[str, Path]:
     return files
 
 
-def init(target: Path, *, suite: str | None = None, harness: str = "example_harness",
-         action: str | None = None, baseline: bool = False) -> list[str]:
+def init(
+    target: Path,
+    *,
+    suite: str | None = None,
+    harness: str = "example_harness",
+    action: str | None = None,
+    baseline: bool = False,
+) -> list[str]:
     """Lay the template out in `target` (created if missing); returns the paths written, relative to it.
 
     Raises:
@@ -70,12 +80,16 @@ def init(target: Path, *, suite: str | None = None, harness: str = "example_harn
     harness_copy = {f"{HARNESS_DIR}/{rel.as_posix()}": source / rel for rel in harness_files(source)}
     existing = [rel for rel in [*files, *harness_copy] if (target / rel).exists()]
     if existing:
-        raise UsageError(f"{target / existing[0]} exists ({len(existing)} of the template's files do): "
-                         "run `ecdysis init` on a new or empty directory")
+        raise UsageError(
+            f"{target / existing[0]} exists ({len(existing)} of the template's files do): "
+            "run `ecdysis init` on a new or empty directory"
+        )
     for rel, path in files.items():
         out = target / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(path.read_text(encoding="utf-8").replace("@ACTION@", action or ACTION_REF), encoding="utf-8")
+        out.write_text(
+            path.read_text(encoding="utf-8").replace("@ACTION@", action or ACTION_REF), encoding="utf-8"
+        )
     for rel, path in harness_copy.items():
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target / rel)
@@ -93,10 +107,17 @@ def save_baseline(target: Path, *args: str) -> str:
     """
     rel = ".ecdysis/baseline.json"
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_RUN_ID", "PYTEST_ADDOPTS")}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "--ecdysis-save-baseline", rel, *args],
-                          cwd=target, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-q", "--ecdysis-save-baseline", rel, *args],
+        cwd=target,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if not (target / rel).is_file():
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-        raise UsageError(f"the suite run in {target} wrote no baseline (exit status {proc.returncode}); fix what "
-                         f"it says and run `pytest --ecdysis-save-baseline {rel}` there:\n{tail}")
+        raise UsageError(
+            f"the suite run in {target} wrote no baseline (exit status {proc.returncode}); fix what "
+            f"it says and run `pytest --ecdysis-save-baseline {rel}` there:\n{tail}"
+        )
     return rel

@@ -127,11 +127,14 @@ class EcdysisConfig:
         """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
         diagnosis_budget_s, editor_budget_s}` (printed in the run's summary)."""
         return {field: getattr(self, field) for field, *_ in LIMITS.values()}
+
     progress_s: float = 20.0
 
     @property
     def uses_sim(self) -> bool:
-        return any(is_sim_model(m) for m in (self.model, self.user_model, self.diagnosis_model, *self.test_models))
+        return any(
+            is_sim_model(m) for m in (self.model, self.user_model, self.diagnosis_model, *self.test_models)
+        )
 
     @property
     def fixed_sim_nonce(self) -> str | None:
@@ -141,7 +144,6 @@ class EcdysisConfig:
 
     def replace(self, **changes: Any) -> EcdysisConfig:
         return dataclasses.replace(self, **changes)
-
 
 
 def _budgets(raw: dict[str, Any]) -> dict[str, Any]:
@@ -174,14 +176,28 @@ def read_config(config: Any) -> EcdysisConfig:
     limits = {key: limits.get(key, raw[key]) for key in LIMIT_KEYS}
     env = os.environ
     agent = read_limits(limits, env, AGENT_LIMITS)  # the harness process's bounds
-    for name in ("model", "base-url", "user-model", "diagnosis-model", "harness", "run-dir", "tasks", "resume",
-                 "save-baseline", "baseline"):
+    for name in (
+        "model",
+        "base-url",
+        "user-model",
+        "diagnosis-model",
+        "harness",
+        "run-dir",
+        "tasks",
+        "resume",
+        "save-baseline",
+        "baseline",
+    ):
         if isinstance(raw[name], str) and not raw[name].strip():  # `--ecdysis-model=` (an unset $MODEL)
-            raise UsageError(f"--ecdysis-{name} was given an empty value (an unset shell variable?); pass a "
-                             f"value, or leave the option out for its default")
+            raise UsageError(
+                f"--ecdysis-{name} was given an empty value (an unset shell variable?); pass a "
+                f"value, or leave the option out for its default"
+            )
     if any(not str(m).strip() for m in raw["test-model"]):
-        raise UsageError("--ecdysis-test-model was given an empty value (an unset shell variable?); pass a "
-                         "model name, or leave the option out")
+        raise UsageError(
+            "--ecdysis-test-model was given an empty value (an unset shell variable?); pass a "
+            "model name, or leave the option out"
+        )
     model = raw["model"] or env.get("ECDYSIS_MODEL") or "sim"
     base_url = raw["base-url"] or env.get("OPENAI_BASE_URL") or None
     user_model = raw["user-model"] or model
@@ -193,14 +209,21 @@ def read_config(config: Any) -> EcdysisConfig:
     if raw["tasks"]:
         tasks = tuple(t.strip() for t in str(raw["tasks"]).split(",") if t.strip())
         if not tasks:
-            raise UsageError("--ecdysis-tasks was given but names no task id; pass e.g. --ecdysis-tasks 0,3,7")
+            raise UsageError(
+                "--ecdysis-tasks was given but names no task id; pass e.g. --ecdysis-tasks 0,3,7"
+            )
 
     if base_url and not re.match(r"https?://[^/\s]+", base_url):
-        raise UsageError(f"--ecdysis-base-url (or OPENAI_BASE_URL) must be an http(s) URL such as "
-                         f"http://localhost:8000/v1, got {base_url!r}")
-    for option, name in (("--ecdysis-model", model), ("--ecdysis-user-model", user_model),
-                         ("--ecdysis-diagnosis-model", diagnosis_model),
-                         *(("--ecdysis-test-model", m) for m in test_models)):
+        raise UsageError(
+            f"--ecdysis-base-url (or OPENAI_BASE_URL) must be an http(s) URL such as "
+            f"http://localhost:8000/v1, got {base_url!r}"
+        )
+    for option, name in (
+        ("--ecdysis-model", model),
+        ("--ecdysis-user-model", user_model),
+        ("--ecdysis-diagnosis-model", diagnosis_model),
+        *(("--ecdysis-test-model", m) for m in test_models),
+    ):
         if not is_sim_model(name) and not base_url and not env.get("OPENAI_API_KEY"):
             raise UsageError(
                 f"{option} {name!r} is not simulated, and neither --ecdysis-base-url (or OPENAI_BASE_URL) nor "
@@ -215,20 +238,26 @@ def read_config(config: Any) -> EcdysisConfig:
         if head != "failure-aware" or not n:
             raise UsageError(f"--ecdysis-evidence must be 'all' or 'failure-aware:N', got {evidence!r}")
         if not n.strip().isdigit() or int(n) < 1:
-            raise UsageError(f"--ecdysis-evidence failure-aware:N needs N an integer >= 1 (the most records diagnosis sees), "
-                             f"got {evidence!r}")
+            raise UsageError(
+                f"--ecdysis-evidence failure-aware:N needs N an integer >= 1 (the most records diagnosis sees), "
+                f"got {evidence!r}"
+            )
         evidence_limit = int(n)
 
     editor = raw["editor"] or ("sim" if is_sim_model(diagnosis_model) else "builtin")
     if editor not in ("builtin", "sim") and not editor.startswith("cmd:"):
-        raise UsageError(f"--ecdysis-editor must be 'builtin', 'sim' or 'cmd:<command template>', got {editor!r}")
+        raise UsageError(
+            f"--ecdysis-editor must be 'builtin', 'sim' or 'cmd:<command template>', got {editor!r}"
+        )
     if editor.startswith("cmd:") and not editor[4:].strip():
         raise UsageError("--ecdysis-editor cmd: needs a command template, e.g. 'cmd:aider --yes {spec}'")
 
     evolve = bool(raw["evolve"]) or bool(raw["resume"])
     if evolve and split == "test":
-        raise UsageError("--ecdysis-evolve cannot use --ecdysis-split test: the test split is held out; "
-                         "evolve on train (the default) and the loop scores test at the end")
+        raise UsageError(
+            "--ecdysis-evolve cannot use --ecdysis-split test: the test split is held out; "
+            "evolve on train (the default) and the loop scores test at the end"
+        )
     if evolve and raw["gate"]:
         raise UsageError("--ecdysis-evolve and --ecdysis-gate are separate jobs; run them in two sessions")
 
@@ -236,24 +265,34 @@ def read_config(config: Any) -> EcdysisConfig:
 
     strategy = raw["strategy"]
     if strategy not in BUILTIN_STRATEGIES and strategy not in available_strategies():
-        raise UsageError(f"--ecdysis-strategy must be one of {', '.join(available_strategies())}, got {strategy!r}")
+        raise UsageError(
+            f"--ecdysis-strategy must be one of {', '.join(available_strategies())}, got {strategy!r}"
+        )
 
     from pytest_ecdysis.core.config_values import METHODS, RULES
 
-    for name, choices in (("accept", RULES), ("accept-method", METHODS), ("rescore", ("auto", "always", "never"))):
+    for name, choices in (
+        ("accept", RULES),
+        ("accept-method", METHODS),
+        ("rescore", ("auto", "always", "never")),
+    ):
         _choice(name, raw[name], tuple(choices))
     if raw["response-cache"] is not None:  # not given: off, except for the ablation's re-validations
         _choice("response-cache", raw["response-cache"], ("on", "off"))
     accept_level = level("accept-level", raw["accept-level"])
 
     if raw["save-baseline"] and Path(raw["save-baseline"]).is_dir():
-        raise UsageError(f"--ecdysis-save-baseline {raw['save-baseline']} is a directory; pass the baseline's file "
-                         f"name, e.g. {Path(raw['save-baseline']) / 'baseline.json'}")
+        raise UsageError(
+            f"--ecdysis-save-baseline {raw['save-baseline']} is a directory; pass the baseline's file "
+            f"name, e.g. {Path(raw['save-baseline']) / 'baseline.json'}"
+        )
     max_reg = raw["gate-max-regressions"]
     html = Path(raw["html"]) if raw["html"] else None
     if html is not None and html.is_dir():
-        raise UsageError(f"ini key ecdysis_html: {html} is a directory; pass the page's file name, e.g. "
-                         f"{html / 'report.html'}")
+        raise UsageError(
+            f"ini key ecdysis_html: {html} is a directory; pass the page's file name, e.g. "
+            f"{html / 'report.html'}"
+        )
     cfg = EcdysisConfig(
         model=model,
         base_url=base_url,
@@ -322,7 +361,9 @@ def _writable(value: Any) -> tuple[str, ...]:
             continue
         path = Path(part.strip()).expanduser().absolute()
         if not path.is_dir():
-            raise UsageError(f"--ecdysis-editor-writable: {path} is not an existing directory; create it first "
-                             "or leave it out")
+            raise UsageError(
+                f"--ecdysis-editor-writable: {path} is not an existing directory; create it first "
+                "or leave it out"
+            )
         out.append(str(path))
     return tuple(out)

@@ -32,9 +32,18 @@ LIMITS: dict[str, tuple[str, tuple[str, ...], float, str]] = {
     "call-timeout": ("call_timeout_s", ("ECDYSIS_CALL_TIMEOUT_S",), DEFAULT_CALL_TIMEOUT_S, "seconds"),
     "max-retries": ("max_retries", ("ECDYSIS_MAX_RETRIES",), DEFAULT_MAX_RETRIES, "int"),
     "trial-budget": ("trial_budget_s", ("ECDYSIS_TRIAL_BUDGET_S",), DEFAULT_TRIAL_BUDGET_S, "seconds"),
-    "diagnosis-budget": ("diagnosis_budget_s", ("ECDYSIS_DIAGNOSIS_BUDGET_S",), DEFAULT_DIAGNOSIS_BUDGET_S, "seconds"),
-    "editor-budget": ("editor_budget_s", ("ECDYSIS_EDITOR_BUDGET_S", "ECDYSIS_EDITOR_TIMEOUT"),
-                      DEFAULT_EDITOR_BUDGET_S, "seconds"),
+    "diagnosis-budget": (
+        "diagnosis_budget_s",
+        ("ECDYSIS_DIAGNOSIS_BUDGET_S",),
+        DEFAULT_DIAGNOSIS_BUDGET_S,
+        "seconds",
+    ),
+    "editor-budget": (
+        "editor_budget_s",
+        ("ECDYSIS_EDITOR_BUDGET_S", "ECDYSIS_EDITOR_TIMEOUT"),
+        DEFAULT_EDITOR_BUDGET_S,
+        "seconds",
+    ),
 }
 #: The bounds of each harness process (`validate.limits`), keys of `--ecdysis-limits` and ini keys, as `LIMITS`
 #: (no env fallback: the controller passes them on in ECDYSIS_AGENT_MEMORY_MB and ECDYSIS_AGENT_CPU_S).
@@ -66,9 +75,11 @@ def parse_limits(values: list[str] | tuple[str, ...]) -> dict[str, str]:
             key, eq, text = part.partition("=")
             key = key.strip()
             if not eq or key not in LIMIT_KEYS:
-                raise UsageError(f"--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of "
-                                 f"{', '.join(LIMIT_KEYS)} (e.g. --ecdysis-limits call-timeout=120,max-retries=5), "
-                                 f"got {part.strip()!r}")
+                raise UsageError(
+                    f"--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of "
+                    f"{', '.join(LIMIT_KEYS)} (e.g. --ecdysis-limits call-timeout=120,max-retries=5), "
+                    f"got {part.strip()!r}"
+                )
             out[key] = text.strip()
     return out
 
@@ -102,8 +113,10 @@ def level(name: str, value: Any) -> float:
     except (TypeError, ValueError):
         number = None
     if number is None or not 0.0 < number < 1.0:  # NaN fails the comparison
-        raise UsageError(f"{flag(name)} must be a number strictly between 0 and 1 (e.g. 0.05), got "
-                         f"{value if number is None else number!r}")
+        raise UsageError(
+            f"{flag(name)} must be a number strictly between 0 and 1 (e.g. 0.05), got "
+            f"{value if number is None else number!r}"
+        )
     return number
 
 
@@ -122,12 +135,16 @@ def _limit(name: str, value: Any, source: str) -> float | int:
         number = None
     if number is None or (kind == "int" and number < 0) or (kind == "seconds" and not number > 0):
         want = "an integer >= 0" if kind == "int" else "a number of seconds > 0"
-        raise UsageError(f"--ecdysis-limits {name} must be {want}, got {value!r}{where}; set it with "
-                         f"--ecdysis-limits {name}=VALUE (or the ini key ecdysis_{name.replace('-', '_')})")
+        raise UsageError(
+            f"--ecdysis-limits {name} must be {want}, got {value!r}{where}; set it with "
+            f"--ecdysis-limits {name}=VALUE (or the ini key ecdysis_{name.replace('-', '_')})"
+        )
     return number
 
 
-def read_limits(raw: dict[str, Any], env: Any = None, table: dict[str, Any] | None = None) -> dict[str, float | int]:
+def read_limits(
+    raw: dict[str, Any], env: Any = None, table: dict[str, Any] | None = None
+) -> dict[str, float | int]:
     """The time limits and retries (`table`, default `LIMITS`; `AGENT_LIMITS` for the harness process's
     bounds): `--ecdysis-limits` key, else ini key (both in `raw`, by key), else env fallback, else default.
 
@@ -178,17 +195,23 @@ def check_needs(config: Any, evolve: bool, gate: bool) -> None:
 
     args = tuple(getattr(getattr(config, "invocation_params", None), "args", ()) or ())
     jobs = {"evolve": evolve, "gate": gate}
-    idle = [o for o in OPTIONS if o.needs and not any(jobs[j] for j in o.needs) and given_on_command_line(args, o)]
+    idle = [
+        o for o in OPTIONS if o.needs and not any(jobs[j] for j in o.needs) and given_on_command_line(args, o)
+    ]
     if not idle:
         return
     job = {"evolve": "an evolution", "gate": "the gate"}
     job_flag = {"evolve": "--ecdysis-evolve (or --ecdysis-resume RUN_ID)", "gate": "--ecdysis-gate"}
-    lines = [f"--ecdysis-{o.name} is read only by {' or '.join(job[j] for j in o.needs)}: it needs "
-             f"{' or '.join(job_flag[j] for j in o.needs)}" for o in idle]
+    lines = [
+        f"--ecdysis-{o.name} is read only by {' or '.join(job[j] for j in o.needs)}: it needs "
+        f"{' or '.join(job_flag[j] for j in o.needs)}"
+        for o in idle
+    ]
     keys = ", ".join("ecdysis_" + o.name.replace("-", "_") for o in idle if o.ini)
     keep = f", or keep the setting in the ini file ({keys}), which other sessions ignore" if keys else ""
-    raise UsageError("; ".join(lines) + f". Without it the option would be silently ignored: drop it, add the "
-                     f"job{keep}")
+    raise UsageError(
+        "; ".join(lines) + f". Without it the option would be silently ignored: drop it, add the job{keep}"
+    )
 
 
 def _ablate(value: bool, evolve: bool) -> bool:
@@ -206,9 +229,11 @@ def _extra_trials(value: Any, rule: str) -> int:
     """
     k = _int("accept-extra-trials", value, 0)
     if k and rule not in ("paired", "sequential"):
-        raise UsageError(f"ini key ecdysis_accept_extra_trials = {k} adds trials before a paired test: it needs "
-                         "--ecdysis-accept paired or sequential (the strict rule compares the two runs' scores as "
-                         "they are)")
+        raise UsageError(
+            f"ini key ecdysis_accept_extra_trials = {k} adds trials before a paired test: it needs "
+            "--ecdysis-accept paired or sequential (the strict rule compares the two runs' scores as "
+            "they are)"
+        )
     return k
 
 
@@ -218,8 +243,9 @@ def _nonce(value: Any) -> str | None:
         return None
     text = str(value).strip()
     if not text:
-        raise UsageError(f"ini key ecdysis_sim_nonce must be a non-blank text (e.g. ecdysis_sim_nonce = ci), got "
-                         f"{value!r}")
+        raise UsageError(
+            f"ini key ecdysis_sim_nonce must be a non-blank text (e.g. ecdysis_sim_nonce = ci), got {value!r}"
+        )
     return text
 
 

@@ -95,7 +95,7 @@ def shown(items: list[str], limit: int = 5, sep: str = ", ", max_chars: int = 24
     for item in items[:limit]:
         if out and used + len(sep) + len(item) > max_chars:
             break
-        out.append(item if len(item) <= max_chars else item[:max_chars - 1] + "…")
+        out.append(item if len(item) <= max_chars else item[: max_chars - 1] + "…")
         used += len(out[-1]) + (len(sep) if len(out) > 1 else 0)
     more = len(items) - len(out)
     return (sep.join(out) or "none") + (f" and {more} more" if more > 0 else "")

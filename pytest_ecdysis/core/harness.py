@@ -64,8 +64,10 @@ def resolve_harness(value: str, rootdir: Path) -> Path:
                 f"(registered: {known}); pass the path of your harness package"
             )
     if not (directory / "__init__.py").is_file():
-        raise UsageError(f"harness directory {directory} has no __init__.py; a harness is a Python package "
-                         "whose __init__.py defines build_agent(...)")
+        raise UsageError(
+            f"harness directory {directory} has no __init__.py; a harness is a Python package "
+            "whose __init__.py defines build_agent(...)"
+        )
     return directory
 
 
@@ -91,5 +93,7 @@ def load_harness(directory: Path) -> ModuleType:
             del sys.modules[modname]
             raise UsageError(f"harness {directory} failed to import: {type(exc).__name__}: {exc}") from exc
     if not callable(getattr(module, "build_agent", None)):
-        raise UsageError(f"harness {directory} does not provide an agent: define build_agent(...) in __init__.py")
+        raise UsageError(
+            f"harness {directory} does not provide an agent: define build_agent(...) in __init__.py"
+        )
     return module

@@ -30,8 +30,20 @@ from typing import Any
 from pytest_ecdysis.core.prices import cost_usd, load_prices
 from pytest_ecdysis.core.records import TrialResult
 
-__all__ = ["EPS", "cost_usd", "is_success", "load_prices", "pass_at_k", "pass_hat_k", "run_cost", "score_block",
-           "sum_tokens", "task_counts", "task_key", "task_mean_rewards"]
+__all__ = [
+    "EPS",
+    "cost_usd",
+    "is_success",
+    "load_prices",
+    "pass_at_k",
+    "pass_hat_k",
+    "run_cost",
+    "score_block",
+    "sum_tokens",
+    "task_counts",
+    "task_key",
+    "task_mean_rewards",
+]
 
 #: reward >= λ - EPS counts as success (τ²'s `is_successful` tolerance).
 EPS = 1e-6
@@ -105,7 +117,9 @@ def _natural(key: str) -> tuple:
     return (suite, int(task) if task.isdigit() else math.inf, task)
 
 
-def pass_k_table(counts: dict[str, TaskCounts], trials: int) -> tuple[dict[str, float | None], dict[str, float | None]]:
+def pass_k_table(
+    counts: dict[str, TaskCounts], trials: int
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
     """(pass@k, pass^k) keyed "1".."trials"; None where some task has fewer than k scored trials."""
     at: dict[str, float | None] = {}
     hat: dict[str, float | None] = {}
@@ -129,8 +143,13 @@ def sum_tokens(trials: Iterable[TrialResult], field: str = "tokens") -> dict[str
     return total
 
 
-def run_cost(model: str, tokens: dict[str, int], user_model: str | None, user_tokens: dict[str, int],
-             prices: dict[str, dict[str, float]]) -> tuple[float | None, str]:
+def run_cost(
+    model: str,
+    tokens: dict[str, int],
+    user_model: str | None,
+    user_tokens: dict[str, int],
+    prices: dict[str, dict[str, float]],
+) -> tuple[float | None, str]:
     """The cost of a run's agent and user-simulator calls, each priced with its own model (see `cost_usd`).
 
     Unknown when either part with tokens is unknown; "simulated" only when both parts are.
@@ -149,8 +168,13 @@ def run_cost(model: str, tokens: dict[str, int], user_model: str | None, user_to
 
 
 def score_block(
-    trials: list[TrialResult], *, threshold: float, n_trials_cfg: int, model: str,
-    prices: dict[str, dict[str, float]], user_model: str | None = None,
+    trials: list[TrialResult],
+    *,
+    threshold: float,
+    n_trials_cfg: int,
+    model: str,
+    prices: dict[str, dict[str, float]],
+    user_model: str | None = None,
 ) -> dict[str, Any]:
     """The figures `summary.json` holds for one suite (or all of them); docs/records.md lists the fields.
 
@@ -175,8 +199,16 @@ def score_block(
         "pass_hat_k": hat,
         "n_solved": sum(tc.solved for tc in counts.values()),
         "n_infra_errors": sum(tc.infra for tc in counts.values()),
-        "tasks": {k: {"n": tc.n, "successes": tc.c, "infra_errors": tc.infra, "solved": tc.solved,
-                      "mean_reward": means.get(k)} for k, tc in counts.items()},
+        "tasks": {
+            k: {
+                "n": tc.n,
+                "successes": tc.c,
+                "infra_errors": tc.infra,
+                "solved": tc.solved,
+                "mean_reward": means.get(k),
+            }
+            for k, tc in counts.items()
+        },
         "tokens": tokens,
         "user_tokens": user_tokens,
         "cost_usd": cost,
@@ -200,9 +232,12 @@ def weak_pass_reasons(trial: TrialResult, threshold: float) -> list[str]:
     """
     if trial.checks is None or trial.is_infra_error or not is_success(trial.reward, threshold):
         return []
-    reasons = [f"communicate value {c.get('info')!r} under {WEAK_VALUE_CHARS} characters, matched in "
-               f"{c.get('matched')!r}" for c in trial.checks.get("communicate") or []
-               if c.get("met") and len(str(c.get("info") or "")) < WEAK_VALUE_CHARS]
+    reasons = [
+        f"communicate value {c.get('info')!r} under {WEAK_VALUE_CHARS} characters, matched in "
+        f"{c.get('matched')!r}"
+        for c in trial.checks.get("communicate") or []
+        if c.get("met") and len(str(c.get("info") or "")) < WEAK_VALUE_CHARS
+    ]
     if not trial.tool_calls and not trial.user_tool_calls:  # dual control: the user's own calls count too
         reasons.append("no tool call")
     return reasons
@@ -210,8 +245,11 @@ def weak_pass_reasons(trial: TrialResult, threshold: float) -> list[str]:
 
 def weak_pass_block(trials: list[TrialResult], threshold: float) -> dict[str, Any]:
     """`{"n_weak_passes", "weak_passes": [{"task", "trial", "reasons"}]}` over passing trials."""
-    weak = [{"task": task_key(t), "trial": t.trial, "reasons": r}
-            for t in trials if (r := weak_pass_reasons(t, threshold))]
+    weak = [
+        {"task": task_key(t), "trial": t.trial, "reasons": r}
+        for t in trials
+        if (r := weak_pass_reasons(t, threshold))
+    ]
     return {"n_weak_passes": len(weak), "weak_passes": weak}
 
 

@@ -62,8 +62,11 @@ def _litellm_prices(path: Path | None) -> Prices:
         inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
         if not isinstance(inp, int | float) or not isinstance(out, int | float):
             continue
-        table[name] = {"prompt_per_mtok": float(inp) * 1e6, "completion_per_mtok": float(out) * 1e6,
-                       "source": "litellm"}
+        table[name] = {
+            "prompt_per_mtok": float(inp) * 1e6,
+            "completion_per_mtok": float(out) * 1e6,
+            "source": "litellm",
+        }
         if isinstance(entry.get("max_input_tokens"), int):
             table[name]["max_input_tokens"] = entry["max_input_tokens"]
     return table
@@ -77,18 +80,26 @@ def read_user_prices(path: Path) -> Prices:
     """
     try:
         models = json.loads(path.read_text(encoding="utf-8"))["models"]
-        table = {name: {"prompt_per_mtok": float(p["prompt_per_mtok"]),
-                        "completion_per_mtok": float(p["completion_per_mtok"]), "source": str(path)}
-                 for name, p in models.items()}
+        table = {
+            name: {
+                "prompt_per_mtok": float(p["prompt_per_mtok"]),
+                "completion_per_mtok": float(p["completion_per_mtok"]),
+                "source": str(path),
+            }
+            for name, p in models.items()
+        }
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(
             f"price table {path} is not valid: {exc!r}; expected "
             '{"models": {"<model>": {"prompt_per_mtok": 2.5, "completion_per_mtok": 10.0}}} (USD per million '
-            "tokens; 0 for a local server)") from None
+            "tokens; 0 for a local server)"
+        ) from None
     negative = [n for n, p in table.items() if p["prompt_per_mtok"] < 0 or p["completion_per_mtok"] < 0]
     if negative:
-        raise UsageError(f"price table {path}: negative price for {', '.join(negative)}; a price is USD per "
-                         "million tokens, >= 0")
+        raise UsageError(
+            f"price table {path}: negative price for {', '.join(negative)}; a price is USD per "
+            "million tokens, >= 0"
+        )
     return table
 
 
@@ -113,9 +124,11 @@ def price_of(model: str, prices: Prices) -> dict[str, Any] | None:
 
 def unknown_note(model: str) -> str:
     """The one sentence an unknown price is said with."""
-    return (f"unknown model {model!r}: not in litellm's price map"
-            + ("" if litellm_map_path() else " (litellm is not installed)")
-            + "; add it to .ecdysis/prices.json")
+    return (
+        f"unknown model {model!r}: not in litellm's price map"
+        + ("" if litellm_map_path() else " (litellm is not installed)")
+        + "; add it to .ecdysis/prices.json"
+    )
 
 
 def cost_usd(model: str, tokens: dict[str, int], prices: Prices) -> tuple[float | None, str]:
@@ -125,6 +138,8 @@ def cost_usd(model: str, tokens: dict[str, int], prices: Prices) -> tuple[float 
     price = price_of(model, prices)
     if price is None:
         return None, unknown_note(model)
-    cost = (tokens.get("prompt", 0) * price["prompt_per_mtok"]
-            + tokens.get("completion", 0) * price["completion_per_mtok"]) / 1e6
+    cost = (
+        tokens.get("prompt", 0) * price["prompt_per_mtok"]
+        + tokens.get("completion", 0) * price["completion_per_mtok"]
+    ) / 1e6
     return cost, "priced"

@@ -48,18 +48,24 @@ class ToolCallRecord(_Model):
 
     name: str
     arguments: Annotated[dict[str, Any], Field(description="arguments as sent to the environment")]
-    result: Annotated[str | None, Field(description="tool result content; None when the call had no result")] = None
+    result: Annotated[
+        str | None, Field(description="tool result content; None when the call had no result")
+    ] = None
     error: Annotated[bool, Field(description="the environment reported an error")] = False
     model_view: Annotated[
         str | None,
-        Field(description="the tool message content the harness actually sent to the model for this call, "
-                          "observed on the wire (None: never sent, or not observed)"),
+        Field(
+            description="the tool message content the harness actually sent to the model for this call, "
+            "observed on the wire (None: never sent, or not observed)"
+        ),
     ] = None
     step: Annotated[int | None, Field(description="index of the message in the trajectory")] = None
     actor: Annotated[
         Literal["agent", "user"],
-        Field(description="who called the tool: the agent, or the user on their own device (dual control, "
-                          "e.g. τ² telecom); the agent never sees the user's calls or their results"),
+        Field(
+            description="who called the tool: the agent, or the user on their own device (dual control, "
+            "e.g. τ² telecom); the agent never sees the user's calls or their results"
+        ),
     ] = "agent"
 
 
@@ -83,12 +89,14 @@ class TrialResult(_Model):
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     user_tool_calls: Annotated[
         list[ToolCallRecord],
-        Field(description="the user's own tool calls (dual control, e.g. τ² telecom), actor 'user'; [] when "
-                          "the user has no tools"),
+        Field(
+            description="the user's own tool calls (dual control, e.g. τ² telecom), actor 'user'; [] when "
+            "the user has no tools"
+        ),
     ] = Field(default_factory=list)
     steps: Annotated[int, Field(description="messages in the trajectory")] = 0
-    tokens: Annotated[dict[str, int], Field(description="{'prompt', 'completion', 'total'} of the agent")] = Field(
-        default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0}
+    tokens: Annotated[dict[str, int], Field(description="{'prompt', 'completion', 'total'} of the agent")] = (
+        Field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
     )
     user_tokens: Annotated[
         dict[str, int], Field(description="{'prompt', 'completion', 'total'} of the user simulator")
@@ -102,36 +110,53 @@ class TrialResult(_Model):
     ] = Field(default_factory=list)
     harness_notes: Annotated[
         list[dict[str, Any]],
-        Field(description="recorded harness decisions, e.g. repaired endpoint replies: {'kind', 'detail', 'step'}"),
+        Field(
+            description="recorded harness decisions, e.g. repaired endpoint replies: {'kind', 'detail', 'step'}"
+        ),
     ] = Field(default_factory=list)
     error: Annotated[str | None, Field(description="infrastructure or endpoint error text")] = None
     pending_call: Annotated[
         dict[str, Any] | None,
-        Field(description="time_budget_exceeded only: the model call in flight when the budget ran out, "
-                          "{'role', 'url', 'phase' (connect|headers|body|backoff), 'waited_s', 'bytes'}"),
+        Field(
+            description="time_budget_exceeded only: the model call in flight when the budget ran out, "
+            "{'role', 'url', 'phase' (connect|headers|body|backoff), 'waited_s', 'bytes'}"
+        ),
     ] = None
     endpoint_notes: Annotated[
         list[dict[str, Any]],
-        Field(description="what the trusted client layer saw of the agent's endpoint and did about it: "
-                          "{'kind' (text_tool_calls|server_parse_error|reasoning_stripped), 'detail', 'step'}"),
+        Field(
+            description="what the trusted client layer saw of the agent's endpoint and did about it: "
+            "{'kind' (text_tool_calls|server_parse_error|reasoning_stripped), 'detail', 'step'}"
+        ),
     ] = Field(default_factory=list)
     endpoint_problem: Annotated[
-        bool, Field(description="the agent's endpoint wrote tool calls as text or failed to parse the model's "
-                                "output (also every endpoint_format_error)"),
+        bool,
+        Field(
+            description="the agent's endpoint wrote tool calls as text or failed to parse the model's "
+            "output (also every endpoint_format_error)"
+        ),
     ] = False
     user_stop_after_confirmation: Annotated[
-        bool, Field(description="the user simulator stopped in the message that confirmed the agent's yes/no "
-                                "question, so the confirmed write never happened (a benchmark artefact)"),
+        bool,
+        Field(
+            description="the user simulator stopped in the message that confirmed the agent's yes/no "
+            "question, so the confirmed write never happened (a benchmark artefact)"
+        ),
     ] = False
     user_abort: Annotated[
-        bool, Field(description="the user simulator ended the conversation with τ²'s ###OUT-OF-SCOPE### (its "
-                                "scenario did not cover what came up), or τ² ended it as user_error (a malformed "
-                                "user message): the user simulator's own abort, not the agent's failure"),
+        bool,
+        Field(
+            description="the user simulator ended the conversation with τ²'s ###OUT-OF-SCOPE### (its "
+            "scenario did not cover what came up), or τ² ended it as user_error (a malformed "
+            "user message): the user simulator's own abort, not the agent's failure"
+        ),
     ] = False
     checks: Annotated[
         dict[str, Any] | None,
-        Field(description="what τ²'s evaluator saw: {'db_match', 'db_diff' (db failures), 'communicate': "
-                          "[{'info', 'met', 'message_index', 'matched'}], 'actions': [{'name', 'match'}], 'note'}"),
+        Field(
+            description="what τ²'s evaluator saw: {'db_match', 'db_diff' (db failures), 'communicate': "
+            "[{'info', 'met', 'message_index', 'matched'}], 'actions': [{'name', 'match'}], 'note'}"
+        ),
     ] = None
 
     @field_validator("harness_notes", mode="before")
@@ -153,7 +178,9 @@ def _jsonable(value: Any) -> tuple[Any, bool]:
         return _jsonable(value.value)[0], True
     if isinstance(value, dict):
         pairs = [(str(k), *_jsonable(v)) for k, v in value.items()]
-        return {k: v for k, v, _ in pairs}, any(c for _, _, c in pairs) or any(not isinstance(k, str) for k in value)
+        return {k: v for k, v, _ in pairs}, any(c for _, _, c in pairs) or any(
+            not isinstance(k, str) for k in value
+        )
     if isinstance(value, (list, tuple)):
         items = [_jsonable(v) for v in value]
         return [v for v, _ in items], any(c for _, c in items)
@@ -172,7 +199,9 @@ def json_safe_notes(notes: Any) -> Any:
     for note in notes:
         if not isinstance(note, dict):
             detail, changed = _jsonable(note)
-            out.append({"kind": "note", "detail": detail, **({"unserialisable": ["detail"]} if changed else {})})
+            out.append(
+                {"kind": "note", "detail": detail, **({"unserialisable": ["detail"]} if changed else {})}
+            )
             continue
         safe, flagged = {}, []
         for key, value in note.items():
@@ -198,8 +227,12 @@ class FailureRecord(_Model):
     user_tool_calls: Annotated[
         list[ToolCallRecord], Field(description="the user's own tool calls (actor 'user'), as in TrialResult")
     ] = Field(default_factory=list)
-    first_tool_error: Annotated[dict[str, Any] | None, Field(description="{'name', 'arguments', 'result', 'step'}")] = None
-    pending_tool_call: Annotated[bool, Field(description="the trial ended with a tool call that got no result")] = False
+    first_tool_error: Annotated[
+        dict[str, Any] | None, Field(description="{'name', 'arguments', 'result', 'step'}")
+    ] = None
+    pending_tool_call: Annotated[
+        bool, Field(description="the trial ended with a tool call that got no result")
+    ] = False
     excerpt: Annotated[list[dict[str, Any]], Field(description="bounded slice of the conversation")] = Field(
         default_factory=list
     )
@@ -207,33 +240,53 @@ class FailureRecord(_Model):
     suspect: bool = False
     harness_id: str = ""
     endpoint_problem: Annotated[
-        bool, Field(description="ended as endpoint_format_error, or the agent's endpoint wrote tool calls as "
-                                "text or failed to parse the model's output: not the agent's behaviour")
+        bool,
+        Field(
+            description="ended as endpoint_format_error, or the agent's endpoint wrote tool calls as "
+            "text or failed to parse the model's output: not the agent's behaviour"
+        ),
     ] = False
     user_stop_after_confirmation: Annotated[
-        bool, Field(description="the user stopped right after the agent's confirmation request, with no write "
-                                "following (scored, as τ² does, but not the agent's fault)")
+        bool,
+        Field(
+            description="the user stopped right after the agent's confirmation request, with no write "
+            "following (scored, as τ² does, but not the agent's fault)"
+        ),
     ] = False
     user_abort: Annotated[
-        bool, Field(description="the user simulator aborted with τ²'s ###OUT-OF-SCOPE### (scored as τ² does, "
-                                "not the agent's failure)")
+        bool,
+        Field(
+            description="the user simulator aborted with τ²'s ###OUT-OF-SCOPE### (scored as τ² does, "
+            "not the agent's failure)"
+        ),
     ] = False
     db_diff: Annotated[
         list[dict[str, Any]] | None,
-        Field(description="db failures: records and fields where the agent's final DB differs from the gold one, "
-                          "[{'path', 'agent', 'gold'}] (bounded)"),
+        Field(
+            description="db failures: records and fields where the agent's final DB differs from the gold one, "
+            "[{'path', 'agent', 'gold'}] (bounded)"
+        ),
     ] = None
     kept_out: Annotated[
         str | None,
-        Field(description="why the record is not evidence for diagnosis: 'suspect', 'endpoint_problem', "
-                          "'user_stop_after_confirmation', 'user_abort', 'suspect_task'; None: evidence"),
+        Field(
+            description="why the record is not evidence for diagnosis: 'suspect', 'endpoint_problem', "
+            "'user_stop_after_confirmation', 'user_abort', 'suspect_task'; None: evidence"
+        ),
     ] = None
 
     def is_evidence(self) -> bool:
         """Diagnosis may use this record: not of a suspect task, not an endpoint defect, not a user stop
         right after a confirmation request, not an infrastructure error (records of older runs included)."""
-        return not (self.kept_out or self.suspect or self.endpoint_problem or self.user_stop_after_confirmation
-                    or self.user_abort or self.termination_reason in INFRA_REASONS or self.termination_reason == "endpoint_format_error")
+        return not (
+            self.kept_out
+            or self.suspect
+            or self.endpoint_problem
+            or self.user_stop_after_confirmation
+            or self.user_abort
+            or self.termination_reason in INFRA_REASONS
+            or self.termination_reason == "endpoint_format_error"
+        )
 
 
 class PatternGroup(_Model):
@@ -253,11 +306,15 @@ class PatternGroup(_Model):
 class SpecChange(_Model):
     """One change a modification spec asks for."""
 
-    component: Literal["policy_prompt", "tool_interface", "environment_contract", "trajectory_regulation", "skills"]
+    component: Literal[
+        "policy_prompt", "tool_interface", "environment_contract", "trajectory_regulation", "skills"
+    ]
     files: Annotated[list[str], Field(description="paths relative to the harness directory")]
     description: str
     trigger: Annotated[str, Field(description="when the changed behaviour applies")] = ""
-    addresses: Annotated[list[str], Field(description="pattern group signatures")] = Field(default_factory=list)
+    addresses: Annotated[list[str], Field(description="pattern group signatures")] = Field(
+        default_factory=list
+    )
     expected_effect: str = ""
     risks: list[str] = Field(default_factory=list)
     guards: list[str] = Field(default_factory=list)
@@ -283,7 +340,13 @@ class ModificationSpec(_Model):
 
 
 RoundOutcome = Literal[
-    "accepted", "rejected", "no_failures", "no_spec", "no_change", "guard_rejected", "broken_candidate",
+    "accepted",
+    "rejected",
+    "no_failures",
+    "no_spec",
+    "no_change",
+    "guard_rejected",
+    "broken_candidate",
     "no_new_evidence",
     "inconclusive",
 ]
@@ -300,7 +363,9 @@ class RoundResult(_Model):
     editor_calls: int = 0
     tokens: dict[str, int] = Field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
     wall_s: float = 0.0
-    flips: dict[str, list[str]] = Field(default_factory=lambda: {"solved_to_failed": [], "failed_to_solved": []})
+    flips: dict[str, list[str]] = Field(
+        default_factory=lambda: {"solved_to_failed": [], "failed_to_solved": []}
+    )
     outcome: RoundOutcome
     reason: str = ""
     harness_id_before: str = ""

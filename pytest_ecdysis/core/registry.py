@@ -63,7 +63,11 @@ def registered_templates() -> dict[str, str]:
 
 def warm_services(directory: str) -> list[Any]:
     """Start every installed suite's warm services (`hookspecs.ecdysis_warm_services`): the `Popen`s."""
-    return [p for started in plugin_manager().hook.ecdysis_warm_services(directory=directory) for p in started or ()]
+    return [
+        p
+        for started in plugin_manager().hook.ecdysis_warm_services(directory=directory)
+        for p in started or ()
+    ]
 
 
 def registered_strategies() -> dict[str, Any]:
@@ -84,8 +88,11 @@ class _PytestPlugin:
 def register_pytest_plugins(pluginmanager: Any) -> None:
     """Let pytest plugins (a `conftest.py`) register strategies: each that defines a function
     `ecdysis_strategies()` returning `{"name": factory}` joins the registry (once per plugin object)."""
-    found = [(p, p.ecdysis_strategies) for p in pluginmanager.get_plugins()
-             if callable(getattr(p, "ecdysis_strategies", None))]
+    found = [
+        (p, p.ecdysis_strategies)
+        for p in pluginmanager.get_plugins()
+        if callable(getattr(p, "ecdysis_strategies", None))
+    ]
     if not found:
         return  # the usual case: no need to load the suites' entry points here
     pm = plugin_manager()
@@ -107,7 +114,9 @@ def case_task(nodeid: str) -> tuple[str, str | None] | None:
 
 def answer_keys() -> list[str]:
     """Paths every installed suite declares as its answer key (`hookspecs.ecdysis_answer_keys`), deduplicated."""
-    return list(dict.fromkeys(p for result in plugin_manager().hook.ecdysis_answer_keys() for p in result or ()))
+    return list(
+        dict.fromkeys(p for result in plugin_manager().hook.ecdysis_answer_keys() for p in result or ())
+    )
 
 
 #: The strategies this package ships (`pytest_ecdysis/diagnose/strategies/`, one module each).

@@ -54,7 +54,9 @@ def load_evidence(run_path: Path) -> tuple[list[FailureRecord], list[PatternGrou
     path = run_path / "failures.jsonl"
     if not path.is_file():
         raise RunDirError(f"{path} is missing; the evidence of run {run_path.name} cannot be read")
-    records = [FailureRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    records = [
+        FailureRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()
+    ]
     groups_path = run_path / "groups.json"
     groups = []
     if groups_path.is_file():
@@ -109,8 +111,10 @@ def lock_run(run_path: Path, what: str) -> None:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise UsageError(f"{what}: the run {run_path} is in use by {holder}, which is still running; wait for it "
-                         "to finish (or stop it), then resume, or start a new run") from None
+        raise UsageError(
+            f"{what}: the run {run_path} is in use by {holder}, which is still running; wait for it "
+            "to finish (or stop it), then resume, or start a new run"
+        ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()}")

@@ -60,7 +60,12 @@ def secret_values(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _forms(value: str) -> set[str]:
-    return {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], quote(value, safe="")}
+    return {
+        value,
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        quote(value, safe=""),
+    }
 
 
 def redact(text: str, env: dict[str, str] | None = None) -> str:
@@ -149,8 +154,14 @@ def secrets_in(files: dict[str, bytes | None], env: dict[str, str] | None = None
             continue
         for value, label in values.items():
             raw = value.encode()
-            forms = {raw, raw[::-1], base64.b64encode(raw), base64.b64encode(raw).rstrip(b"="), raw.hex().encode(),
-                     *(f.encode() for f in _forms(value))}
+            forms = {
+                raw,
+                raw[::-1],
+                base64.b64encode(raw),
+                base64.b64encode(raw).rstrip(b"="),
+                raw.hex().encode(),
+                *(f.encode() for f in _forms(value)),
+            }
             if any(form in data for form in forms):
                 found.append(f"{path}: the value of {label}")
     return found

@@ -42,50 +42,74 @@ FORMATS = {"analyst": "proposal", "critic": "verdicts", "engineer": "ledger", "m
 def load_prompt(name: str) -> str:
     """The text of `prompts/<name>.md` (the shared principles are prepended to every role prompt)."""
     base = resources.files("pytest_ecdysis.diagnose.prompts")
-    return (base / "_common.md").read_text(encoding="utf-8") + "\n" + (base / f"{name}.md").read_text(
-        encoding="utf-8")
+    return (
+        (base / "_common.md").read_text(encoding="utf-8")
+        + "\n"
+        + (base / f"{name}.md").read_text(encoding="utf-8")
+    )
 
 
-def role_messages(role: str, prompt: str, pass_: int | None, passes: int, evidence_text: str,
-                  turns: Sequence[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+def role_messages(
+    role: str,
+    prompt: str,
+    pass_: int | None,
+    passes: int,
+    evidence_text: str,
+    turns: Sequence[dict[str, Any]],
+    fmt: str,
+) -> list[dict[str, Any]]:
     """The chat messages of one role turn: the role prompt, then evidence + shared transcript + marker."""
     parts = [evidence_text]
     if turns:
-        parts.append("The discussion so far (shared transcript):\n<transcript>\n"
-                     + "\n".join(render_turn(t["role"], t["pass"], t["content"]) for t in turns)
-                     + "\n</transcript>")
+        parts.append(
+            "The discussion so far (shared transcript):\n<transcript>\n"
+            + "\n".join(render_turn(t["role"], t["pass"], t["content"]) for t in turns)
+            + "\n</transcript>"
+        )
     where = "final" if pass_ is None else f"pass {pass_} of {passes}"
-    parts.append(f"You are the {role.capitalize()} ({where}). Answer as your instructions say.\n"
-                 f'<respond role="{role}" pass="{"final" if pass_ is None else pass_}" passes="{passes}" '
-                 f'format="{fmt}"/>')
+    parts.append(
+        f"You are the {role.capitalize()} ({where}). Answer as your instructions say.\n"
+        f'<respond role="{role}" pass="{"final" if pass_ is None else pass_}" passes="{passes}" '
+        f'format="{fmt}"/>'
+    )
     return [{"role": "system", "content": prompt}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def run_fdcr(evidence: Evidence, client: RoleClient, passes: int, tx: Transcript,
-             harness_dir: Path | None) -> tuple[ModificationSpec | None, str, str]:
+def run_fdcr(
+    evidence: Evidence, client: RoleClient, passes: int, tx: Transcript, harness_dir: Path | None
+) -> tuple[ModificationSpec | None, str, str]:
     """K passes of Analyst, Critic, Engineer over one shared transcript, then the Moderator (3K+1 calls)."""
     text = evidence.render()
     prompts = {role: load_prompt(role) for role in (*ROLES, "moderator")}
     turns: list[dict[str, Any]] = []
     for pass_ in range(1, passes + 1):
         for role in ROLES:
-            reply = client.complete(role, role_messages(role, prompts[role], pass_, passes, text, turns,
-                                                        FORMATS[role]))
+            reply = client.complete(
+                role, role_messages(role, prompts[role], pass_, passes, text, turns, FORMATS[role])
+            )
             tx.add(role, pass_, reply)
             turns.append({"role": role, "pass": pass_, "content": reply.text or "(no answer)"})
     messages = role_messages("moderator", prompts["moderator"], None, passes, text, turns, "spec")
     return spec_call(client, "moderator", messages, tx, None, harness_dir)
 
 
-def run_single_analyst(evidence: Evidence, client: RoleClient, tx: Transcript,
-                       harness_dir: Path | None) -> tuple[ModificationSpec | None, str, str]:
+def run_single_analyst(
+    evidence: Evidence, client: RoleClient, tx: Transcript, harness_dir: Path | None
+) -> tuple[ModificationSpec | None, str, str]:
     """One analyst call that writes the spec directly (no review): 1 call (2 with a repair)."""
     messages = role_messages("analyst", load_prompt("analyst_nofdcr"), 1, 1, evidence.render(), [], "spec")
     return spec_call(client, "analyst", messages, tx, 1, harness_dir)
 
 
-def finish(spec: ModificationSpec | None, reason: str, detail: str, tx: Transcript, round_dir: Path | None,
-           start: float, evidence: Evidence) -> Diagnosis:
+def finish(
+    spec: ModificationSpec | None,
+    reason: str,
+    detail: str,
+    tx: Transcript,
+    round_dir: Path | None,
+    start: float,
+    evidence: Evidence,
+) -> Diagnosis:
     """A `Diagnosis` from one spec (written to `spec.json` when it validated, even with no change)."""
     if spec is not None:
         write_spec(round_dir, spec)
@@ -93,14 +117,28 @@ def finish(spec: ModificationSpec | None, reason: str, detail: str, tx: Transcri
             reason = "no_spec"
             detail = f"the spec proposes no change, {len(spec.left_alone)} group(s) left alone"
             spec = None
-    return Diagnosis(spec=spec, reason=reason, detail=detail, transcript=tx.lines, tokens=tx.tokens,
-                     wall_s=time.monotonic() - start, calls=len(tx.lines), specs=[spec] if spec else [],
-                     n_records=evidence.n_records, evidence_chars=len(evidence.render()))
+    return Diagnosis(
+        spec=spec,
+        reason=reason,
+        detail=detail,
+        transcript=tx.lines,
+        tokens=tx.tokens,
+        wall_s=time.monotonic() - start,
+        calls=len(tx.lines),
+        specs=[spec] if spec else [],
+        n_records=evidence.n_records,
+        evidence_chars=len(evidence.render()),
+    )
 
 
 def evidence_for(round_input: Any, **kwargs: Any) -> Evidence:
     """The bounded evidence of a `RoundInput` (`cfg.evidence_limit` applied)."""
-    return build_evidence(records=round_input.records, groups=round_input.groups,
-                          harness_dir=round_input.harness_dir, history=round_input.history,
-                          solved_tasks=round_input.solved_tasks,
-                          limit=getattr(round_input.cfg, "evidence_limit", None), **kwargs)
+    return build_evidence(
+        records=round_input.records,
+        groups=round_input.groups,
+        harness_dir=round_input.harness_dir,
+        history=round_input.history,
+        solved_tasks=round_input.solved_tasks,
+        limit=getattr(round_input.cfg, "evidence_limit", None),
+        **kwargs,
+    )

@@ -57,14 +57,22 @@ def diagnose(
     start = time.monotonic()
     impl = get_strategy(strategy)
     if not usable_records(records):
-        return Diagnosis(spec=None, reason="no_failures",
-                         detail="no failure records to diagnose (suspect tasks and infrastructure errors "
-                                "are never evidence): the round stops without a diagnosis call",
-                         wall_s=time.monotonic() - start)
-    round_input = RoundInput(records=list(records), groups=list(groups),
-                             harness_dir=None if harness_dir is None else Path(harness_dir),
-                             history=list(history), solved_tasks=solved_tasks, cfg=cfg,
-                             round_dir=None if round_dir is None else Path(round_dir))
+        return Diagnosis(
+            spec=None,
+            reason="no_failures",
+            detail="no failure records to diagnose (suspect tasks and infrastructure errors "
+            "are never evidence): the round stops without a diagnosis call",
+            wall_s=time.monotonic() - start,
+        )
+    round_input = RoundInput(
+        records=list(records),
+        groups=list(groups),
+        harness_dir=None if harness_dir is None else Path(harness_dir),
+        history=list(history),
+        solved_tasks=solved_tasks,
+        cfg=cfg,
+        round_dir=None if round_dir is None else Path(round_dir),
+    )
     client = client or RoleClient.from_config(cfg)
     try:
         diagnosis = impl.propose(round_input, client)
@@ -96,5 +104,12 @@ def stopped(exc: Exception, round_dir: Path | None, start: float) -> Diagnosis:
     for line in lines:
         tokens = add_tokens(tokens, line.get("tokens") or {})
     reason = "context_overflow" if isinstance(exc, ContextOverflowError) else "slow_endpoint"
-    return Diagnosis(spec=None, reason=reason, detail=f"diagnosis stopped after {len(lines)} answered call(s): {exc}",
-                     transcript=lines, tokens=tokens, wall_s=time.monotonic() - start, calls=len(lines))
+    return Diagnosis(
+        spec=None,
+        reason=reason,
+        detail=f"diagnosis stopped after {len(lines)} answered call(s): {exc}",
+        transcript=lines,
+        tokens=tokens,
+        wall_s=time.monotonic() - start,
+        calls=len(lines),
+    )

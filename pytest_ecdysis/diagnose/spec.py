@@ -53,7 +53,7 @@ def validate_spec(value: Any, harness_dir: Path | None) -> ModificationSpec:
         for name in change.files:
             rel = name.strip()
             if rel.startswith(root.name + "/") and not (root / rel).exists():
-                rel = rel[len(root.name) + 1:]
+                rel = rel[len(root.name) + 1 :]
             target = (root / rel).resolve()  # an absolute path stays absolute here
             if target == root or root in target.parents:
                 rel = target.relative_to(root).as_posix() if Path(rel).is_absolute() else rel
@@ -62,8 +62,10 @@ def validate_spec(value: Any, harness_dir: Path | None) -> ModificationSpec:
             files.append(rel)
         change.files = files
     if outside:
-        raise SpecError(f"the spec names files outside the harness directory {root}: {', '.join(outside)}; "
-                        "a spec may only name paths relative to the harness directory")
+        raise SpecError(
+            f"the spec names files outside the harness directory {root}: {', '.join(outside)}; "
+            "a spec may only name paths relative to the harness directory"
+        )
     return spec
 
 
@@ -73,12 +75,19 @@ def write_spec(round_dir: Path | None, spec: ModificationSpec, name: str = "spec
     Path(round_dir).mkdir(parents=True, exist_ok=True)
     data = spec.model_dump(mode="json")
     data["schema_version"] = SCHEMA_VERSION
-    (Path(round_dir) / name).write_text(json.dumps(redact_json(data), indent=2, ensure_ascii=False) + "\n",
-                                        encoding="utf-8")
+    (Path(round_dir) / name).write_text(
+        json.dumps(redact_json(data), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
-def spec_call(client: RoleClient, role: str, messages: list[dict[str, Any]], tx: Transcript,
-              pass_: int | None, harness_dir: Path | None) -> tuple[ModificationSpec | None, str, str]:
+def spec_call(
+    client: RoleClient,
+    role: str,
+    messages: list[dict[str, Any]],
+    tx: Transcript,
+    pass_: int | None,
+    harness_dir: Path | None,
+) -> tuple[ModificationSpec | None, str, str]:
     """Ask `role` for a spec; parse, validate, and repair once. Returns `(spec, reason, detail)`."""
     reply = client.complete(role, messages, json_mode=True)
     tx.add(role, pass_, reply)
@@ -88,8 +97,11 @@ def spec_call(client: RoleClient, role: str, messages: list[dict[str, Any]], tx:
         error = unusable(reply, exc)
     repair = messages + [
         {"role": "assistant", "content": reply.text},
-        {"role": "user", "content": f"Your answer could not be used: {error}. Answer again with only the "
-                                    "corrected JSON object of the modification spec."},
+        {
+            "role": "user",
+            "content": f"Your answer could not be used: {error}. Answer again with only the "
+            "corrected JSON object of the modification spec.",
+        },
     ]
     reply = client.complete(role, repair, json_mode=True)
     tx.add(role, pass_, reply, repair=True)

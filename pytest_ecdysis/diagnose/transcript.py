@@ -53,8 +53,14 @@ class Transcript:
             self.path.write_text("", encoding="utf-8")
 
     def add(self, role: str, pass_: int | None, reply: Completion, **extra: Any) -> None:
-        line = {"role": role, "pass": pass_, "content": reply.text, "tokens": reply.tokens,
-                "wall_s": round(reply.wall_s, 4), **extra}
+        line = {
+            "role": role,
+            "pass": pass_,
+            "content": reply.text,
+            "tokens": reply.tokens,
+            "wall_s": round(reply.wall_s, 4),
+            **extra,
+        }
         self.lines.append(line)
         self.tokens = add_tokens(self.tokens, reply.tokens)
         if self.path is not None:

@@ -57,8 +57,10 @@ EDITOR_DROPPED_ENV = ("ECDYSIS_SIM_TOKEN",)
 #: `os.pathsep`-separated.
 WRITABLE_ENV = "ECDYSIS_EDITOR_WRITABLE"
 #: Said beside an editor's failure whose output names a read-only file system.
-READ_ONLY_HINT = ("the editor runs in the sandbox: the disk is read-only to it outside the candidate's worktree; "
-                  "let it write its own state with --ecdysis-editor-writable DIR, or pass --ecdysis-sandbox off")
+READ_ONLY_HINT = (
+    "the editor runs in the sandbox: the disk is read-only to it outside the candidate's worktree; "
+    "let it write its own state with --ecdysis-editor-writable DIR, or pass --ecdysis-sandbox off"
+)
 
 
 @functools.cache
@@ -69,7 +71,10 @@ def namespace_prefix() -> tuple[str, ...] | None:
         return None
     base = ("--pid", "--fork", "--kill-child")
     candidates = [(unshare, *base)] if os.geteuid() == 0 else []
-    candidates += [(unshare, "--user", "--map-current-user", *base), (unshare, "--user", "--map-root-user", *base)]
+    candidates += [
+        (unshare, "--user", "--map-current-user", *base),
+        (unshare, "--user", "--map-root-user", *base),
+    ]
     for prefix in candidates:
         try:
             if subprocess.run([*prefix, "true"], capture_output=True, timeout=20).returncode == 0:
@@ -87,8 +92,14 @@ def containment() -> str:
     return f"PID namespace ({Path(prefix[0]).name} {' '.join(prefix[1:])}) + environment marker"
 
 
-def contained(argv: list[str], env: dict[str, str], cwd: Path | None = None, scratch: Path | None = None,
-              writable: tuple[str, ...] = (), readable: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str], str]:
+def contained(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | None = None,
+    scratch: Path | None = None,
+    writable: tuple[str, ...] = (),
+    readable: tuple[Path, ...] = (),
+) -> tuple[list[str], dict[str, str], str]:
     """(argv wrapped in the editor's sandbox when the session's decision is on and `cwd`, the candidate's
     worktree, and `scratch`, a private writable directory, are given, else in a PID namespace when one can
     run; `env` without `EDITOR_DROPPED_ENV`, with a fresh marker (and `TMPDIR=scratch` in the sandbox); the
@@ -104,8 +115,14 @@ def contained(argv: list[str], env: dict[str, str], cwd: Path | None = None, scr
 def git_dirs(worktree: Path) -> list[Path]:
     """The worktree's own git directory and the repository's object store (`git rev-parse --git-dir
     --git-common-dir`), absolute; empty outside a git work tree."""
-    done = subprocess.run(git_argv("rev-parse", "--absolute-git-dir", "--git-common-dir"), cwd=worktree,
-                          env=git_env(), capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        git_argv("rev-parse", "--absolute-git-dir", "--git-common-dir"),
+        cwd=worktree,
+        env=git_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if done.returncode != 0:
         return []
     own, common = (Path(line) for line in done.stdout.splitlines()[:2])
@@ -113,8 +130,9 @@ def git_dirs(worktree: Path) -> list[Path]:
     return list(dict.fromkeys(p for p in (own, common / "objects") if p.is_dir()))
 
 
-def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = (),
-                   readable: tuple[Path, ...] = ()) -> list[str] | None:
+def editor_sandbox(
+    worktree: Path, scratch: Path, writable: tuple[str, ...] = (), readable: tuple[Path, ...] = ()
+) -> list[str] | None:
     """The bwrap argv prefix for an editor working in `worktree` (item 3 above), or None when the session's
     sandbox is off or bwrap is missing; `writable` (and `ECDYSIS_EDITOR_WRITABLE`'s) directories stay
     writable too. What the session hides from harness code (`HIDE_ENV`: run directories, the suites' answer
@@ -125,10 +143,27 @@ def editor_sandbox(worktree: Path, scratch: Path, writable: tuple[str, ...] = ()
     if os.environ.get(SANDBOX_ENV) != "1" or bwrap is None:
         return None
     extra = [*writable, *(p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p)]
-    writable = [worktree.resolve(), *git_dirs(worktree), scratch.resolve(),
-                *(Path(p).resolve() for p in extra if os.path.isdir(p))]
-    args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid",
-            "--unshare-ipc", "--die-with-parent", "--new-session"]
+    writable = [
+        worktree.resolve(),
+        *git_dirs(worktree),
+        scratch.resolve(),
+        *(Path(p).resolve() for p in extra if os.path.isdir(p)),
+    ]
+    args = [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev-bind",
+        "/dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--die-with-parent",
+        "--new-session",
+    ]
     cache = Path.home() / ".cache"
     if Path.home() != Path("/") and cache.is_dir():
         args += ["--tmpfs", str(cache)]  # tools write caches; a fresh one, thrown away
@@ -188,8 +223,15 @@ def kill_marked(mark: str, rounds: int = 5) -> int:
     return killed
 
 
-def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str],
-                 writable: tuple[str, ...] = (), readable: tuple[Path, ...] = ()) -> tuple[int, str]:
+def run_in_group(
+    argv: list[str],
+    *,
+    cwd: Path,
+    timeout_s: float,
+    env: dict[str, str],
+    writable: tuple[str, ...] = (),
+    readable: tuple[Path, ...] = (),
+) -> tuple[int, str]:
     """Run `argv` in a new session and process group, in the editor's sandbox (item 3 above) or else its own PID
     namespace where one can run, output to a temporary file (a grandchild holding a pipe cannot block us); when the
     command exits or after `timeout_s` seconds the group is killed, the namespace ends with its first
@@ -209,11 +251,14 @@ def run_in_group(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str,
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_marked(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], mark: str) -> tuple[int, str]:
+def _run_marked(
+    argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], mark: str
+) -> tuple[int, str]:
     """`run_in_group`'s run of the wrapped command, its group and marked processes killed after."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             code = proc.wait(timeout=timeout_s)
         finally:

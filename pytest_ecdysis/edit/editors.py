@@ -79,8 +79,10 @@ def check_editor(editor: str, harness_dir: Path) -> None:
 
         check_usable(harness_dir)
     elif editor.startswith("cmd:") and "{spec}" not in editor:
-        raise UsageError("--ecdysis-editor cmd:<template> must pass the spec to the agent with the {spec} "
-                         "placeholder, e.g. \"cmd:aider --yes --message-file {spec} {harness}\"")
+        raise UsageError(
+            "--ecdysis-editor cmd:<template> must pass the spec to the agent with the {spec} "
+            'placeholder, e.g. "cmd:aider --yes --message-file {spec} {harness}"'
+        )
 
 
 def make_editor(cfg: EcdysisConfig) -> Editor:
@@ -88,27 +90,43 @@ def make_editor(cfg: EcdysisConfig) -> Editor:
     if cfg.editor == "sim":
         return SimEditor()
     if cfg.editor.startswith("cmd:"):
-        timeout = getattr(cfg, "editor_budget_s", None) or float(os.environ.get("ECDYSIS_EDITOR_TIMEOUT",
-                                                                             DEFAULT_CMD_TIMEOUT_S))
-        return CommandEditor(cfg.editor[4:].strip(), timeout_s=timeout,
-                             writable=tuple(getattr(cfg, "editor_writable", ()) or ()))
+        timeout = getattr(cfg, "editor_budget_s", None) or float(
+            os.environ.get("ECDYSIS_EDITOR_TIMEOUT", DEFAULT_CMD_TIMEOUT_S)
+        )
+        return CommandEditor(
+            cfg.editor[4:].strip(),
+            timeout_s=timeout,
+            writable=tuple(getattr(cfg, "editor_writable", ()) or ()),
+        )
     return BuiltinEditor(cfg)
 
 
-def import_check(harness_dir: Path, timeout_s: float = IMPORT_CHECK_TIMEOUT_S,
-                 env: dict[str, str] | None = None) -> str | None:
+def import_check(
+    harness_dir: Path, timeout_s: float = IMPORT_CHECK_TIMEOUT_S, env: dict[str, str] | None = None
+) -> str | None:
     """Import the harness and every module in it in a fresh interpreter (never in this process); None
     when all import and the package defines `build_agent`, else the error text; `env` is its environment
     (default: this process's; validation passes the scrubbed sub-run environment). Submodules are imported
     too because a harness may import them lazily (in `build_agent`)."""
-    code = ("import importlib, pkgutil, sys; from pathlib import Path; "
-            "from pytest_ecdysis.core.harness import load_harness; d = Path(sys.argv[1]); m = load_harness(d); "
-            "[importlib.import_module(i.name) for i in pkgutil.walk_packages([str(d)], m.__name__ + '.')]")
-    env = dict(env if env is not None else child_env(), PYTHONDONTWRITEBYTECODE="1",
-               LITELLM_LOCAL_MODEL_COST_MAP="True")
+    code = (
+        "import importlib, pkgutil, sys; from pathlib import Path; "
+        "from pytest_ecdysis.core.harness import load_harness; d = Path(sys.argv[1]); m = load_harness(d); "
+        "[importlib.import_module(i.name) for i in pkgutil.walk_packages([str(d)], m.__name__ + '.')]"
+    )
+    env = dict(
+        env if env is not None else child_env(),
+        PYTHONDONTWRITEBYTECODE="1",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
     try:
-        proc = subprocess.run([sys.executable, "-c", code, str(harness_dir)], capture_output=True, text=True,
-                              timeout=timeout_s, env=env, cwd=harness_dir)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(harness_dir)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            cwd=harness_dir,
+        )
     except subprocess.TimeoutExpired:
         return f"importing the harness took longer than {timeout_s:.0f} s"
     if proc.returncode == 0:
@@ -132,8 +150,12 @@ class SimEditor:
             parts.append("applied recipe(s) " + ", ".join(result.applied))
         for item in result.not_implementable:
             parts.append(f"not implementable: {item['knob'] or '(no knob)'}: {item['reason']}")
-        return EditResult(ok=True, detail="; ".join(parts) or "the spec has no changes",
-                          wall_s=time.monotonic() - started, not_implementable=result.not_implementable)
+        return EditResult(
+            ok=True,
+            detail="; ".join(parts) or "the spec has no changes",
+            wall_s=time.monotonic() - started,
+            not_implementable=result.not_implementable,
+        )
 
 
 class CommandEditor:
@@ -141,32 +163,50 @@ class CommandEditor:
 
     name = "cmd"
 
-    def __init__(self, template: str, timeout_s: float = DEFAULT_CMD_TIMEOUT_S, writable: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, template: str, timeout_s: float = DEFAULT_CMD_TIMEOUT_S, writable: tuple[str, ...] = ()
+    ) -> None:
         self.template = template
         self.timeout_s = timeout_s
         self.writable = writable  # `--ecdysis-editor-writable`
 
     def edit(self, spec: Any, harness_dir: Path, *, spec_path: Path) -> EditResult:
         command = self.template.replace("{spec}", shlex.quote(str(spec_path))).replace(
-            "{harness}", shlex.quote(str(harness_dir)))
+            "{harness}", shlex.quote(str(harness_dir))
+        )
         started = time.monotonic()
         cwd = _worktree_root(harness_dir)
         try:
-            returncode, out_text = run_in_group(shlex.split(command), cwd=cwd, timeout_s=self.timeout_s,
-                                                env=child_env(PYTHONDONTWRITEBYTECODE="1"), writable=self.writable,
-                                                readable=(spec_path.resolve(),))
+            returncode, out_text = run_in_group(
+                shlex.split(command),
+                cwd=cwd,
+                timeout_s=self.timeout_s,
+                env=child_env(PYTHONDONTWRITEBYTECODE="1"),
+                writable=self.writable,
+                readable=(spec_path.resolve(),),
+            )
         except subprocess.TimeoutExpired:
-            return EditResult(ok=False, detail=f"editor command timed out after {self.timeout_s:.0f} s (its "
-                              f"process group was ended): {command}", wall_s=time.monotonic() - started)
+            return EditResult(
+                ok=False,
+                detail=f"editor command timed out after {self.timeout_s:.0f} s (its "
+                f"process group was ended): {command}",
+                wall_s=time.monotonic() - started,
+            )
         except OSError as exc:
-            return EditResult(ok=False, detail=f"editor command could not start ({exc}): {command}",
-                              wall_s=time.monotonic() - started)
+            return EditResult(
+                ok=False,
+                detail=f"editor command could not start ({exc}): {command}",
+                wall_s=time.monotonic() - started,
+            )
         wall = time.monotonic() - started
         if returncode != 0:
             tail = out_text.strip().splitlines()[-3:]
             hint = f" ({READ_ONLY_HINT})" if "Read-only file system" in out_text else ""
-            return EditResult(ok=False, detail=f"editor command exited with status {returncode}: "
-                              + " | ".join(tail) + hint, wall_s=wall)
+            return EditResult(
+                ok=False,
+                detail=f"editor command exited with status {returncode}: " + " | ".join(tail) + hint,
+                wall_s=wall,
+            )
         return EditResult(ok=True, detail=f"ran {command}", wall_s=wall)
 
 
@@ -225,13 +265,23 @@ class BuiltinEditor:
         if hasattr(self.client, "restart_budget"):
             self.client.restart_budget()  # each round's edit has the whole editor budget
         tokens = {"prompt": 0, "completion": 0, "total": 0}
-        prompt = build_prompt(spec_path.read_text(), harness_dir, _source_files(harness_dir),
-                              context_tokens=int(getattr(self.cfg, "editor_context_tokens", 0) or 0),
-                              system_prompt=EDITOR_SYSTEM)
+        prompt = build_prompt(
+            spec_path.read_text(),
+            harness_dir,
+            _source_files(harness_dir),
+            context_tokens=int(getattr(self.cfg, "editor_context_tokens", 0) or 0),
+            system_prompt=EDITOR_SYSTEM,
+        )
         record = prompt.record()
         if prompt.problem:
-            return EditResult(ok=False, detail=prompt.problem, tokens=tokens, calls=0, prompt=record,
-                              wall_s=time.monotonic() - started)
+            return EditResult(
+                ok=False,
+                detail=prompt.problem,
+                tokens=tokens,
+                calls=0,
+                prompt=record,
+                wall_s=time.monotonic() - started,
+            )
         messages = [{"role": "system", "content": EDITOR_SYSTEM}, {"role": "user", "content": prompt.text}]
         backup = {p: p.read_bytes() for p in _source_files(harness_dir)}
         problems: list[str] = []
@@ -244,28 +294,56 @@ class BuiltinEditor:
                 if isinstance(exc, InfrastructureError) and not timed_out(exc):
                     raise
                 _restore(harness_dir, backup)
-                return EditResult(ok=False, detail=f"editor call {attempt} failed: {exc}", tokens=tokens,
-                                  wall_s=time.monotonic() - started, calls=attempt, prompt=record)
+                return EditResult(
+                    ok=False,
+                    detail=f"editor call {attempt} failed: {exc}",
+                    tokens=tokens,
+                    wall_s=time.monotonic() - started,
+                    calls=attempt,
+                    prompt=record,
+                )
             tokens = add_tokens(tokens, reply.tokens)
-            problem = ("the reply was empty" if not reply.text.strip() else
-                       apply_edit_blocks(reply.text, harness_dir)) or check_sources(harness_dir)
+            problem = (
+                "the reply was empty"
+                if not reply.text.strip()
+                else apply_edit_blocks(reply.text, harness_dir)
+            ) or check_sources(harness_dir)
             if not problem:
                 problem = import_check(harness_dir) or ""
             if problem and getattr(reply, "finish_reason", None) == "length":
-                problem += (f" (the reply was cut at the token limit after {reply.tokens.get('completion', 0)} "
-                            "tokens: finish_reason 'length')")
+                problem += (
+                    f" (the reply was cut at the token limit after {reply.tokens.get('completion', 0)} "
+                    "tokens: finish_reason 'length')"
+                )
             problems.append(f"attempt {attempt}: {problem}")
             if not problem:
-                return EditResult(ok=True, detail=f"applied edit blocks (attempt {attempt}; {prompt.note})",
-                                  tokens=tokens, wall_s=time.monotonic() - started, calls=attempt, prompt=record)
+                return EditResult(
+                    ok=True,
+                    detail=f"applied edit blocks (attempt {attempt}; {prompt.note})",
+                    tokens=tokens,
+                    wall_s=time.monotonic() - started,
+                    calls=attempt,
+                    prompt=record,
+                )
             if attempt == 1:
-                messages += [{"role": "assistant", "content": _echo(reply.text)},
-                             {"role": "user", "content": f"That edit failed: {problem}\nThe files are as they "
-                              "were before your edit. Answer with corrected edit blocks."}]
+                messages += [
+                    {"role": "assistant", "content": _echo(reply.text)},
+                    {
+                        "role": "user",
+                        "content": f"That edit failed: {problem}\nThe files are as they "
+                        "were before your edit. Answer with corrected edit blocks.",
+                    },
+                ]
                 _restore(harness_dir, backup)
         _restore(harness_dir, backup)
-        return EditResult(ok=False, detail=f"edit failed after one repair attempt: {'; '.join(problems)} ({prompt.note})",
-                          tokens=tokens, wall_s=time.monotonic() - started, calls=2, prompt=record)
+        return EditResult(
+            ok=False,
+            detail=f"edit failed after one repair attempt: {'; '.join(problems)} ({prompt.note})",
+            tokens=tokens,
+            wall_s=time.monotonic() - started,
+            calls=2,
+            prompt=record,
+        )
 
 
 #: Characters of a failed answer shown back to the model in the repair turn; a longer one is cut (a small
@@ -276,7 +354,10 @@ REPAIR_ECHO_CHARS = 4000
 def _echo(text: str) -> str:
     if len(text) <= REPAIR_ECHO_CHARS:
         return text
-    return text[:REPAIR_ECHO_CHARS] + f"\n[... {len(text) - REPAIR_ECHO_CHARS} more characters of this answer not shown]"
+    return (
+        text[:REPAIR_ECHO_CHARS]
+        + f"\n[... {len(text) - REPAIR_ECHO_CHARS} more characters of this answer not shown]"
+    )
 
 
 def _source_files(harness_dir: Path) -> list[Path]:

@@ -98,8 +98,9 @@ def _block(rel: str, text: str) -> str:
     return f"\n{rel}\n```{lang}\n{text}{'' if text.endswith(chr(10)) else chr(10)}```"
 
 
-def build_prompt(spec_json: str, harness_dir: Path, files: list[Path], *, context_tokens: int = 0,
-                 system_prompt: str = "") -> EditorPrompt:
+def build_prompt(
+    spec_json: str, harness_dir: Path, files: list[Path], *, context_tokens: int = 0, system_prompt: str = ""
+) -> EditorPrompt:
     """The editor's user prompt for the spec text `spec_json` over `files` (the harness's files, relative
     to `harness_dir`). `context_tokens` 0: no context limit (only the spec's choice of files).
     """
@@ -118,8 +119,9 @@ def build_prompt(spec_json: str, harness_dir: Path, files: list[Path], *, contex
         note = f"the spec names {len(named)} file(s), {len(wanted)} of the harness: shown in full"
     else:
         wanted = [rel for rel in rels if rel.endswith(".py") and rel in texts]
-        note = (("the spec names no file" if not named else "the spec names only files the harness does not have")
-                + f": all {len(wanted)} Python source file(s) shown")
+        note = (
+            "the spec names no file" if not named else "the spec names only files the harness does not have"
+        ) + f": all {len(wanted)} Python source file(s) shown"
     head = f"Modification spec:\n{spec_json}\n"
     room = prompt_room(context_tokens, system_prompt) if context_tokens else 0
     shown, left_out, body = [], [], []
@@ -136,24 +138,40 @@ def build_prompt(spec_json: str, harness_dir: Path, files: list[Path], *, contex
     listed = [rel for rel in rels if rel not in shown]
     parts = [head]
     if missing:
-        parts.append("Files the spec names that do not exist yet (create them with an empty SEARCH): "
-                     + ", ".join(missing))
+        parts.append(
+            "Files the spec names that do not exist yet (create them with an empty SEARCH): "
+            + ", ".join(missing)
+        )
     parts.append("Harness files shown in full:" if shown else "No harness file is shown in full.")
     parts.extend(body)
     if listed:
-        parts.append("\nOther harness files (not shown; edit them only if the spec requires it):\n" + "\n".join(
-            f"- {rel} ({(harness_dir / rel).stat().st_size} bytes)"
-            for rel in listed))
+        parts.append(
+            "\nOther harness files (not shown; edit them only if the spec requires it):\n"
+            + "\n".join(f"- {rel} ({(harness_dir / rel).stat().st_size} bytes)" for rel in listed)
+        )
     text = "\n".join(parts)
-    prompt = EditorPrompt(text=text, shown=shown, listed=listed, left_out=left_out, missing=missing, note=note,
-                          chars=len(text), tokens_estimate=estimate_tokens(text), context_tokens=context_tokens)
+    prompt = EditorPrompt(
+        text=text,
+        shown=shown,
+        listed=listed,
+        left_out=left_out,
+        missing=missing,
+        note=note,
+        chars=len(text),
+        tokens_estimate=estimate_tokens(text),
+        context_tokens=context_tokens,
+    )
     if left_out:
-        prompt.note += (f"; {len(left_out)} not shown: they do not fit the editor's context of {context_tokens} "
-                        f"tokens (ecdysis_editor_context): {', '.join(left_out)}")
+        prompt.note += (
+            f"; {len(left_out)} not shown: they do not fit the editor's context of {context_tokens} "
+            f"tokens (ecdysis_editor_context): {', '.join(left_out)}"
+        )
     if context_tokens and not shown and not missing:
         which = "the spec's files" if from_spec else "the harness's Python files"
-        prompt.problem = (f"not one of {which} fits the editor's context of {context_tokens} tokens "
-                          f"(ecdysis_editor_context; about {room} tokens are left for files once the reply's "
-                          f"share is kept): {', '.join(left_out)}; raise ecdysis_editor_context to the model's "
-                          "real context, use a model with a longer one, or an external editor (cmd:)")
+        prompt.problem = (
+            f"not one of {which} fits the editor's context of {context_tokens} tokens "
+            f"(ecdysis_editor_context; about {room} tokens are left for files once the reply's "
+            f"share is kept): {', '.join(left_out)}; raise ecdysis_editor_context to the model's "
+            "real context, use a model with a longer one, or an external editor (cmd:)"
+        )
     return prompt

@@ -44,8 +44,14 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 8.0
 #: lower-cased substrings of a 5xx body that mean "the server could not parse the model's reply":
 #: a defect of the endpoint's output, not a transient failure (llama.cpp, vLLM, Ollama wording).
-PARSE_FAILURE_MARKERS = ("failed to parse", "error parsing tool call", "could not parse", "unable to parse",
-                         "invalid tool call", "tool call parsing")
+PARSE_FAILURE_MARKERS = (
+    "failed to parse",
+    "error parsing tool call",
+    "could not parse",
+    "unable to parse",
+    "invalid tool call",
+    "tool call parsing",
+)
 
 
 @dataclass
@@ -78,8 +84,10 @@ class Budget:
         text = f"the {self.label} time budget of {self.seconds:g} s ran out ({self.attempts} requests, {self.retries} retries)"
         if self.pending:
             p = self.pending
-            text += (f" while the {p.get('role') or 'model'} call to {p.get('url')} was pending in phase "
-                     f"{p.get('phase')} ({p.get('waited_s', 0):.1f} s, {p.get('bytes', 0)} body bytes received)")
+            text += (
+                f" while the {p.get('role') or 'model'} call to {p.get('url')} was pending in phase "
+                f"{p.get('phase')} ({p.get('waited_s', 0):.1f} s, {p.get('bytes', 0)} body bytes received)"
+            )
         return text
 
 
@@ -125,8 +133,12 @@ class _Attempt:
                 if self.aborted or time.monotonic() > self.deadline:
                     self.aborted = True
                     return
-            self.response = httpx2.Response(raw.status_code, headers=raw.headers,
-                                            stream=httpx2.ByteStream(b"".join(chunks)), extensions=raw.extensions)
+            self.response = httpx2.Response(
+                raw.status_code,
+                headers=raw.headers,
+                stream=httpx2.ByteStream(b"".join(chunks)),
+                extensions=raw.extensions,
+            )
         except BaseException as exc:  # handed to the waiting caller
             self.error = exc
         finally:
@@ -172,9 +184,18 @@ class DeadlineTransport(httpx2.BaseTransport):
             nothing). A connection failure, 429 or 5xx is still retried.
     """
 
-    def __init__(self, inner: httpx2.BaseTransport, budget: Budget, *, call_timeout_s: float, max_retries: int,
-                 connect_timeout_s: float = 10.0, backoff_s: float = 0.5, sleep: Any = time.sleep,
-                 retry_timeouts: bool = True) -> None:
+    def __init__(
+        self,
+        inner: httpx2.BaseTransport,
+        budget: Budget,
+        *,
+        call_timeout_s: float,
+        max_retries: int,
+        connect_timeout_s: float = 10.0,
+        backoff_s: float = 0.5,
+        sleep: Any = time.sleep,
+        retry_timeouts: bool = True,
+    ) -> None:
         self.inner, self.budget, self.sleep = inner, budget, sleep
         self.retry_timeouts = retry_timeouts
         self.call_timeout_s, self.max_retries = call_timeout_s, max_retries
@@ -192,7 +213,11 @@ class DeadlineTransport(httpx2.BaseTransport):
                 response = self._attempt(request, min(self.call_timeout_s, left), left)
             except httpx2.TransportError as exc:
                 cut = isinstance(exc, CallTimeout)
-                if attempt >= self.max_retries or self.budget.remaining() <= 0 or (cut and not self.retry_timeouts):
+                if (
+                    attempt >= self.max_retries
+                    or self.budget.remaining() <= 0
+                    or (cut and not self.retry_timeouts)
+                ):
                     if self.budget.remaining() <= 0 and not self.budget.exhausted:
                         # the inner transport's own timeout fired just before the watchdog (under load):
                         # the phase and bytes are the attempt's, not "connect" with nothing received
@@ -201,8 +226,11 @@ class DeadlineTransport(httpx2.BaseTransport):
                     raise
                 wait = None
             else:
-                if (response.status_code not in RETRY_STATUS or attempt >= self.max_retries
-                        or is_parse_failure(response.status_code, response.read())):
+                if (
+                    response.status_code not in RETRY_STATUS
+                    or attempt >= self.max_retries
+                    or is_parse_failure(response.status_code, response.read())
+                ):
                     return _usable(request, response)
                 wait = _retry_after(response)
                 response.close()
@@ -212,8 +240,12 @@ class DeadlineTransport(httpx2.BaseTransport):
             self.sleep(min(delay, MAX_BACKOFF_S, max(self.budget.remaining(), 0.0)))
 
     def _attempt(self, request: httpx2.Request, per_call: float, left: float) -> httpx2.Response:
-        request.extensions["timeout"] = {"connect": min(self.connect_timeout_s, per_call), "read": per_call,
-                                         "write": per_call, "pool": per_call}
+        request.extensions["timeout"] = {
+            "connect": min(self.connect_timeout_s, per_call),
+            "read": per_call,
+            "write": per_call,
+            "pool": per_call,
+        }
         self.budget.attempts += 1
         job = _Attempt(self.inner, request, time.monotonic() + per_call)
         threading.Thread(target=job.run, name="ecdysis-model-call", daemon=True).start()
@@ -232,14 +264,22 @@ class DeadlineTransport(httpx2.BaseTransport):
         if per_call >= left - 1e-3:  # the attempt's deadline was the budget's end
             self._exhausted(request, job.phase, waited, job.bytes)
             raise httpx2.ReadTimeout(self.budget.describe(), request=request)
-        raise CallTimeout(f"no complete response within the call timeout of {self.call_timeout_s:g} s "
-                                 f"(phase {job.phase}, {job.bytes} body bytes received)", request=request)
+        raise CallTimeout(
+            f"no complete response within the call timeout of {self.call_timeout_s:g} s "
+            f"(phase {job.phase}, {job.bytes} body bytes received)",
+            request=request,
+        )
 
     def _exhausted(self, request: httpx2.Request, phase: str, waited: float, received: int) -> None:
         self.budget.exhausted = True
         if self.budget.pending is None:
-            self.budget.pending = {"role": request.headers.get("x-ecdysis-role"), "url": str(request.url),
-                                   "phase": phase, "waited_s": round(waited, 3), "bytes": received}
+            self.budget.pending = {
+                "role": request.headers.get("x-ecdysis-role"),
+                "url": str(request.url),
+                "phase": phase,
+                "waited_s": round(waited, 3),
+                "bytes": received,
+            }
 
     def close(self) -> None:
         self.inner.close()
@@ -253,14 +293,20 @@ def _usable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Respon
         sent = request.content
     except httpx2.RequestNotRead:
         sent = b""
-    problem = completion_problem(request.url.path, response.headers.get("content-type", ""), response.read(),
-                                 streamed=asked_to_stream(sent))
+    problem = completion_problem(
+        request.url.path,
+        response.headers.get("content-type", ""),
+        response.read(),
+        streamed=asked_to_stream(sent),
+    )
     if problem is None:
         return response
     role = request.headers.get("x-ecdysis-role") or "model"
     if problem.startswith("an event stream"):
-        advice = ("the server (or a proxy in front of it) streams replies the client did not ask for; turn its "
-                  "streaming off, or put an OpenAI-compatible proxy in front")
+        advice = (
+            "the server (or a proxy in front of it) streams replies the client did not ask for; turn its "
+            "streaming off, or put an OpenAI-compatible proxy in front"
+        )
     else:
         advice = "the endpoint is not an OpenAI-compatible chat completions API (check --ecdysis-base-url: it ends in /v1)"
     raise UnusableReplyError(f"the {role} call to {request.url} got HTTP 200 with {problem}; {advice}")

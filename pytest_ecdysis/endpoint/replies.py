@@ -134,7 +134,9 @@ def _undecodable(body: str) -> TextCall:
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
 _FUNCTION = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*(?:</function>|\Z)", re.S)
 _PARAMETER = re.compile(r"<parameter=([^>\s]+)>\s*(.*?)\s*</parameter>", re.S)
-_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z_][\w.-]*)\s*\[ARGS\]\s*(.*?)(?=\[TOOL_CALLS\]|\Z)", re.S)
+_MISTRAL_ARGS = re.compile(
+    r"\[TOOL_CALLS\]\s*([A-Za-z_][\w.-]*)\s*\[ARGS\]\s*(.*?)(?=\[TOOL_CALLS\]|\Z)", re.S
+)
 _PYTHON_TAG = re.compile(r"<\|python_tag\|>\s*(.*)\Z", re.S)
 
 
@@ -167,14 +169,17 @@ def find_text_tool_calls(text: str | None) -> TextCalls:
         if "[ARGS]" in body:
             calls = [TextCall(name, *_arguments(args.strip())) for name, args in _MISTRAL_ARGS.findall(body)]
             return TextCalls(calls or [_undecodable(body)], "mistral", rest)
-        payload = body[len("[TOOL_CALLS]"):].strip()
+        payload = body[len("[TOOL_CALLS]") :].strip()
         found = _json_calls(payload)
         return TextCalls(found if found is not None else [_undecodable(payload)], "mistral", rest)
     match = _PYTHON_TAG.search(text)
     if match:
         found = _json_calls(match.group(1).strip())
-        return TextCalls(found if found is not None else [_undecodable(match.group(1))], "python_tag",
-                         text[:match.start()].strip())
+        return TextCalls(
+            found if found is not None else [_undecodable(match.group(1))],
+            "python_tag",
+            text[: match.start()].strip(),
+        )
     return TextCalls()
 
 
@@ -238,22 +243,29 @@ def completion_problem(path: str, content_type: str, body: bytes, *, streamed: b
     if "event-stream" in content_type.lower():
         if streamed:
             return None
-        return _quoted("an event stream though the request did not ask for streaming (\"stream\" was not true)",
-                       content_type, body)
+        return _quoted(
+            'an event stream though the request did not ask for streaming ("stream" was not true)',
+            content_type,
+            body,
+        )
     try:
         doc = json.loads(body)
     except ValueError:
         what = "an empty body" if not body.strip() else "a body that is not JSON"
     else:
         choices = doc.get("choices") if isinstance(doc, dict) else None
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict) \
-                and isinstance(choices[0].get("message"), dict):
+        if (
+            isinstance(choices, list)
+            and choices
+            and isinstance(choices[0], dict)
+            and isinstance(choices[0].get("message"), dict)
+        ):
             return None
         what = "JSON without choices[0].message" if isinstance(doc, dict) else "JSON that is not an object"
     return _quoted(what, content_type, body)
 
 
 def _quoted(what: str, content_type: str, body: bytes) -> str:
-    quoted = body[:QUOTED_CHARS * 4].decode("utf-8", "replace")[:QUOTED_CHARS]
+    quoted = body[: QUOTED_CHARS * 4].decode("utf-8", "replace")[:QUOTED_CHARS]
     more = "..." if len(body) > len(quoted.encode()) else ""
     return f"{what} (content-type {content_type or 'none'}, {len(body)} bytes): {quoted!r}{more}"

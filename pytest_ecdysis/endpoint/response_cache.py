@@ -102,9 +102,12 @@ class CachingTransport(httpx2.BaseTransport):
         entry = self.cache.get(key)
         if entry is not None:
             self.cache.note(run, True, int(entry.get("tokens", 0)))
-            return httpx2.Response(200, headers={"content-type": "application/json",
-                                                 "x-ecdysis-cache": "hit"},
-                                   content=entry["body"].encode(), request=request)
+            return httpx2.Response(
+                200,
+                headers={"content-type": "application/json", "x-ecdysis-cache": "hit"},
+                content=entry["body"].encode(),
+                request=request,
+            )
         response = self.inner.handle_request(request)
         if response.status_code != 200:
             self.cache.note(run, False, 0)
@@ -116,7 +119,9 @@ class CachingTransport(httpx2.BaseTransport):
         except (OSError, UnicodeDecodeError):
             pass  # a reply that cannot be stored is still returned
         self.cache.note(run, False, tokens)
-        return httpx2.Response(response.status_code, headers=response.headers, content=content, request=request)
+        return httpx2.Response(
+            response.status_code, headers=response.headers, content=content, request=request
+        )
 
     def close(self) -> None:
         self.inner.close()
@@ -135,8 +140,9 @@ def uncacheable(model: str, base_url: str | None, marked: Iterable[str]) -> bool
     return model in names or (base_url or "").rstrip("/") in names
 
 
-def wrap_transport(inner: httpx2.BaseTransport, *, model: str, base_url: str | None,
-                   env: dict[str, str] | None = None) -> httpx2.BaseTransport:
+def wrap_transport(
+    inner: httpx2.BaseTransport, *, model: str, base_url: str | None, env: dict[str, str] | None = None
+) -> httpx2.BaseTransport:
     """`inner` behind the cache when `ECDYSIS_RESPONSE_CACHE` is set and the endpoint is cacheable."""
     env = dict(os.environ) if env is None else env
     directory = env.get(ENV_DIR)
@@ -162,8 +168,10 @@ def configure(cfg: EcdysisConfig, run_path: Path, env: dict[str, str] | Any) -> 
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"ini key ecdysis_cache_dir {directory}: {probe} is not a writable directory; set a "
-                         "writable ecdysis_cache_dir, or ecdysis_response_cache = off")
+        raise UsageError(
+            f"ini key ecdysis_cache_dir {directory}: {probe} is not a writable directory; set a "
+            "writable ecdysis_cache_dir, or ecdysis_response_cache = off"
+        )
     env[ENV_DIR] = str(directory)
     if cfg.uncacheable:
         env[ENV_UNCACHEABLE] = ",".join(cfg.uncacheable)

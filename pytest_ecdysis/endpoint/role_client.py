@@ -122,10 +122,20 @@ class RoleClient:
         self._rejected: set[str] = set()
         if client is None:
             url, key = resolve_endpoint(model, base_url)
-            deadline = DeadlineTransport(transport or httpx2.HTTPTransport(), self.budget, call_timeout_s=timeout_s,
-                                         max_retries=max_retries, retry_timeouts=False)
-            client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout_s, max_retries=0,
-                                   http_client=httpx2.Client(transport=deadline, timeout=timeout_s))
+            deadline = DeadlineTransport(
+                transport or httpx2.HTTPTransport(),
+                self.budget,
+                call_timeout_s=timeout_s,
+                max_retries=max_retries,
+                retry_timeouts=False,
+            )
+            client = openai.OpenAI(
+                base_url=url,
+                api_key=key,
+                timeout=timeout_s,
+                max_retries=0,
+                http_client=httpx2.Client(transport=deadline, timeout=timeout_s),
+            )
         else:
             client = client.with_options(timeout=timeout_s, max_retries=max_retries)
         self._client = client
@@ -165,7 +175,11 @@ class RoleClient:
         optional: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": 0}
         if json_mode:
             optional["response_format"] = {"type": "json_object"}
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "extra_headers": {ROLE_HEADER: role}}
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "extra_headers": {ROLE_HEADER: role},
+        }
         kwargs.update({k: v for k, v in optional.items() if k not in self._rejected})
         start = time.monotonic()
         if self.budget.remaining() <= 0:
@@ -193,7 +207,8 @@ class RoleClient:
             raise InfrastructureError(
                 f"{role} call to {self.model!r} timed out: {exc.__cause__ or exc}; not asked again (a server that "
                 "accepted it may still be computing it, and a retry would queue behind it); a slow model needs a "
-                "longer --ecdysis-limits call-timeout") from exc
+                "longer --ecdysis-limits call-timeout"
+            ) from exc
         except openai.APIConnectionError as exc:
             raise InfrastructureError(f"{role} call to {self.model!r}: endpoint unreachable: {exc}") from exc
         except openai.APIStatusError as exc:
@@ -202,7 +217,8 @@ class RoleClient:
                 raise ContextOverflowError(
                     f"the {role} prompt does not fit the context window of {self.model!r} (HTTP {exc.status_code}: "
                     f"{said}); use a model or server with a longer context, or send less evidence "
-                    "(--ecdysis-evidence failure-aware:N)") from exc
+                    "(--ecdysis-evidence failure-aware:N)"
+                ) from exc
             raise InfrastructureError(
                 f"{role} call to {self.model!r} failed with HTTP {exc.status_code}: {exc.message}"
             ) from exc
@@ -220,8 +236,12 @@ class RoleClient:
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
         total = int(getattr(usage, "total_tokens", 0) or 0) or prompt + completion
-        return Completion(text=text, tokens={"prompt": prompt, "completion": completion, "total": total},
-                          wall_s=wall_s, finish_reason=finish)
+        return Completion(
+            text=text,
+            tokens={"prompt": prompt, "completion": completion, "total": total},
+            wall_s=wall_s,
+            finish_reason=finish,
+        )
 
 
 def add_tokens(total: dict[str, int], more: dict[str, int]) -> dict[str, int]:

@@ -80,7 +80,6 @@ class Evidence:
         )
 
 
-
 def _group_order(group: PatternGroup, n_records: int) -> tuple[Any, ...]:
     return (not group.cross_task, -len(group.tasks), -n_records, group.signature)
 
@@ -88,7 +87,6 @@ def _group_order(group: PatternGroup, n_records: int) -> tuple[Any, ...]:
 def _path_diverse(records: list[FailureRecord], n: int) -> list[FailureRecord]:
     """Up to `n` representative records: distinct tasks and execution paths first."""
     return select_records(records, n)
-
 
 
 def build_evidence(
@@ -120,10 +118,12 @@ def build_evidence(
     usable = usable_records(records)
     selected = select_records(usable, limit)
     by_key = {record_key(r): r for r in selected}
-    n_excluded = {"suspect": sum(r.suspect for r in records),
-                  "infrastructure": sum(r.termination_reason in INFRA_REASONS and not r.suspect for r in records),
-                  "endpoint_problem": sum(_kept(r) == "endpoint_problem" for r in records),
-                  "user_stop_after_confirmation": sum(_kept(r) == "user_stop_after_confirmation" for r in records)}
+    n_excluded = {
+        "suspect": sum(r.suspect for r in records),
+        "infrastructure": sum(r.termination_reason in INFRA_REASONS and not r.suspect for r in records),
+        "endpoint_problem": sum(_kept(r) == "endpoint_problem" for r in records),
+        "user_stop_after_confirmation": sum(_kept(r) == "user_stop_after_confirmation" for r in records),
+    }
     for why in ("user_abort", "suspect_task"):  # newer reasons: counted when they occur
         if count := sum(_kept(r) == why for r in records):
             n_excluded[why] = count
@@ -136,23 +136,43 @@ def build_evidence(
             continue
         seen.update(record_key(m) for m in members)
         tasks = sorted({f"{m.suite}/{m.task_id}" for m in members})
-        view = group.model_copy(update={"tasks": tasks, "cross_task": len(tasks) >= 2,
-                                        "records": [record_key(m) for m in members]})
+        view = group.model_copy(
+            update={
+                "tasks": tasks,
+                "cross_task": len(tasks) >= 2,
+                "records": [record_key(m) for m in members],
+            }
+        )
         grouped.append((view, members))
     rest = [r for r in selected if record_key(r) not in seen]
     if rest:
         tasks = sorted({f"{r.suite}/{r.task_id}" for r in rest})
-        grouped.append((PatternGroup(signature="ungrouped", cross_task=len(tasks) >= 2, tasks=tasks,
-                                     records=[record_key(r) for r in rest]), rest))
+        grouped.append(
+            (
+                PatternGroup(
+                    signature="ungrouped",
+                    cross_task=len(tasks) >= 2,
+                    tasks=tasks,
+                    records=[record_key(r) for r in rest],
+                ),
+                rest,
+            )
+        )
     grouped.sort(key=lambda gm: _group_order(gm[0], len(gm[1])))
 
     group_views: list[dict[str, Any]] = []
     for rank, (group, members) in enumerate(grouped, start=1):
         gv: dict[str, Any] = {
-            "rank": rank, "signature": group.signature, "cross_task": group.cross_task,
-            "n_records": len(members), "n_tasks": len(group.tasks), "tasks": group.tasks[:MAX_TASKS_LISTED],
-            "termination_reason": group.termination_reason, "failed_components": group.failed_components,
-            "tool": group.tool, "error_class": group.error_class,
+            "rank": rank,
+            "signature": group.signature,
+            "cross_task": group.cross_task,
+            "n_records": len(members),
+            "n_tasks": len(group.tasks),
+            "tasks": group.tasks[:MAX_TASKS_LISTED],
+            "termination_reason": group.termination_reason,
+            "failed_components": group.failed_components,
+            "tool": group.tool,
+            "error_class": group.error_class,
         }
         if len(group.tasks) > MAX_TASKS_LISTED:
             gv["tasks_omitted"] = len(group.tasks) - MAX_TASKS_LISTED
@@ -173,7 +193,8 @@ def build_evidence(
 
     data: dict[str, Any] = {
         "failures": {
-            "n_records": len(usable), "n_shown_to_diagnosis": len(selected),
+            "n_records": len(usable),
+            "n_shown_to_diagnosis": len(selected),
             "n_tasks": len({(r.suite, r.task_id) for r in selected}),
             "selection": "all" if limit is None else f"failure-aware:{limit}",
             "excluded": n_excluded,
@@ -190,7 +211,9 @@ def build_evidence(
     if _size(data) > max_chars:  # first shrink every example, then drop examples
         for gv in group_views:
             if "_members" in gv:
-                gv["examples"] = [record_view(r, COMPACT) for r in _path_diverse(gv["_members"], MAX_EXAMPLES)]
+                gv["examples"] = [
+                    record_view(r, COMPACT) for r in _path_diverse(gv["_members"], MAX_EXAMPLES)
+                ]
     for gv in group_views:
         gv.pop("_members", None)
     _fit(data, max_chars)
@@ -227,7 +250,7 @@ def parse_evidence(text: str) -> dict[str, Any] | None:
     if start < 0 or end < start:
         return None
     try:
-        data = json.loads(text[start + len(EVIDENCE_OPEN):end])
+        data = json.loads(text[start + len(EVIDENCE_OPEN) : end])
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None
@@ -245,8 +268,14 @@ def render_turn(role: str, pass_: int | None, content: str) -> str:
 
 def parse_turns(text: str) -> list[dict[str, Any]]:
     """The turns of a rendered transcript, in order: `[{"role", "pass", "content"}]`."""
-    return [{"role": m.group(1), "pass": None if m.group(2) == "final" else int(m.group(2)),
-             "content": m.group(3)} for m in TURN_RE.finditer(text)]
+    return [
+        {
+            "role": m.group(1),
+            "pass": None if m.group(2) == "final" else int(m.group(2)),
+            "content": m.group(3),
+        }
+        for m in TURN_RE.finditer(text)
+    ]
 
 
 def extract_json(text: str) -> Any:

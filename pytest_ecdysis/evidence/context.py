@@ -106,8 +106,10 @@ def _past_round(item: Any) -> PastRound:
     if isinstance(item, Mapping):
         return PastRound.model_validate(item)
     return PastRound.model_validate(
-        {k: getattr(item, k, None) for k in ("round", "outcome", "score_before", "score_after", "spec", "diff",
-                                             "flips", "decision")}
+        {
+            k: getattr(item, k, None)
+            for k in ("round", "outcome", "score_before", "score_after", "spec", "diff", "flips", "decision")
+        }
     )
 
 
@@ -119,14 +121,23 @@ def history_view(history: Iterable[Any]) -> list[dict[str, Any]]:
         delta = None
         if past.score_before is not None and past.score_after is not None:
             delta = round(past.score_after - past.score_before, 4)
-        entry: dict[str, Any] = {"round": past.round, "outcome": past.outcome,
-                                 "accepted": past.outcome == "accepted", "score_before": past.score_before,
-                                 "score_after": past.score_after, "score_change": delta}
+        entry: dict[str, Any] = {
+            "round": past.round,
+            "outcome": past.outcome,
+            "accepted": past.outcome == "accepted",
+            "score_before": past.score_before,
+            "score_after": past.score_after,
+            "score_change": delta,
+        }
         if past.spec is not None:
             entry["summary"] = cut(past.spec.summary, 300)
             entry["changes"] = [
-                {"component": c.component, "files": c.files, "description": cut(c.description, 200),
-                 "parameters": c.parameters}
+                {
+                    "component": c.component,
+                    "files": c.files,
+                    "description": cut(c.description, 200),
+                    "parameters": c.parameters,
+                }
                 for c in past.spec.changes[:10]
             ]
         _lineage(entry, past, recent=i >= len(pasts) - MAX_HISTORY_DIFFS)
@@ -137,11 +148,19 @@ def history_view(history: Iterable[Any]) -> list[dict[str, Any]]:
 def _lineage(entry: dict[str, Any], past: PastRound, *, recent: bool) -> None:
     """Add what became of a round's spec: the decision, the per-task flips and (for the latest rounds) the diff."""
     if past.decision:
-        entry["decision"] = {k: past.decision[k] for k in ("rule", "method", "effect", "p_value", "wins", "losses")
-                             if past.decision.get(k) is not None}
+        entry["decision"] = {
+            k: past.decision[k]
+            for k in ("rule", "method", "effect", "p_value", "wins", "losses")
+            if past.decision.get(k) is not None
+        }
     if past.flips and any(past.flips.values()):
-        entry["flips"] = {k: list(v[:MAX_FLIPS_LISTED]) + ([f"... {len(v) - MAX_FLIPS_LISTED} more"]
-                                                           if len(v) > MAX_FLIPS_LISTED else [])
-                          for k, v in past.flips.items() if isinstance(v, list)}
+        entry["flips"] = {
+            k: list(v[:MAX_FLIPS_LISTED])
+            + ([f"... {len(v) - MAX_FLIPS_LISTED} more"] if len(v) > MAX_FLIPS_LISTED else [])
+            for k, v in past.flips.items()
+            if isinstance(v, list)
+        }
     if past.diff:
-        entry["diff"] = cut(past.diff, MAX_DIFF_CHARS) if recent else f"({len(past.diff)} characters, not shown)"
+        entry["diff"] = (
+            cut(past.diff, MAX_DIFF_CHARS) if recent else f"({len(past.diff)} characters, not shown)"
+        )

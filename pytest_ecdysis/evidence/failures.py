@@ -114,9 +114,12 @@ def excerpt(trial: TrialResult) -> list[dict[str, Any]]:
             item["actor"] = "user"
         if msg.get("tool_calls"):
             item["tool_calls"] = [
-                {"name": tc.get("name") or (tc.get("function") or {}).get("name"),
-                 "arguments": tc.get("arguments") or (tc.get("function") or {}).get("arguments")}
-                for tc in msg["tool_calls"] if isinstance(tc, dict)
+                {
+                    "name": tc.get("name") or (tc.get("function") or {}).get("name"),
+                    "arguments": tc.get("arguments") or (tc.get("function") or {}).get("arguments"),
+                }
+                for tc in msg["tool_calls"]
+                if isinstance(tc, dict)
             ]
         out.append(item)
     return out

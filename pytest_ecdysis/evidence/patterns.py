@@ -75,16 +75,18 @@ def group(records: Iterable[FailureRecord]) -> list[PatternGroup]:
     for sig, recs in buckets.items():
         reason, comps, tool, err = signature_parts(recs[0])
         tasks = sorted({f"{r.suite}/{r.task_id}" for r in recs})
-        groups.append(PatternGroup(
-            signature=sig,
-            cross_task=len(tasks) >= 2,
-            tasks=tasks,
-            records=sorted(record_key(r.suite, r.task_id, r.trial) for r in recs),
-            termination_reason=reason,
-            failed_components=list(comps),
-            tool=tool,
-            error_class=err,
-            endpoint_problem=reason == "endpoint_format_error",
-        ))
+        groups.append(
+            PatternGroup(
+                signature=sig,
+                cross_task=len(tasks) >= 2,
+                tasks=tasks,
+                records=sorted(record_key(r.suite, r.task_id, r.trial) for r in recs),
+                termination_reason=reason,
+                failed_components=list(comps),
+                tool=tool,
+                error_class=err,
+                endpoint_problem=reason == "endpoint_format_error",
+            )
+        )
     groups.sort(key=lambda g: (not g.cross_task, -len(g.records), -len(g.tasks), g.signature))
     return groups

@@ -32,7 +32,11 @@ from pytest_ecdysis.evidence.failures import failed_components
 
 def failure_signature(trial: TrialResult, threshold: float) -> str | None:
     """`<termination_reason>|<failed components joined by + or none>`, None for a pass or an infra error."""
-    if trial.termination_reason in INFRA_REASONS or trial.reward is None or is_success(trial.reward, threshold):
+    if (
+        trial.termination_reason in INFRA_REASONS
+        or trial.reward is None
+        or is_success(trial.reward, threshold)
+    ):
         return None
     return f"{trial.termination_reason}|{'+'.join(failed_components(trial.components)) or 'none'}"
 
@@ -51,9 +55,11 @@ def _reason(signature: str, n_trials: int, configs: set[tuple[str, str]]) -> str
     reason, components = signature.split("|", 1)
     harnesses = ", ".join(sorted({h or "?" for h, _ in configs}))
     models = ", ".join(sorted({m or "?" for _, m in configs}))
-    return (f"every trial failed identically under {len(configs)} configurations ({n_trials} trials; harness "
-            f"{harnesses}; model {models}): {reason}, failed components {components}; the task's gold data or "
-            "user simulator is suspect until a configuration passes it")
+    return (
+        f"every trial failed identically under {len(configs)} configurations ({n_trials} trials; harness "
+        f"{harnesses}; model {models}): {reason}, failed components {components}; the task's gold data or "
+        "user simulator is suspect until a configuration passes it"
+    )
 
 
 def suspect_across(runs: Iterable[Iterable[TrialResult]], threshold: float) -> dict[str, str]:
@@ -69,12 +75,16 @@ def suspect_across(runs: Iterable[Iterable[TrialResult]], threshold: float) -> d
             signatures.setdefault(key, set()).add(failure_signature(t, threshold))
             configs.setdefault(key, set()).add((t.harness_id, t.model))
             counts[key] = counts.get(key, 0) + 1
-    return {key: _reason(next(iter(sigs)), counts[key], configs[key]) for key, sigs in signatures.items()
-            if len(sigs) == 1 and None not in sigs and len(configs[key]) >= 2}
+    return {
+        key: _reason(next(iter(sigs)), counts[key], configs[key])
+        for key, sigs in signatures.items()
+        if len(sigs) == 1 and None not in sigs and len(configs[key]) >= 2
+    }
 
 
-def suspect_against_baseline(trials: list[TrialResult], baseline: Mapping[str, Any], threshold: float,
-                             harness_id: str | None) -> dict[str, str]:
+def suspect_against_baseline(
+    trials: list[TrialResult], baseline: Mapping[str, Any], threshold: float, harness_id: str | None
+) -> dict[str, str]:
     """`{task key: reason}`: tasks this run fails with the signature the baseline's run failed them with
     (baseline `tasks[key]["failure"]`), when the baseline was made with another harness."""
     if not baseline or baseline.get("harness_id") in (None, harness_id):
@@ -84,9 +94,13 @@ def suspect_against_baseline(trials: list[TrialResult], baseline: Mapping[str, A
     for key, signature in now.items():
         before = (baseline.get("tasks") or {}).get(key) or {}
         if before.get("failure") == signature:
-            configs = {(str(baseline.get("harness_id")), str(baseline.get("model") or "")),
-                       (harness_id or "", str(baseline.get("model") or ""))}
-            n = sum(1 for t in trials if task_key(t) == key and t.reward is not None) + int(before.get("n") or 0)
+            configs = {
+                (str(baseline.get("harness_id")), str(baseline.get("model") or "")),
+                (harness_id or "", str(baseline.get("model") or "")),
+            }
+            n = sum(1 for t in trials if task_key(t) == key and t.reward is not None) + int(
+                before.get("n") or 0
+            )
             out[key] = _reason(signature, n, configs)
     return out
 
@@ -105,7 +119,9 @@ def read_trials(run_path: Path) -> list[TrialResult]:
     """The trials of a run directory (`trials.jsonl`); [] when it has none or a line is not a trial."""
     path = run_path / "trials.jsonl"
     try:
-        return [TrialResult.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+        return [
+            TrialResult.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()
+        ]
     except (OSError, ValueError):
         return []
 

@@ -67,8 +67,11 @@ def usable_records(records: Iterable[FailureRecord]) -> list[FailureRecord]:
 
 def path_key(record: FailureRecord) -> tuple[Any, ...]:
     """The execution path of a record: termination reason, failed components, tool-call sequence."""
-    return (record.termination_reason, tuple(sorted(record.failed_components)),
-            tuple(c.name for c in record.tool_calls))
+    return (
+        record.termination_reason,
+        tuple(sorted(record.failed_components)),
+        tuple(c.name for c in record.tool_calls),
+    )
 
 
 def select_records(records: Sequence[FailureRecord], limit: int | None) -> list[FailureRecord]:
@@ -126,9 +129,14 @@ def _call_view(call: Any, detail: Detail) -> dict[str, Any]:
     """One tool call: `result` is what the model was sent (the harness's `model_view` when observed,
     else the environment's output), `result_chars` the length of the environment's output."""
     seen = call.model_view if getattr(call, "model_view", None) is not None else call.result
-    view = {"step": call.step, "name": call.name, "arguments": _args(call.arguments), "error": call.error,
-            "result": None if seen is None else cut(seen, detail.result),
-            "result_chars": None if call.result is None else len(call.result)}
+    view = {
+        "step": call.step,
+        "name": call.name,
+        "arguments": _args(call.arguments),
+        "error": call.error,
+        "result": None if seen is None else cut(seen, detail.result),
+        "result_chars": None if call.result is None else len(call.result),
+    }
     if getattr(call, "model_view", None) is not None and call.model_view != call.result:
         view["result_is"] = "as the harness sent it to the model (differs from the environment's output)"
     return view
@@ -138,7 +146,7 @@ def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
     """One record as evidence: termination, failed components, tool calls with results, an excerpt."""
     calls = list(record.tool_calls)
     n = detail.tool_calls
-    shown = calls if len(calls) <= n else calls[: n // 2] + calls[-(n - n // 2):]
+    shown = calls if len(calls) <= n else calls[: n // 2] + calls[-(n - n // 2) :]
     view: dict[str, Any] = {
         "record": record_key(record),
         "task_id": record.task_id,
@@ -148,33 +156,46 @@ def record_view(record: FailureRecord, detail: Detail = FULL) -> dict[str, Any]:
         "reward": record.reward,
     }
     if record.termination_reason == "endpoint_format_error" or getattr(record, "endpoint_problem", False):
-        view["label"] = ("endpoint_format_error: the endpoint's reply could not be used (not valid tool-call or "
-                         "message format); weigh it as an endpoint/robustness problem, not as agent reasoning")
+        view["label"] = (
+            "endpoint_format_error: the endpoint's reply could not be used (not valid tool-call or "
+            "message format); weigh it as an endpoint/robustness problem, not as agent reasoning"
+        )
     view["n_tool_calls"] = len(calls)
     view["tool_calls"] = [_call_view(c, detail) for c in shown]
     if len(calls) > len(shown):
         view["tool_calls_omitted"] = f"{len(calls) - len(shown)} calls in the middle omitted"
     user_calls = list(getattr(record, "user_tool_calls", None) or [])
     if user_calls:  # dual control: what the user did on their own device, never the agent's calls
-        shown_user = user_calls if len(user_calls) <= n else user_calls[: n // 2] + user_calls[-(n - n // 2):]
+        shown_user = (
+            user_calls if len(user_calls) <= n else user_calls[: n // 2] + user_calls[-(n - n // 2) :]
+        )
         view["user_tool_calls"] = [_call_view(c, detail) for c in shown_user]
-        view["user_tool_calls_are"] = ("the user's own tool calls on their device (the agent asked, the user ran "
-                                       "them; the agent saw only what the user said about them)")
+        view["user_tool_calls_are"] = (
+            "the user's own tool calls on their device (the agent asked, the user ran "
+            "them; the agent saw only what the user said about them)"
+        )
     if record.first_tool_error:
-        view["first_tool_error"] = {k: cut(v, detail.result) if isinstance(v, str) else v
-                                    for k, v in record.first_tool_error.items() if k != "arguments"}
+        view["first_tool_error"] = {
+            k: cut(v, detail.result) if isinstance(v, str) else v
+            for k, v in record.first_tool_error.items()
+            if k != "arguments"
+        }
         if isinstance(record.first_tool_error.get("arguments"), Mapping):
             view["first_tool_error"]["arguments"] = _args(record.first_tool_error["arguments"])
     if record.pending_tool_call:
         view["pending_tool_call"] = True
     if record.harness_notes:
-        notes = record.harness_notes if len(record.harness_notes) <= 6 else (
-            record.harness_notes[:3] + record.harness_notes[-3:])
-        view["harness_notes"] = [{k: cut(v, 160) if isinstance(v, str) else v for k, v in n.items()}
-                                 for n in notes]
+        notes = (
+            record.harness_notes
+            if len(record.harness_notes) <= 6
+            else (record.harness_notes[:3] + record.harness_notes[-3:])
+        )
+        view["harness_notes"] = [
+            {k: cut(v, 160) if isinstance(v, str) else v for k, v in n.items()} for n in notes
+        ]
     excerpt = list(record.excerpt)
     if len(excerpt) > detail.excerpt:
-        excerpt = excerpt[:1] + excerpt[-(detail.excerpt - 1):]
+        excerpt = excerpt[:1] + excerpt[-(detail.excerpt - 1) :]
         view["excerpt_note"] = f"{len(record.excerpt) - detail.excerpt} middle messages omitted"
     view["excerpt"] = [_message_view(m, detail.text) for m in excerpt]
     return view

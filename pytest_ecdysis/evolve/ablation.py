@@ -54,8 +54,15 @@ if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
 
 
-def removal_loses(rule: str, *, method: str, level: float, inc: tuple[float, list], kept: tuple[float, list],
-                  reduced: tuple[float, list]) -> str | None:
+def removal_loses(
+    rule: str,
+    *,
+    method: str,
+    level: float,
+    inc: tuple[float, list],
+    kept: tuple[float, list],
+    reduced: tuple[float, list],
+) -> str | None:
     """Why taking a change out of `kept` loses something under `rule` (None: it loses nothing).
 
     Each argument is (suite score, `trials.jsonl` lines) of a run: the incumbent's, the kept harness's and
@@ -90,12 +97,20 @@ def cache_env(cfg: EcdysisConfig, adir: Path, env: Any = None) -> tuple[dict[str
     extra = {ENV_DIR: directory}
     if cfg.uncacheable:
         extra[ENV_UNCACHEABLE] = ",".join(cfg.uncacheable)
-    return extra, (f"response cache turned on for the ablation ({directory}; ecdysis_response_cache = off turns it "
-                   "off)")
+    return extra, (
+        f"response cache turned on for the ablation ({directory}; ecdysis_response_cache = off turns it off)"
+    )
 
 
-def ablate(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id: str, label: str,
-           inc_run: dict[str, Any], val: dict[str, Any]) -> dict[str, Any]:
+def ablate(
+    ev: RoundContext,
+    worktree: gitworktree.Worktree,
+    adir: Path,
+    run_id: str,
+    label: str,
+    inc_run: dict[str, Any],
+    val: dict[str, Any],
+) -> dict[str, Any]:
     """Ablate the accepted candidate `ev.snapshot` (validated as `val`, compared with `inc_run`).
 
     Returns the `ablation.json` document; `kept` lists the change indices kept. The caller rebuilds the
@@ -107,9 +122,14 @@ def ablate(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id:
     assert ev.snapshot is not None
     snap, cfg = ev.snapshot, ev.cfg
     changes = changes_of(snap)
-    doc: dict[str, Any] = {"unit": "hunk" if any(c.hunk is not None for c in changes) else "file",
-                           "changes": [dataclasses.asdict(c) for c in changes], "kept": list(range(len(changes))),
-                           "dropped": [], "rule": cfg.accept, "result": None}
+    doc: dict[str, Any] = {
+        "unit": "hunk" if any(c.hunk is not None for c in changes) else "file",
+        "changes": [dataclasses.asdict(c) for c in changes],
+        "kept": list(range(len(changes))),
+        "dropped": [],
+        "rule": cfg.accept,
+        "result": None,
+    }
     if len(changes) < 2:
         doc["skipped"] = "a single change: nothing to ablate"
         return doc
@@ -118,13 +138,21 @@ def ablate(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id:
         ev.say(f"{label}: ablation: {doc['skipped']}")
         return doc
     extra, cache_line = cache_env(cfg, adir)
-    directory = (extra or {}).get(ENV_DIR) or (os.environ.get(ENV_DIR) if cfg.response_cache == "on" else None)
-    ev.say(f"{label}: ablation of {len(changes)} changes ({doc['unit']}s of the diff), one re-validation each "
-           f"while two or more are kept; {cache_line}")
+    directory = (extra or {}).get(ENV_DIR) or (
+        os.environ.get(ENV_DIR) if cfg.response_cache == "on" else None
+    )
+    ev.say(
+        f"{label}: ablation of {len(changes)} changes ({doc['unit']}s of the diff), one re-validation each "
+        f"while two or more are kept; {cache_line}"
+    )
     _, inc_trials = read_run(Path(inc_run["run_path"]))
     inc = (inc_run["score"], inc_trials)
-    current = {"score": val["score"], "run_path": val["run_path"], "harness_id": val["harness_id"],
-               "pass_hat_k": val.get("pass_hat_k")}
+    current = {
+        "score": val["score"],
+        "run_path": val["run_path"],
+        "harness_id": val["harness_id"],
+        "pass_hat_k": val.get("pass_hat_k"),
+    }
     kept_summary, kept_trials = read_run(Path(current["run_path"]))
     dropped: set[int] = set()
     totals = {"hits": 0, "misses": 0, "tokens_saved": 0}
@@ -135,8 +163,12 @@ def ablate(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id:
             continue
         reduced = without(snap, changes, dropped | {i})
         sdir = adir / "ablation" / str(i + 1)
-        step = ev.stage_json(sdir / "validation.json", lambda r=reduced, s=sdir, k=i: _validate(
-            ev, worktree, r, s, f"{run_id}a{k + 1}", f"{label} ablation {k + 1}/{len(changes)}", extra))
+        step = ev.stage_json(
+            sdir / "validation.json",
+            lambda r=reduced, s=sdir, k=i: _validate(
+                ev, worktree, r, s, f"{run_id}a{k + 1}", f"{label} ablation {k + 1}/{len(changes)}", extra
+            ),
+        )
         step.pop("fresh", None)
         entry["validation"] = step
         for key in totals:
@@ -147,33 +179,60 @@ def ablate(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id:
             ev.ledger.verify_run(Path(step["run_path"]))
             red_summary, red_trials = read_run(Path(step["run_path"]))
             drift = infra_drift(kept_summary, red_summary)
-            why = (f"{drift}: not compared" if drift else
-                   removal_loses(cfg.accept, method=cfg.accept_method, level=cfg.accept_level, inc=inc,
-                                 kept=(current["score"], kept_trials), reduced=(step["score"], red_trials)))
+            why = (
+                f"{drift}: not compared"
+                if drift
+                else removal_loses(
+                    cfg.accept,
+                    method=cfg.accept_method,
+                    level=cfg.accept_level,
+                    inc=inc,
+                    kept=(current["score"], kept_trials),
+                    reduced=(step["score"], red_trials),
+                )
+            )
         if why:
             entry.update(kept=True, why=why)
         else:
             dropped.add(i)
-            entry.update(kept=False, why=f"removal lost nothing under the {cfg.accept} rule (suite score "
-                                         f"{fmt(current['score'])} with it, {fmt(step['score'])} without)")
+            entry.update(
+                kept=False,
+                why=f"removal lost nothing under the {cfg.accept} rule (suite score "
+                f"{fmt(current['score'])} with it, {fmt(step['score'])} without)",
+            )
             current = {k: step.get(k) for k in ("score", "run_path", "harness_id", "pass_hat_k")}
             kept_summary, kept_trials = red_summary, red_trials
-        ev.say(f"{label}: ablation {i + 1}/{len(changes)} {change.file} {change.header}: "
-               f"{'kept' if entry['kept'] else 'dropped'}: {entry['why']}")
+        ev.say(
+            f"{label}: ablation {i + 1}/{len(changes)} {change.file} {change.header}: "
+            f"{'kept' if entry['kept'] else 'dropped'}: {entry['why']}"
+        )
     if directory:
         doc["cache"] = {"dir": directory, **totals}
     doc["kept"] = [i for i in range(len(changes)) if i not in dropped]
     doc["dropped"] = sorted(dropped)
     doc["result"] = current
-    ev.say(f"{label}: ablation kept {len(doc['kept'])} of {len(changes)} change(s)"
-           + (f"; response cache {totals['hits']} hit(s) / {totals['misses']} miss(es), {totals['tokens_saved']} "
-              "tokens saved" if directory else ""))
+    ev.say(
+        f"{label}: ablation kept {len(doc['kept'])} of {len(changes)} change(s)"
+        + (
+            f"; response cache {totals['hits']} hit(s) / {totals['misses']} miss(es), {totals['tokens_saved']} "
+            "tokens saved"
+            if directory
+            else ""
+        )
+    )
     gitsnapshot.reset_to_snapshot(worktree, snap)
     return doc
 
 
-def _validate(ev: RoundContext, worktree: gitworktree.Worktree, reduced: gitsnapshot.Snapshot, sdir: Path,
-              run_id: str, label: str, extra: dict[str, str] | None) -> dict[str, Any]:
+def _validate(
+    ev: RoundContext,
+    worktree: gitworktree.Worktree,
+    reduced: gitsnapshot.Snapshot,
+    sdir: Path,
+    run_id: str,
+    label: str,
+    extra: dict[str, str] | None,
+) -> dict[str, Any]:
     """One ablation sub-run of `reduced`: `{"outcome", "reason", "score", "run_path", "harness_id",
     "pass_hat_k", "wall_s", "cache"}`."""
     from pytest_ecdysis.core.harness import harness_id
@@ -186,13 +245,24 @@ def _validate(ev: RoundContext, worktree: gitworktree.Worktree, reduced: gitsnap
     try:
         sub = ev.subrun(worktree.harness_dir, sdir, run_id, files=reduced.files, env=extra)
     except BrokenCandidate as exc:
-        return {"outcome": "broken_candidate", "reason": str(exc), "harness_id": hid,
-                "wall_s": round(time.monotonic() - started, 2)}
+        return {
+            "outcome": "broken_candidate",
+            "reason": str(exc),
+            "harness_id": hid,
+            "wall_s": round(time.monotonic() - started, 2),
+        }
     directory = (extra or {}).get(ENV_DIR) or os.environ.get(ENV_DIR)
     cache = run_stats(Path(directory), str(sub.summary.get("run_id"))) if directory else None
-    return {"outcome": None, "reason": "", "score": sub.summary.get("suite_score"), "run_path": str(sub.run_path),
-            "harness_id": hid, "pass_hat_k": sub.summary.get("pass_hat_k"),
-            "wall_s": round(time.monotonic() - started, 2), **({"cache": cache} if cache else {})}
+    return {
+        "outcome": None,
+        "reason": "",
+        "score": sub.summary.get("suite_score"),
+        "run_path": str(sub.run_path),
+        "harness_id": hid,
+        "pass_hat_k": sub.summary.get("pass_hat_k"),
+        "wall_s": round(time.monotonic() - started, 2),
+        **({"cache": cache} if cache else {}),
+    }
 
 
 def commit_lines(doc: dict[str, Any]) -> str:
@@ -200,17 +270,30 @@ def commit_lines(doc: dict[str, Any]) -> str:
     if doc.get("skipped"):
         return f"ablation (ecdysis_ablate): {doc['skipped']}\n"
     n = len(doc["changes"])
-    lines = [f"ablation (ecdysis_ablate, {doc['rule']} rule): kept {len(doc['kept'])} of {n} change(s) "
-             f"({doc['unit']}s of the diff); dropped {len(doc['dropped'])}"]
+    lines = [
+        f"ablation (ecdysis_ablate, {doc['rule']} rule): kept {len(doc['kept'])} of {n} change(s) "
+        f"({doc['unit']}s of the diff); dropped {len(doc['dropped'])}"
+    ]
     for c in doc["changes"]:
-        lines.append(f"- {'kept' if c.get('kept', True) else 'dropped'}: {c['file']} {c['header']}"
-                     + (f": {c['why']}" if c.get("why") else ""))
+        lines.append(
+            f"- {'kept' if c.get('kept', True) else 'dropped'}: {c['file']} {c['header']}"
+            + (f": {c['why']}" if c.get("why") else "")
+        )
     return "\n".join(lines) + "\n"
 
 
-def ablate_accepted(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path, run_id: str, label: str, *,
-                    inc_run: dict[str, Any], val: dict[str, Any], before_trials: list,
-                    out: RoundRecord) -> tuple[dict[str, Any], Any]:
+def ablate_accepted(
+    ev: RoundContext,
+    worktree: gitworktree.Worktree,
+    adir: Path,
+    run_id: str,
+    label: str,
+    *,
+    inc_run: dict[str, Any],
+    val: dict[str, Any],
+    before_trials: list,
+    out: RoundRecord,
+) -> tuple[dict[str, Any], Any]:
     """The loop's hook after a candidate is accepted: ablate it (checkpoint `adir/ablation.json`), make
     `ev.snapshot` the kept harness and update the round fields in `out` (`score_after`, `harness_id_after`,
     `pass_hat_k_after`, `flips`, `decision`, `ablation`; the full candidate's score in `candidate_score`).
@@ -220,12 +303,18 @@ def ablate_accepted(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path
     """
     from pytest_ecdysis.validate.results import flips
 
-    doc = ev.stage_json(adir / "ablation.json",
-                        lambda: ablate(ev, worktree, adir, run_id, label, inc_run, val))
+    doc = ev.stage_json(
+        adir / "ablation.json", lambda: ablate(ev, worktree, adir, run_id, label, inc_run, val)
+    )
     doc.pop("fresh", None)
-    out["ablation"] = {"changes": len(doc["changes"]), "kept": len(doc["kept"]), "dropped": len(doc["dropped"]),
-                       "unit": doc["unit"], "file": "ablation.json", **({"skipped": doc["skipped"]}
-                                                                         if doc.get("skipped") else {})}
+    out["ablation"] = {
+        "changes": len(doc["changes"]),
+        "kept": len(doc["kept"]),
+        "dropped": len(doc["dropped"]),
+        "unit": doc["unit"],
+        "file": "ablation.json",
+        **({"skipped": doc["skipped"]} if doc.get("skipped") else {}),
+    }
     if not doc["dropped"]:
         return doc, None
     assert ev.snapshot is not None
@@ -233,9 +322,23 @@ def ablate_accepted(ev: RoundContext, worktree: gitworktree.Worktree, adir: Path
     kept = doc["result"]
     _, after_trials = read_run(Path(kept["run_path"]))
     cfg = ev.cfg
-    decision = decide(cfg.accept, inc_run["score"], kept["score"], before_trials, after_trials,
-                      method=cfg.accept_method, level=cfg.accept_level)
-    out.update({"candidate_score": out.get("score_after"), "score_after": kept["score"],
-                "harness_id_after": kept["harness_id"], "pass_hat_k_after": kept.get("pass_hat_k"),
-                "flips": flips(before_trials, after_trials, cfg.threshold), "decision": decision.fields()})
+    decision = decide(
+        cfg.accept,
+        inc_run["score"],
+        kept["score"],
+        before_trials,
+        after_trials,
+        method=cfg.accept_method,
+        level=cfg.accept_level,
+    )
+    out.update(
+        {
+            "candidate_score": out.get("score_after"),
+            "score_after": kept["score"],
+            "harness_id_after": kept["harness_id"],
+            "pass_hat_k_after": kept.get("pass_hat_k"),
+            "flips": flips(before_trials, after_trials, cfg.threshold),
+            "decision": decision.fields(),
+        }
+    )
     return doc, decision

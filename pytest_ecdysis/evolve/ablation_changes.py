@@ -66,20 +66,31 @@ def _text(name: str, base: bytes, cand: bytes, op: tuple[str, int, int, int, int
 def changes_of(snap: gitsnapshot.Snapshot) -> list[Change]:
     """The candidate's changes in diff order (module docstring); one per file above `MAX_CHANGES` hunks."""
     out: list[Change] = []
-    names = sorted({p for p in snap.files if snap.files[p] != snap.base_files.get(p)}
-                   | (set(snap.base_files) - set(snap.files)))
+    names = sorted(
+        {p for p in snap.files if snap.files[p] != snap.base_files.get(p)}
+        | (set(snap.base_files) - set(snap.files))
+    )
     for name in names:
         base, cand = snap.base_files.get(name), snap.files.get(name, b"")
         if name not in snap.files or name not in snap.base_files or base is None or cand is None:
-            header = ("deleted file" if name not in snap.files else "new file" if name not in snap.base_files
-                      else "whole file")
+            header = (
+                "deleted file"
+                if name not in snap.files
+                else "new file"
+                if name not in snap.base_files
+                else "whole file"
+            )
             out.append(Change(name, None, header, _text(name, base or b"", cand or b"", None)))
             continue
         for k, op in enumerate(_opcodes(base, cand)):
             out.append(Change(name, k, _header(op), _text(name, base, cand, op)))
     if sum(c.hunk is not None for c in out) > MAX_CHANGES:
-        out = [Change(n, None, "whole file", _text(n, snap.base_files.get(n) or b"", snap.files.get(n) or b"", None))
-               for n in names]
+        out = [
+            Change(
+                n, None, "whole file", _text(n, snap.base_files.get(n) or b"", snap.files.get(n) or b"", None)
+            )
+            for n in names
+        ]
     return out
 
 

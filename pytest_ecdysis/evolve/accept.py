@@ -29,17 +29,31 @@ if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
 
 
-def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path,
-                 base: HarnessPoint, val: dict[str, Any], out: RoundRecord, *, label: str, run_id: str,
-                 title: str) -> tuple[RoundRecord, HarnessPoint | None]:
+def accept_stage(
+    ev: RoundContext,
+    spec: ModificationSpec,
+    worktree: gitworktree.Worktree,
+    adir: Path,
+    base: HarnessPoint,
+    val: dict[str, Any],
+    out: RoundRecord,
+    *,
+    label: str,
+    run_id: str,
+    title: str,
+) -> tuple[RoundRecord, HarnessPoint | None]:
     """Decide on a validated candidate (`val`: its `validation.json`) against `base` (the incumbent) and
     commit it when accepted. Returns `Evolution.attempt`'s `(round-row fields, new incumbent or None)`.
 
     Raises:
         IntegrityError: the commit does not hold the validated candidate's bytes (the evolution stops).
     """
-    inc_run = val.get("incumbent") or {"rescored": False, "run_path": base["run_path"], "score": base["score"],
-                                       "pass_hat_k": base.get("pass_hat_k")}
+    inc_run = val.get("incumbent") or {
+        "rescored": False,
+        "run_path": base["run_path"],
+        "score": base["score"],
+        "pass_hat_k": base.get("pass_hat_k"),
+    }
     for path in (inc_run["run_path"], val["run_path"]):
         ev.ledger.verify_run(Path(path))
     before_summary, before_trials = read_run(Path(inc_run["run_path"]))
@@ -59,49 +73,89 @@ def accept_stage(ev: RoundContext, spec: ModificationSpec, worktree: gitworktree
     if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
         return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
     if ev.cfg.accept == "sequential":  # the first comparison may only reject; then confirmation looks
-        decision, out["confirmation"] = confirm(ev, worktree.harness_dir, adir, run_id, label, base, before_trials,
-                                                after_trials, before, after, val.get("reused_validation"))
+        decision, out["confirmation"] = confirm(
+            ev,
+            worktree.harness_dir,
+            adir,
+            run_id,
+            label,
+            base,
+            before_trials,
+            after_trials,
+            before,
+            after,
+            val.get("reused_validation"),
+        )
     else:
-        decision = decide(ev.cfg.accept, before, after, before_trials, after_trials,
-                          method=ev.cfg.accept_method, level=ev.cfg.accept_level)
+        decision = decide(
+            ev.cfg.accept,
+            before,
+            after,
+            before_trials,
+            after_trials,
+            method=ev.cfg.accept_method,
+            level=ev.cfg.accept_level,
+        )
         # paired: more trials of the flipped tasks, for both harnesses, before deciding (`evolve_extra`)
-        decision, extra = extra_trials(ev, worktree.harness_dir, adir, run_id, label, base, before_trials,
-                                       after_trials, decision)
+        decision, extra = extra_trials(
+            ev, worktree.harness_dir, adir, run_id, label, base, before_trials, after_trials, decision
+        )
         if extra is not None:
             out["extra_trials"] = extra
     out["decision"] = decision.fields()
     verb = "accept" if decision.accepted else "inconclusive" if decision.inconclusive else "reject"
     cfg = ev.cfg
-    rates = rates_short({"rule": cfg.accept, "method": cfg.accept_method, "level": cfg.accept_level,
-                         "extra_trials": getattr(cfg, "accept_extra_trials", 0)})
-    ev.say(f"{label}: {decision.rule} rule{f' [{rates}]' if rates else ''}: {verb}: {compared(inc_run)}: "
-           f"{decision.reason}")
+    rates = rates_short(
+        {
+            "rule": cfg.accept,
+            "method": cfg.accept_method,
+            "level": cfg.accept_level,
+            "extra_trials": getattr(cfg, "accept_extra_trials", 0),
+        }
+    )
+    ev.say(
+        f"{label}: {decision.rule} rule{f' [{rates}]' if rates else ''}: {verb}: {compared(inc_run)}: "
+        f"{decision.reason}"
+    )
     if not decision.accepted:
-        return {**out, "outcome": "inconclusive" if decision.inconclusive else "rejected",
-                "reason": decision.reason}, None
+        return {
+            **out,
+            "outcome": "inconclusive" if decision.inconclusive else "rejected",
+            "reason": decision.reason,
+        }, None
     ablated = ""
     if ev.cfg.ablate:  # minimal accepted edit: changes whose removal loses nothing are dropped
-        ablation, kept = ablate_accepted(ev, worktree, adir, run_id, label, inc_run=inc_run, val=val,
-                                         before_trials=before_trials, out=out)
+        ablation, kept = ablate_accepted(
+            ev, worktree, adir, run_id, label, inc_run=inc_run, val=val, before_trials=before_trials, out=out
+        )
         ablated = commit_lines(ablation)
         if kept is not None:
             decision, after = kept, out["score_after"]
             val = {**val, **ablation["result"]}
-    message = (f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
-               f"{after:.4f} ({ev.cfg.split} split, {ev.cfg.trials} trial(s) per task)\n"
-               f"acceptance: {decision.rule} rule; "
-               f"{decision.sequential.line() if decision.sequential else decision.test.line() if decision.test else ''}\n"
-               f"{ablated}run {ev.state.run_id}, editor {ev.cfg.editor}, strategy {ev.cfg.strategy}\n")
+    message = (
+        f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
+        f"{after:.4f} ({ev.cfg.split} split, {ev.cfg.trials} trial(s) per task)\n"
+        f"acceptance: {decision.rule} rule; "
+        f"{decision.sequential.line() if decision.sequential else decision.test.line() if decision.test else ''}\n"
+        f"{ablated}run {ev.state.run_id}, editor {ev.cfg.editor}, strategy {ev.cfg.strategy}\n"
+    )
     assert ev.snapshot is not None
     gitsnapshot.reset_to_snapshot(worktree, ev.snapshot)  # exactly the validated bytes, whatever ran since
     sha = worktree.commit_paths(ev.snapshot.changed, message)
     committed = gitsnapshot.committed_files(worktree, sha)
     if committed != {k: v for k, v in ev.snapshot.files.items() if v is not None}:
-        raise IntegrityError(f"the commit {sha[:12]} does not hold the validated candidate's bytes; the "
-                             "evolution stops (no branch is made from it)")
+        raise IntegrityError(
+            f"the commit {sha[:12]} does not hold the validated candidate's bytes; the "
+            "evolution stops (no branch is made from it)"
+        )
     out.update({"outcome": "accepted", "accepted": True, "commit": sha, "reason": decision.reason})
-    return out, {"commit": sha, "harness_id": val["harness_id"], "score": after,
-                 "pass_hat_k": val.get("pass_hat_k"), "run_path": val["run_path"]}
+    return out, {
+        "commit": sha,
+        "harness_id": val["harness_id"],
+        "score": after,
+        "pass_hat_k": val.get("pass_hat_k"),
+        "run_path": val["run_path"],
+    }
 
 
 def compared(inc_run: dict[str, Any]) -> str:

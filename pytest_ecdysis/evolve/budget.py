@@ -53,15 +53,20 @@ class BudgetReached(EcdysisError):
     """The next stage could pass `--ecdysis-max-cost` / `--ecdysis-max-tokens`; the state is saved."""
 
 
-def _part(calls: float, prompt: float, completion: float, model: str | None, prices: Prices) -> dict[str, Any]:
+def _part(
+    calls: float, prompt: float, completion: float, model: str | None, prices: Prices
+) -> dict[str, Any]:
     usd, _ = cost_usd(model or "unknown", {"prompt": int(prompt), "completion": int(completion)}, prices)
     return {"calls": int(calls), "tokens": int(prompt + completion), "usd": usd}
 
 
 def _sum(parts: list[dict[str, Any]], times: float = 1) -> dict[str, Any]:
     usd = [p["usd"] for p in parts if p["tokens"]]
-    return {"calls": int(sum(p["calls"] for p in parts) * times), "tokens": int(sum(p["tokens"] for p in parts) * times),
-            "usd": None if any(u is None for u in usd) else sum(usd) * times}
+    return {
+        "calls": int(sum(p["calls"] for p in parts) * times),
+        "tokens": int(sum(p["tokens"] for p in parts) * times),
+        "usd": None if any(u is None for u in usd) else sum(usd) * times,
+    }
 
 
 def per_trial(run_path: Path, summary: dict[str, Any]) -> dict[str, float]:
@@ -78,14 +83,25 @@ def per_trial(run_path: Path, summary: dict[str, Any]) -> dict[str, float]:
                         calls[m["role"]] += 1
     except (OSError, ValueError):
         pass
-    return {"agent_prompt": agent.get("prompt", 0) / n, "agent_completion": agent.get("completion", 0) / n,
-            "user_prompt": user.get("prompt", 0) / n, "user_completion": user.get("completion", 0) / n,
-            "agent_calls": calls["assistant"] / n, "user_calls": calls["user"] / n}
+    return {
+        "agent_prompt": agent.get("prompt", 0) / n,
+        "agent_completion": agent.get("completion", 0) / n,
+        "user_prompt": user.get("prompt", 0) / n,
+        "user_completion": user.get("completion", 0) / n,
+        "agent_calls": calls["assistant"] / n,
+        "user_calls": calls["user"] / n,
+    }
 
 
 def _trials(n: float, t: dict[str, float], cfg: EcdysisConfig, prices: Prices) -> dict[str, Any]:
-    return _sum([_part(n * t["agent_calls"], n * t["agent_prompt"], n * t["agent_completion"], cfg.model, prices),
-                 _part(n * t["user_calls"], n * t["user_prompt"], n * t["user_completion"], cfg.user_model, prices)])
+    return _sum(
+        [
+            _part(n * t["agent_calls"], n * t["agent_prompt"], n * t["agent_completion"], cfg.model, prices),
+            _part(
+                n * t["user_calls"], n * t["user_prompt"], n * t["user_completion"], cfg.user_model, prices
+            ),
+        ]
+    )
 
 
 def diagnosis_bound(cfg: EcdysisConfig, prices: Prices) -> dict[str, Any]:
@@ -105,8 +121,13 @@ def editor_bound(cfg: EcdysisConfig, harness_dir: Path, prices: Prices) -> dict[
     return _part(2, prompt, 2 * DEFAULT_MAX_TOKENS, cfg.diagnosis_model, prices)
 
 
-def project(cfg: EcdysisConfig, summary: dict[str, Any], run_path: Path, harness_dir: Path,
-            prices: Prices | None = None) -> dict[str, Any]:
+def project(
+    cfg: EcdysisConfig,
+    summary: dict[str, Any],
+    run_path: Path,
+    harness_dir: Path,
+    prices: Prices | None = None,
+) -> dict[str, Any]:
     """`{"rounds", "per_round": {"diagnosis", "editor", "validation", "confirmation", "ablation"}, "test", "total"}`,
     each part `{"calls", "tokens", "usd"}` (`usd` None when a price is unknown): the most the evolution can
     spend after its starting run."""
@@ -115,20 +136,30 @@ def project(cfg: EcdysisConfig, summary: dict[str, Any], run_path: Path, harness
     prices = load_prices(getattr(cfg, "rootdir", None)) if prices is None else prices
     t = per_trial(run_path, summary)
     n_train, n_tasks = int(summary.get("n_trials") or 0), int(summary.get("n_tasks") or 0)
-    candidates = {"self-evolution": getattr(cfg, "self_evolution_cap", 5),
-                  "self-harness": getattr(cfg, "proposals", 3), "harnessfix": getattr(cfg, "proposals", 3)}.get(cfg.strategy, 1)
+    candidates = {
+        "self-evolution": getattr(cfg, "self_evolution_cap", 5),
+        "self-harness": getattr(cfg, "proposals", 3),
+        "harnessfix": getattr(cfg, "proposals", 3),
+    }.get(cfg.strategy, 1)
     rescore = rescore_plan(cfg, os.environ)[0]
     per_round = {
         "diagnosis": diagnosis_bound(cfg, prices),
         "editor": _sum([editor_bound(cfg, harness_dir, prices)], candidates),
         "validation": _trials(n_train * (1 + rescore) * candidates, t, cfg, prices),
-        "confirmation": _trials(2 * getattr(cfg, "accept_extra_trials", 0) * n_tasks * candidates, t, cfg, prices),
+        "confirmation": _trials(
+            2 * getattr(cfg, "accept_extra_trials", 0) * n_tasks * candidates, t, cfg, prices
+        ),
         "ablation": _trials(MAX_ABLATION * n_train if getattr(cfg, "ablate", False) else 0, t, cfg, prices),
     }
     test = _trials(2 * (1 + len(cfg.test_models)) * n_tasks * cfg.test_trials, t, cfg, prices)
     rounds = _sum(list(per_round.values()), cfg.rounds)
-    return {"rounds": cfg.rounds, "per_round": per_round, "test": test, "total": _sum([rounds, test]),
-            "start_run": _trials(n_train, t, cfg, prices)}
+    return {
+        "rounds": cfg.rounds,
+        "per_round": per_round,
+        "test": test,
+        "total": _sum([rounds, test]),
+        "start_run": _trials(n_train, t, cfg, prices),
+    }
 
 
 def tokens_text(n: float) -> str:
@@ -139,33 +170,48 @@ def usd_text(usd: float | None, cfg: EcdysisConfig) -> str:
     if usd is None:
         return "USD unknown (a model has no price: see the cost table)"
     models = (cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models)
-    return "$0 (simulated model)" if usd == 0 and all(str(m).startswith("sim") for m in models) else f"${usd:,.4g}"
+    return (
+        "$0 (simulated model)"
+        if usd == 0 and all(str(m).startswith("sim") for m in models)
+        else f"${usd:,.4g}"
+    )
 
 
 def projection_line(p: dict[str, Any], cfg: EcdysisConfig) -> str:
     """One line: the most calls, tokens and USD, and what they are made of."""
     total, r = p["total"], p["per_round"]
     trials = sum(r[k]["calls"] for k in ("validation", "confirmation", "ablation"))
-    return (f"projection: this evolution can spend at most {total['calls']:,} model calls, "
-            f"{tokens_text(total['tokens'])} tokens, {usd_text(total['usd'], cfg)}: {p['rounds']} round(s) of "
-            f"{r['diagnosis']['calls']} role calls ({tokens_text(r['diagnosis']['tokens'])}), {r['editor']['calls']} "
-            f"editor calls, {trials:,} trial calls ({tokens_text(r['validation']['tokens'] + r['confirmation']['tokens'] + r['ablation']['tokens'])}); "
-            f"test split {tokens_text(p['test']['tokens'])}; the starting run spent {tokens_text(p['start_run']['tokens'])}"
-            + _limits(cfg))
+    return (
+        f"projection: this evolution can spend at most {total['calls']:,} model calls, "
+        f"{tokens_text(total['tokens'])} tokens, {usd_text(total['usd'], cfg)}: {p['rounds']} round(s) of "
+        f"{r['diagnosis']['calls']} role calls ({tokens_text(r['diagnosis']['tokens'])}), {r['editor']['calls']} "
+        f"editor calls, {trials:,} trial calls ({tokens_text(r['validation']['tokens'] + r['confirmation']['tokens'] + r['ablation']['tokens'])}); "
+        f"test split {tokens_text(p['test']['tokens'])}; the starting run spent {tokens_text(p['start_run']['tokens'])}"
+        + _limits(cfg)
+    )
 
 
 def _limits(cfg: EcdysisConfig) -> str:
     limits = ([f"--ecdysis-max-tokens {cfg.max_tokens:,}"] if cfg.max_tokens is not None else []) + (
-        [f"--ecdysis-max-cost ${cfg.max_cost_usd:g}"] if cfg.max_cost_usd is not None else [])
+        [f"--ecdysis-max-cost ${cfg.max_cost_usd:g}"] if cfg.max_cost_usd is not None else []
+    )
     return f"; budget {', '.join(limits)}" if limits else ""
 
 
 # --- the budgets at stage boundaries --------------------------------------------------------------------
 
 #: a stage checkpoint file -> the stage it starts (None: its inner stages are checked instead).
-STAGES = {"diagnosis.json": "diagnosis", "edit.json": "editor", "validation.json": "validation",
-          "extra_trials.json": "confirmation", "ablation.json": None}
-ROLE_KINDS = {"diagnosis": lambda role: role not in ("agent", "user", "editor"), "editor": lambda role: role == "editor"}
+STAGES = {
+    "diagnosis.json": "diagnosis",
+    "edit.json": "editor",
+    "validation.json": "validation",
+    "extra_trials.json": "confirmation",
+    "ablation.json": None,
+}
+ROLE_KINDS = {
+    "diagnosis": lambda role: role not in ("agent", "user", "editor"),
+    "editor": lambda role: role == "editor",
+}
 
 
 def spent(ev: RoundContext) -> dict[str, Any]:
@@ -189,8 +235,14 @@ def stage_estimate(ev: RoundContext, stage: str) -> dict[str, Any]:
     the projection's figure for one of it (`ev.doc["projection"]`)."""
     proj = ev.doc.get("projection") or {}
     if stage in ROLE_KINDS:
-        earlier = [sum(s.get("total", 0) for role, s in ((r.get("cost") or {}).get("roles") or {}).items()
-                       if ROLE_KINDS[stage](role)) for r in ev.doc.get("rounds") or []]
+        earlier = [
+            sum(
+                s.get("total", 0)
+                for role, s in ((r.get("cost") or {}).get("roles") or {}).items()
+                if ROLE_KINDS[stage](role)
+            )
+            for r in ev.doc.get("rounds") or []
+        ]
         earlier = [e for e in earlier if e]
         if earlier:
             base = (proj.get("per_round") or {}).get(stage) or {}
@@ -200,11 +252,17 @@ def stage_estimate(ev: RoundContext, stage: str) -> dict[str, Any]:
         return dict(proj.get("test") or {"tokens": 0, "usd": 0.0})
     if stage == "ablation":
         one = dict((proj.get("per_round") or {}).get("ablation") or {"tokens": 0, "usd": 0.0})
-        return {"tokens": one["tokens"] / MAX_ABLATION, "usd": None if one.get("usd") is None else one["usd"] / MAX_ABLATION}
+        return {
+            "tokens": one["tokens"] / MAX_ABLATION,
+            "usd": None if one.get("usd") is None else one["usd"] / MAX_ABLATION,
+        }
     part = dict((proj.get("per_round") or {}).get(stage) or {"tokens": 0, "usd": 0.0})
     if stage == "editor":
         candidates = max(1, (part.get("calls") or 0) // 2)
-        part = {"tokens": part["tokens"] / candidates, "usd": None if part.get("usd") is None else part["usd"] / candidates}
+        part = {
+            "tokens": part["tokens"] / candidates,
+            "usd": None if part.get("usd") is None else part["usd"] / candidates,
+        }
     return part
 
 
@@ -218,22 +276,40 @@ def before_stage(ev: RoundContext, stage: str, where: str) -> None:
     now, est = spent(ev), stage_estimate(ev, stage)
     over = []
     if cfg.max_tokens is not None and now["tokens"] + est["tokens"] > cfg.max_tokens:
-        over.append(f"--ecdysis-max-tokens {cfg.max_tokens:,}: spent {now['tokens']:,} tokens, the {where} may "
-                    f"spend {int(est['tokens']):,} more")
-    if cfg.max_cost_usd is not None and now["usd"] is not None and est.get("usd") is not None \
-            and now["usd"] + est["usd"] > cfg.max_cost_usd:
-        over.append(f"--ecdysis-max-cost ${cfg.max_cost_usd:g}: spent ${now['usd']:.4g}, the {where} may spend "
-                    f"${est['usd']:.4g} more")
+        over.append(
+            f"--ecdysis-max-tokens {cfg.max_tokens:,}: spent {now['tokens']:,} tokens, the {where} may "
+            f"spend {int(est['tokens']):,} more"
+        )
+    if (
+        cfg.max_cost_usd is not None
+        and now["usd"] is not None
+        and est.get("usd") is not None
+        and now["usd"] + est["usd"] > cfg.max_cost_usd
+    ):
+        over.append(
+            f"--ecdysis-max-cost ${cfg.max_cost_usd:g}: spent ${now['usd']:.4g}, the {where} may spend "
+            f"${est['usd']:.4g} more"
+        )
     if not over:
         return
-    ev.doc["budget_stop"] = {"stage": where, "spent": now, "estimate": est,
-                             "max_tokens": cfg.max_tokens, "max_cost_usd": cfg.max_cost_usd}
+    ev.doc["budget_stop"] = {
+        "stage": where,
+        "spent": now,
+        "estimate": est,
+        "max_tokens": cfg.max_tokens,
+        "max_cost_usd": cfg.max_cost_usd,
+    }
     ev.doc["status"] = "stopped_budget"
     ev.checkpoint()
-    flag = "--ecdysis-max-tokens N" if cfg.max_tokens is not None and any("tokens" in o.split(":")[0] for o in over) \
+    flag = (
+        "--ecdysis-max-tokens N"
+        if cfg.max_tokens is not None and any("tokens" in o.split(":")[0] for o in over)
         else "--ecdysis-max-cost USD"
-    message = (f"budget reached before the {where} ({'; '.join(over)}); the state is saved: continue with "
-               f"--ecdysis-resume {ev.state.run_id} {flag} with a higher budget (the other options as before)")
+    )
+    message = (
+        f"budget reached before the {where} ({'; '.join(over)}); the state is saved: continue with "
+        f"--ecdysis-resume {ev.state.run_id} {flag} with a higher budget (the other options as before)"
+    )
     ev.say(message)
     raise BudgetReached(message)
 
@@ -254,9 +330,11 @@ def check_priced(cfg: EcdysisConfig) -> None:
     models = dict.fromkeys((cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models))
     unknown = [m for m in models if not is_sim_model(m) and price_of(m, prices) is None]
     if unknown:
-        raise UsageError(f"--ecdysis-max-cost cannot be counted: no price for {', '.join(map(repr, unknown))} in "
-                         "litellm's price map; add it to .ecdysis/prices.json (0 for a local server) or use "
-                         "--ecdysis-max-tokens")
+        raise UsageError(
+            f"--ecdysis-max-cost cannot be counted: no price for {', '.join(map(repr, unknown))} in "
+            "litellm's price map; add it to .ecdysis/prices.json (0 for a local server) or use "
+            "--ecdysis-max-tokens"
+        )
 
 
 def check_start(cfg: EcdysisConfig, n_cases: int, run_dir: Path) -> str | None:
@@ -277,14 +355,20 @@ def check_start(cfg: EcdysisConfig, n_cases: int, run_dir: Path) -> str | None:
             continue
         t = per_trial(summary_path.parent, s)
         one = _trials(n_cases, t, cfg, load_prices(getattr(cfg, "rootdir", None)))
-        text = (f"one starting run of {n_cases} trial(s) is projected at {one['tokens']:,} tokens"
-                + (f", ${one['usd']:.4g}" if one["usd"] is not None else "")
-                + f" (tokens per trial of run {summary_path.parent.name})")
+        text = (
+            f"one starting run of {n_cases} trial(s) is projected at {one['tokens']:,} tokens"
+            + (f", ${one['usd']:.4g}" if one["usd"] is not None else "")
+            + f" (tokens per trial of run {summary_path.parent.name})"
+        )
         if cfg.max_tokens is not None and one["tokens"] > cfg.max_tokens:
-            raise UsageError(f"--ecdysis-max-tokens {cfg.max_tokens:,} is smaller than one starting run: {text}; "
-                             "raise the budget (or select fewer tasks/trials)")
+            raise UsageError(
+                f"--ecdysis-max-tokens {cfg.max_tokens:,} is smaller than one starting run: {text}; "
+                "raise the budget (or select fewer tasks/trials)"
+            )
         if cfg.max_cost_usd is not None and one["usd"] is not None and one["usd"] > cfg.max_cost_usd:
-            raise UsageError(f"--ecdysis-max-cost ${cfg.max_cost_usd:g} is smaller than one starting run: {text}; "
-                             "raise the budget (or select fewer tasks/trials)")
+            raise UsageError(
+                f"--ecdysis-max-cost ${cfg.max_cost_usd:g} is smaller than one starting run: {text}; "
+                "raise the budget (or select fewer tasks/trials)"
+            )
         return text
     return None

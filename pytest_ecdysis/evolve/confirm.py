@@ -51,21 +51,35 @@ def earlier_looks(ev: RoundContext, reused: str | None) -> list[dict[str, Any]]:
     round that reused that validation before, in order. [] for a first attempt."""
     if not reused:
         return []
-    dirs = [ev.dir / reused] + [ev.dir / "rounds" / str(r["round"]) for r in ev.doc.get("rounds") or []
-                                if r.get("reused_validation") == reused]
+    dirs = [ev.dir / reused] + [
+        ev.dir / "rounds" / str(r["round"])
+        for r in ev.doc.get("rounds") or []
+        if r.get("reused_validation") == reused
+    ]
     out = []
     for d in dirs:
-        for path in sorted((d / "confirm").glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
+        for path in sorted(
+            (d / "confirm").glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0
+        ):
             doc = read_json(path, ev.ledger)
             if doc.get("runs") and not doc.get("problem"):
                 out.append(doc)
     return out
 
 
-def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str,
-            base: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]],
-            score_before: float | None,
-            score_after: float | None, reused: str | None = None) -> tuple[Decision, dict[str, Any]]:
+def confirm(
+    ev: RoundContext,
+    candidate_dir: Path,
+    adir: Path,
+    run_id: str,
+    label: str,
+    base: Mapping[str, Any],
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    score_before: float | None,
+    score_after: float | None,
+    reused: str | None = None,
+) -> tuple[Decision, dict[str, Any]]:
     """The sequential decision on a validated candidate. Returns (the decision, the round's `confirmation`
     record: `looks` (per look: tasks, trials, run paths, wins/losses after it), `trials` spent, `max_looks`,
     `stopped` (why), `first` (the first comparison's test line), `continued` (earlier looks pooled)).
@@ -78,27 +92,37 @@ def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, labe
     before, after = by_trial(before), by_trial(after)
     fixed = deterministic(cfg, os.environ)
     test = sequential_test(trial_pairs(before, after), level=level, can_confirm=not fixed)
-    record: dict[str, Any] = {"max_looks": 0 if fixed else looks_allowed(cfg), "looks": [], "trials": 0,
-                              "first": test.line()}
+    record: dict[str, Any] = {
+        "max_looks": 0 if fixed else looks_allowed(cfg),
+        "looks": [],
+        "trials": 0,
+        "first": test.line(),
+    }
     ev.say(f"{label}: first comparison (may only reject): {test.line()}")
     done = 0
     for doc in [] if fixed or test.state != "continue" else earlier_looks(ev, reused):
         (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
         before, after = [*before, *by_trial(inc)], [*after, *by_trial(cand)]
         done += 1
-        test = sequential_test(trial_pairs(before, after), level=level, looks=done, max_log_lr=test.max_log_lr)
+        test = sequential_test(
+            trial_pairs(before, after), level=level, looks=done, max_log_lr=test.max_log_lr
+        )
     if done:
         record["continued"] = done
-        ev.say(f"{label}: continuing the test of the earlier attempt(s) at this candidate ({done} look(s) "
-               f"pooled): {test.line()}")
+        ev.say(
+            f"{label}: continuing the test of the earlier attempt(s) at this candidate ({done} look(s) "
+            f"pooled): {test.line()}"
+        )
     stopped = f"no look: {fixed}" if fixed else ""
     for j in range(1, record["max_looks"] + 1):
         if test.state != "continue":
             break
         pairs = trial_pairs(before, after)
         tasks = discordant_tasks(pairs) or sorted(pairs)
-        doc = ev.stage_json(adir / "confirm" / f"{j}.json",
-                            lambda j=j, tasks=tasks: _look(ev, candidate_dir, adir, run_id, label, base, j, tasks))
+        doc = ev.stage_json(
+            adir / "confirm" / f"{j}.json",
+            lambda j=j, tasks=tasks: _look(ev, candidate_dir, adir, run_id, label, base, j, tasks),
+        )
         doc.pop("fresh", None)
         if doc.get("problem"):
             stopped = f"look {j} not used: {doc['problem']}"
@@ -106,7 +130,9 @@ def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, labe
             break
         (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
         before, after = [*before, *by_trial(inc)], [*after, *by_trial(cand)]
-        test = sequential_test(trial_pairs(before, after), level=level, looks=done + j, max_log_lr=test.max_log_lr)
+        test = sequential_test(
+            trial_pairs(before, after), level=level, looks=done + j, max_log_lr=test.max_log_lr
+        )
         record["trials"] += doc["budget_trials"]
         record["looks"].append({**doc, "wins": test.wins, "losses": test.losses})
         ev.say(f"{label}: confirmation look {j}/{record['max_looks']}: {test.line()}")
@@ -114,37 +140,84 @@ def confirm(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, labe
         stopped = f"budget spent ({record['max_looks']} look(s), {record['trials']} trial(s))"
     record["stopped"] = stopped or f"decided after {test.looks} look(s)"
     info = paired_test(paired_differences(task_means(before), task_means(after)), method="sign", level=level)
-    scores = f"suite score {_fmt(score_before)} -> {_fmt(score_after)}; {test.line()}; {record['trials']} " \
-             "confirmation trial(s)"
+    scores = (
+        f"suite score {_fmt(score_before)} -> {_fmt(score_after)}; {test.line()}; {record['trials']} "
+        "confirmation trial(s)"
+    )
     if test.state == "accept":
         return Decision(True, scores, "sequential", info, sequential=test, outcome="accepted"), record
     if test.state == "reject":
-        return Decision(False, f"{scores}: rejected (the candidate is not better)", "sequential", info,
-                        sequential=test, outcome="rejected"), record
-    return Decision(False, f"{scores}: inconclusive ({record['stopped']}): neither accepted nor rejected; a later "
-                    "round may try it again", "sequential", info, sequential=test, outcome="inconclusive"), record
+        return Decision(
+            False,
+            f"{scores}: rejected (the candidate is not better)",
+            "sequential",
+            info,
+            sequential=test,
+            outcome="rejected",
+        ), record
+    return Decision(
+        False,
+        f"{scores}: inconclusive ({record['stopped']}): neither accepted nor rejected; a later "
+        "round may try it again",
+        "sequential",
+        info,
+        sequential=test,
+        outcome="inconclusive",
+    ), record
 
 
-def _look(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: Mapping[str, Any],
-          j: int, tasks: list[str]) -> dict[str, Any]:
+def _look(
+    ev: RoundContext,
+    candidate_dir: Path,
+    adir: Path,
+    run_id: str,
+    label: str,
+    base: Mapping[str, Any],
+    j: int,
+    tasks: list[str],
+) -> dict[str, Any]:
     ids = sorted({key.split("/", 1)[-1] for key in tasks})
     budget = 2 * len(tasks)
-    ev.say(f"{label}: confirmation look {j}: {len(tasks)} task(s) x 1 trial x 2 harnesses = {budget} trial(s) "
-           f"(sub-runs {run_id}c{j}, {run_id}ic{j}): {shown(tasks, 10)}")
+    ev.say(
+        f"{label}: confirmation look {j}: {len(tasks)} task(s) x 1 trial x 2 harnesses = {budget} trial(s) "
+        f"(sub-runs {run_id}c{j}, {run_id}ic{j}): {shown(tasks, 10)}"
+    )
     started = time.monotonic()
     overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": "1"}
     no_cache = {ENV_DIR: ""}  # the same trial index again: a cache would replay the first trials
     where = adir / "confirm" / str(j)
     worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
-        cand, inc = together(ev, [
-            Job(candidate_dir, where, f"{run_id}c{j}", ev.snapshot.files if ev.snapshot else None, no_cache, overrides),
-            Job(worktree.harness_dir, where / "incumbent", f"{run_id}ic{j}", None, no_cache, overrides,
-                label=f"confirmation: {INCUMBENT_LABEL}")])
+        cand, inc = together(
+            ev,
+            [
+                Job(
+                    candidate_dir,
+                    where,
+                    f"{run_id}c{j}",
+                    ev.snapshot.files if ev.snapshot else None,
+                    no_cache,
+                    overrides,
+                ),
+                Job(
+                    worktree.harness_dir,
+                    where / "incumbent",
+                    f"{run_id}ic{j}",
+                    None,
+                    no_cache,
+                    overrides,
+                    label=f"confirmation: {INCUMBENT_LABEL}",
+                ),
+            ],
+        )
     finally:
         worktree.remove()
-    doc: dict[str, Any] = {"look": j, "tasks": tasks, "budget_trials": budget,
-                           "wall_s": round(time.monotonic() - started, 2)}
+    doc: dict[str, Any] = {
+        "look": j,
+        "tasks": tasks,
+        "budget_trials": budget,
+        "wall_s": round(time.monotonic() - started, 2),
+    }
     return pair_outcome(doc, cand, inc, "the look's runs")
 
 

@@ -47,16 +47,32 @@ class RoundContext(Protocol):
 
     def stage_json(self, path: Path, compute: Compute) -> dict[str, Any]: ...
 
-    def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
-               overrides: dict[str, str | None] | None = None,
-               files: dict[str, bytes | None] | None = None, on_start: Callable[[Popen[Any]], None] | None = None,
-               env: dict[str, str] | None = None, label: str | None = None) -> SubRun: ...
+    def subrun(
+        self,
+        harness_dir: Path,
+        run_dir: Path,
+        run_id: str,
+        overrides: dict[str, str | None] | None = None,
+        files: dict[str, bytes | None] | None = None,
+        on_start: Callable[[Popen[Any]], None] | None = None,
+        env: dict[str, str] | None = None,
+        label: str | None = None,
+    ) -> SubRun: ...
 
     def check_integrity(self, when: str) -> None: ...
 
     def follow(self, label: str, progress_file: Callable[[], Path | None] | None = None) -> Ticker: ...
 
-    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
-                *, label: str, run_id: str, title: str) -> tuple[RoundRecord, HarnessPoint | None]: ...
+    def attempt(
+        self,
+        spec: ModificationSpec,
+        worktree: gitworktree.Worktree,
+        adir: Path,
+        base: HarnessPoint,
+        *,
+        label: str,
+        run_id: str,
+        title: str,
+    ) -> tuple[RoundRecord, HarnessPoint | None]: ...
 
     def finish_round(self, row: RoundRecord, rdir: Path, *, already_written: bool = False) -> RoundRecord: ...

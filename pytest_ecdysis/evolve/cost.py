@@ -46,8 +46,14 @@ class CostBook:
         self.stages: dict[str, int] = {}
         self.unknown: list[str] = []
 
-    def add(self, role: str, model: str | None, tokens: dict[str, Any] | None, calls: int = 0,
-            stage: str | None = None) -> None:
+    def add(
+        self,
+        role: str,
+        model: str | None,
+        tokens: dict[str, Any] | None,
+        calls: int = 0,
+        stage: str | None = None,
+    ) -> None:
         """Add `tokens` (`{"prompt", "completion", "total"}`) spent by `role` on `model`."""
         tokens = tokens or {}
         prompt, completion = int(tokens.get("prompt", 0) or 0), int(tokens.get("completion", 0) or 0)
@@ -72,10 +78,14 @@ class CostBook:
     def add_block(self, block: dict[str, Any] | None) -> None:
         """Add another cost block (a round's) as it is: its USD were priced already."""
         for role, slot in ((block or {}).get("roles") or {}).items():
-            mine = self.roles.setdefault(role, {"prompt": 0, "completion": 0, "total": 0, "calls": 0, "usd": 0.0})
+            mine = self.roles.setdefault(
+                role, {"prompt": 0, "completion": 0, "total": 0, "calls": 0, "usd": 0.0}
+            )
             for key in ("prompt", "completion", "total", "calls"):
                 mine[key] += int(slot.get(key, 0) or 0)
-            mine["usd"] = None if mine["usd"] is None or slot.get("usd") is None else mine["usd"] + slot["usd"]
+            mine["usd"] = (
+                None if mine["usd"] is None or slot.get("usd") is None else mine["usd"] + slot["usd"]
+            )
         for stage, n in ((block or {}).get("stages") or {}).items():
             self.stages[stage] = self.stages.get(stage, 0) + int(n)
         for note in (block or {}).get("unknown") or []:
@@ -83,24 +93,34 @@ class CostBook:
                 self.unknown.append(note)
 
     def block(self) -> dict[str, Any]:
-        roles = {r: self.roles[r] for r in [*ROLE_ORDER, *sorted(set(self.roles) - set(ROLE_ORDER))]
-                 if r in self.roles}
+        roles = {
+            r: self.roles[r]
+            for r in [*ROLE_ORDER, *sorted(set(self.roles) - set(ROLE_ORDER))]
+            if r in self.roles
+        }
         for slot in roles.values():
             if slot["usd"] is not None:
                 slot["usd"] = round(slot["usd"], 6)
         usd_parts = [s["usd"] for s in roles.values() if s["total"]]
-        return {"roles": roles,
-                "stages": {s: self.stages[s] for s in [*STAGE_ORDER, *sorted(set(self.stages) - set(STAGE_ORDER))]
-                           if s in self.stages},
-                "tokens": sum(s["total"] for s in roles.values()),
-                "usd": None if any(u is None for u in usd_parts) else round(sum(usd_parts), 6),
-                "unknown": list(self.unknown)}
+        return {
+            "roles": roles,
+            "stages": {
+                s: self.stages[s]
+                for s in [*STAGE_ORDER, *sorted(set(self.stages) - set(STAGE_ORDER))]
+                if s in self.stages
+            },
+            "tokens": sum(s["total"] for s in roles.values()),
+            "usd": None if any(u is None for u in usd_parts) else round(sum(usd_parts), 6),
+            "unknown": list(self.unknown),
+        }
 
 
 def add_trials(book: CostBook, summary: dict[str, Any], stage: str) -> None:
     """The agent's and the user simulator's tokens of one run's `summary.json` (a dict)."""
     book.add("agent", summary.get("model"), summary.get("tokens"), stage=stage)
-    book.add("user", summary.get("user_model") or summary.get("model"), summary.get("user_tokens"), stage=stage)
+    book.add(
+        "user", summary.get("user_model") or summary.get("model"), summary.get("user_tokens"), stage=stage
+    )
 
 
 def trial_stage(rel: Path) -> str:
@@ -157,8 +177,9 @@ def round_cost(run_dir: Path, n: int, diagnosis_model: str, prices: Prices) -> d
     return book.block()
 
 
-def evolution_cost(doc: Mapping[str, Any], run_dir: Path, diagnosis_model: str,
-                   prices: Prices) -> dict[str, Any]:
+def evolution_cost(
+    doc: Mapping[str, Any], run_dir: Path, diagnosis_model: str, prices: Prices
+) -> dict[str, Any]:
     """The top-level cost block: the starting run of each session (`doc["cost_start_runs"]`: a resumed run
     scored its start harness again), every round's block (`rounds[i].cost`, else read from its directory)
     and the test split; with the parts `start` and `test` as blocks of their own."""
@@ -177,9 +198,13 @@ def evolution_cost(doc: Mapping[str, Any], run_dir: Path, diagnosis_model: str,
 
 def start_run_entry(summary: dict[str, Any]) -> dict[str, Any]:
     """What a session's starting run adds to `cost_start_runs`: its models and tokens."""
-    return {"model": summary.get("model"), "user_model": summary.get("user_model"),
-            "tokens": dict(summary.get("tokens") or {}), "user_tokens": dict(summary.get("user_tokens") or {}),
-            "n_trials": summary.get("n_trials")}
+    return {
+        "model": summary.get("model"),
+        "user_model": summary.get("user_model"),
+        "tokens": dict(summary.get("tokens") or {}),
+        "user_tokens": dict(summary.get("user_tokens") or {}),
+        "n_trials": summary.get("n_trials"),
+    }
 
 
 def _prices(ev: RoundContext) -> Prices:

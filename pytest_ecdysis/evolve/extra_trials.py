@@ -67,9 +67,17 @@ def skip_reason(cfg: EcdysisConfig, env: Any, flipped: list[str], first: Decisio
     return None
 
 
-def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str,
-                 base: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]],
-                 first: Decision) -> tuple[Decision, dict[str, Any] | None]:
+def extra_trials(
+    ev: RoundContext,
+    candidate_dir: Path,
+    adir: Path,
+    run_id: str,
+    label: str,
+    base: Mapping[str, Any],
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    first: Decision,
+) -> tuple[Decision, dict[str, Any] | None]:
     """The decision after extra trials of the flipped tasks (checkpoint `adir/extra_trials.json`), or `first`
     unchanged when they are skipped (the record then says why; None when the option is off).
 
@@ -84,8 +92,9 @@ def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str,
     if why:
         ev.say(f"{label}: extra trials skipped: {why}")
         return first, {"skipped": why, "tasks": flipped}
-    doc = ev.stage_json(adir / "extra_trials.json",
-                        lambda: _run(ev, candidate_dir, adir, run_id, label, base, flipped))
+    doc = ev.stage_json(
+        adir / "extra_trials.json", lambda: _run(ev, candidate_dir, adir, run_id, label, base, flipped)
+    )
     doc.pop("fresh", None)
     if doc.get("problem"):
         ev.say(f"{label}: extra trials not used: {doc['problem']}")
@@ -94,32 +103,71 @@ def extra_trials(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str,
 
     (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
     pooled_before, pooled_after = [*before, *inc], [*after, *cand]
-    decision = decide(cfg.accept, task_score(pooled_before), task_score(pooled_after), pooled_before,
-                      pooled_after, method=cfg.accept_method, level=cfg.accept_level)
-    reason = f"{decision.reason} (with {cfg.accept_extra_trials} extra trial(s) on {len(flipped)} flipped task(s))"
+    decision = decide(
+        cfg.accept,
+        task_score(pooled_before),
+        task_score(pooled_after),
+        pooled_before,
+        pooled_after,
+        method=cfg.accept_method,
+        level=cfg.accept_level,
+    )
+    reason = (
+        f"{decision.reason} (with {cfg.accept_extra_trials} extra trial(s) on {len(flipped)} flipped task(s))"
+    )
     decision = Decision(decision.accepted, reason, decision.rule, decision.test)
     return decision, {**doc, "decision_before": first.fields()}
 
 
-def _run(ev: RoundContext, candidate_dir: Path, adir: Path, run_id: str, label: str, base: Mapping[str, Any],
-         flipped: list[str]) -> dict[str, Any]:
+def _run(
+    ev: RoundContext,
+    candidate_dir: Path,
+    adir: Path,
+    run_id: str,
+    label: str,
+    base: Mapping[str, Any],
+    flipped: list[str],
+) -> dict[str, Any]:
     k = ev.cfg.accept_extra_trials
     ids = sorted({key.split("/", 1)[-1] for key in flipped})
     budget = 2 * k * len(flipped)
-    ev.say(f"{label}: extra trials: {len(flipped)} flipped task(s) x {k} trial(s) x 2 harnesses = {budget} "
-           f"trial(s) (sub-runs {run_id}x, {run_id}ix): {shown(flipped, 10)}")
+    ev.say(
+        f"{label}: extra trials: {len(flipped)} flipped task(s) x {k} trial(s) x 2 harnesses = {budget} "
+        f"trial(s) (sub-runs {run_id}x, {run_id}ix): {shown(flipped, 10)}"
+    )
     started = time.monotonic()
     overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": str(k)}
     no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials
     worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
-        cand, inc = together(ev, [
-            Job(candidate_dir, adir / "extra", f"{run_id}x", ev.snapshot.files if ev.snapshot else None, no_cache,
-                overrides),
-            Job(worktree.harness_dir, adir / "extra" / "incumbent", f"{run_id}ix", None, no_cache, overrides,
-                label=f"extra trials: {INCUMBENT_LABEL}")])
+        cand, inc = together(
+            ev,
+            [
+                Job(
+                    candidate_dir,
+                    adir / "extra",
+                    f"{run_id}x",
+                    ev.snapshot.files if ev.snapshot else None,
+                    no_cache,
+                    overrides,
+                ),
+                Job(
+                    worktree.harness_dir,
+                    adir / "extra" / "incumbent",
+                    f"{run_id}ix",
+                    None,
+                    no_cache,
+                    overrides,
+                    label=f"extra trials: {INCUMBENT_LABEL}",
+                ),
+            ],
+        )
     finally:
         worktree.remove()
-    doc: dict[str, Any] = {"tasks": flipped, "trials_per_task": k, "budget_trials": budget,
-                           "wall_s": round(time.monotonic() - started, 2)}
+    doc: dict[str, Any] = {
+        "tasks": flipped,
+        "trials_per_task": k,
+        "budget_trials": budget,
+        "wall_s": round(time.monotonic() - started, 2),
+    }
     return pair_outcome(doc, cand, inc, "the extra runs")

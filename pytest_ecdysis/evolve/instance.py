@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 MAX_INSTANCE_STEPS = 5
 
 
-def instance_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
-                   diag: dict[str, Any]) -> RoundRecord:
+def instance_round(
+    ev: RoundContext, n: int, rdir: Path, row: RoundRecord, diag: dict[str, Any]
+) -> RoundRecord:
     """Run the steps of round `n` and return its row for `evolution.json`.
 
     The round is `accepted` when any step was; otherwise `rejected` when a candidate was validated, else
@@ -41,9 +42,11 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
     todo = specs[:cap]
     current: HarnessPoint = HarnessPoint(**start)
     steps: list[dict[str, Any]] = []
-    ev.say(f"round {n}: instance level: {len(specs)} spec(s), patched one by one"
-           + (f" (the first {len(todo)}: ecdysis_self_evolution_cap = {cap})" if len(todo) < len(specs) else ""),
-           n)
+    ev.say(
+        f"round {n}: instance level: {len(specs)} spec(s), patched one by one"
+        + (f" (the first {len(todo)}: ecdysis_self_evolution_cap = {cap})" if len(todo) < len(specs) else ""),
+        n,
+    )
     for k, spec in enumerate(todo, start=1):
         sdir = rdir / "steps" / str(k)
         if (sdir / "decision.json").is_file():  # finished before an interruption
@@ -53,23 +56,38 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
             continue
         if not (sdir / "spec.json").is_file():
             write_json(sdir / "spec.json", spec.model_dump(mode="json"), ev.ledger)
-        step: dict[str, Any] = {"step": k, "spec_summary": spec.summary, "score_before": current["score"],
-                                "score_after": None, "harness_id_before": current["harness_id"]}
+        step: dict[str, Any] = {
+            "step": k,
+            "spec_summary": spec.summary,
+            "score_before": current["score"],
+            "score_after": None,
+            "harness_id_before": current["harness_id"],
+        }
         worktree = gitworktree.add_worktree(ev.harness_dir, current["commit"])
         try:
             out, new_incumbent = ev.attempt(
-                spec, worktree, sdir, current, label=f"round {n} step {k}/{len(todo)}",
-                run_id=f"{ev.state.run_id}-r{n}s{k}", title=f"ecdysis round {n} step {k}")
+                spec,
+                worktree,
+                sdir,
+                current,
+                label=f"round {n} step {k}/{len(todo)}",
+                run_id=f"{ev.state.run_id}-r{n}s{k}",
+                title=f"ecdysis round {n} step {k}",
+            )
         finally:
             worktree.remove()
         step.update(out)
         step["wall_s"] = round(step["wall_s"], 2)
         if new_incumbent is not None:
             current = {**new_incumbent, "round": n, "step": k}
-        write_json(sdir / "decision.json", {**decision_fields(step), "step": step, "incumbent": current},
-                   ev.ledger)
-        ev.say(f"round {n} step {k}/{len(todo)}: {OUTCOME_TEXT[step['outcome']]}"
-               + (f" ({step['reason']})" if step.get("reason") else ""), n)
+        write_json(
+            sdir / "decision.json", {**decision_fields(step), "step": step, "incumbent": current}, ev.ledger
+        )
+        ev.say(
+            f"round {n} step {k}/{len(todo)}: {OUTCOME_TEXT[step['outcome']]}"
+            + (f" ({step['reason']})" if step.get("reason") else ""),
+            n,
+        )
         steps.append(step)
         if ev.stop_error is not None:  # a protected file changed: no further step
             break
@@ -79,7 +97,9 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
         add_tokens(row["tokens"], step.get("tokens", {}))
         row["wall_s"] += step.get("wall_s", 0.0)
     row["steps"] = steps
-    row["spec_summary"] = f"{len(todo)} instance-level spec(s): " + " | ".join(s.summary.strip() for s in todo)
+    row["spec_summary"] = f"{len(todo)} instance-level spec(s): " + " | ".join(
+        s.summary.strip() for s in todo
+    )
     accepted = [s["step"] for s in steps if s.get("accepted")]
     validated = [s for s in steps if s.get("score_after") is not None]
     decided = [s for s in steps if s.get("decision")]
@@ -87,12 +107,19 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
         chosen = [s for s in decided if s.get("accepted")] or sorted(decided, key=lambda s: s["score_after"])
         row["decision"] = chosen[-1]["decision"]
     if accepted:
-        row.update({"outcome": "accepted", "accepted": True, "commit": current["commit"],
-                    "score_after": current["score"], "harness_id_after": current["harness_id"],
-                    "pass_hat_k_before": start.get("pass_hat_k"),
-                    "pass_hat_k_after": current.get("pass_hat_k"),
-                    "reason": f"step(s) {', '.join(map(str, accepted))} of {len(steps)} accepted: "
-                              f"suite score {fmt(start['score'])} -> {fmt(current['score'])}"})
+        row.update(
+            {
+                "outcome": "accepted",
+                "accepted": True,
+                "commit": current["commit"],
+                "score_after": current["score"],
+                "harness_id_after": current["harness_id"],
+                "pass_hat_k_before": start.get("pass_hat_k"),
+                "pass_hat_k_after": current.get("pass_hat_k"),
+                "reason": f"step(s) {', '.join(map(str, accepted))} of {len(steps)} accepted: "
+                f"suite score {fmt(start['score'])} -> {fmt(current['score'])}",
+            }
+        )
         for path in (start["run_path"], current["run_path"]):
             ev.ledger.verify_run(Path(path))
         _, before_trials = read_run(Path(start["run_path"]))
@@ -102,19 +129,27 @@ def instance_round(ev: RoundContext, n: int, rdir: Path, row: RoundRecord,
     elif validated:
         best = max(validated, key=lambda s: s["score_after"])
         # every validated candidate inconclusive (`sequential`): the round is too, not "tried and rejected"
-        row.update({"outcome": "inconclusive" if all(x["outcome"] == "inconclusive" for x in validated)
-                    else "rejected",
-                    "score_after": best["score_after"], "flips": best["flips"],
-                    "harness_id_after": best["harness_id_after"],
-                    "pass_hat_k_before": start.get("pass_hat_k"),
-                    "pass_hat_k_after": best.get("pass_hat_k_after"),
-                    "reason": f"no step was accepted (best: step {best['step']}, {fmt(start['score'])} -> "
-                              f"{fmt(best['score_after'])}: {best.get('reason', '')})"})
+        row.update(
+            {
+                "outcome": "inconclusive"
+                if all(x["outcome"] == "inconclusive" for x in validated)
+                else "rejected",
+                "score_after": best["score_after"],
+                "flips": best["flips"],
+                "harness_id_after": best["harness_id_after"],
+                "pass_hat_k_before": start.get("pass_hat_k"),
+                "pass_hat_k_after": best.get("pass_hat_k_after"),
+                "reason": f"no step was accepted (best: step {best['step']}, {fmt(start['score'])} -> "
+                f"{fmt(best['score_after'])}: {best.get('reason', '')})",
+            }
+        )
     else:
         outcomes = [s["outcome"] for s in steps]
         row["outcome"] = next(o for o in ("broken_candidate", "guard_rejected", "no_change") if o in outcomes)
         row["reason"] = "; ".join(f"step {s['step']}: {s['reason']}" for s in steps)
     if len(todo) < len(specs):
-        row["reason"] += (f"; cap: {len(todo)} of {len(specs)} specs patched (ecdysis_self_evolution_cap = "
-                          f"{cap}), the other {len(specs) - len(todo)} dropped")
+        row["reason"] += (
+            f"; cap: {len(todo)} of {len(specs)} specs patched (ecdysis_self_evolution_cap = "
+            f"{cap}), the other {len(specs) - len(todo)} dropped"
+        )
     return ev.finish_round(row, rdir)

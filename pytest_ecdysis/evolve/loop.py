@@ -89,8 +89,7 @@ from pytest_ecdysis.report.progress import Ticker
 from pytest_ecdysis.validate import integrity, pycache, sandbox, warm
 from pytest_ecdysis.validate.subrun import SubRun
 
-__all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution",
-           "summary_lines"]
+__all__ = ["MAX_INSTANCE_STEPS", "Evolution", "load_evidence", "preflight", "run_evolution", "summary_lines"]
 
 
 def run_evolution(session: pytest.Session, state: SessionState, summary: dict[str, Any]) -> EvolutionRecord:
@@ -129,18 +128,36 @@ class Evolution:
         self.ledger = integrity.Ledger(self.dir, state.run_id, resume=bool(self.cfg.resume))
         checkout = integrity.checkout_root(self.harness_dir)
         roots = integrity.protected_roots(checkout, exclude=(self.dir.parent, self.ledger.path.parent))
-        self.files = RunState(cfg=self.cfg, state=state, summary=summary, run_dir=self.dir,
-                              harness_dir=self.harness_dir, ledger=self.ledger, roots=roots,
-                              tw=config.get_terminal_writer(), started=self.started)
+        self.files = RunState(
+            cfg=self.cfg,
+            state=state,
+            summary=summary,
+            run_dir=self.dir,
+            harness_dir=self.harness_dir,
+            ledger=self.ledger,
+            roots=roots,
+            tw=config.get_terminal_writer(),
+            started=self.started,
+        )
         self.doc: EvolutionRecord = self.files.load_or_start()
         warm.freeze()  # the session's warm scorer server writes no bytecode from here on (`validate.warm`)
         pycache_start = pycache.digests()  # the session's scorers wrote it; sub-runs only read it
         cost.note_start_run(self)
-        self.runs = TrustedRuns(cfg=self.cfg, state=state, summary=summary, run_dir=self.dir,
-                                harness_dir=self.harness_dir, ledger=self.ledger, roots=roots, checkout=checkout,
-                                base_args=[str(a) for a in config.invocation_params.args],
-                                cwd=Path(config.invocation_params.dir), pycache_start=pycache_start,
-                                say=self.say, last_said=lambda: self.files.last_said)
+        self.runs = TrustedRuns(
+            cfg=self.cfg,
+            state=state,
+            summary=summary,
+            run_dir=self.dir,
+            harness_dir=self.harness_dir,
+            ledger=self.ledger,
+            roots=roots,
+            checkout=checkout,
+            base_args=[str(a) for a in config.invocation_params.args],
+            cwd=Path(config.invocation_params.dir),
+            pycache_start=pycache_start,
+            say=self.say,
+            last_said=lambda: self.files.last_said,
+        )
         # what the sandbox (--ecdysis-sandbox) covers in the sub-runs' harness processes
         # (beside what the session's controller covers: its run directory, the suites' answer keys)
         hide = [*sandbox.hidden_paths(), self.dir.parent, self.ledger.path.parent, checkout / ".git"]
@@ -159,10 +176,17 @@ class Evolution:
     def checkpoint(self) -> None:
         self.files.checkpoint()
 
-    def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
-               overrides: dict[str, str | None] | None = None,
-               files: dict[str, bytes | None] | None = None, on_start: Callable[[Popen[Any]], None] | None = None,
-               env: dict[str, str] | None = None, label: str | None = None) -> SubRun:
+    def subrun(
+        self,
+        harness_dir: Path,
+        run_dir: Path,
+        run_id: str,
+        overrides: dict[str, str | None] | None = None,
+        files: dict[str, bytes | None] | None = None,
+        on_start: Callable[[Popen[Any]], None] | None = None,
+        env: dict[str, str] | None = None,
+        label: str | None = None,
+    ) -> SubRun:
         return self.runs.subrun(harness_dir, run_dir, run_id, overrides, files, on_start, env, label)
 
     def check_integrity(self, when: str) -> None:
@@ -178,10 +202,13 @@ class Evolution:
             n_infra = self.summary.get("n_infra_errors")
             raise EcdysisError(
                 f"evolution needs a scored incumbent, and this run scored no trial ({n_infra} infrastructure "
-                f"error(s)); fix the endpoint (see {self.dir / 'trials.jsonl'}), then run again")
-        self.say(f"evolution {self.state.run_id}: up to {self.cfg.rounds} round(s), strategy "
-                 f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
-                 f"{fmt(self.doc['start']['score'])}")
+                f"error(s)); fix the endpoint (see {self.dir / 'trials.jsonl'}), then run again"
+            )
+        self.say(
+            f"evolution {self.state.run_id}: up to {self.cfg.rounds} round(s), strategy "
+            f"{self.cfg.strategy}, editor {self.cfg.editor}; starting score "
+            f"{fmt(self.doc['start']['score'])}"
+        )
         self.say(sandbox.status_line() + "; see docs/evolution.md, threat model")
         if self.doc.pop("budget_stop", None):  # resumed after a budget stop (with a higher budget)
             self.doc["status"] = "running"
@@ -216,10 +243,19 @@ class Evolution:
         rdir.mkdir(parents=True, exist_ok=True)
         inc = self.doc["incumbent"]
         row: RoundRecord = {
-            "round": n, "strategy": self.cfg.strategy, "score_before": inc["score"], "score_after": None,
-            "accepted": False, "editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
-            "wall_s": 0.0, "flips": {"solved_to_failed": [], "failed_to_solved": []}, "outcome": None,
-            "reason": "", "harness_id_before": inc["harness_id"], "harness_id_after": None,
+            "round": n,
+            "strategy": self.cfg.strategy,
+            "score_before": inc["score"],
+            "score_after": None,
+            "accepted": False,
+            "editor_calls": 0,
+            "tokens": {"prompt": 0, "completion": 0, "total": 0},
+            "wall_s": 0.0,
+            "flips": {"solved_to_failed": [], "failed_to_solved": []},
+            "outcome": None,
+            "reason": "",
+            "harness_id_before": inc["harness_id"],
+            "harness_id_after": None,
             "spec_summary": None,
         }
         if (rdir / "decision.json").is_file():  # decided just before an interruption
@@ -230,8 +266,12 @@ class Evolution:
         worktree = gitworktree.add_worktree(self.harness_dir, inc["commit"])
         try:
             # 1. records -> groups -> diagnosis -> spec
-            diag = self.stage_json(rdir / "diagnosis.json", lambda: repeat.diagnose_once(
-                self, n, lambda: diagnose_stage(self, n, rdir, worktree.harness_dir)))
+            diag = self.stage_json(
+                rdir / "diagnosis.json",
+                lambda: repeat.diagnose_once(
+                    self, n, lambda: diagnose_stage(self, n, rdir, worktree.harness_dir)
+                ),
+            )
             row["diagnosis_input"] = diag.get("diagnosis_input")  # `evolve/repeat.py`
             add_tokens(row["tokens"], diag.get("tokens", {}))
             row["wall_s"] += diag.get("wall_s", 0.0)
@@ -245,8 +285,15 @@ class Evolution:
             row["spec_summary"] = spec.summary
 
             # 2.-4. exactly one editor call in the worktree, validation, acceptance
-            out, new_incumbent = self.attempt(spec, worktree, rdir, inc, label=f"round {n}",
-                                              run_id=f"{self.state.run_id}-r{n}", title=f"ecdysis round {n}")
+            out, new_incumbent = self.attempt(
+                spec,
+                worktree,
+                rdir,
+                inc,
+                label=f"round {n}",
+                run_id=f"{self.state.run_id}-r{n}",
+                title=f"ecdysis round {n}",
+            )
             add_tokens(row["tokens"], out.pop("tokens"))
             row["wall_s"] += out.pop("wall_s")
             row.update(out)
@@ -265,8 +312,17 @@ class Evolution:
             budget.before_stage(self, stage, f"{stage} of round {where}")
         return self.files.stage_json(path, compute, self.follow)
 
-    def attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
-                *, label: str, run_id: str, title: str) -> tuple[RoundRecord, HarnessPoint | None]:
+    def attempt(
+        self,
+        spec: ModificationSpec,
+        worktree: gitworktree.Worktree,
+        adir: Path,
+        base: HarnessPoint,
+        *,
+        label: str,
+        run_id: str,
+        title: str,
+    ) -> tuple[RoundRecord, HarnessPoint | None]:
         """One candidate: editor call in `worktree` (at `base`'s commit), guard, validation, acceptance.
 
         Stage checkpoints (`edit.json`, `validation.json`) and `candidate.diff` go to `adir`; the editor
@@ -274,8 +330,11 @@ class Evolution:
         `tokens`, `wall_s`, and after a validation `score_after`, `flips`, pass^k, `harness_id_after`, and
         `accepted`/`commit`) and the new incumbent (None unless accepted).
         """
-        out: RoundRecord = {"editor_calls": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0},
-                               "wall_s": 0.0}
+        out: RoundRecord = {
+            "editor_calls": 0,
+            "tokens": {"prompt": 0, "completion": 0, "total": 0},
+            "wall_s": 0.0,
+        }
         # the editor call; the change is the diff of the harness directory
         self.snapshot = None
         try:
@@ -286,9 +345,18 @@ class Evolution:
             self.say(f"{label}: {exc}")
             return {**out, "outcome": "guard_rejected", "reason": str(exc)}, None
 
-    def _attempt(self, spec: ModificationSpec, worktree: gitworktree.Worktree, adir: Path, base: HarnessPoint,
-                 out: RoundRecord, *, label: str, run_id: str,
-                 title: str) -> tuple[RoundRecord, HarnessPoint | None]:
+    def _attempt(
+        self,
+        spec: ModificationSpec,
+        worktree: gitworktree.Worktree,
+        adir: Path,
+        base: HarnessPoint,
+        out: RoundRecord,
+        *,
+        label: str,
+        run_id: str,
+        title: str,
+    ) -> tuple[RoundRecord, HarnessPoint | None]:
         edit = self.stage_json(adir / "edit.json", lambda: edit_stage(self, spec, worktree, adir, label))
         if not edit["fresh"] and not edit["outcome"]:
             # resumed: rebuild the candidate from its recorded diff (checked against the ledger)
@@ -301,31 +369,43 @@ class Evolution:
             return {**out, "outcome": edit["outcome"], "reason": edit["reason"]}, None
 
         # validation sub-run of the same suite on the candidate, beside a re-run of the incumbent
-        val = self.stage_json(adir / "validation.json",
-                              lambda: validate_stage(self, worktree, adir, run_id, label, base))
+        val = self.stage_json(
+            adir / "validation.json", lambda: validate_stage(self, worktree, adir, run_id, label, base)
+        )
         out["wall_s"] += val.get("wall_s", 0.0)
         if val["outcome"]:
-            return {**out, "outcome": val["outcome"], "reason": val["reason"],
-                    **({"reused_validation": val["reused_validation"]} if val.get("reused_validation") else {})}, None
+            return {
+                **out,
+                "outcome": val["outcome"],
+                "reason": val["reason"],
+                **({"reused_validation": val["reused_validation"]} if val.get("reused_validation") else {}),
+            }, None
         if val.get("reused_validation"):
             out["reused_validation"] = val["reused_validation"]
-        return accept_stage(self, spec, worktree, adir, base, val, out, label=label, run_id=run_id,
-                            title=title)
+        return accept_stage(
+            self, spec, worktree, adir, base, val, out, label=label, run_id=run_id, title=title
+        )
 
     def finish_round(self, row: RoundRecord, rdir: Path, *, already_written: bool = False) -> RoundRecord:
         """Write the round's `decision.json` (unless read back), append the row, checkpoint, print it."""
         if not already_written:
             row["wall_s"] = round(row.get("wall_s", 0.0), 2)  # the sum of its stages' wall-clock seconds
             cost.refresh(self, row)  # tokens and USD per role (`evolve/cost.py`)
-            write_json(rdir / "decision.json", {**decision_fields(row), "round": row,
-                                                "incumbent": self.doc["incumbent"]}, self.ledger)
+            write_json(
+                rdir / "decision.json",
+                {**decision_fields(row), "round": row, "incumbent": self.doc["incumbent"]},
+                self.ledger,
+            )
         self.doc["rounds"].append(row)
         cost.refresh(self, row)
         self.checkpoint()
         if self.stop_error is not None:
             raise self.stop_error
-        self.say(f"round {row['round']}: {OUTCOME_TEXT[str(row['outcome'])]} ({compared_text(row)})"
-                 + (f": {row['reason']}" if row.get("reason") and row["outcome"] != "accepted" else ""), row["round"])
+        self.say(
+            f"round {row['round']}: {OUTCOME_TEXT[str(row['outcome'])]} ({compared_text(row)})"
+            + (f": {row['reason']}" if row.get("reason") and row["outcome"] != "accepted" else ""),
+            row["round"],
+        )
         return row
 
     def make_branch(self) -> None:
@@ -337,20 +417,28 @@ class Evolution:
             return
         if self.doc.get("branch"):
             return
-        outside = gitops.paths_changed_outside(self.harness_dir, self.doc["start"]["commit"],
-                                               self.doc["incumbent"]["commit"])
+        outside = gitops.paths_changed_outside(
+            self.harness_dir, self.doc["start"]["commit"], self.doc["incumbent"]["commit"]
+        )
         if outside:
-            raise IntegrityError(f"the incumbent commit {self.doc['incumbent']['commit'][:12]} changes files "
-                                 f"outside the harness ({shown(outside)}); no branch is made")
+            raise IntegrityError(
+                f"the incumbent commit {self.doc['incumbent']['commit'][:12]} changes files "
+                f"outside the harness ({shown(outside)}); no branch is made"
+            )
         name = gitops.create_branch(self.harness_dir, self.state.run_id, self.doc["incumbent"]["commit"])
         self.doc["branch"] = name
         self.doc["diff_command"] = f"git diff {self.doc['start']['commit'][:12]} {name}"
         elsewhere = gitops.uncommitted_elsewhere(self.harness_dir)
-        note = (f"; {elsewhere} uncommitted change(s) elsewhere in your checkout were left alone"
-                if elsewhere else "")
+        note = (
+            f"; {elsewhere} uncommitted change(s) elsewhere in your checkout were left alone"
+            if elsewhere
+            else ""
+        )
         commits = sum(sum(bool(st.get("accepted")) for st in r.get("steps") or []) or 1 for r in accepted)
-        self.say(f"branch {name}: {commits} commit(s), one per accepted round (or self-evolution step); your "
-                 f"checkout, index and current branch were not touched{note}. View: {self.doc['diff_command']}")
+        self.say(
+            f"branch {name}: {commits} commit(s), one per accepted round (or self-evolution step); your "
+            f"checkout, index and current branch were not touched{note}. View: {self.doc['diff_command']}"
+        )
         self.checkpoint()
 
     def measure_validity(self) -> None:

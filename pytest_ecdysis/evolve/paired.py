@@ -60,9 +60,15 @@ def rescore_plan(cfg: EcdysisConfig, env: Mapping[str, str]) -> tuple[bool, str]
     return True, "re-scored beside the candidate, in the same session"
 
 
-def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, base: Mapping[str, Any],
-               files: dict[str, bytes | None] | None = None,
-               env: dict[str, str] | None = None) -> tuple[SubRun | BrokenCandidate, dict[str, Any]]:
+def score_pair(
+    ev: RoundContext,
+    candidate_dir: Path,
+    rdir: Path,
+    run_id: str,
+    base: Mapping[str, Any],
+    files: dict[str, bytes | None] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[SubRun | BrokenCandidate, dict[str, Any]]:
     """Validate the candidate (`files`, else the files under `candidate_dir`; `env` added to its sub-run's
     environment only) and, per `rescore_plan`, re-run the incumbent at `base["commit"]` together with it.
 
@@ -70,24 +76,44 @@ def score_pair(ev: RoundContext, candidate_dir: Path, rdir: Path, run_id: str, b
     Ctrl-C stops both sub-runs and propagates.
     """
     rescore, why = rescore_plan(ev.cfg, os.environ)
-    earlier = {"rescored": False, "why": why, "run_path": base["run_path"], "run_id": None,
-               "score": base["score"], "pass_hat_k": base.get("pass_hat_k"), "cached_score": base["score"]}
+    earlier = {
+        "rescored": False,
+        "why": why,
+        "run_path": base["run_path"],
+        "run_id": None,
+        "score": base["score"],
+        "pass_hat_k": base.get("pass_hat_k"),
+        "cached_score": base["score"],
+    }
     if not rescore:
         return _attempt(lambda: ev.subrun(candidate_dir, rdir, run_id, files=files, env=env)), earlier
     worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:
         inc_id = f"{run_id}i"
-        candidate, incumbent = together(ev, [Job(candidate_dir, rdir, run_id, files, env),
-                                             Job(worktree.harness_dir, rdir / "incumbent", inc_id,
-                                                 label=INCUMBENT_LABEL)])
+        candidate, incumbent = together(
+            ev,
+            [
+                Job(candidate_dir, rdir, run_id, files, env),
+                Job(worktree.harness_dir, rdir / "incumbent", inc_id, label=INCUMBENT_LABEL),
+            ],
+        )
     finally:
         worktree.remove()
     if isinstance(incumbent, BrokenCandidate):
-        return candidate, {**earlier, "why": f"the incumbent's re-run failed ({incumbent}); compared with its "
-                                            "earlier run"}
-    return candidate, {"rescored": True, "why": why, "run_path": str(incumbent.run_path), "run_id": inc_id,
-                       "score": incumbent.summary.get("suite_score"), "pass_hat_k": incumbent.summary.get("pass_hat_k"),
-                       "cached_score": base["score"], "wall_s": round(incumbent.wall_s, 2)}
+        return candidate, {
+            **earlier,
+            "why": f"the incumbent's re-run failed ({incumbent}); compared with its earlier run",
+        }
+    return candidate, {
+        "rescored": True,
+        "why": why,
+        "run_path": str(incumbent.run_path),
+        "run_id": inc_id,
+        "score": incumbent.summary.get("suite_score"),
+        "pass_hat_k": incumbent.summary.get("pass_hat_k"),
+        "cached_score": base["score"],
+        "wall_s": round(incumbent.wall_s, 2),
+    }
 
 
 @dataclass(frozen=True)
@@ -115,10 +141,22 @@ def together(ev: RoundContext, jobs: list[Job]) -> list[SubRun | BrokenCandidate
     """
     procs: list[subprocess.Popen] = []
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ecdysis-subrun")
-    futures = [pool.submit(_attempt, lambda j=job: ev.subrun(j.harness_dir, j.run_dir, j.run_id, files=j.files,
-                                                             on_start=procs.append, env=j.env, overrides=j.overrides,
-                                                             label=j.label))
-               for job in jobs]
+    futures = [
+        pool.submit(
+            _attempt,
+            lambda j=job: ev.subrun(
+                j.harness_dir,
+                j.run_dir,
+                j.run_id,
+                files=j.files,
+                on_start=procs.append,
+                env=j.env,
+                overrides=j.overrides,
+                label=j.label,
+            ),
+        )
+        for job in jobs
+    ]
     try:
         return [f.result() for f in futures]
     except BaseException:
@@ -140,20 +178,29 @@ def _attempt(run: Any) -> SubRun | BrokenCandidate:
         return exc
 
 
-def pair_outcome(doc: dict[str, Any], cand: SubRun | BrokenCandidate, inc: SubRun | BrokenCandidate,
-                 what: str) -> dict[str, Any]:
+def pair_outcome(
+    doc: dict[str, Any], cand: SubRun | BrokenCandidate, inc: SubRun | BrokenCandidate, what: str
+) -> dict[str, Any]:
     """`doc` completed with the two sub-runs of a pair started by `together` (extra trials, a confirmation
     look): `runs` (`{candidate, incumbent}`: `run_path`, `score`), or `problem` when either broke or the
     runs drifted in infrastructure errors (`what` names the runs in that message)."""
-    broken = [f"{who}: {run}" for who, run in (("candidate", cand), ("incumbent", inc))
-              if isinstance(run, BrokenCandidate)]
+    broken = [
+        f"{who}: {run}"
+        for who, run in (("candidate", cand), ("incumbent", inc))
+        if isinstance(run, BrokenCandidate)
+    ]
     if broken:
         return {**doc, "problem": "; ".join(broken)}
     assert not isinstance(cand, BrokenCandidate) and not isinstance(inc, BrokenCandidate)
-    doc["runs"] = {who: {"run_path": str(run.run_path), "score": run.summary.get("suite_score")}
-                   for who, run in (("candidate", cand), ("incumbent", inc))}
+    doc["runs"] = {
+        who: {"run_path": str(run.run_path), "score": run.summary.get("suite_score")}
+        for who, run in (("candidate", cand), ("incumbent", inc))
+    }
     drift = infra_drift(inc.summary, cand.summary) or (
-        "infrastructure errors" if (inc.summary.get("n_infra_errors") or cand.summary.get("n_infra_errors")) else "")
+        "infrastructure errors"
+        if (inc.summary.get("n_infra_errors") or cand.summary.get("n_infra_errors"))
+        else ""
+    )
     if drift:
         doc["problem"] = f"{drift} in {what}"
     return doc

@@ -31,21 +31,29 @@ def preflight(cfg: EcdysisConfig, harness_dir: Path) -> None:
     if cfg.resume:
         run_path = cfg.run_dir / cfg.resume
         if not run_path.is_dir():
-            known = sorted(p.name for p in cfg.run_dir.iterdir() if p.is_dir()) if cfg.run_dir.is_dir() else []
+            known = (
+                sorted(p.name for p in cfg.run_dir.iterdir() if p.is_dir()) if cfg.run_dir.is_dir() else []
+            )
             hint = f" (runs in {cfg.run_dir}: {', '.join(known[-5:])})" if known else ""
-            raise UsageError(f"--ecdysis-resume {cfg.resume}: no such run in {cfg.run_dir}{hint}; pass the "
-                             "run id an interrupted evolution printed, or drop --ecdysis-resume")
+            raise UsageError(
+                f"--ecdysis-resume {cfg.resume}: no such run in {cfg.run_dir}{hint}; pass the "
+                "run id an interrupted evolution printed, or drop --ecdysis-resume"
+            )
         checkpoint = run_path / "evolution.json"
         if not checkpoint.is_file() and (run_path / "summary.json").is_file():
             # the session finished without starting an evolution: a plain (or gate) run, whose files a
             # resume would overwrite with another harness's results
-            raise UsageError(f"--ecdysis-resume {cfg.resume}: that run is not an evolution (it has summary.json "
-                             "but no evolution.json); start a new run with --ecdysis-evolve instead")
+            raise UsageError(
+                f"--ecdysis-resume {cfg.resume}: that run is not an evolution (it has summary.json "
+                "but no evolution.json); start a new run with --ecdysis-evolve instead"
+            )
         if checkpoint.is_file():
             doc = read_json(checkpoint)
             if doc.get("status") == "finished":
-                raise UsageError(f"--ecdysis-resume {cfg.resume}: that evolution already finished "
-                                 f"(see {checkpoint}); start a new run without --ecdysis-resume")
+                raise UsageError(
+                    f"--ecdysis-resume {cfg.resume}: that evolution already finished "
+                    f"(see {checkpoint}); start a new run without --ecdysis-resume"
+                )
             check_resume_options(cfg, doc)
     gitops.preflight(harness_dir, run_id, resume=bool(cfg.resume))
     check_editor(cfg.editor, harness_dir)
@@ -55,8 +63,22 @@ def preflight(cfg: EcdysisConfig, harness_dir: Path) -> None:
 #: the rounds') are only comparable with a session that runs the same trials, and its rounds were decided
 #: (diagnosed, edited, accepted) under the same rules; a session that changed them would finish a run whose
 #: record names one rule and whose rounds followed another.
-RESUME_FIELDS = ("split", "tasks", "trials", "model", "threshold", "strategy", "editor", "self_evolution_cap",
-                 "proposals", "accept", "rescore", "evidence", "accept_extra_trials", "ablate")
+RESUME_FIELDS = (
+    "split",
+    "tasks",
+    "trials",
+    "model",
+    "threshold",
+    "strategy",
+    "editor",
+    "self_evolution_cap",
+    "proposals",
+    "accept",
+    "rescore",
+    "evidence",
+    "accept_extra_trials",
+    "ablate",
+)
 #: the decision options `evolution.json` records at its top level beside `accept` (with the value a
 #: configuration without the attribute means).
 DECISION_DEFAULTS = {"rescore": "auto", "evidence": "all", "accept_extra_trials": 0, "ablate": False}
@@ -87,6 +109,9 @@ def check_resume_options(cfg: EcdysisConfig, doc: dict[str, Any]) -> None:
             then, now = doc[name], _option_value(cfg, name)
             diff.append(f"{flag(name.replace('_', '-'))} {_shown(name, then)} then, {_shown(name, now)} now")
     if diff:
-        raise UsageError(f"--ecdysis-resume {cfg.resume}: that run was started with other options ("
-                         + "; ".join(diff) + "); resume with the options of the interrupted run, or start a new "
-                         "run without --ecdysis-resume")
+        raise UsageError(
+            f"--ecdysis-resume {cfg.resume}: that run was started with other options ("
+            + "; ".join(diff)
+            + "); resume with the options of the interrupted run, or start a new "
+            "run without --ecdysis-resume"
+        )

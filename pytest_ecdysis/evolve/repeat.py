@@ -35,20 +35,26 @@ def diagnosis_input(ev: RoundContext) -> str:
     inc = ev.doc["incumbent"]
     h = hashlib.sha256()
     cfg = ev.cfg
-    head = {"harness_id": inc.get("harness_id"), "commit": inc.get("commit"), "strategy": cfg.strategy,
-            "model": getattr(cfg, "diagnosis_model", None), "passes": getattr(cfg, "fdcr_passes", None),
-            "evidence": getattr(cfg, "evidence", None)}
+    head = {
+        "harness_id": inc.get("harness_id"),
+        "commit": inc.get("commit"),
+        "strategy": cfg.strategy,
+        "model": getattr(cfg, "diagnosis_model", None),
+        "passes": getattr(cfg, "fdcr_passes", None),
+        "evidence": getattr(cfg, "evidence", None),
+    }
     h.update(json.dumps(head, sort_keys=True).encode())
     for name in EVIDENCE_FILES:
         path = Path(inc["run_path"]) / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<none>") + b"\0")
     for r in ev.doc.get("rounds") or []:
-        if r.get("outcome") in NOTHING_FOUND:  # its spec.json (if any) proposes nothing: the same answer again
+        if (
+            r.get("outcome") in NOTHING_FOUND
+        ):  # its spec.json (if any) proposes nothing: the same answer again
             continue
         spec = spec_of(ev.dir / "rounds" / str(r["round"]))
         if spec is not None:
-            h.update(json.dumps({"spec": spec, "outcome": r.get("outcome")},
-                                sort_keys=True).encode())
+            h.update(json.dumps({"spec": spec, "outcome": r.get("outcome")}, sort_keys=True).encode())
     return h.hexdigest()
 
 
@@ -67,11 +73,19 @@ def diagnose_once(ev: RoundContext, n: int, compute: Any) -> dict[str, Any]:
     digest = diagnosis_input(ev)
     earlier = earlier_answer(ev, digest)
     if earlier is not None:
-        reason = (f"the incumbent, its evidence and the specs tried are unchanged since round {earlier['round']}, "
-                  f"whose diagnosis found nothing to change ({earlier['outcome']}); the roles answer the same "
-                  "input the same way (temperature 0), so they are not called again")
+        reason = (
+            f"the incumbent, its evidence and the specs tried are unchanged since round {earlier['round']}, "
+            f"whose diagnosis found nothing to change ({earlier['outcome']}); the roles answer the same "
+            "input the same way (temperature 0), so they are not called again"
+        )
         ev.say(f"round {n}: {reason}", n)
-        return {"outcome": "no_new_evidence", "reason": reason, "spec": None, "diagnosis_input": digest,
-                "same_as_round": earlier["round"], "tokens": {"prompt": 0, "completion": 0, "total": 0},
-                "wall_s": 0.0}
+        return {
+            "outcome": "no_new_evidence",
+            "reason": reason,
+            "spec": None,
+            "diagnosis_input": digest,
+            "same_as_round": earlier["round"],
+            "tokens": {"prompt": 0, "completion": 0, "total": 0},
+            "wall_s": 0.0,
+        }
     return {**compute(), "diagnosis_input": digest}

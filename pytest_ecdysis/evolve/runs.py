@@ -27,10 +27,23 @@ class TrustedRuns:
 
     Making one copies the checkout (`trusted`) and compiles the copy in the background."""
 
-    def __init__(self, *, cfg: EcdysisConfig, state: SessionState, summary: dict[str, Any], run_dir: Path,
-                 harness_dir: Path, ledger: integrity.Ledger, roots: dict[str, Any], checkout: Path,
-                 base_args: list[str], cwd: Path, pycache_start: dict[str, str],
-                 say: Callable[[str], None], last_said: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        *,
+        cfg: EcdysisConfig,
+        state: SessionState,
+        summary: dict[str, Any],
+        run_dir: Path,
+        harness_dir: Path,
+        ledger: integrity.Ledger,
+        roots: dict[str, Any],
+        checkout: Path,
+        base_args: list[str],
+        cwd: Path,
+        pycache_start: dict[str, str],
+        say: Callable[[str], None],
+        last_said: Callable[[], str],
+    ) -> None:
         self.cfg, self.state, self.summary = cfg, state, summary
         self.dir, self.harness_dir = run_dir, harness_dir
         self.ledger, self.roots, self.checkout = ledger, roots, checkout
@@ -40,10 +53,17 @@ class TrustedRuns:
         self.stop_error: IntegrityError | None = None  #: set when a protected file changed: the loop stops
         self.trusted = self._trusted_tree()
 
-    def subrun(self, harness_dir: Path, run_dir: Path, run_id: str,
-               overrides: dict[str, str | None] | None = None,
-               files: dict[str, bytes | None] | None = None, on_start: Callable[[Popen[Any]], None] | None = None,
-               env: dict[str, str] | None = None, label: str | None = None) -> SubRun:
+    def subrun(
+        self,
+        harness_dir: Path,
+        run_dir: Path,
+        run_id: str,
+        overrides: dict[str, str | None] | None = None,
+        files: dict[str, bytes | None] | None = None,
+        on_start: Callable[[Popen[Any]], None] | None = None,
+        env: dict[str, str] | None = None,
+        label: str | None = None,
+    ) -> SubRun:
         """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
         from the trusted copy (see `validate.run_suite`; `env` is added to its environment), with progress
         lines (`label`, default: the last stage line said) from the sub-run's `progress.json` while it runs;
@@ -55,7 +75,9 @@ class TrustedRuns:
         """
         progress: dict[str, Path] = {}
 
-        def started(proc: Any) -> None:  # the sub-run writes its run directory privately: find its progress.json
+        def started(
+            proc: Any,
+        ) -> None:  # the sub-run writes its run directory privately: find its progress.json
             args = [str(a) for a in proc.args]
             if "--ecdysis-run-dir" in args:
                 at = len(args) - 1 - args[::-1].index("--ecdysis-run-dir")
@@ -64,11 +86,23 @@ class TrustedRuns:
                 on_start(proc)
 
         try:
-            with self.follow(label or self.last_said().split(" (")[0],
-                             lambda: next(progress["runs"].glob("*/progress.json"), None) if progress else None):
-                sub = run_suite(base_args=self.base_args, cwd=self.cwd, harness_dir=harness_dir, run_dir=run_dir,
-                                run_id=run_id, sim_url=self.state.sim_url, overrides=overrides,
-                                trusted=self.trusted, files=files, on_start=started, env=env)
+            with self.follow(
+                label or self.last_said().split(" (")[0],
+                lambda: next(progress["runs"].glob("*/progress.json"), None) if progress else None,
+            ):
+                sub = run_suite(
+                    base_args=self.base_args,
+                    cwd=self.cwd,
+                    harness_dir=harness_dir,
+                    run_dir=run_dir,
+                    run_id=run_id,
+                    sim_url=self.state.sim_url,
+                    overrides=overrides,
+                    trusted=self.trusted,
+                    files=files,
+                    on_start=started,
+                    env=env,
+                )
         except IntegrityError as exc:  # it changed the trusted copy it ran from
             self.stop_error = exc
             raise
@@ -93,7 +127,8 @@ class TrustedRuns:
             self.stop_error = IntegrityError(
                 f"protected files changed during {when}: " + shown(problems, 8, "; ") + ". The candidate is "
                 "rejected and the evolution stops; restore them (git status / git diff in your checkout, "
-                "pip install --force-reinstall for an installed package) and start a new run")
+                "pip install --force-reinstall for an installed package) and start a new run"
+            )
             raise self.stop_error
 
     def _trusted_tree(self) -> TrustedTree:
@@ -107,9 +142,13 @@ class TrustedRuns:
                 rel = path.relative_to(self.checkout).as_posix()
                 if any(p.startswith(rel + "/") for p in tracked):
                     pythonpath.add(Path(rel).parent.as_posix())
-        tree = TrustedTree(checkout=self.checkout, pristine=pristine,
-                           harness_rel=self.harness_dir.resolve().relative_to(self.checkout).as_posix(),
-                           digests=integrity.tree_digests(pristine), pythonpath=sorted(pythonpath))
+        tree = TrustedTree(
+            checkout=self.checkout,
+            pristine=pristine,
+            harness_rel=self.harness_dir.resolve().relative_to(self.checkout).as_posix(),
+            digests=integrity.tree_digests(pristine),
+            pythonpath=sorted(pythonpath),
+        )
         tree.compile_in_background()  # done before the first sub-run starts (`run_suite` waits)
         return tree
 
@@ -123,5 +162,11 @@ class TrustedRuns:
             path = progress_file() if progress_file else None
             return read_count(path) if path else None
 
-        return Ticker(self.say, label, count=count, interval_s=self.cfg.progress_s,
-                      seconds_per_trial=wall / n if n and wall else None, live=is_terminal())
+        return Ticker(
+            self.say,
+            label,
+            count=count,
+            interval_s=self.cfg.progress_s,
+            seconds_per_trial=wall / n if n and wall else None,
+            live=is_terminal(),
+        )

@@ -60,9 +60,19 @@ Follow = Callable[[str], AbstractContextManager[Any]]
 class RunState:
     """`evolution.json` (`doc`, set by `load_or_start`), stage checkpoints and stage lines of an `Evolution`."""
 
-    def __init__(self, *, cfg: EcdysisConfig, state: SessionState, summary: dict[str, Any], run_dir: Path,
-                 harness_dir: Path, ledger: integrity.Ledger, roots: dict[str, Any], tw: TerminalWriter,
-                 started: float) -> None:
+    def __init__(
+        self,
+        *,
+        cfg: EcdysisConfig,
+        state: SessionState,
+        summary: dict[str, Any],
+        run_dir: Path,
+        harness_dir: Path,
+        ledger: integrity.Ledger,
+        roots: dict[str, Any],
+        tw: TerminalWriter,
+        started: float,
+    ) -> None:
         self.cfg, self.state, self.summary = cfg, state, summary
         self.dir, self.harness_dir = run_dir, harness_dir
         self.ledger, self.roots = ledger, roots
@@ -84,25 +94,35 @@ class RunState:
             doc = cast(EvolutionRecord, read_json(path))
             if doc.get("suite") == suite:
                 if self.ledger.start is None:
-                    raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: no integrity ledger for this run "
-                                         f"at {self.ledger.path} (it keeps the digests of every checkpoint); its "
-                                         "files cannot be verified, start a new run")
+                    raise IntegrityError(
+                        f"--ecdysis-resume {self.state.run_id}: no integrity ledger for this run "
+                        f"at {self.ledger.path} (it keeps the digests of every checkpoint); its "
+                        "files cannot be verified, start a new run"
+                    )
                 doc = cast(EvolutionRecord, read_json(path, self.ledger))
                 problems = integrity.changes(self.ledger.start, integrity.take(self.roots))
                 if problems:
-                    raise IntegrityError(f"--ecdysis-resume {self.state.run_id}: protected files changed since the "
-                                         "run started: " + shown(problems, 8, "; ") + "; restore them or start a "
-                                         "new run")
+                    raise IntegrityError(
+                        f"--ecdysis-resume {self.state.run_id}: protected files changed since the "
+                        "run started: " + shown(problems, 8, "; ") + "; restore them or start a "
+                        "new run"
+                    )
                 self.ledger.record_files_named(self.dir)  # the session just scored the incumbent again
             if doc.get("suite") != suite:
-                raise UsageError(f"--ecdysis-resume {self.state.run_id}: that run evolved suite "
-                                 f"{doc.get('suite')!r}, this session collected {suite!r}; select the same "
-                                 "tests (and options) as the interrupted run")
+                raise UsageError(
+                    f"--ecdysis-resume {self.state.run_id}: that run evolved suite "
+                    f"{doc.get('suite')!r}, this session collected {suite!r}; select the same "
+                    "tests (and options) as the interrupted run"
+                )
             if not gitops.commit_exists(self.harness_dir, doc["incumbent"]["commit"]):
-                raise GitError(f"--ecdysis-resume: the incumbent commit {doc['incumbent']['commit'][:12]} is gone "
-                               "from the repository (garbage-collected?); start a new run")
+                raise GitError(
+                    f"--ecdysis-resume: the incumbent commit {doc['incumbent']['commit'][:12]} is gone "
+                    "from the repository (garbage-collected?); start a new run"
+                )
             done = [r["round"] for r in doc["rounds"]]
-            self.say(f"resuming {self.state.run_id}: round(s) {done or 'none'} done; finished stages are not redone")
+            self.say(
+                f"resuming {self.state.run_id}: round(s) {done or 'none'} done; finished stages are not redone"
+            )
             doc["wall_s_before"] = doc.get("wall_s") or 0.0
             doc["cpu_s_before"] = doc.get("cpu_s") or 0.0
             self._rescored_on_resume(doc)
@@ -110,25 +130,47 @@ class RunState:
         self.ledger.record_files_named(self.dir)
         self.ledger.save_start(integrity.take(self.roots))
         commit = gitops.head_commit(self.harness_dir)
-        start: HarnessPoint = {"commit": commit, "harness_id": self.state.harness_id,
-                               "score": self.summary.get("suite_score"),
-                               "pass_hat_k": self.summary.get("pass_hat_k"), "run_path": str(self.dir),
-                               "round": 0}
-        doc = {"schema_version": SCHEMA_VERSION, "run_id": self.state.run_id, "suite": suite,
-               "split": self.cfg.split, "tasks": list(self.cfg.tasks) if self.cfg.tasks else None,
-               "threshold": self.cfg.threshold, "trials": self.cfg.trials,
-               "strategy": self.cfg.strategy, "editor": self.cfg.editor, "model": self.cfg.model,
-               "harness": str(self.harness_dir),
-               "self_evolution_cap": self.cfg.self_evolution_cap,
-               "proposals": self.cfg.proposals,
-               "accept": {"rule": self.cfg.accept, "method": self.cfg.accept_method,
-                          "level": self.cfg.accept_level},
-               # the options `preflight.DECISION_DEFAULTS` names, in its order
-               "rescore": self.cfg.rescore, "evidence": self.cfg.evidence,
-               "accept_extra_trials": self.cfg.accept_extra_trials, "ablate": self.cfg.ablate,
-               "status": "running", "start": start, "incumbent": HarnessPoint(**start),
-               "rounds": [], "branch": None, "test": None, "wall_s": 0.0,
-               "run_path": str(self.dir)}
+        start: HarnessPoint = {
+            "commit": commit,
+            "harness_id": self.state.harness_id,
+            "score": self.summary.get("suite_score"),
+            "pass_hat_k": self.summary.get("pass_hat_k"),
+            "run_path": str(self.dir),
+            "round": 0,
+        }
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.state.run_id,
+            "suite": suite,
+            "split": self.cfg.split,
+            "tasks": list(self.cfg.tasks) if self.cfg.tasks else None,
+            "threshold": self.cfg.threshold,
+            "trials": self.cfg.trials,
+            "strategy": self.cfg.strategy,
+            "editor": self.cfg.editor,
+            "model": self.cfg.model,
+            "harness": str(self.harness_dir),
+            "self_evolution_cap": self.cfg.self_evolution_cap,
+            "proposals": self.cfg.proposals,
+            "accept": {
+                "rule": self.cfg.accept,
+                "method": self.cfg.accept_method,
+                "level": self.cfg.accept_level,
+            },
+            # the options `preflight.DECISION_DEFAULTS` names, in its order
+            "rescore": self.cfg.rescore,
+            "evidence": self.cfg.evidence,
+            "accept_extra_trials": self.cfg.accept_extra_trials,
+            "ablate": self.cfg.ablate,
+            "status": "running",
+            "start": start,
+            "incumbent": HarnessPoint(**start),
+            "rounds": [],
+            "branch": None,
+            "test": None,
+            "wall_s": 0.0,
+            "run_path": str(self.dir),
+        }
         write_json(path, doc, self.ledger)
         return doc
 
@@ -136,13 +178,17 @@ class RunState:
         """The resuming session scored the start harness again into this run directory, so the trials on disk
         are the new run's: the start (and an incumbent still at it) take that run's score, and the change is
         recorded in `rescored_on_resume` (a model that is not deterministic, or was not, moves it)."""
-        new: HarnessPoint = {"score": self.summary.get("suite_score"),
-                             "pass_hat_k": self.summary.get("pass_hat_k")}
+        new: HarnessPoint = {
+            "score": self.summary.get("suite_score"),
+            "pass_hat_k": self.summary.get("pass_hat_k"),
+        }
         if doc["start"].get("run_path") != str(self.dir) or doc["start"].get("score") == new["score"]:
             return
         doc.setdefault("rescored_on_resume", []).append({"recorded_score": doc["start"].get("score"), **new})
-        self.say(f"the start harness scored {new['score']} in this session, {doc['start'].get('score')} when the run "
-                 "started: comparisons use this session's trials (the model is not deterministic)")
+        self.say(
+            f"the start harness scored {new['score']} in this session, {doc['start'].get('score')} when the run "
+            "started: comparisons use this session's trials (the model is not deterministic)"
+        )
         for entry in (doc["start"], doc["incumbent"]):
             if entry.get("run_path") == str(self.dir):
                 entry.update(new)
@@ -178,5 +224,7 @@ class RunState:
         elapsed = time.time() - session_start if session_start else time.monotonic() - self.started
         if getattr(self.tw, "width_of_current_line", 0):
             self.tw.line()  # the progress dots of the run before: start the stage lines on their own line
-        self.tw.line(safetext.terminal(f"ecdysis [{elapsed:7.1f} s] {text}"))  # editor stderr, reasons: outside text
+        self.tw.line(
+            safetext.terminal(f"ecdysis [{elapsed:7.1f} s] {text}")
+        )  # editor stderr, reasons: outside text
         self.tw.flush()  # seen when said, also when the output is a pipe (CI logs, `| tee`)

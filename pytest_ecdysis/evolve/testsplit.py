@@ -61,9 +61,11 @@ def score_test(ev: RoundContext) -> None:
                 slot["frozen"] = dict(slot["start"], same_as_start=True)
                 ev.checkpoint()
                 continue
-            overrides: dict[str, str | None] = {"--ecdysis-split": "test",
-                                                "--ecdysis-trials": str(cfg.test_trials),
-                                                "--ecdysis-tasks": None}
+            overrides: dict[str, str | None] = {
+                "--ecdysis-split": "test",
+                "--ecdysis-trials": str(cfg.test_trials),
+                "--ecdysis-tasks": None,
+            }
             if model:
                 overrides.update({"--ecdysis-model": model, "--ecdysis-user-model": cfg.user_model})
             label = f"test{'' if model is None else ' with ' + model}: {which} harness"
@@ -72,24 +74,37 @@ def score_test(ev: RoundContext) -> None:
             worktree = gitworktree.add_worktree(ev.harness_dir, commit)
             try:
                 t0 = time.monotonic()
-                sub = ev.subrun(worktree.harness_dir, base / which,
-                                f"{ev.state.run_id}-test-{slug(model) + '-' if model else ''}{which}", overrides)
+                sub = ev.subrun(
+                    worktree.harness_dir,
+                    base / which,
+                    f"{ev.state.run_id}-test-{slug(model) + '-' if model else ''}{which}",
+                    overrides,
+                )
             except BrokenCandidate as exc:
                 raise EcdysisError(f"{label} could not be scored: {exc}") from None
             finally:
                 worktree.remove()
             s = sub.summary
-            slot[which] = {"suite_score": s.get("suite_score"), "pass_hat_k": s.get("pass_hat_k"),
-                           "pass_at_k": s.get("pass_at_k"), "n_trials": s.get("n_trials"),
-                           "n_tasks": s.get("n_tasks"), **efficiency(s), "harness_id": s.get("harness_id"),
-                           "run_path": str(sub.run_path), "commit": commit}
+            slot[which] = {
+                "suite_score": s.get("suite_score"),
+                "pass_hat_k": s.get("pass_hat_k"),
+                "pass_at_k": s.get("pass_at_k"),
+                "n_trials": s.get("n_trials"),
+                "n_tasks": s.get("n_tasks"),
+                **efficiency(s),
+                "harness_id": s.get("harness_id"),
+                "run_path": str(sub.run_path),
+                "commit": commit,
+            }
             ev.say(f"{label}: suite score {fmt(s.get('suite_score'))} ({time.monotonic() - t0:.1f} s)")
             ev.checkpoint()
     if test.get("start") and test.get("frozen") and "regressions" not in test:
         test["regressions"] = held_out_regressions(test["start"], test["frozen"], cfg.threshold)
         if test["regressions"]["solved_to_failed"]:
-            ev.say(f"test: the frozen harness lost {len(test['regressions']['solved_to_failed'])} task(s) the start "
-                   f"solved in every trial: {shown(test['regressions']['solved_to_failed'], 12)}")
+            ev.say(
+                f"test: the frozen harness lost {len(test['regressions']['solved_to_failed'])} task(s) the start "
+                f"solved in every trial: {shown(test['regressions']['solved_to_failed'], 12)}"
+            )
         ev.checkpoint()
 
 

@@ -64,10 +64,15 @@ class PairedTest:
 
     def line(self) -> str:
         """`sign test over 30 tasks (+3/-1): effect +0.067, 90% interval [+0.000, +0.133], p=0.312`."""
-        iv = (f", {100 * (1 - 2 * self.level):.0f}% interval [{self.interval[0]:+.3f}, {self.interval[1]:+.3f}]"
-              if self.interval else "")
-        return (f"{self.method} test over {self.n_tasks} task(s) (+{self.wins}/-{self.losses}): effect "
-                f"{self.effect:+.3f}{iv}, p={self.p_value:.3g}")
+        iv = (
+            f", {100 * (1 - 2 * self.level):.0f}% interval [{self.interval[0]:+.3f}, {self.interval[1]:+.3f}]"
+            if self.interval
+            else ""
+        )
+        return (
+            f"{self.method} test over {self.n_tasks} task(s) (+{self.wins}/-{self.losses}): effect "
+            f"{self.effect:+.3f}{iv}, p={self.p_value:.3g}"
+        )
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,9 @@ class Decision:
     rule: str = "strict"  #: `strict`, `paired` or `sequential`
     test: PairedTest | None = None  #: the paired test (None when no per-task rewards were given)
     sequential: SequentialTest | None = None  #: the `sequential` rule's test (`gate/sequential.py`)
-    outcome: str | None = None  #: `accepted`, `rejected` or (sequential only) `inconclusive`; None: by `accepted`
+    outcome: str | None = (
+        None  #: `accepted`, `rejected` or (sequential only) `inconclusive`; None: by `accepted`
+    )
 
     @property
     def inconclusive(self) -> bool:
@@ -92,20 +99,44 @@ class Decision:
         Under `sequential`: `method` is `sprt`, `p_value` the anytime-valid p of the sequential test,
         `wins`/`losses` its discordant trial pairs, plus `sequential` (`lr`, `looks`, `pairs`, `state`)."""
         t, s = self.test, self.sequential
-        out = {"rule": self.rule, "method": t.method if t else None, "effect": t.effect if t else None,
-               "interval": list(t.interval) if t and t.interval else None, "p_value": t.p_value if t else None,
-               "level": t.level if t else None, "n_tasks": t.n_tasks if t else 0,
-               "wins": t.wins if t else 0, "losses": t.losses if t else 0}
+        out = {
+            "rule": self.rule,
+            "method": t.method if t else None,
+            "effect": t.effect if t else None,
+            "interval": list(t.interval) if t and t.interval else None,
+            "p_value": t.p_value if t else None,
+            "level": t.level if t else None,
+            "n_tasks": t.n_tasks if t else 0,
+            "wins": t.wins if t else 0,
+            "losses": t.losses if t else 0,
+        }
         if s is not None:
-            out.update(method="sprt", p_value=s.p_value, level=s.level, wins=s.wins, losses=s.losses,
-                       sequential={"lr": round(math.exp(s.log_lr), 6), "looks": s.looks, "pairs": s.pairs,
-                                   "state": s.state, "outcome": self.outcome})
+            out.update(
+                method="sprt",
+                p_value=s.p_value,
+                level=s.level,
+                wins=s.wins,
+                losses=s.losses,
+                sequential={
+                    "lr": round(math.exp(s.log_lr), 6),
+                    "looks": s.looks,
+                    "pairs": s.pairs,
+                    "state": s.state,
+                    "outcome": self.outcome,
+                },
+            )
         return out
 
 
 #: The `decision.json` fields of a round (or step) without a validated candidate.
-NO_DECISION: dict[str, Any] = {"rule": None, "method": None, "effect": None, "interval": None, "p_value": None,
-                               "level": None}
+NO_DECISION: dict[str, Any] = {
+    "rule": None,
+    "method": None,
+    "effect": None,
+    "interval": None,
+    "p_value": None,
+    "level": None,
+}
 
 
 def decision_fields(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,8 +196,16 @@ def paired_test(diffs: list[float], *, method: str = "sign", level: float = 0.05
             p = float(stats.wilcoxon(nz, alternative="greater", method=how).pvalue)
     else:
         p = 1.0 if dist is None else float((np.sum(dist <= 0) + 1) / (len(dist) + 1))
-    return PairedTest(method=method, n_tasks=n, wins=wins, losses=losses, effect=effect, interval=interval,
-                      p_value=min(1.0, p), level=level)
+    return PairedTest(
+        method=method,
+        n_tasks=n,
+        wins=wins,
+        losses=losses,
+        effect=effect,
+        interval=interval,
+        p_value=min(1.0, p),
+        level=level,
+    )
 
 
 def _bootstrap(d: Any, level: float) -> tuple[tuple[float, float] | None, Any]:
@@ -180,14 +219,21 @@ def _bootstrap(d: Any, level: float) -> tuple[tuple[float, float] | None, Any]:
         return (float(d[0]), float(d[0])), np.full(BOOTSTRAP_RESAMPLES, float(d[0]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = stats.bootstrap((d,), np.mean, confidence_level=1 - 2 * level, method="percentile",
-                              n_resamples=BOOTSTRAP_RESAMPLES, rng=np.random.default_rng(BOOTSTRAP_SEED))
+        res = stats.bootstrap(
+            (d,),
+            np.mean,
+            confidence_level=1 - 2 * level,
+            method="percentile",
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return (low, high), res.bootstrap_distribution
 
 
-def regression_test(baseline: Mapping[str, float], run: Mapping[str, float], *, method: str = "sign",
-                    level: float = 0.05) -> PairedTest:
+def regression_test(
+    baseline: Mapping[str, float], run: Mapping[str, float], *, method: str = "sign", level: float = 0.05
+) -> PairedTest:
     """The gate's test: one-sided paired test of "the run is worse than the baseline" over the tasks in both.
 
     `effect` and `interval` are run - baseline (negative: a drop); `wins`/`losses` count tasks the run
@@ -231,8 +277,16 @@ def sign_min_wins(level: float) -> int:
     return math.ceil(math.log2(1 / level) - 1e-12)
 
 
-def decide(rule: str, before: float | None, after: float | None, before_trials: Iterable[Mapping[str, Any]],
-           after_trials: Iterable[Mapping[str, Any]], *, method: str = "sign", level: float = 0.05) -> Decision:
+def decide(
+    rule: str,
+    before: float | None,
+    after: float | None,
+    before_trials: Iterable[Mapping[str, Any]],
+    after_trials: Iterable[Mapping[str, Any]],
+    *,
+    method: str = "sign",
+    level: float = 0.05,
+) -> Decision:
     """The decision under `rule` (`strict` or `paired`) for two runs' suite scores and `trials.jsonl` lines.
 
     Raises:
@@ -241,22 +295,33 @@ def decide(rule: str, before: float | None, after: float | None, before_trials: 
     if rule not in RULES:
         raise ValueError(f"unknown acceptance rule {rule!r}; use one of {', '.join(RULES)}")
     before_trials, after_trials = list(before_trials), list(after_trials)
-    test = paired_test(paired_differences(task_means(before_trials), task_means(after_trials)),
-                       method=method if rule != "sequential" else "sign", level=level)
+    test = paired_test(
+        paired_differences(task_means(before_trials), task_means(after_trials)),
+        method=method if rule != "sequential" else "sign",
+        level=level,
+    )
     if rule == "sequential":  # one look only (no confirmation runs here: `evolve/confirm.py` makes them)
         seq = sequential_test(trial_pairs(before_trials, after_trials), level=level, can_confirm=False)
         line = f"suite score {_fmt(before)} -> {_fmt(after)}; {seq.line()}"
         outcome = {"accept": "accepted", "reject": "rejected"}.get(seq.state, "inconclusive")
-        return Decision(seq.state == "accept", line if seq.state == "accept" else f"{line}: {outcome}",
-                        "sequential", test, sequential=seq, outcome=outcome)
+        return Decision(
+            seq.state == "accept",
+            line if seq.state == "accept" else f"{line}: {outcome}",
+            "sequential",
+            test,
+            sequential=seq,
+            outcome=outcome,
+        )
     return decide_strict(before, after, test) if rule == "strict" else decide_paired(before, after, test)
 
 
 def accept_text(accept: dict[str, Any]) -> str:
     """`strict rule (sign test recorded, level 0.05)`, `paired sign test at level 0.05` or `sequential ...`."""
     if accept.get("rule") == "sequential":
-        return (f"sequential sign test of discordant trial pairs at level {accept.get('level')} (confirmation: "
-                "more trials until the decision is clear)")
+        return (
+            f"sequential sign test of discordant trial pairs at level {accept.get('level')} (confirmation: "
+            "more trials until the decision is clear)"
+        )
     if accept.get("rule") == "paired":
         return f"paired {accept.get('method')} test at level {accept.get('level')}"
     return f"strict rule (score strictly rises; {accept.get('method')} test recorded, level {accept.get('level')})"
@@ -278,8 +343,12 @@ def decide_no_regression(strict: Decision, solved_to_failed: list[str]) -> Decis
     if not strict.accepted or not solved_to_failed:
         return strict
     broken = shown(solved_to_failed)
-    return dataclasses.replace(strict, accepted=False, reason=f"{strict.reason}, but it breaks "
-                               f"{len(solved_to_failed)} task(s) the incumbent solved: {broken}: regression")
+    return dataclasses.replace(
+        strict,
+        accepted=False,
+        reason=f"{strict.reason}, but it breaks "
+        f"{len(solved_to_failed)} task(s) the incumbent solved: {broken}: regression",
+    )
 
 
 def choose_best(candidates: list[tuple[bool, float | None, int]]) -> int | None:

@@ -57,20 +57,33 @@ def baseline_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "ecdysis-baseline",
-        **{k: summary.get(k) for k in (*MATCH_FIELDS, "harness_id", "run_id", "suite_score",
-                                        "pass_hat_k", "n_tasks") if k in summary or k not in OPTIONAL_FIELDS},
+        **{
+            k: summary.get(k)
+            for k in (*MATCH_FIELDS, "harness_id", "run_id", "suite_score", "pass_hat_k", "n_tasks")
+            if k in summary or k not in OPTIONAL_FIELDS
+        },
         "tokens_per_task": tokens_per_task(summary),
-        "tasks": {k: {"n": v["n"], "successes": v["successes"], "solved": v["solved"],
-                      "mean_reward": v.get("mean_reward"), **({"failure": v["failure"]} if v.get("failure") else {})}
-                  for k, v in summary.get("tasks", {}).items()},
+        "tasks": {
+            k: {
+                "n": v["n"],
+                "successes": v["successes"],
+                "solved": v["solved"],
+                "mean_reward": v.get("mean_reward"),
+                **({"failure": v["failure"]} if v.get("failure") else {}),
+            }
+            for k, v in summary.get("tasks", {}).items()
+        },
     }
 
 
 def incomplete(summary: dict[str, Any]) -> str | None:
     """Why a run's summary cannot be a baseline (None when it can): a missing case, a case pytest did not
     run, an infrastructure error or no trial at all would make the baseline's score a partial one."""
-    parts = [f"{len(summary.get(k) or [])} {what}" for k, what in (("missing", "missing case(s)"),
-                                                                    ("not_run", "case(s) not run")) if summary.get(k)]
+    parts = [
+        f"{len(summary.get(k) or [])} {what}"
+        for k, what in (("missing", "missing case(s)"), ("not_run", "case(s) not run"))
+        if summary.get(k)
+    ]
     if summary.get("n_infra_errors"):
         parts.append(f"{summary['n_infra_errors']} infrastructure error(s)")
     if not summary.get("n_trials"):
@@ -84,34 +97,46 @@ def save_baseline(summary: dict[str, Any], path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(baseline_from_summary(summary), indent=2, sort_keys=True) + "\n")
     except OSError as exc:
-        raise RunDirError(f"cannot write the baseline to {path}: {exc.strerror or exc}; "
-                          "pass a writable --ecdysis-save-baseline FILE") from None
+        raise RunDirError(
+            f"cannot write the baseline to {path}: {exc.strerror or exc}; "
+            "pass a writable --ecdysis-save-baseline FILE"
+        ) from None
     return path
 
 
-def load_baseline(path: Path, *, who: str = "--ecdysis-gate", option: str = "--ecdysis-baseline") -> dict[str, Any]:
+def load_baseline(
+    path: Path, *, who: str = "--ecdysis-gate", option: str = "--ecdysis-baseline"
+) -> dict[str, Any]:
     """Read a baseline file. Raises UsageError naming the file and how to make one.
 
     `who` and `option` name the caller and its option for the baseline file in the message: the pytest
     gate's (the defaults) or `ecdysis gate`'s (`"ecdysis gate"`, `"--baseline"`).
     """
     if not path.is_file():
-        raise UsageError(f"{who}: no baseline at {path}; create one with a pytest run on the target branch "
-                         f"and --ecdysis-save-baseline {path}, or point {option} at it")
+        raise UsageError(
+            f"{who}: no baseline at {path}; create one with a pytest run on the target branch "
+            f"and --ecdysis-save-baseline {path}, or point {option} at it"
+        )
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or "suite_score" not in data or "tasks" not in data:
             raise ValueError("missing suite_score or tasks")
         if data.get("kind") != "ecdysis-baseline":  # e.g. a run's summary.json: it has both fields
-            raise ValueError(f"its kind is {data.get('kind')!r}, not 'ecdysis-baseline'; a run directory's "
-                             "summary.json becomes a baseline through `ecdysis baseline RUN_DIR -o FILE`")
+            raise ValueError(
+                f"its kind is {data.get('kind')!r}, not 'ecdysis-baseline'; a run directory's "
+                "summary.json becomes a baseline through `ecdysis baseline RUN_DIR -o FILE`"
+            )
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{who}: baseline {path} is not a pytest-ecdysis baseline ({exc}); write it again "
-                         f"with a pytest run and --ecdysis-save-baseline, or point {option} at another file") from None
+        raise UsageError(
+            f"{who}: baseline {path} is not a pytest-ecdysis baseline ({exc}); write it again "
+            f"with a pytest run and --ecdysis-save-baseline, or point {option} at another file"
+        ) from None
     return data
 
 
-def mismatches(baseline: dict[str, Any], run: dict[str, Any], fields: tuple[str, ...] = MATCH_FIELDS) -> list[str]:
+def mismatches(
+    baseline: dict[str, Any], run: dict[str, Any], fields: tuple[str, ...] = MATCH_FIELDS
+) -> list[str]:
     """Human-readable differences of the fields that must match (empty when comparable). A field of
     `OPTIONAL_FIELDS` is compared only when both sides have it (a baseline written before it was recorded
     is accepted)."""
@@ -144,10 +169,12 @@ def preflight(cfg: EcdysisConfig) -> None:
         run["sim_nonce"] = cfg.fixed_sim_nonce
     diff = mismatches(baseline, run)
     if diff:
-        raise UsageError(f"--ecdysis-gate refuses baseline {cfg.baseline}: it was made with other options "
-                         f"({'; '.join(diff)}); scores are only comparable for the same suite, split, trials, "
-                         "model, λ (threshold) and simulated model's nonce. Run with those options, or save a "
-                         "new baseline.")
+        raise UsageError(
+            f"--ecdysis-gate refuses baseline {cfg.baseline}: it was made with other options "
+            f"({'; '.join(diff)}); scores are only comparable for the same suite, split, trials, "
+            "model, λ (threshold) and simulated model's nonce. Run with those options, or save a "
+            "new baseline."
+        )
 
 
 @dataclass
@@ -179,46 +206,75 @@ class GateVerdict:
         if self.delta is None or self.refused:
             return f"gate {word}: " + "; ".join(self.reasons or ["no score"])
         margin = self.delta + self.tolerance
-        how = ("" if self.rule == "paired" else f"{margin:.3f} above the lowest allowed score" if self.passed
-               else f"{-margin:.3f} below the lowest allowed score" if margin < 0 else "")
-        line = (f"gate {word}: suite score {self.score:.3f} vs baseline {self.baseline_score:.3f} "
-                f"({self.delta:+.3f}, tolerance {self.tolerance:.3f}{'; ' + how if how else ''})")
+        how = (
+            ""
+            if self.rule == "paired"
+            else f"{margin:.3f} above the lowest allowed score"
+            if self.passed
+            else f"{-margin:.3f} below the lowest allowed score"
+            if margin < 0
+            else ""
+        )
+        line = (
+            f"gate {word}: suite score {self.score:.3f} vs baseline {self.baseline_score:.3f} "
+            f"({self.delta:+.3f}, tolerance {self.tolerance:.3f}{'; ' + how if how else ''})"
+        )
         if self.test:
             t = self.test
             iv = t.get("interval")
-            line += (f"; {'paired' if self.rule == 'paired' else 'for information'}: {t['method']} test of a "
-                     f"drop over {t['n_tasks']} task(s): effect {t['effect']:+.3f}"
-                     + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "") + f", p={t['p_value']:.3g}"
-                     + (f" (level {t['level']:g})" if self.rule == "paired" else ""))
+            line += (
+                f"; {'paired' if self.rule == 'paired' else 'for information'}: {t['method']} test of a "
+                f"drop over {t['n_tasks']} task(s): effect {t['effect']:+.3f}"
+                + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "")
+                + f", p={t['p_value']:.3g}"
+                + (f" (level {t['level']:g})" if self.rule == "paired" else "")
+            )
         if self.max_regressions is not None or self.regressions:
             limit = "not checked" if self.max_regressions is None else f"at most {self.max_regressions}"
             line += f"; {len(self.regressions)} regressed task(s), {limit}"
         if self.cost and self.cost.get("rise") is not None:
-            line += (f"; tokens per task {self.cost['tokens_per_task']:,.0f} vs {self.cost['baseline_tokens_per_task']:,.0f} "
-                     f"({self.cost['rise']:+.1%}, at most {self.cost['max_rise']:+.1%})")
+            line += (
+                f"; tokens per task {self.cost['tokens_per_task']:,.0f} vs {self.cost['baseline_tokens_per_task']:,.0f} "
+                f"({self.cost['rise']:+.1%}, at most {self.cost['max_rise']:+.1%})"
+            )
         return line
 
     def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "refused": self.refused, "score": self.score,
-                "baseline_score": self.baseline_score, "delta": self.delta, "tolerance": self.tolerance,
-                "regressions": self.regressions, "max_regressions": self.max_regressions,
-                "reasons": self.reasons, "baseline": self.baseline_path, "headline": self.headline(),
-                "rule": self.rule, **{k: (self.test or {}).get(k) for k in ("method", "effect", "interval",
-                                                                            "p_value", "level")},
-                **({"cost": self.cost} if self.cost else {})}
+        return {
+            "passed": self.passed,
+            "refused": self.refused,
+            "score": self.score,
+            "baseline_score": self.baseline_score,
+            "delta": self.delta,
+            "tolerance": self.tolerance,
+            "regressions": self.regressions,
+            "max_regressions": self.max_regressions,
+            "reasons": self.reasons,
+            "baseline": self.baseline_path,
+            "headline": self.headline(),
+            "rule": self.rule,
+            **{k: (self.test or {}).get(k) for k in ("method", "effect", "interval", "p_value", "level")},
+            **({"cost": self.cost} if self.cost else {}),
+        }
 
 
 def task_set_difference(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
     """Why two task sets differ (another --ecdysis-tasks selection), or [] when they are the same."""
-    only_base, only_run = sorted(set(baseline_tasks) - set(run_tasks)), sorted(set(run_tasks) - set(baseline_tasks))
+    only_base, only_run = (
+        sorted(set(baseline_tasks) - set(run_tasks)),
+        sorted(set(run_tasks) - set(baseline_tasks)),
+    )
     if not only_base and not only_run or not run_tasks:
         return []
-    return [f"tasks: baseline has {len(baseline_tasks)}, this run {len(run_tasks)} (only in the baseline: "
-            f"{shown(only_base)}; only in this run: {shown(only_run)})"]
+    return [
+        f"tasks: baseline has {len(baseline_tasks)}, this run {len(run_tasks)} (only in the baseline: "
+        f"{shown(only_base)}; only in this run: {shown(only_run)})"
+    ]
 
 
-def task_rewards(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> tuple[dict[str, float],
-                                                                                      dict[str, float]]:
+def task_rewards(
+    baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]
+) -> tuple[dict[str, float], dict[str, float]]:
     """Per-task figures the paired test compares: each task's `mean_reward`, or, when the baseline was
     written before baselines kept it, the success rate `successes / n` on both sides (the same measure)."""
     use_mean = all("mean_reward" in v for v in baseline_tasks.values())
@@ -248,20 +304,34 @@ def refusal(baseline: dict[str, Any], run_tasks: dict[str, Any]) -> str | None:
         diff = task_set_difference(baseline.get("tasks", {}), run_tasks)
     if not diff:
         return None
-    return ("it was made with other tasks (" + "; ".join(diff) + "); run the baseline's tests and "
-            "--ecdysis-tasks, or save a new baseline with --ecdysis-save-baseline")
+    return (
+        "it was made with other tasks (" + "; ".join(diff) + "); run the baseline's tests and "
+        "--ecdysis-tasks, or save a new baseline with --ecdysis-save-baseline"
+    )
 
 
 def regressions(baseline_tasks: dict[str, Any], run_tasks: dict[str, Any]) -> list[str]:
     """Tasks solved in the baseline and not solved now (absent now counts as not solved)."""
-    return sorted(k for k, v in baseline_tasks.items()
-                  if v.get("solved") and not run_tasks.get(k, {}).get("solved", False))
+    return sorted(
+        k
+        for k, v in baseline_tasks.items()
+        if v.get("solved") and not run_tasks.get(k, {}).get("solved", False)
+    )
 
 
 def verdict(
-    summary: dict[str, Any], baseline: dict[str, Any], *, tolerance: float, max_regressions: int | None,
-    missing: list[str], n_collected: int, baseline_path: str = "", rule: str = "strict", method: str = "sign",
-    level: float = 0.05, max_cost_rise: float | None = None,
+    summary: dict[str, Any],
+    baseline: dict[str, Any],
+    *,
+    tolerance: float,
+    max_regressions: int | None,
+    missing: list[str],
+    n_collected: int,
+    baseline_path: str = "",
+    rule: str = "strict",
+    method: str = "sign",
+    level: float = 0.05,
+    max_cost_rise: float | None = None,
 ) -> GateVerdict:
     """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons.
 
@@ -271,59 +341,89 @@ def verdict(
     `max_cost_rise`: ini `ecdysis_gate_max_cost_rise` (None: tokens per task not checked).
     """
     rule = "paired" if rule == "sequential" else rule
-    v = GateVerdict(passed=False, score=summary.get("suite_score"), baseline_score=baseline.get("suite_score"),
-                    tolerance=tolerance, max_regressions=max_regressions, baseline_path=baseline_path,
-                    rule=rule)
+    v = GateVerdict(
+        passed=False,
+        score=summary.get("suite_score"),
+        baseline_score=baseline.get("suite_score"),
+        tolerance=tolerance,
+        max_regressions=max_regressions,
+        baseline_path=baseline_path,
+        rule=rule,
+    )
     # nothing collected: a failure below ("no trial case was collected"), not another suite ('none')
     diff = mismatches(baseline, summary, MATCH_FIELDS if summary.get("tasks") else MATCH_FIELDS[1:])
     if not diff and not missing:
         diff = task_set_difference(baseline.get("tasks", {}), summary.get("tasks", {}))
     if diff:
         v.refused = True
-        v.reasons.append("baseline refused, not compared (" + "; ".join(diff) + "); save a baseline for "
-                         "this suite, split, trials, model and nonce")
+        v.reasons.append(
+            "baseline refused, not compared (" + "; ".join(diff) + "); save a baseline for "
+            "this suite, split, trials, model and nonce"
+        )
         return v
     crashes = summary.get("worker_crashes") or []
     if n_collected == 0 and crashes:  # not a test path problem: the workers died before collecting
         said = [ln.strip() for ln in str(crashes[0].get("error", "")).splitlines() if ln.strip()]
-        v.reasons.append(f"every xdist worker crashed before collecting a test (first {crashes[0].get('worker')}: "
-                         f"{said[-1][:300] if said else 'no error text'}); its traceback is under "
-                         f"'[{crashes[0].get('worker')}] node down' in the output and in summary.json worker_crashes")
+        v.reasons.append(
+            f"every xdist worker crashed before collecting a test (first {crashes[0].get('worker')}: "
+            f"{said[-1][:300] if said else 'no error text'}); its traceback is under "
+            f"'[{crashes[0].get('worker')}] node down' in the output and in summary.json worker_crashes"
+        )
     elif n_collected == 0:
         v.reasons.append("no trial case was collected: check the test paths and --ecdysis-tasks")
     if missing:
         v.reasons.append(f"{len(missing)} collected case(s) never reported a result: {shown(missing)}")
     if summary.get("n_infra_errors"):
-        v.reasons.append(f"{summary['n_infra_errors']} trial(s) ended with an infrastructure error; "
-                         "the score is not comparable (check the endpoint and rerun)")
+        v.reasons.append(
+            f"{summary['n_infra_errors']} trial(s) ended with an infrastructure error; "
+            "the score is not comparable (check the endpoint and rerun)"
+        )
     base_means, run_means = task_rewards(baseline.get("tasks", {}), summary.get("tasks", {}))
     if base_means and run_means:
         test = regression_test(base_means, run_means, method=method, level=level)
-        v.test = {"method": test.method, "effect": test.effect, "interval": list(test.interval) if test.interval
-                  else None, "p_value": test.p_value, "level": level, "n_tasks": test.n_tasks,
-                  "wins": test.wins, "losses": test.losses}
+        v.test = {
+            "method": test.method,
+            "effect": test.effect,
+            "interval": list(test.interval) if test.interval else None,
+            "p_value": test.p_value,
+            "level": level,
+            "n_tasks": test.n_tasks,
+            "wins": test.wins,
+            "losses": test.losses,
+        }
     if v.score is None:
         v.reasons.append("no trial was scored")
     elif rule == "paired" and v.test and v.test["n_tasks"] >= sign_min_wins(level):
         if v.test["p_value"] <= level and v.test["effect"] < -tolerance - 1e-9:
-            v.reasons.append(f"the run is worse than the baseline: {v.test['method']} test over "
-                             f"{v.test['n_tasks']} task(s), mean per-task drop {-v.test['effect']:.3f} "
-                             f"(tolerance {tolerance:.3f}), p={v.test['p_value']:.3g} <= level {level:g}")
+            v.reasons.append(
+                f"the run is worse than the baseline: {v.test['method']} test over "
+                f"{v.test['n_tasks']} task(s), mean per-task drop {-v.test['effect']:.3f} "
+                f"(tolerance {tolerance:.3f}), p={v.test['p_value']:.3g} <= level {level:g}"
+            )
     elif rule == "paired":
         # a suite too small for the paired test ever to reject (a sign test at level 0.05 needs 5 tasks): a
         # gate that can never fail is no gate, so the plain score rule decides, and the verdict says so
-        v.reasons += [] if v.baseline_score is None or v.score >= v.baseline_score - tolerance - 1e-9 else [
-            f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
-            f"{v.baseline_score:.3f} (tolerance {tolerance:.3f}); the paired test was not possible "
-            f"({v.test['n_tasks'] if v.test else 0} task(s) in both runs: at least {sign_min_wins(level)} needed), "
-            "so the score rule decided"]
+        v.reasons += (
+            []
+            if v.baseline_score is None or v.score >= v.baseline_score - tolerance - 1e-9
+            else [
+                f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
+                f"{v.baseline_score:.3f} (tolerance {tolerance:.3f}); the paired test was not possible "
+                f"({v.test['n_tasks'] if v.test else 0} task(s) in both runs: at least {sign_min_wins(level)} needed), "
+                "so the score rule decided"
+            ]
+        )
     elif v.baseline_score is not None and v.score < v.baseline_score - tolerance - 1e-9:
-        v.reasons.append(f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
-                         f"{v.baseline_score:.3f} (tolerance {tolerance:.3f})")
+        v.reasons.append(
+            f"suite score {v.score:.3f} is {v.baseline_score - v.score:.3f} below the baseline "
+            f"{v.baseline_score:.3f} (tolerance {tolerance:.3f})"
+        )
     v.regressions = regressions(baseline.get("tasks", {}), summary.get("tasks", {}))
     if max_regressions is not None and len(v.regressions) > max_regressions:
-        v.reasons.append(f"{len(v.regressions)} task(s) solved in the baseline are not solved now "
-                         f"(allowed {max_regressions}): {shown(v.regressions, 10)}")
+        v.reasons.append(
+            f"{len(v.regressions)} task(s) solved in the baseline are not solved now "
+            f"(allowed {max_regressions}): {shown(v.regressions, 10)}"
+        )
     if max_cost_rise is not None:
         v.cost, why = cost_rise(summary, baseline, max_cost_rise)
         if why:

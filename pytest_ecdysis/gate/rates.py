@@ -53,11 +53,13 @@ def rates_text(accept: dict[str, Any] | None) -> str:
     m = measured(accept)
     if not m:
         return ""
-    return (f"measured on the simulated model: false acceptance {m['false_acceptance_noop']:.1%} (noop world), "
-            f"{m['false_acceptance_default']:.1%} (no-op candidates on default); power "
-            f"{m['power_systematic_fix']:.0%} (systematic fix), {m['power_partial_fix']:.0%} (partial fix); "
-            f"{m['trials_per_decision']:.0f} trials per decision; {m['decisions']} decisions per figure "
-            f"({_table().get('source', 'benchmarks/bench_decisions.py')})")
+    return (
+        f"measured on the simulated model: false acceptance {m['false_acceptance_noop']:.1%} (noop world), "
+        f"{m['false_acceptance_default']:.1%} (no-op candidates on default); power "
+        f"{m['power_systematic_fix']:.0%} (systematic fix), {m['power_partial_fix']:.0%} (partial fix); "
+        f"{m['trials_per_decision']:.0f} trials per decision; {m['decisions']} decisions per figure "
+        f"({_table().get('source', 'benchmarks/bench_decisions.py')})"
+    )
 
 
 def run_rates(doc: Mapping[str, Any]) -> str:
@@ -68,9 +70,12 @@ def run_rates(doc: Mapping[str, Any]) -> str:
 
 def confirmation_trials(doc: Mapping[str, Any]) -> int:
     """Trials the confirmation looks spent over all rounds, steps and proposals (both harnesses)."""
+
     def of(row: dict[str, Any]) -> int:
         return int((row.get("confirmation") or {}).get("trials", 0)) + sum(
-            of(x) for x in (row.get("steps") or []) + (row.get("proposals") or []) if isinstance(x, dict))
+            of(x) for x in (row.get("steps") or []) + (row.get("proposals") or []) if isinstance(x, dict)
+        )
+
     return sum(of(r) for r in doc.get("rounds") or [])
 
 
@@ -79,5 +84,7 @@ def rates_short(accept: dict[str, Any] | None) -> str:
     m = measured(accept)
     if not m:
         return ""
-    return (f"false acceptance {m['false_acceptance_noop']:.1%}, power {m['power_systematic_fix']:.0%} "
-            "(bench_decisions, simulated model)")
+    return (
+        f"false acceptance {m['false_acceptance_noop']:.1%}, power {m['power_systematic_fix']:.0%} "
+        "(bench_decisions, simulated model)"
+    )

@@ -70,13 +70,16 @@ class SequentialTest:
         """`sequential sign test over 47 trial pair(s) on 30 task(s) (+9/-2 discordant): LR 14.2 (accept at
         >= 20, reject at <= 0.211), p<=0.0704, after 2 confirmation look(s)`."""
         low, high = self.bounds()
-        return (f"sequential sign test over {self.pairs} trial pair(s) on {self.n_tasks} task(s) (+{self.wins}/"
-                f"-{self.losses} discordant): LR {math.exp(self.log_lr):.3g} (accept at >= {high:g}, reject at "
-                f"<= {low:.3g}), p<={self.p_value:.3g}, after {self.looks} confirmation look(s)")
+        return (
+            f"sequential sign test over {self.pairs} trial pair(s) on {self.n_tasks} task(s) (+{self.wins}/"
+            f"-{self.losses} discordant): LR {math.exp(self.log_lr):.3g} (accept at >= {high:g}, reject at "
+            f"<= {low:.3g}), p<={self.p_value:.3g}, after {self.looks} confirmation look(s)"
+        )
 
 
-def trial_pairs(before: Iterable[Mapping[str, Any]],
-                after: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+def trial_pairs(
+    before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]]
+) -> dict[str, list[tuple[float, float]]]:
     """`{task key: [(incumbent reward, candidate reward), ...]}`: the i-th scored trial of a task on each side
     (in the order given, which is trial order within a run and look order across runs) paired; unpaired
     trials and trials without a reward are left out. Keys as `acceptance.task_means`."""
@@ -101,8 +104,14 @@ def log_lr(wins: int, losses: int, p1: float = P1) -> float:
     return wins * math.log(2 * p1) + losses * math.log(2 * (1 - p1))
 
 
-def sequential_test(pairs: Mapping[str, list[tuple[float, float]]], *, level: float = 0.05, looks: int = 0,
-                    max_log_lr: float = 0.0, can_confirm: bool = True) -> SequentialTest:
+def sequential_test(
+    pairs: Mapping[str, list[tuple[float, float]]],
+    *,
+    level: float = 0.05,
+    looks: int = 0,
+    max_log_lr: float = 0.0,
+    can_confirm: bool = True,
+) -> SequentialTest:
     """The test after `looks` confirmation looks on all `pairs` so far.
 
     Args:
@@ -122,9 +131,17 @@ def sequential_test(pairs: Mapping[str, list[tuple[float, float]]], *, level: fl
     low, high = math.log(BETA / (1 - level)), math.log(1 / level)
     may_accept = looks > 0 or not can_confirm
     state = "accept" if may_accept and llr >= high - 1e-12 else "reject" if llr <= low + 1e-12 else "continue"
-    return SequentialTest(wins=wins, losses=losses, pairs=sum(len(ps) for ps in pairs.values()),
-                          n_tasks=len(pairs), looks=looks, log_lr=llr,
-                          max_log_lr=max(max_log_lr, llr if may_accept else 0.0), level=level, state=state)
+    return SequentialTest(
+        wins=wins,
+        losses=losses,
+        pairs=sum(len(ps) for ps in pairs.values()),
+        n_tasks=len(pairs),
+        looks=looks,
+        log_lr=llr,
+        max_log_lr=max(max_log_lr, llr if may_accept else 0.0),
+        level=level,
+        state=state,
+    )
 
 
 def min_wins(level: float = 0.05) -> int:

@@ -92,8 +92,14 @@ def user_identity() -> dict[str, str]:
     out = {}
     for key in ("user.name", "user.email"):
         try:
-            value = subprocess.run(["git", "config", "--get", key], capture_output=True, text=True,
-                                   env=child_env(), cwd=os.path.expanduser("~"), timeout=30).stdout.strip()
+            value = subprocess.run(
+                ["git", "config", "--get", key],
+                capture_output=True,
+                text=True,
+                env=child_env(),
+                cwd=os.path.expanduser("~"),
+                timeout=30,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             value = ""
         if value:

@@ -41,7 +41,6 @@ def branch_name(run_id: str) -> str:
     return BRANCH_PREFIX + run_id
 
 
-
 def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) -> None:
     """Check, before any trial, that an evolution run can end with a branch (issue 6 item 5).
 
@@ -56,8 +55,10 @@ def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) ->
     rel = harness_relpath(root, harness_dir)
     g = _checkout_git(root)
     if not _ok(g, "rev-parse", "--verify", "-q", "HEAD^{commit}"):
-        raise UsageError("the git repository has no commit yet; commit your harness first "
-                         "(`git add <harness dir> && git commit -m 'harness'`), then run --ecdysis-evolve")
+        raise UsageError(
+            "the git repository has no commit yet; commit your harness first "
+            "(`git add <harness dir> && git commit -m 'harness'`), then run --ecdysis-evolve"
+        )
     if not _ok(g, "symbolic-ref", "-q", "HEAD"):
         raise UsageError(
             f"HEAD is detached (at {g.rev_parse('--short=12', 'HEAD')}); evolution starts from a branch. Run "
@@ -65,19 +66,25 @@ def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) ->
         )
     pathspec = rel.as_posix() or "."
     if not g.ls_files("--", pathspec):
-        raise UsageError(f"the harness directory {rel} is not tracked by git; commit it first "
-                         f"(`git add {pathspec} && git commit -m 'harness'`)")
+        raise UsageError(
+            f"the harness directory {rel} is not tracked by git; commit it first "
+            f"(`git add {pathspec} && git commit -m 'harness'`)"
+        )
     dirty = g.status("--porcelain", "--untracked-files=all", "--", pathspec)
     if dirty.strip():
         files = shown([line[3:] for line in dirty.splitlines()])
         raise UsageError(
             f"the harness directory {rel} has uncommitted changes ({files}); evolution starts from the "
-            "committed harness. Commit them (`git add {0} && git commit`) or stash them (`git stash push -- {0}`)"
-            .format(pathspec)
+            "committed harness. Commit them (`git add {0} && git commit`) or stash them (`git stash push -- {0}`)".format(
+                pathspec
+            )
         )
     if run_id and not resume and _ok(g, "rev-parse", "--verify", "-q", "refs/heads/" + branch_name(run_id)):
-        raise UsageError(f"branch {branch_name(run_id)} already exists; delete it (`git branch -D "
-                         f"{branch_name(run_id)}`) or unset ECDYSIS_RUN_ID to get a fresh run id")
+        raise UsageError(
+            f"branch {branch_name(run_id)} already exists; delete it (`git branch -D "
+            f"{branch_name(run_id)}`) or unset ECDYSIS_RUN_ID to get a fresh run id"
+        )
+
 
 def create_branch(harness_dir: Path, run_id: str, commit: str) -> str:
     """Create `ecdysis/<run-id>` at `commit` without checking it out; returns the branch name.
@@ -116,6 +123,7 @@ def uncommitted_elsewhere(harness_dir: Path) -> int:
     rel = harness_relpath(root, harness_dir).as_posix()
     out = _checkout_git(root).status("--porcelain", "--untracked-files=no")
     return sum(1 for line in out.splitlines() if line[3:] and not line[3:].startswith(rel + "/"))
+
 
 def paths_changed_outside(harness_dir: Path, base: str, sha: str) -> list[str]:
     """Repository paths that differ between commits `base` and `sha` outside the harness directory."""

@@ -44,7 +44,6 @@ def _checkout_git(path: Path) -> Git:
     return runner
 
 
-
 def repo_root(path: Path) -> Path:
     """The root of the git working tree containing `path` (git's own discovery).
 
@@ -89,4 +88,3 @@ def _ok(runner: git.Git, *args: str) -> bool:
         return True
     except git.GitCommandError:
         return False
-

@@ -71,7 +71,7 @@ def snapshot(worktree: Worktree, base_commit: str) -> Snapshot:
     total = 0
     for path in sorted({p for p in listed if p and p.startswith(prefix)}):
         full = worktree.path / path
-        name = path[len(prefix):]
+        name = path[len(prefix) :]
         if full.is_symlink():
             files[name] = None
         elif full.is_file():
@@ -84,8 +84,14 @@ def snapshot(worktree: Worktree, base_commit: str) -> Snapshot:
     if total > MAX_TOTAL_BYTES:
         too_large.append(f"the harness ({total} bytes > {MAX_TOTAL_BYTES} in all)")
     outside = sorted({p for p in (*differ, *committed, *untracked) if p and not p.startswith(prefix)})
-    return Snapshot(base_commit=base_commit, rel=rel, files=files, base_files=base_files, outside=outside,
-                    too_large=too_large)
+    return Snapshot(
+        base_commit=base_commit,
+        rel=rel,
+        files=files,
+        base_files=base_files,
+        outside=outside,
+        too_large=too_large,
+    )
 
 
 def write_snapshot(worktree: Worktree, snap: Snapshot) -> list[str]:
@@ -115,8 +121,9 @@ def reset_to_snapshot(worktree: Worktree, snap: Snapshot) -> None:
         worktree.git.clean("-fdq")
         worktree.git.clean("-fdqx", "--", snap.rel if snap.rel not in ("", ".") else ".")
     except git.GitCommandError as exc:
-        raise GitError(f"could not reset the candidate worktree to {snap.base_commit[:12]}: {exc.stderr.strip()}") \
-            from exc
+        raise GitError(
+            f"could not reset the candidate worktree to {snap.base_commit[:12]}: {exc.stderr.strip()}"
+        ) from exc
     worktree.commit = snap.base_commit
     write_snapshot(worktree, snap)
 
@@ -127,16 +134,17 @@ def tree_files(runner: git.Git, commit: str, rel: str) -> dict[str, bytes]:
     import tarfile
 
     prefix = "" if rel in ("", ".") else rel + "/"
-    data = runner.execute(["git", "archive", "--format=tar", commit, "--", rel or "."], stdout_as_string=False)
+    data = runner.execute(
+        ["git", "archive", "--format=tar", commit, "--", rel or "."], stdout_as_string=False
+    )
     out: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for member in tar.getmembers():
             if member.isfile() and member.name.startswith(prefix):
-                out[member.name[len(prefix):]] = tar.extractfile(member).read()
+                out[member.name[len(prefix) :]] = tar.extractfile(member).read()
     return out
 
 
 def committed_files(worktree: Worktree, sha: str) -> dict[str, bytes]:
     """The harness files of commit `sha` (harness-relative path -> bytes)."""
     return tree_files(worktree.git, sha, worktree.rel.as_posix())
-

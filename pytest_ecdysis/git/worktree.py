@@ -68,7 +68,9 @@ class Worktree:
         if not paths:
             return ""
         self.git.add("-A", "--", *paths)
-        text = self.git.diff("--cached", "--binary", "--no-ext-diff", "--no-textconv", self.commit, "--", *paths)
+        text = self.git.diff(
+            "--cached", "--binary", "--no-ext-diff", "--no-textconv", self.commit, "--", *paths
+        )
         self.git.reset("-q", "--", *paths)
         return text + ("\n" if text and not text.endswith("\n") else "")
 
@@ -150,4 +152,3 @@ def add_worktree(harness_dir: Path, commit: str | None = None) -> Worktree:
         shutil.rmtree(tmp, ignore_errors=True)
         raise GitError(f"could not create a worktree at {sha[:12]}: {exc.stderr.strip()}") from exc
     return Worktree(root=root, path=path, rel=rel, commit=sha)
-

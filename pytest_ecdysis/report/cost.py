@@ -11,10 +11,23 @@ from collections.abc import Mapping
 from typing import Any
 
 #: the columns of the role table and their headings.
-COLUMNS = (("agent", "agent"), ("user", "user sim"), ("analyst", "analyst"), ("critic", "critic"),
-           ("engineer", "engineer"), ("moderator", "moderator"), ("editor", "editor"))
-STAGE_TEXT = {"start": "starting run", "validation": "validation", "rescore": "incumbent re-runs",
-              "confirmation": "confirmation trials", "ablation": "ablation", "test": "test split"}
+COLUMNS = (
+    ("agent", "agent"),
+    ("user", "user sim"),
+    ("analyst", "analyst"),
+    ("critic", "critic"),
+    ("engineer", "engineer"),
+    ("moderator", "moderator"),
+    ("editor", "editor"),
+)
+STAGE_TEXT = {
+    "start": "starting run",
+    "validation": "validation",
+    "rescore": "incumbent re-runs",
+    "confirmation": "confirmation trials",
+    "ablation": "ablation",
+    "test": "test split",
+}
 
 
 def tokens_text(n: int | None) -> str:
@@ -46,7 +59,9 @@ def _roles(block: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _columns(blocks: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The fixed role columns, then any other role (a strategy's own) that spent tokens."""
-    others = sorted({r for b in blocks for r, s in _roles(b).items() if s.get("total") and r not in dict(COLUMNS)})
+    others = sorted(
+        {r for b in blocks for r, s in _roles(b).items() if s.get("total") and r not in dict(COLUMNS)}
+    )
     return [*COLUMNS, *((r, r) for r in others)]
 
 
@@ -59,22 +74,44 @@ def cost_rows(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     simulated = str(doc.get("model") or "").startswith("sim")
     starts = len(doc.get("cost_start_runs") or []) if isinstance(doc.get("cost_start_runs"), list) else 0
-    labelled = ([("start run" if starts <= 1 else f"start x{starts}", total.get("start"))] if total and isinstance(total.get("start"), dict) else []) + [
-        (f"round {r['round']}", r["cost"]) for r in rounds] + (
-        [("test split", total.get("test"))] if total and isinstance(total.get("test"), dict)
-        and total["test"].get("tokens") else []) + (
-        [("total", total)] if total else [])
+    labelled = (
+        (
+            [("start run" if starts <= 1 else f"start x{starts}", total.get("start"))]
+            if total and isinstance(total.get("start"), dict)
+            else []
+        )
+        + [(f"round {r['round']}", r["cost"]) for r in rounds]
+        + (
+            [("test split", total.get("test"))]
+            if total and isinstance(total.get("test"), dict) and total["test"].get("tokens")
+            else []
+        )
+        + ([("total", total)] if total else [])
+    )
     columns = _columns([b for _, b in labelled])
     rows = []
     for label, block in labelled:
         roles = _roles(block)
-        rows.append({"label": label, "cells": [tokens_text((roles.get(key) or {}).get("total")) for key, _ in columns],
-                     "tokens": tokens_text(block.get("tokens")), "usd": usd_text(block.get("usd"), simulated)})
+        rows.append(
+            {
+                "label": label,
+                "cells": [tokens_text((roles.get(key) or {}).get("total")) for key, _ in columns],
+                "tokens": tokens_text(block.get("tokens")),
+                "usd": usd_text(block.get("usd"), simulated),
+            }
+        )
     stage_block = (total or {}).get("stages")
-    stages = [(STAGE_TEXT.get(s, s), tokens_text(n)) for s, n in
-              (stage_block.items() if isinstance(stage_block, dict) else []) if isinstance(n, int) and n]
-    return {"columns": [h for _, h in columns], "rows": rows, "stages": stages,
-            "unknown": list((total or {}).get("unknown") or [])}
+    stages = [
+        (STAGE_TEXT.get(s, s), tokens_text(n))
+        for s, n in (stage_block.items() if isinstance(stage_block, dict) else [])
+        if isinstance(n, int) and n
+    ]
+    return {
+        "columns": [h for _, h in columns],
+        "rows": rows,
+        "stages": stages,
+        "unknown": list((total or {}).get("unknown") or []),
+    }
 
 
 def cost_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -84,14 +121,22 @@ def cost_lines(doc: Mapping[str, Any]) -> list[str]:
     if data is None:
         return []
     widths = [max(7, len(h)) for h in data["columns"]]
-    out = ["cost by role (tokens; USD where a price is known: litellm's price map or .ecdysis/prices.json)",
-           f"{'':<11}" + "  ".join(f"{h:>{w}}" for h, w in zip(data["columns"], widths, strict=True))
-           + f"  {'tokens':>8}  {'USD':>9}"]
+    out = [
+        "cost by role (tokens; USD where a price is known: litellm's price map or .ecdysis/prices.json)",
+        f"{'':<11}"
+        + "  ".join(f"{h:>{w}}" for h, w in zip(data["columns"], widths, strict=True))
+        + f"  {'tokens':>8}  {'USD':>9}",
+    ]
     for row in data["rows"]:
-        out.append(f"{row['label']:<11}" + "  ".join(f"{c:>{w}}" for c, w in zip(row["cells"], widths, strict=True))
-                   + f"  {row['tokens']:>8}  {row['usd']:>9}")
+        out.append(
+            f"{row['label']:<11}"
+            + "  ".join(f"{c:>{w}}" for c, w in zip(row["cells"], widths, strict=True))
+            + f"  {row['tokens']:>8}  {row['usd']:>9}"
+        )
     if data["stages"]:
-        out.append("trial tokens (agent + user) by stage: " + ", ".join(f"{s} {n}" for s, n in data["stages"]))
+        out.append(
+            "trial tokens (agent + user) by stage: " + ", ".join(f"{s} {n}" for s, n in data["stages"])
+        )
     out += [f"cost unknown: {note}" for note in data["unknown"]]
     return out
 
@@ -101,13 +146,23 @@ def cost_markdown(doc: dict[str, Any]) -> list[str]:
     data = cost_rows(doc)
     if data is None:
         return []
-    out = ["| part | " + " | ".join(data["columns"]) + " | tokens | USD |",
-           "|---|" + "---:|" * (len(data["columns"]) + 2)]
+    out = [
+        "| part | " + " | ".join(data["columns"]) + " | tokens | USD |",
+        "|---|" + "---:|" * (len(data["columns"]) + 2),
+    ]
     for row in data["rows"]:
         bold = "**" if row["label"] == "total" else ""
-        out.append(f"| {bold}{row['label']}{bold} | " + " | ".join(row["cells"]) + f" | {row['tokens']} | {row['usd']} |")
+        out.append(
+            f"| {bold}{row['label']}{bold} | "
+            + " | ".join(row["cells"])
+            + f" | {row['tokens']} | {row['usd']} |"
+        )
     if data["stages"]:
-        out += ["", "Trial tokens (agent + user simulator) by stage: "
-                + ", ".join(f"{s} {n}" for s, n in data["stages"]) + "."]
+        out += [
+            "",
+            "Trial tokens (agent + user simulator) by stage: "
+            + ", ".join(f"{s} {n}" for s, n in data["stages"])
+            + ".",
+        ]
     out += [f"- cost unknown: {note}" for note in data["unknown"]]
     return out

@@ -46,28 +46,41 @@ class FinalTable:
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """The final table of an evolution (terminal): per round score before/after, outcome, pass^k, flips,
     editor calls, tokens, wall-clock; then test scores side by side, and the branch."""
-    cap = (f", at most {doc['self_evolution_cap']} specs a round" if doc.get("strategy") == "self-evolution"
-           and doc.get("self_evolution_cap") else f", {doc['proposals']} proposals a round"
-           if doc.get("strategy") == "self-harness" and doc.get("proposals") else "")
-    out = ["", f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}{cap}, "
-           f"editor {doc.get('editor')})",
-           f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'p':>6}  {'edits':>5}  "
-           f"{'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)"]
+    cap = (
+        f", at most {doc['self_evolution_cap']} specs a round"
+        if doc.get("strategy") == "self-evolution" and doc.get("self_evolution_cap")
+        else f", {doc['proposals']} proposals a round"
+        if doc.get("strategy") == "self-harness" and doc.get("proposals")
+        else ""
+    )
+    out = [
+        "",
+        f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}{cap}, "
+        f"editor {doc.get('editor')})",
+        f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'p':>6}  {'edits':>5}  "
+        f"{'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)",
+    ]
     for r in doc.get("rounds", []):
         fl = r.get("flips") or {}
         gained, lost = fl.get("failed_to_solved", []), fl.get("solved_to_failed", [])
-        out.append(f"{r['round']:>5}  {fmt(r.get('score_before')):>7}  {fmt(r.get('score_after')):>7}  "
-                   f"{pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {p_value(r):>6}  "
-                   f"{r.get('editor_calls', 0):>5}  "
-                   f"{r.get('tokens', {}).get('total', 0):>8}  "
-                   f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
-                   + (f" (lost: {shown(lost, 6)})" if lost else ""))
+        out.append(
+            f"{r['round']:>5}  {fmt(r.get('score_before')):>7}  {fmt(r.get('score_after')):>7}  "
+            f"{pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {p_value(r):>6}  "
+            f"{r.get('editor_calls', 0):>5}  "
+            f"{r.get('tokens', {}).get('total', 0):>8}  "
+            f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
+            + (f" (lost: {shown(lost, 6)})" if lost else "")
+        )
         for st in r.get("steps") or []:  # instance-level rounds (self-evolution): one line per patched spec
-            out.append(f"{'step ' + str(st['step']):>12}  {fmt(st.get('score_before')):>7} -> "
-                       f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}")
+            out.append(
+                f"{'step ' + str(st['step']):>12}  {fmt(st.get('score_before')):>7} -> "
+                f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}"
+            )
     if doc.get("accept"):
-        out.append(f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test"
-                   + (" (sequential: anytime-valid)" if doc["accept"].get("rule") == "sequential" else ""))
+        out.append(
+            f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test"
+            + (" (sequential: anytime-valid)" if doc["accept"].get("rule") == "sequential" else "")
+        )
         rates = run_rates(doc)
         out.append(f"  {rates}" if rates else "  its error rates were not measured at these settings")
         if doc["accept"].get("rule") == "sequential":
@@ -75,11 +88,15 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     out += cost_section(doc)
     test = doc.get("test") or {}
     if test.get("start") and test.get("frozen"):
-        out.append(f"test split, {test.get('trials')} trial(s) per task:  start {score_line(test['start'])}"
-                   f"   frozen {score_line(test['frozen'])}")
+        out.append(
+            f"test split, {test.get('trials')} trial(s) per task:  start {score_line(test['start'])}"
+            f"   frozen {score_line(test['frozen'])}"
+        )
         for model, slot in (test.get("transfer") or {}).items():
             if slot.get("start") and slot.get("frozen"):
-                out.append(f"  with {model}:  start {score_line(slot['start'])}   frozen {score_line(slot['frozen'])}")
+                out.append(
+                    f"  with {model}:  start {score_line(slot['start'])}   frozen {score_line(slot['frozen'])}"
+                )
     if doc.get("validity"):
         from pytest_ecdysis.sim.truth.validity import summary_line
 
@@ -88,9 +105,14 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         out.append(f"branch {doc['branch']}; view its diff: {doc.get('diff_command')}")
     elif doc.get("status") == "finished":  # a running (or interrupted) evolution has no branch verdict yet
         out.append("no round was accepted: no branch")
-    cpu = (f", {doc['cpu_s']:.1f} CPU s (the controller and every process it waited for)"
-           if doc.get("cpu_s") is not None else "")
-    out.append(f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s{cpu}; files in {doc.get('run_path', '')}".rstrip())
+    cpu = (
+        f", {doc['cpu_s']:.1f} CPU s (the controller and every process it waited for)"
+        if doc.get("cpu_s") is not None
+        else ""
+    )
+    out.append(
+        f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s{cpu}; files in {doc.get('run_path', '')}".rstrip()
+    )
     return out
 
 
@@ -111,8 +133,10 @@ def compared_text(row: Mapping[str, Any]) -> str:
     if not isinstance(inc, dict):
         inc = {}
     if inc.get("rescored"):
-        return (f"candidate {fmt(row.get('score_after'))} vs the incumbent re-run beside it "
-                f"{fmt(row.get('score_before'))} (its earlier run: {fmt(inc.get('cached_score'))})")
+        return (
+            f"candidate {fmt(row.get('score_after'))} vs the incumbent re-run beside it "
+            f"{fmt(row.get('score_before'))} (its earlier run: {fmt(inc.get('cached_score'))})"
+        )
     return f"candidate {fmt(row.get('score_after'))} vs the incumbent's earlier run {fmt(row.get('score_before'))}"
 
 
@@ -122,7 +146,8 @@ def score_line(entry: dict[str, Any]) -> str:
     hat = entry.get("pass_hat_k") or {}
     k = max(hat, key=int) if hat else None
     parts = ([f"pass^{k} {fmt(hat[k])}"] if k else []) + (
-        [f"{entry['tokens_per_task']} tokens/task"] if entry.get("tokens_per_task") is not None else [])
+        [f"{entry['tokens_per_task']} tokens/task"] if entry.get("tokens_per_task") is not None else []
+    )
     return f"{fmt(entry.get('suite_score'))}" + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -166,19 +191,25 @@ def caveats(doc: dict[str, Any]) -> list[str]:
             continue
         inc = r.get("incumbent_run") if isinstance(r.get("incumbent_run"), dict) else {}
         if inc.get("rescored"):
-            out.append(f"round {r.get('round')} was decided on {fmt(r.get('score_before'))} -> "
-                       f"{fmt(r.get('score_after'))}: the candidate against the incumbent re-run beside it "
-                       f"(that incumbent's earlier run scored {fmt(inc.get('cached_score'))})")
+            out.append(
+                f"round {r.get('round')} was decided on {fmt(r.get('score_before'))} -> "
+                f"{fmt(r.get('score_after'))}: the candidate against the incumbent re-run beside it "
+                f"(that incumbent's earlier run scored {fmt(inc.get('cached_score'))})"
+            )
         d = r.get("decision") or {}
         p, level = d.get("p_value"), d.get("level", (doc.get("accept") or {}).get("level", 0.05))
         if d.get("rule", "strict") == "strict" and p is not None and level is not None and p > level:
-            out.append(f"round {r.get('round')} was accepted by the strict rule (any rise) although the paired "
-                       f"{d.get('method', 'sign')} test gives p={p:.3g} (+{d.get('wins', '?')}/-{d.get('losses', '?')} "
-                       f"tasks): a rise this size is often run-to-run noise; --ecdysis-accept paired accepts only a "
-                       "significant one")
+            out.append(
+                f"round {r.get('round')} was accepted by the strict rule (any rise) although the paired "
+                f"{d.get('method', 'sign')} test gives p={p:.3g} (+{d.get('wins', '?')}/-{d.get('losses', '?')} "
+                f"tasks): a rise this size is often run-to-run noise; --ecdysis-accept paired accepts only a "
+                "significant one"
+            )
     v = doc.get("validity") or {}
     if v.get("noise"):
-        out.append(f"the simulated model's ground truth attributes {v['noise']} of {v.get('accepted_edits')} "
-                   "accepted edit(s) to no quirk the edit cured (noise between the runs compared), "
-                   f"{v.get('systematic_fixes', 0)} to systematic fixes")
+        out.append(
+            f"the simulated model's ground truth attributes {v['noise']} of {v.get('accepted_edits')} "
+            "accepted edit(s) to no quirk the edit cured (noise between the runs compared), "
+            f"{v.get('systematic_fixes', 0)} to systematic fixes"
+        )
     return out

@@ -37,15 +37,21 @@ from pytest_ecdysis.report.html_view import _num, gather
 
 
 def _env() -> Environment:
-    env = Environment(loader=PackageLoader("pytest_ecdysis.report", "templates"), autoescape=select_autoescape(["j2", "html"]),
-                      undefined=ChainableUndefined, trim_blocks=True, lstrip_blocks=True,
-                      # text from outside (tool results, endpoint errors) shows control characters and bidi
-                      # overrides as visible escapes (safetext), as the terminal and Markdown reports do
-                      finalize=lambda x: x if isinstance(x, Markup) or not isinstance(x, str) else safetext.terminal(x))
+    env = Environment(
+        loader=PackageLoader("pytest_ecdysis.report", "templates"),
+        autoescape=select_autoescape(["j2", "html"]),
+        undefined=ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        # text from outside (tool results, endpoint errors) shows control characters and bidi
+        # overrides as visible escapes (safetext), as the terminal and Markdown reports do
+        finalize=lambda x: x if isinstance(x, Markup) or not isinstance(x, str) else safetext.terminal(x),
+    )
     env.filters["score"] = lambda x, d=3: "–" if _num(x) is None else f"{_num(x):.{d}f}"
     # text inside <pre>: only &, < and > need escaping (quotes as &#34; would make tool results ~10% longer)
-    env.filters["pre"] = lambda x: Markup(safetext.terminal(x).replace("&", "&amp;").replace("<", "&lt;")
-                                          .replace(">", "&gt;"))
+    env.filters["pre"] = lambda x: Markup(
+        safetext.terminal(x).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    )
     env.filters["pairs"] = lambda x: list(x.items()) if isinstance(x, dict) else []
     env.filters["tojson_pretty"] = lambda x: json.dumps(x, indent=2, ensure_ascii=False, default=str)
     return env
@@ -56,12 +62,18 @@ def render_view(view: dict[str, Any]) -> str:
     page: a short one naming the error and the run's missing files, never a traceback."""
     css = re.sub(r"\s*/\*.*?\*/", "", HtmlFormatter(cssclass="diff").get_style_defs(".diff"))
     try:
-        return _env().get_template("report.html.j2").render(v=view, diff_css=Markup(css), schema=SCHEMA_VERSION)
+        return (
+            _env().get_template("report.html.j2").render(v=view, diff_css=Markup(css), schema=SCHEMA_VERSION)
+        )
     except Exception as exc:  # noqa: BLE001 - the last resort of "never a traceback"
-        notes = "".join(f"<li>{escape(m)}</li>" for m in [*view.get("missing", []), f"{type(exc).__name__}: {exc}"])
-        return (f"<!DOCTYPE html><html lang=en><meta charset=utf-8><title>ecdysis · {escape(view.get('run_id'))}"
-                f"</title><h1>Run {escape(view.get('run_id'))}: the page could not be drawn</h1>"
-                f"<p>What is missing or unreadable:</p><ul>{notes}</ul></html>")
+        notes = "".join(
+            f"<li>{escape(m)}</li>" for m in [*view.get("missing", []), f"{type(exc).__name__}: {exc}"]
+        )
+        return (
+            f"<!DOCTYPE html><html lang=en><meta charset=utf-8><title>ecdysis · {escape(view.get('run_id'))}"
+            f"</title><h1>Run {escape(view.get('run_id'))}: the page could not be drawn</h1>"
+            f"<p>What is missing or unreadable:</p><ul>{notes}</ul></html>"
+        )
 
 
 def render(run_path: Path | str) -> str:

@@ -29,7 +29,6 @@ MAX_MESSAGE_CHARS = 4000
 MAX_RECORDS_PER_GROUP = 8
 
 
-
 class _Reader:
     """Reads a run directory's files, noting each one it could not use instead of raising."""
 
@@ -70,7 +69,9 @@ class _Reader:
             if isinstance(row, dict):
                 rows.append(row)
         if bad:
-            self.missing.append(f"{rel}: {bad} line(s) are not JSON (cut off by an interruption?) and were skipped")
+            self.missing.append(
+                f"{rel}: {bad} line(s) are not JSON (cut off by an interruption?) and were skipped"
+            )
         return rows
 
     def text(self, rel: str) -> str | None:
@@ -83,8 +84,10 @@ class _Reader:
     def schema(self, rel: str, doc: Any) -> None:
         version = doc.get("schema_version") if isinstance(doc, dict) else None
         if isinstance(doc, dict) and version != SCHEMA_VERSION:
-            self.missing.append(f"{rel} has schema version {version!r}, this version of pytest-ecdysis writes "
-                                f"{SCHEMA_VERSION}: fields it lacks are shown as '–'")
+            self.missing.append(
+                f"{rel} has schema version {version!r}, this version of pytest-ecdysis writes "
+                f"{SCHEMA_VERSION}: fields it lacks are shown as '–'"
+            )
 
 
 def _dict(x: Any) -> dict[str, Any]:
@@ -129,9 +132,12 @@ def _message_view(trial: dict[str, Any]) -> list[dict[str, Any]]:
         content = "" if content is None else content if isinstance(content, str) else json.dumps(content)
         if len(content) > MAX_MESSAGE_CHARS:
             content = content[:MAX_MESSAGE_CHARS] + f" … [cut {len(content) - MAX_MESSAGE_CHARS} chars]"
-        calls = [f"{_dict(c.get('function', c)).get('name', '?')}"
-                 f"({json.dumps(_dict(c.get('function', c)).get('arguments', ''), ensure_ascii=False)})"
-                 for c in _list(m.get("tool_calls")) if isinstance(c, dict)]
+        calls = [
+            f"{_dict(c.get('function', c)).get('name', '?')}"
+            f"({json.dumps(_dict(c.get('function', c)).get('arguments', ''), ensure_ascii=False)})"
+            for c in _list(m.get("tool_calls"))
+            if isinstance(c, dict)
+        ]
         by_user = m.get("requestor") == "user"  # dual control: the user's own tool call or its result
         out.append({"role": role, "content": content, "calls": calls, "edited": edited, "by_user": by_user})
     return out
@@ -139,10 +145,14 @@ def _message_view(trial: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _groups(r: _Reader, summary: dict[str, Any]) -> list[dict[str, Any]]:
     groups = _list(_dict(r.json("groups.json", needed=bool(summary))).get("groups"))
-    trials = {f"{t.get('suite')}/{t.get('task_id')}/t{t.get('trial')}": t
-              for t in r.jsonl("trials.jsonl", needed=bool(summary))}
-    records = {f"{f.get('suite')}/{f.get('task_id')}/t{f.get('trial')}": f
-               for f in r.jsonl("failures.jsonl", needed=False)}
+    trials = {
+        f"{t.get('suite')}/{t.get('task_id')}/t{t.get('trial')}": t
+        for t in r.jsonl("trials.jsonl", needed=bool(summary))
+    }
+    records = {
+        f"{f.get('suite')}/{f.get('task_id')}/t{f.get('trial')}": f
+        for f in r.jsonl("failures.jsonl", needed=False)
+    }
     out = []
     for g in groups:
         if not isinstance(g, dict):
@@ -151,11 +161,16 @@ def _groups(r: _Reader, summary: dict[str, Any]) -> list[dict[str, Any]]:
         shown = []
         for key in keys[:MAX_RECORDS_PER_GROUP]:
             rec, trial = _dict(records.get(key)), _dict(trials.get(key))
-            shown.append({"key": key, "reward": rec.get("reward", trial.get("reward")),
-                          "termination_reason": rec.get("termination_reason", trial.get("termination_reason")),
-                          "first_tool_error": rec.get("first_tool_error"),
-                          "checks": trial.get("checks") or trial.get("evaluator_checks"),
-                          "messages": _message_view(trial)})
+            shown.append(
+                {
+                    "key": key,
+                    "reward": rec.get("reward", trial.get("reward")),
+                    "termination_reason": rec.get("termination_reason", trial.get("termination_reason")),
+                    "first_tool_error": rec.get("first_tool_error"),
+                    "checks": trial.get("checks") or trial.get("evaluator_checks"),
+                    "messages": _message_view(trial),
+                }
+            )
         out.append({**g, "records": keys, "shown": shown, "hidden": max(0, len(keys) - len(shown))})
     return out
 
@@ -195,8 +210,17 @@ def _chart(start: float | None, rounds: list[dict[str, Any]], test: dict[str, An
             v = _num(test.get(which))
             if v is not None:
                 tests.append({"x": xs[-1] + dx, "y": y(v), "which": which, "label": f"{v:.3f}"})
-    return {"w": w, "h": h, "left": left, "bottom": h - bottom, "ticks": ticks, "labels": labels, "dots": dots,
-            "tests": tests, "line": " ".join(f"{x:.1f},{yy:.1f}" for x, yy in line)}
+    return {
+        "w": w,
+        "h": h,
+        "left": left,
+        "bottom": h - bottom,
+        "ticks": ticks,
+        "labels": labels,
+        "dots": dots,
+        "tests": tests,
+        "line": " ".join(f"{x:.1f},{yy:.1f}" for x, yy in line),
+    }
 
 
 def _round_files(r: _Reader, row: dict[str, Any]) -> dict[str, Any]:
@@ -208,11 +232,21 @@ def _round_files(r: _Reader, row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(st, dict):
             sdir = f"{rdir}/steps/{st.get('step')}"
             sdiff = r.text(f"{sdir}/candidate.diff")
-            steps.append({**st, "spec": _dict(r.json(f"{sdir}/spec.json", needed=False)),
-                          "diff": highlight_diff(sdiff) if sdiff else None})
-    return {**row, "outcome_text": OUTCOME_TEXT.get(str(row.get("outcome")), str(row.get("outcome", "?"))),
-            "spec": _dict(r.json(f"{rdir}/spec.json", needed=False)), "steps": steps,
-            "diff": highlight_diff(diff) if diff else None, "flips": _dict(row.get("flips"))}
+            steps.append(
+                {
+                    **st,
+                    "spec": _dict(r.json(f"{sdir}/spec.json", needed=False)),
+                    "diff": highlight_diff(sdiff) if sdiff else None,
+                }
+            )
+    return {
+        **row,
+        "outcome_text": OUTCOME_TEXT.get(str(row.get("outcome")), str(row.get("outcome", "?"))),
+        "spec": _dict(r.json(f"{rdir}/spec.json", needed=False)),
+        "steps": steps,
+        "diff": highlight_diff(diff) if diff else None,
+        "flips": _dict(row.get("flips")),
+    }
 
 
 def _cost_table(evo: Any) -> dict[str, Any] | None:
@@ -227,8 +261,9 @@ def gather(run_path: Path | str) -> dict[str, Any]:
     root = Path(run_path)
     r = _Reader(root)
     if not root.is_dir():
-        r.missing.append(f"{root} is not a directory: nothing to show (pass a run directory, "
-                         ".ecdysis/runs/<run-id>)")
+        r.missing.append(
+            f"{root} is not a directory: nothing to show (pass a run directory, .ecdysis/runs/<run-id>)"
+        )
         return {"run_id": root.name, "summary": {}, "evolution": None, "groups": [], "missing": r.missing}
     evo = r.json("evolution.json", needed=False)
     summary = r.json("summary.json", needed=True)
@@ -236,8 +271,13 @@ def gather(run_path: Path | str) -> dict[str, Any]:
         r.missing = [f"{root} is empty: the run wrote nothing (stopped before its first trial finished?)"]
     r.schema("summary.json", summary)
     summary = _dict(summary)
-    view: dict[str, Any] = {"run_id": summary.get("run_id") or root.name, "summary": summary,
-                            "groups": _groups(r, summary), "evolution": None, "simulated": False}
+    view: dict[str, Any] = {
+        "run_id": summary.get("run_id") or root.name,
+        "summary": summary,
+        "groups": _groups(r, summary),
+        "evolution": None,
+        "simulated": False,
+    }
     view["simulated"] = str(summary.get("model") or _dict(evo).get("model") or "").startswith("sim")
     gate = _dict(summary.get("gate"))
     view["gate"] = gate or None
@@ -245,20 +285,32 @@ def gather(run_path: Path | str) -> dict[str, Any]:
         r.schema("evolution.json", evo)
         rounds = [_round_files(r, row) for row in _list(evo.get("rounds")) if isinstance(row, dict)]
         test = _dict(evo.get("test"))
-        scores = {w: _num(test.get(w)) if _num(test.get(w)) is not None else _num(_dict(test.get(w)).get("suite_score"))
-                  for w in ("start", "frozen")}  # older runs kept a bare number
+        scores = {
+            w: _num(test.get(w))
+            if _num(test.get(w)) is not None
+            else _num(_dict(test.get(w)).get("suite_score"))
+            for w in ("start", "frozen")
+        }  # older runs kept a bare number
         start = _num(_dict(evo.get("start")).get("score"))
         if evo.get("status") != "finished":
-            r.missing.append(f"evolution.json: status {evo.get('status')!r}, not 'finished': the run was interrupted "
-                             f"or is still running ({len(rounds)} round(s) done); resume it with "
-                             f"--ecdysis-resume {view['run_id']}")
+            r.missing.append(
+                f"evolution.json: status {evo.get('status')!r}, not 'finished': the run was interrupted "
+                f"or is still running ({len(rounds)} round(s) done); resume it with "
+                f"--ecdysis-resume {view['run_id']}"
+            )
         elif test.get("skipped"):
             r.missing.append(f"test split not scored: {test['skipped']}")
         elif not test.get("start") or not test.get("frozen"):
             r.missing.append("evolution.json: no test-split scores (start and frozen)")
-        view["evolution"] = {**evo, "rounds": rounds, "test_scores": scores, "decided_by": _decided_by(evo),
-                             "transfer": _dict(test.get("transfer")), "test": test,
-                             "chart": _chart(start, rounds, scores)}
+        view["evolution"] = {
+            **evo,
+            "rounds": rounds,
+            "test_scores": scores,
+            "decided_by": _decided_by(evo),
+            "transfer": _dict(test.get("transfer")),
+            "test": test,
+            "chart": _chart(start, rounds, scores),
+        }
     view["cost"] = report._cost(summary) if summary else "–"
     view["cost_table"] = _cost_table(evo)
     weak = summary.get("weak_passes")

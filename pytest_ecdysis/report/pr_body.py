@@ -42,7 +42,9 @@ def _p(decision: dict[str, Any] | None) -> str:
 def _spec_markdown(spec: dict[str, Any]) -> list[str]:
     out = [f"> {spec.get('summary', '').strip()}", ""]
     for ch in spec.get("changes", []):
-        out.append(f"- **{ch.get('component')}** (`{'`, `'.join(ch.get('files', []))}`): {ch.get('description')}")
+        out.append(
+            f"- **{ch.get('component')}** (`{'`, `'.join(ch.get('files', []))}`): {ch.get('description')}"
+        )
         if ch.get("trigger"):
             out.append(f"  - trigger: {ch['trigger']}")
         if ch.get("addresses"):
@@ -79,8 +81,10 @@ def render_pr_body(run_path: Path | str) -> str:
     """
     run_path = Path(run_path)
     if (run_path / "summary.json").is_file() and not (run_path / "evolution.json").exists():
-        raise RunDirError(f"{run_path} is a run without evolution (no evolution.json): pr-body needs the run "
-                          "directory of an --ecdysis-evolve run; use `ecdysis show` or `ecdysis summary-md` here")
+        raise RunDirError(
+            f"{run_path} is a run without evolution (no evolution.json): pr-body needs the run "
+            "directory of an --ecdysis-evolve run; use `ecdysis show` or `ecdysis summary-md` here"
+        )
     evo = read_json(run_path / "evolution.json")
     summary_file = run_path / "summary.json"
     summary = read_json(summary_file) if summary_file.exists() else {}
@@ -88,10 +92,15 @@ def render_pr_body(run_path: Path | str) -> str:
     accepted = [r for r in rounds if r.get("accepted")]
     out = ["## pytest-ecdysis: harness evolution", ""]
     model = summary.get("model") or ""
-    out.append(f"run `{run_path.name}` · model `{model or '?'}` · harness `{summary.get('harness_id', '?')}` · "
-               f"{len(accepted)} of {len(rounds)} round(s) accepted · branch `{evo.get('branch') or 'none'}`")
+    out.append(
+        f"run `{run_path.name}` · model `{model or '?'}` · harness `{summary.get('harness_id', '?')}` · "
+        f"{len(accepted)} of {len(rounds)} round(s) accepted · branch `{evo.get('branch') or 'none'}`"
+    )
     if model.startswith("sim"):
-        out += ["", "_Simulated model (no real LLM): the figures show the loop working, not a model's quality._"]
+        out += [
+            "",
+            "_Simulated model (no real LLM): the figures show the loop working, not a model's quality._",
+        ]
 
     from pytest_ecdysis.report.evolution import caveats
 
@@ -102,20 +111,35 @@ def render_pr_body(run_path: Path | str) -> str:
     if test:
         (s0, p0), (s1, p1) = _score_of(test.get("start")), _score_of(test.get("frozen"))
         ks = sorted(set(p0) | set(p1), key=int)
-        out += ["", f"### Held-out test split ({test.get('trials', '?')} trial(s) per task)", "",
-                "| " + " | ".join(["harness", "score", *(f"pass^{k}" for k in ks), "tokens/task"]) + " |",
-                "|---|---:|" + "---:|" * (len(ks) + 1)]
-        for label, which, sc, hat in (("before (start)", "start", s0, p0), ("after (frozen)", "frozen", s1, p1)):
+        out += [
+            "",
+            f"### Held-out test split ({test.get('trials', '?')} trial(s) per task)",
+            "",
+            "| " + " | ".join(["harness", "score", *(f"pass^{k}" for k in ks), "tokens/task"]) + " |",
+            "|---|---:|" + "---:|" * (len(ks) + 1),
+        ]
+        for label, which, sc, hat in (
+            ("before (start)", "start", s0, p0),
+            ("after (frozen)", "frozen", s1, p1),
+        ):
             entry = test.get(which)
             per_task = entry.get("tokens_per_task") if isinstance(entry, dict) else None
-            cells = [label, _fmt(sc), *(_fmt(hat.get(k)) for k in ks), "–" if per_task is None else str(per_task)]
+            cells = [
+                label,
+                _fmt(sc),
+                *(_fmt(hat.get(k)) for k in ks),
+                "–" if per_task is None else str(per_task),
+            ]
             out.append("| " + " | ".join(cells) + " |")
         if s0 is not None and s1 is not None:
             out += ["", f"change on test: {s1 - s0:+.3f}"]
         lost = (test.get("regressions") or {}).get("solved_to_failed") or []
         if lost:
-            out += ["", f"**Held-out regressions**: the frozen harness lost {len(lost)} test task(s) the start "
-                    f"solved in every trial: {', '.join(lost)}"]
+            out += [
+                "",
+                f"**Held-out regressions**: the frozen harness lost {len(lost)} test task(s) the start "
+                f"solved in every trial: {', '.join(lost)}",
+            ]
         for name, entry in (test.get("transfer") or {}).items():
             (t0, _), (t1, _) = _score_of((entry or {}).get("start")), _score_of((entry or {}).get("frozen"))
             out.append(f"- transfer to `{name}`: {_fmt(t0)} -> {_fmt(t1)}")
@@ -126,18 +150,29 @@ def render_pr_body(run_path: Path | str) -> str:
         from pytest_ecdysis.gate.rates import confirmation_trials, run_rates
 
         rates = run_rates(evo) or "its error rates were not measured at these settings (docs/benchmarks.md)"
-        spent = (f" The confirmation spent {confirmation_trials(evo)} trial(s)."
-                 if evo["accept"].get("rule") == "sequential" else "")
-        out += [f"Acceptance: {accept_text(evo['accept'])}; {rates}.{spent} Effect: mean per-task reward "
-                "difference (candidate - incumbent) with its bootstrap interval over tasks; p: one-sided p-value "
-                "of \"no improvement\".", ""]
-    out += ["| round | strategy | score before | score after | outcome | effect [interval] | p | "
-            "editor calls | tokens | wall s |", "|---:|---|---:|---:|---|---|---:|---:|---:|---:|"]
+        spent = (
+            f" The confirmation spent {confirmation_trials(evo)} trial(s)."
+            if evo["accept"].get("rule") == "sequential"
+            else ""
+        )
+        out += [
+            f"Acceptance: {accept_text(evo['accept'])}; {rates}.{spent} Effect: mean per-task reward "
+            "difference (candidate - incumbent) with its bootstrap interval over tasks; p: one-sided p-value "
+            'of "no improvement".',
+            "",
+        ]
+    out += [
+        "| round | strategy | score before | score after | outcome | effect [interval] | p | "
+        "editor calls | tokens | wall s |",
+        "|---:|---|---:|---:|---|---|---:|---:|---:|---:|",
+    ]
     for r in rounds:
-        out.append(f"| {r.get('round')} | {r.get('strategy')} | {_fmt(r.get('score_before'))} | "
-                   f"{_fmt(r.get('score_after'))} | {r.get('outcome')} | {_effect(r.get('decision'))} | "
-                   f"{_p(r.get('decision'))} | {r.get('editor_calls', 0)} | "
-                   f"{(r.get('tokens') or {}).get('total', 0)} | {r.get('wall_s', 0):.1f} |")
+        out.append(
+            f"| {r.get('round')} | {r.get('strategy')} | {_fmt(r.get('score_before'))} | "
+            f"{_fmt(r.get('score_after'))} | {r.get('outcome')} | {_effect(r.get('decision'))} | "
+            f"{_p(r.get('decision'))} | {r.get('editor_calls', 0)} | "
+            f"{(r.get('tokens') or {}).get('total', 0)} | {r.get('wall_s', 0):.1f} |"
+        )
 
     for r in accepted:
         n = r.get("round")
@@ -159,15 +194,26 @@ def render_pr_body(run_path: Path | str) -> str:
 
     diag_model = summary.get("diagnosis_model") or model
     cost, note = cost_usd(diag_model, tokens, load_prices()) if diag_model else (None, "unknown model")
-    cost_text = "0 (simulated model)" if note == "simulated" else ("unknown" if cost is None else f"${cost:.4f}")
-    out += ["", "### Cost", "",
-            f"diagnosis and editing tokens {tokens['total']} (prompt {tokens['prompt']}, completion "
-            f"{tokens['completion']}) · estimated cost {cost_text} · evolution wall-clock "
-            f"{evo.get('wall_s', 0):.1f} s"]
+    cost_text = (
+        "0 (simulated model)" if note == "simulated" else ("unknown" if cost is None else f"${cost:.4f}")
+    )
+    out += [
+        "",
+        "### Cost",
+        "",
+        f"diagnosis and editing tokens {tokens['total']} (prompt {tokens['prompt']}, completion "
+        f"{tokens['completion']}) · estimated cost {cost_text} · evolution wall-clock "
+        f"{evo.get('wall_s', 0):.1f} s",
+    ]
     if summary.get("cost_usd") is not None or summary.get("cost_note"):
-        out.append(f"task runs of the starting harness: tokens {(summary.get('tokens') or {}).get('total', 0)} · "
-                   f"cost {_cost(summary)}")
+        out.append(
+            f"task runs of the starting harness: tokens {(summary.get('tokens') or {}).get('total', 0)} · "
+            f"cost {_cost(summary)}"
+        )
     out += _cost_by_role(evo)
-    out += ["", "_Generated by pytest-ecdysis. Review the diff like any other change; the score is noisy "
-            "(reruns of an unchanged harness move by several points)._"]
+    out += [
+        "",
+        "_Generated by pytest-ecdysis. Review the diff like any other change; the score is noisy "
+        "(reruns of an unchanged harness move by several points)._",
+    ]
     return redact(safetext.markdown("\n".join(out) + "\n"))

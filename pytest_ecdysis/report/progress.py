@@ -53,7 +53,9 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def status_line(label: str, count: Count | None, elapsed_s: float, seconds_per_trial: float | None = None) -> str:
+def status_line(
+    label: str, count: Count | None, elapsed_s: float, seconds_per_trial: float | None = None
+) -> str:
     """The progress text of a stage (see the module docstring)."""
     parts = [f"{label}:"]
     left = None
@@ -79,8 +81,12 @@ def read_count(path: Path) -> Count | None:
     """The count a run wrote to its `progress.json`, or None while there is none (or it is being replaced)."""
     try:
         data = json.loads(path.read_text())
-        return Count(done=int(data["done"]), total=data.get("total"), failed=int(data.get("failed", 0)),
-                     pace_s=data.get("trials_elapsed_s"))
+        return Count(
+            done=int(data["done"]),
+            total=data.get("total"),
+            failed=int(data.get("failed", 0)),
+            pace_s=data.get("trials_elapsed_s"),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -114,9 +120,14 @@ class TrialCounter:
         if self.path is None or (not force and now - self._written < WRITE_EVERY_S):
             return
         self._written = now
-        doc = {"schema_version": SCHEMA_VERSION, "done": self.done, "total": self.total, "failed": self.failed,
-               "elapsed_s": round(now - self.started, 1),
-               "trials_elapsed_s": None if self.collected_at is None else round(now - self.collected_at, 1)}
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "done": self.done,
+            "total": self.total,
+            "failed": self.failed,
+            "elapsed_s": round(now - self.started, 1),
+            "trials_elapsed_s": None if self.collected_at is None else round(now - self.collected_at, 1),
+        }
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
@@ -143,9 +154,17 @@ class Ticker:
     status line redraws in place instead of the periodic lines.
     """
 
-    def __init__(self, say: Callable[[str], None], label: str, *, count: Callable[[], Count | None] | None = None,
-                 interval_s: float = INTERVAL_S, seconds_per_trial: float | None = None, live: bool = False,
-                 text: Callable[[float], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        label: str,
+        *,
+        count: Callable[[], Count | None] | None = None,
+        interval_s: float = INTERVAL_S,
+        seconds_per_trial: float | None = None,
+        live: bool = False,
+        text: Callable[[float], str | None] | None = None,
+    ) -> None:
         self.say = say
         self.text = text  # replaces the standard line; None from it: no line this time
         self.label = label
@@ -247,7 +266,9 @@ class SessionProgress:
         if count is not None:
             return status_line("running the suite", count, elapsed_s)
         if not self._collected:
-            return f"running the suite: starting workers and collecting the tests, {duration(elapsed_s)} elapsed"
+            return (
+                f"running the suite: starting workers and collecting the tests, {duration(elapsed_s)} elapsed"
+            )
         return None
 
     def ticker(self, say: Callable[[str], None]) -> Ticker:

@@ -30,7 +30,9 @@ from pytest_ecdysis.report.evolution import OUTCOME_TEXT, caveats, fmt, shorten
 Line = tuple[str, str | None]  # (text, colour: "green", "yellow", "red" or None)
 
 
-def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, resumable: bool = False) -> list[Line]:
+def evolution_lines(
+    doc: dict[str, Any] | None, error: str | None, run_id: str, resumable: bool = False
+) -> list[Line]:
     """The verdict of an evolution: its `evolution.json` document, or the error that stopped it (and
     whether the loop had started, so that `--ecdysis-resume` can continue it)."""
     if error or not doc:
@@ -38,41 +40,71 @@ def evolution_lines(doc: dict[str, Any] | None, error: str | None, run_id: str, 
         if not why:  # no error and no result: the loop was interrupted (Ctrl-C, SIGTERM)
             head = "evolution interrupted before it finished: no verdict"
         else:  # a resumable loop may have accepted rounds already: "nothing was made" would not be true
-            head = f"evolution stopped before it finished: {why}" if resumable else \
-                f"evolution stopped, nothing was made: {why}"
+            head = (
+                f"evolution stopped before it finished: {why}"
+                if resumable
+                else f"evolution stopped, nothing was made: {why}"
+            )
         out: list[Line] = [(head, "red")]
         if resumable and "budget reached" in why:  # the same options would stop at the same place
-            out.append((f"what was done is kept: continue with --ecdysis-resume {run_id} and a higher budget", None))
+            out.append(
+                (f"what was done is kept: continue with --ecdysis-resume {run_id} and a higher budget", None)
+            )
         elif resumable:
-            out.append((f"what was done is kept: continue with --ecdysis-resume {run_id} (same options)", None))
+            out.append(
+                (f"what was done is kept: continue with --ecdysis-resume {run_id} (same options)", None)
+            )
         return out
     rounds = doc.get("rounds") or []
     accepted = [r for r in rounds if r.get("accepted")]
     start, end = doc.get("start") or {}, doc.get("incumbent") or {}
-    head = (f"evolution finished: {len(accepted)} of {len(rounds)} round(s) accepted; train score "
-            f"{fmt(start.get('score'))} -> {fmt(end.get('score'))}")
+    head = (
+        f"evolution finished: {len(accepted)} of {len(rounds)} round(s) accepted; train score "
+        f"{fmt(start.get('score'))} -> {fmt(end.get('score'))}"
+    )
     test = doc.get("test") or {}
     if test.get("start") and test.get("frozen"):
-        head += (f"; held-out test split {fmt(test['start'].get('suite_score'))} -> "
-                 f"{fmt(test['frozen'].get('suite_score'))} ({test.get('trials')} trial(s) per task)")
+        head += (
+            f"; held-out test split {fmt(test['start'].get('suite_score'))} -> "
+            f"{fmt(test['frozen'].get('suite_score'))} ({test.get('trials')} trial(s) per task)"
+        )
     elif test.get("skipped"):
         head += "; test split not scored (--ecdysis-test-trials 0)"
     out = [(head, "green" if doc.get("branch") else "yellow")]
     out += decided_by(doc)
     lost = (test.get("regressions") or {}).get("solved_to_failed") or []
     if lost:
-        out.append((f"held-out regression(s): the frozen harness lost {len(lost)} test task(s) the start solved in "
-                    f"every trial: {shown(lost, 12)}", "yellow"))
+        out.append(
+            (
+                f"held-out regression(s): the frozen harness lost {len(lost)} test task(s) the start solved in "
+                f"every trial: {shown(lost, 12)}",
+                "yellow",
+            )
+        )
     if doc.get("branch"):
-        out.append((f"branch {doc['branch']} holds the accepted change(s); see them with: {doc.get('diff_command')}",
-                    "green"))
+        out.append(
+            (
+                f"branch {doc['branch']} holds the accepted change(s); see them with: {doc.get('diff_command')}",
+                "green",
+            )
+        )
         out += [(f"read before merging: {c}", "yellow") for c in caveats(doc)]
-        out.append(("your checkout, index and current branch were not touched; review the branch, then merge it "
-                    "or delete it (git branch -D " + doc["branch"] + ")", None))
+        out.append(
+            (
+                "your checkout, index and current branch were not touched; review the branch, then merge it "
+                "or delete it (git branch -D " + doc["branch"] + ")",
+                None,
+            )
+        )
     else:
-        why = "; ".join(f"round {r.get('round')} {OUTCOME_TEXT.get(r.get('outcome'), r.get('outcome'))}"
-                        + (f" ({shorten(r.get('reason') or '', 90)})" if r.get("reason") else "")
-                        for r in rounds) or "no round ran"
+        why = (
+            "; ".join(
+                f"round {r.get('round')} {OUTCOME_TEXT.get(r.get('outcome'), r.get('outcome'))}"
+                + (f" ({shorten(r.get('reason') or '', 90)})" if r.get("reason") else "")
+                for r in rounds
+            )
+            or "no round ran"
+        )
         out.append((f"no branch was made: no round {_criterion(doc)}: {why}", "yellow"))
     return out
 
@@ -84,7 +116,11 @@ def decided_by(doc: dict[str, Any]) -> list[Line]:
     rates = run_rates(doc)
     spent = confirmation_trials(doc)
     text = f"decided by: {accept_text(doc['accept'])}"
-    text += f"; {rates}" if rates else "; its error rates were not measured at these settings (docs/benchmarks.md)"
+    text += (
+        f"; {rates}"
+        if rates
+        else "; its error rates were not measured at these settings (docs/benchmarks.md)"
+    )
     if doc["accept"].get("rule") == "sequential":
         text += f"; the confirmation spent {spent} trial(s)"
     return [(text, None)]
@@ -105,11 +141,15 @@ def _criterion(doc: dict[str, Any]) -> str:
         if accept["rule"] == "paired" and accept.get("method", "sign") == "sign" and n < need:
             return f"could pass: no test was possible ({n} tasks: at least {need} wins needed)"
     if accept.get("rule") == "sequential":
-        return (f"passed the sequential test (an improvement significant at level {accept.get('level', 0.05):g} "
-                "after confirmation)")
+        return (
+            f"passed the sequential test (an improvement significant at level {accept.get('level', 0.05):g} "
+            "after confirmation)"
+        )
     if accept.get("rule") == "paired":
-        return (f"passed the paired {accept.get('method', 'sign')} test (an improvement significant at level "
-                f"{accept.get('level', 0.05):g})")
+        return (
+            f"passed the paired {accept.get('method', 'sign')} test (an improvement significant at level "
+            f"{accept.get('level', 0.05):g})"
+        )
     return "scored strictly higher than the harness it started from"
 
 
@@ -122,9 +162,18 @@ def gate_lines(gate: dict[str, Any]) -> list[Line]:
     return out
 
 
-def verdict_lines(summary: dict[str, Any], *, evolve: bool, gate: dict[str, Any] | None, evolution: Any,
-                  evolution_error: str | None, run_id: str, run_path: Any, exit_status: int,
-                  sandbox: str | None = None) -> list[Line]:
+def verdict_lines(
+    summary: dict[str, Any],
+    *,
+    evolve: bool,
+    gate: dict[str, Any] | None,
+    evolution: Any,
+    evolution_error: str | None,
+    run_id: str,
+    run_path: Any,
+    exit_status: int,
+    sandbox: str | None = None,
+) -> list[Line]:
     """Every line of the `ecdysis verdict` section, in order (see the module docstring). `sandbox`: the
     line saying harness code ran without the OS sandbox and what only the sandbox stops (None: it ran
     sandboxed; `validate.sandbox.verdict_line`)."""
@@ -136,9 +185,14 @@ def verdict_lines(summary: dict[str, Any], *, evolve: bool, gate: dict[str, Any]
         out += gate_lines(gate)
     failed = int(summary.get("n_failures") or 0) + int(summary.get("n_infra_errors") or 0)
     if failed and exit_status == 0:
-        whose = ("the starting harness's trials, the evidence the loop worked from" if evolve
-                 else "within what the baseline allows")
-        out.append((f"the {failed} failed trial(s) listed above are {whose}: they do not fail this run", None))
+        whose = (
+            "the starting harness's trials, the evidence the loop worked from"
+            if evolve
+            else "within what the baseline allows"
+        )
+        out.append(
+            (f"the {failed} failed trial(s) listed above are {whose}: they do not fail this run", None)
+        )
     if sandbox:
         out.append((sandbox, "yellow"))
     word = {0: "success", 1: "failure", 2: "interrupted", 4: "usage error"}.get(exit_status, "error")
@@ -160,10 +214,17 @@ class VerdictPrinter:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if outcome is None or reporter is None or not (state.cfg.evolve or state.cfg.gate):
             return result
-        lines = verdict_lines(outcome.summary, evolve=state.cfg.evolve, gate=outcome.summary.get("gate"),
-                              evolution=outcome.evolution, evolution_error=outcome.evolution_error,
-                              run_id=state.run_id, run_path=outcome.run_path, exit_status=int(session.exitstatus),
-                              sandbox=getattr(state, "sandbox_verdict", None))
+        lines = verdict_lines(
+            outcome.summary,
+            evolve=state.cfg.evolve,
+            gate=outcome.summary.get("gate"),
+            evolution=outcome.evolution,
+            evolution_error=outcome.evolution_error,
+            run_id=state.run_id,
+            run_path=outcome.run_path,
+            exit_status=int(session.exitstatus),
+            sandbox=getattr(state, "sandbox_verdict", None),
+        )
         reporter.write_sep("=", "ecdysis verdict")
         for text, colour in lines:
             reporter.write_line(text, **({colour: True, "bold": colour != "yellow"} if colour else {}))

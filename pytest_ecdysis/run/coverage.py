@@ -64,8 +64,9 @@ def note_worker_down(state: EcdysisState, worker: str, error: Any) -> None:
         return
     cov = coverage(state)
     text = str(error).strip()
-    cov.workers_down.append({"worker": worker, "collected": bool(cov.xdist_ids),
-                             "error": text[-CRASH_CHARS:]})
+    cov.workers_down.append(
+        {"worker": worker, "collected": bool(cov.xdist_ids), "error": text[-CRASH_CHARS:]}
+    )
 
 
 def _last_line(text: str) -> str:
@@ -81,20 +82,27 @@ def crash_problems(cov: Coverage, *, collected: bool, reported: bool) -> list[st
     such, never as "no trial case was collected: check the test paths"."""
     out = []
     down = cov.workers_down
-    where = ("its traceback is in the terminal output above, under '[{w}] node down', and in summary.json "
-             "`worker_crashes`")
+    where = (
+        "its traceback is in the terminal output above, under '[{w}] node down', and in summary.json "
+        "`worker_crashes`"
+    )
     if down and not collected and not cov.xdist_ids:
         first = down[0]
-        out.append(f"every xdist worker crashed before collecting a test ({len(down)} crash(es), the first {first['worker']}: "
-                   f"{_last_line(first['error'])}): a conftest.py or plugin the workers import failed; "
-                   + where.format(w=first["worker"]) + "; `pytest -p no:xdist` shows it directly")
+        out.append(
+            f"every xdist worker crashed before collecting a test ({len(down)} crash(es), the first {first['worker']}: "
+            f"{_last_line(first['error'])}): a conftest.py or plugin the workers import failed; "
+            + where.format(w=first["worker"])
+            + "; `pytest -p no:xdist` shows it directly"
+        )
     if cov.crashed:
         during = [d for d in down if d["collected"]]
         said = f" ({during[0]['worker']}: {_last_line(during[0]['error'])})" if during else ""
         worker = during[0]["worker"] if during else "gwN"
-        out.append(f"xdist worker(s) crashed while running: {_name(sorted(set(cov.crashed)))}{said}: the worker "
-                   "process died mid-trial (a signal, os._exit, the OOM killer), no report was lost in serialisation; "
-                   + where.format(w=worker))
+        out.append(
+            f"xdist worker(s) crashed while running: {_name(sorted(set(cov.crashed)))}{said}: the worker "
+            "process died mid-trial (a signal, os._exit, the OOM killer), no report was lost in serialisation; "
+            + where.format(w=worker)
+        )
     return out
 
 
@@ -107,8 +115,10 @@ def json_safe_trial(data: dict, nodeid: str) -> dict:
     try:
         json.dumps(data)
     except (TypeError, ValueError) as exc:
-        return {"ecdysis_error": f"the trial result of {nodeid} is not JSON-serialisable ({exc}); pass "
-                                 "record_trial a TrialResult or a dict of JSON-safe builtins"}
+        return {
+            "ecdysis_error": f"the trial result of {nodeid} is not JSON-serialisable ({exc}); pass "
+            "record_trial a TrialResult or a dict of JSON-safe builtins"
+        }
     return data
 
 

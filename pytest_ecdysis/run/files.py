@@ -35,8 +35,10 @@ def _parse_trials(raw: dict[str, dict], problems: list[str]) -> list[TrialResult
         try:
             t = TrialResult.model_validate(data)
         except ValidationError as exc:
-            problems.append(f"{nodeid}: its trial result is not a valid TrialResult ({exc.error_count()} "
-                            f"error(s), first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}); left out")
+            problems.append(
+                f"{nodeid}: its trial result is not a valid TrialResult ({exc.error_count()} "
+                f"error(s), first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}); left out"
+            )
             continue
         t.nodeid = nodeid  # the report's node id is what coverage is checked against
         out.append(t)
@@ -45,8 +47,14 @@ def _parse_trials(raw: dict[str, dict], problems: list[str]) -> list[TrialResult
 
 
 def aggregate(
-    trials: list[TrialResult], *, threshold: float, trials_per_task: int, model: str,
-    prices: dict[str, dict[str, float]], user_model: str | None = None, suspects: dict[str, str] | None = None,
+    trials: list[TrialResult],
+    *,
+    threshold: float,
+    trials_per_task: int,
+    model: str,
+    prices: dict[str, dict[str, float]],
+    user_model: str | None = None,
+    suspects: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], failures.Triage, list[Any]]:
     """(summary figures, triage, groups) of a list of trials: the pure core of `finish` (benchmarked).
 
@@ -58,13 +66,25 @@ def aggregate(
 
     suspects = {**suspect_across([trials], threshold), **(suspects or {})}
     suites = sorted({t.suite for t in trials})
-    block = metrics.score_block(trials, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
-                                prices=prices, user_model=user_model)
+    block = metrics.score_block(
+        trials,
+        threshold=threshold,
+        n_trials_cfg=trials_per_task,
+        model=model,
+        prices=prices,
+        user_model=user_model,
+    )
     by_suite = {}
     for s in suites:
         sub = [t for t in trials if t.suite == s]
-        by_suite[s] = metrics.score_block(sub, threshold=threshold, n_trials_cfg=trials_per_task, model=model,
-                                          prices=prices, user_model=user_model)
+        by_suite[s] = metrics.score_block(
+            sub,
+            threshold=threshold,
+            n_trials_cfg=trials_per_task,
+            model=model,
+            prices=prices,
+            user_model=user_model,
+        )
         by_suite[s].pop("tasks")
         by_suite[s].pop("weak_passes", None)
     tri = failures.triage(trials, threshold)
@@ -81,16 +101,25 @@ def aggregate(
         kept_out=dict(sorted(Counter(r.kept_out for r in tri.records if r.kept_out).items())),
         n_groups=len(groups),
         n_cross_task_groups=sum(g.cross_task for g in groups),
-        suspect_tasks=sorted({metrics.task_key(t) for t in trials if t.suspect} | set(suspects), key=metrics._natural),
+        suspect_tasks=sorted(
+            {metrics.task_key(t) for t in trials if t.suspect} | set(suspects), key=metrics._natural
+        ),
         suspect_reasons=dict(sorted(suspects.items())),
         user_aborts=[f"{metrics.task_key(t)}/t{t.trial}" for t in trials if t.user_abort],
     )
     return block, tri, groups
 
 
-def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialResult], tri: failures.Triage,
-                  groups: list[Any], missing: list[str], threshold: float, not_run: list[str] | None = None,
-                  ) -> list[str]:
+def write_run_dir(
+    run_path: Path,
+    summary: dict[str, Any],
+    trials: list[TrialResult],
+    tri: failures.Triage,
+    groups: list[Any],
+    missing: list[str],
+    threshold: float,
+    not_run: list[str] | None = None,
+) -> list[str]:
     """Write the five files of a run directory (docs/records.md), the data first: `trials.jsonl`,
     `failures.jsonl`, `groups.json`, `summary.json`, then the rendering `junit.xml`.
 
@@ -108,19 +137,35 @@ def write_run_dir(run_path: Path, summary: dict[str, Any], trials: list[TrialRes
         with open(run_path / "failures.jsonl", "w", encoding="utf-8") as fh:
             for r in tri.records:
                 fh.write(redact(r.model_dump_json()) + "\n")
-        (run_path / "groups.json").write_text(redact(json.dumps(
-            {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]}, indent=1)))
+        (run_path / "groups.json").write_text(
+            redact(
+                json.dumps(
+                    {"schema_version": SCHEMA_VERSION, "groups": [g.model_dump(mode="json") for g in groups]},
+                    indent=1,
+                )
+            )
+        )
         write_summary(run_path, summary)
     except OSError as exc:
-        raise RunDirError(f"cannot write the run directory {run_path}: {exc.strerror or exc}; pass a writable "
-                          "--ecdysis-run-dir (the results are still in the terminal summary)") from None
+        raise RunDirError(
+            f"cannot write the run directory {run_path}: {exc.strerror or exc}; pass a writable "
+            "--ecdysis-run-dir (the results are still in the terminal summary)"
+        ) from None
     problems = []
     try:
-        write_junit(run_path / "junit.xml", trials, missing, threshold, not_run=not_run,
-                           stopped=summary.get("stopped"))
+        write_junit(
+            run_path / "junit.xml",
+            trials,
+            missing,
+            threshold,
+            not_run=not_run,
+            stopped=summary.get("stopped"),
+        )
     except Exception as exc:  # noqa: BLE001 - a rendering must never lose the run written above
-        problems.append(f"junit.xml not written ({type(exc).__name__}: {exc}); summary.json and trials.jsonl "
-                        f"in {run_path} hold the results")
+        problems.append(
+            f"junit.xml not written ({type(exc).__name__}: {exc}); summary.json and trials.jsonl "
+            f"in {run_path} hold the results"
+        )
     if problems:
         summary.setdefault("problems", []).extend(problems)  # the same list as the outcome's problems
         try:
@@ -137,13 +182,21 @@ def write_summary(run_path: Path, summary: dict[str, Any]) -> None:
     tmp.replace(run_path / "summary.json")
 
 
-def write_junit(path: Path, trials: list[TrialResult], missing: list[str], threshold: float, *,
-                not_run: list[str] | None = None, stopped: str | None = None) -> Path:
+def write_junit(
+    path: Path,
+    trials: list[TrialResult],
+    missing: list[str],
+    threshold: float,
+    *,
+    not_run: list[str] | None = None,
+    stopped: str | None = None,
+) -> Path:
     """`junit.xml`: one `<testsuite>` per suite, one `<testcase>` per trial with properties
     `reward`, `termination_reason`, `task_id`, `trial`, `suite`, `harness_id`; failures for reward < λ,
     errors for infrastructure errors and for missing cases (suite `missing`); cases pytest never ran because
     it stopped early (`not_run`, reason `stopped`) are skipped (suite `not_run`). Every text is made XML-safe
     (`safetext.xml`). Raises OSError when `path` cannot be written."""
+
     def x(text: str) -> str:
         return safetext.xml(redact(text))
 
@@ -154,34 +207,55 @@ def write_junit(path: Path, trials: list[TrialResult], missing: list[str], thres
         if ts is None:
             ts = suites[t.suite] = TestSuite(x(t.suite))
         module, _, name = x(t.nodeid or f"{t.suite}::{t.task_id}-t{t.trial}").rpartition("::")
-        case = TestCase(name or x(t.nodeid), classname=module.replace("/", ".").removesuffix(".py"), time=t.wall_s)
+        case = TestCase(
+            name or x(t.nodeid), classname=module.replace("/", ".").removesuffix(".py"), time=t.wall_s
+        )
         props = Properties()
-        for key, value in (("reward", "" if t.reward is None else f"{t.reward:g}"),
-                           ("termination_reason", t.termination_reason), ("task_id", t.task_id),
-                           ("trial", str(t.trial)), ("suite", t.suite), ("harness_id", t.harness_id)):
+        for key, value in (
+            ("reward", "" if t.reward is None else f"{t.reward:g}"),
+            ("termination_reason", t.termination_reason),
+            ("task_id", t.task_id),
+            ("trial", str(t.trial)),
+            ("suite", t.suite),
+            ("harness_id", t.harness_id),
+        ):
             props.add_property(Property(key, x(value)))
         case.append(props)
         if t.is_infra_error:
             case.result = [Error(x(t.error or t.termination_reason), x(t.termination_reason))]
         elif not is_success(t.reward, threshold):
             comps = ", ".join(f"{k}={v:g}" for k, v in t.components.items()) or "none"
-            case.result = [Failure(x(f"reward {_fmt(t.reward)} < λ {threshold:g}; components {comps}; "
-                                     f"termination {t.termination_reason}"), "below_threshold")]
+            case.result = [
+                Failure(
+                    x(
+                        f"reward {_fmt(t.reward)} < λ {threshold:g}; components {comps}; "
+                        f"termination {t.termination_reason}"
+                    ),
+                    "below_threshold",
+                )
+            ]
         ts.append(case)  # add_testcase recounts the suite each time (quadratic)
     if missing:
         ts = suites["missing"] = TestSuite("missing")
         for nodeid in missing:
             module, _, name = x(nodeid).rpartition("::")
             case = TestCase(name or x(nodeid), classname=module.replace("/", ".").removesuffix(".py"))
-            case.result = [Error("the case was collected but never reported a result "
-                                 "(crashed worker or unserialisable report)", "missing")]
+            case.result = [
+                Error(
+                    "the case was collected but never reported a result "
+                    "(crashed worker or unserialisable report)",
+                    "missing",
+                )
+            ]
             ts.append(case)
     if not_run:
         ts = suites["not_run"] = TestSuite("not_run")
         for nodeid in not_run:
             module, _, name = x(nodeid).rpartition("::")
             case = TestCase(name or x(nodeid), classname=module.replace("/", ".").removesuffix(".py"))
-            case.result = [Skipped(x(f"not run: pytest stopped early ({stopped or 'interrupted'})"), "not_run")]
+            case.result = [
+                Skipped(x(f"not run: pytest stopped early ({stopped or 'interrupted'})"), "not_run")
+            ]
             ts.append(case)
     for ts in suites.values():
         ts.update_statistics()
@@ -189,4 +263,3 @@ def write_junit(path: Path, trials: list[TrialResult], missing: list[str], thres
     xml.update_statistics()
     xml.write(str(path), pretty=len(trials) <= 2000)  # pretty-printing costs ~1 ms per case
     return path
-

@@ -45,8 +45,10 @@ def read_shard(path: Path) -> tuple[dict[str, Any], list[TrialResult]]:
         lines = (path / "trials.jsonl").read_text().splitlines()
         trials = [TrialResult.model_validate_json(line) for line in lines if line.strip()]
     except (OSError, json.JSONDecodeError, ValidationError) as exc:
-        raise RunDirError(f"shard {path}: cannot read summary.json / trials.jsonl ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0][:200]}); re-run that shard") from None
+        raise RunDirError(
+            f"shard {path}: cannot read summary.json / trials.jsonl ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200]}); re-run that shard"
+        ) from None
     return summary, trials
 
 
@@ -57,14 +59,17 @@ def check_compatible(shards: list[tuple[Path, dict[str, Any]]]) -> None:
         for key in (*SAME_FIELDS, "selection"):
             if summary.get(key) != first.get(key):
                 what = "selection (test paths and --ecdysis-tasks)" if key == "selection" else key
-                raise RunDirError(f"shards {first_path} and {path} differ in {what}: {first.get(key)!r} vs "
-                                  f"{summary.get(key)!r}; merge only the shards of one sharded run")
+                raise RunDirError(
+                    f"shards {first_path} and {path} differ in {what}: {first.get(key)!r} vs "
+                    f"{summary.get(key)!r}; merge only the shards of one sharded run"
+                )
     described = [(path, s.get("shard")) for path, s in shards if s.get("shard")]
     if not described:
         return
     if len(described) != len(shards):
-        raise RunDirError("some shards were run with --splits/--group and some without; merge the shards of "
-                          "one sharded run")
+        raise RunDirError(
+            "some shards were run with --splits/--group and some without; merge the shards of one sharded run"
+        )
     splits = {d["splits"] for _, d in described}
     if len(splits) != 1:
         raise RunDirError(f"shards were split {sorted(splits)} ways; merge the shards of one sharded run")
@@ -75,12 +80,19 @@ def check_compatible(shards: list[tuple[Path, dict[str, Any]]]) -> None:
         raise RunDirError(f"group(s) {twice} of --splits {n} given more than once")
     absent = sorted(set(range(1, n + 1)) - set(groups))
     if absent:
-        raise RunDirError(f"missing shard(s): group(s) {absent} of --splits {n}; download every matrix "
-                          "job's run directory before merging")
+        raise RunDirError(
+            f"missing shard(s): group(s) {absent} of --splits {n}; download every matrix "
+            "job's run directory before merging"
+        )
 
 
-def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
-          prices: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+def merge(
+    paths: list[Path],
+    out: Path,
+    *,
+    run_id: str | None = None,
+    prices: dict[str, dict[str, float]] | None = None,
+) -> dict[str, Any]:
     """Merge the shard run directories `paths` into `out`; returns the merged `summary.json` as a dict.
 
     Raises:
@@ -91,8 +103,10 @@ def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
     if not paths:
         raise RunDirError("no shard given: ecdysis merge SHARD_DIR... -o OUT")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise RunDirError(f"{out} exists and is not empty: merging into it would mix the merged files with "
-                          "what is there; pass a new or empty directory to -o")
+        raise RunDirError(
+            f"{out} exists and is not empty: merging into it would mix the merged files with "
+            "what is there; pass a new or empty directory to -o"
+        )
     loaded = [(p, *read_shard(p)) for p in paths]
     check_compatible([(p, s) for p, s, _ in loaded])
     seen: dict[tuple[str, str, int], Path] = {}
@@ -101,8 +115,10 @@ def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
         for t in shard_trials:
             key = (t.suite, t.task_id, t.trial)
             if key in seen:
-                raise RunDirError(f"{t.suite}/{t.task_id} trial {t.trial} is in both {seen[key]} and {path}; "
-                                  "shards must not overlap")
+                raise RunDirError(
+                    f"{t.suite}/{t.task_id} trial {t.trial} is in both {seen[key]} and {path}; "
+                    "shards must not overlap"
+                )
             seen[key] = path
             trials.append(t)
     trials.sort(key=lambda t: (*metrics._natural(metrics.task_key(t)), t.trial))
@@ -110,9 +126,14 @@ def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
     missing = sorted({m for _, s, _ in loaded for m in s.get("missing", [])})
     problems = list(dict.fromkeys(p for _, s, _ in loaded for p in s.get("problems", [])))
     per_task = max([head.get("trials") or 1, *Counter(metrics.task_key(t) for t in trials).values()])
-    block, tri, groups = aggregate(trials, threshold=head["threshold"], trials_per_task=per_task,
-                                   model=head["model"], prices=prices if prices is not None else metrics.load_prices(),
-                                   user_model=head.get("user_model"))
+    block, tri, groups = aggregate(
+        trials,
+        threshold=head["threshold"],
+        trials_per_task=per_task,
+        model=head["model"],
+        prices=prices if prices is not None else metrics.load_prices(),
+        user_model=head.get("user_model"),
+    )
     walls = [float(s.get("wall_s") or 0.0) for _, s, _ in loaded]
     summaries = [s for _, s, _ in loaded]
     # every field a run writes, as the shards have it (lists: their union), then the recomputed figures
@@ -120,21 +141,33 @@ def merge(paths: list[Path], out: Path, *, run_id: str | None = None,
     for key in dict.fromkeys(k for s in summaries for k in s):
         values = [s.get(key) for s in summaries]
         if all(isinstance(v, list) for v in values):
-            summary[key] = sorted({json.dumps(x, sort_keys=True): x for v in values for x in v}.values(),
-                                  key=lambda x: json.dumps(x, sort_keys=True))
+            summary[key] = sorted(
+                {json.dumps(x, sort_keys=True): x for v in values for x in v}.values(),
+                key=lambda x: json.dumps(x, sort_keys=True),
+            )
         else:
             summary[key] = next((v for v in values if v is not None), None)
     summary.pop("shard", None)
     summary.update(
-        schema_version=SCHEMA_VERSION, run_id=run_id or f"merged-{head.get('run_id')}",
-        suite=block.pop("suite"), by_suite=block.pop("by_suite"), **block,
-        wall_s=max(walls), n_collected=sum(int(s.get("n_collected") or 0) for s in summaries),
-        missing=missing, problems=problems, gate=None,
-        shards={"runs": [s.get("run_id") for s in summaries], "paths": [str(p) for p in paths],
-                "wall_s_sum": round(sum(walls), 3)},
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id or f"merged-{head.get('run_id')}",
+        suite=block.pop("suite"),
+        by_suite=block.pop("by_suite"),
+        **block,
+        wall_s=max(walls),
+        n_collected=sum(int(s.get("n_collected") or 0) for s in summaries),
+        missing=missing,
+        problems=problems,
+        gate=None,
+        shards={
+            "runs": [s.get("run_id") for s in summaries],
+            "paths": [str(p) for p in paths],
+            "wall_s_sum": round(sum(walls), 3),
+        },
     )
-    failed = write_run_dir(out, summary, trials, tri, groups, missing, head["threshold"],
-                           not_run=summary.get("not_run") or None)
+    failed = write_run_dir(
+        out, summary, trials, tri, groups, missing, head["threshold"], not_run=summary.get("not_run") or None
+    )
     if failed:
         raise RunDirError(f"the merged run in {out} is incomplete: {'; '.join(failed)}")
     truth = [p / "sim" / "ground_truth.jsonl" for p in paths if (p / "sim" / "ground_truth.jsonl").is_file()]

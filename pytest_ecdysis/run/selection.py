@@ -58,8 +58,12 @@ def classify(nodeids: Iterable[str]) -> Collected:
     return out
 
 
-def check_collected(cfg: EcdysisConfig, nodeids: Iterable[str], baseline: dict[str, Any] | None = None,
-                    before_deselection: Iterable[str] | None = None) -> None:
+def check_collected(
+    cfg: EcdysisConfig,
+    nodeids: Iterable[str],
+    baseline: dict[str, Any] | None = None,
+    before_deselection: Iterable[str] | None = None,
+) -> None:
     """The checks this session asks for (`--ecdysis-tasks`, `--ecdysis-gate` with its `baseline`).
 
     `nodeids`: the cases that will run; `before_deselection`: the collection before `-k`, `-m` or a split
@@ -76,7 +80,9 @@ def check_collected(cfg: EcdysisConfig, nodeids: Iterable[str], baseline: dict[s
     if collected.unclaimed or not collected.suites:
         return  # tests of a suite that does not tell its tasks: the end of the run checks what it can
     if cfg.tasks:
-        check_tasks(cfg.tasks, cfg.split, collected if before_deselection is None else classify(before_deselection))
+        check_tasks(
+            cfg.tasks, cfg.split, collected if before_deselection is None else classify(before_deselection)
+        )
     if baseline is not None:
         from pytest_ecdysis.gate.baseline import refusal
 
@@ -93,7 +99,7 @@ def check_tasks(requested: tuple[str, ...], split: str, collected: Collected) ->
     selected = {key.split("/", 1)[1] for key in collected.cases}
     unselected = [t for t in dict.fromkeys(requested) if t not in selected]
     if not unselected:  # the usual case: asking the suites for their task ids (τ²: its import and every
-        return          # domain's tasks, 1.6 CPU s) would hold up the workers' first cases for nothing
+        return  # domain's tasks, 1.6 CPU s) would hold up the workers' first cases for nothing
     known = {t for suite, ids in task_ids(split).items() if suite in collected.suites for t in ids}
     missing = [t for t in unselected if t not in known]
     if missing:
@@ -108,20 +114,26 @@ def _where(task: str, split: str, collected: Collected) -> str:
 
     in_split = task_ids(split)
     splits = {sp: (in_split if sp == split else task_ids(sp)) for sp in ("train", "test", split)}
-    holders = [(s, sp) for sp, by_suite in splits.items() for s, ids in sorted(by_suite.items()) if task in ids]
+    holders = [
+        (s, sp) for sp, by_suite in splits.items() for s, ids in sorted(by_suite.items()) if task in ids
+    ]
     ran = ", ".join(sorted(collected.suites))
     said = []
     other_split = sorted({(s, sp) for s, sp in holders if s in collected.suites and sp != split})
     if other_split:
         where = ", ".join(f"{s} has it in split {sp!r}" for s, sp in other_split)
-        said.append(f"{task} is not in split {split!r} ({where}); pass --ecdysis-split {other_split[0][1]} or all "
-                    "to select it")
+        said.append(
+            f"{task} is not in split {split!r} ({where}); pass --ecdysis-split {other_split[0][1]} or all "
+            "to select it"
+        )
     elsewhere = sorted({(s, sp) for s, sp in holders if s not in collected.suites})
     if elsewhere:
         where = ", ".join(s if sp == split else f"{s} (split {sp!r})" for s, sp in elsewhere)
-        said.append(f"{'it' if said else task} is a task of {where}, whose tests were not collected (this session "
-                    f"collected {ran}); add that suite's test module to the command"
-                    + (f" with --ecdysis-split {elsewhere[0][1]}" if elsewhere[0][1] != split else ""))
+        said.append(
+            f"{'it' if said else task} is a task of {where}, whose tests were not collected (this session "
+            f"collected {ran}); add that suite's test module to the command"
+            + (f" with --ecdysis-split {elsewhere[0][1]}" if elsewhere[0][1] != split else "")
+        )
     if not said:
         return f"{task} is a task of no installed suite; ids of split {split!r}: {_ids(in_split, collected.suites)}"
     return "; ".join(said) + f"; ids of split {split!r}: {_ids(in_split, collected.suites)}"

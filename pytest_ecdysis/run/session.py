@@ -95,46 +95,81 @@ def finish(session: Any, state: EcdysisState, stopped: str | None = None) -> Run
         not_run = [m for m in missing if m not in state.trials]  # no result at all: never ran
         missing = [m for m in missing if m in state.trials]  # reported an invalid result
     if missing:
-        problems.append(f"{len(missing)} collected case(s) never reported a valid trial result: {_name(missing)}")
+        problems.append(
+            f"{len(missing)} collected case(s) never reported a valid trial result: {_name(missing)}"
+        )
         problems += crash_problems(cov, collected=bool(expected), reported=bool(state.trials))
         if not state.trials and cov.xdist_ids and not cov.crashed and not cov.workers_down:
-            problems.append("no case reported at all: a report attribute that xdist cannot serialise makes it "
-                            "print 'no tests ran' and exit 0; trial results must be JSON-safe "
-                            "(record_trial(item, TrialResult(...)))")
+            problems.append(
+                "no case reported at all: a report attribute that xdist cannot serialise makes it "
+                "print 'no tests ran' and exit 0; trial results must be JSON-safe "
+                "(record_trial(item, TrialResult(...)))"
+            )
         session.testsfailed += len(missing)
     if not expected and not trials and not shard and cov.workers_down and not missing:
         problems += crash_problems(cov, collected=False, reported=False)
     elif not expected and not trials and not shard:
-        problems.append("no trial case was collected (no test marked ecdysis_trial): check the test paths "
-                        "and --ecdysis-tasks")
+        problems.append(
+            "no trial case was collected (no test marked ecdysis_trial): check the test paths "
+            "and --ecdysis-tasks"
+        )
 
     per_task = max([cfg.trials, *Counter(metrics.task_key(t) for t in trials).values()])
     from pytest_ecdysis.evidence.suspects import suspect_against_baseline
 
-    suspects = suspect_against_baseline(trials, gate.load_baseline(cfg.baseline), cfg.threshold, harness) \
-        if cfg.gate else {}  # the same failure under the baseline's harness and this one
-    summary, tri, groups = aggregate(trials, threshold=cfg.threshold, trials_per_task=per_task,
-                                     model=cfg.model, prices=metrics.load_prices(cfg.rootdir),
-                                     user_model=cfg.user_model, suspects=suspects)
+    suspects = (
+        suspect_against_baseline(trials, gate.load_baseline(cfg.baseline), cfg.threshold, harness)
+        if cfg.gate
+        else {}
+    )  # the same failure under the baseline's harness and this one
+    summary, tri, groups = aggregate(
+        trials,
+        threshold=cfg.threshold,
+        trials_per_task=per_task,
+        model=cfg.model,
+        prices=metrics.load_prices(cfg.rootdir),
+        user_model=cfg.user_model,
+        suspects=suspects,
+    )
     summary = {
-        "schema_version": SCHEMA_VERSION, "run_id": state.run_id,
-        "suite": summary.pop("suite"), "by_suite": summary.pop("by_suite"),
-        "split": cfg.split, "trials": cfg.trials, "threshold": cfg.threshold,
+        "schema_version": SCHEMA_VERSION,
+        "run_id": state.run_id,
+        "suite": summary.pop("suite"),
+        "by_suite": summary.pop("by_suite"),
+        "split": cfg.split,
+        "trials": cfg.trials,
+        "threshold": cfg.threshold,
         **summary,
         "wall_s": round(time.time() - state.started, 3),
-        "harness_id": harness, "model": cfg.model, "user_model": cfg.user_model,
-        "diagnosis_model": cfg.diagnosis_model, "limits": cfg.limits(), "n_collected": len(expected),
-        "missing": missing, "stopped": stopped, "not_run": not_run, "problems": problems,
+        "harness_id": harness,
+        "model": cfg.model,
+        "user_model": cfg.user_model,
+        "diagnosis_model": cfg.diagnosis_model,
+        "limits": cfg.limits(),
+        "n_collected": len(expected),
+        "missing": missing,
+        "stopped": stopped,
+        "not_run": not_run,
+        "problems": problems,
         "worker_crashes": list(cov.workers_down),
     }
     if is_sim_model(cfg.model):  # a sim baseline is only comparable with runs of the same nonce (gate)
         summary["sim_nonce"] = cfg.fixed_sim_nonce
-    summary["selection"] = {"args": sorted(str(a) for a in session.config.args),
-                            "tasks": list(cfg.tasks) if cfg.tasks else None}
+    summary["selection"] = {
+        "args": sorted(str(a) for a in session.config.args),
+        "tasks": list(cfg.tasks) if cfg.tasks else None,
+    }
     if shard:
         summary["shard"] = shard  # `ecdysis merge` checks that every group of the split is there
-    outcome = RunOutcome(summary=summary, groups=[g.model_dump(mode="json") for g in groups], missing=missing,
-                         problems=problems, run_path=state.run_path, not_run=not_run, stopped=stopped)
+    outcome = RunOutcome(
+        summary=summary,
+        groups=[g.model_dump(mode="json") for g in groups],
+        missing=missing,
+        problems=problems,
+        run_path=state.run_path,
+        not_run=not_run,
+        stopped=stopped,
+    )
     state.outcome = outcome
     try:
         write_run_dir(state.run_path, summary, trials, tri, groups, missing, cfg.threshold, not_run)
@@ -144,9 +179,14 @@ def finish(session: Any, state: EcdysisState, stopped: str | None = None) -> Run
 
     if cfg.save_baseline:
         if why := gate.incomplete(summary):
-            fix = ("rerun once the worker crash named above is fixed" if cov.workers_down
-                   else "rerun when the endpoint is healthy")
-            problems.append(f"baseline not written to {cfg.save_baseline}: the run is incomplete ({why}); {fix}")
+            fix = (
+                "rerun once the worker crash named above is fixed"
+                if cov.workers_down
+                else "rerun when the endpoint is healthy"
+            )
+            problems.append(
+                f"baseline not written to {cfg.save_baseline}: the run is incomplete ({why}); {fix}"
+            )
         else:
             try:
                 outcome.baseline_written = gate.save_baseline(summary, cfg.save_baseline)
@@ -154,25 +194,39 @@ def finish(session: Any, state: EcdysisState, stopped: str | None = None) -> Run
                 problems.append(str(exc))
     if cfg.gate:
         baseline = gate.load_baseline(cfg.baseline)  # checked at configure time; UsageError if it vanished
-        outcome.gate = gate.verdict(summary, baseline, tolerance=cfg.gate_tolerance,
-                                    max_regressions=cfg.gate_max_regressions, missing=missing + not_run,
-                                    max_cost_rise=getattr(cfg, "gate_max_cost_rise", None),
-                                    n_collected=len(expected), baseline_path=str(cfg.baseline),
-                                    rule=cfg.accept, method=cfg.accept_method, level=cfg.accept_level)
+        outcome.gate = gate.verdict(
+            summary,
+            baseline,
+            tolerance=cfg.gate_tolerance,
+            max_regressions=cfg.gate_max_regressions,
+            missing=missing + not_run,
+            max_cost_rise=getattr(cfg, "gate_max_cost_rise", None),
+            n_collected=len(expected),
+            baseline_path=str(cfg.baseline),
+            rule=cfg.accept,
+            method=cfg.accept_method,
+            level=cfg.accept_level,
+        )
     summary["gate"] = outcome.gate.as_dict() if outcome.gate else None
     if outcome.run_path is not None and cfg.gate:
         try:
             write_summary(outcome.run_path, summary)
         except OSError as exc:
-            problems.append(f"the gate verdict could not be added to {outcome.run_path / 'summary.json'}: {exc}")
+            problems.append(
+                f"the gate verdict could not be added to {outcome.run_path / 'summary.json'}: {exc}"
+            )
     try:
-        report.append_step_summary(report.summary_markdown(summary, outcome.groups, summary["gate"], problems))
+        report.append_step_summary(
+            report.summary_markdown(summary, outcome.groups, summary["gate"], problems)
+        )
     except (OSError, ValueError) as exc:
         problems.append(f"cannot append to $GITHUB_STEP_SUMMARY: {exc}")
 
     if cfg.evolve and stopped:
-        outcome.evolution_error = (f"--ecdysis-evolve: not started, pytest stopped early ({stopped}); the run "
-                                   "is written, rerun without -x/--maxfail to evolve")
+        outcome.evolution_error = (
+            f"--ecdysis-evolve: not started, pytest stopped early ({stopped}); the run "
+            "is written, rerun without -x/--maxfail to evolve"
+        )
     elif cfg.evolve:
         _evolve(session, state, outcome)
     return outcome
@@ -205,6 +259,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     a validation sub-run is ended (its process group), temporary worktrees are removed, the evolution's
     state is saved and its resume command printed (issue 11 case 8). The previous handler is restored.
     Outside the main thread (where handlers cannot be set) it does nothing."""
+
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
@@ -223,8 +278,10 @@ def _evolve(session: Any, state: EcdysisState, outcome: RunOutcome) -> None:
     try:
         from pytest_ecdysis.evolve.loop import run_evolution
     except ImportError as exc:
-        outcome.evolution_error = (f"--ecdysis-evolve: the evolution loop is not available ({exc}); "
-                                   "pytest_ecdysis.evolve.loop.run_evolution is missing from this installation")
+        outcome.evolution_error = (
+            f"--ecdysis-evolve: the evolution loop is not available ({exc}); "
+            "pytest_ecdysis.evolve.loop.run_evolution is missing from this installation"
+        )
         return
     if outcome.run_path is None:
         outcome.evolution_error = "--ecdysis-evolve: not run, the run directory could not be written"
@@ -233,7 +290,9 @@ def _evolve(session: Any, state: EcdysisState, outcome: RunOutcome) -> None:
     # GitHub job summary; the evolve workflow appends the round report (`ecdysis pr-body`) once instead
     step_summary = os.environ.pop("GITHUB_STEP_SUMMARY", None)
     try:
-        with gitenv.scrubbed():  # nothing the loop starts (git, editor, sub-runs) sees the user's GIT_DIR & co
+        with (
+            gitenv.scrubbed()
+        ):  # nothing the loop starts (git, editor, sub-runs) sees the user's GIT_DIR & co
             outcome.evolution = run_evolution(session, state, outcome.summary)
     except EcdysisError as exc:
         outcome.evolution_error = f"--ecdysis-evolve stopped: {exc}"
@@ -267,8 +326,9 @@ def terminal_summary(terminalreporter: Any, state: EcdysisState) -> None:
     outcome: RunOutcome = state.outcome
     tr = terminalreporter
     tr.write_sep("=", "ecdysis")
-    for line in report.summary_lines(outcome.summary, outcome.groups, outcome.summary.get("gate"),
-                                      outcome.problems):
+    for line in report.summary_lines(
+        outcome.summary, outcome.groups, outcome.summary.get("gate"), outcome.problems
+    ):
         red = line.startswith("PROBLEM") or line.startswith("gate FAILED") or line.startswith("gate REFUSED")
         tr.write_line(line, red=red, green=line.startswith("gate PASSED"))
     if outcome.run_path is not None:

@@ -48,8 +48,10 @@ def check_dist(config: Any, concurrency: int) -> None:
     """
     dist = getattr(config.option, "dist", "no")
     if concurrency > 1 and dist not in ("no", "load"):
-        raise UsageError(f"--ecdysis-concurrency {concurrency} needs xdist's --dist load (the default of -n N), "
-                         f"got --dist {dist}; drop --dist, or use --ecdysis-concurrency 1")
+        raise UsageError(
+            f"--ecdysis-concurrency {concurrency} needs xdist's --dist load (the default of -n N), "
+            f"got --dist {dist}; drop --dist, or use --ecdysis-concurrency 1"
+        )
 
 
 def _index(workerid: str) -> int:

@@ -38,7 +38,11 @@ def poisoned(root: Path) -> list[Path]:
             stat = cache.stat()
         except OSError:
             continue
-        if _SEEN.get(cache) == (stat.st_size, stat.st_mtime_ns) or tag not in cache.name or ".opt-" in cache.name:
+        if (
+            _SEEN.get(cache) == (stat.st_size, stat.st_mtime_ns)
+            or tag not in cache.name
+            or ".opt-" in cache.name
+        ):
             continue
         source = cache.parent.parent / (cache.name.split(".")[0] + ".py")
         if _matches(cache, source):

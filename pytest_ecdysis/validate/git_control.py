@@ -54,8 +54,14 @@ def git_control(root: Path, scope: object = None) -> Digests:
     later call that finds them changed puts them back (`_restore_control`: changed and removed files
     rewritten, added ones deleted) after taking the digests, so the change is still reported (an
     `IntegrityError` for the caller) and the repository does not keep a planted `core.fsmonitor` or hook."""
-    common = subprocess.run(git_argv("rev-parse", "--git-common-dir"), cwd=root, capture_output=True, text=True,
-                            check=True, env=git_env()).stdout.strip()
+    common = subprocess.run(
+        git_argv("rev-parse", "--git-common-dir"),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=git_env(),
+    ).stdout.strip()
     gitdir = (root / common).resolve()
     digests = _control_digests(gitdir)
     key = (gitdir, id(scope))
@@ -108,8 +114,13 @@ def _control_digests(gitdir: Path) -> Digests:
     files = ["config"]
     for sub in ("hooks", "info"):
         if (gitdir / sub).is_dir():
-            files += sorted(p.relative_to(gitdir).as_posix() for p in (gitdir / sub).rglob("*")
-                            if p.is_file() or p.is_symlink())
+            files += sorted(
+                p.relative_to(gitdir).as_posix()
+                for p in (gitdir / sub).rglob("*")
+                if p.is_file() or p.is_symlink()
+            )
     if (gitdir / "worktrees").is_dir():
-        files += sorted(p.relative_to(gitdir).as_posix() for p in (gitdir / "worktrees").glob("*/config.worktree"))
+        files += sorted(
+            p.relative_to(gitdir).as_posix() for p in (gitdir / "worktrees").glob("*/config.worktree")
+        )
     return file_digests(gitdir, files)

@@ -73,14 +73,21 @@ def package_dir(name: str) -> Path | None:
 
 def suite_packages() -> list[str]:
     """Top-level packages of the suites registered under the entry point group `pytest_ecdysis`."""
-    names = {ep.value.split(":")[0].split(".")[0] for ep in importlib.metadata.entry_points(group="pytest_ecdysis")}
+    names = {
+        ep.value.split(":")[0].split(".")[0] for ep in importlib.metadata.entry_points(group="pytest_ecdysis")
+    }
     return sorted(names)
 
 
 def checkout_files(root: Path) -> list[str]:
     """Tracked and untracked (not ignored) files of the git checkout at `root`, POSIX, sorted."""
-    out = subprocess.run(git_argv("ls-files", "-z", "--cached", "--others", "--exclude-standard"), cwd=root,
-                         capture_output=True, check=True, env=git_env()).stdout.decode("utf-8", "surrogateescape")
+    out = subprocess.run(
+        git_argv("ls-files", "-z", "--cached", "--others", "--exclude-standard"),
+        cwd=root,
+        capture_output=True,
+        check=True,
+        env=git_env(),
+    ).stdout.decode("utf-8", "surrogateescape")
     return sorted({p for p in out.split("\0") if p})
 
 
@@ -144,9 +151,13 @@ def tree_digests(root: Path, files: list[str] | None = None) -> Digests:
     """`{relative POSIX path: sha256}` of `files` (default: every file under `root`, caches skipped).
     A symlink's digest is that of its target text (`link:<target>`); a missing file is `missing`."""
     if files is None:
-        files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                       if (p.is_file() or p.is_symlink()) and not (SKIP_PARTS & set(p.relative_to(root).parts))
-                       and p.suffix not in (".pyc", ".pyo"))
+        files = sorted(
+            p.relative_to(root).as_posix()
+            for p in root.rglob("*")
+            if (p.is_file() or p.is_symlink())
+            and not (SKIP_PARTS & set(p.relative_to(root).parts))
+            and p.suffix not in (".pyc", ".pyo")
+        )
     return file_digests(root, files)
 
 
@@ -155,11 +166,17 @@ def take(roots: dict[str, Any]) -> dict[str, Digests]:
     repository (`git refs`), which an editor sharing the repository could move, its git control files
     (`git_control`), and the bytecode caches of the protected packages that do not hold their source's
     code (`bytecode.poisoned`: found, deleted, and listed under `bytecode caches`)."""
-    out = {name: stat_digests(root) if files == STAT else tree_digests(root, files)
-           for name, (root, files) in roots.items()}
+    out = {
+        name: stat_digests(root) if files == STAT else tree_digests(root, files)
+        for name, (root, files) in roots.items()
+    }
     packages = {name: package_dir(name) for name in (*PROTECTED_PACKAGES, *suite_packages())}
-    out[BYTECODE] = {f"package {name}: {path.relative_to(root).as_posix()}": "planted"
-                     for name, root in packages.items() if root is not None for path in poisoned(root)}
+    out[BYTECODE] = {
+        f"package {name}: {path.relative_to(root).as_posix()}": "planted"
+        for name, root in packages.items()
+        if root is not None
+        for path in poisoned(root)
+    }
     if "your checkout" in roots:
         out["git refs"] = git_refs(roots["your checkout"][0])
         out[GIT_CONTROL] = git_control(roots["your checkout"][0], scope=roots)
@@ -169,10 +186,17 @@ def take(roots: dict[str, Any]) -> dict[str, Digests]:
 def git_refs(root: Path) -> Digests:
     """`{ref name: sha}` of `refs/heads`, `refs/tags` and `HEAD`, except the branches evolution makes
     (`ecdysis/...`)."""
-    listing = subprocess.run(git_argv("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"),
-                             cwd=root, capture_output=True, text=True, check=True, env=git_env()).stdout
-    head = subprocess.run(git_argv("rev-parse", "HEAD"), cwd=root, capture_output=True, text=True,
-                          env=git_env()).stdout.strip()
+    listing = subprocess.run(
+        git_argv("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=git_env(),
+    ).stdout
+    head = subprocess.run(
+        git_argv("rev-parse", "HEAD"), cwd=root, capture_output=True, text=True, env=git_env()
+    ).stdout.strip()
     refs = dict(line.split(" ", 1) for line in listing.splitlines() if line.strip())
     refs = {k: v for k, v in refs.items() if not k.startswith("refs/heads/ecdysis/")}
     return {**refs, "HEAD": head}
@@ -180,8 +204,14 @@ def git_refs(root: Path) -> Digests:
 
 def checkout_root(path: Path) -> Path:
     """The working tree root of the git checkout holding `path`."""
-    out = subprocess.run(git_argv("rev-parse", "--show-toplevel"), cwd=path, capture_output=True, text=True,
-                         check=True, env=git_env()).stdout.strip()
+    out = subprocess.run(
+        git_argv("rev-parse", "--show-toplevel"),
+        cwd=path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=git_env(),
+    ).stdout.strip()
     return Path(out).resolve()
 
 
@@ -192,7 +222,9 @@ def changes(before: dict[str, Digests], after: dict[str, Digests], limit: int = 
         if name == GIT_CONTROL and name not in before:
             continue  # a ledger written before this root was checked (resume)
         if name == BYTECODE:  # found now (and deleted): whatever was found before is gone already
-            out += [f"{name}: {p} did not hold its source's code (removed)" for p in sorted(after.get(name, {}))]
+            out += [
+                f"{name}: {p} did not hold its source's code (removed)" for p in sorted(after.get(name, {}))
+            ]
             continue
         a, b = before.get(name, {}), after.get(name, {})
         diff = [f"{p} changed" for p in sorted(set(a) & set(b)) if a[p] != b[p]]
@@ -269,13 +301,17 @@ class Ledger:
         data = path.read_bytes()
         want = self.digests.get(self.rel(path))
         if want is None:
-            raise IntegrityError(f"{path} was not written by this evolution's controller (no digest in its "
-                                 f"ledger {self.path}): a candidate or another process made it; the evolution "
-                                 "stops. Inspect the run directory and start a new run")
+            raise IntegrityError(
+                f"{path} was not written by this evolution's controller (no digest in its "
+                f"ledger {self.path}): a candidate or another process made it; the evolution "
+                "stops. Inspect the run directory and start a new run"
+            )
         if sha256(data) != want:
-            raise IntegrityError(f"{path} changed after the controller wrote it (digest mismatch with its "
-                                 f"ledger {self.path}); the evolution stops. Inspect the run directory and start "
-                                 "a new run")
+            raise IntegrityError(
+                f"{path} changed after the controller wrote it (digest mismatch with its "
+                f"ledger {self.path}); the evolution stops. Inspect the run directory and start "
+                "a new run"
+            )
         return data
 
     def known(self, path: Path) -> bool:
@@ -312,6 +348,13 @@ class Ledger:
         with _LEDGER_LOCK:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"run_path": str(self.run_path), "files": self.digests,
-                                       "start": getattr(self, "start", None)}))
+            tmp.write_text(
+                json.dumps(
+                    {
+                        "run_path": str(self.run_path),
+                        "files": self.digests,
+                        "start": getattr(self, "start", None),
+                    }
+                )
+            )
             tmp.replace(self.path)

@@ -93,17 +93,22 @@ def apply(limits: Limits, *, server: bool) -> None:
         set_limit(resource.RLIMIT_CPU, limits.cpu_s + used, limits.cpu_s + used + CPU_GRACE_S)
 
 
-def exceeded(limits: Limits, *, exit_code: int | None = None, cpu_s: float | None = None,
-             raised: str | None = None) -> str | None:
+def exceeded(
+    limits: Limits, *, exit_code: int | None = None, cpu_s: float | None = None, raised: str | None = None
+) -> str | None:
     """The limit a harness process ran into, as the trial's reason (`"the harness process exceeded its
     CPU-time limit (--ecdysis-limits agent-cpu: 900 s, RLIMIT_CPU)"`), or None. `exit_code`: its exit status (negative: the
     signal); `cpu_s`: the CPU seconds it used; `raised`: the exception class it reported."""
     if limits.cpu_s and (exit_code == -signal.SIGXCPU or (cpu_s is not None and cpu_s >= limits.cpu_s)):
-        return (f"the harness process exceeded its CPU-time limit (--ecdysis-limits agent-cpu: {limits.cpu_s} s, "
-                "RLIMIT_CPU)")
+        return (
+            f"the harness process exceeded its CPU-time limit (--ecdysis-limits agent-cpu: {limits.cpu_s} s, "
+            "RLIMIT_CPU)"
+        )
     if limits.memory_mb and raised == "MemoryError":
-        return ("the harness process ran out of its memory limit (--ecdysis-limits agent-memory: "
-                f"{limits.memory_mb} MB of address space, RLIMIT_AS)")
+        return (
+            "the harness process ran out of its memory limit (--ecdysis-limits agent-memory: "
+            f"{limits.memory_mb} MB of address space, RLIMIT_AS)"
+        )
     return None
 
 

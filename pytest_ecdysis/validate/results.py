@@ -69,18 +69,23 @@ def disagreement(summary: dict[str, Any], trials: list[dict[str, Any]]) -> str |
 def infra_drift(before: dict[str, Any], after: dict[str, Any]) -> str | None:
     """Why the candidate's run is not comparable with the incumbent's (more infrastructure errors, fewer
     scored trials, more missing cases), or None. `before`/`after` are run summaries (`summary.json`)."""
+
     def n(summary: dict[str, Any], key: str) -> int:
         value = summary.get(key)
         return len(value) if isinstance(value, list) else int(value or 0)
 
     if n(after, "n_infra_errors") > n(before, "n_infra_errors"):
-        return (f"infrastructure drift: {n(after, 'n_infra_errors')} infrastructure error(s) against the "
-                f"incumbent's {n(before, 'n_infra_errors')}")
+        return (
+            f"infrastructure drift: {n(after, 'n_infra_errors')} infrastructure error(s) against the "
+            f"incumbent's {n(before, 'n_infra_errors')}"
+        )
     if n(after, "n_scored") < n(before, "n_scored"):
         return f"infrastructure drift: {n(after, 'n_scored')} scored trial(s) against the incumbent's {n(before, 'n_scored')}"
     if n(after, "missing") > n(before, "missing"):
-        return (f"infrastructure drift: {n(after, 'missing')} case(s) never reported against the incumbent's "
-                f"{n(before, 'missing')}")
+        return (
+            f"infrastructure drift: {n(after, 'missing')} case(s) never reported against the incumbent's "
+            f"{n(before, 'missing')}"
+        )
     return None
 
 
@@ -99,5 +104,7 @@ def flips(before: list[dict[str, Any]], after: list[dict[str, Any]], threshold: 
     """Per-task changes between two runs of the same tasks: `solved_to_failed`, `failed_to_solved`."""
     tasks = {f"{t['suite']}/{t['task_id']}" if t.get("suite") else str(t["task_id"]) for t in before}
     a, b = solved_tasks(before, threshold), solved_tasks(after, threshold)
-    return {"solved_to_failed": sorted(t for t in tasks if t in a and t not in b),
-            "failed_to_solved": sorted(t for t in tasks if t not in a and t in b)}
+    return {
+        "solved_to_failed": sorted(t for t in tasks if t in a and t not in b),
+        "failed_to_solved": sorted(t for t in tasks if t not in a and t in b),
+    }

@@ -42,8 +42,21 @@ ENV_HIDE = "ECDYSIS_SANDBOX_HIDE"
 MODES = ("auto", "on", "off")
 INSTALL = "apt-get install bubblewrap"
 #: Files and directories of the home directory that hold credentials or other runs' ledgers: covered.
-HOME_SECRETS = (".ssh", ".aws", ".azure", ".config", ".netrc", ".git-credentials", ".docker", ".kube", ".gnupg",
-                ".pypirc", ".local/state", ".local/share/pytest-ecdysis", ".cache")
+HOME_SECRETS = (
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config",
+    ".netrc",
+    ".git-credentials",
+    ".docker",
+    ".kube",
+    ".gnupg",
+    ".pypirc",
+    ".local/state",
+    ".local/share/pytest-ecdysis",
+    ".cache",
+)
 #: XDG variables whose directories are covered too when they point elsewhere (the suspect-task cache,
 #: the ledgers, tools' credentials).
 XDG_COVERED = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
@@ -51,8 +64,13 @@ XDG_COVERED = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
 #: locale, certificates). Symlinks among them (`/lib -> usr/lib` on merged-/usr systems) stay symlinks.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 #: Python package directories a system root may hold (system or pyenv interpreters, pip --user installs).
-SITE_GLOBS = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "local/lib/python3*/site-packages",
-              "local/lib/python3*/dist-packages", "lib/python3/dist-packages")
+SITE_GLOBS = (
+    "lib/python3*/site-packages",
+    "lib/python3*/dist-packages",
+    "local/lib/python3*/site-packages",
+    "local/lib/python3*/dist-packages",
+    "lib/python3/dist-packages",
+)
 #: The line a sub-run's log carries when a harness process's sandbox did not start (`SandboxStartError`).
 START_FAILURE_MARK = "bubblewrap (bwrap) could not start the harness's sandbox"
 
@@ -77,8 +95,14 @@ def enabled() -> bool:
 def interpreter_paths() -> list[Path]:
     """The directories the interpreter needs to start, resolved: `sys.prefix`, `sys.base_prefix`, the exec
     prefixes and the real executable's directory (a venv's `bin/python` is a symlink to the base's)."""
-    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(sys.executable))]
+    found = [
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.dirname(os.path.abspath(sys.executable)),
+    ]
     out: list[Path] = []
     for p in found:
         for path in (Path(p).absolute(), Path(p).resolve()):  # both the link and its target
@@ -111,8 +135,10 @@ def probe() -> str | None:
 def how_to_enable(why: str) -> str:
     if "not installed" in why:
         return f"install Debian's bubblewrap ({INSTALL}, as root; scripts/setup.sh does it)"
-    return ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
-            "kernel.apparmor_restrict_unprivileged_userns=0), or run in a container that permits them")
+    return (
+        "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+        "kernel.apparmor_restrict_unprivileged_userns=0), or run in a container that permits them"
+    )
 
 
 def decide(mode: str) -> Decision:
@@ -127,8 +153,10 @@ def decide(mode: str) -> Decision:
     if why is None:
         return Decision(True, mode)
     if mode == "on":
-        raise UsageError(f"--ecdysis-sandbox on: {why}; {how_to_enable(why)}, or pass --ecdysis-sandbox auto "
-                         "(harness code then runs with your rights where no sandbox can start)")
+        raise UsageError(
+            f"--ecdysis-sandbox on: {why}; {how_to_enable(why)}, or pass --ecdysis-sandbox auto "
+            "(harness code then runs with your rights where no sandbox can start)"
+        )
     return Decision(False, mode, f"{why}; to enable: {how_to_enable(why)}")
 
 
@@ -148,17 +176,31 @@ def _covered() -> list[Path]:
     return out + [Path(os.environ[v]) for v in XDG_COVERED if os.environ.get(v, "").startswith("/")]
 
 
-def wrap_command(command: list[str], *, visible: list[Path], scratch: Path, hide: list[Path] = (),
-                 force: bool = False) -> list[str]:
+def wrap_command(
+    command: list[str], *, visible: list[Path], scratch: Path, hide: list[Path] = (), force: bool = False
+) -> list[str]:
     """`command` run inside the sandbox when it is enabled (or `force`), else `command` unchanged; `hide`
     adds paths to `ECDYSIS_SANDBOX_HIDE`'s (the caller's own gold data). Shape: `[bwrap, args..., "--",
     *command]`."""
     if not (force or enabled()):
         return command
     bwrap = shutil.which("bwrap") or "bwrap"
-    args = [bwrap, *_system_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-            "--new-session"]
+    args = [
+        bwrap,
+        *_system_binds(),
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+    ]
     bound = [p for p in dict.fromkeys([*interpreter_paths(), *visible]) if p.exists()]
     # a system or base interpreter's package directories that are not on the import path: covered
     # (a pip install into the base Python could hold another τ² and its gold tasks)
@@ -221,21 +263,26 @@ def start_failure(text: str) -> str | None:
     """The line of `text` (a sub-run's log) that says a harness process's sandbox did not start, or None."""
     for line in text.splitlines():
         if START_FAILURE_MARK in line:
-            return line[line.index(START_FAILURE_MARK):].strip()
+            return line[line.index(START_FAILURE_MARK) :].strip()
     return None
 
 
 #: What only the sandbox stops (the kinds of docs/evolution.md, threat model), named in the verdict when off.
-ONLY_THE_SANDBOX = ("reading files outside the harness (τ²'s task files, caches, credentials)",
-                    "ancestors' environments (/proc/<pid>/environ)", "the network (the ground-truth endpoint)",
-                    "writes to the venv, τ²'s package and your caches")
+ONLY_THE_SANDBOX = (
+    "reading files outside the harness (τ²'s task files, caches, credentials)",
+    "ancestors' environments (/proc/<pid>/environ)",
+    "the network (the ground-truth endpoint)",
+    "writes to the venv, τ²'s package and your caches",
+)
 
 
 def status_line() -> str:
     """One line for the run output: which protection harness code runs under."""
     if enabled():
-        return ("sandbox: harness code runs under bubblewrap (read-only, allowlisted file system, no network, "
-                "own PID namespace, run directories, caches and gold data hidden)")
+        return (
+            "sandbox: harness code runs under bubblewrap (read-only, allowlisted file system, no network, "
+            "own PID namespace, run directories, caches and gold data hidden)"
+        )
     why = os.environ.get(ENV_WHY) or "--ecdysis-sandbox off"
     return f"no OS sandbox: harness code runs with your rights: {why}"
 
@@ -245,4 +292,6 @@ def verdict_line() -> str | None:
     if enabled():
         return None
     why = os.environ.get(ENV_WHY) or "--ecdysis-sandbox off"
-    return (f"harness code ran with your rights ({why}); only the sandbox stops: " + "; ".join(ONLY_THE_SANDBOX))
+    return f"harness code ran with your rights ({why}); only the sandbox stops: " + "; ".join(
+        ONLY_THE_SANDBOX
+    )

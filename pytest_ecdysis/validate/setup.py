@@ -95,8 +95,13 @@ def strip_args(args: list[str] | tuple[str, ...], drop: dict[str, bool] | None =
     return out
 
 
-def subrun_args(base_args: list[str] | tuple[str, ...], *, harness_dir: Path, run_dir: Path,
-                overrides: dict[str, str | None] | None = None) -> list[str]:
+def subrun_args(
+    base_args: list[str] | tuple[str, ...],
+    *,
+    harness_dir: Path,
+    run_dir: Path,
+    overrides: dict[str, str | None] | None = None,
+) -> list[str]:
     """The sub-run's pytest arguments: the suite arguments, the candidate, the run dir, and overrides
     (e.g. `{"--ecdysis-split": "test", "--ecdysis-trials": "3", "--ecdysis-tasks": None}`), which replace
     any given value (None: drop the option)."""
@@ -110,8 +115,18 @@ def subrun_args(base_args: list[str] | tuple[str, ...], *, harness_dir: Path, ru
 
 
 #: Environment variables that would load code before (or instead of) the trusted suite and plugin.
-SCRUBBED_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
-                "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+SCRUBBED_ENV = (
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONINSPECT",
+    "PYTHONEXECUTABLE",
+    "PYTHONPLATLIBDIR",
+    "PYTHONPYCACHEPREFIX",
+    "PYTEST_ADDOPTS",
+    "PYTEST_PLUGINS",
+)
 
 
 @dataclass
@@ -135,8 +150,9 @@ class TrustedTree:
 
     def compile_in_background(self) -> None:
         """Compile the copy's modules once (`compile_tree`) while the evolution diagnoses; `ready` waits."""
-        self.compiling = threading.Thread(target=compile_tree, args=(self,), daemon=True,
-                                          name="ecdysis-compile-trusted-copy")
+        self.compiling = threading.Thread(
+            target=compile_tree, args=(self,), daemon=True, name="ecdysis-compile-trusted-copy"
+        )
         self.compiling.start()
 
     def ready(self) -> None:
@@ -158,11 +174,19 @@ class TrustedTree:
 def subrun_env(run_id: str, sim_url: str | None) -> dict[str, str]:
     """The sub-run's environment: the controller's, scrubbed (module docstring); `run_id` is the id the
     sub-run writes its run directory under."""
-    env = {k: v for k, v in child_env().items()  # ECDYSIS_SESSION_PID dropped: the ids below are given
-           if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST")) and k not in SCRUBBED_ENV
-           and k != "ECDYSIS_SESSION_PID"}
-    env.update(ECDYSIS_RUN_ID=run_id, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1",
-               LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env = {
+        k: v
+        for k, v in child_env().items()  # ECDYSIS_SESSION_PID dropped: the ids below are given
+        if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))
+        and k not in SCRUBBED_ENV
+        and k != "ECDYSIS_SESSION_PID"
+    }
+    env.update(
+        ECDYSIS_RUN_ID=run_id,
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONNOUSERSITE="1",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
     if env.get("ECDYSIS_TRUSTED_PYCACHE"):  # the session's scorer cache, read-only here (`validate.pycache`)
         env["ECDYSIS_TRUSTED_PYCACHE_WRITE"] = "0"
     if env.get("ECDYSIS_WARM_DIR"):  # the session's warm scorer server, used by this sub-run's workers too
@@ -181,8 +205,12 @@ def compile_tree(trusted: TrustedTree) -> None:
     copy with these digests: a planted or changed cache file is an integrity change, as a changed source is."""
     tag, root = sys.implementation.cache_tag, trusted.pristine
     harness = (root / trusted.harness_rel).resolve()
-    packages = [d for p in trusted.pythonpath for d in sorted((root / p).iterdir())
-                if (d / "__init__.py").is_file() and d.resolve() != harness]  # what sub-runs import from it
+    packages = [
+        d
+        for p in trusted.pythonpath
+        for d in sorted((root / p).iterdir())
+        if (d / "__init__.py").is_file() and d.resolve() != harness
+    ]  # what sub-runs import from it
     sources = {*(f for d in packages for f in d.rglob("*.py")), *root.rglob("conftest.py")}
     for source in sorted(sources):
         if SKIP_PARTS & set(source.relative_to(root).parts) or source.is_symlink():
@@ -196,8 +224,11 @@ def compile_tree(trusted: TrustedTree) -> None:
 
 
 def _bytecode_digests(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("__pycache__/*.pyc")) if not p.is_symlink()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("__pycache__/*.pyc"))
+        if not p.is_symlink()
+    }
 
 
 def _place_harness(target: Path, harness_dir: Path, files: dict[str, bytes | None] | None) -> None:
@@ -262,6 +293,8 @@ def _check_copy(trusted: TrustedTree, tree: Path) -> None:
         kept = {p: d for p, d in trusted.bytecode.items() if not (prefix and p.startswith(prefix))}
         problems += changes({"the trusted copy's bytecode": kept}, {"the trusted copy's bytecode": cached})
     if problems:
-        raise IntegrityError("the validation sub-run changed the trusted copy of your checkout it ran from: "
-                             + "; ".join(problems) + "; the candidate is rejected and the evolution stops")
-
+        raise IntegrityError(
+            "the validation sub-run changed the trusted copy of your checkout it ran from: "
+            + "; ".join(problems)
+            + "; the candidate is rejected and the evolution stops"
+        )

@@ -65,7 +65,9 @@ def check_file(path: str, data: bytes | None) -> list[Finding]:
     if data is None:
         return [Finding(path, 0, "file_kind", "a symlink (the candidate's files must be regular files)")]
     if FORBIDDEN_FILES.search(path):
-        return [Finding(path, 0, "file_kind", "a file Python or pytest runs on its own (startup hook/conftest)")]
+        return [
+            Finding(path, 0, "file_kind", "a file Python or pytest runs on its own (startup hook/conftest)")
+        ]
     if path.endswith(BINARY_SUFFIXES) or b"\0" in data:
         return [Finding(path, 0, "file_kind", "compiled or binary content")]
     try:
@@ -73,8 +75,11 @@ def check_file(path: str, data: bytes | None) -> list[Finding]:
     except UnicodeDecodeError:
         return [Finding(path, 0, "file_kind", "not UTF-8 text")]
     if not path.endswith(".py"):
-        return [Finding(path, i, "gold_data", f"{reason}: {line.strip()[:100]}")
-                for i, line in enumerate(text.splitlines(), 1) for reason in _gold(line)]
+        return [
+            Finding(path, i, "gold_data", f"{reason}: {line.strip()[:100]}")
+            for i, line in enumerate(text.splitlines(), 1)
+            for reason in _gold(line)
+        ]
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -108,8 +113,9 @@ class _Visitor(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._import(node, alias.name)
-            self.imported[(alias.asname or alias.name).split(".")[0]] = alias.name if alias.asname else \
-                alias.name.split(".")[0]
+            self.imported[(alias.asname or alias.name).split(".")[0]] = (
+                alias.name if alias.asname else alias.name.split(".")[0]
+            )
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:  # the harness's own modules
@@ -147,7 +153,11 @@ class _Visitor(ast.NodeVisitor):
             if full.startswith("os.") and node.attr in OS_ATTRS:
                 self.flag(node, OS_ATTRS[node.attr], dotted)
         if node.attr in ROUTING_ATTRS:
-            self.flag(node, "gold_data", f"reads the client's routing .{node.attr} (the trial header names the task)")
+            self.flag(
+                node,
+                "gold_data",
+                f"reads the client's routing .{node.attr} (the trial header names the task)",
+            )
         if node.attr in DUNDERS and not (node.attr == "__file__" and self._own_module(node.value)):
             if node.attr != "__dict__" or self._root_imported(node.value):
                 self.flag(node, "introspection", f"attribute {node.attr}")
@@ -177,8 +187,9 @@ class _Visitor(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in ALIAS_BUILTINS and node.id not in self.imported and id(node) not in self.called:
             if isinstance(node.ctx, ast.Load):
-                rule = BUILTIN_CALLS.get(node.id) or ("introspection" if node.id in ("__builtins__", "locals")
-                                                      else "patches_code")
+                rule = BUILTIN_CALLS.get(node.id) or (
+                    "introspection" if node.id in ("__builtins__", "locals") else "patches_code"
+                )
                 self.flag(node, rule, f"uses builtin {node.id} as a value (an alias escapes the check)")
             else:
                 self.flag(node, "patches_code", f"rebinds builtin {node.id}")
@@ -293,7 +304,9 @@ class _Visitor(ast.NodeVisitor):
         """An expression that is (or is built from) a pathlib path: `Path(...)`, `x / "y"`, `.parent`."""
         while isinstance(node, ast.Attribute | ast.Call | ast.BinOp):
             if isinstance(node, ast.Call):
-                if isinstance(node.func, ast.Name) and self.imported.get(node.func.id, "").startswith("pathlib"):
+                if isinstance(node.func, ast.Name) and self.imported.get(node.func.id, "").startswith(
+                    "pathlib"
+                ):
                     return True
                 node = node.func
             elif isinstance(node, ast.BinOp):
@@ -312,10 +325,14 @@ class _Visitor(ast.NodeVisitor):
         for n in ast.walk(node):  # only __file__, pathlib / os.path and literals: nothing computed elsewhere
             if isinstance(n, ast.Name) and n.id != "__file__" and n.id not in self.imported:
                 return False
-            if isinstance(n, ast.Name) and n.id in self.imported and not (
-                    self.imported[n.id].startswith("pathlib") or self.imported[n.id] in ("os", "os.path")):
+            if (
+                isinstance(n, ast.Name)
+                and n.id in self.imported
+                and not (
+                    self.imported[n.id].startswith("pathlib") or self.imported[n.id] in ("os", "os.path")
+                )
+            ):
                 return False
             if isinstance(n, ast.Constant) and not isinstance(n.value, str):
                 return False
         return True
-

@@ -20,8 +20,9 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                imported[(alias.asname or alias.name).split(".")[0]] = alias.name if alias.asname else \
-                    alias.name.split(".")[0]
+                imported[(alias.asname or alias.name).split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
         elif isinstance(node, ast.ImportFrom) and not node.level:
             for alias in node.names:
                 imported[alias.asname or alias.name] = f"{node.module or ''}.{alias.name}"
@@ -47,8 +48,11 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
 
 
 def _pairs(target: ast.AST, value: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
-    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List) \
-            and len(target.elts) == len(value.elts):
+    if (
+        isinstance(target, ast.Tuple | ast.List)
+        and isinstance(value, ast.Tuple | ast.List)
+        and len(target.elts) == len(value.elts)
+    ):
         return [p for t, v in zip(target.elts, value.elts, strict=True) for p in _pairs(t, v)]
     return [(target, value)]
 
@@ -82,14 +86,23 @@ def _const_str(node: ast.AST) -> str | None:
     if isinstance(node, ast.JoinedStr):
         parts = [_const_str(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
         return None if any(p is None for p in parts) else "".join(parts)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join" \
-            and len(node.args) == 1 and isinstance(node.args[0], ast.List | ast.Tuple):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.List | ast.Tuple)
+    ):
         sep = _const_str(node.func.value)
         if sep is None and _dotted_name(node.func.value) not in ("os.path", "posixpath"):
             return None
         parts = [_const_str(e) for e in node.args[0].elts]
         return None if any(p is None for p in parts) else (sep if sep is not None else "/").join(parts)
-    if isinstance(node, ast.Call) and _dotted_name(node.func) in ("os.path.join", "posixpath.join") and node.args:
+    if (
+        isinstance(node, ast.Call)
+        and _dotted_name(node.func) in ("os.path.join", "posixpath.join")
+        and node.args
+    ):
         parts = [_const_str(a) for a in node.args]
         return None if any(p is None for p in parts) else "/".join(parts)
     return None

@@ -75,12 +75,21 @@ class BrokenCandidate(Exception):
     """The candidate does not import, or its sub-run produced no scores (the round ends `broken_candidate`)."""
 
 
-def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir: Path, run_dir: Path,
-              run_id: str, sim_url: str | None, overrides: dict[str, str | None] | None = None,
-              check_import: bool = True, trusted: TrustedTree | None = None,
-              files: dict[str, bytes | None] | None = None,
-              on_start: Callable[[subprocess.Popen], None] | None = None,
-              env: dict[str, str] | None = None) -> SubRun:
+def run_suite(
+    *,
+    base_args: list[str] | tuple[str, ...],
+    cwd: Path,
+    harness_dir: Path,
+    run_dir: Path,
+    run_id: str,
+    sim_url: str | None,
+    overrides: dict[str, str | None] | None = None,
+    check_import: bool = True,
+    trusted: TrustedTree | None = None,
+    files: dict[str, bytes | None] | None = None,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> SubRun:
     """Run the suite on a harness in a subprocess and read its run directory `<run_dir>/<run_id>`.
 
     The harness is `files` (harness-relative path -> bytes, e.g. a `git.snapshot.Snapshot`'s) when given, else
@@ -143,24 +152,39 @@ def run_suite(*, base_args: list[str] | tuple[str, ...], cwd: Path, harness_dir:
         _rmtree(private)
     sandbox_failed = start_failure(log_text)
     if sandbox_failed:  # the tool failed, not the candidate: the loop stops, resumable (issue 27)
-        raise SandboxStartError(f"a validation sub-run could not start harness code: {sandbox_failed}; see "
-                                f"{log_path}; fix the sandbox (or pass --ecdysis-sandbox off), then resume")
+        raise SandboxStartError(
+            f"a validation sub-run could not start harness code: {sandbox_failed}; see "
+            f"{log_path}; fix the sandbox (or pass --ecdysis-sandbox off), then resume"
+        )
     try:
         summary, trials = read_run(run_path)
     except RunDirError as exc:
-        raise BrokenCandidate(f"the sub-run (exit status {code}) wrote no usable results: {exc}; see {log_path}") \
-            from None
+        raise BrokenCandidate(
+            f"the sub-run (exit status {code}) wrote no usable results: {exc}; see {log_path}"
+        ) from None
     if not summary.get("n_trials"):
         raise BrokenCandidate(f"the sub-run (exit status {code}) scored no trial; see {log_path}")
     problem = disagreement(summary, trials)
     if problem:
         raise BrokenCandidate(f"the sub-run's results do not agree ({problem}); see {run_path}")
-    return SubRun(run_id=run_id, run_path=run_path, exit_code=code, summary=summary, trials=trials,
-                  wall_s=wall, log_path=log_path)
+    return SubRun(
+        run_id=run_id,
+        run_path=run_path,
+        exit_code=code,
+        summary=summary,
+        trials=trials,
+        wall_s=wall,
+        log_path=log_path,
+    )
 
 
-def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
-         on_start: Callable[[subprocess.Popen], None] | None = None) -> tuple[int, float, str]:
+def _run(
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log_path: Path,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> tuple[int, float, str]:
     """Run `python -m pytest args` in its own process group; the group is killed when it ends (a helper
     the harness started in the group does not outlive the sub-run). Returns (exit status, seconds, log)."""
     started = time.monotonic()
@@ -170,8 +194,15 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], log_path: Path,
     with log_path.open("w") as log:
         log.write("$ " + " ".join(command) + "\n\n")
         log.flush()
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         if on_start is not None:
             on_start(proc)
         try:
@@ -193,4 +224,3 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-

@@ -65,8 +65,11 @@ def prepare(sandbox_on: bool) -> Path | None:
     try:
         _STARTED.extend(warm_services(str(path)))
     except Exception as exc:  # never a lost session: the workers start their own scorers
-        print(f"ecdysis: warm services did not start ({type(exc).__name__}: {exc}); "
-              "each worker starts its own scorer", file=sys.stderr)
+        print(
+            f"ecdysis: warm services did not start ({type(exc).__name__}: {exc}); "
+            "each worker starts its own scorer",
+            file=sys.stderr,
+        )
         return None
     os.environ[ENV_DIR] = str(path)
     return path

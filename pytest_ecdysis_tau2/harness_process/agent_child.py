@@ -49,8 +49,12 @@ def _load_message(t: Any, data: dict[str, Any] | None) -> Any:
         return None
     if "tool_messages" in data:
         return t.MultiToolMessage.model_validate(data)
-    kinds = {"assistant": t.AssistantMessage, "user": t.UserMessage, "tool": t.ToolMessage,
-             "system": t.SystemMessage}
+    kinds = {
+        "assistant": t.AssistantMessage,
+        "user": t.UserMessage,
+        "tool": t.ToolMessage,
+        "system": t.SystemMessage,
+    }
     return kinds[data["role"]].model_validate(data)
 
 
@@ -64,8 +68,11 @@ class _Completions:
         from openai._models import construct_type
         from openai.types.chat import ChatCompletion
 
-        kwargs = {k: v for k, v in kwargs.items()  # headers are the trial side's; a timeout only as seconds
-                  if k != "extra_headers" and (k != "timeout" or isinstance(v, int | float))}
+        kwargs = {
+            k: v
+            for k, v in kwargs.items()  # headers are the trial side's; a timeout only as seconds
+            if k != "extra_headers" and (k != "timeout" or isinstance(v, int | float))
+        }
         reply = self.channel.call(json.loads(json.dumps(kwargs, default=_jsonable)))
         if reply.get("ok"):
             return construct_type(type_=ChatCompletion, value=reply["response"])
@@ -140,22 +147,33 @@ def serve_trial(channel: _Channel, t: Any, environments: dict[str, Any]) -> None
                 if request["domain"] not in environments:
                     environments[request["domain"]] = suite.get_environment(request["domain"])
                 environment = environments[request["domain"]]
-                agent = harness.build_agent(tools=environment.get_tools(), domain_policy=environment.get_policy(),
-                                            client=ProxyClient(channel, request.get("trial", "")),
-                                            model=request["model"], max_steps_hint=request.get("max_steps_hint"))
+                agent = harness.build_agent(
+                    tools=environment.get_tools(),
+                    domain_policy=environment.get_policy(),
+                    client=ProxyClient(channel, request.get("trial", "")),
+                    model=request["model"],
+                    max_steps_hint=request.get("max_steps_hint"),
+                )
                 state = None
             elif op == "init_state":
-                state = agent.get_init_state([_load_message(t, m) for m in request.get("history") or []] or None)
+                state = agent.get_init_state(
+                    [_load_message(t, m) for m in request.get("history") or []] or None
+                )
             elif op == "generate":
                 message, state = agent.generate_next_message(_load_message(t, request.get("message")), state)
             elif op == "stop":
                 agent.stop(_load_message(t, request.get("message")), state)
             elif op == "seed":
                 agent.set_seed(request.get("seed"))
-            channel.write({"op": "done", "message": dump(message),
-                           "is_stop": bool(message is not None and agent.is_stop(message)),
-                           "notes": list(getattr(agent, "harness_notes", []) or []),
-                           "usage": dict(getattr(agent, "usage", None) or {})})
+            channel.write(
+                {
+                    "op": "done",
+                    "message": dump(message),
+                    "is_stop": bool(message is not None and agent.is_stop(message)),
+                    "notes": list(getattr(agent, "harness_notes", []) or []),
+                    "usage": dict(getattr(agent, "usage", None) or {}),
+                }
+            )
         except SystemExit:
             return
         except BaseException as exc:  # noqa: B036 - every failure goes back to the trial side as data
@@ -165,10 +183,14 @@ def serve_trial(channel: _Channel, t: Any, environments: dict[str, Any]) -> None
 
 
 def _error(exc: BaseException, agent: Any = None) -> dict[str, Any]:
-    return {"op": "error", "type": type(exc).__name__, "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc, limit=-3)),
-            "notes": list(getattr(agent, "harness_notes", []) or []),
-            "usage": dict(getattr(agent, "usage", None) or {})}
+    return {
+        "op": "error",
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc, limit=-3)),
+        "notes": list(getattr(agent, "harness_notes", []) or []),
+        "usage": dict(getattr(agent, "usage", None) or {}),
+    }
 
 
 class _Lines:
@@ -186,8 +208,9 @@ class _Lines:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def _fork_trial(conn: socket.socket, listener: socket.socket, out: Any, t: Any, environments: dict,
-                limits: Any) -> int:
+def _fork_trial(
+    conn: socket.socket, listener: socket.socket, out: Any, t: Any, environments: dict, limits: Any
+) -> int:
     pid = os.fork()
     if pid:
         conn.close()

@@ -16,9 +16,26 @@ from pathlib import Path
 HIDDEN_ENV_PREFIXES = ("OPENAI_", "ECDYSIS_", "ANTHROPIC_", "AWS_", "AZURE_", "GITHUB_", "GH_")
 #: The only variables of the trial process's environment the child gets (names, or prefixes ending in
 #: `*`): what Python, τ² and locale handling read. Harness code reads no environment (static check).
-CHILD_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "LC_*",
-             "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE",
-             "PYTHONSAFEPATH", "VIRTUAL_ENV", "LITELLM_LOCAL_MODEL_COST_MAP")
+CHILD_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "LC_*",
+    "PYTHONHASHSEED",
+    "PYTHONIOENCODING",
+    "PYTHONUTF8",
+    "PYTHONUNBUFFERED",
+    "PYTHONNOUSERSITE",
+    "PYTHONSAFEPATH",
+    "VIRTUAL_ENV",
+    "LITELLM_LOCAL_MODEL_COST_MAP",
+)
 
 
 def child_env(env: dict[str, str] | os._Environ) -> dict[str, str]:

@@ -109,8 +109,17 @@ def check_harness(harness_dir: Path) -> str | None:
     return reply.get("message") or "the harness failed to import" if reply.get("op") == "error" else None
 
 
-def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_steps_hint: int | None,
-                trial: str, budget: Any, environment: Any) -> Any:
+def build_agent(
+    *,
+    harness_dir: Path,
+    domain: str,
+    model: str,
+    client: Any,
+    max_steps_hint: int | None,
+    trial: str,
+    budget: Any,
+    environment: Any,
+) -> Any:
     """An agent for the orchestrator whose decisions come from the harness in the child process.
 
     `ECDYSIS_AGENT_PROCESS=0` builds the harness's agent in this process instead (the layout before the
@@ -125,9 +134,13 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
     if os.environ.get("ECDYSIS_AGENT_PROCESS") == "0":
         from pytest_ecdysis.core.harness import load_harness
 
-        return load_harness(harness_dir).build_agent(tools=environment.get_tools(),
-                                                     domain_policy=environment.get_policy(), client=client,
-                                                     model=model, max_steps_hint=max_steps_hint)
+        return load_harness(harness_dir).build_agent(
+            tools=environment.get_tools(),
+            domain_policy=environment.get_policy(),
+            client=client,
+            model=model,
+            max_steps_hint=max_steps_hint,
+        )
 
     t = load_tau2()
 
@@ -141,8 +154,16 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
             self.format_error: EndpointFormatError | None = None  # an unusable reply the trial side saw
             self.unusable: UnusableReplyError | None = None  # the last call's reply was not a chat completion
             self.link = agent_process(harness_dir).connect(domain)
-            self.request({"op": "start", "harness_dir": str(harness_dir), "domain": domain, "model": model,
-                          "max_steps_hint": max_steps_hint, "trial": trial})
+            self.request(
+                {
+                    "op": "start",
+                    "harness_dir": str(harness_dir),
+                    "domain": domain,
+                    "model": model,
+                    "max_steps_hint": max_steps_hint,
+                    "trial": trial,
+                }
+            )
 
         def request(self, doc: dict[str, Any]) -> dict[str, Any]:
             self.link.send(doc)
@@ -180,8 +201,13 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
                 return {"op": "completion", "ok": False, "kind": "connection", "message": str(exc)}
             except openai.APIStatusError as exc:
                 self.infra = exc
-                return {"op": "completion", "ok": False, "kind": "status", "status": exc.status_code,
-                        "message": exc.message}
+                return {
+                    "op": "completion",
+                    "ok": False,
+                    "kind": "status",
+                    "status": exc.status_code,
+                    "message": exc.message,
+                }
             except openai.APITimeoutError as exc:
                 self.infra = exc
                 return {"op": "completion", "ok": False, "kind": "timeout", "message": str(exc)}
@@ -211,9 +237,14 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
             limit = self.link.server.limit_reached(raised=kind)
             if limit:
                 return HarnessProcessError(f"{limit}: the harness raised {kind}: {text}")
-            detail = "" if self.infra is not None or kind not in INFRA_TYPES else \
-                " (no endpoint failure was seen on the wire: an agent failure)"
-            return HarnessProcessError(f"the harness raised {kind}: {text}{detail}\n{reply.get('traceback', '')}")
+            detail = (
+                ""
+                if self.infra is not None or kind not in INFRA_TYPES
+                else " (no endpoint failure was seen on the wire: an agent failure)"
+            )
+            return HarnessProcessError(
+                f"the harness raised {kind}: {text}{detail}\n{reply.get('traceback', '')}"
+            )
 
         def get_init_state(self, message_history: list | None = None) -> Any:
             self.request({"op": "init_state", "history": [_dump(m) for m in message_history or []]})
@@ -248,5 +279,13 @@ def build_agent(*, harness_dir: Path, domain: str, model: str, client: Any, max_
     return AgentProxy()
 
 
-INFRA_TYPES = {"InfrastructureError", "TimeBudgetExceeded", "APIError", "APITimeoutError", "APIConnectionError",
-               "APIStatusError", "RateLimitError", "InternalServerError"}
+INFRA_TYPES = {
+    "InfrastructureError",
+    "TimeBudgetExceeded",
+    "APIError",
+    "APITimeoutError",
+    "APIConnectionError",
+    "APIStatusError",
+    "RateLimitError",
+    "InternalServerError",
+}

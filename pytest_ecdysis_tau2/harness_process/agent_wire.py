@@ -26,12 +26,23 @@ from typing import Any
 
 from .agent_env import CHILD_ENV, HIDDEN_ENV_PREFIXES, child_env, gold_files
 
-__all__ = ["CHILD_ENV", "HIDDEN_ENV_PREFIXES", "STARTUP_TIMEOUT_S", "AgentProcess", "HarnessProcessError",
-           "TrialLink", "agent_process", "child_env", "gold_files"]
+__all__ = [
+    "CHILD_ENV",
+    "HIDDEN_ENV_PREFIXES",
+    "STARTUP_TIMEOUT_S",
+    "AgentProcess",
+    "HarnessProcessError",
+    "TrialLink",
+    "agent_process",
+    "child_env",
+    "gold_files",
+]
 
 #: Seconds the child may take to start (import τ²) before it is declared dead; paid once per worker,
 #: outside any trial's budget (`prepare`).
 STARTUP_TIMEOUT_S = 300.0
+
+
 class HarnessProcessError(RuntimeError):
     """The harness's process died, hung, broke the protocol or raised (an agent failure)."""
 
@@ -54,7 +65,7 @@ class _Wire:
             data = memoryview((json.dumps(doc, default=str) + "\n").encode())
             fd = self.fds()[1]
             while data:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
         except (BrokenPipeError, OSError) as exc:
             raise self.lost(f"died: {exc}") from None
 
@@ -145,21 +156,43 @@ class AgentProcess(_Wire):
 
         protect_this_process()  # this process's environment (keys) unreadable by the child's user
         from .. import SUITE_ROOT as package_root
+
         env = child_env(os.environ)
         # this process's own import path (trusted: harness code never ran here), the suite's root first
         path = [str(package_root), *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))]
-        env.update(PYTHONPATH=os.pathsep.join(dict.fromkeys(path)), PYTHONDONTWRITEBYTECODE="1",
-                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+        env.update(
+            PYTHONPATH=os.pathsep.join(dict.fromkeys(path)),
+            PYTHONDONTWRITEBYTECODE="1",
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+        )
         self.limits = limits_from_env()
-        command = wrap_command([sys.executable, "-m", "pytest_ecdysis_tau2.harness_process.agent_child",
-                                "--memory-mb", str(self.limits.memory_mb), "--cpu-s", str(self.limits.cpu_s)],
-                               visible=[self.harness_dir, package_root, *map(Path, dict.fromkeys(path))],
-                               scratch=self.dir, hide=[*hidden_paths(), *gold_files()])
+        command = wrap_command(
+            [
+                sys.executable,
+                "-m",
+                "pytest_ecdysis_tau2.harness_process.agent_child",
+                "--memory-mb",
+                str(self.limits.memory_mb),
+                "--cpu-s",
+                str(self.limits.cpu_s),
+            ],
+            visible=[self.harness_dir, package_root, *map(Path, dict.fromkeys(path))],
+            scratch=self.dir,
+            hide=[*hidden_paths(), *gold_files()],
+        )
         self.sandboxed = command[0] != sys.executable
         self.buffer, self.warm, self.socket = b"", set(), ""
         with self.log.open("ab") as err:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                         cwd=self.dir, env=env, bufsize=0, start_new_session=True)
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd=self.dir,
+                env=env,
+                bufsize=0,
+                start_new_session=True,
+            )
 
     def _await_ready(self) -> None:
         try:
@@ -168,9 +201,11 @@ class AgentProcess(_Wire):
             if self.sandboxed and "bwrap:" in str(exc):  # bubblewrap's own message: no harness code ran
                 from pytest_ecdysis.validate.sandbox import START_FAILURE_MARK, SandboxStartError
 
-                said = str(exc)[str(exc).index("bwrap:"):]
-                raise SandboxStartError(f"{START_FAILURE_MARK}: {said} (an infrastructure error, not the "
-                                        "harness's; see docs/evolution.md, threat model)") from None
+                said = str(exc)[str(exc).index("bwrap:") :]
+                raise SandboxStartError(
+                    f"{START_FAILURE_MARK}: {said} (an infrastructure error, not the "
+                    "harness's; see docs/evolution.md, threat model)"
+                ) from None
             raise
         if ready.get("op") != "ready":
             self.close()
@@ -202,7 +237,10 @@ class AgentProcess(_Wire):
         each step once per server). Raises `HarnessProcessError` as `request` does."""
         with self.lock:
             self.ensure()
-            for op, key, value in (("check", "harness_dir", str(self.harness_dir)), ("domain", "domain", domain)):
+            for op, key, value in (
+                ("check", "harness_dir", str(self.harness_dir)),
+                ("domain", "domain", domain),
+            ):
                 if value not in self.warm:
                     self.request({"op": op, key: value})
                     self.warm.add(value)
@@ -268,8 +306,9 @@ class TrialLink(_Wire):
             self.sock.connect(path)
         except OSError as exc:
             self.sock.close()
-            raise HarnessProcessError(f"the harness process does not accept trials ({exc}): "
-                                      f"{server._tail()}") from None
+            raise HarnessProcessError(
+                f"the harness process does not accept trials ({exc}): {server._tail()}"
+            ) from None
         hello = self.receive(STARTUP_TIMEOUT_S)
         self.pid = hello.get("pid")
 
@@ -284,10 +323,13 @@ class TrialLink(_Wire):
             limit = self.server.limit_reached(exit_code=code, cpu_s=end.get("cpu_s"))
             if limit:
                 return HarnessProcessError(f"{limit}: it was ended (exit status {code})")
-            return HarnessProcessError(f"the harness process died (exit status {code}): {self.server._tail()}")
+            return HarnessProcessError(
+                f"the harness process died (exit status {code}): {self.server._tail()}"
+            )
         if why.startswith("hung"):
-            return HarnessProcessError(f"the harness did not answer within the trial budget ({why}); its "
-                                       "process was ended")
+            return HarnessProcessError(
+                f"the harness did not answer within the trial budget ({why}); its process was ended"
+            )
         return HarnessProcessError(f"the harness process {why}")
 
     def close(self, kill: bool = False) -> None:

@@ -30,8 +30,18 @@ import httpx2
 
 #: Request headers a trial's client may send as they are (lower case; `x-stainless-*`, the openai
 #: client's own telemetry, too); the trusted ones (`FORCED`) are set, every other header is dropped.
-ALLOWED_HEADERS = frozenset({"host", "accept", "accept-encoding", "connection", "content-type", "user-agent",
-                             "openai-organization", "openai-project"})
+ALLOWED_HEADERS = frozenset(
+    {
+        "host",
+        "accept",
+        "accept-encoding",
+        "connection",
+        "content-type",
+        "user-agent",
+        "openai-organization",
+        "openai-project",
+    }
+)
 #: Call arguments a harness may not set over the channel: they carry headers or route the request.
 DROPPED_ARGUMENTS = ("extra_headers", "extra_query")
 
@@ -46,15 +56,25 @@ def guard_call(kwargs: dict[str, Any], model: str) -> tuple[dict[str, Any], list
     dropped = [k for k in DROPPED_ARGUMENTS if k in kwargs]
     if dropped:
         names = sorted({str(h) for k in dropped if isinstance(kwargs[k], dict) for h in kwargs[k]})
-        notes.append({"kind": "request_filtered", "step": None,
-                      "detail": f"the harness passed {', '.join(dropped)} ({', '.join(names) or 'empty'}): "
-                                "dropped; headers and routing are the trial side's"})
+        notes.append(
+            {
+                "kind": "request_filtered",
+                "step": None,
+                "detail": f"the harness passed {', '.join(dropped)} ({', '.join(names) or 'empty'}): "
+                "dropped; headers and routing are the trial side's",
+            }
+        )
     asked = out.get("model")
     if asked != model:
         out["model"] = model
-        notes.append({"kind": "model_overridden", "step": None,
-                      "detail": f"the harness asked for model {str(asked)[:200]!r}; the configured model "
-                                f"{model!r} answered (the model is set by --ecdysis-model, not the harness)"})
+        notes.append(
+            {
+                "kind": "model_overridden",
+                "step": None,
+                "detail": f"the harness asked for model {str(asked)[:200]!r}; the configured model "
+                f"{model!r} answered (the model is set by --ecdysis-model, not the harness)",
+            }
+        )
     return out, notes
 
 
@@ -64,8 +84,14 @@ class TrustedRequestTransport(httpx2.BaseTransport):
     `forced`: header name -> value (the role, the trial, the authorization); `model`: the body's model.
     """
 
-    def __init__(self, inner: httpx2.BaseTransport, *, model: str, forced: dict[str, str],
-                 note: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        inner: httpx2.BaseTransport,
+        *,
+        model: str,
+        forced: dict[str, str],
+        note: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.inner, self.model, self.note = inner, model, note or (lambda kind, detail: None)
         self.forced = {k.lower(): v for k, v in forced.items()}
         self.seen: set[tuple[str, str]] = set()  # one note per distinct change, not one per call
@@ -84,8 +110,11 @@ class TrustedRequestTransport(httpx2.BaseTransport):
             except ValueError:
                 body = None
             if isinstance(body, dict) and body.get("model") != self.model:
-                self._once("model_overridden", f"a request asked for model {str(body.get('model'))[:200]!r}; "
-                           f"the configured model {self.model!r} was sent")
+                self._once(
+                    "model_overridden",
+                    f"a request asked for model {str(body.get('model'))[:200]!r}; "
+                    f"the configured model {self.model!r} was sent",
+                )
                 body["model"] = self.model
                 content, body_changed = json.dumps(body).encode(), True
         headers, dropped = [], []
@@ -100,13 +129,21 @@ class TrustedRequestTransport(httpx2.BaseTransport):
             else:
                 dropped.append(name)
         if dropped:
-            self._once("request_filtered", f"header(s) {', '.join(sorted(set(dropped)))} not sent as asked: "
-                       "headers and routing are the trial side's")
-        if not dropped and not body_changed and all(request.headers.get(k) == v for k, v in self.forced.items()):
+            self._once(
+                "request_filtered",
+                f"header(s) {', '.join(sorted(set(dropped)))} not sent as asked: "
+                "headers and routing are the trial side's",
+            )
+        if (
+            not dropped
+            and not body_changed
+            and all(request.headers.get(k) == v for k, v in self.forced.items())
+        ):
             return self.inner.handle_request(request)
         headers += list(self.forced.items())
-        clean = httpx2.Request(request.method, request.url, headers=headers, content=content,
-                               extensions=request.extensions)
+        clean = httpx2.Request(
+            request.method, request.url, headers=headers, content=content, extensions=request.extensions
+        )
         return self.inner.handle_request(clean)
 
     def close(self) -> None:

@@ -84,7 +84,9 @@ def used_environments(domain: str) -> tuple[Any, Any] | None:
     return agent, gold
 
 
-def score_in_child(domain: str, score: Callable[[], dict[str, Any]], task_id: str | None = None) -> dict[str, Any]:
+def score_in_child(
+    domain: str, score: Callable[[], dict[str, Any]], task_id: str | None = None
+) -> dict[str, Any]:
     """Run `score()` in a forked child and return its JSON-able response; with `task_id`, the gold
     environment's hashes are reused from the task's earlier child (module docstring).
 

@@ -147,9 +147,14 @@ def track(db: Any, same_as: Pieces | None = None) -> Pieces:
 def db_hash(pieces: Pieces, db: Any) -> str:
     """τ²'s `get_dict_hash(db.model_dump())` of `db`, from the records its collections handed out
     (module docstring); τ²'s own computation when `db` is not the tracked database as `track` left it."""
-    fast = db is pieces.db and pieces.exact and all(
-        db.__dict__.get(n) is c and (c.touched is _ALL or all(type(k) is str for k in c.touched))  # type: ignore[union-attr]
-        for n, c in pieces.collections.items())
+    fast = (
+        db is pieces.db
+        and pieces.exact
+        and all(
+            db.__dict__.get(n) is c and (c.touched is _ALL or all(type(k) is str for k in c.touched))  # type: ignore[union-attr]
+            for n, c in pieces.collections.items()
+        )
+    )
     if not fast:
         return _sha(json.dumps(db.model_dump(), sort_keys=True, default=str))
     include: dict[str, Any] = {n: True for n in type(db).model_fields if n not in pieces.collections}
@@ -164,8 +169,11 @@ def db_hash(pieces: Pieces, db: Any) -> str:
         if keys:
             include[name] = {k: True for k in keys}
     fresh = db.model_dump(include=include) if include else {}
-    parts = {name: json.dumps(value, sort_keys=True, default=str) for name, value in fresh.items()
-             if name not in pieces.collections or dirty[name] is None}
+    parts = {
+        name: json.dumps(value, sort_keys=True, default=str)
+        for name, value in fresh.items()
+        if name not in pieces.collections or dirty[name] is None
+    }
     for name, coll in pieces.collections.items():
         changed = dirty[name]
         if changed is None:

@@ -29,8 +29,13 @@ import json
 from typing import Any
 
 #: τ²'s RewardType values -> our component names (records.RewardComponent).
-COMPONENTS = {"DB": "db", "ENV_ASSERTION": "env_assertion", "ACTION": "action",
-              "COMMUNICATE": "communicate", "NL_ASSERTION": "nl_assertion"}
+COMPONENTS = {
+    "DB": "db",
+    "ENV_ASSERTION": "env_assertion",
+    "ACTION": "action",
+    "COMMUNICATE": "communicate",
+    "NL_ASSERTION": "nl_assertion",
+}
 
 
 def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, Any]:
@@ -41,8 +46,9 @@ def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, An
     t = load_tau2()
     task = get_task(domain, task_id)
     run = t.SimulationRun.model_validate(simulation)
-    info = t.evaluate_simulation(simulation=run, task=task, evaluation_type=t.EvaluationType.ALL,
-                                 solo_mode=False, domain=domain)
+    info = t.evaluate_simulation(
+        simulation=run, task=task, evaluation_type=t.EvaluationType.ALL, solo_mode=False, domain=domain
+    )
     components = {}
     for key, value in (info.reward_breakdown or {}).items():
         name = COMPONENTS.get(getattr(key, "value", str(key)).upper())
@@ -55,12 +61,24 @@ def score(domain: str, task_id: str, simulation: dict[str, Any]) -> dict[str, An
         "communicate": communicate_matches(run.messages, info.communicate_checks or []),
         "actions": [{"name": c.action.name, "match": c.action_match} for c in info.action_checks or []],
         "note": (info.info or {}).get("note"),
-        "env_assertions": [{"env_type": str(getattr(c.env_assertion, "env_type", "")),
-                            "func_name": c.env_assertion.func_name, "arguments": dict(c.env_assertion.arguments or {}),
-                            "met": bool(c.met)} for c in info.env_assertions or []] or None,
+        "env_assertions": [
+            {
+                "env_type": str(getattr(c.env_assertion, "env_type", "")),
+                "func_name": c.env_assertion.func_name,
+                "arguments": dict(c.env_assertion.arguments or {}),
+                "met": bool(c.met),
+            }
+            for c in info.env_assertions or []
+        ]
+        or None,
     }
-    return {"ok": True, "reward": float(info.reward), "components": components,
-            "reward_basis": [getattr(b, "value", str(b)) for b in info.reward_basis or []], "checks": checks}
+    return {
+        "ok": True,
+        "reward": float(info.reward),
+        "components": components,
+        "reward_basis": [getattr(b, "value", str(b)) for b in info.reward_basis or []],
+        "checks": checks,
+    }
 
 
 #: bounds of a DB diff: entries kept, characters per value shown.
@@ -110,8 +128,11 @@ def db_diff(domain: str, task: Any, run: Any) -> list[dict[str, Any]]:
     agent = constructor()
     agent.set_state(initialization_data=data, initialization_actions=actions, message_history=run.messages)
     gold = constructor()
-    gold.set_state(initialization_data=data, initialization_actions=actions,
-                   message_history=(initial.message_history or []) if initial else [])
+    gold.set_state(
+        initialization_data=data,
+        initialization_actions=actions,
+        message_history=(initial.message_history or []) if initial else [],
+    )
     for action in (task.evaluation_criteria.actions or []) if task.evaluation_criteria else []:
         try:
             gold.make_tool_call(tool_name=action.name, requestor=action.requestor, **action.arguments)
@@ -144,7 +165,11 @@ def _diff(agent: Any, gold: Any, path: str, out: list[dict[str, Any]]) -> None:
 def _short(value: Any) -> Any:
     if isinstance(value, (dict, list)):
         text = json.dumps(value, ensure_ascii=False)
-        return value if len(text) <= DIFF_VALUE_CHARS else text[:DIFF_VALUE_CHARS] + f"… [cut {len(text) - DIFF_VALUE_CHARS} chars]"
+        return (
+            value
+            if len(text) <= DIFF_VALUE_CHARS
+            else text[:DIFF_VALUE_CHARS] + f"… [cut {len(text) - DIFF_VALUE_CHARS} chars]"
+        )
     return value
 
 
@@ -165,7 +190,6 @@ def _fast_environments() -> None:
             return cow_scoring.environment(_domain)
 
         registry._domains[domain] = constructor
-
 
 
 @functools.cache
@@ -190,8 +214,9 @@ def serve_lines(lines: Any, out: Any, scored: Any = None) -> None:
             request = json.loads(line)
             domain, task_id, simulation = request["domain"], str(request["task_id"]), request["simulation"]
             if cow_scoring.available():  # τ²'s evaluator in a forked child, over environments built once
-                response = cow_scoring.score_in_child(domain, functools.partial(score, domain, task_id, simulation),
-                                                      task_id=task_id)
+                response = cow_scoring.score_in_child(
+                    domain, functools.partial(score, domain, task_id, simulation), task_id=task_id
+                )
             else:
                 response = score(domain, task_id, simulation)
         except Exception as exc:  # the worker turns this into an infrastructure error with the text
@@ -200,4 +225,3 @@ def serve_lines(lines: Any, out: Any, scored: Any = None) -> None:
         out.flush()
         if scored is not None:
             scored()
-

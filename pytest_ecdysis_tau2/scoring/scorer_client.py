@@ -26,7 +26,13 @@ from typing import Any
 #: looked up only under a private, empty prefix (`-X pycache_prefix`), so none is read (module docstring).
 SCORER_FLAGS = ("-B",)
 #: Variables the scorer process does not inherit (code loaded before the scorer's own).
-SCORER_DROPPED_ENV = ("PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONPYCACHEPREFIX", "PYTHONHOME", "PYTHONEXECUTABLE")
+SCORER_DROPPED_ENV = (
+    "PYTHONSTARTUP",
+    "PYTHONINSPECT",
+    "PYTHONPYCACHEPREFIX",
+    "PYTHONHOME",
+    "PYTHONEXECUTABLE",
+)
 #: the socket's name inside `ECDYSIS_WARM_DIR` (`pytest_ecdysis.validate.warm.ENV_DIR`).
 SOCKET_NAME = "scorer.sock"
 #: seconds to connect to the warm server.
@@ -87,8 +93,15 @@ class ScorerClient:
         self.cwd = tempfile.mkdtemp(prefix="ecdysis-scorer-")  # no .env, no harness on the path
 
     def _start(self) -> subprocess.Popen:
-        return subprocess.Popen(scorer_command(self.cwd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, cwd=self.cwd, env=scorer_env())
+        return subprocess.Popen(
+            scorer_command(self.cwd),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=self.cwd,
+            env=scorer_env(),
+        )
 
     def _connect(self, path: str, domain: str | None) -> bool:
         """Connect to the warm server (saying which domain comes first); False, said once, when it fails."""
@@ -110,8 +123,10 @@ class ScorerClient:
         self.warm_failed = True
         if not ScorerClient._fallback_said:
             ScorerClient._fallback_said = True
-            print(f"ecdysis: the warm scorer server {what}; this worker starts its own scorer process",
-                  file=sys.stderr)
+            print(
+                f"ecdysis: the warm scorer server {what}; this worker starts its own scorer process",
+                file=sys.stderr,
+            )
 
     def _ensure(self, domain: str | None) -> None:
         """Have a live channel (lock held): the warm server's connection, else a running own process."""
@@ -161,7 +176,9 @@ class ScorerClient:
                 if not response.get("ok"):
                     raise ScorerError(f"scorer could not score task {task_id}: {response.get('error')}")
                 return response
-        raise ScorerError("unreachable")  # attempt 2 returns or raises: after a warm failure it is an own process
+        raise ScorerError(
+            "unreachable"
+        )  # attempt 2 returns or raises: after a warm failure it is an own process
 
     def close(self) -> None:
         if self.conn is not None:

@@ -58,8 +58,15 @@ def start(directory: str) -> subprocess.Popen:
     listener = _listen(path)  # bound here, so a worker never finds no socket; only the server keeps it open
     try:
         command = scorer_command(cwd, "--serve", path, str(listener.fileno()))
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, cwd=cwd, env=scorer_env(), pass_fds=[listener.fileno()])
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+            env=scorer_env(),
+            pass_fds=[listener.fileno()],
+        )
     finally:
         listener.close()  # a dead server then refuses connections (the clients fall back) instead of queueing them
 
@@ -152,7 +159,9 @@ def _fork_scorer(conn: socket.socket, listener: socket.socket, pipes: dict[int, 
         domain = hello.get("domain") if isinstance(hello, dict) else None
         conn.settimeout(None)
         scorer.ready()
-        sys.dont_write_bytecode = True  # from now on nothing is written to the session's cache (module docstring)
+        sys.dont_write_bytecode = (
+            True  # from now on nothing is written to the session's cache (module docstring)
+        )
         if domain in DOMAINS and cow_scoring.available():
             cow_scoring.prepare(domain)
     except Exception as exc:

@@ -37,7 +37,9 @@ class _Proxy(types.ModuleType):
     """The `litellm` module `tau2.utils.llm_utils` holds: settings and calls recorded until the real one loads."""
 
     def __init__(self) -> None:
-        super().__init__("litellm", "stand-in for litellm until τ² calls a model through it (deferred_litellm)")
+        super().__init__(
+            "litellm", "stand-in for litellm until τ² calls a model through it (deferred_litellm)"
+        )
         object.__setattr__(self, "_settings", {})
         object.__setattr__(self, "_calls", [])
         object.__setattr__(self, "_real", None)
@@ -95,7 +97,11 @@ def _stand_ins() -> dict[str, types.ModuleType]:
         object.__setattr__(proxy, name, proxy._recorded(name))
     for name in ("completion", "completion_cost"):
         object.__setattr__(proxy, name, proxy._deferred(name))
-    caching, cache_module, main = _Part("litellm.caching"), _Part("litellm.caching.caching"), _Part("litellm.main")
+    caching, cache_module, main = (
+        _Part("litellm.caching"),
+        _Part("litellm.caching.caching"),
+        _Part("litellm.main"),
+    )
     caching.__path__ = []
 
     def cache(*args: Any, **kwargs: Any) -> Any:  # only built when τ²'s LLM cache is on
@@ -105,8 +111,12 @@ def _stand_ins() -> dict[str, types.ModuleType]:
     cache_module.Cache = cache
     main.ModelResponse = type("ModelResponse", (), {"__doc__": "placeholder: τ² uses it in annotations only"})
     main.Usage = type("Usage", (), {"__doc__": "placeholder: τ² uses it in annotations only"})
-    return {"litellm": proxy, "litellm.caching": caching, "litellm.caching.caching": cache_module,
-            "litellm.main": main}
+    return {
+        "litellm": proxy,
+        "litellm.caching": caching,
+        "litellm.caching.caching": cache_module,
+        "litellm.main": main,
+    }
 
 
 @contextlib.contextmanager

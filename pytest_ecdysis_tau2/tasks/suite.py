@@ -111,8 +111,9 @@ def _pristine_db(domain: str) -> bytes:
     with _PRISTINE_LOCK:
         if domain not in _PRISTINE:
             environment = domain_module(domain).get_environment()
-            _PRISTINE[domain] = pickle.dumps((environment.tools.db,
-                                              getattr(getattr(environment, "user_tools", None), "db", None)))
+            _PRISTINE[domain] = pickle.dumps(
+                (environment.tools.db, getattr(getattr(environment, "user_tools", None), "db", None))
+            )
         return _PRISTINE[domain]
 
 

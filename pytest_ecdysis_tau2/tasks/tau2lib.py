@@ -45,7 +45,9 @@ def load_tau2() -> types.SimpleNamespace:
     logger.disable("tau2")
     logger.disable("litellm")
     real_load_dotenv = dotenv.load_dotenv
-    dotenv.load_dotenv = lambda *args, **kwargs: True  # tau2.utils.utils does `from dotenv import load_dotenv`
+    dotenv.load_dotenv = lambda *args, **kwargs: (
+        True
+    )  # tau2.utils.utils does `from dotenv import load_dotenv`
     try:
         try:
             with deferred_litellm.installed():  # litellm loads only if τ² calls a model through it
@@ -86,13 +88,30 @@ def _import_names() -> dict:
     from tau2.user.user_simulator import UserSimulator, get_global_user_sim_guidelines
 
     return dict(
-        airline=airline, retail=retail, telecom=telecom, BaseAgent=BaseAgent, DEFAULT_MAX_ERRORS=DEFAULT_MAX_ERRORS,
-        DEFAULT_MAX_STEPS=DEFAULT_MAX_STEPS, AssistantMessage=AssistantMessage,
-        MultiToolMessage=MultiToolMessage, SystemMessage=SystemMessage, ToolCall=ToolCall,
-        ToolMessage=ToolMessage, UserMessage=UserMessage, SimulationRun=SimulationRun,
-        TerminationReason=TerminationReason, Task=Task, EvaluationType=EvaluationType,
-        evaluate_simulation=evaluate_simulation, Orchestrator=Orchestrator, OUT_OF_SCOPE=OUT_OF_SCOPE,
-        STOP=STOP, TRANSFER=TRANSFER, BaseUser=BaseUser, UserState=UserState, UserSimulator=UserSimulator,
+        airline=airline,
+        retail=retail,
+        telecom=telecom,
+        BaseAgent=BaseAgent,
+        DEFAULT_MAX_ERRORS=DEFAULT_MAX_ERRORS,
+        DEFAULT_MAX_STEPS=DEFAULT_MAX_STEPS,
+        AssistantMessage=AssistantMessage,
+        MultiToolMessage=MultiToolMessage,
+        SystemMessage=SystemMessage,
+        ToolCall=ToolCall,
+        ToolMessage=ToolMessage,
+        UserMessage=UserMessage,
+        SimulationRun=SimulationRun,
+        TerminationReason=TerminationReason,
+        Task=Task,
+        EvaluationType=EvaluationType,
+        evaluate_simulation=evaluate_simulation,
+        Orchestrator=Orchestrator,
+        OUT_OF_SCOPE=OUT_OF_SCOPE,
+        STOP=STOP,
+        TRANSFER=TRANSFER,
+        BaseUser=BaseUser,
+        UserState=UserState,
+        UserSimulator=UserSimulator,
         USER_SYSTEM_PROMPT=USER_SYSTEM_PROMPT,
         get_global_user_sim_guidelines=get_global_user_sim_guidelines,
     )

@@ -30,11 +30,27 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pytest_ecdysis.endpoint.replies import has_markup, repair_tool_name
 
 #: JSON type names for messages.
-_JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object",
-               type(None): "null"}
+_JSON_TYPES = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
 #: pydantic error types that mean "a value of the wrong type", with the type they name.
-_WANTED = {"int": "an integer", "float": "a number", "bool": "a boolean", "string": "a string", "list": "an array",
-           "dict": "an object", "model": "an object", "date": "a date string", "datetime": "a datetime string"}
+_WANTED = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "string": "a string",
+    "list": "an array",
+    "dict": "an object",
+    "model": "an object",
+    "date": "a date string",
+    "datetime": "a datetime string",
+}
 
 
 def json_type(value: Any) -> str:
@@ -51,7 +67,9 @@ def _schema_types(params: type[BaseModel]) -> dict[str, set[str]]:
     return out
 
 
-def coerce_arguments(params: type[BaseModel] | None, arguments: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def coerce_arguments(
+    params: type[BaseModel] | None, arguments: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
     """`(arguments, changes)`: the arguments with every unambiguous type mismatch coerced to τ²'s schema,
     and one sentence per replaced argument. Arguments that cannot be coerced are returned unchanged (the
     environment's guard refuses them). Never raises."""
@@ -80,8 +98,10 @@ def coerce_arguments(params: type[BaseModel] | None, arguments: dict[str, Any]) 
             out[key] = value
             continue
         out[key] = new
-        changes.append(f"argument {key!r}: the {json_type(value)} {json.dumps(value)[:60]} coerced to "
-                       f"{json_type(new)} {json.dumps(new)[:60]} (τ²'s tool schema)")
+        changes.append(
+            f"argument {key!r}: the {json_type(value)} {json.dumps(value)[:60]} coerced to "
+            f"{json_type(new)} {json.dumps(new)[:60]} (τ²'s tool schema)"
+        )
     return out, changes
 
 
@@ -129,8 +149,10 @@ def refusal(params: type[BaseModel] | None, tool: str, arguments: dict[str, Any]
                 continue
             where = ".".join(str(p) for p in error.get("loc", ())) or "?"
             value = error.get("input")
-            said.append(f"argument {where!r} of {tool} must be {_WANTED[base]} (τ²'s tool schema); got the "
-                        f"{json_type(value)} {json.dumps(value, default=str)[:60]}")
+            said.append(
+                f"argument {where!r} of {tool} must be {_WANTED[base]} (τ²'s tool schema); got the "
+                f"{json_type(value)} {json.dumps(value, default=str)[:60]}"
+            )
         return "; ".join(said) or None
 
 
@@ -178,12 +200,20 @@ def offered_tools(request: Any) -> set[str]:
     except (ValueError, TypeError):
         return set()
     tools = body.get("tools") if isinstance(body, dict) else None
-    return {t["function"]["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
-            and isinstance(t["function"].get("name"), str)}
+    return {
+        t["function"]["name"]
+        for t in tools or []
+        if isinstance(t, dict)
+        and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str)
+    }
 
 
-def fix_calls(message: dict[str, Any], tools: dict[str, type[BaseModel]],
-              offered: set[str] | frozenset[str] = frozenset()) -> tuple[bool, list[tuple[str, str]]]:
+def fix_calls(
+    message: dict[str, Any],
+    tools: dict[str, type[BaseModel]],
+    offered: set[str] | frozenset[str] = frozenset(),
+) -> tuple[bool, list[tuple[str, str]]]:
     """Repair, in place, the tool calls of one chat-completion `message` against τ²'s `tools` (name ->
     parameters model): a name that is a known tool plus chat-template markup becomes that tool (note
     `tool_name_repaired`; markup naming no single known tool: note `tool_name_markup`), and arguments are
@@ -200,11 +230,21 @@ def fix_calls(message: dict[str, Any], tools: dict[str, type[BaseModel]],
         repaired = repair_tool_name(name, known)
         if repaired is not None and repaired != name:
             function["name"], changed = repaired, True
-            notes.append(("tool_name_repaired", f"tool name {name!r} is {repaired!r} with chat-template markup the "
-                          "endpoint left in it (its tool parser or chat template does not fit the model); repaired"))
+            notes.append(
+                (
+                    "tool_name_repaired",
+                    f"tool name {name!r} is {repaired!r} with chat-template markup the "
+                    "endpoint left in it (its tool parser or chat template does not fit the model); repaired",
+                )
+            )
         elif repaired is None and has_markup(name):
-            notes.append(("tool_name_markup", f"tool name {name!r} carries chat-template markup and names no single "
-                          "known tool: the endpoint's tool parser or chat template does not fit the model"))
+            notes.append(
+                (
+                    "tool_name_markup",
+                    f"tool name {name!r} carries chat-template markup and names no single "
+                    "known tool: the endpoint's tool parser or chat template does not fit the model",
+                )
+            )
         raw = function.get("arguments")
         try:
             arguments = json.loads(raw) if isinstance(raw, str) else raw

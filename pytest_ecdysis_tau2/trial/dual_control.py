@@ -38,23 +38,31 @@ def guard_sync(environment: Any, spec: Any) -> None:
         except Exception as exc:
             raise TaskEnvironmentError(
                 f"τ²'s environment of {spec.suite} task {spec.task_id} failed between turns ({type(exc).__name__}: "
-                f"{exc}): a defect of the task's data or of τ², not of the agent") from exc
+                f"{exc}): a defect of the task's data or of τ², not of the agent"
+            ) from exc
 
     environment.sync_tools = sync_tools
 
 
 def user_tool_call_records(trajectory: list) -> list[ToolCallRecord]:
     """The user's own tool calls (τ² telecom), each with its result, marked `actor="user"`; [] elsewhere."""
-    results = {m.id: m for m in trajectory if m.role == "tool" and getattr(m, "requestor", "assistant") == "user"}
+    results = {
+        m.id: m for m in trajectory if m.role == "tool" and getattr(m, "requestor", "assistant") == "user"
+    }
     records = []
     for step, message in enumerate(trajectory):
         if message.role != "user" or not getattr(message, "tool_calls", None):
             continue
         for call in message.tool_calls:
             result = results.get(call.id)
-            records.append(ToolCallRecord(
-                name=call.name, arguments=call.arguments, step=step, actor="user",
-                result=result.content if result is not None else None,
-                error=bool(result.error) if result is not None else False,
-            ))
+            records.append(
+                ToolCallRecord(
+                    name=call.name,
+                    arguments=call.arguments,
+                    step=step,
+                    actor="user",
+                    result=result.content if result is not None else None,
+                    error=bool(result.error) if result is not None else False,
+                )
+            )
     return records

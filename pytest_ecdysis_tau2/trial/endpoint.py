@@ -44,8 +44,18 @@ from pytest_ecdysis.endpoint.response_cache import wrap_transport
 
 from ..tasks.tool_calls import fix_calls, offered_tools
 
-__all__ = ["RETRY_STATUS", "BudgetTransport", "EndpointLog", "EndpointSettings", "ModelViewTransport",
-           "ReplyShapeTransport", "TrialBudget", "endpoint_for", "make_client", "trial_header"]
+__all__ = [
+    "RETRY_STATUS",
+    "BudgetTransport",
+    "EndpointLog",
+    "EndpointSettings",
+    "ModelViewTransport",
+    "ReplyShapeTransport",
+    "TrialBudget",
+    "endpoint_for",
+    "make_client",
+    "trial_header",
+]
 
 #: The trial's budget: a `pytest_ecdysis.endpoint.deadline.Budget` labelled "trial" (name kept for callers).
 TrialBudget = Budget
@@ -70,8 +80,12 @@ class EndpointSettings:
     def from_config(cls, cfg: Any) -> EndpointSettings:
         """The limits of an `EcdysisConfig` (`call_timeout_s`, `max_retries`, `trial_budget_s`,
         `text_tool_calls`)."""
-        return cls(call_timeout_s=cfg.call_timeout_s, max_retries=cfg.max_retries, trial_budget_s=cfg.trial_budget_s,
-                   text_tool_calls=getattr(cfg, "text_tool_calls", "reject"))
+        return cls(
+            call_timeout_s=cfg.call_timeout_s,
+            max_retries=cfg.max_retries,
+            trial_budget_s=cfg.trial_budget_s,
+            text_tool_calls=getattr(cfg, "text_tool_calls", "reject"),
+        )
 
     @classmethod
     def from_env(cls) -> EndpointSettings:
@@ -87,10 +101,18 @@ class EndpointSettings:
 class BudgetTransport(DeadlineTransport):
     """`DeadlineTransport` configured from `EndpointSettings` (the trial's transport)."""
 
-    def __init__(self, inner: httpx2.BaseTransport, budget: Budget, settings: EndpointSettings,
-                 sleep=time.sleep) -> None:
-        super().__init__(inner, budget, call_timeout_s=settings.call_timeout_s, max_retries=settings.max_retries,
-                         connect_timeout_s=settings.connect_timeout_s, backoff_s=settings.backoff_s, sleep=sleep)
+    def __init__(
+        self, inner: httpx2.BaseTransport, budget: Budget, settings: EndpointSettings, sleep=time.sleep
+    ) -> None:
+        super().__init__(
+            inner,
+            budget,
+            call_timeout_s=settings.call_timeout_s,
+            max_retries=settings.max_retries,
+            connect_timeout_s=settings.connect_timeout_s,
+            backoff_s=settings.backoff_s,
+            sleep=sleep,
+        )
         self.settings = settings
 
 
@@ -131,9 +153,15 @@ class EndpointLog:
     def all_notes(self) -> list[dict[str, Any]]:
         extra = []
         if self.reasoning_replies:
-            extra.append({"kind": "reasoning_stripped", "step": None, "detail": f"reasoning (<think> blocks, "
-                          f"reasoning_content) removed from {self.reasoning_replies} agent repl(ies); never "
-                          "sent on as the agent's words"})
+            extra.append(
+                {
+                    "kind": "reasoning_stripped",
+                    "step": None,
+                    "detail": f"reasoning (<think> blocks, "
+                    f"reasoning_content) removed from {self.reasoning_replies} agent repl(ies); never "
+                    "sent on as the agent's words",
+                }
+            )
         return self.notes + extra
 
 
@@ -163,8 +191,10 @@ class ReplyShapeTransport(httpx2.BaseTransport):
         body = response.read()
         if is_parse_failure(response.status_code, body):
             said = body[:300].decode("utf-8", "replace")
-            self.log.format_error = (f"the server could not parse the model's output (HTTP {response.status_code}: "
-                                     f"{said}); its tool parser or chat template does not fit the model")
+            self.log.format_error = (
+                f"the server could not parse the model's output (HTTP {response.status_code}: "
+                f"{said}); its tool parser or chat template does not fit the model"
+            )
             self.log.note("server_parse_error", self.log.format_error)
             return response
         try:
@@ -175,10 +205,17 @@ class ReplyShapeTransport(httpx2.BaseTransport):
             return response
         if not any([self._reshape(c) for c in doc["choices"] if isinstance(c, dict)]):
             return response
-        headers = [(k, v) for k, v in response.headers.items()
-                   if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")]
-        return httpx2.Response(response.status_code, headers=headers, content=json.dumps(doc).encode(),
-                               extensions=response.extensions)
+        headers = [
+            (k, v)
+            for k, v in response.headers.items()
+            if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")
+        ]
+        return httpx2.Response(
+            response.status_code,
+            headers=headers,
+            content=json.dumps(doc).encode(),
+            extensions=response.extensions,
+        )
 
     def _reshape(self, choice: dict[str, Any]) -> bool:
         """Rewrite one choice in place; True when it changed. Raises EndpointFormatError (reject mode)."""
@@ -208,16 +245,25 @@ class ReplyShapeTransport(httpx2.BaseTransport):
                 f"the endpoint wrote {len(found.calls)} tool call(s) as text ({found.style} markup: {names}) with "
                 "tool_calls empty: the server has no tool parser for this model (vLLM: --enable-auto-tool-choice "
                 "--tool-call-parser; llama.cpp: --jinja); fix the server, or set the ini key "
-                "ecdysis_text_tool_calls = parse")
+                "ecdysis_text_tool_calls = parse"
+            )
             self.log.note("text_tool_calls", self.log.format_error)
             raise EndpointFormatError(self.log.format_error)
-        message["tool_calls"] = [{"id": f"text_call_{self.log.calls}_{i}", "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}}
-                                 for i, c in enumerate(found.calls, start=1)]
+        message["tool_calls"] = [
+            {
+                "id": f"text_call_{self.log.calls}_{i}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for i, c in enumerate(found.calls, start=1)
+        ]
         message["content"] = found.rest or None
         choice["finish_reason"] = "tool_calls"
-        self.log.note("text_tool_calls", f"{len(found.calls)} tool call(s) written as text ({found.style} markup: "
-                      f"{names}) parsed into tool calls (ecdysis_text_tool_calls = parse)")
+        self.log.note(
+            "text_tool_calls",
+            f"{len(found.calls)} tool call(s) written as text ({found.style} markup: "
+            f"{names}) parsed into tool calls (ecdysis_text_tool_calls = parse)",
+        )
         self._fix_calls(message)
         return True
 
@@ -281,17 +327,29 @@ def endpoint_for(model: str, base_url: str | None, sim_url: str | None) -> tuple
     """
     if is_sim_model(model):
         if not sim_url:
-            raise UsageError(f"model {model!r} is simulated but no simulated server is running "
-                             "(ECDYSIS_SIM_URL is unset); run through pytest with the ecdysis plugin")
+            raise UsageError(
+                f"model {model!r} is simulated but no simulated server is running "
+                "(ECDYSIS_SIM_URL is unset); run through pytest with the ecdysis plugin"
+            )
         return sim_url.rstrip("/") + "/v1", "sim"
-    return base_url, os.environ.get("OPENAI_API_KEY") or "EMPTY"  # local servers (vLLM, Ollama) accept any key
+    return base_url, os.environ.get(
+        "OPENAI_API_KEY"
+    ) or "EMPTY"  # local servers (vLLM, Ollama) accept any key
 
 
-def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_url: str | None,
-                budget: TrialBudget, settings: EndpointSettings,
-                transport: httpx2.BaseTransport | None = None,
-                model_view: ModelViewTransport | None = None,
-                reply_log: EndpointLog | None = None) -> openai.OpenAI:
+def make_client(
+    *,
+    model: str,
+    role: str,
+    trial: str,
+    base_url: str | None,
+    sim_url: str | None,
+    budget: TrialBudget,
+    settings: EndpointSettings,
+    transport: httpx2.BaseTransport | None = None,
+    model_view: ModelViewTransport | None = None,
+    reply_log: EndpointLog | None = None,
+) -> openai.OpenAI:
     """The openai client of one role ('agent' or 'user') of one trial.
 
     `transport` replaces the network transport (tests use `httpx2.MockTransport`); the budget and
@@ -300,7 +358,9 @@ def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_
     sent (see `ModelViewTransport`); its `inner` is set here.
     """
     url, key = endpoint_for(model, base_url, sim_url)
-    inner = wrap_transport(transport or httpx2.HTTPTransport(), model=model, base_url=url)  # response_cache.py
+    inner = wrap_transport(
+        transport or httpx2.HTTPTransport(), model=model, base_url=url
+    )  # response_cache.py
     outer: httpx2.BaseTransport = BudgetTransport(inner, budget, settings)
     if reply_log is not None:
         outer = ReplyShapeTransport(outer, reply_log)
@@ -310,9 +370,12 @@ def make_client(*, model: str, role: str, trial: str, base_url: str | None, sim_
     # outermost: the model, role, trial and key of every request are the trial side's (request_guard.py)
     from ..harness_process.request_guard import TrustedRequestTransport
 
-    outer = TrustedRequestTransport(outer, model=model, note=reply_log.note if reply_log is not None else None,
-                                    forced={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": role,
-                                            "Authorization": f"Bearer {key}"})
+    outer = TrustedRequestTransport(
+        outer,
+        model=model,
+        note=reply_log.note if reply_log is not None else None,
+        forced={"X-Ecdysis-Trial": trial, "X-Ecdysis-Role": role, "Authorization": f"Bearer {key}"},
+    )
     http_client = httpx2.Client(transport=outer, timeout=settings.call_timeout_s)
     return openai.OpenAI(
         base_url=url,

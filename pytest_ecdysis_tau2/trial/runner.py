@@ -87,10 +87,14 @@ class TrialSpec:
         return trial_header(self.run_id, self.suite, self.task_id, self.trial)
 
 
-def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
-              agent_transport: httpx2.BaseTransport | None = None,
-              user_transport: httpx2.BaseTransport | None = None,
-              scorer: ScorerClient | None = None) -> TrialResult:
+def run_trial(
+    spec: TrialSpec,
+    settings: EndpointSettings | None = None,
+    *,
+    agent_transport: httpx2.BaseTransport | None = None,
+    user_transport: httpx2.BaseTransport | None = None,
+    scorer: ScorerClient | None = None,
+) -> TrialResult:
     """Run one trial and score it. Transports replace the network in tests (`httpx2.MockTransport`)."""
     t = load_tau2()
     settings = settings or EndpointSettings.from_env()
@@ -104,11 +108,19 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     # loading of τ²'s data, which a worker's first trial pays once (seconds on a loaded machine)
     tools = tool_params(environment)  # τ²'s tool schema: names repaired, arguments coerced against it
     budget = TrialBudget(settings.trial_budget_s)
-    common = dict(trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings)
+    common = dict(
+        trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings
+    )
     model_view = ModelViewTransport()
     endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls, tools=tools)
-    agent_client = make_client(model=spec.model, role="agent", transport=agent_transport, model_view=model_view,
-                               reply_log=endpoint_log, **common)
+    agent_client = make_client(
+        model=spec.model,
+        role="agent",
+        transport=agent_transport,
+        model_view=model_view,
+        reply_log=endpoint_log,
+        **common,
+    )
     user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
     max_steps = spec.max_steps or t.DEFAULT_MAX_STEPS
 
@@ -118,16 +130,34 @@ def run_trial(spec: TrialSpec, settings: EndpointSettings | None = None, *,
     reason, error, reward, components, checks = "agent_error", None, None, {}, None
     try:
         # the harness runs in a child process; its model calls come back through agent_client
-        agent = build_agent(harness_dir=spec.harness_dir, domain=spec.domain, model=spec.model, client=agent_client,
-                            max_steps_hint=max_steps, trial=spec.header, budget=budget, environment=environment)
+        agent = build_agent(
+            harness_dir=spec.harness_dir,
+            domain=spec.domain,
+            model=spec.model,
+            client=agent_client,
+            max_steps_hint=max_steps,
+            trial=spec.header,
+            budget=budget,
+            environment=environment,
+        )
         from .user import Tau2User
 
-        user = Tau2User(scenario=task.user_scenario, client=user_client, model=spec.user_model,
-                        tools=user_tools(environment))
+        user = Tau2User(
+            scenario=task.user_scenario,
+            client=user_client,
+            model=spec.user_model,
+            tools=user_tools(environment),
+        )
         guard_sync(environment, spec)
-        orchestrator = t.Orchestrator(domain=spec.domain, agent=agent, user=user, environment=environment,
-                                      task=task, max_steps=max_steps,
-                                      max_errors=spec.max_errors or t.DEFAULT_MAX_ERRORS)
+        orchestrator = t.Orchestrator(
+            domain=spec.domain,
+            agent=agent,
+            user=user,
+            environment=environment,
+            task=task,
+            max_steps=max_steps,
+            max_errors=spec.max_errors or t.DEFAULT_MAX_ERRORS,
+        )
         simulation = orchestrator.run()
         reason = simulation.termination_reason.value
     except BaseException as exc:  # noqa: B036 - every ending becomes a TrialResult; KeyboardInterrupt re-raised
@@ -207,22 +237,33 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
     elif isinstance(exc, InfrastructureError):
         return "infrastructure_error", str(exc)
     if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
-        return "infrastructure_error", (f"model endpoint {where} did not answer ({type(exc).__name__}: {exc}) "
-                                        f"after {budget.retries} retries; is the server running? check "
-                                        "--ecdysis-base-url")
-    said = context_overflow(exc.status_code, f"{exc.message} {exc.response.text}") \
-        if isinstance(exc, openai.APIStatusError) else None
+        return "infrastructure_error", (
+            f"model endpoint {where} did not answer ({type(exc).__name__}: {exc}) "
+            f"after {budget.retries} retries; is the server running? check "
+            "--ecdysis-base-url"
+        )
+    said = (
+        context_overflow(exc.status_code, f"{exc.message} {exc.response.text}")
+        if isinstance(exc, openai.APIStatusError)
+        else None
+    )
     if said:
-        return "context_overflow", (f"model endpoint {where} refused a request that does not fit the model's "
-                                    f"context window (HTTP {exc.status_code}: {said}); the harness must keep its "
-                                    "requests shorter, or the server needs a longer context")
+        return "context_overflow", (
+            f"model endpoint {where} refused a request that does not fit the model's "
+            f"context window (HTTP {exc.status_code}: {said}); the harness must keep its "
+            "requests shorter, or the server needs a longer context"
+        )
     if isinstance(exc, openai.APIStatusError) and harness_caused(exc):
-        return "agent_error", (f"the harness sent a request the agent's endpoint {where} refused (HTTP "
-                               f"{exc.status_code}: {_server_said(exc)}); a malformed or oversized request is the "
-                               "harness's failure, not the endpoint's")
+        return "agent_error", (
+            f"the harness sent a request the agent's endpoint {where} refused (HTTP "
+            f"{exc.status_code}: {_server_said(exc)}); a malformed or oversized request is the "
+            "harness's failure, not the endpoint's"
+        )
     if isinstance(exc, openai.APIStatusError):
-        return "infrastructure_error", (f"model endpoint {where} answered HTTP {exc.status_code} "
-                                        f"after {budget.retries} retries: {exc.message}")
+        return "infrastructure_error", (
+            f"model endpoint {where} answered HTTP {exc.status_code} "
+            f"after {budget.retries} retries: {exc.message}"
+        )
     if isinstance(exc, ScorerError):
         return "infrastructure_error", f"scorer failed: {exc}"
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
@@ -234,9 +275,12 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
 NOT_THE_HARNESS_4XX = frozenset({401, 402, 403, 404, 408, 409, 429})
 #: a 4xx body that blames the configuration, whatever the status (LiteLLM answers an unknown model with 400):
 #: a model or key the user chose, not a request the harness malformed ("tool_call_id not found" stays the harness's).
-NOT_THE_HARNESS_BODY = re.compile(r"\bmodel\b[^\n]{0,60}?\b(not found|does not exist|not exist|is not supported|"
-                                  r"unknown|invalid)|(invalid|unknown|no such) model|api[ _-]?key|authenticat|"
-                                  r"unauthori[sz]ed|insufficient.quota", re.I)
+NOT_THE_HARNESS_BODY = re.compile(
+    r"\bmodel\b[^\n]{0,60}?\b(not found|does not exist|not exist|is not supported|"
+    r"unknown|invalid)|(invalid|unknown|no such) model|api[ _-]?key|authenticat|"
+    r"unauthori[sz]ed|insufficient.quota",
+    re.I,
+)
 
 
 def harness_caused(exc: Any) -> bool:
@@ -302,8 +346,9 @@ def message_dict(message: Any) -> dict[str, Any]:
     return data
 
 
-def tool_call_records(trajectory: list, notes: list[dict],
-                      model_view: dict[str, str] | None = None) -> list[ToolCallRecord]:
+def tool_call_records(
+    trajectory: list, notes: list[dict], model_view: dict[str, str] | None = None
+) -> list[ToolCallRecord]:
     """The agent's tool calls, each with its result (paired by call id), in trajectory order.
 
     `model_view` maps call ids to the tool message content the harness sent the model (observed on the
@@ -312,22 +357,35 @@ def tool_call_records(trajectory: list, notes: list[dict],
     Calls a harness reports as pending in its notes (`pending_tool_calls`: the budget ran out before they
     could be sent) are appended with `result=None`.
     """
-    results = {m.id: m for m in trajectory if m.role == "tool" and getattr(m, "requestor", "assistant") == "assistant"}
+    results = {
+        m.id: m
+        for m in trajectory
+        if m.role == "tool" and getattr(m, "requestor", "assistant") == "assistant"
+    }
     records = []
     for step, message in enumerate(trajectory):
         if message.role != "assistant" or not message.tool_calls:
             continue
         for call in message.tool_calls:
             result = results.get(call.id)
-            records.append(ToolCallRecord(
-                name=call.name, arguments=call.arguments, step=step,
-                result=result.content if result is not None else None,
-                error=bool(result.error) if result is not None else False,
-                model_view=(model_view or {}).get(call.id),
-            ))
+            records.append(
+                ToolCallRecord(
+                    name=call.name,
+                    arguments=call.arguments,
+                    step=step,
+                    result=result.content if result is not None else None,
+                    error=bool(result.error) if result is not None else False,
+                    model_view=(model_view or {}).get(call.id),
+                )
+            )
     for note in notes:
         for call in note.get("pending_tool_calls", []) or []:
-            records.append(ToolCallRecord(name=call.get("name", ""), arguments=call.get("arguments") or {},
-                                          result=None, step=max(len(trajectory) - 1, 0)))
+            records.append(
+                ToolCallRecord(
+                    name=call.get("name", ""),
+                    arguments=call.get("arguments") or {},
+                    result=None,
+                    step=max(len(trajectory) - 1, 0),
+                )
+            )
     return records
-

@@ -77,7 +77,9 @@ def failing_gold_actions(domain: str, task: Any) -> list[dict[str, Any]]:
 
 def compute(domain: str) -> dict[str, list[dict[str, Any]]]:
     """`{task_id: failing actions}` for every task of a domain that has failing gold actions."""
-    return {tid: f for tid, task in suite.all_tasks(domain).items() if (f := failing_gold_actions(domain, task))}
+    return {
+        tid: f for tid, task in suite.all_tasks(domain).items() if (f := failing_gold_actions(domain, task))
+    }
 
 
 @functools.cache
@@ -90,8 +92,11 @@ def suspect_tasks(domain: str) -> dict[str, list[dict[str, Any]]]:
     path = cache_path(domain)
     try:
         data = json.loads(path.read_text())
-        if data.get("tau2_version") == tau2_version() and isinstance(data["suspect"], dict) \
-                and verified(domain, data["suspect"]):
+        if (
+            data.get("tau2_version") == tau2_version()
+            and isinstance(data["suspect"], dict)
+            and verified(domain, data["suspect"])
+        ):
             return data["suspect"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass

@@ -53,7 +53,7 @@ class TrialPool:
         with self.lock:
             position = self.order.get(key)
             if position is not None:
-                for ahead in self.keys[position:position + self.concurrency]:
+                for ahead in self.keys[position : position + self.concurrency]:
                     if ahead not in self.taken:
                         self._submit(ahead)
             future = self.futures.pop(key, None) or self._submit(key, keep=False)
@@ -80,7 +80,9 @@ class TrialPool:
                 future.set_exception(exc)
 
 
-def pool_for(request: pytest.FixtureRequest, fixture: str, run: Callable[[Any], Any], concurrency: int) -> TrialPool:
+def pool_for(
+    request: pytest.FixtureRequest, fixture: str, run: Callable[[Any], Any], concurrency: int
+) -> TrialPool:
     """The session's pool: keys are the `fixture` params of this worker's share of `session.items`."""
     config = request.config
     pool = config.stash.get(POOL_KEY, None)

@@ -49,7 +49,9 @@ class Tau2User(_t.BaseUser):
     `tools`: τ²'s user tools (`environment.get_user_tools()`, telecom), or None for a user without tools.
     """
 
-    def __init__(self, *, scenario: Any, client: openai.OpenAI, model: str, tools: list[Any] | None = None) -> None:
+    def __init__(
+        self, *, scenario: Any, client: openai.OpenAI, model: str, tools: list[Any] | None = None
+    ) -> None:
         super().__init__(instructions=str(scenario), llm=model)
         self.client = client
         self.model = model
@@ -86,7 +88,10 @@ class Tau2User(_t.BaseUser):
             state.messages.extend(message.tool_messages)
         else:
             state.messages.append(message)
-        api_messages = [{"role": "system", "content": state.system_messages[0].content}, *self._flipped(state)]
+        api_messages = [
+            {"role": "system", "content": state.system_messages[0].content},
+            *self._flipped(state),
+        ]
         extra = {"tools": [tool.openai_schema for tool in self.tools]} if self.tools else {}
         try:
             response = self.client.chat.completions.create(model=self.model, messages=api_messages, **extra)
@@ -117,9 +122,20 @@ class Tau2User(_t.BaseUser):
             if isinstance(m, _t.AssistantMessage) and m.has_text_content():
                 out.append({"role": "user", "content": m.content})
             elif isinstance(m, _t.UserMessage) and m.tool_calls:
-                out.append({"role": "assistant", "content": None, "tool_calls": [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in m.tool_calls]})
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                            }
+                            for c in m.tool_calls
+                        ],
+                    }
+                )
             elif isinstance(m, _t.UserMessage) and m.has_text_content():
                 out.append({"role": "assistant", "content": m.content})
             elif isinstance(m, _t.ToolMessage) and getattr(m, "requestor", None) == "user":
@@ -140,7 +156,8 @@ class Tau2User(_t.BaseUser):
             if name not in names:
                 raise UserToolCallError(
                     f"the user simulator ({self.model!r}) called user tool {name!r}, which this task's user does "
-                    f"not have (its tools: {', '.join(sorted(names))}); the user model's fault, not the agent's")
+                    f"not have (its tools: {', '.join(sorted(names))}); the user model's fault, not the agent's"
+                )
             raw = getattr(function, "arguments", None) or "{}"
             try:
                 arguments = json.loads(raw) if isinstance(raw, str) else raw
@@ -149,18 +166,31 @@ class Tau2User(_t.BaseUser):
             if not isinstance(arguments, dict):
                 raise UserToolCallError(
                     f"the user simulator ({self.model!r}) called user tool {name!r} with arguments that are not a "
-                    f"JSON object ({str(raw)[:120]!r}); the user model's fault, not the agent's")
-            calls.append(_t.ToolCall(id=getattr(call, "id", None) or f"user_call_{k}", name=name,
-                                     arguments=arguments, requestor="user"))
+                    f"JSON object ({str(raw)[:120]!r}); the user model's fault, not the agent's"
+                )
+            calls.append(
+                _t.ToolCall(
+                    id=getattr(call, "id", None) or f"user_call_{k}",
+                    name=name,
+                    arguments=arguments,
+                    requestor="user",
+                )
+            )
         return calls
 
 
 #: an agent question that asks for a yes/no confirmation before acting.
-CONFIRM_REQUEST = re.compile(r"\b(confirm|proceed|go ahead|shall i|should i|would you like( me)? to|do you want( me)? "
-                             r"to|is (that|this) (correct|right|ok|okay)|are you sure|yes or no|\(yes/no\))\b", re.I)
+CONFIRM_REQUEST = re.compile(
+    r"\b(confirm|proceed|go ahead|shall i|should i|would you like( me)? to|do you want( me)? "
+    r"to|is (that|this) (correct|right|ok|okay)|are you sure|yes or no|\(yes/no\))\b",
+    re.I,
+)
 #: a user reply that gives the confirmation.
-CONFIRMS = re.compile(r"^\W*(yes|yeah|yep|yup|sure|ok|okay|correct|confirm(ed)?|please (do|go ahead|proceed)|"
-                      r"go ahead|that'?s (right|correct))\b", re.I)
+CONFIRMS = re.compile(
+    r"^\W*(yes|yeah|yep|yup|sure|ok|okay|correct|confirm(ed)?|please (do|go ahead|proceed)|"
+    r"go ahead|that'?s (right|correct))\b",
+    re.I,
+)
 
 
 def user_aborted(messages: list[dict[str, Any]]) -> bool:

@@ -23,7 +23,7 @@ from pytest_ecdysis_tau2.trial.endpoint import EndpointSettings  # noqa: E402
 FAST = EndpointSettings(call_timeout_s=2.0, max_retries=1, trial_budget_s=20.0, backoff_s=0.01)
 GOOD = [call("get_reservation_details", json.dumps({"reservation_id": "JMO1MG"})), text("Done.")]
 
-IDLE = '''
+IDLE = """
 from tau2.agent.base import BaseAgent
 from tau2.data_model.message import AssistantMessage
 
@@ -48,7 +48,7 @@ class Agent(BaseAgent):
 def build_agent(**kw):
 {setup}
     return Agent()
-'''
+"""
 
 
 def _harness(tmp_path: Path, name: str, body: str = "        pass", setup: str = "    pass") -> Path:
@@ -61,13 +61,17 @@ def _harness(tmp_path: Path, name: str, body: str = "        pass", setup: str =
 def test_a_timeout_the_endpoint_never_had_is_an_agent_failure(tmp_path: Path) -> None:
     """A harness that raises the client's timeout error (or an InfrastructureError) on a healthy endpoint
     does not leave the denominator: the trial ends agent_error with reward 0."""
-    body = ("        import httpx, openai\n"
-            "        raise openai.APITimeoutError(request=httpx.Request('POST', 'http://x'))")
+    body = (
+        "        import httpx, openai\n"
+        "        raise openai.APITimeoutError(request=httpx.Request('POST', 'http://x'))"
+    )
     result = run("3", ScriptedModel(GOOD), harness=_harness(tmp_path, "fake_timeout", body), settings=FAST)
     assert result.termination_reason == "agent_error" and result.reward == 0.0
     assert "no endpoint failure was seen" in result.error
-    body = ("        from pytest_ecdysis.core.errors import InfrastructureError\n"
-            "        raise InfrastructureError('the endpoint is down, honest')")
+    body = (
+        "        from pytest_ecdysis.core.errors import InfrastructureError\n"
+        "        raise InfrastructureError('the endpoint is down, honest')"
+    )
     result = run("3", ScriptedModel(GOOD), harness=_harness(tmp_path, "fake_infra", body), settings=FAST)
     assert result.termination_reason == "agent_error" and result.reward == 0.0
 
@@ -92,7 +96,9 @@ def test_hanging_dying_and_printing_harnesses(tmp_path: Path, monkeypatch: pytes
     hang = run("3", None, harness=harness, settings=FAST)
     assert hang.termination_reason == "agent_error" and "did not answer" in hang.error
     assert time.monotonic() - started < FAST.trial_budget_s + 60  # the budget, plus a loaded machine's slack
-    die = run("3", None, harness=_harness(tmp_path, "die", "        import os\n        os._exit(3)"), settings=FAST)
+    die = run(
+        "3", None, harness=_harness(tmp_path, "die", "        import os\n        os._exit(3)"), settings=FAST
+    )
     assert die.termination_reason == "agent_error" and "exit status 3" in die.error
     body = "        import os\n        print('hello', flush=True)\n        os.write(1, b'not json\\n')"
     loud = run("3", None, harness=_harness(tmp_path, "loud", body), settings=FAST)
@@ -134,15 +140,17 @@ def test_harness_code_cannot_reach_the_reward_or_the_record(tmp_path: Path) -> N
     """From `build_agent`, a harness wraps the scorer client to return 1.0, patches the plugin's
     `record_trial`, and points PYTHONPATH at a `sitecustomize.py` it ships: all of it happens in its own
     process, so an idle agent on a task that needs a write still scores 0."""
-    setup = ("    import os, pathlib, sys\n"
-             "    import pytest_ecdysis_tau2.scoring.scorer_client as sc, pytest_ecdysis.plugin as pl\n"
-             "    sc.ScorerClient.score = lambda self, *a, **k: {'ok': True, 'reward': 1.0, 'components': {}}\n"
-             "    pl.record_trial = lambda item, result: None\n"
-             "    d = pathlib.Path(os.getcwd()) / 'site'\n"
-             "    d.mkdir(exist_ok=True)\n"
-             "    (d / 'sitecustomize.py').write_text('import pytest_ecdysis_tau2.scoring.scorer as s\\n"
-             "s.score = lambda *a, **k: {\"ok\": True, \"reward\": 1.0, \"components\": {}}\\n')\n"
-             "    os.environ['PYTHONPATH'] = str(d)")
+    setup = (
+        "    import os, pathlib, sys\n"
+        "    import pytest_ecdysis_tau2.scoring.scorer_client as sc, pytest_ecdysis.plugin as pl\n"
+        "    sc.ScorerClient.score = lambda self, *a, **k: {'ok': True, 'reward': 1.0, 'components': {}}\n"
+        "    pl.record_trial = lambda item, result: None\n"
+        "    d = pathlib.Path(os.getcwd()) / 'site'\n"
+        "    d.mkdir(exist_ok=True)\n"
+        "    (d / 'sitecustomize.py').write_text('import pytest_ecdysis_tau2.scoring.scorer as s\\n"
+        's.score = lambda *a, **k: {"ok": True, "reward": 1.0, "components": {}}\\n\')\n'
+        "    os.environ['PYTHONPATH'] = str(d)"
+    )
     from pytest_ecdysis_tau2.scoring.scorer_client import scorer_client
 
     scorer_client().close()  # the next trial starts a fresh scorer process (after the harness ran)
@@ -153,7 +161,7 @@ def test_harness_code_cannot_reach_the_reward_or_the_record(tmp_path: Path) -> N
     assert run(task, None, harness=_harness(tmp_path, "idle"), settings=FAST).reward == 0.0
 
 
-SNOOP = '''    import pathlib, socket
+SNOOP = """    import pathlib, socket
     from tau2.utils.utils import DATA_DIR
     tasks = pathlib.Path(DATA_DIR) / "tau2" / "domains" / "airline" / "tasks.json"
     try:
@@ -165,12 +173,13 @@ SNOOP = '''    import pathlib, socket
         socket.create_connection(("127.0.0.1", {port}), 2).close()
         Agent.harness_notes.append({{"kind": "network", "ok": True}})
     except OSError:
-        Agent.harness_notes.append({{"kind": "network", "ok": False}})'''
+        Agent.harness_notes.append({{"kind": "network", "ok": False}})"""
 
 
 @pytest.mark.parametrize("sandboxed", [False, True])
-def test_the_sandbox_hides_gold_data_and_the_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     sandboxed: bool) -> None:
+def test_the_sandbox_hides_gold_data_and_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandboxed: bool
+) -> None:
     """Under `--ecdysis-sandbox` (bubblewrap) the harness's process cannot read τ²'s task file and cannot
     open a connection to a port this process listens on; without it, it can (its user's rights)."""
     import shutil

@@ -50,8 +50,12 @@ def test_the_marker_scan_alone_ends_a_daemon(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(contain, "namespace_prefix", lambda: None)
     marker = tmp_path / "escaped"
-    code, _ = run_in_group(["sh", "-c", f"setsid sh -c 'sleep 1.5; touch {marker}' </dev/null >/dev/null 2>&1 &"],
-                           cwd=tmp_path, timeout_s=30, env={"PATH": "/usr/bin:/bin"})
+    code, _ = run_in_group(
+        ["sh", "-c", f"setsid sh -c 'sleep 1.5; touch {marker}' </dev/null >/dev/null 2>&1 &"],
+        cwd=tmp_path,
+        timeout_s=30,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert code == 0
     time.sleep(3)
     assert not marker.exists()
@@ -81,8 +85,9 @@ def _written_files(root: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                 tmp_path: Path) -> None:
+def test_a_canary_key_appears_in_no_written_file(
+    repo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The starting harness reads the key at import (`NOTE`) and the suite writes it into a trial's notes and
     error; the editor prints the key it can see and writes it into the harness: the candidate is refused by
     the guard (it would be committed and shown in a pull request), and no file under the run directory,
@@ -91,9 +96,13 @@ def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypa
     step_summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     suite = repo.path / "test_tiny.py"
-    suite.write_text(suite.read_text().replace(
-        "tool_calls=[", "harness_notes=[{'kind': 'leak', 'detail': str(getattr(harness, 'NOTE', '')), 'step': 1}],\n"
-                        "        error=str(getattr(harness, 'NOTE', '')) or None,\n        tool_calls=["))
+    suite.write_text(
+        suite.read_text().replace(
+            "tool_calls=[",
+            "harness_notes=[{'kind': 'leak', 'detail': str(getattr(harness, 'NOTE', '')), 'step': 1}],\n"
+            "        error=str(getattr(harness, 'NOTE', '')) or None,\n        tool_calls=[",
+        )
+    )
     init = repo.path / "tiny_harness" / "__init__.py"
     init.write_text(init.read_text() + "\nimport os\nNOTE = os.environ.get('OPENAI_API_KEY', '')\n")
     git(repo.path, "commit", "-qam", "notes")
@@ -111,4 +120,6 @@ def test_a_canary_key_appears_in_no_written_file(repo: pytest.Pytester, monkeypa
     leaked = [str(p) for p in files if p.is_file() and CANARY.encode() in p.read_bytes()]
     assert not leaked, leaked
     notes = [json.loads(line) for p in run_dir.rglob("trials.jsonl") for line in p.read_text().splitlines()]
-    assert any("[redacted:OPENAI_API_KEY]" in json.dumps(t) for t in notes), "the canary never reached a record"
+    assert any("[redacted:OPENAI_API_KEY]" in json.dumps(t) for t in notes), (
+        "the canary never reached a record"
+    )

@@ -33,7 +33,8 @@ def test_a_rewritten_installed_file_shows_even_with_its_size_and_mtime_restored(
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # modification time put back
     after = integrity.stat_digests(site)
     assert integrity.changes({"installed packages": before}, {"installed packages": after}) == [
-        "installed packages: pydantic/__init__.py changed"]
+        "installed packages: pydantic/__init__.py changed"
+    ]
 
 
 def test_the_protected_trees_include_every_installed_package():

@@ -20,7 +20,7 @@ from pytest_ecdysis.edit.editors import CommandEditor
 from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate import sandbox
 
-ATTACKER = r'''
+ATTACKER = r"""
 import json, os, subprocess, sys
 from pathlib import Path
 
@@ -42,7 +42,7 @@ try:
 except OSError:
     pass
 (harness / "report.json").write_text(json.dumps({"wrote": wrote, "read": read}))
-'''
+"""
 
 
 def test_the_decision_is_read_by_the_validate_name() -> None:
@@ -62,8 +62,13 @@ def test_a_writable_directory_given_stays_writable(tmp_path: Path, monkeypatch: 
     for d in (work, state, other):
         d.mkdir()
     script = f"open({str(state / 's')!r}, 'w').write('1'); open({str(other / 'o')!r}, 'w').write('1')"
-    code, out = run_in_group([sys.executable, "-c", script], cwd=work, timeout_s=60, env={"PATH": "/usr/bin:/bin"},
-                             writable=(str(state),))
+    code, out = run_in_group(
+        [sys.executable, "-c", script],
+        cwd=work,
+        timeout_s=60,
+        env={"PATH": "/usr/bin:/bin"},
+        writable=(str(state),),
+    )
     assert (state / "s").read_text() == "1" and not (other / "o").exists()
     assert code == 1 and "Read-only file system" in out
     editor = CommandEditor(f"{sys.executable} -c \"open({str(other / 'o')!r}, 'w')\"")
@@ -72,8 +77,12 @@ def test_a_writable_directory_given_stays_writable(tmp_path: Path, monkeypatch: 
 
 
 @pytest.mark.parametrize("on", [True, False], ids=["sandbox", "no-sandbox"])
-def test_writes_outside_the_candidate_are_prevented(repo: Path, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
-                                                     monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
+def test_writes_outside_the_candidate_are_prevented(
+    repo: Path,
+    tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    on: bool,
+) -> None:
     if on:
         need_bwrap()
     monkeypatch.setenv(contain.SANDBOX_ENV, "1" if on else "0")
@@ -83,24 +92,36 @@ def test_writes_outside_the_candidate_are_prevented(repo: Path, tmp_path_factory
     agent = tmp_path_factory.mktemp("agent") / "agent.py"
     agent.write_text(ATTACKER)
     secret = repo / ".git" / "description"  # something of the user's it may read
-    targets = {"readable": str(secret), "writes": [str(repo / "suite.py"), str(repo / ".git" / "config"),
-                                                   str(repo / ".git" / "hooks" / "post-checkout"),
-                                                   str(repo / ".git" / "refs" / "heads" / "main"),
-                                                   str(venv / "site.py")]}
+    targets = {
+        "readable": str(secret),
+        "writes": [
+            str(repo / "suite.py"),
+            str(repo / ".git" / "config"),
+            str(repo / ".git" / "hooks" / "post-checkout"),
+            str(repo / ".git" / "refs" / "heads" / "main"),
+            str(venv / "site.py"),
+        ],
+    }
     before = fingerprint(repo)
     config, site = (repo / ".git" / "config").read_bytes(), (venv / "site.py").read_bytes()
     wt = gitworktree.add_worktree(repo / "harness")
     try:
         result = CommandEditor(f"{sys.executable} {agent} {{harness}} x '{json.dumps(targets)}'").edit(
-            None, wt.harness_dir, spec_path=repo / "spec.json")
+            None, wt.harness_dir, spec_path=repo / "spec.json"
+        )
         assert result.ok, result.detail
         report = json.loads((wt.harness_dir / "report.json").read_text())
-        assert sorted(wt.changed_paths()) == ["harness/b.py", "harness/report.json"]  # staged in its own index
+        assert sorted(wt.changed_paths()) == [
+            "harness/b.py",
+            "harness/report.json",
+        ]  # staged in its own index
     finally:
         wt.remove()
     assert report["read"] == secret.read_text()
     if on:
-        assert report["wrote"] == [str(Path.home() / ".cache" / "ecdysis-editor-probe")]  # its own fresh cache
+        assert report["wrote"] == [
+            str(Path.home() / ".cache" / "ecdysis-editor-probe")
+        ]  # its own fresh cache
         assert fingerprint(repo) == before
         assert (repo / ".git" / "config").read_bytes() == config and (venv / "site.py").read_bytes() == site
         assert not (repo / ".git" / "hooks" / "post-checkout").exists()
@@ -110,8 +131,9 @@ def test_writes_outside_the_candidate_are_prevented(repo: Path, tmp_path_factory
         (Path.home() / ".cache" / "ecdysis-editor-probe").unlink(missing_ok=True)
 
 
-def test_the_editor_reads_its_spec_but_no_answer_key_or_run_record(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_editor_reads_its_spec_but_no_answer_key_or_run_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the session covers for harness code is covered for the editor too: the suites' answer keys (τ²'s
     task files, through `ecdysis_answer_keys`) and the run directories; the spec it is handed, inside the run
     directory, stays readable. A `cmd:` editor that read τ²'s gold actions could write them into the harness."""
@@ -129,26 +151,36 @@ def test_the_editor_reads_its_spec_but_no_answer_key_or_run_record(tmp_path: Pat
     spec.write_text('{"changes": []}')
     (runs / "run1" / "trials.jsonl").write_text('{"reward": 1.0}')
     monkeypatch.setenv(contain.HIDE_ENV, ":".join([str(runs), *keys]))
-    probe = ("import json, sys; out = {}\n"
-             "for p in sys.argv[1:]:\n"
-             "    try: out[p] = len(open(p).read())\n"
-             "    except OSError as e: out[p] = type(e).__name__\n"
-             "print(json.dumps(out))")
+    probe = (
+        "import json, sys; out = {}\n"
+        "for p in sys.argv[1:]:\n"
+        "    try: out[p] = len(open(p).read())\n"
+        "    except OSError as e: out[p] = type(e).__name__\n"
+        "print(json.dumps(out))"
+    )
     gold = next(k for k in keys if k.endswith("airline/tasks.json"))
     targets = [str(spec), str(runs / "run1" / "trials.jsonl"), gold]
-    code, out = contain.run_in_group([sys.executable, "-c", probe, *targets], cwd=work, timeout_s=60,
-                                     env={"PATH": "/usr/bin:/bin"}, readable=(spec,))
+    code, out = contain.run_in_group(
+        [sys.executable, "-c", probe, *targets],
+        cwd=work,
+        timeout_s=60,
+        env={"PATH": "/usr/bin:/bin"},
+        readable=(spec,),
+    )
     assert code == 0, out
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen[str(spec)] == len('{"changes": []}')
     assert seen[str(runs / "run1" / "trials.jsonl")] == "FileNotFoundError"  # an empty directory there
-    assert seen[gold] in (0, "PermissionError"), seen  # /dev/null over the file (on a nodev mount: unreadable)
+    assert seen[gold] in (0, "PermissionError"), (
+        seen
+    )  # /dev/null over the file (on a nodev mount: unreadable)
     assert Path(gold).stat().st_size > 1000  # the real file is untouched, outside
 
 
 @pytest.mark.parametrize("on", [True, False], ids=["sandbox", "no-sandbox"])
-def test_the_editor_never_gets_the_ground_truth_credential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           on: bool) -> None:
+def test_the_editor_never_gets_the_ground_truth_credential(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on: bool
+) -> None:
     """The simulated server's ground-truth token (`ECDYSIS_SIM_TOKEN`, the trusted trial side's) is not in an
     editor command's environment, with or without the sandbox: with it an editor (which keeps the network)
     could read which quirks fired in which trial. Other variables (its own credentials) pass."""
@@ -159,7 +191,11 @@ def test_the_editor_never_gets_the_ground_truth_credential(tmp_path: Path, monke
     work = tmp_path / "work"
     work.mkdir()
     probe = "import json, os; print(json.dumps(sorted(k for k in os.environ if k in ('ECDYSIS_SIM_TOKEN', 'MY_KEY'))))"
-    code, out = contain.run_in_group([sys.executable, "-c", probe], cwd=work, timeout_s=60,
-                                     env={"PATH": "/usr/bin:/bin", "ECDYSIS_SIM_TOKEN": "t0ken", "MY_KEY": "k"})
+    code, out = contain.run_in_group(
+        [sys.executable, "-c", probe],
+        cwd=work,
+        timeout_s=60,
+        env={"PATH": "/usr/bin:/bin", "ECDYSIS_SIM_TOKEN": "t0ken", "MY_KEY": "k"},
+    )
     assert code == 0, out
     assert json.loads(out.strip().splitlines()[-1]) == ["MY_KEY"]

@@ -19,7 +19,7 @@ from tiny_evolution import CONFTEST, evolution, git, make_project, run_evolution
 
 pytest_plugins = ["pytester"]
 
-SUITE = '''
+SUITE = """
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
 from pytest_ecdysis.core.harness import load_harness
@@ -40,12 +40,12 @@ def test_task(request, task_id):
         components={"db": reward} if reward is not None else {}, harness_id=state.harness_id,
         tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
     assert reward is not None and reward >= 1.0
-'''
+"""
 
 # The late writer (route "file rewritten after the editor exits"): an editor's own helpers no longer outlive
 # it (PID namespace), so the writer runs in the controller, as an escaped process would: once the round's
 # candidate.diff exists (the snapshot is taken), it rewrites the worktree's file and leaves a marker.
-LATE_WRITER = '''
+LATE_WRITER = """
 import os, threading, time
 def _late_writer():
     target, deadline = HERE / "late-target", time.time() + 300
@@ -58,15 +58,15 @@ def _late_writer():
         time.sleep(0.05)
 if os.environ.get("ECDYSIS_RUN_ID") == "run1" and (HERE / "late-target-armed").exists():
     threading.Thread(target=_late_writer, daemon=True).start()
-'''
+"""
 
 # The static check can be switched off by a file, to test the layers behind it on their own (as if the
 # candidate had found a construct the check does not know).
-NO_STATIC = '''
+NO_STATIC = """
 import pytest_ecdysis.validate.static as staticcheck
 if (HERE / "no-static-check").exists():
     staticcheck.check_candidate = lambda *a, **k: []
-'''
+"""
 
 EDITOR = r'''
 import json, os, subprocess, sys, time
@@ -172,8 +172,15 @@ def _digests(root: Path) -> dict[str, str]:
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     # (the scripted diagnosis sets `pytest_ecdysis.diagnose.round`: the package is imported first)
-    project = make_project(pytester, monkeypatch, CONFTEST + NO_STATIC + LATE_WRITER, suite=SUITE, editor=EDITOR,
-                           ignore=("no-static-check", ".pytest_cache/", "late-*"), accept_ini=False)
+    project = make_project(
+        pytester,
+        monkeypatch,
+        CONFTEST + NO_STATIC + LATE_WRITER,
+        suite=SUITE,
+        editor=EDITOR,
+        ignore=("no-static-check", ".pytest_cache/", "late-*"),
+        accept_ini=False,
+    )
     monkeypatch.setenv("ECDYSIS_RUN_ID", "run1")
     return project
 
@@ -182,8 +189,9 @@ def _evolve(project: pytest.Pytester, kinds: list[str]) -> tuple[pytest.RunResul
     (project.path / "script.json").write_text(json.dumps([{"kind": k} for k in kinds]))
     # the routes, not the rule: a tie is rejected at once (the sequential default would spend confirmation
     # looks on a 4-task suite first, and call it inconclusive)
-    result = run_evolution(project, "--ecdysis-rounds", str(len(kinds)), "--ecdysis-accept", "strict",
-                           timeout=1800)  # six rounds of sub-runs on a loaded machine
+    result = run_evolution(
+        project, "--ecdysis-rounds", str(len(kinds)), "--ecdysis-accept", "strict", timeout=1800
+    )  # six rounds of sub-runs on a loaded machine
     return result, evolution(project)
 
 
@@ -207,7 +215,9 @@ def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> Non
     assert result.ret == 0, result.stdout.str()
     outcomes = {k: (r["outcome"], r["reason"]) for k, r in zip(kinds, doc["rounds"], strict=True)}
     print(json.dumps(outcomes, indent=1))
-    assert outcomes["commit_outside"][0] == "guard_rejected" and "test_tiny.py" in outcomes["commit_outside"][1]
+    assert (
+        outcomes["commit_outside"][0] == "guard_rejected" and "test_tiny.py" in outcomes["commit_outside"][1]
+    )
     assert outcomes["commit_gold"][0] == "guard_rejected" and "tasks.json" in outcomes["commit_gold"][1]
     assert outcomes["obfuscated"][0] == "guard_rejected"
     for what in ("imports importlib", "computed attribute name", "calls __import__()"):
@@ -220,7 +230,9 @@ def test_routes_that_are_refused_round_by_round(project: pytest.Pytester) -> Non
 
 
 @pytest.mark.slow
-def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_committed(project: pytest.Pytester) -> None:
+def test_file_rewritten_after_the_editor_exits_is_not_what_is_validated_or_committed(
+    project: pytest.Pytester,
+) -> None:
     """The editor raises LEVEL to 3 (an improvement, accepted); a late writer rewrites the file to LEVEL = 4
     after the snapshot was taken (its marker proves it ran): the validation scored the snapshot (0.75, not
     1.0) and the branch holds the snapshot's bytes, not the late writer's."""
@@ -261,7 +273,9 @@ def test_forged_checkpoint_is_refused(project: pytest.Pytester) -> None:
     result, doc = _evolve(project, ["forge_decision", "infra"])
     assert result.ret == 1, result.stdout.str()
     assert [r["outcome"] for r in doc["rounds"]] == ["rejected"]
-    result.stdout.fnmatch_lines(["*--ecdysis-evolve stopped*decision.json was not written by this evolution*"])
+    result.stdout.fnmatch_lines(
+        ["*--ecdysis-evolve stopped*decision.json was not written by this evolution*"]
+    )
     _nothing_gained(project, doc, before)
 
 

@@ -32,7 +32,7 @@ pytest_plugins = ["pytester"]
 CANARY = "sk-ecdysis-canary-" + hashlib.sha256(b"issue 27").hexdigest()[:24]
 SETTINGS = EndpointSettings(call_timeout_s=5.0, max_retries=1, trial_budget_s=120.0, backoff_s=0.01)
 
-HARNESS = '''
+HARNESS = """
 import glob, json, os, pathlib, urllib.request, urllib.error
 
 from tau2.agent.base import BaseAgent
@@ -106,7 +106,7 @@ class Agent(BaseAgent):
 
 def build_agent(**kw):
     return Agent()
-'''
+"""
 
 
 def _tau2_root() -> Path:
@@ -115,13 +115,28 @@ def _tau2_root() -> Path:
     return Path(tau2.__file__).resolve().parent
 
 
-def _harness(tmp_path: Path, name: str, *, sim_url: str = "http://127.0.0.1:9", targets: list[str] = (),
-             body: str = "        pass", reads: list[str] = ()) -> Path:
+def _harness(
+    tmp_path: Path,
+    name: str,
+    *,
+    sim_url: str = "http://127.0.0.1:9",
+    targets: list[str] = (),
+    body: str = "        pass",
+    reads: list[str] = (),
+) -> Path:
     gold = _tau2_root().parent / "tau2" / "data" / "tau2" / "domains" / "airline" / "tasks.json"
     harness = tmp_path / name
     harness.mkdir()
-    (harness / "__init__.py").write_text(HARNESS.format(canary=CANARY, sim_url=sim_url, targets=list(targets),
-                                                        gold=str(gold), body=body, reads=list(reads)))
+    (harness / "__init__.py").write_text(
+        HARNESS.format(
+            canary=CANARY,
+            sim_url=sim_url,
+            targets=list(targets),
+            gold=str(gold),
+            body=body,
+            reads=list(reads),
+        )
+    )
     return harness
 
 
@@ -130,16 +145,18 @@ def _digest(*roots: Path) -> str:
     trusted trial process itself writes)."""
     h = hashlib.sha256()
     for root in roots:
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
-                           and "suspect" not in p.name):
+        for path in sorted(
+            p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and "suspect" not in p.name
+        ):
             h.update(f"{path}\0{path.stat().st_size}\0".encode())
             h.update(path.read_bytes())
     return h.hexdigest()
 
 
 @pytest.mark.slow
-def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_attacks_on_a_sandboxed_run(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One τ² trial of the default run (`--ecdysis-sandbox auto`, bubblewrap here) whose harness hunts a
     canary key in every process's environment, fetches the simulated server's ground truth, writes into
     τ²'s package, the venv and the user's cache, and reads τ²'s task file: all fail, the trial scores
@@ -156,15 +173,24 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
     for found in user_cache.glob("*suspect*.json"):  # computed once per τ² version: 15-60 s otherwise
         (cache / "pytest-ecdysis" / found.name).write_bytes(found.read_bytes())
     site = Path(sysconfig.get_path("purelib"))
-    targets = [str(_tau2_root() / "planted.py"), str(site / "planted.pth"), str(cache / "pytest-ecdysis" / "x.json"),
-               str(Path.home() / ".cache" / "pytest-ecdysis" / "planted.json")]
+    targets = [
+        str(_tau2_root() / "planted.py"),
+        str(site / "planted.pth"),
+        str(cache / "pytest-ecdysis" / "x.json"),
+        str(Path.home() / ".cache" / "pytest-ecdysis" / "planted.json"),
+    ]
     # beside the directory that holds the suite (the checkout): another checkout, a sub-run's run directory
     from pytest_ecdysis_tau2 import SUITE_ROOT
 
     sibling = Path(tempfile.mkdtemp(dir=SUITE_ROOT.parent, prefix="ecdysis-sibling-"))
     (sibling / "secret.txt").write_text("beside the checkout")
-    harness = _harness(tmp_path, "attacker", sim_url=server.url.removesuffix("/v1"), targets=targets,
-                       reads=[str(sibling / "secret.txt")])
+    harness = _harness(
+        tmp_path,
+        "attacker",
+        sim_url=server.url.removesuffix("/v1"),
+        targets=targets,
+        reads=[str(sibling / "secret.txt")],
+    )
     protected = [_tau2_root(), cache]
     before = _digest(*protected)
     site_before = sorted(p.name for p in site.iterdir())
@@ -174,9 +200,22 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
     runs = pytester.path / "runs"
     try:
         result = pytester.runpytest_subprocess(
-            "--pyargs", "pytest_ecdysis_tau2", "-p", "no:cacheprovider", "-k", "airline", "--ecdysis-tasks", "3",
-            "--ecdysis-model", "sim", "--ecdysis-harness", str(harness), "--ecdysis-run-dir", str(runs),
-            timeout=600)
+            "--pyargs",
+            "pytest_ecdysis_tau2",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "airline",
+            "--ecdysis-tasks",
+            "3",
+            "--ecdysis-model",
+            "sim",
+            "--ecdysis-harness",
+            str(harness),
+            "--ecdysis-run-dir",
+            str(runs),
+            timeout=600,
+        )
     finally:
         server.stop()
         shutil.rmtree(sibling, ignore_errors=True)
@@ -192,7 +231,9 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
     assert not isinstance(notes["network"]["reached"], int), notes["network"]
     assert notes["writes"]["wrote"] == [], notes["writes"]
     assert notes["gold"]["bytes"] <= 0
-    assert notes["reads"]["seen"] == [], notes["reads"]  # the suite root's parent was bound before (issue 34's move)
+    assert notes["reads"]["seen"] == [], notes[
+        "reads"
+    ]  # the suite root's parent was bound before (issue 34's move)
     assert trial["reward"] == 0.0  # an idle agent on task 3
     leaked = [p for p in run_dir.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
     assert leaked == []
@@ -201,8 +242,9 @@ def test_attacks_on_a_sandboxed_run(pytester: pytest.Pytester, tmp_path: Path,
 
 
 @pytest.mark.parametrize("sandboxed", [True, False])
-def test_a_4_gb_allocation_ends_the_trial_naming_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           sandboxed: bool) -> None:
+def test_a_4_gb_allocation_ends_the_trial_naming_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandboxed: bool
+) -> None:
     """A harness that allocates 4 GB: past `--ecdysis-limits agent-memory` (default 4096 MB of address
     space) the allocation fails, and the trial ends agent_error naming the limit and its value; the next
     trial of the same worker runs normally. With and without bubblewrap."""
@@ -214,7 +256,9 @@ def test_a_4_gb_allocation_ends_the_trial_naming_the_limit(tmp_path: Path, monke
     # (no page is written: were the limit missing, the allocation would succeed without using the memory,
     # and the test fail without harming the machine)
     body = "        block = bytearray(4 << 30)"
-    result = run("3", None, harness=_harness(tmp_path, f"alloc{int(sandboxed)}", body=body), settings=SETTINGS)
+    result = run(
+        "3", None, harness=_harness(tmp_path, f"alloc{int(sandboxed)}", body=body), settings=SETTINGS
+    )
     assert result.termination_reason == "agent_error" and result.reward == 0.0
     assert "--ecdysis-limits agent-memory: 4096 MB" in result.error, result.error
     again = run("3", None, harness=_harness(tmp_path, f"idle{int(sandboxed)}"), settings=SETTINGS)

@@ -19,13 +19,18 @@ ROUTES = {
     "gold path by concatenation": ("p = 'ta' + 'sks' + '.json'\nopen(p)\n", "file_access"),
     "base64-decoded path": ("import base64\np = base64.b64decode('dGFza3MuanNvbg==')\n", "dynamic_code"),
     "getattr from pieces": ("import os\nv = getattr(os, 'env' + 'iron')\n", "patches_code"),
-    "importlib with a split name": ("import importlib\nm = importlib.import_module('ta' + 'u2.evaluator')\n",
-                                    "dynamic_code"),
+    "importlib with a split name": (
+        "import importlib\nm = importlib.import_module('ta' + 'u2.evaluator')\n",
+        "dynamic_code",
+    ),
     "dunder import": ("m = __import__('o' + 's')\n", "dynamic_code"),
     "tau2.__file__": ("import tau2.agent.base as b\nimport tau2\nd = tau2.__file__\n", "introspection"),
     "simulated ground truth": ("URL = '/ecdysis/ground_truth'\n", "gold_data"),
-    "scorer patched": ("from pytest_ecdysis_tau2.scoring.scorer_client import ScorerClient\n"
-                       "ScorerClient.score = lambda *a: 1\n", "internals"),
+    "scorer patched": (
+        "from pytest_ecdysis_tau2.scoring.scorer_client import ScorerClient\n"
+        "ScorerClient.score = lambda *a: 1\n",
+        "internals",
+    ),
     "knowledge module named": ("M = 'telecom_knowledge'\n", "gold_data"),
     "module attribute assigned": ("import json\njson.loads = lambda s: {}\n", "patches_code"),
     "sys.modules": ("import sys\nm = sys.modules['pytest_ecdysis_tau2.scoring.scorer']\n", "introspection"),
@@ -34,8 +39,10 @@ ROUTES = {
     "subprocess": ("import subprocess\nsubprocess.Popen(['sh'])\n", "process"),
     "network": ("import urllib.request\nurllib.request.urlopen('http://x')\n", "network"),
     "pathlib write outside": ("from pathlib import Path\nPath('/tmp/x').write_text('1')\n", "file_access"),
-    "climbing out of the harness": ("from pathlib import Path\n"
-                                    "t = (Path(__file__).parent.parent / 'x').read_text()\n", "file_access"),
+    "climbing out of the harness": (
+        "from pathlib import Path\nt = (Path(__file__).parent.parent / 'x').read_text()\n",
+        "file_access",
+    ),
     "exec of decoded code": ("exec(bytes.fromhex('7072696e742829').decode())\n", "dynamic_code"),
     "subclass walk": ("s = object.__subclasses__()\n", "introspection"),
 }
@@ -63,10 +70,12 @@ def test_symlink_and_unparsable_file() -> None:
 
 def test_own_files_and_plain_code_are_clean() -> None:
     """Reading the harness's own files, constant getattr on objects and ordinary code are not flagged."""
-    source = (b"import json\nfrom pathlib import Path\nimport os\n"
-              b"DATA = json.loads((Path(__file__).parent / 'rules.json').read_text())\n"
-              b"TEXT = open(os.path.join(os.path.dirname(__file__), 'p.txt')).read()\n"
-              b"def f(resp):\n    return getattr(resp, 'usage', None)\n")
+    source = (
+        b"import json\nfrom pathlib import Path\nimport os\n"
+        b"DATA = json.loads((Path(__file__).parent / 'rules.json').read_text())\n"
+        b"TEXT = open(os.path.join(os.path.dirname(__file__), 'p.txt')).read()\n"
+        b"def f(resp):\n    return getattr(resp, 'usage', None)\n"
+    )
     assert check_candidate({"__init__.py": source}, {}) == []
 
 
@@ -83,11 +92,16 @@ def _files(directory: Path) -> dict[str, bytes]:
     return {p.as_posix(): (directory / p).read_bytes() for p in harness_files(directory)}
 
 
-KNOBS = [{"knob": "max_model_calls", "value": 32}, {"knob": "keep_last_messages", "value": 64},
-         {"knob": "max_tool_result_chars", "value": 5000}, {"knob": "error_feedback"},
-         {"knob": "id_normalisation", "rules": ["order_id:#prefix", "reservation_id:upper"]},
-         {"knob": "completion_check"}, {"knob": "repeat_guard"},
-         {"knob": "policy_rule", "text": "Confirm the reservation id before any change."}]
+KNOBS = [
+    {"knob": "max_model_calls", "value": 32},
+    {"knob": "keep_last_messages", "value": 64},
+    {"knob": "max_tool_result_chars", "value": 5000},
+    {"knob": "error_feedback"},
+    {"knob": "id_normalisation", "rules": ["order_id:#prefix", "reservation_id:upper"]},
+    {"knob": "completion_check"},
+    {"knob": "repeat_guard"},
+    {"knob": "policy_rule", "text": "Confirm the reservation id before any change."},
+]
 
 
 def test_example_harness_and_every_recipe_pass(tmp_path: Path) -> None:
@@ -98,7 +112,13 @@ def test_example_harness_and_every_recipe_pass(tmp_path: Path) -> None:
     for knob in KNOBS:
         harness = tmp_path / knob["knob"] / "example_harness"
         shutil.copytree(EXAMPLE, harness, ignore=shutil.ignore_patterns("__pycache__"))
-        result = apply_spec({"changes": [{"component": "policy_prompt", "files": [], "description": "x",
-                                          "parameters": knob}]}, harness)
+        result = apply_spec(
+            {
+                "changes": [
+                    {"component": "policy_prompt", "files": [], "description": "x", "parameters": knob}
+                ]
+            },
+            harness,
+        )
         assert result.applied == [knob["knob"]]
         assert [str(f) for f in check_candidate(_files(harness), base)] == [], knob

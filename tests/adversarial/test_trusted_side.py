@@ -29,7 +29,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "pytest_ecdysis_tau2" / "example
 
 # A harness that asks for another model and another role and trial: through the client's `create`, and
 # through the protocol channel itself (past the child's own filter), as the attacks of issue 27 did.
-GREEDY = '''
+GREEDY = """
 from tau2.agent.base import BaseAgent
 from tau2.data_model.message import AssistantMessage
 
@@ -63,13 +63,18 @@ class Agent(BaseAgent):
 
 def build_agent(*, client, model, **kw):
     return Agent(client, model)
-'''
+"""
 
 
 def test_guard_call_overwrites_the_model_and_drops_routing_arguments() -> None:
     """The arguments of a call from the channel as the trial side makes it, and notes of what changed."""
-    kwargs = {"model": "sim/strong", "messages": [], "extra_headers": {"X-Ecdysis-Role": "analyst"},
-              "extra_query": {"a": "b"}, "temperature": 0.5}
+    kwargs = {
+        "model": "sim/strong",
+        "messages": [],
+        "extra_headers": {"X-Ecdysis-Role": "analyst"},
+        "extra_query": {"a": "b"},
+        "temperature": 0.5,
+    }
     out, notes = guard_call(kwargs, "sim")
     assert out == {"model": "sim", "messages": [], "temperature": 0.5}
     assert [n["kind"] for n in notes] == ["request_filtered", "model_overridden"]
@@ -78,8 +83,9 @@ def test_guard_call_overwrites_the_model_and_drops_routing_arguments() -> None:
 
 
 @pytest.mark.parametrize("agent_process", ["1", "0"])
-def test_a_harness_cannot_choose_its_model_role_or_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         agent_process: str) -> None:
+def test_a_harness_cannot_choose_its_model_role_or_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent_process: str
+) -> None:
     """Every request that left the trial process carried the configured model, the `agent` role, the
     trial's own header and the trial side's key; the change is a note in the trial's record."""
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", agent_process)
@@ -92,13 +98,17 @@ def test_a_harness_cannot_choose_its_model_role_or_trial(tmp_path: Path, monkeyp
     assert {r["model"] for r in agent.requests} == {"scripted"}
     assert {h["x-ecdysis-role"] for h in agent.headers} == {"agent"}
     assert {h["x-ecdysis-trial"] for h in agent.headers} == {"test-run/tau2-airline/3/0"}
-    assert {h["authorization"] for h in agent.headers} == {f"Bearer {os.environ.get('OPENAI_API_KEY') or 'EMPTY'}"}
+    assert {h["authorization"] for h in agent.headers} == {
+        f"Bearer {os.environ.get('OPENAI_API_KEY') or 'EMPTY'}"
+    }
     assert result.model == "scripted"
     kinds = {n["kind"] for n in result.harness_notes + result.endpoint_notes}
     assert {"model_overridden", "request_filtered"} <= kinds, result.harness_notes + result.endpoint_notes
 
 
-def test_a_stronger_profile_asked_by_the_harness_is_not_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stronger_profile_asked_by_the_harness_is_not_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The attack of issue 27 (`model=self.model + "/strong"`) on the simulated model over HTTP: the trial
     is answered by the configured profile (its ground truth names it) and is the same trial, reward and
     messages, as the unchanged harness's."""
@@ -116,8 +126,17 @@ def test_a_stronger_profile_asked_by_the_harness_is_not_served(tmp_path: Path, m
     out = {}
     try:
         for name, harness in (("plain", EXAMPLE), ("strong", strong)):
-            spec = TrialSpec(domain="airline", task_id="1", trial=0, run_id=f"r27{name}", model="sim",
-                             user_model="sim", harness_dir=harness, harness_id=name, sim_url=server.url)
+            spec = TrialSpec(
+                domain="airline",
+                task_id="1",
+                trial=0,
+                run_id=f"r27{name}",
+                model="sim",
+                user_model="sim",
+                harness_dir=harness,
+                harness_id=name,
+                sim_url=server.url,
+            )
             result = run_trial(spec)
             out[name] = (result, fetch_ground_truth(server.url, spec.header))
     finally:
@@ -140,7 +159,10 @@ def test_the_ground_truth_needs_the_servers_credential() -> None:
     try:
         url = f"{server.url}/ecdysis/ground_truth?trial=r/tau2-airline/1/0"
         assert httpx2.get(url, timeout=10).status_code == 403
-        assert httpx2.get(url, headers={TOKEN_HEADER: "guess-" + server.token[:8]}, timeout=10).status_code == 403
+        assert (
+            httpx2.get(url, headers={TOKEN_HEADER: "guess-" + server.token[:8]}, timeout=10).status_code
+            == 403
+        )
         assert httpx2.get(url, headers={TOKEN_HEADER: server.token}, timeout=10).status_code != 403
         assert fetch_ground_truth(server.url, "r/tau2-airline/1/0")["task_id"] == "1"
     finally:
@@ -185,8 +207,13 @@ def test_the_scorer_process_never_loads_planted_bytecode(tmp_path: Path) -> None
     assert plain.stdout.strip() == "1.0", "the planted bytecode is not loaded: the test proves nothing"
     empty = tmp_path / "prefix"
     empty.mkdir()
-    scorer = subprocess.run([sys.executable, *SCORER_FLAGS, "-X", f"pycache_prefix={empty}", *probe], env=env,
-                            capture_output=True, text=True, check=True)
+    scorer = subprocess.run(
+        [sys.executable, *SCORER_FLAGS, "-X", f"pycache_prefix={empty}", *probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert scorer.stdout.strip() == "0.0"
     assert not any(empty.rglob("*.pyc"))
 
@@ -199,13 +226,17 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
     from pytest_ecdysis_tau2.scoring.scorer_client import scorer_client
 
     monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
-    monkeypatch.delenv("ECDYSIS_WARM_DIR", raising=False)  # the worker's own scorer process, not the warm server
+    monkeypatch.delenv(
+        "ECDYSIS_WARM_DIR", raising=False
+    )  # the worker's own scorer process, not the warm server
     monkeypatch.setattr(scorer_module, "score", lambda *a, **k: {"ok": True, "reward": 1.0, "components": {}})
     # the worker's scorer may have been started by an earlier test under another environment (a nested
     # session drops the cache variables): start this one under the environment the assertion reads
     scorer_client().close()
     trusted = os.environ.get("ECDYSIS_TRUSTED_PYCACHE")
-    result = run("2", ScriptedModel([text("I cannot help with that.")]), settings=FAST)  # task 2 needs a write
+    result = run(
+        "2", ScriptedModel([text("I cannot help with that.")]), settings=FAST
+    )  # task 2 needs a write
     assert result.termination_reason in ("user_stop", "agent_stop") and result.reward == 0.0, result.error
     client = scorer_client()
     cmdline = Path(f"/proc/{client.proc.pid}/cmdline").read_bytes().split(b"\0")
@@ -213,17 +244,21 @@ def test_the_scorer_process_scores_on_its_own(monkeypatch: pytest.MonkeyPatch) -
     assert (b"-B" in cmdline and prefix != (trusted or "").encode()) or prefix == (trusted or "-").encode()
 
 
-def test_a_harness_note_carrying_a_known_secret_is_redacted_on_arrival(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_harness_note_carrying_a_known_secret_is_redacted_on_arrival(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A key the harness got hold of (here: written into its code) and put into a note and an error text
     reaches the trial record redacted: the trial side redacts the notes as they arrive."""
     secret = "sk-ant-canary-27-zyxwvutsrq"
     monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
     harness = tmp_path / "leaky"
     harness.mkdir()
-    (harness / "__init__.py").write_text(GREEDY.replace(
-        "    harness_notes, usage = [], dict()",
-        f"    harness_notes, usage = [{{'kind': 'leak', 'detail': 'key {secret}', 'step': 1}}], dict()"))
+    (harness / "__init__.py").write_text(
+        GREEDY.replace(
+            "    harness_notes, usage = [], dict()",
+            f"    harness_notes, usage = [{{'kind': 'leak', 'detail': 'key {secret}', 'step': 1}}], dict()",
+        )
+    )
     result = run("3", ScriptedModel([text("Done.")]), harness=harness, settings=FAST)
     leak = [n for n in result.harness_notes if n["kind"] == "leak"]
     assert leak and leak[0]["detail"] == "key [redacted:ANTHROPIC_API_KEY]"

@@ -29,16 +29,28 @@ def test_redact_covers_raw_json_escaped_and_url_quoted_forms(monkeypatch: pytest
 
     text += " " + quote(odd, safe="")
     out = secrets.redact(text)
-    assert KEY not in out and odd not in out and json.dumps(odd)[1:-1] not in out and quote(odd, safe="") not in out
-    assert "[redacted:OPENAI_API_KEY]" in out and "[redacted:GH_TOKEN]" in out and out.endswith("sim" + " " +
-                                                                                                 "[redacted:GH_TOKEN]")
+    assert (
+        KEY not in out
+        and odd not in out
+        and json.dumps(odd)[1:-1] not in out
+        and quote(odd, safe="") not in out
+    )
+    assert (
+        "[redacted:OPENAI_API_KEY]" in out
+        and "[redacted:GH_TOKEN]" in out
+        and out.endswith("sim" + " " + "[redacted:GH_TOKEN]")
+    )
     assert secrets.redact_json({"k": [KEY, {"n": 1}], KEY: None}) == {
-        "k": ["[redacted:OPENAI_API_KEY]", {"n": 1}], "[redacted:OPENAI_API_KEY]": None}
+        "k": ["[redacted:OPENAI_API_KEY]", {"n": 1}],
+        "[redacted:OPENAI_API_KEY]": None,
+    }
     secrets.register("registered-secret-value", "OPTION")
     assert secrets.redact("x registered-secret-value") == "x [redacted:OPTION]"
 
 
-def test_redact_file_and_tree_rewrite_only_files_with_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redact_file_and_tree_rewrite_only_files_with_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     (tmp_path / "a.log").write_bytes(b"\x00bin " + KEY.encode() + b" tail")
     (tmp_path / "b.txt").write_text("clean")
@@ -52,8 +64,7 @@ ALIASES = {
     "c = compile\n": "dynamic_code",
     "import os\nm = os\nprint(m.environ)\n": "environment",
     "import os\na = os\nb = a\nb.environ.get('K')\n": "environment",
-    "import os\nclass A:\n    def __init__(self):\n        self.m = os\n    def f(self):\n        return self.m.environ\n":
-        "environment",
+    "import os\nclass A:\n    def __init__(self):\n        self.m = os\n    def f(self):\n        return self.m.environ\n": "environment",
     "import os, sys\nm, s = os, sys\ns.modules\n": "introspection",
     "import json\nj = json\nprint(j.__file__)\n": "introspection",
     "import os\nprint(getattr(os, 'environ'))\n": "environment",
@@ -89,13 +100,20 @@ def test_the_tools_git_commands_ignore_planted_config(tmp_path: Path) -> None:
 
     repo = tmp_path / "repo"
     repo.mkdir()
-    for args in (("init", "-q"), ("-c", "user.name=x", "-c", "user.email=x@x", "commit", "-q", "--allow-empty", "-m", "x")):
+    for args in (
+        ("init", "-q"),
+        ("-c", "user.name=x", "-c", "user.email=x@x", "commit", "-q", "--allow-empty", "-m", "x"),
+    ):
         subprocess.run(["git", *args], cwd=repo, check=True)
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "post-checkout").write_text(f"#!/bin/sh\ntouch {tmp_path / 'hook-ran'}\n")
     (hooks / "post-checkout").chmod(0o755)
-    subprocess.run(["git", "config", "core.fsmonitor", f"touch {tmp_path / 'fsmonitor-ran'}; false"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "config", "core.fsmonitor", f"touch {tmp_path / 'fsmonitor-ran'}; false"],
+        cwd=repo,
+        check=True,
+    )
     subprocess.run(["git", "config", "core.hooksPath", str(hooks)], cwd=repo, check=True)
     runner = Git(repo)
     runner.status()
@@ -110,13 +128,25 @@ def test_the_sub_run_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) ->
     session's ids are not inherited; user site-packages are off; the run id and sim URL are the sub-run's."""
     from pytest_ecdysis.validate.setup import SCRUBBED_ENV, subrun_env
 
-    for name in (*SCRUBBED_ENV, "GIT_DIR", "GIT_INDEX_FILE", "PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST",
-                 "ECDYSIS_SESSION_PID"):
+    for name in (
+        *SCRUBBED_ENV,
+        "GIT_DIR",
+        "GIT_INDEX_FILE",
+        "PYTEST_XDIST_WORKER",
+        "PYTEST_CURRENT_TEST",
+        "ECDYSIS_SESSION_PID",
+    ):
         monkeypatch.setenv(name, "/planted")
     monkeypatch.setenv("ECDYSIS_SIM_URL", "http://outer")
     env = subrun_env("run1-r1", "http://127.0.0.1:5")
-    for name in (*SCRUBBED_ENV, "GIT_DIR", "GIT_INDEX_FILE", "PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST",
-                 "ECDYSIS_SESSION_PID"):
+    for name in (
+        *SCRUBBED_ENV,
+        "GIT_DIR",
+        "GIT_INDEX_FILE",
+        "PYTEST_XDIST_WORKER",
+        "PYTEST_CURRENT_TEST",
+        "ECDYSIS_SESSION_PID",
+    ):
         assert name not in env, name
     assert env["ECDYSIS_RUN_ID"] == "run1-r1" and env["ECDYSIS_SIM_URL"] == "http://127.0.0.1:5"
     assert env["PYTHONNOUSERSITE"] == "1" and env["PYTHONDONTWRITEBYTECODE"] == "1"
@@ -127,8 +157,11 @@ def test_trials_and_summary_must_agree() -> None:
     `trials.jsonl`; the honest pair agrees."""
     from pytest_ecdysis.validate.results import disagreement
 
-    trials = [{"reward": 1.0, "termination_reason": "agent_stop"}, {"reward": 0.0, "termination_reason": "user_stop"},
-              {"reward": None, "termination_reason": "infrastructure_error"}]
+    trials = [
+        {"reward": 1.0, "termination_reason": "agent_stop"},
+        {"reward": 0.0, "termination_reason": "user_stop"},
+        {"reward": None, "termination_reason": "infrastructure_error"},
+    ]
     honest = {"n_trials": 3, "n_infra_errors": 1, "suite_score": 0.5}
     assert disagreement(honest, trials) is None
     assert "score" in disagreement({**honest, "suite_score": 1.0}, trials)
@@ -149,7 +182,9 @@ def test_a_rewritten_suspect_cache_is_not_believed(tmp_path: Path, monkeypatch: 
     suspect.suspect_tasks.cache_clear()
     path = suspect.cache_path("airline")
     path.parent.mkdir(parents=True)
-    forged = {tid: [{"index": 0, "name": "x", "error": "forged"}] for tid in list(suite.all_tasks("airline"))[:3]}
+    forged = {
+        tid: [{"index": 0, "name": "x", "error": "forged"}] for tid in list(suite.all_tasks("airline"))[:3]
+    }
     path.write_text(json.dumps({"schema_version": 1, "tau2_version": "0.0-test", "suspect": forged}))
     monkeypatch.setattr(suspect, "compute", lambda domain: {})  # the recomputation (15-20 s) stubbed
     try:
@@ -192,8 +227,14 @@ def test_a_planted_bytecode_cache_is_found_and_removed(tmp_path: Path) -> None:
     from pytest_ecdysis.validate.bytecode import poisoned
 
     planted = _plant(tmp_path / "victim", "REWARD = 0.0\n", "REWARD = 1.0\n")
-    loaded = subprocess.run([sys.executable, "-c", "import victim; print(victim.REWARD)"], cwd=tmp_path,
-                            capture_output=True, text=True, check=True, env={"PYTHONPATH": str(tmp_path)})
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import victim; print(victim.REWARD)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     assert loaded.stdout.strip() == "1.0", "the planted cache is not loaded: the test proves nothing"
     honest = tmp_path / "honest" / "__init__.py"
     honest.parent.mkdir()
@@ -225,12 +266,15 @@ def test_pytest_assertion_rewrite_caches_are_checked_against_the_rewritten_code(
     cache.write_bytes(header + marshal.dumps(code))  # as pytest's _write_pyc_fp writes it
     assert "-pytest-" in cache.name
     assert poisoned(tmp_path) == [] and cache.exists()
-    cache.write_bytes(header + marshal.dumps(compile("def check(reward):\n    return 1.0\n", str(source), "exec")))
+    cache.write_bytes(
+        header + marshal.dumps(compile("def check(reward):\n    return 1.0\n", str(source), "exec"))
+    )
     assert poisoned(tmp_path) == [cache] and not cache.exists()
 
 
 def test_integrity_names_changes_to_tau2_the_startup_files_and_planted_bytecode(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The checksums cover the protected packages (here a stand-in for τ²), Python's startup files (`*.pth`,
     `sitecustomize.py` in the site directories) and the packages' bytecode caches: each change is named."""
     import site

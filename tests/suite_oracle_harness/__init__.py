@@ -40,8 +40,12 @@ class OracleAgent(BaseAgent):
             if action.requestor == "user":
                 asked = json.dumps({"name": action.name, "arguments": dict(action.arguments)})
                 return AssistantMessage(role="assistant", content=USER_ACTION + asked), state
-            call = ToolCall(id=f"oracle_{self.next}", name=action.name, arguments=dict(action.arguments),
-                            requestor="assistant")
+            call = ToolCall(
+                id=f"oracle_{self.next}",
+                name=action.name,
+                arguments=dict(action.arguments),
+                requestor="assistant",
+            )
             return AssistantMessage(role="assistant", content=None, tool_calls=[call]), state
         figures = "; ".join(self.info)
         return AssistantMessage(role="assistant", content=f"{DONE_TEXT} {figures}".strip()), state

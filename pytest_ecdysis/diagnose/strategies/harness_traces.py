@@ -27,9 +27,13 @@ from pytest_ecdysis.evidence.views import record_key
 #: Harness artifact kind -> the symbol that implements it in a harness with named parts (docs/internals.md,
 #: "Spec parameters"); a harness without the symbol (Direct) has the artifact nowhere yet.
 SYMBOLS = {
-    "tool_wrapper": "normalise_arguments", "feedback_rule": "format_tool_result", "closing_check": "check_before_end",
-    "prompt_section": "system_prompt", "budget:model_calls": "MAX_MODEL_CALLS",
-    "budget:tool_result_chars": "MAX_TOOL_RESULT_CHARS", "budget:context": "KEEP_LAST_MESSAGES",
+    "tool_wrapper": "normalise_arguments",
+    "feedback_rule": "format_tool_result",
+    "closing_check": "check_before_end",
+    "prompt_section": "system_prompt",
+    "budget:model_calls": "MAX_MODEL_CALLS",
+    "budget:tool_result_chars": "MAX_TOOL_RESULT_CHARS",
+    "budget:context": "KEEP_LAST_MESSAGES",
 }
 #: Flaw kind -> (repair operator, the artifacts it may touch).
 OPERATORS = {
@@ -64,32 +68,77 @@ def trace(record: FailureRecord, artifacts: Mapping[str, dict[str, Any]]) -> dic
     steps: list[dict[str, Any]] = []
     for call in record.tool_calls:
         i = len(steps)
-        values = {k: str(v) for k, v in call.arguments.items() if isinstance(v, str | int) and len(str(v)) >= 3}
-        sources = {j: s.get("result", "") + " " + json.dumps(s["arguments"], default=str)
-                   for j, s in enumerate(steps) if s["kind"] == "tool_call"}
+        values = {
+            k: str(v) for k, v in call.arguments.items() if isinstance(v, str | int) and len(str(v)) >= 3
+        }
+        sources = {
+            j: s.get("result", "") + " " + json.dumps(s["arguments"], default=str)
+            for j, s in enumerate(steps)
+            if s["kind"] == "tool_call"
+        }
         data: list[Any] = [j for j, text in sources.items() if any(v in text for v in values.values())]
         if any(v in user for v in values.values()):
             data.append("user")
         # an id-like value (with a digit) that no earlier text holds came from nowhere: the model made it up
-        unlinked = [k for k, v in values.items() if any(ch.isdigit() for ch in v) and v not in user
-                    and not any(v in text for text in sources.values())]
+        unlinked = [
+            k
+            for k, v in values.items()
+            if any(ch.isdigit() for ch in v)
+            and v not in user
+            and not any(v in text for text in sources.values())
+        ]
         shown, raw = call.model_view, _texts(call.result)
-        step = {"i": i, "kind": "tool_call", "tool": call.name, "arguments": call.arguments, "error": call.error,
-                "result": raw[:300], "data_from": data, "unlinked": unlinked, "control_from": i - 1 if i else None,
-                "artifact": artifacts["feedback_rule" if call.error else "tool_wrapper"]}
+        step = {
+            "i": i,
+            "kind": "tool_call",
+            "tool": call.name,
+            "arguments": call.arguments,
+            "error": call.error,
+            "result": raw[:300],
+            "data_from": data,
+            "unlinked": unlinked,
+            "control_from": i - 1 if i else None,
+            "artifact": artifacts["feedback_rule" if call.error else "tool_wrapper"],
+        }
         if shown is not None and raw and len(shown) < len(raw):
-            step.update(truncated=True, shown_chars=len(shown), result_chars=len(raw),
-                        artifact=artifacts["budget:tool_result_chars"])
+            step.update(
+                truncated=True,
+                shown_chars=len(shown),
+                result_chars=len(raw),
+                artifact=artifacts["budget:tool_result_chars"],
+            )
         steps.append(step)
     for note in record.harness_notes:
         kind = str(note.get("kind", ""))
-        art = ("budget:model_calls" if any(w in kind for w in ("budget", "limit", "exhausted", "max_"))
-               else "budget:context" if any(w in kind for w in ("trim", "context")) else "prompt_section")
-        steps.append({"i": len(steps), "kind": "harness_note", "note": kind, "detail": str(note.get("detail", ""))[:200],
-                      "data_from": [], "control_from": len(steps) - 1 if steps else None, "artifact": artifacts[art]})
-    steps.append({"i": len(steps), "kind": "end", "termination_reason": record.termination_reason,
-                  "failed_components": list(record.failed_components), "data_from": [],
-                  "control_from": len(steps) - 1 if steps else None, "artifact": artifacts["closing_check"]})
+        art = (
+            "budget:model_calls"
+            if any(w in kind for w in ("budget", "limit", "exhausted", "max_"))
+            else "budget:context"
+            if any(w in kind for w in ("trim", "context"))
+            else "prompt_section"
+        )
+        steps.append(
+            {
+                "i": len(steps),
+                "kind": "harness_note",
+                "note": kind,
+                "detail": str(note.get("detail", ""))[:200],
+                "data_from": [],
+                "control_from": len(steps) - 1 if steps else None,
+                "artifact": artifacts[art],
+            }
+        )
+    steps.append(
+        {
+            "i": len(steps),
+            "kind": "end",
+            "termination_reason": record.termination_reason,
+            "failed_components": list(record.failed_components),
+            "data_from": [],
+            "control_from": len(steps) - 1 if steps else None,
+            "artifact": artifacts["closing_check"],
+        }
+    )
     return {"record": record_key(record), "task_id": record.task_id, "steps": steps}
 
 
@@ -104,8 +153,13 @@ def attribute(tr: dict[str, Any]) -> dict[str, Any]:
     notes = [s for s in steps if s["kind"] == "harness_note"]
 
     def out(flaw: str, step: dict[str, Any]) -> dict[str, Any]:
-        return {"record": tr["record"], "task_id": tr["task_id"], "flaw": flaw, "step": step["i"],
-                "artifact": step["artifact"]}
+        return {
+            "record": tr["record"],
+            "task_id": tr["task_id"],
+            "flaw": flaw,
+            "step": step["i"],
+            "artifact": step["artifact"],
+        }
 
     for note in notes:
         if note["artifact"]["kind"] == "budget:model_calls":
@@ -138,8 +192,9 @@ def consolidate(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     flaws: dict[tuple[str, str], dict[str, Any]] = {}
     for c in causes:
         key = (c["flaw"], c["artifact"]["kind"])
-        f = flaws.setdefault(key, {"flaw": c["flaw"], "artifact": c["artifact"], "tasks": [], "records": [],
-                                   "steps": {}})
+        f = flaws.setdefault(
+            key, {"flaw": c["flaw"], "artifact": c["artifact"], "tasks": [], "records": [], "steps": {}}
+        )
         if c["task_id"] not in f["tasks"]:
             f["tasks"].append(c["task_id"])
         f["records"].append(c["record"])
@@ -155,9 +210,13 @@ def operator_for(flaw: dict[str, Any], artifacts: Mapping[str, dict[str, Any]]) 
     when an artifact is absent from the harness, and the repair may then add it (any file)."""
     op, kinds = OPERATORS[flaw["flaw"]]
     arts = [artifacts[k] for k in kinds]
-    return {"flaw_id": flaw["flaw_id"], "operator": op, "artifacts": arts,
-            "may_touch": sorted({a["file"] for a in arts if a["file"]}),
-            "creates": any(a["file"] is None for a in arts)}
+    return {
+        "flaw_id": flaw["flaw_id"],
+        "operator": op,
+        "artifacts": arts,
+        "may_touch": sorted({a["file"] for a in arts if a["file"]}),
+        "creates": any(a["file"] is None for a in arts),
+    }
 
 
 def in_scope(files: list[str], operator: Mapping[str, Any]) -> bool:

@@ -28,14 +28,19 @@ class SelfEvolution:
     def propose(self, round_input: RoundInput, client: RoleClient) -> Diagnosis:
         start = time.monotonic()
         tx = Transcript(round_input.round_dir)
-        records = select_records(usable_records(round_input.records),
-                                 getattr(round_input.cfg, "evidence_limit", None))
+        records = select_records(
+            usable_records(round_input.records), getattr(round_input.cfg, "evidence_limit", None)
+        )
         specs, problems, chars = [], [], 0
         for record in records:
-            single = PatternGroup(signature=f"instance:{record_key(record)}", cross_task=False,
-                                  tasks=[record.task_id], records=[record_key(record)],
-                                  termination_reason=record.termination_reason,
-                                  failed_components=list(record.failed_components))
+            single = PatternGroup(
+                signature=f"instance:{record_key(record)}",
+                cross_task=False,
+                tasks=[record.task_id],
+                records=[record_key(record)],
+                termination_reason=record.termination_reason,
+                failed_components=list(record.failed_components),
+            )
             one = RoundInput(**{**round_input.__dict__, "records": [record], "groups": [single]})
             evidence = evidence_for(one)
             chars = max(chars, len(evidence.render()))
@@ -47,14 +52,33 @@ class SelfEvolution:
         if specs:
             write_spec(round_input.round_dir, specs[0])
             if round_input.round_dir is not None:
-                (round_input.round_dir / "specs.json").write_text(json.dumps(
-                    {"schema_version": SCHEMA_VERSION, "specs": [s.model_dump(mode="json") for s in specs]},
-                    indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+                (round_input.round_dir / "specs.json").write_text(
+                    json.dumps(
+                        {
+                            "schema_version": SCHEMA_VERSION,
+                            "specs": [s.model_dump(mode="json") for s in specs],
+                        },
+                        indent=2,
+                        ensure_ascii=False,
+                    )
+                    + "\n",
+                    encoding="utf-8",
+                )
         reason = "" if specs else ("invalid_spec" if problems else "no_spec")
         detail = "; ".join(problems[:5]) if not specs else f"{len(specs)} instance-level spec(s)"
-        return Diagnosis(spec=specs[0] if specs else None, reason=reason, detail=detail, transcript=tx.lines,
-                         tokens=tx.tokens, wall_s=time.monotonic() - start, calls=len(tx.lines), specs=specs,
-                         instance_level=True, n_records=len(records), evidence_chars=chars)
+        return Diagnosis(
+            spec=specs[0] if specs else None,
+            reason=reason,
+            detail=detail,
+            transcript=tx.lines,
+            tokens=tx.tokens,
+            wall_s=time.monotonic() - start,
+            calls=len(tx.lines),
+            specs=specs,
+            instance_level=True,
+            n_records=len(records),
+            evidence_chars=chars,
+        )
 
 
 STRATEGY = SelfEvolution()

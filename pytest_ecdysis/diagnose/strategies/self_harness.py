@@ -38,8 +38,9 @@ from pytest_ecdysis.evidence.views import record_key, usable_records
 PROPOSALS = 3
 
 
-def mine_weaknesses(records: list[FailureRecord], groups: list[PatternGroup],
-                    limit: int = PROPOSALS) -> list[tuple[PatternGroup, list[FailureRecord]]]:
+def mine_weaknesses(
+    records: list[FailureRecord], groups: list[PatternGroup], limit: int = PROPOSALS
+) -> list[tuple[PatternGroup, list[FailureRecord]]]:
     """Weaknesses `(group, its records)`: the groups, cross-task and larger first, then single records of the
     largest groups (as single-record groups) until `limit`; at most `limit`, each with at least one record."""
     by_key = {record_key(r): r for r in usable_records(records)}
@@ -50,9 +51,16 @@ def mine_weaknesses(records: list[FailureRecord], groups: list[PatternGroup],
         for r in recs[1:] if len(recs) > 1 else []:
             if len(out) >= limit:
                 break
-            single = PatternGroup(signature=f"{g.signature}#{record_key(r)}", cross_task=False, tasks=[r.task_id],
-                                  records=[record_key(r)], termination_reason=r.termination_reason,
-                                  failed_components=list(r.failed_components), tool=g.tool, error_class=g.error_class)
+            single = PatternGroup(
+                signature=f"{g.signature}#{record_key(r)}",
+                cross_task=False,
+                tasks=[r.task_id],
+                records=[record_key(r)],
+                termination_reason=r.termination_reason,
+                failed_components=list(r.failed_components),
+                tool=g.tool,
+                error_class=g.error_class,
+            )
             out.append((single, [r]))
     return out[:limit]
 
@@ -70,24 +78,34 @@ class SelfHarness:
     def propose(self, round_input: RoundInput, client: RoleClient) -> Diagnosis:
         start = time.monotonic()
         tx = Transcript(round_input.round_dir)
-        weaknesses = mine_weaknesses(round_input.records, round_input.groups,
-                                     getattr(round_input.cfg, "proposals", PROPOSALS))
+        weaknesses = mine_weaknesses(
+            round_input.records, round_input.groups, getattr(round_input.cfg, "proposals", PROPOSALS)
+        )
         prompt = load_prompt("analyst_nofdcr")
         specs: list[ModificationSpec] = []
         rows, problems, chars, seen = [], [], 0, {}
         for i, (group, recs) in enumerate(weaknesses, start=1):
-            evidence = evidence_for(RoundInput(**{**round_input.__dict__, "records": recs, "groups": [group]}))
+            evidence = evidence_for(
+                RoundInput(**{**round_input.__dict__, "records": recs, "groups": [group]})
+            )
             text = evidence.render()
             chars = max(chars, len(text))
-            ask = (f"\n\nSelf-Harness proposal {i} of {len(weaknesses)}: the weakness is the group "
-                   f"{group.signature}. Propose the single smallest harness change that addresses it (one entry "
-                   "in `changes`).")
+            ask = (
+                f"\n\nSelf-Harness proposal {i} of {len(weaknesses)}: the weakness is the group "
+                f"{group.signature}. Propose the single smallest harness change that addresses it (one entry "
+                "in `changes`)."
+            )
             if specs:
                 ask += " Already proposed this round (propose a different one): " + "; ".join(
-                    s.summary.strip() for s in specs)
+                    s.summary.strip() for s in specs
+                )
             messages = role_messages("analyst", prompt, 1, 1, text + ask, [], "spec")
             spec, reason, detail = spec_call(client, "analyst", messages, tx, 1, round_input.harness_dir)
-            row = {"weakness": group.signature, "records": [record_key(r) for r in recs], "call": len(tx.lines)}
+            row = {
+                "weakness": group.signature,
+                "records": [record_key(r) for r in recs],
+                "call": len(tx.lines),
+            }
             if spec is None or not spec.changes:
                 row.update(outcome=reason or "no_spec", detail=detail or "the spec proposes no change")
                 problems.append(f"{group.signature}: {row['detail']}")
@@ -102,31 +120,69 @@ class SelfHarness:
                 else:
                     specs.append(spec)
                     seen[key] = len(specs)
-                    row.update(outcome="proposed", proposal=len(specs), summary=spec.summary,
-                               changes_dropped_for_minimality=trimmed)
+                    row.update(
+                        outcome="proposed",
+                        proposal=len(specs),
+                        summary=spec.summary,
+                        changes_dropped_for_minimality=trimmed,
+                    )
             rows.append(row)
         if round_input.round_dir is not None:
             round_input.round_dir.mkdir(parents=True, exist_ok=True)
-            (round_input.round_dir / "weaknesses.json").write_text(json.dumps(
-                {"schema_version": SCHEMA_VERSION, "weaknesses": [
-                    {"signature": g.signature, "cross_task": g.cross_task, "tasks": g.tasks,
-                     "records": [record_key(r) for r in recs]} for g, recs in weaknesses]},
-                indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            (round_input.round_dir / "proposals.json").write_text(json.dumps(
-                {"schema_version": SCHEMA_VERSION, "proposals": rows}, indent=2, ensure_ascii=False) + "\n",
-                encoding="utf-8")
+            (round_input.round_dir / "weaknesses.json").write_text(
+                json.dumps(
+                    {
+                        "schema_version": SCHEMA_VERSION,
+                        "weaknesses": [
+                            {
+                                "signature": g.signature,
+                                "cross_task": g.cross_task,
+                                "tasks": g.tasks,
+                                "records": [record_key(r) for r in recs],
+                            }
+                            for g, recs in weaknesses
+                        ],
+                    },
+                    indent=2,
+                    ensure_ascii=False,
+                )
+                + "\n",
+                encoding="utf-8",
+            )
+            (round_input.round_dir / "proposals.json").write_text(
+                json.dumps(
+                    {"schema_version": SCHEMA_VERSION, "proposals": rows}, indent=2, ensure_ascii=False
+                )
+                + "\n",
+                encoding="utf-8",
+            )
         if specs:
             write_spec(round_input.round_dir, specs[0])
-        return Diagnosis(spec=specs[0] if specs else None, reason="" if specs else ("invalid_spec" if any(
-            r["outcome"] in ("invalid_spec", "outside_harness") for r in rows) else "no_spec"),
+        return Diagnosis(
+            spec=specs[0] if specs else None,
+            reason=""
+            if specs
+            else (
+                "invalid_spec"
+                if any(r["outcome"] in ("invalid_spec", "outside_harness") for r in rows)
+                else "no_spec"
+            ),
             detail=_detail(specs, weaknesses, rows, problems),
-            transcript=tx.lines, tokens=tx.tokens, wall_s=time.monotonic() - start, calls=len(tx.lines),
-            specs=specs, alternatives=True, regression_aware=True, n_records=sum(len(r) for _, r in weaknesses),
-            evidence_chars=chars)
+            transcript=tx.lines,
+            tokens=tx.tokens,
+            wall_s=time.monotonic() - start,
+            calls=len(tx.lines),
+            specs=specs,
+            alternatives=True,
+            regression_aware=True,
+            n_records=sum(len(r) for _, r in weaknesses),
+            evidence_chars=chars,
+        )
 
 
-def _detail(specs: list[ModificationSpec], weaknesses: list[Any], rows: list[dict[str, Any]],
-            problems: list[str]) -> str:
+def _detail(
+    specs: list[ModificationSpec], weaknesses: list[Any], rows: list[dict[str, Any]], problems: list[str]
+) -> str:
     """Why the round has the proposals it has: how many weaknesses gave a distinct one, and what the others
     gave (a duplicate of an earlier proposal, no usable spec)."""
     if not specs:
