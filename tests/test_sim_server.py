@@ -68,8 +68,8 @@ def test_agent_reply_is_text_or_one_tool_call_with_usage(sim):
 def test_user_answers_per_scenario_and_ends_with_stop(sim):
     """The simulated user opens with the reason for the call and its identity, confirms, ends with ###STOP###."""
     user = client(sim.url, role="user")
-    ask = lambda text: (
-        user.chat.completions.create(  # noqa: E731
+    ask = lambda text: (  # noqa: E731
+        user.chat.completions.create(
             model="sim", messages=[{"role": "system", "content": "x"}, {"role": "user", "content": text}]
         )
         .choices[0]
@@ -85,8 +85,8 @@ def test_a_retried_user_request_gets_the_same_answer_and_no_extra_turn(sim):
     """A user request sent again (a client that timed out while the server answered) is answered as the
     first time and does not advance the simulated user: the next real turn is the one it would have been."""
     user = client(sim.url, role="user", trial="run1/toy/1/1")
-    ask = lambda *texts: (
-        user.chat.completions.create(  # noqa: E731
+    ask = lambda *texts: (  # noqa: E731
+        user.chat.completions.create(
             model="sim",
             messages=[{"role": "system", "content": "x"}, *({"role": "user", "content": t} for t in texts)],
         )

@@ -35,8 +35,10 @@ def crashing_conftest(pytester: pytest.Pytester, how: str) -> None:
 
 @pytest.mark.parametrize("how", list(CRASHING_CONFTEST))
 def test_workers_crashing_on_a_conftest_are_named_not_blamed_on_the_test_paths(
-    pytester: pytest.Pytester, env: None, how: str
-) -> None:  # noqa: F811
+    pytester: pytest.Pytester,
+    env: None,  # noqa: F811
+    how: str,
+) -> None:
     """Exit status stays pytest's (5: no tests ran); the PROBLEM line and summary.json name the crash and
     where its traceback is, and never say "no trial case was collected"."""
     write_suite(pytester, {"syn-air": {"1": [1.0], "2": [0.0]}})

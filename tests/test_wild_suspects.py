@@ -75,8 +75,9 @@ def test_identical_failures_of_one_run_are_the_baselines_signature():
 
 
 def test_a_gate_run_failing_a_task_as_the_baseline_of_another_harness_did_marks_it_suspect(
-    pytester: pytest.Pytester, env: None
-) -> None:  # noqa: F811
+    pytester: pytest.Pytester,
+    env: None,  # noqa: F811
+) -> None:
     """Baseline with harness A: task 3 fails every trial (db). This run, harness B: the same. summary.json
     lists 3 in `suspect_tasks` with the reason in `suspect_reasons`, its records are kept out
     (`kept_out: suspect_task`) and in no group; task 2, which B fails once but A passed, stays evidence."""

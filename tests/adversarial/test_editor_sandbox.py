@@ -78,8 +78,8 @@ def test_a_writable_directory_given_stays_writable(tmp_path: Path, monkeypatch: 
 
 @pytest.mark.parametrize("on", [True, False], ids=["sandbox", "no-sandbox"])
 def test_writes_outside_the_candidate_are_prevented(
-    repo: Path,
-    tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+    repo: Path,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
     on: bool,
 ) -> None:
