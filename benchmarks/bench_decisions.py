@@ -1,7 +1,12 @@
-"""Benchmark: decision quality of each acceptance rule (issue 28): false acceptance, power, trials spent.
+"""Benchmark: decision quality of each acceptance rule: false acceptance, power, trials spent.
 
-    nice -n 10 python benchmarks/bench_decisions.py [--out .ecdysis/bench_decisions] [--trials 8]
-        [--decisions 400] [--bernoulli 2000] [--looks 3] [--write-rates]
+    nice -n 10 python benchmarks/bench_decisions.py [--world sim] [--out .ecdysis/bench_decisions]
+        [--trials 8] [--decisions 400] [--bernoulli 2000] [--looks 3] [--write-rates]
+    nice -n 10 python benchmarks/bench_decisions.py --world leaderboard [--decisions 200] [--seed 0]
+        [--rules adaptive,sequential,...] [--domains airline,retail,telecom] [--write-rates]
+
+`--world leaderboard` is real τ² noise (`benchmarks/leaderboard_bench.py` says how); the rest of this text
+is the `sim` world (the default).
 
 Data (`benchmarks/decision_pools.py`, collected once, cached in `<out>/pools.json`): every airline train
 task (30) played `--trials` times by the simulated model, each trial its own nonce, in four pools:
@@ -51,6 +56,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from decision_pools import collect  # noqa: E402
+from leaderboard_bench import LEADERBOARD_RULES, TRAIN_TASKS, leaderboard_main  # noqa: E402
 
 from pytest_ecdysis.gate import acceptance  # noqa: E402
 from pytest_ecdysis.gate.acceptance import decide, paired_differences, regression_test, task_means  # noqa: E402
@@ -71,6 +77,8 @@ def unsettled_tasks(pairs: dict) -> list[str]:
     discordant pair, or a failure on both sides)."""
     return sorted(k for k, ps in pairs.items() if any(min(a, b) < 1.0 - 1e-12 for a, b in ps))
 RATES = REPO / "pytest_ecdysis" / "gate" / "decision_rates.json"
+#: the worlds: `sim` (the simulated model's recorded pools, below) and `leaderboard` (`leaderboard_bench.py`).
+WORLD_NAMES = ("sim", "leaderboard")
 
 
 class Draw:
@@ -154,16 +162,28 @@ def gate_decision(rule: str, draw: Draw, tasks: list[str]) -> bool:
     return t.p_value <= 0.05 and t.effect < 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--world", default="sim", help=f"one of {', '.join(WORLD_NAMES)} (default sim)")
     ap.add_argument("--out", type=Path, default=REPO / ".ecdysis" / "bench_decisions")
     ap.add_argument("--trials", type=int, default=8)
-    ap.add_argument("--decisions", type=int, default=400)
+    ap.add_argument("--decisions", type=int, default=None,
+                    help="decisions per cell (default 400 on sim, 200 on leaderboard)")
     ap.add_argument("--bernoulli", type=int, default=2000)
     ap.add_argument("--looks", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0, help="leaderboard world: the draws' seed")
+    ap.add_argument("--rules", default=None, help="leaderboard world: comma-separated rules (default: all of "
+                    f"{', '.join(LEADERBOARD_RULES)})")
+    ap.add_argument("--domains", default=None, help="leaderboard world: comma-separated domains (default: all "
+                    f"of {', '.join(TRAIN_TASKS)})")
     ap.add_argument("--write-rates", action="store_true")
     ap.add_argument("--no-collect", action="store_true", help="use <out>/pools.json as it is (no more trials)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.world not in WORLD_NAMES:
+        ap.error(f"unknown world {args.world!r}; choose from {', '.join(WORLD_NAMES)}")
+    if args.world == "leaderboard":
+        return leaderboard_main(ap, args)
+    args.decisions = args.decisions or 400
     started = time.monotonic()
     doc = collect(args.out, args.trials) if not args.no_collect else json.loads((args.out / "pools.json").read_text())
     pools, tasks = doc["pools"], doc["tasks"]

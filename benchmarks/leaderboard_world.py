@@ -76,3 +76,77 @@ def candidate_rates(rng: np.random.Generator, p0: np.ndarray, gain: float, effec
         s = np.minimum(1.0, need[left, None] / n_tasks / (1.0 - p1[left]).mean(axis=1, keepdims=True))
         p1[left] = p1[left] + s * (1.0 - p1[left])
     return p1
+
+
+# -- the shipped rules on 0/1 trials, vectorised over decisions (as `pytest_ecdysis/gate/acceptance.py`,
+# -- `gate/sequential.py` and the `sim` world's `one_decision` in `bench_decisions.py` decide them) ------------
+ACCEPT, REJECT, INCONCLUSIVE = 1, 2, 3
+
+
+def _trial(rng: np.random.Generator, p: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    x = rng.random(p.shape) < p
+    return x if mask is None else x & mask
+
+
+def _sign_p(wins: np.ndarray, losses: np.ndarray) -> np.ndarray:
+    from scipy.stats import binom
+
+    return np.where(wins + losses > 0, binom.sf(wins - 1, np.maximum(wins + losses, 1), 0.5), 1.0)
+
+
+def old_rule(rule: str, rng: np.random.Generator, p0: np.ndarray, p1: np.ndarray, looks: int = 3,
+             level: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """(state per decision, trials spent) of a shipped rule: `strict`, `paired/sign`, `paired/wilcoxon`
+    (one trial a task: one magnitude, so the sign test, as acceptance.py computes it), `paired/sign+extra`
+    and `sequential` (`looks` confirmation looks on the tasks with a discordant pair)."""
+    import math
+
+    from pytest_ecdysis.gate.sequential import BETA, P1
+
+    n_dec, n_tasks = p0.shape
+    a, b = _trial(rng, p0).astype(int), _trial(rng, p1).astype(int)
+    spent = np.full(n_dec, 2.0 * n_tasks)
+    if rule == "strict":
+        return np.where(b.sum(1) > a.sum(1), ACCEPT, REJECT), spent
+    wins, losses = (b > a).sum(1), (a > b).sum(1)
+    if rule in ("paired/sign", "paired/wilcoxon"):
+        return np.where(_sign_p(wins, losses) <= level, ACCEPT, REJECT), spent
+    if rule == "paired/sign+extra":
+        flipped = a != b
+        extra = flipped & (wins > 0)[:, None]
+        sa, sb = a.astype(float), b.astype(float)
+        for _ in range(looks):
+            sa += _trial(rng, p0, extra)
+            sb += _trial(rng, p1, extra)
+        n = 1 + looks * extra
+        ma, mb = sa / n, sb / n
+        spent += 2 * looks * extra.sum(1)
+        w2, l2 = (mb > ma + 1e-12).sum(1), (ma > mb + 1e-12).sum(1)
+        return np.where(_sign_p(w2, l2) <= level, ACCEPT, REJECT), spent
+    if rule != "sequential":
+        raise ValueError(f"unknown rule {rule!r}")
+    lw, ll = math.log(2 * P1), math.log(2 * (1 - P1))
+    low, high = math.log(BETA / (1 - level)), math.log(1 / level)
+    disc = a != b
+    llr = wins * lw + losses * ll
+    state = np.where(llr <= low + 1e-12, REJECT, 0)
+    for _ in range(looks):
+        live = state == 0
+        chosen = np.where(disc.any(1, keepdims=True), disc, True) & live[:, None]
+        x, y = _trial(rng, p0, chosen), _trial(rng, p1, chosen)
+        wins = wins + (y & ~x).sum(1)
+        losses = losses + (x & ~y).sum(1)
+        disc |= x != y
+        spent += 2 * chosen.sum(1)
+        llr = wins * lw + losses * ll
+        state = np.where(live & (llr >= high - 1e-12), ACCEPT,
+                         np.where(live & (llr <= low + 1e-12), REJECT, state))
+    return np.where(state == 0, INCONCLUSIVE, state), spent
+
+
+def regression_rates(p0: np.ndarray, drop: float) -> np.ndarray:
+    """The run's rates after a regression of `drop` (rate units) on the mean: every task's success shrinks in
+    proportion."""
+    if drop <= 0:
+        return p0.copy()
+    return p0 * (1.0 - np.minimum(1.0, drop / p0.mean(axis=1, keepdims=True)))
