@@ -65,8 +65,8 @@ def gate_cells(rng: np.random.Generator, domain: str, n: int, drop: float) -> li
     fails = undecided = 0
     ks, catches, shows = [], [], []
     for d in range(n):
-        pilot = rng.binomial(4, p0[d])
-        est = [(s + 0.5) / 5.0 for s in pilot]
+        pilot = rng.random((n_tasks, 4)) < p0[d][:, None]
+        est = noninferiority.pilot_rates({str(t): pilot[t].tolist() for t in range(n_tasks)})
         k = noninferiority.plan_trials(est)
         c, s = noninferiority.smallest_drop(est, k)
         base = rng.random((n_tasks, k)) < p0[d][:, None]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,20 @@ def test_train_test_gap_is_said_for_a_memorising_candidate() -> None:
     gap = ni.train_test_gap(tr_s, tr_f, te, te)
     assert gap.said and gap.tasks[0] == "r3" and "beyond the noise" in gap.line()
     assert not ni.train_test_gap(tr_s, tr_s, te, te).said
+
+
+def test_sign_p_is_the_exact_binomial_tail() -> None:
+    assert ad.sign_p(6, 1) == pytest.approx(8 / 128)
+    assert ad.sign_p(0, 0) == 1.0
+
+
+def test_more_trials_from_the_drift_of_the_unsettled_pairs() -> None:
+    """3 wins and 1 loss per 8 pairs: drift (3·log 1.25 + log 0.75) / 8 per pair, 2 trials a pair; no
+    visible gain: None; a decided test: 0."""
+    out = {"a": ([0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 1.0]), "b": ([0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 1.0])}
+    test = ad.adaptive_test(out, budget=16)
+    assert test.state == "inconclusive"
+    mu = (3 * math.log(1.25) + math.log(0.75)) / 8
+    assert ad.more_trials(test, out) == 2 * math.ceil((math.log(100) - test.log_e) / mu)
+    flat = {"a": ([0.0, 1.0], [1.0, 0.0])}
+    assert ad.more_trials(ad.adaptive_test(flat, budget=4), flat) is None

@@ -39,9 +39,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-from scipy.stats import binom
+if TYPE_CHECKING:  # numpy (and scipy) are imported where used: the verdict imports this module cheaply
+    import numpy as np
 
 #: the bettor's stake on a pair (0/1 rewards: the alternative "wins a discordant pair with p = 0.625").
 LAMBDA = 0.25
@@ -122,6 +123,12 @@ def plan_look(outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]], b
     return dict.fromkeys(tasks[: left // 2], 1)
 
 
+def sign_p(wins: int, losses: int) -> float:
+    """The exact one-sided sign test's p-value: P(Binomial(wins + losses, 1/2) >= wins)."""
+    n = wins + losses
+    return sum(math.comb(n, j) for j in range(wins, n + 1)) / 2 ** n if n else 1.0
+
+
 def adaptive_test(outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, budget: int,
                   level: float = 0.05) -> AdaptiveTest:
     """The rule on everything compared so far.
@@ -148,7 +155,7 @@ def adaptive_test(outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]
     spent = sum(len(a) + len(b) for a, b in outcomes.values())
     a1 = INTERIM_SHARE * level
     nxt = plan_look(outcomes, budget, spent)
-    final_p = float(binom.sf(wins - 1, wins + losses, 0.5)) if not nxt and wins + losses else None
+    final_p = sign_p(wins, losses) if not nxt and wins + losses else None
     if log_e >= math.log(1 / a1) - EPS or (final_p is not None and final_p <= level - a1 + EPS):
         state = "accept"
     elif log_fut >= math.log(1 / BETA) - EPS:
@@ -167,6 +174,9 @@ def simulate(p0: np.ndarray, p1: np.ndarray, rng: np.random.Generator, budget: i
     """The rule on (decisions, tasks) arrays of per-task success rates (incumbent `p0`, candidate `p1`),
     0/1 trials: (state per decision: 1 accept, 2 reject, 3 inconclusive; trials spent per decision).
     The same looks, cuts and bounds as `adaptive_test` (a unit test checks they agree)."""
+    import numpy as np
+    from scipy.stats import binom  # type: ignore[import-untyped]
+
     n_dec, n_tasks = p0.shape
     wins, losses = np.zeros(n_dec), np.zeros(n_dec)
     succ, n = np.zeros((n_dec, n_tasks)), np.zeros((n_dec, n_tasks))
@@ -212,6 +222,8 @@ def simulate(p0: np.ndarray, p1: np.ndarray, rng: np.random.Generator, budget: i
 def jeffreys_rates(counts: Sequence[tuple[float, int]], rng: np.random.Generator, draws: int) -> np.ndarray:
     """(draws, tasks) rates from each task's Jeffreys posterior Beta(s + 0.5, n - s + 0.5) (s successes of
     n trials; a fractional reward counts as its value)."""
+    import numpy as np
+
     s = np.array([c[0] for c in counts], float)
     n = np.array([c[1] for c in counts], float)
     return rng.beta(s + 0.5, n - s + 0.5, size=(draws, len(counts)))
@@ -219,6 +231,8 @@ def jeffreys_rates(counts: Sequence[tuple[float, int]], rng: np.random.Generator
 
 def spread(p0: np.ndarray, gain: float) -> np.ndarray:
     """Rates after a mean gain `gain` spread over every task's failures in proportion."""
+    import numpy as np
+
     s = np.minimum(1.0, gain / np.maximum((1.0 - p0).mean(axis=1, keepdims=True), EPS))
     return p0 + s * (1.0 - p0)
 
@@ -226,6 +240,8 @@ def spread(p0: np.ndarray, gain: float) -> np.ndarray:
 def power(counts: Sequence[tuple[float, int]], gain: float, budget: int, *, level: float = 0.05,
           draws: int = 400, seed: int = 0) -> float:
     """The share of `draws` simulated decisions that accept a `spread` gain of `gain` at `budget`."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     p0 = jeffreys_rates(counts, rng, draws)
     state, _ = simulate(p0, spread(p0, gain), rng, budget, level)
@@ -283,11 +299,19 @@ def project(counts: Sequence[tuple[float, int]], budget: int, *, gains: Sequence
     return Projection(budget=budget, min_gain=min_gain, trials_for=trials_for)
 
 
-def trials_to_decide(test: AdaptiveTest, counts: Sequence[tuple[float, int]], *, gain: float = 0.05,
-                     draws: int = 400, seed: int = 0) -> int | None:
-    """For an `inconclusive` decision: about how many more trials (both sides) a new decision at a larger
-    budget would need to detect `gain` with 80% power on these tasks (`project`'s figure minus what was
-    spent); None when not even 4 · MAX_TRIALS would. A new budget starts a new final test (its α2 is
-    spent): the loop must keep the interim wealth and use a fresh budget only with the interim bound."""
-    need = project(counts, test.budget, gains=(gain,), level=test.level, draws=draws, seed=seed).trials_for[gain]
-    return None if need is None else max(0, need - test.trials)
+def more_trials(test: AdaptiveTest, outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> int | None:
+    """For an `inconclusive` (or `continue`) decision: about how many more trials (both sides) would take
+    the interim wealth to its bound at the rate the pairs of the unsettled tasks move it now
+    (drift per pair mu = mean of log(1 + LAMBDA·d) over those pairs; 2 trials a pair); None when the
+    pairs so far do not move it up (no gain visible). Only the interim bound can decide trials bought beyond
+    the budget: the final sign test's α2 was spent at the budget."""
+    if test.state in ("accept", "reject"):
+        return 0
+    diffs = [float(b) - float(a) for t in test.unsettled for a, b in zip(*outcomes[t], strict=False)]
+    if not diffs:
+        return None
+    mu = sum(math.log1p(LAMBDA * d) for d in diffs) / len(diffs)
+    if mu <= EPS:
+        return None
+    left = math.log(1 / (INTERIM_SHARE * test.level)) - test.log_e
+    return 2 * math.ceil(max(0.0, left) / mu)

@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
-from scipy.stats import norm
+_Z = NormalDist()
 
 #: the default tolerance: a drop of the suite score of at most this many rate units passes.
 DEFAULT_MARGIN = 0.05
@@ -88,7 +89,7 @@ def noninferiority(baseline: Mapping[str, Sequence[float]], run: Mapping[str, Se
     if not tasks:
         raise ValueError("no task was scored in both the baseline and the run")
     effect = sum(r[t][0] / r[t][1] - b[t][0] / b[t][1] for t in tasks) / len(tasks)
-    se, z = _se(b, r, tasks), float(norm.ppf(1 - level))
+    se, z = _se(b, r, tasks), _Z.inv_cdf(1 - level)
     lower, upper = effect - z * se, effect + z * se
     state = "pass" if lower > -margin else "fail" if upper < -margin else "undecided"
     more = None
@@ -101,11 +102,17 @@ def noninferiority(baseline: Mapping[str, Sequence[float]], run: Mapping[str, Se
                           n_tasks=len(tasks), more_trials=more)
 
 
+def pilot_rates(outcomes: Mapping[str, Sequence[float]]) -> list[float]:
+    """Each task's Jeffreys rate (s + 0.5) / (n + 1) from a pilot (e.g. the baseline's own trials): the
+    rates `plan_trials` and `smallest_drop` take (measured: an unchanged harness then fails 1.5-3.7%)."""
+    return [(s + 0.5) / (n + 1) for s, n in _rates(outcomes).values()]
+
+
 def plan_trials(rates: Sequence[float], *, margin: float = DEFAULT_MARGIN, level: float = 0.05,
                 pass_power: float = 0.95) -> int:
     """Trials per task and side at which an unchanged harness passes with probability >= `pass_power`:
     SE(k) <= margin / (z(1 - level) + z(pass_power)), SE(k)² = Σ p(1 - p)·2/k / T² over the tasks' rates."""
-    z = float(norm.ppf(1 - level) + norm.ppf(pass_power))
+    z = _Z.inv_cdf(1 - level) + _Z.inv_cdf(pass_power)
     var1 = sum(p * (1 - p) * 2 for p in rates) / len(rates) ** 2  # SE² at k = 1
     return max(1, math.ceil(var1 * (z / margin) ** 2))
 
@@ -115,7 +122,7 @@ def smallest_drop(rates: Sequence[float], k: int, *, margin: float = DEFAULT_MAR
     """(the smallest drop the gate fails with probability >= `power` (not shown safe), the smallest drop it
     *shows* beyond the margin with that probability), at k trials per task and side on these rates."""
     se = math.sqrt(sum(p * (1 - p) * 2 / k for p in rates)) / len(rates)
-    z, zp = float(norm.ppf(1 - level)), float(norm.ppf(power))
+    z, zp = _Z.inv_cdf(1 - level), _Z.inv_cdf(power)
     return max(0.0, margin - (z - zp) * se), margin + (z + zp) * se
 
 
@@ -163,6 +170,6 @@ def train_test_gap(train_start: Mapping[str, Sequence[float]], train_frozen: Map
     (g_tr, v_tr), (g_te, v_te) = mean_var(tr), mean_var(te)
     se = math.sqrt(v_tr / len(tr) + v_te / len(te))
     gap = g_tr - g_te
-    lower = gap - float(norm.ppf(1 - level)) * se
+    lower = gap - _Z.inv_cdf(1 - level) * se
     tasks = tuple(t for t, x in sorted(tr.items(), key=lambda kv: (-kv[1], kv[0])) if x > g_te + 1e-12)
     return TrainTestGap(train_gain=g_tr, test_gain=g_te, gap=gap, lower=lower, said=lower > 0, tasks=tasks)
