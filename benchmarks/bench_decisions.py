@@ -30,9 +30,10 @@ Sources, each printed as its own rows:
 
 Rules: `strict`, `paired/sign`, `paired/wilcoxon`, `paired/sign+extra` (`--ecdysis-accept-extra-trials
 --looks` on the flipped tasks, then the sign test) and `sequential` (`gate/sequential.py`, up to `--looks`
-confirmation looks on the tasks with a discordant pair so far, `evolve/confirm.py`'s choice) and
+confirmation looks on the tasks with a discordant pair so far, `evolve/confirm.py`'s choice),
 `sequential/unsettled` (a variant: looks on every task not solved by both sides in every pair; measured
-no more powerful and about 25% dearer, so not the rule's choice). Each cell: accepted share, inconclusive share,
+no more powerful and about 25% dearer, so not the rule's choice) and `adaptive` (`gate/adaptive.py` at its
+default budget; not yet among the rules the sim world's default is chosen from). Each cell: accepted share, inconclusive share,
 mean trials per decision (both sides). The gate's rows: `paired/sign` and `strict` as regression tests
 (a false failure on the no-op worlds; power: the cured harness as the baseline, example as the run).
 The default is then chosen by the issue's rule (false acceptance <= 5% on noop, power >= 70% on the
@@ -58,7 +59,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from decision_pools import collect  # noqa: E402
 from leaderboard_bench import LEADERBOARD_RULES, TRAIN_TASKS, leaderboard_main  # noqa: E402
 
-from pytest_ecdysis.gate import acceptance  # noqa: E402
+from pytest_ecdysis.gate import acceptance, adaptive  # noqa: E402
 from pytest_ecdysis.gate.acceptance import decide, paired_differences, regression_test, task_means  # noqa: E402
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs  # noqa: E402
 
@@ -66,7 +67,8 @@ acceptance._bootstrap = lambda d, level: (None, None)  # the interval: reported,
 WORLDS = {"noop: no-op": ("noop/example", "noop/example"), "default: no-op": ("default/example", "default/example"),
           "default: systematic fix": ("default/example", "default/cured"),
           "default: partial fix": ("default/example", "default/partial")}
-RULES = ("strict", "paired/sign", "paired/wilcoxon", "paired/sign+extra", "sequential", "sequential/unsettled")
+RULES = ("strict", "paired/sign", "paired/wilcoxon", "paired/sign+extra", "sequential", "sequential/unsettled",
+         "adaptive")
 
 #: the rules a user can select (`--ecdysis-accept`, `-method`, `-extra-trials`): the default is one of them.
 SELECTABLE = RULES[:5]
@@ -135,6 +137,19 @@ def one_decision(rule: str, draw: Draw, tasks: list[str], looks: int) -> tuple[s
             spent += 2 * looks * len(flipped)
         d = decide("paired", score(sides[0]), score(sides[1]), trials_of(sides[0]), trials_of(sides[1]))
         return ("accepted" if d.accepted else "rejected"), spent
+    if rule == "adaptive":  # gate/adaptive.py at its default budget: its own starting run and looks
+        out: dict[str, tuple[list[float], list[float]]] = {t: ([], []) for t in tasks}
+        plan = dict.fromkeys(tasks, adaptive.START_TRIALS)
+        while True:
+            for t, m in plan.items():
+                for _ in range(m):
+                    out[t][0].append(draw.next(0, t))
+                    out[t][1].append(draw.next(1, t))
+            result = adaptive.adaptive_test(out, budget=adaptive.default_budget(len(tasks)))
+            if result.state != "continue":
+                break
+            plan = result.next_trials
+        return {"accept": "accepted", "reject": "rejected"}.get(result.state, "inconclusive"), result.trials
     # sequential: the first comparison may only reject; then looks of one trial per flipped task and side
     test = sequential_test(trial_pairs(trials_of(sides[0]), trials_of(sides[1])))
     for j in range(1, looks + 1):

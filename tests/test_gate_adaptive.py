@@ -148,3 +148,12 @@ def test_more_trials_from_the_drift_of_the_unsettled_pairs() -> None:
     assert ad.more_trials(test, out) == 2 * math.ceil((math.log(100) - test.log_e) / mu)
     flat = {"a": ([0.0, 1.0], [1.0, 0.0])}
     assert ad.more_trials(ad.adaptive_test(flat, budget=4), flat) is None
+
+
+def test_leaderboard_rates_are_quoted_for_the_default_rule() -> None:
+    """The committed `leaderboard_rates.json` quotes `adaptive` (the targets' cells) and no unknown rule."""
+    from pytest_ecdysis.gate import rates
+
+    text = rates.leaderboard_text("adaptive")
+    assert text.startswith("on τ² leaderboard noise") and "(airline)" in text and "(telecom)" in text
+    assert rates.leaderboard_text("no-such-rule") == ""
