@@ -139,7 +139,7 @@ def one_decision(rule: str, draw: Draw, tasks: list[str], looks: int) -> tuple[s
         return ("accepted" if d.accepted else "rejected"), spent
     if rule == "adaptive":  # gate/adaptive.py at its default budget: its own starting run and looks
         out: dict[str, tuple[list[float], list[float]]] = {t: ([], []) for t in tasks}
-        plan = dict.fromkeys(tasks, adaptive.START_TRIALS)
+        plan = adaptive.start_plan(tasks, adaptive.default_budget(len(tasks)))
         while True:
             for t, m in plan.items():
                 for _ in range(m):

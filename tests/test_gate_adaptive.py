@@ -40,6 +40,12 @@ def test_last_look_is_cut_to_the_budget_then_the_final_sign_test_decides() -> No
     assert ad.adaptive_test(more, budget=16).state == "accept"  # p = 1/256 <= 0.04
 
 
+def test_start_plan_fits_the_budget() -> None:
+    assert ad.start_plan(["b", "a"], 600) == {"a": ad.START_TRIALS, "b": ad.START_TRIALS}
+    assert ad.start_plan(["a", "b", "c"], 7) == {"a": 1, "b": 1, "c": 1}
+    assert ad.start_plan(["a", "b", "c"], 4) == {"a": 1, "b": 1}
+
+
 def test_futility_rejects_many_losses() -> None:
     """12 losses and 1 win: 1 / (1.2 · 0.8^12) > 10 = 1 / BETA."""
     out = {f"t{i}": ([1.0], [0.0]) for i in range(12)} | {"w": ([0.0], [1.0])}
@@ -57,7 +63,7 @@ def _run_pure(p0: np.ndarray, p1: np.ndarray, rng: np.random.Generator, budget: 
     states, spent = [], []
     for d in range(p0.shape[0]):
         out: dict[str, tuple[list[float], list[float]]] = {f"{t:03d}": ([], []) for t in range(p0.shape[1])}
-        plan = dict.fromkeys(out, ad.START_TRIALS)
+        plan = ad.start_plan(list(out), budget)
         while True:
             for key, m in plan.items():
                 t = int(key)

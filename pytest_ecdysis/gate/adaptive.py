@@ -108,6 +108,16 @@ def unsettled(outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -
     return out
 
 
+def start_plan(tasks: Sequence[str], budget: int) -> dict[str, int]:
+    """The starting run: START_TRIALS trials per task and side, fewer if the budget is smaller (at least
+    one; if not even one per task fits, one trial of each of the first tasks in sorted order that fit)."""
+    names = sorted(tasks)
+    per = min(START_TRIALS, budget // (2 * max(len(names), 1)))
+    if per >= 1:
+        return dict.fromkeys(names, per)
+    return dict.fromkeys(names[: budget // 2], 1)
+
+
 def plan_look(outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]], budget: int,
               trials: int | None = None) -> dict[str, int]:
     """The next look: LOOK_TRIALS per side on every unsettled task, cut to fit the budget (fewer per task,
