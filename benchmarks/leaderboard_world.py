@@ -122,7 +122,8 @@ def old_rule(rule: str, rng: np.random.Generator, p0: np.ndarray, p1: np.ndarray
         ma, mb = sa / n, sb / n
         spent += 2 * looks * extra.sum(1)
         w2, l2 = (mb > ma + 1e-12).sum(1), (ma > mb + 1e-12).sum(1)
-        return np.where(_sign_p(w2, l2) <= level, ACCEPT, REJECT), spent
+        rose = mb.mean(1) > ma.mean(1) + 1e-12  # `decide_paired` also wants the suite score to rise
+        return np.where((_sign_p(w2, l2) <= level) & rose, ACCEPT, REJECT), spent
     if rule != "sequential":
         raise ValueError(f"unknown rule {rule!r}")
     lw, ll = math.log(2 * P1), math.log(2 * (1 - P1))
