@@ -144,6 +144,9 @@ def leaderboard_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> i
                          "(docs/benchmarks.md): τ² leaderboard noise, train splits, gains spread / concentrated",
                "default": DEFAULT_RULE, "budget": {d: adaptive.default_budget(t) for d, t in TRAIN_TASKS.items()},
                "rows": [r for r in rows if r["rule"] in rules], "gate": gates}
-        RATES.write_text(json.dumps(out, indent=1) + "\n")
+        head = json.dumps({k: v for k, v in out.items() if k not in ("rows", "gate")}, indent=1)[:-2]
+        body = ",\n".join(f' "{k}": [\n' + ",\n".join("  " + json.dumps(r) for r in out[k]) + "\n ]"
+                          for k in ("rows", "gate"))
+        RATES.write_text(f"{head},\n{body}\n}}\n")  # one row a line
         print(f"wrote {RATES}")
     return 0
