@@ -1,7 +1,12 @@
-"""Benchmark: decision quality of each acceptance rule (issue 28): false acceptance, power, trials spent.
+"""Benchmark: decision quality of each acceptance rule: false acceptance, power, trials spent.
 
-    nice -n 10 python benchmarks/bench_decisions.py [--out .ecdysis/bench_decisions] [--trials 8]
-        [--decisions 400] [--bernoulli 2000] [--looks 3] [--write-rates]
+    nice -n 10 python benchmarks/bench_decisions.py [--world sim] [--out .ecdysis/bench_decisions]
+        [--trials 8] [--decisions 400] [--bernoulli 2000] [--looks 3] [--write-rates]
+    nice -n 10 python benchmarks/bench_decisions.py --world leaderboard [--decisions 200] [--seed 0]
+        [--rules adaptive,sequential,...] [--domains airline,retail,telecom] [--write-rates]
+
+`--world leaderboard` is real τ² noise (`benchmarks/leaderboard_bench.py` says how); the rest of this text
+is the `sim` world (the default).
 
 Data (`benchmarks/decision_pools.py`, collected once, cached in `<out>/pools.json`): every airline train
 task (30) played `--trials` times by the simulated model, each trial its own nonce, in four pools:
@@ -25,9 +30,10 @@ Sources, each printed as its own rows:
 
 Rules: `strict`, `paired/sign`, `paired/wilcoxon`, `paired/sign+extra` (`ecdysis_accept_extra_trials
 --looks` on the flipped tasks, then the sign test) and `sequential` (`gate/sequential.py`, up to `--looks`
-confirmation looks on the tasks with a discordant pair so far, `evolve/confirm.py`'s choice) and
+confirmation looks on the tasks with a discordant pair so far, `evolve/confirm.py`'s choice),
 `sequential/unsettled` (a variant: looks on every task not solved by both sides in every pair; measured
-no more powerful and about 25% dearer, so not the rule's choice). Each cell: accepted share, inconclusive share,
+no more powerful and about 25% dearer, so not the rule's choice) and `adaptive` (`gate/adaptive.py` at its
+default budget; not yet among the rules the sim world's default is chosen from). Each cell: accepted share, inconclusive share,
 mean trials per decision (both sides). The gate's rows: `paired/sign` and `strict` as regression tests
 (a false failure on the no-op worlds; power: the cured harness as the baseline, example as the run).
 The default is then chosen by the issue's rule (false acceptance <= 5% on noop, power >= 70% on the
@@ -51,8 +57,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from decision_pools import collect  # noqa: E402
+from leaderboard_bench import LEADERBOARD_RULES, TRAIN_TASKS, leaderboard_main  # noqa: E402
 
-from pytest_ecdysis.gate import acceptance  # noqa: E402
+from pytest_ecdysis.gate import acceptance, adaptive  # noqa: E402
 from pytest_ecdysis.gate.acceptance import decide, paired_differences, regression_test, task_means  # noqa: E402
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs  # noqa: E402
 
@@ -70,6 +77,7 @@ RULES = (
     "paired/sign+extra",
     "sequential",
     "sequential/unsettled",
+    "adaptive",
 )
 
 #: the rules a user can select (`--ecdysis-accept`, `-method`, `-extra-trials`): the default is one of them.
@@ -83,6 +91,8 @@ def unsettled_tasks(pairs: dict) -> list[str]:
 
 
 RATES = REPO / "pytest_ecdysis" / "gate" / "decision_rates.json"
+#: the worlds: `sim` (the simulated model's recorded pools, below) and `leaderboard` (`leaderboard_bench.py`).
+WORLD_NAMES = ("sim", "leaderboard")
 
 
 class Draw:
@@ -154,6 +164,19 @@ def one_decision(rule: str, draw: Draw, tasks: list[str], looks: int) -> tuple[s
             spent += 2 * looks * len(flipped)
         d = decide("paired", score(sides[0]), score(sides[1]), trials_of(sides[0]), trials_of(sides[1]))
         return ("accepted" if d.accepted else "rejected"), spent
+    if rule == "adaptive":  # gate/adaptive.py at its default budget: its own starting run and looks
+        out: dict[str, tuple[list[float], list[float]]] = {t: ([], []) for t in tasks}
+        plan = adaptive.start_plan(tasks, adaptive.default_budget(len(tasks)))
+        while True:
+            for t, m in plan.items():
+                for _ in range(m):
+                    out[t][0].append(draw.next(0, t))
+                    out[t][1].append(draw.next(1, t))
+            result = adaptive.adaptive_test(out, budget=adaptive.default_budget(len(tasks)))
+            if result.state != "continue":
+                break
+            plan = result.next_trials
+        return {"accept": "accepted", "reject": "rejected"}.get(result.state, "inconclusive"), result.trials
     # sequential: the first comparison may only reject; then looks of one trial per flipped task and side
     test = sequential_test(trial_pairs(trials_of(sides[0]), trials_of(sides[1])))
     for j in range(1, looks + 1):
@@ -182,18 +205,40 @@ def gate_decision(rule: str, draw: Draw, tasks: list[str]) -> bool:
     return t.p_value <= 0.05 and t.effect < 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--world", default="sim", help=f"one of {', '.join(WORLD_NAMES)} (default sim)")
     ap.add_argument("--out", type=Path, default=REPO / ".ecdysis" / "bench_decisions")
     ap.add_argument("--trials", type=int, default=8)
-    ap.add_argument("--decisions", type=int, default=400)
+    ap.add_argument(
+        "--decisions",
+        type=int,
+        default=None,
+        help="decisions per cell (default 400 on sim, 200 on leaderboard)",
+    )
     ap.add_argument("--bernoulli", type=int, default=2000)
     ap.add_argument("--looks", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0, help="leaderboard world: the draws' seed")
+    ap.add_argument(
+        "--rules",
+        default=None,
+        help=f"leaderboard world: comma-separated rules (default: all of {', '.join(LEADERBOARD_RULES)})",
+    )
+    ap.add_argument(
+        "--domains",
+        default=None,
+        help=f"leaderboard world: comma-separated domains (default: all of {', '.join(TRAIN_TASKS)})",
+    )
     ap.add_argument("--write-rates", action="store_true")
     ap.add_argument(
         "--no-collect", action="store_true", help="use <out>/pools.json as it is (no more trials)"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.world not in WORLD_NAMES:
+        ap.error(f"unknown world {args.world!r}; choose from {', '.join(WORLD_NAMES)}")
+    if args.world == "leaderboard":
+        return leaderboard_main(ap, args)
+    args.decisions = args.decisions or 400
     started = time.monotonic()
     doc = (
         collect(args.out, args.trials)

@@ -5,6 +5,11 @@
 model's `noop` and `default` worlds (false acceptance), the share of decisions accepting the documented
 systematic fix and a partial one (power), and the trials per decision, over the stated number of
 decisions. They are the simulated model's figures, not a real model's: the text says so.
+
+`leaderboard_rates.json` (beside it) is written by `benchmarks/bench_decisions.py --world leaderboard
+--write-rates`: every rule's accept / reject / inconclusive shares and trials per decision on real τ²
+noise (the leaderboard's per-task histograms), per domain, effect shape and gain; `leaderboard_text` quotes
+a rule's figures from it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 RATES_FILE = Path(__file__).with_name("decision_rates.json")
+LEADERBOARD_FILE = Path(__file__).with_name("leaderboard_rates.json")
 
 
 @cache
@@ -87,4 +93,36 @@ def rates_short(accept: dict[str, Any] | None) -> str:
     return (
         f"false acceptance {m['false_acceptance_noop']:.1%}, power {m['power_systematic_fix']:.0%} "
         "(bench_decisions, simulated model)"
+    )
+
+
+@cache
+def _leaderboard() -> dict[str, Any]:
+    try:
+        return json.loads(LEADERBOARD_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def leaderboard_text(rule: str) -> str:
+    """`on τ² leaderboard noise (train splits, 200 decisions a cell): false acceptance <= 4.5%; accepts +10
+    points 97% (airline), +5 points 84% (retail), 86% (telecom); rejects a +5 point gain <= 5.0%` (the worst
+    of the two effect shapes for each); '' when the rule was not measured there."""
+    rows = [r for r in _leaderboard().get("rows") or [] if r.get("rule") == rule]
+    if not rows:
+        return ""
+
+    def worst(key: str, gain: float, domain: str | None = None, pick: Any = min) -> float | None:
+        xs = [r[key] for r in rows if abs(r["gain"] - gain) < 1e-9 and domain in (None, r["domain"])]
+        return pick(xs) if xs else None
+
+    fa, rej = worst("accept", 0.0, pick=max), worst("reject", 0.05, pick=max)
+    targets = (("airline", 0.10), ("retail", 0.05), ("telecom", 0.05))
+    power = [
+        f"+{100 * g:.0f} points {p:.0%} ({d})" for d, g in targets if (p := worst("accept", g, d)) is not None
+    ]
+    n = rows[0].get("decisions", "?")
+    return (
+        f"on τ² leaderboard noise (train splits, {n} decisions a cell): false acceptance <= {fa:.1%}; accepts "
+        f"{', '.join(power)}; rejects a +5 point gain <= {rej:.1%}"
     )
