@@ -82,13 +82,34 @@ def test_an_added_upward_import_or_circle_breaks_the_contract(tmp_path, module, 
     assert dotted in result.stdout or "." + target.stem in result.stdout, result.stdout
 
 
-def test_an_old_module_path_is_an_import_error_naming_it():
-    code = "import pytest_ecdysis.evolve_stages"
+OLD_PATHS = [
+    "pytest_ecdysis.evolve_stages",
+    "pytest_ecdysis.sim.agent_draws",
+    "pytest_ecdysis.sim.roles_evidence",
+    "pytest_ecdysis.sim.validity",
+    "pytest_ecdysis_tau2.runner",
+    "pytest_ecdysis_tau2.scorer",
+    "pytest_ecdysis_tau2.agent_process",
+    "pytest_ecdysis_tau2.sim_knowledge",
+]
+
+
+@pytest.mark.parametrize("old", OLD_PATHS)
+def test_an_old_module_path_is_an_import_error_naming_it(old):
+    """A module that moved has one address: its old path is a ModuleNotFoundError naming it, no shim."""
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", f"import {old}"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert result.returncode != 0
-    assert "No module named 'pytest_ecdysis.evolve_stages'" in result.stderr
+    assert f"No module named '{old}'" in result.stderr
+
+
+def test_the_simulated_model_keeps_at_most_twelve_modules_at_its_top():
+    """The simulated model is laid out by concern: server, protocol and profiles at the top, the rest in rooms."""
+    top = ROOT / "pytest_ecdysis" / "sim"
+    assert len(list(top.glob("*.py"))) <= 12
+    rooms = sorted(p.name for p in top.iterdir() if (p / "__init__.py").is_file())
+    assert rooms == ["agent", "editor", "roles", "truth", "user"]
 
 
 def test_the_tau2_suite_keeps_its_face_on_top_and_the_rest_in_rooms():
