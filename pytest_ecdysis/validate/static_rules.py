@@ -1,4 +1,4 @@
-"""The rules of the static check of a candidate harness (`staticcheck`): what each `Finding.rule` flags.
+"""The rules of the static check of a candidate harness (`validate.static`): what each `Finding.rule` flags.
 
 A candidate is code written by a model; this pass flags what a harness has no business doing
 (docs/evolution.md, threat model). Rules, each a `Finding.rule`:
@@ -33,7 +33,7 @@ A candidate is code written by a model; this pass flags what a harness has no bu
   `conftest.py`, or a file that does not parse.
 
 The tables below say, by module, attribute, call and literal pattern, which rule a construct falls under;
-`staticcheck._Visitor` walks the AST against them. This module holds data and `Finding` only.
+`validate.static._Visitor` walks the AST against them. This module holds data and `Finding` only.
 """
 
 from __future__ import annotations

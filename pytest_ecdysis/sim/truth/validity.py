@@ -57,7 +57,7 @@ SYSTEMATIC_MIN_TASKS = 2
 
 
 def task_key(line: dict[str, Any]) -> str:
-    """`<suite>/<task_id>`, the key `validate.flips` uses."""
+    """`<suite>/<task_id>`, the key `validate.results.flips` uses."""
     return f"{line['suite']}/{line['task_id']}" if line.get("suite") else str(line["task_id"])
 
 
