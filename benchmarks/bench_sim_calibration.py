@@ -29,7 +29,7 @@ range, how many tasks changed outcome, and the load average. The shared data's r
     nice -n 10 python benchmarks/bench_sim_calibration.py --spread default,noop,sloppy_formats \
         --suites airline --split train --tasks 15 --nonces 8 [--noise 0.35,0.7]
 
-Targets (issue 3): example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
+Targets: example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
 half of the example's failures with a `systematic` quirk; identical trial results across the two runs;
 cured above example. The figures are printed as measured; nothing here tunes the model.
 """

@@ -11,7 +11,7 @@ head-and-tail (so the harness's own `… [truncated N chars]` markers at the end
 visible); if the JSON is too long, every example is first shrunk to `COMPACT` detail, then examples are
 dropped from the lowest-ranked groups first.
 
-Rules of the data (docs/diagnosis.md, issue 5): records of suspect tasks and infrastructure errors never appear;
+Rules of the data (docs/diagnosis.md): records of suspect tasks and infrastructure errors never appear;
 records that ended with `endpoint_format_error` are labelled as such (the endpoint's reply was unusable);
 cross-task groups rank first. `select_records(records, limit)` is the paper's failure-aware data rule
 (`--ecdysis-evidence failure-aware:N`): keep at most N records, preferring execution paths (tool-call

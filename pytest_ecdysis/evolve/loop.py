@@ -43,8 +43,8 @@ Where each part lives: the stages in `evolve.stages` (diagnosis, editor call + g
 `evolve.accept` (decision and commit), the acceptance rule in `gate.acceptance`, instance-level rounds in
 `evolve.instance`, alternatives rounds in `evolve.alternatives`, paired re-scoring in `evolve.paired`,
 test-split scoring in `testsplit`,
-configure-time checks in `evolve.preflight`, the guard's static check in `validate.static`, sub-runs from the trusted
-copy in `evolve.runs`, `evolution.json` and the stage checkpoints in `evolve.state`, printing in
+configure-time checks in `evolve.preflight`, the guard's static check in `validate.static`, sub-runs from
+the trusted copy in `evolve.runs`, `evolution.json` and the stage checkpoints in `evolve.state`, printing in
 `report.evolution`, run-directory files in `core.rundir`.
 """
 

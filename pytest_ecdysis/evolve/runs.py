@@ -65,9 +65,9 @@ class TrustedRuns:
         label: str | None = None,
     ) -> SubRun:
         """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
-        from the trusted copy (see `validate.subrun.run_suite`; `env` is added to its environment), with progress
-        lines (`label`, default: the last stage line said) from the sub-run's `progress.json` while it runs;
-        its run files are recorded in the ledger and the protected files checked after it.
+        from the trusted copy (see `validate.subrun.run_suite`; `env` is added to its environment), with
+        progress lines (`label`, default: the last stage line said) from the sub-run's `progress.json` while
+        it runs; its run files are recorded in the ledger and the protected files checked after it.
 
         Raises:
             BrokenCandidate: see `validate.subrun.run_suite`.

@@ -2,8 +2,8 @@
 
 Each stage returns the dict the loop checkpoints as `rounds/<n>/{diagnosis,edit,validation}.json`; an
 `outcome` other than None ends the round with that outcome (`no_failures`, `no_spec`, `no_change`,
-`guard_rejected`, `broken_candidate`) and a `reason`. The loop (`evolve.loop.Evolution`) decides what runs when;
-these functions do the work. Only the controller runs them; harness code is imported only in sub-runs.
+`guard_rejected`, `broken_candidate`) and a `reason`. The loop (`evolve.loop.Evolution`) decides what runs
+when; these functions do the work. Only the controller runs them; harness code is imported only in sub-runs.
 """
 
 from __future__ import annotations

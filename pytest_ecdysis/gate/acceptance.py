@@ -338,7 +338,7 @@ def decide_no_regression(strict: Decision, solved_to_failed: list[str]) -> Decis
 
     Args:
         strict: the verdict of the score rule on the same candidate (`decide_strict`, or a successor).
-        solved_to_failed: task ids solved by the incumbent and not by the candidate (`validate.results.flips`).
+        solved_to_failed: task ids the incumbent solved and the candidate did not (`validate.results.flips`).
     """
     if not strict.accepted or not solved_to_failed:
         return strict

@@ -314,7 +314,7 @@ def gather(run_path: Path | str) -> dict[str, Any]:
     view["cost"] = report._cost(summary) if summary else "–"
     view["cost_table"] = _cost_table(evo)
     weak = summary.get("weak_passes")
-    view["weak_passes"] = weak if isinstance(weak, (list, dict, int)) and weak else None  # issue 12's field
+    view["weak_passes"] = weak if isinstance(weak, (list, dict, int)) and weak else None  # may be absent
     view["missing"] = r.missing
     return view
 

@@ -23,7 +23,7 @@ A candidate is code written by a model; this pass flags what a harness has no bu
   `tau2.environment.tool`), of the plugin beyond `pytest_ecdysis.core.errors`, of `pytest_ecdysis_tau2`.
 - `gold_data`: a string or name that mentions τ²'s task files, data directory, gold fields, evaluator,
   or the simulated model's ground truth (the literal patterns of the earlier diff check).
-- aliases are followed (issue 27, item 8): a simple assignment (`m = os`, `e = os.environ`, `self.m = os`,
+- aliases are followed: a simple assignment (`m = os`, `e = os.environ`, `self.m = os`,
   `a, b = os, sys`, `(m := os)`) makes the name stand for what it names, so `m.environ` is `os.environ`;
   `ALIAS_BUILTINS` used as a value (`_r = open`) or rebound are flagged; `getattr(x, "name")` with a
   constant is checked as `x.name`; string constants joined at the source level (`"tasks" + ".json"`,

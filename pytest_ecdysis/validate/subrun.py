@@ -151,7 +151,7 @@ def run_suite(
     finally:
         _rmtree(private)
     sandbox_failed = start_failure(log_text)
-    if sandbox_failed:  # the tool failed, not the candidate: the loop stops, resumable (issue 27)
+    if sandbox_failed:  # the tool failed, not the candidate: the loop stops, resumable
         raise SandboxStartError(
             f"a validation sub-run could not start harness code: {sandbox_failed}; see "
             f"{log_path}; fix the sandbox (or pass --ecdysis-sandbox off), then resume"

@@ -1,5 +1,5 @@
 """Copy-on-write scoring: each trajectory is scored by τ²'s evaluator in a forked child of the scorer
-process, over environments built once in the parent (issue 18 item 3).
+process, over environments built once in the parent.
 
 τ²'s `EnvironmentEvaluator` builds two fresh environments per trial (the agent's, then the gold one) and
 replays the tool calls on them; building one means a full copy of the domain database (about 150,000

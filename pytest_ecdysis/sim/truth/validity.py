@@ -1,4 +1,4 @@
-"""Measured validity of accepted edits under the simulated model (issue 14, item 5; issue 30, item 4).
+"""Measured validity of accepted edits under the simulated model.
 
 For every accepted edit, the tasks it flipped from failed to solved are joined with the ground truth of
 the run before and the run after (`sim/ground_truth.jsonl`, one line per trial with `failed`, `quirks`
