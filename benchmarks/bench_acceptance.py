@@ -1,4 +1,4 @@
-"""Benchmark: how often each acceptance rule accepts a candidate that changes nothing (issue 16).
+"""Benchmark: how often each acceptance rule accepts a candidate that changes nothing.
 
     python benchmarks/bench_acceptance.py sim [--decisions 20] [--chain] [--profile noop] [--tasks 0,1,...] [-n 2]
     python benchmarks/bench_acceptance.py scripted [--decisions 2000]

@@ -1,4 +1,4 @@
-"""Memory of the harness's processes per trial in flight (issue 18 item 1: one fork per trial).
+"""Memory of the harness's processes per trial in flight (one fork per trial).
 
     python benchmarks/bench_agent_memory.py [--trials 16] [--latency 2]
 

@@ -1,12 +1,12 @@
-"""Per-trial overhead of running the harness's agent in a child process (issue 13 item 2), and of the
-default mode (`--ecdysis-sandbox auto`: the child under bubblewrap, issue 27) against `off`.
+"""Per-trial overhead of running the harness's agent in a child process, and of the
+default mode (`--ecdysis-sandbox auto`: the child under bubblewrap) against `off`.
 
     python benchmarks/bench_agent_process.py [--tasks N] [--repeats R]
 
 The simulated model (a server thread of each measuring process, 127.0.0.1) plays agent and user; the
 example harness runs the first N airline train tasks, one trial each, in a fresh process per mode:
 
-- `in-process`: the harness in the trial process (`ECDYSIS_AGENT_PROCESS=0`, the layout before issue 13);
+- `in-process`: the harness in the trial process (`ECDYSIS_AGENT_PROCESS=0`, the former layout);
 - `child`: the harness in a child process behind the JSON protocol, no sandbox (`--ecdysis-sandbox off`);
 - `child+sandbox`: the same child under bubblewrap (`ECDYSIS_SANDBOX=1`, the default wherever bwrap
   starts; skipped without `bwrap`).

@@ -1,4 +1,4 @@
-"""Benchmark: aggregate and group 10,000 synthetic trial records (issue 4 figures).
+"""Benchmark: aggregate and group 10,000 synthetic trial records.
 
 Measures what `session.finish` does with the results of a large run, without pytest: validating the
 TrialResult JSON the reports carry, suite score / pass^k / per-task counts, failure records, pattern

@@ -1,4 +1,4 @@
-"""Trials per minute and peak memory with many trials in flight (issue 18 item 1's measurement).
+"""Trials per minute and peak memory with many trials in flight.
 
 Runs the τ² airline suite through pytest (`--pyargs pytest_ecdysis_tau2.test_airline`) on the simulated model
 (not a real LLM) with a fixed delay per completion (`--ecdysis-sim-latency`, default 2 s) and a fixed nonce,

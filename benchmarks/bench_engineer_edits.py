@@ -5,7 +5,7 @@
                                               [--nonce TEXT|fresh] [--json FILE]
 
 The fixtures are `tests/fixtures/engineer_edits/<edit>.patch`, unified diffs against `pytest_ecdysis_tau2/example_harness/`
-written before the simulated model was changed (issue 30; what each edit is and why:
+written before the simulated model read the harness's prompt rules (merge 8b925e0; what each edit is and why:
 `tests/fixtures/engineer_edits/README.md`). For each domain the example harness (copied without its
 `recipes/`, so the base and the edited copies differ by the patch alone) and each edited copy (`git apply`
 in a temporary directory) are scored by `pytest pytest_ecdysis_tau2/test_<domain>.py -n 2 --ecdysis-harness

@@ -1,4 +1,4 @@
-"""Benchmark: size and render time of the HTML page of a run (issue 19: "page size for a 3-round airline run").
+"""Benchmark: size and render time of the HTML page of a run (a 3-round airline run).
 
     python benchmarks/bench_report.py RUN_DIR            # an existing run directory
     python benchmarks/bench_report.py --evolve [--rounds 3] [--test-trials 1]

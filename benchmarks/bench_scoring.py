@@ -1,4 +1,4 @@
-"""Scoring speed: time to score one trial with the suite's scorer against τ²'s own path (issue 18 item 3).
+"""Scoring speed: time to score one trial with the suite's scorer against τ²'s own path.
 
     python benchmarks/bench_scoring.py [--tasks N] [--domains airline,retail] [--trials K]
 
@@ -13,7 +13,7 @@ environment returns, the communicate values stated, the user's stop), in separat
 Prints per domain the mean seconds per trial of each path (the replays are built before timing), the
 speed-up, the same in CPU seconds (τ²'s path: its process; the scorer: its process and its scoring
 children; CPU does not move with the machine's load as wall-clock does), and whether every reward and
-component is identical. Goal (issue 18): at least 4x, identical.
+component is identical. Goal: at least 4x, identical.
 With `--trials K > 1` every replay is scored K times in turn (task by task, as k trials of a suite), and
 the figures are printed for the first trial of each task and for the later ones apart: the scorer reuses
 the gold environment's hashes from a task's first trial (`cow_scoring`). The warm-up scores a task

@@ -7,7 +7,7 @@ pinned to another CPU when there is one, and speaks raw HTTP/1.1 with keep-alive
 figure is the server's, not the openai client's. Each simulated trial is a real conversation: the
 client sends a system prompt of τ²'s size (the airline policy, about 8 kB), the history, and a canned
 tool result for every tool call, until the model closes; then the next trial starts. A warm-up pass over
-the tasks (knowledge computed, τ² imported) is not timed. Target (issue 3): at least 500 completions/s.
+the tasks (knowledge computed, τ² imported) is not timed. Target: at least 500 completions/s.
 
 Two figures: `completions_per_s` (wall clock: depends on what else the machine runs) and
 `completions_per_server_cpu_s` (completions per CPU-second the server process used, from /proc: the

@@ -17,19 +17,19 @@ the determinism check crosses processes) with these harnesses:
 Every run uses the same fixed run nonce (`--nonce`, default `calibration`), so the two example runs must
 agree; `--nonce fresh` leaves it unset (each run its own nonce). `--reruns K` adds K runs of the example
 harness with nonces `rerun-1..K`: their scores per suite and the spread (max - min, standard deviation)
-are the run-to-run noise the profile's `noise` produces (shared/data: about +-0.07 on 15 tasks).
+are the run-to-run noise the profile's `noise` produces (docs/data/tau2-failure-modes.md: +-0.07 on 15 tasks).
 
 `--spread PROFILES` (comma-separated) measures only the run-to-run noise, in process and fast
 (`benchmarks/sim_spread.py`): per profile and per `--noise` share tried (default: the profile's own),
 `--nonces` K fresh nonces each play the first `--tasks N` tasks of `--split` of the first `--suites` domain
 at one trial with the example harness; it prints every nonce's suite score, their standard deviation and
 range, how many tasks changed outcome, and the load average. The shared data's rerun noise (Life-Harness,
-`tau2-failure-modes.md`) is about +-0.07 on 15 tasks, i.e. about one task of 15 either way:
+`docs/data/tau2-failure-modes.md`) is about +-0.07 on 15 tasks, i.e. about one task of 15 either way:
 
     nice -n 10 python benchmarks/bench_sim_calibration.py --spread default,noop,sloppy_formats \
         --suites airline --split train --tasks 15 --nonces 8 [--noise 0.35,0.7]
 
-Targets (issue 3): example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
+Targets: example score in [0.30, 0.85] on each suite; Direct at least 0.10 lower; at least
 half of the example's failures with a `systematic` quirk; identical trial results across the two runs;
 cured above example. The figures are printed as measured; nothing here tunes the model.
 """

@@ -1,4 +1,4 @@
-"""Causes by replay against the recorded rule (issue 14, item 6), on τ² with the simulated model.
+"""Causes by replay against the recorded rule, on τ² with the simulated model.
 
     nice -n 10 python benchmarks/bench_sim_causes.py [--profile default] [--domain airline]
         [--split train] [--tasks 15] [--trials 1] [--nonce causes] [--harness example_harness]

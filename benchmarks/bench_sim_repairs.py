@@ -1,4 +1,4 @@
-"""Benchmark: cures by the harness's code under the simulated model (issue 30, item 4).
+"""Benchmark: cures by the harness's code under the simulated model.
 
     python benchmarks/bench_sim_repairs.py [--domain airline] [--split test] [--trials 1] [--nonce attrib-1] [--tasks IDS]
 

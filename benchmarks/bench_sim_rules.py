@@ -1,4 +1,4 @@
-"""What reading a prompt's rules costs the simulated model per request (issue 30, item 2).
+"""What reading a prompt's rules costs the simulated model per request.
 
     python benchmarks/bench_sim_rules.py [--repeats 200]
 

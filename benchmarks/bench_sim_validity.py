@@ -1,4 +1,4 @@
-"""Benchmark: what evolution buys under the open-world simulated model, and how much of it is valid (issue 14).
+"""Benchmark: what evolution buys under the open-world simulated model, and how much of it is valid.
 
     python benchmarks/bench_sim_validity.py default   # start vs frozen test score, t per strategy
     python benchmarks/bench_sim_validity.py noop      # accepted edits per strategy on the no-op profile

@@ -1,4 +1,4 @@
-"""How long a τ² trial runs against an endpoint that trickles its reply (issue 21's measurement).
+"""How long a τ² trial runs against an endpoint that trickles its reply.
 
 The agent's endpoint sends the response headers, then 60 spaces at one per second (a gateway's keep-alive
 while the model generates), then the JSON; the call timeout is 3 s and the trial budget 10 s. Before the

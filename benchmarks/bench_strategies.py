@@ -1,4 +1,4 @@
-"""Benchmark: evolution strategies side by side (issue 5; the paper's Table of strategies and wall-clock).
+"""Benchmark: evolution strategies side by side (the paper's Table of strategies and wall-clock).
 
 Two modes:
 

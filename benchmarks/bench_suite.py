@@ -1,4 +1,4 @@
-"""Figures of the τ² suite (issue 2): worker start-up, wall-clock per trial, overhead of the pytest layer.
+"""Figures of the τ² suite: worker start-up, wall-clock per trial, overhead of the pytest layer.
 
     python benchmarks/bench_suite.py [--tasks N] [--repeats R]
 

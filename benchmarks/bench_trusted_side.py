@@ -1,10 +1,10 @@
-"""What the trusted side's checks of issue 27 cost, each on its own (no τ² trial: those are in
+"""What the trusted side's checks cost, each on its own (no τ² trial: those are in
 `bench_agent_process.py`).
 
     python benchmarks/bench_trusted_side.py [--repeats R]
 
 - `scorer start`: a scorer process's start to ready (imports τ², builds the environments), as started
-  before issue 27 (bytecode caches used) and now (`-B`, an empty private `pycache_prefix`: every module
+  before those checks (bytecode caches used) and now (`-B`, an empty private `pycache_prefix`: every module
   compiled from source) and with the session's trusted cache (`validate.pycache`: `-B` and a
   `pycache_prefix` filled once by an earlier start): median of R starts each, wall-clock and CPU seconds.
   Paid once per worker and suite run, outside any trial's budget.

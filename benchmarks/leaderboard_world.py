@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 DATA = Path(__file__).resolve().parent / "data" / "tau2-leaderboard-trials.csv"
-#: the train split sizes of the τ² suites (`pytest_ecdysis_tau2/suite.py`: airline 30, retail 74, telecom 74).
+#: the τ² suites' train split sizes (`pytest_ecdysis_tau2/tasks/suite.py`: airline 30, retail 74, telecom 74).
 TRAIN_TASKS = {"airline": 30, "retail": 74, "telecom": 74}
 EFFECTS = ("spread", "concentrated")
 #: a cured task's rate under the `concentrated` effect.

@@ -19,7 +19,7 @@ Exit status: 0 on success, 2 on bad input (missing or unreadable run directory, 
 suites), with one line on stderr saying what to do. `report` writes a page even for a broken run
 directory (the page and stderr say what is missing); only a path that is not a directory or an unwritable
 output is an error. No network;
-pytest is imported only to read an evolution run's rounds (`evolve_report.summary_lines`).
+pytest is imported only to read an evolution run's rounds (`report.evolution.summary_lines`).
 """
 
 from __future__ import annotations

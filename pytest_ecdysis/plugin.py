@@ -209,7 +209,7 @@ def _finish(session: pytest.Session, state: EcdysisState, stopped: str | None) -
 
 
 def write_html_page(state: EcdysisState) -> None:
-    """ini `ecdysis_html = FILE`: the run's page (html_report), after evolution, also when it was interrupted
+    """ini `ecdysis_html = FILE`: the run's page (`report.html`), after evolution, also when interrupted
     (the page then says so and how to resume); a failure to write it is a run problem, not an exception."""
     from pytest_ecdysis.report.html import write_html
 

@@ -1,4 +1,4 @@
-"""The built-in editor's prompt (`edit_prompt`): the spec's files in full, the rest by name, fitted to
+"""The built-in editor's prompt (`edit.prompt`): the spec's files in full, the rest by name, fitted to
 ini `ecdysis_editor_context`; what the model was shown is recorded, and a prompt that cannot fit makes no call."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Diagnosis sees the lineage (`evolve/lineage.py`, `evidence.history_view`): each earlier round's spec, diff,
-decision and flips, bounded."""
+"""Diagnosis sees the lineage (`evolve/lineage.py`, `evidence.context.history_view`): each earlier round's spec,
+diff, decision and flips, bounded."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def test_specs_are_patched_one_by_one(project: pytest.Pytester) -> None:
         "run1-r1s3",
         "run1-r2s1",
     ]
-    # each candidate was scored beside a re-run of the incumbent it was edited from (evolve_paired)
+    # each candidate was scored beside a re-run of the incumbent it was edited from (evolve.paired)
     assert sorted(x for x in validated if x.endswith("i")) == [
         "run1-r1s1i",
         "run1-r1s2i",

@@ -48,8 +48,8 @@ ENV_PREFIXES = ("OPENAI_", "ECDYSIS_")
 
 def unset_empty_env(environ: Any = None) -> list[str]:
     """Remove every `OPENAI_*` / `ECDYSIS_*` variable whose value is empty or blank from `environ` (default
-    `os.environ`), so the openai client, xdist workers and validation sub-runs all see it unset (issue 11
-    case 6: an empty `OPENAI_BASE_URL` made every call go to the URL ""). Returns the names removed."""
+    `os.environ`), so the openai client, xdist workers and validation sub-runs all see it unset (an
+    empty `OPENAI_BASE_URL` made every call go to the URL ""). Returns the names removed."""
     env = os.environ if environ is None else environ
     empty = sorted(k for k, v in env.items() if k.startswith(ENV_PREFIXES) and not v.strip())
     for name in empty:

@@ -188,7 +188,7 @@ def _jsonable(value: Any) -> tuple[Any, bool]:
 
 
 def json_safe_notes(notes: Any) -> Any:
-    """Harness notes as JSON-safe dicts (issue 11 case 7): a harness may record an Enum member or any object
+    """Harness notes as JSON-safe dicts: a harness may record an Enum member or any object
     in `harness_notes`, and one such value used to lose the whole trial at serialisation. Values JSON cannot
     carry are converted (`_jsonable`) and the note is flagged with `unserialisable: [keys]`; a note that is
     not a dict becomes `{"kind": "note", "detail": <its JSON-safe form>}` (flagged the same way).

@@ -3,7 +3,7 @@
 An endpoint's 500 reply can carry an ANSI colour escape or a NUL byte (GPU servers print them). Written
 as is, such text makes `junit.xml` not well-formed XML (junitparser's pretty-printer raises on it, so the
 run was lost), garbles a Markdown job summary and lets a remote server move the cursor or recolour the
-user's terminal (issue 11 case 3). Each function here replaces the characters its format cannot carry by
+user's terminal. Each function here replaces the characters its format cannot carry by
 a visible escape (`\\x1b`, `\\x00`, `\\u200e`...), so nothing is lost and nothing is interpreted:
 
 - `xml(text)`: what XML 1.0 forbids (C0 controls but tab, newline and carriage return; lone surrogates;

@@ -1,4 +1,4 @@
-"""Known secret values, redacted from everything the tool writes (issue 27, item 5).
+"""Known secret values, redacted from everything the tool writes.
 
 A harness, an editor or an endpoint's error text can carry an API key into a note, a record, a log or a
 report; those files are the evidence sent to the diagnosis model, the PR body, the CI artifacts. Every
@@ -144,7 +144,7 @@ def redact_tree(root: str | Path, env: dict[str, str] | None = None) -> list[Pat
 def secrets_in(files: dict[str, bytes | None], env: dict[str, str] | None = None) -> list[str]:
     """`"<file>: the value of <NAME>"` for each file of `files` (path -> bytes, None for a symlink) that holds a
     known secret (`secret_values`) as it is, reversed, or base64- or hex-encoded: a candidate that carries a
-    secret into its source is refused, since its bytes become a commit and a pull request (issue 27)."""
+    secret into its source is refused, since its bytes become a commit and a pull request."""
     import base64
 
     found: list[str] = []

@@ -8,8 +8,8 @@ FDCR (`ecdysis`, docs/diagnosis.md): Analyst, Critic and Engineer share one tran
 (`cfg.fdcr_passes`), then the Moderator writes the spec: 3K+1 calls. `ecdysis-nofdcr`: one analyst
 call writes the spec: 1 call. Other strategies live in `pytest_ecdysis.diagnose.strategies`.
 
-Structured output (`spec_answer`): the spec-writing call asks for JSON mode; the answer is parsed as JSON, else from a
-fenced block or the first object in the text (`evidence.extract_json`); an answer that does not validate
+Structured output (`diagnose.spec`): the spec-writing call asks for JSON mode; the answer is parsed as JSON, else from a
+fenced block or the first object in the text (`evidence.build.extract_json`); an answer that does not validate
 against `ModificationSpec`, or that names files outside the harness, gets **one** repair call with the
 error; if that fails too, the spec is None with the reason. Written to `round_dir`: `transcript.jsonl`
 (one line per role turn, appended as they happen, so it is kept whatever goes wrong) and `spec.json`

@@ -42,8 +42,8 @@ def diagnose(
         records, groups: the round's `FailureRecord`s and `PatternGroup`s (suspect and infrastructure
             records are dropped; `cfg.evidence_limit` applies the failure-aware selection).
         harness_dir: the incumbent harness (mapped for the roles; spec files must lie inside it).
-        history: earlier rounds (`evidence.PastRound` or dicts with `round`, `outcome`, `score_before`,
-            `score_after`, `spec`), so a rejected idea is not proposed unchanged.
+        history: earlier rounds (`evidence.context.PastRound` or dicts with `round`, `outcome`,
+            `score_before`, `score_after`, `spec`), so a rejected idea is not proposed unchanged.
         solved_tasks: task ids the incumbent solves in every trial (or `{task_id: tools used}`).
         cfg: an `EcdysisConfig` (uses `diagnosis_model`, `base_url`, `fdcr_passes`, `evidence_limit`).
         round_dir: where `transcript.jsonl` and `spec.json` go (None: nothing written).

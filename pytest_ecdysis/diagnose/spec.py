@@ -1,7 +1,7 @@
 """A role's spec answer: parsed, validated against `ModificationSpec`, repaired once, written.
 
 `spec_call(client, role, messages, tx, pass_, harness_dir)` asks for JSON mode, parses the answer as
-JSON, else from a fenced block or the first object in the text (`evidence.extract_json`), and validates it
+JSON, else from a fenced block or the first object of the text (`evidence.build.extract_json`), then checks it
 (`validate_spec`: the schema, and every file inside the harness); an answer that fails gets **one** repair
 call with the error, then the spec is None with the reason (`invalid_spec`, `outside_harness`) and what
 made it unusable (`unusable`: an empty reply, one cut at the token limit). `write_spec` writes

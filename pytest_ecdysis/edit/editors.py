@@ -4,7 +4,7 @@ One protocol, three implementations, chosen by `--ecdysis-editor`:
 
 - `builtin`: an LLM (the diagnosis model, through `pytest_ecdysis.endpoint.role_client`) answers with SEARCH/REPLACE
   edit blocks; its prompt shows the files the spec names and lists the rest, fitted to
-  ini `ecdysis_editor_context` (`edit_prompt`); the blocks are applied to harness files, then a syntax and
+  ini `ecdysis_editor_context` (`edit.prompt`); the blocks are applied to harness files, then a syntax and
   import check runs, with one repair attempt that shows the model the error; an empty reply, one with no usable edit block, a prompt longer
   than the model's context and a call that timed out all end as `ok=False` with the reason;
 - `cmd:<template>`: an external coding agent (OpenCode, Aider, a script); `{spec}` becomes the path of
@@ -54,7 +54,7 @@ class EditResult:
     wall_s: float = 0.0
     not_implementable: list[dict[str, str]] = field(default_factory=list)
     calls: int = 1  #: editor model calls made (the builtin editor's repair attempt is a second one)
-    #: the builtin editor's prompt record (`edit_prompt.EditorPrompt.record`): files shown, listed, left out
+    #: the builtin editor's prompt record (`edit.prompt.EditorPrompt.record`): files shown, listed, left out
     prompt: dict[str, Any] = field(default_factory=dict)
 
 

@@ -11,17 +11,17 @@ head-and-tail (so the harness's own `… [truncated N chars]` markers at the end
 visible); if the JSON is too long, every example is first shrunk to `COMPACT` detail, then examples are
 dropped from the lowest-ranked groups first.
 
-Rules of the data (docs/diagnosis.md, issue 5): records of suspect tasks and infrastructure errors never appear;
+Rules of the data (docs/diagnosis.md): records of suspect tasks and infrastructure errors never appear;
 records that ended with `endpoint_format_error` are labelled as such (the endpoint's reply was unusable);
 cross-task groups rank first. `select_records(records, limit)` is the paper's failure-aware data rule
 (`--ecdysis-evidence failure-aware:N`): keep at most N records, preferring execution paths (tool-call
 sequence, termination reason, failed components) and tasks not yet represented.
 
-The views of one record, the limits per record and the failure-aware rule live in `evidence_records`;
-the harness map and the earlier rounds in `evidence_context`; this module ranks the groups, bounds the
+The views of one record, the limits per record and the failure-aware rule live in `evidence.views`;
+the harness map and the earlier rounds in `evidence.context`; this module ranks the groups, bounds the
 whole, and holds the prompt text's protocol (`<evidence>`, the transcript's turns, an answer's JSON).
 
-Harness files are read only through `evidence_context.harness_map` (with `ast`, never importing them); this
+Harness files are read only through `evidence.context.harness_map` (with `ast`, never importing them); this
 module must not import tau2 or suites.
 """
 

@@ -2,7 +2,7 @@
 
 `harness_map(dir)` outlines the harness's files (docstring, top-level functions and classes, UPPER_CASE
 settings), parsed with `ast` and never imported; `history_view(rounds)` lists earlier rounds' specs and
-outcomes (`PastRound`). Both are parts of `evidence.build_evidence`'s data. This module must not import
+outcomes (`PastRound`). Both are parts of `evidence.build.build_evidence`'s data. This module must not import
 tau2 or suites.
 """
 

@@ -1,6 +1,6 @@
 """TrialResult -> FailureRecord: which trials are evidence, and what each record says.
 
-Rules (docs/records.md, issue 4):
+Rules (docs/records.md):
 
 - a trial is a failure when its reward is below λ;
 - infrastructure errors (`INFRA_REASONS`: endpoint down, timeout, time budget) are never records: they

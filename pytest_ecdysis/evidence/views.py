@@ -6,7 +6,7 @@
 
 A record's view keeps at most `MAX_TOOL_CALLS` tool calls and `MAX_EXCERPT` messages, every text cut
 head-and-tail by `cut` (so the harness's own `… [truncated N chars]` markers at the end of a tool result
-stay visible); `COMPACT` is the smaller detail `evidence.build_evidence` falls back to when the evidence
+stay visible); `COMPACT` is the smaller detail `evidence.build.build_evidence` falls back to when the evidence
 is too long. The rules of the data are in `evidence`'s docstring (docs/diagnosis.md). This module must not
 import tau2 or suites.
 """

@@ -1,11 +1,12 @@
 """The acceptance stage of a round: a validated candidate against the incumbent's run, decided and committed.
 
-`accept_stage(ev, ...)` is the last part of `Evolution.attempt`, after `evolve_stages.validate_stage`:
+`accept_stage(ev, ...)` is the last part of `Evolution.attempt`, after `evolve.stages.validate_stage`:
 it reads the two runs compared (the incumbent's re-run or earlier run, the candidate's; both checked
 against the ledger), refuses a comparison the candidate's infrastructure errors would skew
-(`validate.infra_drift`), applies the run's rule (`acceptance.decide`, with ini `ecdysis_accept_extra_trials`
-through `evolve_extra`), minimises an accepted candidate (ini `ecdysis_ablate`, `ablation`) and commits
-exactly the validated bytes in the candidate's worktree (`gitops`), checking the commit holds them.
+(`validate.results.infra_drift`), applies the run's rule (`acceptance.decide`; ini
+`ecdysis_accept_extra_trials` through `evolve.extra_trials`), minimises an accepted candidate (ini
+`ecdysis_ablate`, `ablation`) and commits exactly the validated bytes in the candidate's worktree
+(`git.ops`), checking the commit holds them.
 This module must not import tau2, task suites or harness code.
 """
 
@@ -96,7 +97,7 @@ def accept_stage(
             method=ev.cfg.accept_method,
             level=ev.cfg.accept_level,
         )
-        # paired: more trials of the flipped tasks, for both harnesses, before deciding (`evolve_extra`)
+        # paired: more trials of the flipped tasks for both harnesses before deciding (`evolve.extra_trials`)
         decision, extra = extra_trials(
             ev, worktree.harness_dir, adir, run_id, label, base, before_trials, after_trials, decision
         )

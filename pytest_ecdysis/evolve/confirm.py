@@ -3,7 +3,7 @@
 After the candidate's validation beside the incumbent's run (the *first comparison*, which may only
 reject: `gate/sequential.py`), each *look* runs one more trial of the tasks that flipped so far (a
 discordant trial pair; all tasks when none did) for both harnesses, two sub-runs started together
-(`evolve_paired.together`, `--ecdysis-tasks <tasks> --ecdysis-trials 1`, fresh nonces, no response
+(`evolve.paired.together`, `--ecdysis-tasks <tasks> --ecdysis-trials 1`, fresh nonces, no response
 cache) in `<round or step dir>/confirm/<j>/` (`<run-id>c<j>`) and `confirm/<j>/incumbent/` (`<run-id>ic<j>`).
 After each look the sequential test is taken again on all trial pairs; it stops at acceptance
 (LR >= 1/α), rejection (LR <= β/(1 - α)) or when ini `ecdysis_accept_extra_trials` looks (default

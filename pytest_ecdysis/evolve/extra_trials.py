@@ -2,7 +2,7 @@
 
 Under `--ecdysis-accept paired`, after the candidate's validation and the incumbent's run, the tasks whose
 mean reward differs between the two runs (the *flipped* tasks: the only ones the paired test counts) get
-K more trials each, for both harnesses: two sub-runs started together (`evolve_paired.together`,
+K more trials each, for both harnesses: two sub-runs started together (`evolve.paired.together`,
 `--ecdysis-tasks <flipped> --ecdysis-trials K`), in `<round or step dir>/extra/` (`<run-id>x`) and
 `extra/incumbent/` (`<run-id>ix`). The decision is then taken once, on all trials of both runs pooled per
 task (`acceptance.decide`, with each side's score the mean over tasks of its per-task mean rewards, so the
@@ -15,7 +15,7 @@ tasks that flipped keeps the test's level; what it buys: a task that flipped by 
 counts only by its sign, so extra trials can turn wins into ties but never add a win; `wilcoxon` and
 `bootstrap` also weigh how much each task moved.
 
-Skipped (said, recorded): K = 0 (the default); the models are deterministic (`evolve_paired.deterministic`:
+Skipped (said, recorded): K = 0 (the default); the models are deterministic (`evolve.paired.deterministic`:
 a rerun is byte-identical); no task flipped; no task rose (nothing can become significant). The extra
 sub-runs do not use the response cache (the same trial index would replay the first trial's responses).
 An extra run that is broken or has infrastructure errors leaves the first decision in force (said).

@@ -1,5 +1,5 @@
 """What diagnosis reads of an earlier round beside its spec: the candidate's diff, the decision and its per-task
-flips (`evidence.PastRound`; bounded there, `evidence/context.py`: `MAX_HISTORY_DIFFS`, `MAX_DIFF_CHARS`,
+flips (`evidence.context.PastRound`; bounded there: `MAX_HISTORY_DIFFS`, `MAX_DIFF_CHARS`,
 `MAX_FLIPS_LISTED`), so a rejected change is not proposed again unchanged and an accepted one is built on.
 Reads `rounds/<n>/candidate.diff` and the round's entry in `evolution.json`; no model call.
 """

@@ -11,17 +11,17 @@
         change           <- the diff of the harness directory         none       -> `no_change`
         guard            <- only harness files; no gold-data reads    otherwise  -> `guard_rejected`
         score_after      <- validation sub-run (validate.run_suite)   no import  -> `broken_candidate`
-        score_before     <- a re-run of the incumbent started beside it (`evolve_paired`, ini `ecdysis_rescore`)
+        score_before     <- a re-run of the incumbent started beside it (`evolve.paired`, ini `ecdysis_rescore`)
         accept (`acceptance`, `--ecdysis-accept`): strict = score_after > score_before; paired = a paired test
         over tasks at ini `ecdysis_accept_level` (ini `ecdysis_accept_extra_trials = K`: first K more trials of the
-        tasks that flipped, for both harnesses, `evolve_extra`)
+        tasks that flipped, for both harnesses, `evolve.extra_trials`)
         ablate (`ablation`, ini `ecdysis_ablate`): an accepted candidate of several changes (hunks of its diff)
         re-validated without each in turn; a change whose removal loses nothing is dropped
         commit (the kept changes) in the worktree; it becomes the incumbent
         (instance-level strategies, `self-evolution`: edit, guard, validation and acceptance once per spec,
          in order, each on the incumbent the previous step left; at most ecdysis_self_evolution_cap a round)
         (alternatives strategies, `self-harness`, `harnessfix`: each proposal edited and validated from the
-         same incumbent in `rounds/<n>/proposals/<k>/`, the best that passes kept: `evolve_alternatives`)
+         same incumbent in `rounds/<n>/proposals/<k>/`, the best that passes kept: `evolve.alternatives`)
     branch ecdysis/<run-id> at the last accepted commit (none when nothing was accepted)
     score start and frozen harness on the test split (`--ecdysis-test-trials`), and per `--ecdysis-test-model`
     under the simulated model: the validity of each accepted edit from the ground truth
@@ -39,13 +39,13 @@ stages leaves the run resumable.
 Only the controller runs this. It never imports tau2, task suites or harness code: candidates are
 imported and scored in subprocesses (`validate`).
 
-Where each part lives: the stages in `evolve_stages` (diagnosis, editor call + guard, validation) and
-`evolve_accept` (decision and commit), the acceptance rule in `acceptance`, instance-level rounds in
-`evolve_instance`, alternatives rounds in `evolve_alternatives`, paired re-scoring in `evolve_paired`,
+Where each part lives: the stages in `evolve.stages` (diagnosis, editor call + guard, validation) and
+`evolve.accept` (decision and commit), the acceptance rule in `gate.acceptance`, instance-level rounds in
+`evolve.instance`, alternatives rounds in `evolve.alternatives`, paired re-scoring in `evolve.paired`,
 test-split scoring in `testsplit`,
-configure-time checks in `preflight`, the guard's static check in `staticcheck`, sub-runs from the trusted
-copy in `evolve_runs`, `evolution.json` and the stage checkpoints in `evolve_state`, printing in
-`evolve_report`, run-directory files in `rundir`.
+configure-time checks in `evolve.preflight`, the guard's static check in `validate.static`, sub-runs from
+the trusted copy in `evolve.runs`, `evolution.json` and the stage checkpoints in `evolve.state`, printing in
+`report.evolution`, run-directory files in `core.rundir`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ The input of a diagnosis (`diagnosis_input`, a SHA-256 hex digest) is what the r
 between rounds: the incumbent (harness id and commit), its evidence (the bytes of `failures.jsonl` and
 `groups.json` of the run the incumbent was scored in), the diagnosis options (strategy, diagnosis model,
 passes, `--ecdysis-evidence`) and the specs earlier rounds tried with their outcomes (the history the roles
-read, `evidence.history_view`; a round that found nothing adds only that answer, so it is left out, also
-when it wrote a `spec.json` without changes). The roles are
+read, `evidence.context.history_view`; a round that found nothing adds only that answer, so it is left out,
+also when it wrote a `spec.json` without changes). The roles are
 called at temperature 0 (`endpoint.role_client`) and the simulated roles are deterministic, so the same input
 gets the same answer: an earlier `no_spec` (or `no_failures`) on the same input is this round's answer,
 and calling the roles again only spends tokens. After a rejected spec the input differs (the history now

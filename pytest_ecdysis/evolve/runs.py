@@ -2,7 +2,7 @@
 checkout, the protected-file check after each, and the progress lines while a stage runs.
 
 `TrustedRuns` is a part of `evolve.loop.Evolution`, given what it uses in its constructor (the stage
-lines come from `evolve.state.RunState`). The sub-run itself is `validate.run_suite`; the copy it starts from is
+lines come from `evolve.state.RunState`). The sub-run itself is `validate.subrun.run_suite`; the copy it starts from is
 `integrity.pristine_copy`; the checks are docs/evolution.md's threat model.
 """
 
@@ -65,12 +65,12 @@ class TrustedRuns:
         label: str | None = None,
     ) -> SubRun:
         """A validation sub-run of the session's suite on `files` (default: those under `harness_dir`),
-        from the trusted copy (see `validate.run_suite`; `env` is added to its environment), with progress
-        lines (`label`, default: the last stage line said) from the sub-run's `progress.json` while it runs;
-        its run files are recorded in the ledger and the protected files checked after it.
+        from the trusted copy (see `validate.subrun.run_suite`; `env` is added to its environment), with
+        progress lines (`label`, default: the last stage line said) from the sub-run's `progress.json` while
+        it runs; its run files are recorded in the ledger and the protected files checked after it.
 
         Raises:
-            BrokenCandidate: see `validate.run_suite`.
+            BrokenCandidate: see `validate.subrun.run_suite`.
             IntegrityError: a protected file changed (also recorded in `self.stop_error`).
         """
         progress: dict[str, Path] = {}

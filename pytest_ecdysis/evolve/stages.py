@@ -2,8 +2,8 @@
 
 Each stage returns the dict the loop checkpoints as `rounds/<n>/{diagnosis,edit,validation}.json`; an
 `outcome` other than None ends the round with that outcome (`no_failures`, `no_spec`, `no_change`,
-`guard_rejected`, `broken_candidate`) and a `reason`. The loop (`evolve.Evolution`) decides what runs when;
-these functions do the work. Only the controller runs them; harness code is imported only in sub-runs.
+`guard_rejected`, `broken_candidate`) and a `reason`. The loop (`evolve.loop.Evolution`) decides what runs
+when; these functions do the work. Only the controller runs them; harness code is imported only in sub-runs.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def edit_stage(
     the ones checked, validated and committed (`ev.snapshot`). The guard, in order: the editor failed ->
     `no_change`; files outside the harness changed (committed or not) -> `guard_rejected`; nothing changed
     -> `no_change`; a file over the size caps -> `guard_rejected`; no `__init__.py` left ->
-    `broken_candidate`; static-check findings (`staticcheck`) -> `guard_rejected`. After the editor the
+    `broken_candidate`; static-check findings (`validate.static`) -> `guard_rejected`. After the editor the
     protected files are checked (`ev.check_integrity`).
 
     Writes `rdir/candidate.diff`. Returns `{"editor", "ok", "detail", "tokens", "wall_s", "calls", "prompt", "changed",
@@ -280,11 +280,11 @@ def validate_stage(
     base: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The validation sub-run of the same suite on the candidate in `worktree`, started together with a
-    re-run of the incumbent `base` when ini `ecdysis_rescore` asks for one (`evolve_paired`).
+    re-run of the incumbent `base` when ini `ecdysis_rescore` asks for one (`evolve.paired`).
 
     Returns `{"outcome", "reason", "score", "harness_id", "run_path", "run_id", "exit_code", "wall_s",
     "pass_hat_k", "incumbent"}` (`incumbent`: the run the candidate is compared with, see
-    `evolve_paired.score_pair`); `outcome` is `broken_candidate` when the sub-run produced no scores.
+    `evolve.paired.score_pair`); `outcome` is `broken_candidate` when the sub-run produced no scores.
     A candidate whose harness id was already validated on the same incumbent in this run reuses that
     validation (`reused_validation`: the round or step directory it was made in; no sub-run).
     """

@@ -109,9 +109,9 @@ def score_test(ev: RoundContext) -> None:
 
 
 def held_out_regressions(start: dict, frozen: dict, threshold: float) -> Flips:
-    """`validate.flips` of the start's and the frozen harness's test runs: `solved_to_failed` (tasks the start
-    solved in every trial and the frozen harness did not), `failed_to_solved`; both empty when the frozen
-    harness is the start (no run of its own) or a run cannot be read."""
+    """`validate.results.flips` of the start's and the frozen harness's test runs: `solved_to_failed`
+    (tasks the start solved in every trial and the frozen harness did not), `failed_to_solved`; both
+    empty when the frozen harness is the start (no run of its own) or a run cannot be read."""
     from pytest_ecdysis.core.errors import RunDirError
     from pytest_ecdysis.validate.results import flips, read_run
 

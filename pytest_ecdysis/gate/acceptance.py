@@ -19,7 +19,7 @@ Two rules (`--ecdysis-accept`, docs/evolution.md "Acceptance"):
 Every decision reports the effect (mean per-task difference, candidate - incumbent), a two-sided
 (1 - 2α) percentile-bootstrap interval of it over tasks (its lower end is the one-sided α lower bound;
 fixed seed, so a decision is reproducible) and the method's one-sided p-value; under `strict` these are
-reported too, for information. The gate (`gate.py`) uses the same test the other way round: "the run
+reported too, for information. The gate (`gate/baseline.py`) uses the same test the other way round: "the run
 is worse than the baseline".
 
 Other rules (e.g. rejecting on infrastructure drift) belong here as further pure functions.
@@ -338,7 +338,7 @@ def decide_no_regression(strict: Decision, solved_to_failed: list[str]) -> Decis
 
     Args:
         strict: the verdict of the score rule on the same candidate (`decide_strict`, or a successor).
-        solved_to_failed: task ids solved by the incumbent and not by the candidate (`validate.flips`).
+        solved_to_failed: task ids the incumbent solved and the candidate did not (`validate.results.flips`).
     """
     if not strict.accepted or not solved_to_failed:
         return strict

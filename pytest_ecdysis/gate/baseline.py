@@ -1,4 +1,4 @@
-"""Baselines and the regression gate (issue 7 parts 1-2).
+"""Baselines and the regression gate.
 
 `--ecdysis-save-baseline FILE` writes a run's scores (`save_baseline`); `--ecdysis-gate` compares a run
 with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when

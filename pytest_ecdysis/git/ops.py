@@ -1,6 +1,6 @@
 """Git for the evolution loop: pre-flight checks, candidate worktrees, the result branch.
 
-What it guarantees (docs/evolution.md; issue 6 item 4, issue 8 case 8, issue 11 cases 1-2):
+What it guarantees (docs/evolution.md):
 
 - the user's checkout, index, stash and current branch are never modified: candidates live in
   temporary *detached* worktrees (`git worktree add --detach`), each with its own index; commands run in
@@ -42,7 +42,7 @@ def branch_name(run_id: str) -> str:
 
 
 def preflight(harness_dir: Path, run_id: str | None, *, resume: bool = False) -> None:
-    """Check, before any trial, that an evolution run can end with a branch (issue 6 item 5).
+    """Check, before any trial, that an evolution run can end with a branch.
 
     Checks: a git repository; HEAD on a branch with at least one commit (not detached); the harness
     directory tracked and without uncommitted changes; the branch `ecdysis/<run-id>` free (skipped on

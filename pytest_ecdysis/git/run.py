@@ -23,7 +23,7 @@ class Git(git.Git):
     variables (`gitenv.scrubbed`: inside a git hook they would point the command at the user's checkout),
     and with a fixed minimal config (`gitenv.SAFE_CONFIG`, `gitenv.GIT_ENV`): no hooks (a `post-checkout`
     or `post-commit` hook is written for the user's own checkouts and commits, not for the tool's temporary
-    worktrees), no fsmonitor, no global or system config file (issue 27: an editor that planted
+    worktrees), no fsmonitor, no global or system config file (an editor that planted
     `core.fsmonitor` in the shared `.git/config` had the loop's git commands run its program)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

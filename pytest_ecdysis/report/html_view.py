@@ -1,6 +1,6 @@
 """The data of a run's HTML page: every file of a run directory read tolerantly into plain data.
 
-`gather(run_path) -> dict` is what `html_report` renders: the summary, the failure groups with each
+`gather(run_path) -> dict` is what `report.html` renders: the summary, the failure groups with each
 record's trajectory (messages cut at `MAX_MESSAGE_CHARS`, at most `MAX_RECORDS_PER_GROUP` records a group),
 for an evolution the rounds (outcome, spec, diffs highlighted by Pygments, flips), the chart's points and
 the test split, and `missing`: each file or field it could not use (a missing, unreadable, half-written or
@@ -314,7 +314,7 @@ def gather(run_path: Path | str) -> dict[str, Any]:
     view["cost"] = report._cost(summary) if summary else "–"
     view["cost_table"] = _cost_table(evo)
     weak = summary.get("weak_passes")
-    view["weak_passes"] = weak if isinstance(weak, (list, dict, int)) and weak else None  # issue 12's field
+    view["weak_passes"] = weak if isinstance(weak, (list, dict, int)) and weak else None  # may be absent
     view["missing"] = r.missing
     return view
 

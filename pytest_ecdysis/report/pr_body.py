@@ -2,8 +2,8 @@
 
 `render_pr_body(run_dir)` reads `evolution.json`, `summary.json` and `rounds/<n>/spec.json`: held-out
 test score before/after with pass^k, one row per round, per-task flips and the spec of each accepted
-round, tokens and cost. Text from outside goes through `safetext.markdown` (no control characters;
-issue 11 case 3). No pytest imports.
+round, tokens and cost. Text from outside goes through `safetext.markdown` (no control characters:
+they would reach the reader's terminal or page). No pytest imports.
 """
 
 from __future__ import annotations

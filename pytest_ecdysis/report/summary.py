@@ -5,7 +5,7 @@ imports. Used by `session` at the end of a run, by the `ecdysis` CLI and by the 
 workflow (job summary). `junit.xml` is written by `junit`, the PR body of an evolution by `pr_body`.
 
 Text from outside (error messages, tool results, signatures, node ids) goes through `safetext` for the
-format it lands in: terminal lines and Markdown carry no control characters (issue 11 case 3).
+format it lands in: terminal lines and Markdown carry no control characters.
 """
 
 from __future__ import annotations

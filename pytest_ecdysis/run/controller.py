@@ -9,7 +9,7 @@ fix (the plugin turns it into a usage error). `runs_no_test(config)` tells the s
 `TrialCollector` (registered by `plugin.pytest_configure` on the controller only) keeps the collected
 trial cases (`state.collected`, after every plugin's deselection), checks `--ecdysis-tasks` and the gate's
 baseline against the collection before any trial runs (`selection.check_collected`), stores each
-report's trial result (`state.trials`) and feeds `run_coverage` and the progress lines.
+report's trial result (`state.trials`) and feeds `run.coverage` and the progress lines.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 also used by `ecdysis merge` and benchmarked by `benchmarks/bench_aggregate.py`); `write_run_dir` writes
 the five files of a run directory (docs/records.md): the data first, then the rendering `junit.xml`
 (`write_junit`: one `<testsuite>` per suite, one `<testcase>` per trial, every text from outside made
-XML-safe by `safetext.xml`, issue 11 case 3), whose failure loses nothing already written. No pytest import.
+XML-safe by `safetext.xml`), whose failure loses nothing already written. No pytest import.
 """
 
 from __future__ import annotations

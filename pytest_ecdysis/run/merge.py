@@ -3,7 +3,7 @@ CI runners (pytest-split's `--splits N --group i`, one matrix job per group).
 
 The merged directory has the files of any run (`summary.json`, `trials.jsonl`, `failures.jsonl`,
 `groups.json`, `junit.xml`, and `sim/ground_truth.jsonl` when the shards have one), computed from the
-union of the shards' trials by the same code as a single run (`run_files.aggregate`), so its figures,
+union of the shards' trials by the same code as a single run (`run.files.aggregate`), so its figures,
 records, groups and JUnit equal those of the same suite run unsharded. Differences: `run_id` (`--run-id`
 or `merged-<first shard's run id>`), `wall_s` (the slowest shard: shards run side by side; their sum is
 `shards.wall_s_sum`), and a `shards` object naming the merged runs.

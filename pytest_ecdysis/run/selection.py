@@ -10,10 +10,10 @@ Suites that implement the `ecdysis_case_task` hook say which `(suite, task)` eac
   `-m`) is not an error: the plugin checks the collection as it was before any deselection where it sees
   it (`TrialCollector.pytest_collection_modifyitems`; under xdist the workers' ids, after it).
 - `check_gate`: the collected `(suite, task)` pairs are the baseline's; another task set is refused as a
-  usage error now, not after the whole suite ran (`gate.refusal`).
+  usage error now, not after the whole suite ran (`gate.baseline.refusal`).
 
 Node ids no suite claims (ordinary tests, suites without the hook) leave both checks to the end of the
-run (`gate.verdict` still refuses there). This module must not import tau2 or task suites: it asks
+run (`gate.baseline.verdict` still refuses there). This module must not import tau2 or task suites: it asks
 `registry`.
 """
 

@@ -257,7 +257,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM (what `timeout`, a CI cancel or a container stop sends) raises
     KeyboardInterrupt in the main thread, so it stops the run like Ctrl-C: the trials that ran are written,
     a validation sub-run is ended (its process group), temporary worktrees are removed, the evolution's
-    state is saved and its resume command printed (issue 11 case 8). The previous handler is restored.
+    state is saved and its resume command printed. The previous handler is restored.
     Outside the main thread (where handlers cannot be set) it does nothing."""
 
     def interrupt(signum: int, frame: Any) -> None:

@@ -14,7 +14,7 @@ site *and* nonce, a fresh draw of that nonce: any quirk may fire or not on any t
 the next, so reruns of one harness vary as real models' do; with the nonce fixed, runs are
 byte-identical. A per-task
 latent difficulty `d ~ Beta(a, b)` multiplies every rate except `blind_spot` by `2*d` (mean 1): trials
-of one task are correlated, and pass^k falls the way real models' does (shared/data/tau2-failure-modes.md,
+of one task are correlated, and pass^k falls the way real models' does (docs/data/tau2-failure-modes.md,
 "Consistency across trials"). Extra profiles can live outside the package: `ECDYSIS_SIM_PROFILES`
 names a directory searched first.
 """

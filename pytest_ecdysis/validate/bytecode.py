@@ -1,4 +1,4 @@
-"""Bytecode caches checked against their sources (issue 27, item 3): a planted `.pyc` is found and removed.
+"""Bytecode caches checked against their sources: a planted `.pyc` is found and removed.
 
 A harness running with your rights (no sandbox) can write a `.pyc` into τ²'s `__pycache__` compiled from
 the real source plus `reward = 1.0`, with the source's mtime and size in its header: Python then loads it

@@ -1,4 +1,4 @@
-"""The repository's git control files, checksummed and put back around an editor call (issue 27, item 6).
+"""The repository's git control files, checksummed and put back around an editor call.
 
 An external editor shares the user's repository: a `core.fsmonitor` or `core.hooksPath` in `.git/config`,
 a hook in `.git/hooks/`, an `info/attributes` filter make git run a program (the loop's, or the user's next
@@ -47,7 +47,7 @@ def git_control(root: Path, scope: object = None) -> Digests:
     """Digests of the repository's files that make git run programs or change what it sees: `config`,
     every file under `hooks/` and `info/` (`attributes`, `exclude`, `sparse-checkout`) of the common git
     directory, and each linked worktree's `config.worktree` (`{path relative to the git dir: sha256}`;
-    a missing `config` is `missing`). An editor shares them with the user's checkout (issue 27, item 6).
+    a missing `config` is `missing`). An editor shares them with the user's checkout.
 
     The first call for a repository and `scope` (the evolution's `protected_roots` object: one per
     evolution, so a change you make between two evolutions is not undone) keeps those files' bytes; a

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 ENV_MEMORY = "ECDYSIS_AGENT_MEMORY_MB"
 ENV_CPU = "ECDYSIS_AGENT_CPU_S"
 #: Address space of one harness process, MB. A τ² trial's process peaks at 1310 MB of address space
-#: (134 MB resident) on the example harness (docs/benchmarks.md, issue 27); 4096 MB is 3.1x that.
+#: (134 MB resident) on the example harness (docs/benchmarks.md, the sandbox); 4096 MB is 3.1x that.
 DEFAULT_MEMORY_MB = 4096
 #: CPU seconds of one trial's harness process; a τ² trial's used about 0.1 s (docs/benchmarks.md, issue
 #: 27), and its wall-clock budget (`--ecdysis-limits trial-budget`) defaults to 900 s.

@@ -1,5 +1,5 @@
 """A bytecode cache for the trusted processes that read no other (the scorer), kept where harness code
-cannot write it (issue 32, item 2).
+cannot write it.
 
 The scorer must not load bytecode a harness could have written (docs/evolution.md, "On every run"): a
 `.pyc` planted in τ²'s `__pycache__` would rig the reward. Compiling every module from source instead

@@ -2,7 +2,7 @@
 
 `read_run` parses `summary.json` and `trials.jsonl` (a malformed line is a `RunDirError`); `disagreement`
 says why the two do not agree (trial count, infrastructure errors, mean reward: the candidate is then
-broken, `validate.BrokenCandidate`); `infra_drift` why a candidate's run is not comparable with the
+broken, `validate.subrun.BrokenCandidate`); `infra_drift` why a candidate's run is not comparable with the
 incumbent's; `solved_tasks` and `flips` compare two runs task by task. This module must not import tau2,
 task suites or harness code.
 """

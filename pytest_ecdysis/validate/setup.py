@@ -11,7 +11,7 @@ which are passed on.
 Environment (`subrun_env`): inherited from the controller (never from harness code) without the user's
 repository-local git variables (`gitenv.child_env`), minus the routes that load code before the suite does
 (`SCRUBBED_ENV`: `PYTHONPATH`, `PYTHONSTARTUP`, `PYTHONHOME`, `PYTHONUSERBASE`, `PYTEST_ADDOPTS` and
-`PYTEST_PLUGINS`, whose values `validate.run_suite` turns into explicit arguments, outer options stripped),
+`PYTEST_PLUGINS`, whose values `validate.subrun.run_suite` makes explicit arguments, outer options stripped),
 plus `PYTHONNOUSERSITE=1` (no user site-packages `.pth` files), `PYTHONDONTWRITEBYTECODE=1`, a fresh
 `ECDYSIS_RUN_ID`, the running simulated server's `ECDYSIS_SIM_URL`, and the session's scorer bytecode
 cache read-only (`ECDYSIS_TRUSTED_PYCACHE_WRITE=0`, `validate.pycache`); the session's warm services'

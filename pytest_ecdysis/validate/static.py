@@ -3,7 +3,7 @@
 A candidate is code written by a model; this pass flags what a harness has no business doing
 (docs/evolution.md, threat model). The rules (`file_access`, `dynamic_code`, `introspection`,
 `patches_code`, `process`, `network`, `environment`, `internals`, `gold_data`, `file_kind`) and the
-tables that decide them are in `staticcheck_rules`; `check_file` applies them to one file, `_Visitor`
+tables that decide them are in `validate.static_rules`; `check_file` applies them to one file, `_Visitor`
 walking its AST.
 
 Only what the candidate *adds* is reported: findings of a file are compared with those of the same file

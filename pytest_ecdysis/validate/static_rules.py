@@ -1,4 +1,4 @@
-"""The rules of the static check of a candidate harness (`staticcheck`): what each `Finding.rule` flags.
+"""The rules of the static check of a candidate harness (`validate.static`): what each `Finding.rule` flags.
 
 A candidate is code written by a model; this pass flags what a harness has no business doing
 (docs/evolution.md, threat model). Rules, each a `Finding.rule`:
@@ -23,7 +23,7 @@ A candidate is code written by a model; this pass flags what a harness has no bu
   `tau2.environment.tool`), of the plugin beyond `pytest_ecdysis.core.errors`, of `pytest_ecdysis_tau2`.
 - `gold_data`: a string or name that mentions τ²'s task files, data directory, gold fields, evaluator,
   or the simulated model's ground truth (the literal patterns of the earlier diff check).
-- aliases are followed (issue 27, item 8): a simple assignment (`m = os`, `e = os.environ`, `self.m = os`,
+- aliases are followed: a simple assignment (`m = os`, `e = os.environ`, `self.m = os`,
   `a, b = os, sys`, `(m := os)`) makes the name stand for what it names, so `m.environ` is `os.environ`;
   `ALIAS_BUILTINS` used as a value (`_r = open`) or rebound are flagged; `getattr(x, "name")` with a
   constant is checked as `x.name`; string constants joined at the source level (`"tasks" + ".json"`,
@@ -33,7 +33,7 @@ A candidate is code written by a model; this pass flags what a harness has no bu
   `conftest.py`, or a file that does not parse.
 
 The tables below say, by module, attribute, call and literal pattern, which rule a construct falls under;
-`staticcheck._Visitor` walks the AST against them. This module holds data and `Finding` only.
+`validate.static._Visitor` walks the AST against them. This module holds data and `Finding` only.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Validation sub-runs: score a harness by running the user's own suite in a `pytest` subprocess.
 
 A sub-run has the same suite arguments and xdist settings as the session (`config.invocation_params.args`),
-minus the options that belong to the outer run, plus the candidate and a run directory (`subrun_setup`:
+minus the options that belong to the outer run, plus the candidate and a run directory (`validate.setup`:
 arguments, environment, trusted copy). Never in-process: an imported harness module would be reused.
 
 With a `TrustedTree` (what evolution uses; docs/evolution.md, threat model) the sub-run runs from a fresh
@@ -151,7 +151,7 @@ def run_suite(
     finally:
         _rmtree(private)
     sandbox_failed = start_failure(log_text)
-    if sandbox_failed:  # the tool failed, not the candidate: the loop stops, resumable (issue 27)
+    if sandbox_failed:  # the tool failed, not the candidate: the loop stops, resumable
         raise SandboxStartError(
             f"a validation sub-run could not start harness code: {sandbox_failed}; see "
             f"{log_path}; fix the sandbox (or pass --ecdysis-sandbox off), then resume"

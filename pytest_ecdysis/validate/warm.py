@@ -1,4 +1,4 @@
-"""Trusted processes kept warm for a whole session and its sub-runs (issue 32, item 1): the suites' warm
+"""Trusted processes kept warm for a whole session and its sub-runs: the suites' warm
 services (the τ² suite: one scorer server, `pytest_ecdysis_tau2.scoring.warm_scorer`).
 
 The rules are those of the scorers' bytecode cache (`validate.pycache`):

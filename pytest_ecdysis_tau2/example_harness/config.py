@@ -7,7 +7,7 @@ Units: counts of model calls and messages, characters, seconds.
 #: harness ends the conversation with "step budget of N model calls reached" and τ²'s stop token.
 #: A runaway guard, not a cut on legitimate work: the longest τ² plan (airline task 44: 20 tool calls,
 #: 22 model calls with its confirmation and final answer) fits about 3 times, with room for the lookups
-#: real models add (GPT-4o-mini: about 15 tool calls per task, shared/data/tau2-failure-modes.md) and
+#: real models add (GPT-4o-mini: about 15 tool calls per task, docs/data/tau2-failure-modes.md) and
 #: re-asks; τ²'s own limit (200 messages, so about 100 agent messages) stays the outer bound.
 MAX_MODEL_CALLS = 60
 

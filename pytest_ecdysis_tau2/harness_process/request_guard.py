@@ -1,4 +1,4 @@
-"""The trusted side owns every request parameter that changes what is measured (issue 27, items 3-4).
+"""The trusted side owns every request parameter that changes what is measured.
 
 A harness decides what it sends the model (messages, tools, temperature); it does not decide *which*
 model answers, under which key, or as which role or trial. Two layers enforce that, both in the trusted

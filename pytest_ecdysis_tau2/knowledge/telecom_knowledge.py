@@ -11,7 +11,7 @@ account write, from the request only: the customer by the phone number the user 
 (`get_bills_for_customer`). Their results are where the written ids (`C1001`, `L1002`, `B1234321`) are read,
 so a harness that cuts them bends the write as in airline and retail.
 
-No telecom-specific quirk is added: `shared/data/tau2-failure-modes.md` publishes no failure mix for
+No telecom-specific quirk is added: `docs/data/tau2-failure-modes.md` publishes no failure mix for
 telecom, so the profiles' quirks apply as they are (`sim_knowledge.ID_BENDS["telecom"]` for the id habit).
 """
 

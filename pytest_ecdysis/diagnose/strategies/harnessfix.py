@@ -11,7 +11,7 @@ scoped repair operators, regression-aware acceptance.
    flaw sees only that flaw's records, the flaw record and the operator, and writes the repair; changes
    outside the operator's scope are dropped (recorded).
 4. The scoped repairs make one candidate (one editor call), accepted only by regression-aware validation
-   (`evolve_alternatives`, `acceptance.decide_no_regression`): a candidate that raises the score but breaks
+   (`evolve.alternatives`, `acceptance.decide_no_regression`): a candidate that raises the score but breaks
    a task the incumbent solved is rejected.
 
 Written to `rounds/<n>/`: `traces.jsonl` (one trace a line), `flaws.json` (attributions and flaw records),

@@ -9,7 +9,7 @@ modifications per round, each validated against the suite with regression tests,
    and asked for the single smallest change; a spec is cut to one change (minimal): its first change not
    proposed earlier this round (diverse), and a spec whose every change was proposed already (same
    component, files and parameters) is dropped as a duplicate.
-3. Validate and choose (`evolve_alternatives`): every distinct proposal is one editor call and one
+3. Validate and choose (`evolve.alternatives`): every distinct proposal is one editor call and one
    validation sub-run from the same incumbent; regression-aware (a proposal that breaks a task the
    incumbent solved does not pass); the best that passes becomes the incumbent.
 

@@ -1,4 +1,4 @@
-"""What the simulated agent makes of the harness's words: rules it follows and values it is told (issue 30).
+"""What the simulated agent makes of the harness's words: rules it follows and values it is told.
 
 `RuleFollower` is the part of `sim.agent.trial.AgentTrial` that reads, at every request,
 

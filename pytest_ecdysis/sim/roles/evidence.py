@@ -35,7 +35,7 @@ KNOBS: dict[str, tuple[str, str, str]] = {
 VALUE_KNOBS = ("max_model_calls", "max_tool_result_chars", "keep_last_messages")
 MAX_MODEL_CALLS_CAP = 150
 
-#: The evidence's own mark for the middle of a long result it shortened (`evidence.cut`): not the harness's.
+#: The evidence's own mark for the middle of a long result it cut (`evidence.views.cut`), not the harness's.
 EVIDENCE_CUT_RE = re.compile(r"\[\.\.\. (\d+) chars cut \.\.\.\]")
 #: harness_notes kinds that say the harness's own limit ended the trial.
 LIMIT_NOTE_RE = re.compile(r"budget|limit|max_(steps|calls)|exhausted", re.I)

@@ -1,4 +1,4 @@
-"""Which ground-truth entry *caused* a trial's failure, not only which quirks fired (issue 14, item 6).
+"""Which ground-truth entry *caused* a trial's failure, not only which quirks fired.
 
 The agent marks an entry with an `effect` when it damaged the outcome: a wrong value sent in a write
 (`wrong_write`), a wrong figure stated (`wrong_figure`), giving up on the task (`gave_up`), closing

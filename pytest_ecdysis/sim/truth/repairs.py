@@ -1,4 +1,4 @@
-"""Cures by the harness's code (issue 30, item 4): what the model emitted against what the environment executed.
+"""Cures by the harness's code: what the model emitted against what the environment executed.
 
 A harness can prevent a failure without the model ever knowing: it rewrites a bent argument before the
 call is executed (`repaired`), or refuses the call so the wrong value never reaches the environment

@@ -1,4 +1,4 @@
-"""Causes by replay (issue 14, item 6): the quirk that *caused* a failed trial is the one whose replay
+"""Causes by replay: the quirk that *caused* a failed trial is the one whose replay
 with that quirk switched off passes.
 
 The simulated model is deterministic given (profile, task, trial, nonce), so a failed trial can be run

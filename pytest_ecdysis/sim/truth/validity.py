@@ -1,4 +1,4 @@
-"""Measured validity of accepted edits under the simulated model (issue 14, item 5; issue 30, item 4).
+"""Measured validity of accepted edits under the simulated model.
 
 For every accepted edit, the tasks it flipped from failed to solved are joined with the ground truth of
 the run before and the run after (`sim/ground_truth.jsonl`, one line per trial with `failed`, `quirks`
@@ -57,7 +57,7 @@ SYSTEMATIC_MIN_TASKS = 2
 
 
 def task_key(line: dict[str, Any]) -> str:
-    """`<suite>/<task_id>`, the key `validate.flips` uses."""
+    """`<suite>/<task_id>`, the key `validate.results.flips` uses."""
     return f"{line['suite']}/{line['task_id']}" if line.get("suite") else str(line["task_id"])
 
 
