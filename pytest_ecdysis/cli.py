@@ -54,7 +54,9 @@ def _show(args: argparse.Namespace) -> int:
             )
             for w in weak:
                 print(f"  weak pass {w['task']} t{w['trial']}: {'; '.join(w['reasons'])}")
-        if unfinished:  # said before the rounds: no branch verdict yet, whatever the rounds so far show
+        if (
+            unfinished and doc is not None
+        ):  # said before the rounds: no branch verdict yet, whatever the rounds so far show
             print(
                 f"evolution status {doc.get('status')!r}: still running (or interrupted), so no branch verdict "
                 f"yet; resume an interrupted one with --ecdysis-resume {doc.get('run_id') or Path(args.run_dir).name}"

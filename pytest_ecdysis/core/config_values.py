@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.core.options import INI_ONLY, LIMIT_KEYS
@@ -142,17 +142,16 @@ def _limit(name: str, value: Any, source: str) -> float | int:
     return number
 
 
-def read_limits(
-    raw: dict[str, Any], env: Any = None, table: dict[str, Any] | None = None
-) -> dict[str, float | int]:
+def read_limits(raw: dict[str, Any], env: Any = None, table: dict[str, Any] | None = None) -> dict[str, Any]:
     """The time limits and retries (`table`, default `LIMITS`; `AGENT_LIMITS` for the harness process's
     bounds): `--ecdysis-limits` key, else ini key (both in `raw`, by key), else env fallback, else default.
 
-    Returns `{config field: value}`. Raises UsageError for a zero or negative budget or timeout, retries
+    Returns `{config field: value}` (an int for an `"int"` kind, a float of seconds otherwise; the keys are
+    the table's, so the mapping is typed by field name only where it is read). Raises UsageError for a zero or negative budget or timeout, retries
     below 0, or a value that is not a number (the message names where it came from).
     """
     env = os.environ if env is None else env
-    out: dict[str, float | int] = {}
+    out: dict[str, Any] = {}
     for name, (field, env_names, default, _) in (LIMITS if table is None else table).items():
         value, source = raw.get(name), f"--ecdysis-limits {name}"
         for env_name in env_names:
@@ -162,10 +161,22 @@ def read_limits(
     return out
 
 
-def endpoint_limits_from_env() -> dict[str, float | int]:
+class EndpointLimits(TypedDict):
+    """The limits of one endpoint client: seconds per call, retries per call, seconds per trial."""
+
+    call_timeout_s: float
+    max_retries: int
+    trial_budget_s: float
+
+
+def endpoint_limits_from_env() -> EndpointLimits:
     """`{call_timeout_s, max_retries, trial_budget_s}` from the env fallbacks (for runs outside pytest)."""
     limits = read_limits({})
-    return {k: limits[k] for k in ("call_timeout_s", "max_retries", "trial_budget_s")}
+    return {
+        "call_timeout_s": float(limits["call_timeout_s"]),
+        "max_retries": int(limits["max_retries"]),
+        "trial_budget_s": float(limits["trial_budget_s"]),
+    }
 
 
 def _anchored(config: Any, opt_name: str, value: Any) -> Path:

@@ -20,6 +20,7 @@ def ecdysis_harnesses() -> dict[str, str]:
 
     `--ecdysis-harness NAME` resolves a name that is not an existing directory through these.
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this
 
 
 @hookspec
@@ -29,11 +30,13 @@ def ecdysis_sim_knowledge() -> dict[str, Any]:
     A provider implements `pytest_ecdysis.sim.knowledge.SimKnowledge` (gold plans, user scenarios).
     Called lazily, only when a simulated server starts.
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this
 
 
 @hookspec
 def ecdysis_strategies() -> dict[str, Any]:
     """Extra evolution strategies: ``{"name": factory}`` (see `pytest_ecdysis.diagnose.strategies`)."""
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this
 
 
 @hookspec
@@ -42,6 +45,7 @@ def ecdysis_task_ids(split: str) -> dict[str, list[str]]:
 
     Only read to say where a `--ecdysis-tasks` id that selected nothing lives (another split or suite).
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this
 
 
 @hookspec(firstresult=True)
@@ -52,6 +56,7 @@ def ecdysis_case_task(nodeid: str) -> tuple[str, str | None] | None:
     Lets the controller check the task selection and a gate's baseline right after collection, before any
     trial runs (under xdist it sees node ids only). Must be cheap: no imports of the benchmark.
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this
 
 
 @hookspec
@@ -63,6 +68,7 @@ def ecdysis_templates() -> dict[str, str]:
     repository's harness. Same naming as the generic template: a `.tmpl` suffix is dropped, a path part
     `dot_x` becomes `.x`.
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this
 
 
 @hookspec
@@ -74,6 +80,7 @@ def ecdysis_answer_keys() -> list[str]:
     harness's processes and the editor's command (`validate.sandbox.ENV_HIDE`). Must be cheap: no import of
     the benchmark itself.
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this
 
 
 @hookspec
@@ -86,3 +93,4 @@ def ecdysis_warm_services(directory: str) -> list[Any]:
     `subprocess.Popen` objects, each with `stdin=PIPE`: the process must exit when its standard input
     reaches end of file (the controller closed it or died). No harness code may run in them.
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this

@@ -80,7 +80,7 @@ def read_user_prices(path: Path) -> Prices:
     """
     try:
         models = json.loads(path.read_text(encoding="utf-8"))["models"]
-        table = {
+        table: Prices = {
             name: {
                 "prompt_per_mtok": float(p["prompt_per_mtok"]),
                 "completion_per_mtok": float(p["completion_per_mtok"]),

@@ -352,6 +352,11 @@ RoundOutcome = Literal[
 ]
 
 
+def _no_flips() -> dict[str, list[str]]:
+    """A round's empty `flips`: no task went from solved to failed or back."""
+    return {"solved_to_failed": [], "failed_to_solved": []}
+
+
 class RoundResult(_Model):
     """One round of evolution as written to `evolution.json` (docs/evolution.md)."""
 
@@ -363,9 +368,7 @@ class RoundResult(_Model):
     editor_calls: int = 0
     tokens: dict[str, int] = Field(default_factory=lambda: {"prompt": 0, "completion": 0, "total": 0})
     wall_s: float = 0.0
-    flips: dict[str, list[str]] = Field(
-        default_factory=lambda: {"solved_to_failed": [], "failed_to_solved": []}
-    )
+    flips: dict[str, list[str]] = Field(default_factory=_no_flips)
     outcome: RoundOutcome
     reason: str = ""
     harness_id_before: str = ""

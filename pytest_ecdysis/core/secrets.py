@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -49,11 +50,11 @@ def is_secret_name(name: str) -> bool:
     return name.upper().endswith(SECRET_SUFFIXES)
 
 
-def secret_values(env: dict[str, str] | None = None) -> dict[str, str]:
+def secret_values(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """`{value: label}` of the known secrets: registered ones and those of `env` (default `os.environ`).
     Longest first, so a key that contains another is replaced whole."""
-    env = os.environ if env is None else env
-    found = {v: n for n, v in env.items() if is_secret_name(n) and v and len(v) >= MIN_SECRET_CHARS}
+    environ = os.environ if env is None else env
+    found = {v: n for n, v in environ.items() if is_secret_name(n) and v and len(v) >= MIN_SECRET_CHARS}
     with _LOCK:
         found.update(_REGISTERED)
     return dict(sorted(found.items(), key=lambda kv: -len(kv[0])))

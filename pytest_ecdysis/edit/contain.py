@@ -70,7 +70,7 @@ def namespace_prefix() -> tuple[str, ...] | None:
     if unshare is None:
         return None
     base = ("--pid", "--fork", "--kill-child")
-    candidates = [(unshare, *base)] if os.geteuid() == 0 else []
+    candidates: list[tuple[str, ...]] = [(unshare, *base)] if os.geteuid() == 0 else []
     candidates += [
         (unshare, "--user", "--map-current-user", *base),
         (unshare, "--user", "--map-root-user", *base),
@@ -143,7 +143,7 @@ def editor_sandbox(
     if os.environ.get(SANDBOX_ENV) != "1" or bwrap is None:
         return None
     extra = [*writable, *(p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p)]
-    writable = [
+    bound = [
         worktree.resolve(),
         *git_dirs(worktree),
         scratch.resolve(),
@@ -170,10 +170,10 @@ def editor_sandbox(
     # the writable directories first, then the covers (one inside a writable directory, the warm scorer's
     # under a writable /tmp say, is covered too), then the readable files inside a cover, then the covers
     # made read-only; a hidden directory that holds a writable one (the checkout's .git) is left readable
-    args += [a for path in dict.fromkeys(writable) for a in ("--bind", str(path), str(path))]
+    args += [a for path in dict.fromkeys(bound) for a in ("--bind", str(path), str(path))]
     covered = []
     for hidden in (Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p):
-        if hidden.is_dir() and not any(w.is_relative_to(hidden) for w in writable):
+        if hidden.is_dir() and not any(w.is_relative_to(hidden) for w in bound):
             args += ["--tmpfs", str(hidden)]
             covered.append(hidden)
         elif hidden.is_file():

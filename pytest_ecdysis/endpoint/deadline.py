@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 
@@ -52,6 +52,8 @@ PARSE_FAILURE_MARKERS = (
     "invalid tool call",
     "tool call parsing",
 )
+#: the attribute a failed attempt's exception carries: `(phase, seconds waited, bytes received)`.
+_ATTEMPT_ATTR = "ecdysis_attempt"
 
 
 @dataclass
@@ -127,7 +129,8 @@ class _Attempt:
                 self.streams.append(stream)
             self.phase = "body"
             chunks = []
-            for chunk in raw.stream:
+            # a sync transport's response: its stream is a sync one (the union is httpx's, for both kinds)
+            for chunk in cast(httpx2.SyncByteStream, raw.stream):
                 chunks.append(chunk)
                 self.bytes += len(chunk)
                 if self.aborted or time.monotonic() > self.deadline:
@@ -221,7 +224,7 @@ class DeadlineTransport(httpx2.BaseTransport):
                     if self.budget.remaining() <= 0 and not self.budget.exhausted:
                         # the inner transport's own timeout fired just before the watchdog (under load):
                         # the phase and bytes are the attempt's, not "connect" with nothing received
-                        phase, waited, received = getattr(exc, "ecdysis_attempt", ("connect", 0.0, 0))
+                        phase, waited, received = getattr(exc, _ATTEMPT_ATTR, ("connect", 0.0, 0))
                         self._exhausted(request, phase, waited, received)
                     raise
                 wait = None
@@ -253,7 +256,7 @@ class DeadlineTransport(httpx2.BaseTransport):
         if finished and not job.aborted:
             if job.error is not None:
                 try:  # where the attempt was when it failed (for the budget's pending call)
-                    job.error.ecdysis_attempt = (job.phase, time.monotonic() - job.started, job.bytes)
+                    setattr(job.error, _ATTEMPT_ATTR, (job.phase, time.monotonic() - job.started, job.bytes))
                 except AttributeError:
                     pass
                 raise job.error

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 _BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 _UNCLOSED = re.compile(r"<(think|thinking|reasoning)>.*\Z", re.S | re.I)
@@ -105,12 +106,11 @@ def _from_object(obj: object) -> TextCall | None:
     """A call from `{"name", "arguments"|"parameters"}` (or `{"function": {...}}`), else None."""
     if not isinstance(obj, dict):
         return None
-    if isinstance(obj.get("function"), dict):
-        obj = obj["function"]
-    name = obj.get("name")
+    call: dict[str, Any] = obj["function"] if isinstance(obj.get("function"), dict) else obj
+    name = call.get("name")
     if not isinstance(name, str) or not name.strip():
         return None
-    args, problem = _arguments(obj.get("arguments", obj.get("parameters")))
+    args, problem = _arguments(call.get("arguments", call.get("parameters")))
     return TextCall(name.strip(), args, problem)
 
 
@@ -157,8 +157,7 @@ def find_text_tool_calls(text: str | None) -> TextCalls:
         for name, body in _FUNCTION.findall(text):
             params = _PARAMETER.findall(body)
             if params:
-                args = {k: _scalar(v) for k, v in params}
-                calls.append(TextCall(name, json.dumps(args)))
+                calls.append(TextCall(name, json.dumps({k: _scalar(v) for k, v in params})))
             else:
                 args, problem = _arguments(body)
                 calls.append(TextCall(name, args, problem))

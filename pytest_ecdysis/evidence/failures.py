@@ -29,7 +29,7 @@ from pytest_ecdysis.core.metrics import is_success
 from pytest_ecdysis.core.records import FailureRecord, RewardComponent, ToolCallRecord, TrialResult
 
 #: component names a suite may report, normalised to `records.RewardComponent`.
-COMPONENTS: tuple[str, ...] = typing.get_args(RewardComponent)
+COMPONENTS: tuple[RewardComponent, ...] = typing.get_args(RewardComponent)
 #: messages kept before and after the point where the trial went wrong.
 EXCERPT_BEFORE, EXCERPT_AFTER = 4, 2
 #: characters kept of each excerpt message's content.
@@ -60,7 +60,7 @@ def record_key(suite: str, task_id: str, trial: int) -> str:
     return f"{suite}/{task_id}/t{trial}"
 
 
-def failed_components(components: dict[str, float]) -> list[str]:
+def failed_components(components: dict[str, float]) -> list[RewardComponent]:
     """Names (lower-cased, in `COMPONENTS` order) of the components scoring below 1."""
     low = {str(k).lower(): v for k, v in components.items()}
     return [c for c in COMPONENTS if c in low and low[c] is not None and low[c] < 1.0 - 1e-6]

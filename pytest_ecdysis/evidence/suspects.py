@@ -48,7 +48,7 @@ def identical_failures(trials: Iterable[TrialResult], threshold: float) -> dict[
         if t.termination_reason in INFRA_REASONS or t.reward is None:
             continue
         by_task.setdefault(task_key(t), set()).add(failure_signature(t, threshold))
-    return {k: next(iter(s)) for k, s in by_task.items() if len(s) == 1 and None not in s}
+    return {k: sig for k, s in by_task.items() if len(s) == 1 and (sig := next(iter(s))) is not None}
 
 
 def _reason(signature: str, n_trials: int, configs: set[tuple[str, str]]) -> str:
@@ -76,9 +76,9 @@ def suspect_across(runs: Iterable[Iterable[TrialResult]], threshold: float) -> d
             configs.setdefault(key, set()).add((t.harness_id, t.model))
             counts[key] = counts.get(key, 0) + 1
     return {
-        key: _reason(next(iter(sigs)), counts[key], configs[key])
+        key: _reason(sig, counts[key], configs[key])
         for key, sigs in signatures.items()
-        if len(sigs) == 1 and None not in sigs and len(configs[key]) >= 2
+        if len(sigs) == 1 and (sig := next(iter(sigs))) is not None and len(configs[key]) >= 2
     }
 
 

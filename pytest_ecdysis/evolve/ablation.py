@@ -35,6 +35,7 @@ How a candidate is cut into changes and taken back without some is `ablation_cha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from pathlib import Path
@@ -165,14 +166,22 @@ def ablate(
         sdir = adir / "ablation" / str(i + 1)
         step = ev.stage_json(
             sdir / "validation.json",
-            lambda r=reduced, s=sdir, k=i: _validate(
-                ev, worktree, r, s, f"{run_id}a{k + 1}", f"{label} ablation {k + 1}/{len(changes)}", extra
+            functools.partial(
+                _validate,
+                ev,
+                worktree,
+                reduced,
+                sdir,
+                f"{run_id}a{i + 1}",
+                f"{label} ablation {i + 1}/{len(changes)}",
+                extra,
             ),
         )
         step.pop("fresh", None)
         entry["validation"] = step
         for key in totals:
             totals[key] += (step.get("cache") or {}).get(key, 0)
+        why: str | None
         if step["outcome"]:
             why = f"without it the harness is broken: {step['reason']}"
         else:

@@ -17,6 +17,7 @@ said). Only the controller runs this; harness code is imported only in sub-runs.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Mapping
@@ -121,7 +122,7 @@ def confirm(
         tasks = discordant_tasks(pairs) or sorted(pairs)
         doc = ev.stage_json(
             adir / "confirm" / f"{j}.json",
-            lambda j=j, tasks=tasks: _look(ev, candidate_dir, adir, run_id, label, base, j, tasks),
+            functools.partial(_look, ev, candidate_dir, adir, run_id, label, base, j, tasks),
         )
         doc.pop("fresh", None)
         if doc.get("problem"):

@@ -87,7 +87,7 @@ DECISION_DEFAULTS = {"rescore": "auto", "evidence": "all", "accept_extra_trials"
 def _option_value(cfg: EcdysisConfig, name: str) -> Any:
     if name == "accept":  # recorded as {rule, method, level}
         return {"rule": cfg.accept, "method": cfg.accept_method, "level": cfg.accept_level}
-    value = getattr(cfg, name, DECISION_DEFAULTS.get(name))
+    value: Any = getattr(cfg, name, DECISION_DEFAULTS.get(name))
     return list(value) if name == "tasks" and value is not None else value
 
 

@@ -99,7 +99,7 @@ class Decision:
         Under `sequential`: `method` is `sprt`, `p_value` the anytime-valid p of the sequential test,
         `wins`/`losses` its discordant trial pairs, plus `sequential` (`lr`, `looks`, `pairs`, `state`)."""
         t, s = self.test, self.sequential
-        out = {
+        out: dict[str, Any] = {
             "rule": self.rule,
             "method": t.method if t else None,
             "effect": t.effect if t else None,

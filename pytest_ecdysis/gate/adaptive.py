@@ -211,7 +211,7 @@ def simulate(
     0/1 trials: (state per decision: 1 accept, 2 reject, 3 inconclusive; trials spent per decision).
     The same looks, cuts and bounds as `adaptive_test` (a unit test checks they agree)."""
     import numpy as np
-    from scipy.stats import binom  # type: ignore[import-untyped]
+    from scipy.stats import binom
 
     n_dec, n_tasks = p0.shape
     wins, losses = np.zeros(n_dec), np.zeros(n_dec)

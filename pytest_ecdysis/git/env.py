@@ -45,7 +45,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 #: Repository-local git variables never passed on (see the module docstring for the source of the list).
 REPO_VARS: tuple[str, ...] = (
@@ -65,7 +65,8 @@ REPO_VARS: tuple[str, ...] = (
     "GIT_QUARANTINE_PATH",
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: `-c` options before every git subcommand of the tool (see the module docstring).
 SAFE_CONFIG: tuple[str, ...] = ("-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=")
@@ -130,12 +131,12 @@ def scrubbed() -> Iterator[None]:
         os.environ.update(saved)
 
 
-def without_repo_vars(func: F) -> F:
-    """Decorator: run `func` inside `scrubbed()`."""
+def without_repo_vars(func: Callable[P, R]) -> Callable[P, R]:
+    """Decorator: run `func` inside `scrubbed()` (same parameters and return type)."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with scrubbed():
             return func(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper

@@ -141,7 +141,9 @@ def tree_files(runner: git.Git, commit: str, rel: str) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for member in tar.getmembers():
             if member.isfile() and member.name.startswith(prefix):
-                out[member.name[len(prefix) :]] = tar.extractfile(member).read()
+                body = tar.extractfile(member)  # None only for a member that is not a regular file
+                if body is not None:
+                    out[member.name[len(prefix) :]] = body.read()
     return out
 
 

@@ -132,14 +132,16 @@ def _message_view(trial: dict[str, Any]) -> list[dict[str, Any]]:
         content = "" if content is None else content if isinstance(content, str) else json.dumps(content)
         if len(content) > MAX_MESSAGE_CHARS:
             content = content[:MAX_MESSAGE_CHARS] + f" … [cut {len(content) - MAX_MESSAGE_CHARS} chars]"
-        calls = [
+        shown_calls = [
             f"{_dict(c.get('function', c)).get('name', '?')}"
             f"({json.dumps(_dict(c.get('function', c)).get('arguments', ''), ensure_ascii=False)})"
             for c in _list(m.get("tool_calls"))
             if isinstance(c, dict)
         ]
         by_user = m.get("requestor") == "user"  # dual control: the user's own tool call or its result
-        out.append({"role": role, "content": content, "calls": calls, "edited": edited, "by_user": by_user})
+        out.append(
+            {"role": role, "content": content, "calls": shown_calls, "edited": edited, "by_user": by_user}
+        )
     return out
 
 

@@ -36,7 +36,7 @@ def _effect(decision: dict[str, Any] | None) -> str:
 
 def _p(decision: dict[str, Any] | None) -> str:
     p = (decision or {}).get("p_value")
-    return "-" if p is None else f"{p:.3g} ({decision.get('method')})"
+    return "-" if p is None else f"{p:.3g} ({(decision or {}).get('method')})"
 
 
 def _spec_markdown(spec: dict[str, Any]) -> list[str]:

@@ -63,7 +63,7 @@ def check_compatible(shards: list[tuple[Path, dict[str, Any]]]) -> None:
                     f"shards {first_path} and {path} differ in {what}: {first.get(key)!r} vs "
                     f"{summary.get(key)!r}; merge only the shards of one sharded run"
                 )
-    described = [(path, s.get("shard")) for path, s in shards if s.get("shard")]
+    described = [(path, d) for path, s in shards if (d := s.get("shard"))]
     if not described:
         return
     if len(described) != len(shards):
@@ -113,13 +113,13 @@ def merge(
     trials: list[TrialResult] = []
     for path, _, shard_trials in loaded:
         for t in shard_trials:
-            key = (t.suite, t.task_id, t.trial)
-            if key in seen:
+            trial_key = (t.suite, t.task_id, t.trial)
+            if trial_key in seen:
                 raise RunDirError(
-                    f"{t.suite}/{t.task_id} trial {t.trial} is in both {seen[key]} and {path}; "
+                    f"{t.suite}/{t.task_id} trial {t.trial} is in both {seen[trial_key]} and {path}; "
                     "shards must not overlap"
                 )
-            seen[key] = path
+            seen[trial_key] = path
             trials.append(t)
     trials.sort(key=lambda t: (*metrics._natural(metrics.task_key(t)), t.trial))
     head = loaded[0][1]
@@ -140,9 +140,10 @@ def merge(
     summary: dict[str, Any] = {}
     for key in dict.fromkeys(k for s in summaries for k in s):
         values = [s.get(key) for s in summaries]
-        if all(isinstance(v, list) for v in values):
+        lists = [v for v in values if isinstance(v, list)]
+        if len(lists) == len(values):
             summary[key] = sorted(
-                {json.dumps(x, sort_keys=True): x for v in values for x in v}.values(),
+                {json.dumps(x, sort_keys=True): x for v in lists for x in v}.values(),
                 key=lambda x: json.dumps(x, sort_keys=True),
             )
         else:

@@ -60,21 +60,25 @@ def _index(workerid: str) -> int:
 
 def make_scheduler(config: Any, log: Any) -> Any:
     """A `FixedShareScheduling` for xdist (the caller checks that C > 1 and `--dist load`)."""
-    from xdist.scheduler import LoadScheduling
+    # pytest-xdist ships no type information (no py.typed): its scheduler is Any to mypy
+    from xdist.scheduler import LoadScheduling  # type: ignore[import-untyped]
 
     class FixedShareScheduling(LoadScheduling):
         """`LoadScheduling` whose first distribution sends every worker its whole share (`owns`) and
         shuts it down after; a crashed worker's cases go to the others as in `LoadScheduling`."""
 
+        collection: list[str] | None  #: the node ids every worker collected (None before they agree)
+
         def schedule(self) -> None:
             if self.collection is not None or not self._check_nodes_have_same_collection():
                 return super().schedule()
-            self.collection = next(iter(self.node2collection.values()))
+            collection: list[str] = next(iter(self.node2collection.values()))
+            self.collection = collection
             self.pending[:] = []
             nodes, workers = self.nodes, self.numnodes
             shares: dict[Any, list[int]] = {node: [] for node in nodes}
             by_index = {_index(node.gateway.id): node for node in nodes}
-            for i in range(len(self.collection)):
+            for i in range(len(collection)):
                 # a worker that did not come up: its share goes round the others (run, not started early)
                 node = by_index.get(i % workers) or nodes[i % len(nodes)]
                 shares[node].append(i)

@@ -184,7 +184,10 @@ class SimServerHandle:
         self.httpd, self.thread, self.model = httpd, thread, model
         self.port = httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.token = httpd.RequestHandlerClass.token
+        handler = httpd.RequestHandlerClass
+        if not (isinstance(handler, type) and issubclass(handler, _Handler)):
+            raise TypeError(f"not a server of make_server: its handler is {handler!r}")
+        self.token = handler.token
         remember_token(self.url, self.token)
 
     def stop(self) -> None:

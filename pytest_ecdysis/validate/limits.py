@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 ENV_MEMORY = "ECDYSIS_AGENT_MEMORY_MB"
@@ -54,11 +55,13 @@ class Limits:
         return f"{mem} (--ecdysis-limits agent-memory), {cpu} (--ecdysis-limits agent-cpu)"
 
 
-def from_env(env: dict[str, str] | None = None) -> Limits:
+def from_env(env: Mapping[str, str] | None = None) -> Limits:
     """The limits the controller exported (defaults when it did not: a suite used without the plugin)."""
-    env = os.environ if env is None else env
+    environ = os.environ if env is None else env
     try:
-        return Limits(int(env.get(ENV_MEMORY, DEFAULT_MEMORY_MB)), int(env.get(ENV_CPU, DEFAULT_CPU_S)))
+        return Limits(
+            int(environ.get(ENV_MEMORY, DEFAULT_MEMORY_MB)), int(environ.get(ENV_CPU, DEFAULT_CPU_S))
+        )
     except ValueError:
         return Limits()
 

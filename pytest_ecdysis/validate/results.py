@@ -52,16 +52,19 @@ def disagreement(summary: dict[str, Any], trials: list[dict[str, Any]]) -> str |
     from pytest_ecdysis.core.records import INFRA_REASONS
 
     scored = [t.get("reward") for t in trials if t.get("termination_reason") not in INFRA_REASONS]
-    if any(not isinstance(r, int | float) for r in scored):
+    rewards: list[float] = [r for r in scored if isinstance(r, int | float)]
+    if len(rewards) != len(scored):
         return "a scored trial has no numeric reward"
     infra = len(trials) - len(scored)
     if summary.get("n_trials") != len(trials):
         return f"summary says {summary.get('n_trials')} trials, trials.jsonl has {len(trials)}"
     if summary.get("n_infra_errors") is not None and summary.get("n_infra_errors") != infra:
         return f"summary says {summary.get('n_infra_errors')} infrastructure errors, trials.jsonl has {infra}"
-    mean = sum(scored) / len(scored) if scored else None
+    mean = sum(rewards) / len(rewards) if rewards else None
     got = summary.get("suite_score")
-    if (mean is None) != (got is None) or (mean is not None and abs(float(got) - mean) > 1e-9):
+    if (mean is None) != (got is None) or (
+        mean is not None and got is not None and abs(float(got) - mean) > 1e-9
+    ):
         return f"summary score {got} is not the mean reward of trials.jsonl ({mean})"
     return None
 

@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,7 +178,7 @@ def _covered() -> list[Path]:
 
 
 def wrap_command(
-    command: list[str], *, visible: list[Path], scratch: Path, hide: list[Path] = (), force: bool = False
+    command: list[str], *, visible: list[Path], scratch: Path, hide: Sequence[Path] = (), force: bool = False
 ) -> list[str]:
     """`command` run inside the sandbox when it is enabled (or `force`), else `command` unchanged; `hide`
     adds paths to `ECDYSIS_SANDBOX_HIDE`'s (the caller's own gold data). Shape: `[bwrap, args..., "--",

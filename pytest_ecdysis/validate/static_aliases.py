@@ -29,8 +29,8 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
     pairs: list[tuple[ast.AST, ast.AST]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
-            for target in node.targets:
-                pairs += _pairs(target, node.value)
+            for assigned in node.targets:
+                pairs += _pairs(assigned, node.value)
         elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
             pairs += _pairs(node.target, node.value)
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
@@ -85,7 +85,7 @@ def _const_str(node: ast.AST) -> str | None:
         return None if left is None or right is None else left + right
     if isinstance(node, ast.JoinedStr):
         parts = [_const_str(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
-        return None if any(p is None for p in parts) else "".join(parts)
+        return _joined("", parts)
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -97,12 +97,18 @@ def _const_str(node: ast.AST) -> str | None:
         if sep is None and _dotted_name(node.func.value) not in ("os.path", "posixpath"):
             return None
         parts = [_const_str(e) for e in node.args[0].elts]
-        return None if any(p is None for p in parts) else (sep if sep is not None else "/").join(parts)
+        return _joined(sep if sep is not None else "/", parts)
     if (
         isinstance(node, ast.Call)
         and _dotted_name(node.func) in ("os.path.join", "posixpath.join")
         and node.args
     ):
         parts = [_const_str(a) for a in node.args]
-        return None if any(p is None for p in parts) else "/".join(parts)
+        return _joined("/", parts)
     return None
+
+
+def _joined(sep: str, parts: list[str | None]) -> str | None:
+    """`sep.join(parts)`, or None when a part is not a constant string (None)."""
+    known = [p for p in parts if p is not None]
+    return sep.join(known) if len(known) == len(parts) else None

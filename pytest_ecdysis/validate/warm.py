@@ -81,6 +81,8 @@ def freeze() -> None:
     state, which it then checks after every editor call and sub-run; a service reads the line before its
     next connection. No-op in a session that started none."""
     for proc in _STARTED:
+        if proc.stdin is None:  # not started with a pipe to its standard input: nothing to tell
+            continue
         with contextlib.suppress(Exception):
             proc.stdin.write(b"freeze\n")
             proc.stdin.flush()

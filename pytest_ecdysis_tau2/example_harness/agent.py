@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import openai
 from tau2.agent.base import BaseAgent
@@ -37,6 +37,9 @@ from pytest_ecdysis.core.errors import EndpointFormatError, InfrastructureError
 
 from . import closing, config, context, feedback, prompts
 from . import tools as tool_interface
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 STOP_TOKEN = "###STOP###"
 
@@ -208,8 +211,9 @@ class HarnessAgent(BaseAgent):
         try:
             response = self.client.chat.completions.create(
                 model=self.model,
-                messages=messages,
-                tools=self.schemas,
+                # plain JSON dicts; openai types them as TypedDicts of each message and tool kind
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                tools=cast("list[ChatCompletionToolUnionParam]", self.schemas),
                 temperature=config.TEMPERATURE,
                 timeout=config.REQUEST_TIMEOUT_S,
             )

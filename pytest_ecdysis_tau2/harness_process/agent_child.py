@@ -63,7 +63,7 @@ class _Completions:
         self.channel = channel
 
     def create(self, **kwargs: Any) -> Any:
-        import httpx
+        import httpx2
         import openai
         from openai._models import construct_type
         from openai.types.chat import ChatCompletion
@@ -76,14 +76,15 @@ class _Completions:
         reply = self.channel.call(json.loads(json.dumps(kwargs, default=_jsonable)))
         if reply.get("ok"):
             return construct_type(type_=ChatCompletion, value=reply["response"])
-        request = httpx.Request("POST", "http://trial-side/v1/chat/completions")
+        # openai's errors carry the request and response types of its own HTTP library (httpx2)
+        request = httpx2.Request("POST", "http://trial-side/v1/chat/completions")
         kind, message = reply.get("kind"), reply.get("message", "")
         if kind == "timeout":
             raise openai.APITimeoutError(request=request)
         if kind == "connection":
             raise openai.APIConnectionError(message=message, request=request)
         if kind == "status":
-            response = httpx.Response(int(reply.get("status") or 500), request=request)
+            response = httpx2.Response(int(reply.get("status") or 500), request=request)
             raise openai.APIStatusError(message, response=response, body=None)
         if kind == "format":  # the trial ends as endpoint_format_error whatever the harness does with this
             raise RuntimeError(f"endpoint format error: {message}")
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     # what every trial process's proxy client needs (`_Completions.create`), imported once here: imported
     # after the fork it cost each trial process about 0.7 CPU s and 20-40 MB of private memory (litellm
     # used to import it here, before τ² was imported without it; docs/benchmarks.md)
-    import httpx  # noqa: F401
+    import httpx2  # noqa: F401
     import openai  # noqa: F401
     from openai._models import construct_type  # noqa: F401
     from openai.types.chat import ChatCompletion  # noqa: F401
@@ -288,8 +289,9 @@ def main(argv: list[str] | None = None) -> None:
         out.flush()
 
     write({"op": "ready", "socket": str(path)})
+    watched: list[int | socket.socket] = [0, listener]  # standard input and new connections
     while True:
-        ready, _, _ = select.select([0, listener], [], [], 0.2)
+        ready, _, _ = select.select(watched, [], [], 0.2)
         while True:  # reap ended trial processes
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)

@@ -143,8 +143,9 @@ def build_agent(
         )
 
     t = load_tau2()
+    base: Any = t.BaseAgent  # τ² ships no type information: its base class is Any to mypy
 
-    class AgentProxy(t.BaseAgent):
+    class AgentProxy(base):
         def __init__(self) -> None:
             self.child_notes: list[dict] = []  # the harness's own notes (its whole list, each reply)
             self.trusted_notes: list[dict] = []  # what the trial side changed in its calls (request_guard)

@@ -112,6 +112,7 @@ class AgentProcess(_Wire):
 
     def fds(self) -> tuple[int, int]:
         proc = self.proc or self.ensure()
+        assert proc.stdout is not None and proc.stdin is not None, "the server is started with pipes"
         return proc.stdout.fileno(), proc.stdin.fileno()
 
     def lost(self, why: str) -> HarnessProcessError:
@@ -133,6 +134,7 @@ class AgentProcess(_Wire):
                 self._spawn()
             if not self.socket:
                 self._await_ready()
+            assert self.proc is not None, "_spawn starts the server or raises"
             return self.proc
 
     def spawn(self) -> None:

@@ -26,11 +26,31 @@ no harness code is imported here.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
-from typing import Any
+from typing import Any, Final, Literal
 
-_ALL = object()  # a marker: every record of the collection may have been handed out
+
+class _Every(enum.Enum):
+    """The type of `_ALL` (an enum member, so `touched is _ALL` narrows `touched` for mypy)."""
+
+    ALL = "all"
+
+
+_ALL: Final = _Every.ALL  # a marker: every record of the collection may have been handed out
+
+
+def _whole(name: str) -> Any:
+    """The `dict` method `name` as a method of `Tracked` that marks every record handed out first."""
+    method = getattr(dict, name)
+
+    def whole(self: Tracked, *args: Any, **kwargs: Any) -> Any:
+        self._mark_all()
+        return method(self, *args, **kwargs)
+
+    whole.__name__ = name
+    return whole
 
 
 class Tracked(dict):
@@ -43,11 +63,11 @@ class Tracked(dict):
 
     def __init__(self, items: dict[str, Any]) -> None:
         super().__init__(items)
-        self.touched: set[str] | object = set()
+        self.touched: set[str] | Literal[_Every.ALL] = set()
 
     def _mark(self, key: Any) -> None:
         if self.touched is not _ALL:
-            self.touched.add(key)  # type: ignore[union-attr]
+            self.touched.add(key)
 
     def _mark_all(self) -> None:
         self.touched = _ALL
@@ -82,16 +102,6 @@ class Tracked(dict):
     def __reversed__(self) -> Any:
         return super().__reversed__()
 
-    def _whole(name: str) -> Any:  # noqa: N805 - builds the methods that may hand out every record
-        method = getattr(dict, name)
-
-        def whole(self: Tracked, *args: Any, **kwargs: Any) -> Any:
-            self._mark_all()
-            return method(self, *args, **kwargs)
-
-        whole.__name__ = name
-        return whole
-
     values = _whole("values")
     items = _whole("items")
     popitem = _whole("popitem")
@@ -101,7 +111,6 @@ class Tracked(dict):
     __or__ = _whole("__or__")
     __ror__ = _whole("__ror__")
     __ior__ = _whole("__ior__")
-    del _whole
 
     def __reduce_ex__(self, protocol: Any) -> Any:  # pickle, copy, deepcopy: a plain dict of every record
         self._mark_all()
@@ -151,7 +160,7 @@ def db_hash(pieces: Pieces, db: Any) -> str:
         db is pieces.db
         and pieces.exact
         and all(
-            db.__dict__.get(n) is c and (c.touched is _ALL or all(type(k) is str for k in c.touched))  # type: ignore[union-attr]
+            db.__dict__.get(n) is c and (c.touched is _ALL or all(type(k) is str for k in c.touched))
             for n, c in pieces.collections.items()
         )
     )
@@ -164,7 +173,7 @@ def db_hash(pieces: Pieces, db: Any) -> str:
             dirty[name], include[name] = None, True
             continue
         known, present = pieces.texts[name], dict.keys(coll)
-        keys = {k for k in coll.touched if k in present} | {k for k in present if k not in known}  # type: ignore[union-attr]
+        keys = {k for k in coll.touched if k in present} | {k for k in present if k not in known}
         dirty[name] = keys
         if keys:
             include[name] = {k: True for k in keys}

@@ -94,7 +94,8 @@ def communicate_matches(messages: list[Any], checks: list[Any]) -> list[dict[str
     a longer token ("4" in "2024-05-14") shows as such."""
     out = []
     for check in checks:
-        needle, hit = str(check.info).lower(), {"message_index": None, "matched": None}
+        needle = str(check.info).lower()
+        hit: dict[str, Any] = {"message_index": None, "matched": None}
         for index, message in enumerate(messages):
             content = getattr(message, "content", None)
             if getattr(message, "role", None) != "assistant" or not isinstance(content, str) or not content:

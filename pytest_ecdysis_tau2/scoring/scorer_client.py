@@ -153,6 +153,7 @@ class ScorerClient:
             for attempt in (1, 2):
                 self._ensure(domain)
                 warm = self.conn is not None
+                assert self._io is not None, "_ensure leaves a connection or a process, or raises"
                 writer, reader = self._io
                 try:
                     writer.write(line + "\n")

@@ -90,6 +90,11 @@ class _Proxy(types.ModuleType):
 class _Part(types.ModuleType):
     """A stand-in submodule of `litellm` (only for `from litellm.x import y` during τ²'s import)."""
 
+    # the names τ²'s imports take from the parts, each set on the part that has it (`_stand_ins`)
+    Cache: Any
+    ModelResponse: Any
+    Usage: Any
+
 
 def _stand_ins() -> dict[str, types.ModuleType]:
     proxy = _Proxy()

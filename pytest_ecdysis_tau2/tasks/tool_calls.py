@@ -63,16 +63,15 @@ def _schema_types(params: type[BaseModel]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for name, prop in (params.model_json_schema().get("properties") or {}).items():
         options = prop.get("anyOf") or [prop]
-        out[name] = {o.get("type") for o in options if isinstance(o, dict) and o.get("type")}
+        out[name] = {t for o in options if isinstance(o, dict) and isinstance(t := o.get("type"), str) and t}
     return out
 
 
-def coerce_arguments(
-    params: type[BaseModel] | None, arguments: dict[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
+def coerce_arguments(params: type[BaseModel] | None, arguments: Any) -> tuple[Any, list[str]]:
     """`(arguments, changes)`: the arguments with every unambiguous type mismatch coerced to τ²'s schema,
     and one sentence per replaced argument. Arguments that cannot be coerced are returned unchanged (the
-    environment's guard refuses them). Never raises."""
+    environment's guard refuses them); `arguments` that are not a JSON object come back as they are. Never
+    raises."""
     if params is None or not isinstance(arguments, dict):
         return arguments, []
     out, changes = dict(arguments), []
@@ -123,7 +122,8 @@ def _coerce_each(params: type[BaseModel], arguments: dict[str, Any], bad: set[st
         if key in bad or key not in fields:
             continue
         try:
-            adapter = TypeAdapter(fields[key].annotation)
+            annotation = fields[key].annotation  # None: pydantic's NoneType
+            adapter = TypeAdapter(annotation if annotation is not None else type(None))
             out[key] = adapter.dump_python(adapter.validate_python(value), mode="json")
         except (ValidationError, TypeError, ValueError):
             continue

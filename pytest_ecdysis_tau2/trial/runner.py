@@ -28,6 +28,7 @@ unless a trial ended by user or agent stop, so other endings are not sent to the
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import traceback
@@ -39,7 +40,7 @@ import httpx2
 import openai
 
 from pytest_ecdysis.core.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
-from pytest_ecdysis.core.records import ToolCallRecord, TrialResult
+from pytest_ecdysis.core.records import TerminationReason, ToolCallRecord, TrialResult
 from pytest_ecdysis.endpoint.overflow import context_overflow
 
 from ..harness_process.agent_process import build_agent
@@ -108,26 +109,31 @@ def run_trial(
     # loading of τ²'s data, which a worker's first trial pays once (seconds on a loaded machine)
     tools = tool_params(environment)  # τ²'s tool schema: names repaired, arguments coerced against it
     budget = TrialBudget(settings.trial_budget_s)
-    common = dict(
-        trial=spec.header, base_url=spec.base_url, sim_url=spec.sim_url, budget=budget, settings=settings
+    client = functools.partial(  # what both roles' clients share
+        make_client,
+        trial=spec.header,
+        base_url=spec.base_url,
+        sim_url=spec.sim_url,
+        budget=budget,
+        settings=settings,
     )
     model_view = ModelViewTransport()
     endpoint_log = EndpointLog(text_tool_calls=settings.text_tool_calls, tools=tools)
-    agent_client = make_client(
+    agent_client = client(
         model=spec.model,
         role="agent",
         transport=agent_transport,
         model_view=model_view,
         reply_log=endpoint_log,
-        **common,
     )
-    user_client = make_client(model=spec.user_model, role="user", transport=user_transport, **common)
+    user_client = client(model=spec.user_model, role="user", transport=user_transport)
     max_steps = spec.max_steps or t.DEFAULT_MAX_STEPS
 
     agent = None
     user = None
     orchestrator = None
-    reason, error, reward, components, checks = "agent_error", None, None, {}, None
+    reason: TerminationReason = "agent_error"
+    error, reward, components, checks = None, None, {}, None
     try:
         # the harness runs in a child process; its model calls come back through agent_client
         agent = build_agent(
@@ -221,7 +227,7 @@ def run_trial(
     )
 
 
-def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[str, str]:
+def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[TerminationReason, str]:
     """(termination reason, error text) for an exception that ended a trial."""
     where = spec.sim_url if spec.model.startswith("sim") else (spec.base_url or "the OpenAI API")
     if isinstance(exc, TimeBudgetExceeded) or budget.exhausted:
@@ -247,7 +253,7 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
         if isinstance(exc, openai.APIStatusError)
         else None
     )
-    if said:
+    if said and isinstance(exc, openai.APIStatusError):
         return "context_overflow", (
             f"model endpoint {where} refused a request that does not fit the model's "
             f"context window (HTTP {exc.status_code}: {said}); the harness must keep its "

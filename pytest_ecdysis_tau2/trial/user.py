@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import openai
 
@@ -34,6 +34,9 @@ from pytest_ecdysis.core.errors import InfrastructureError
 from pytest_ecdysis.endpoint.replies import strip_reasoning
 
 from ..tasks.tau2lib import load_tau2
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 _t = load_tau2()
 
@@ -43,7 +46,10 @@ class UserToolCallError(Exception):
     the user simulator's fault (termination `user_error`), never the agent's."""
 
 
-class Tau2User(_t.BaseUser):
+_BaseUser: Any = _t.BaseUser  # τ² ships no type information: its base class is Any to mypy
+
+
+class Tau2User(_BaseUser):
     """τ²'s user simulator behaviour, over an `openai.OpenAI` client (role header `user`).
 
     `tools`: τ²'s user tools (`environment.get_user_tools()`, telecom), or None for a user without tools.
@@ -92,9 +98,14 @@ class Tau2User(_t.BaseUser):
             {"role": "system", "content": state.system_messages[0].content},
             *self._flipped(state),
         ]
-        extra = {"tools": [tool.openai_schema for tool in self.tools]} if self.tools else {}
+        extra: dict[str, Any] = {"tools": [tool.openai_schema for tool in self.tools]} if self.tools else {}
         try:
-            response = self.client.chat.completions.create(model=self.model, messages=api_messages, **extra)
+            response = self.client.chat.completions.create(
+                model=self.model,
+                # plain JSON dicts; openai types them as TypedDicts of each message kind
+                messages=cast("list[ChatCompletionMessageParam]", api_messages),
+                **extra,
+            )
         except openai.APIError as exc:
             raise InfrastructureError(f"user simulator model {self.model!r} failed: {exc}") from exc
         if response.usage is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 
-from pytest_ecdysis.core.records import SCHEMA_VERSION, ModificationSpec, PatternGroup
+from pytest_ecdysis.core.records import SCHEMA_VERSION, ModificationSpec, PatternGroup, SpecChange
 from pytest_ecdysis.diagnose.fdcr import evidence_for, load_prompt, role_messages
 from pytest_ecdysis.diagnose.spec import spec_call, write_spec
 from pytest_ecdysis.diagnose.strategies.base import RoundInput
@@ -96,7 +96,8 @@ class HarnessFix:
                 1,
                 round_input.harness_dir,
             )
-            kept, dropped = [], []
+            kept: list[SpecChange] = []
+            dropped: list[SpecChange] = []
             for change in spec.changes if spec is not None else []:
                 (kept if in_scope(change.files, op) else dropped).append(change)
             for change in kept:

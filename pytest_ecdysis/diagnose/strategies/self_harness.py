@@ -83,7 +83,10 @@ class SelfHarness:
         )
         prompt = load_prompt("analyst_nofdcr")
         specs: list[ModificationSpec] = []
-        rows, problems, chars, seen = [], [], 0, {}
+        rows: list[dict[str, Any]] = []
+        problems: list[str] = []
+        chars = 0
+        seen: dict[str, int] = {}  # change key -> index in `specs` of the first proposal with it
         for i, (group, recs) in enumerate(weaknesses, start=1):
             evidence = evidence_for(
                 RoundInput(**{**round_input.__dict__, "records": recs, "groups": [group]})

@@ -143,13 +143,8 @@ class Emitter:
                 continue
             if k not in self.figure_entries:
                 why, because = why_unseen(s, dep)
-                entry = self.draws.quirk(
-                    "unseen_value",
-                    tool="final_answer",
-                    arg=dep.path,
-                    why=why,
-                    **({} if because is None else {"because": because}),
-                )
+                cause: dict[str, Any] = {} if because is None else {"because": because}
+                entry = self.draws.quirk("unseen_value", tool="final_answer", arg=dep.path, why=why, **cause)
                 self.figure_entries[k] = entry
                 s.effects[entry] = "wrong_figure"
             out.append(str(wrong_value(value, f"figure{k}")))

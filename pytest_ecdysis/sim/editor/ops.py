@@ -28,7 +28,7 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
-def _top_level(source: str, name: str, kinds: tuple[type, ...]) -> ast.AST | None:
+def _top_level(source: str, name: str, kinds: tuple[type, ...]) -> ast.stmt | None:
     tree = ast.parse(source)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
@@ -42,16 +42,35 @@ def _top_level(source: str, name: str, kinds: tuple[type, ...]) -> ast.AST | Non
     return None
 
 
+def _assignment(source: str, name: str) -> ast.Assign | ast.AnnAssign | None:
+    """The top-level `NAME = ...` or `NAME: T = ...`, else None."""
+    node = _top_level(source, name, (ast.Assign, ast.AnnAssign))
+    return node if isinstance(node, ast.Assign | ast.AnnAssign) else None
+
+
+def _function(source: str, name: str) -> ast.FunctionDef | None:
+    """The top-level `def NAME`, else None."""
+    node = _top_level(source, name, (ast.FunctionDef,))
+    return node if isinstance(node, ast.FunctionDef) else None
+
+
+def _end(node: ast.expr | ast.stmt) -> tuple[int, int]:
+    """(1-based end line, UTF-8 byte end column) of a node; `ast.parse` sets both (None only on a node built
+    by hand, which the ops never see)."""
+    assert node.end_lineno is not None and node.end_col_offset is not None
+    return node.end_lineno, node.end_col_offset
+
+
 def _offset(lines: list[str], lineno: int, col: int) -> int:
     """Character offset of (1-based line, UTF-8 byte column) in the joined source."""
     line = lines[lineno - 1]
     return sum(len(x) for x in lines[: lineno - 1]) + len(line.encode()[:col].decode())
 
 
-def _replace_span(source: str, node: ast.AST, text: str) -> str:
+def _replace_span(source: str, node: ast.expr | ast.stmt, text: str) -> str:
     lines = source.splitlines(keepends=True)
     start = _offset(lines, node.lineno, node.col_offset)
-    end = _offset(lines, node.end_lineno, node.end_col_offset)
+    end = _offset(lines, *_end(node))
     return source[:start] + text + source[end:]
 
 
@@ -63,7 +82,7 @@ def op_create_file(source: str, *, text: str, params: dict[str, Any]) -> str:
 
 def op_set_constant(source: str, *, name: str, value: str, params: dict[str, Any]) -> str:
     """Set the value of a top-level `NAME = ...` (the expression only; a trailing comment stays)."""
-    node = _top_level(source, name, (ast.Assign, ast.AnnAssign))
+    node = _assignment(source, name)
     if node is None or node.value is None:
         raise RecipeError(f"no top-level assignment to {name}")
     return _replace_span(source, node.value, value)
@@ -74,7 +93,7 @@ def op_ensure_constant(
 ) -> str:
     """Add `NAME = value` (preceded by `#: comment` lines) after the top-level definition `after` (or the
     imports) unless NAME exists."""
-    if _top_level(source, name, (ast.Assign, ast.AnnAssign)) is not None:
+    if _assignment(source, name) is not None:
         return source
     lines = "".join(f"#: {line}\n" for line in comment.strip().splitlines())
     return _insert_top_level(source, f"\n{lines}{name} = {value}\n", after)
@@ -82,19 +101,20 @@ def op_ensure_constant(
 
 def op_append_line(source: str, *, name: str, line: str, params: dict[str, Any]) -> str:
     """Append `line` to the top-level string constant `name` (a rule to a prompt), unless present."""
-    node = _top_level(source, name, (ast.Assign, ast.AnnAssign))
-    if node is None or not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+    node = _assignment(source, name)
+    constant = node.value if node is not None else None
+    if not (isinstance(constant, ast.Constant) and isinstance(constant.value, str)):
         raise RecipeError(f"no top-level string constant {name}")
-    text = node.value.value
+    text = constant.value
     if line.strip() in text:
         return source
     new = text.rstrip("\n") + "\n" + line.strip()
-    segment = ast.get_source_segment(source, node.value) or ""
+    segment = ast.get_source_segment(source, constant) or ""
     if segment.startswith('"""') and '"""' not in new and "\\" not in new and not new.endswith('"'):
         literal = '"""\\\n' + new + '"""'
     else:
         literal = repr(new)
-    return _replace_span(source, node.value, literal)
+    return _replace_span(source, constant, literal)
 
 
 def op_replace_text(source: str, *, old: str, new: str, params: dict[str, Any]) -> str:
@@ -112,19 +132,20 @@ def op_replace_text(source: str, *, old: str, new: str, params: dict[str, Any]) 
 def op_extend_sequence(source: str, *, name: str, items: str, params: dict[str, Any]) -> str:
     """Append to a top-level list/tuple literal `NAME` each item of `items` (a Python list literal) not
     already in it, one per line, keeping the literal's own layout."""
-    node = _top_level(source, name, (ast.Assign, ast.AnnAssign))
+    node = _assignment(source, name)
     if node is None or not isinstance(node.value, (ast.List, ast.Tuple)):
         raise RecipeError(f"no top-level list or tuple literal {name}")
+    seq = node.value
     try:
-        current = [ast.literal_eval(e) for e in node.value.elts]
+        current = [ast.literal_eval(e) for e in seq.elts]
     except ValueError:
         raise RecipeError(f"{name} is not a literal sequence") from None
     new = [x for x in ast.literal_eval(items) if x not in current]
     if not new:
         return source
-    seq = node.value
-    if seq.lineno == seq.end_lineno:  # one-line literal: rewrite it as one item per line
-        elements = [ast.get_source_segment(source, e) for e in seq.elts] + [_literal(x) for x in new]
+    seq_end, _ = _end(seq)
+    if seq.lineno == seq_end:  # one-line literal: rewrite it as one item per line
+        elements = [ast.get_source_segment(source, e) or "" for e in seq.elts] + [_literal(x) for x in new]
         if isinstance(seq, ast.Tuple) and len(elements) == 1:
             elements[0] += ","
         opening, closing = ("(", ")") if isinstance(seq, ast.Tuple) else ("[", "]")
@@ -135,30 +156,30 @@ def op_extend_sequence(source: str, *, name: str, items: str, params: dict[str, 
     if seq.elts:
         first = lines[seq.elts[0].lineno - 1]
         indent = first[: len(first) - len(first.lstrip())]
-    if seq.elts and not lines[seq.elts[-1].end_lineno - 1].rstrip().endswith(","):
-        last = seq.elts[-1]
-        row = lines[last.end_lineno - 1]
-        cut = len(row.encode()[: last.end_col_offset].decode())
-        lines[last.end_lineno - 1] = row[:cut] + "," + row[cut:]
+    if seq.elts and not lines[_end(seq.elts[-1])[0] - 1].rstrip().endswith(","):
+        last_line, last_col = _end(seq.elts[-1])
+        row = lines[last_line - 1]
+        cut = len(row.encode()[:last_col].decode())
+        lines[last_line - 1] = row[:cut] + "," + row[cut:]
     addition = "".join(f"{indent}{_literal(x)},\n" for x in new)
-    lines.insert(seq.end_lineno - 1, addition)
+    lines.insert(seq_end - 1, addition)
     return "".join(lines)
 
 
 def op_replace_function(source: str, *, name: str, code: str, params: dict[str, Any]) -> str:
     """Replace the top-level function `name` (decorators included) with `code`."""
-    node = _top_level(source, name, (ast.FunctionDef,))
+    node = _function(source, name)
     if node is None:
         raise RecipeError(f"no top-level function {name}()")
     lines = source.splitlines(keepends=True)
     start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
     replacement = code.rstrip("\n") + "\n"
-    return "".join(lines[:start]) + replacement + "".join(lines[node.end_lineno :])
+    return "".join(lines[:start]) + replacement + "".join(lines[_end(node)[0] :])
 
 
 def op_add_function(source: str, *, name: str, code: str, after: str = "", params: dict[str, Any]) -> str:
     """Add a top-level function after the definition `after` (or at the end), unless `name` exists."""
-    if _top_level(source, name, (ast.FunctionDef,)) is not None:
+    if _function(source, name) is not None:
         return source
     return _insert_top_level(source, "\n\n" + code.strip("\n") + "\n", after, at_end=not after)
 
@@ -170,7 +191,7 @@ def op_ensure_import(source: str, *, line: str, params: dict[str, Any]) -> str:
     tree = ast.parse(source)
     imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     lines = source.splitlines(keepends=True)
-    at = imports[-1].end_lineno if imports else _docstring_end(tree)
+    at = _end(imports[-1])[0] if imports else _docstring_end(tree)
     lines.insert(at, line.strip() + "\n")
     return "".join(lines)
 
@@ -182,7 +203,7 @@ def _docstring_end(tree: ast.Module) -> int:
         and isinstance(first.value, ast.Constant)
         and isinstance(first.value.value, str)
     ):
-        return first.end_lineno
+        return _end(first)[0]
     return 0
 
 
@@ -197,10 +218,10 @@ def _insert_top_level(source: str, text: str, after: str, at_end: bool = False) 
         anchor = _top_level(source, after, (ast.AST,))
         if anchor is None:
             raise RecipeError(f"no top-level definition {after} to insert after")
-        at = anchor.end_lineno
+        at = _end(anchor)[0]
     else:
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        at = imports[-1].end_lineno if imports else _docstring_end(tree)
+        at = _end(imports[-1])[0] if imports else _docstring_end(tree)
     lines.insert(at, text)
     return "".join(lines)
 

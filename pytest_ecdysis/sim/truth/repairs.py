@@ -107,13 +107,17 @@ def _verdict(
     """(`repaired` | `refused` | `altered` | None, whether the right value was executed for it).
     `emitted`: call id -> (record, parsed arguments); `executed`: (call, parsed arguments) in order."""
     tool, path = entry.get("tool"), entry.get("arg")
+    if not isinstance(tool, str) or not isinstance(path, str):  # not an entry about one argument of a call
+        return None, False
     sent = next(
         ((cid, a) for cid, (e, a) in emitted.items() if e["step"] == entry.get("step") and e["name"] == tool),
         None,
     )
-    if sent is None or sent[1] is None:
+    if sent is None:
         return None, False
     cid, sent_args = sent
+    if sent_args is None:
+        return None, False
     wrong, gold = _at(sent_args, path), _gold(plan, tool, sent_args, path)
     if gold is _MISSING or wrong is _MISSING or wrong == gold:
         return None, False

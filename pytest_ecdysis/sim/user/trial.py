@@ -127,10 +127,11 @@ class UserTrial:
         call = requested_call(said, tools)
         if call is None:
             return None
-        if call[0] == "?":
-            return {"role": "assistant", "content": missing_argument(str(call[1]))}
+        name, detail = call
+        if isinstance(detail, str):  # ("?", parameter): the tool is clear, a required argument is not
+            return {"role": "assistant", "content": missing_argument(detail)}
         self.tool_calls += 1
-        return tool_call_message(f"user_call_{self.tool_calls}", call[0], dict(call[1]))
+        return tool_call_message(f"user_call_{self.tool_calls}", name, dict(detail))
 
     def _known(self) -> str:
         return first_person(self.task.scenario.known_info) or "I don't have more details, sorry."
