@@ -10,21 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def build_agent(
-    *,
-    tools: list,
-    domain_policy: str,
-    client: Any,
-    model: str,
-    max_steps_hint: int | None = None,
-    **options: Any,
-) -> Any:
+def build_agent(*, tools: list, domain_policy: str, client: Any, model: str, max_steps_hint: int | None = None,
+                **options: Any) -> Any:
     """A τ² agent (`tau2.agent.base.BaseAgent`) over `client` (an `openai.OpenAI`) and `model`.
 
     The agent exposes `harness_notes` (recorded decisions) and `usage` (prompt/completion/total tokens).
     """
     from .agent import HarnessAgent
 
-    return HarnessAgent(
-        tools=tools, domain_policy=domain_policy, client=client, model=model, max_steps_hint=max_steps_hint
-    )
+    return HarnessAgent(tools=tools, domain_policy=domain_policy, client=client, model=model,
+                        max_steps_hint=max_steps_hint)

@@ -64,15 +64,8 @@ class ParsedCall:
 class HarnessAgent(BaseAgent):
     """The example harness's agent (τ² `BaseAgent`)."""
 
-    def __init__(
-        self,
-        *,
-        tools: list,
-        domain_policy: str,
-        client: openai.OpenAI,
-        model: str,
-        max_steps_hint: int | None = None,
-    ) -> None:
+    def __init__(self, *, tools: list, domain_policy: str, client: openai.OpenAI, model: str,
+                 max_steps_hint: int | None = None) -> None:
         self.tools = tools
         self.schemas = tool_interface.tool_schemas(tools)
         self.system_prompt = prompts.build_system_prompt(domain_policy)
@@ -94,9 +87,7 @@ class HarnessAgent(BaseAgent):
             self._receive(message, state)
         return state
 
-    def generate_next_message(
-        self, message: Any, state: HarnessState
-    ) -> tuple[AssistantMessage, HarnessState]:
+    def generate_next_message(self, message: Any, state: HarnessState) -> tuple[AssistantMessage, HarnessState]:
         self._receive(message, state)
         return self._respond(state), state
 
@@ -127,11 +118,8 @@ class HarnessAgent(BaseAgent):
                 for call in message.tool_calls:
                     state.calls[call.id] = (call.name, call.arguments)
                     self.ids_seen.add(call.id)
-                state.messages.append(
-                    _assistant_calls_dict(
-                        [(c.id, c.name, json.dumps(c.arguments)) for c in message.tool_calls]
-                    )
-                )
+                state.messages.append(_assistant_calls_dict([(c.id, c.name, json.dumps(c.arguments))
+                                                             for c in message.tool_calls]))
             else:
                 state.messages.append({"role": "assistant", "content": message.content or ""})
 
@@ -153,19 +141,12 @@ class HarnessAgent(BaseAgent):
             if raw_calls:
                 calls = [self._parse_call(raw, step) for raw in raw_calls]
                 if text:
-                    self._note(
-                        "dropped_text", f"reply had text and {len(calls)} tool call(s); text dropped", step
-                    )
+                    self._note("dropped_text", f"reply had text and {len(calls)} tool call(s); text dropped", step)
                 if finish == "stop":
-                    self._note(
-                        "finish_reason_mismatch", "finish_reason 'stop' with tool calls; calls accepted", step
-                    )
+                    self._note("finish_reason_mismatch", "finish_reason 'stop' with tool calls; calls accepted", step)
                 if finish == "length":
-                    self._note(
-                        "truncated_reply",
-                        "finish_reason 'length' with tool calls; calls whose arguments parse are accepted",
-                        step,
-                    )
+                    self._note("truncated_reply", "finish_reason 'length' with tool calls; calls whose "
+                               "arguments parse are accepted", step)
                 bad = [c for c in calls if c.problem]
                 if bad:
                     self._give_back_malformed(calls, state, step)
@@ -176,24 +157,17 @@ class HarnessAgent(BaseAgent):
 
             if not text:
                 empty_replies += 1
-                why = (
-                    "finish_reason 'tool_calls' with no tool calls"
-                    if finish == "tool_calls"
-                    else f"no text and no tool calls (finish_reason {finish!r})"
-                )
+                why = "finish_reason 'tool_calls' with no tool calls" if finish == "tool_calls" else \
+                    f"no text and no tool calls (finish_reason {finish!r})"
                 if empty_replies > config.MAX_EMPTY_REPLIES:
                     self._note("empty_reply", f"{why}; giving up after {empty_replies} empty replies", step)
-                    raise EndpointFormatError(
-                        f"the endpoint returned {empty_replies} empty replies in a row ({why})"
-                    )
+                    raise EndpointFormatError(f"the endpoint returned {empty_replies} empty replies in a row ({why})")
                 self._note("empty_reply", f"{why}; asked again", step)
                 continue
             if finish == "length":
                 self._note("truncated_reply", "finish_reason 'length'; text accepted as truncated", step)
             elif finish == "tool_calls":
-                self._note(
-                    "finish_reason_mismatch", "finish_reason 'tool_calls' with text only; text accepted", step
-                )
+                self._note("finish_reason_mismatch", "finish_reason 'tool_calls' with text only; text accepted", step)
             candidate = {"role": "assistant", "content": text}
             if not checked:
                 check = closing.check_before_end([*state.messages, candidate])
@@ -210,17 +184,13 @@ class HarnessAgent(BaseAgent):
         messages = context.select_messages(self.system_prompt, state.messages)
         try:
             response = self.client.chat.completions.create(
-                model=self.model,
                 # plain JSON dicts; openai types them as TypedDicts of each message and tool kind
-                messages=cast("list[ChatCompletionMessageParam]", messages),
-                tools=cast("list[ChatCompletionToolUnionParam]", self.schemas),
-                temperature=config.TEMPERATURE,
+                model=self.model, messages=cast("list[ChatCompletionMessageParam]", messages),
+                tools=cast("list[ChatCompletionToolUnionParam]", self.schemas), temperature=config.TEMPERATURE,
                 timeout=config.REQUEST_TIMEOUT_S,
             )
         except openai.APIStatusError as exc:
-            raise InfrastructureError(
-                f"model endpoint answered HTTP {exc.status_code}: {exc.message}"
-            ) from exc
+            raise InfrastructureError(f"model endpoint answered HTTP {exc.status_code}: {exc.message}") from exc
         except openai.APIError as exc:
             raise InfrastructureError(f"model endpoint failed: {type(exc).__name__}: {exc}") from exc
         usage = getattr(response, "usage", None)
@@ -240,9 +210,7 @@ class HarnessAgent(BaseAgent):
             raise EndpointFormatError(f"the endpoint returned a tool call without a function name: {raw!r}")
         call_id = getattr(raw, "id", None)
         if not isinstance(call_id, str) or not call_id.strip() or call_id in self.ids_seen:
-            problem = (
-                "missing" if not call_id else ("empty" if not str(call_id).strip() else f"reused ({call_id})")
-            )
+            problem = "missing" if not call_id else ("empty" if not str(call_id).strip() else f"reused ({call_id})")
             self.synthesised += 1
             new_id = f"call_{self.synthesised}"
             while new_id in self.ids_seen:
@@ -253,11 +221,8 @@ class HarnessAgent(BaseAgent):
         self.ids_seen.add(call_id)
         arguments = getattr(function, "arguments", None)
         if isinstance(arguments, dict):
-            self._note(
-                "arguments_object",
-                f"arguments of {name} arrived as a JSON object, not a string; accepted",
-                step,
-            )
+            self._note("arguments_object", f"arguments of {name} arrived as a JSON object, not a string; "
+                       "accepted", step)
             return ParsedCall(call_id, name, arguments, json.dumps(arguments))
         if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
             self._note("empty_arguments", f"arguments of {name} were empty; sent as {{}}", step)
@@ -268,9 +233,7 @@ class HarnessAgent(BaseAgent):
         except ValueError as exc:
             return ParsedCall(call_id, name, {}, raw_text, problem=str(exc))
         if not isinstance(parsed, dict):
-            return ParsedCall(
-                call_id, name, {}, raw_text, problem=f"a JSON {type(parsed).__name__}, not an object"
-            )
+            return ParsedCall(call_id, name, {}, raw_text, problem=f"a JSON {type(parsed).__name__}, not an object")
         return ParsedCall(call_id, name, parsed, raw_text)
 
     def _give_back_malformed(self, calls: list[ParsedCall], state: HarnessState, step: int) -> None:
@@ -279,12 +242,8 @@ class HarnessAgent(BaseAgent):
         for call in calls:
             if call.problem:
                 content = feedback.malformed_arguments_error(call.name, call.raw_arguments, call.problem)
-                self._note(
-                    "malformed_arguments",
-                    f"arguments of {call.name} not valid JSON ({call.problem}); "
-                    "not executed, tool error returned",
-                    step,
-                )
+                self._note("malformed_arguments", f"arguments of {call.name} not valid JSON ({call.problem}); "
+                           "not executed, tool error returned", step)
             else:
                 content = feedback.not_executed_error(call.name)
             state.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
@@ -295,9 +254,7 @@ class HarnessAgent(BaseAgent):
             args = tool_interface.normalise_arguments(call.name, call.arguments)
             state.calls[call.id] = (call.name, args)
             tool_calls.append(ToolCall(id=call.id, name=call.name, arguments=args, requestor="assistant"))
-        state.messages.append(
-            _assistant_calls_dict([(c.id, c.name, json.dumps(c.arguments)) for c in tool_calls])
-        )
+        state.messages.append(_assistant_calls_dict([(c.id, c.name, json.dumps(c.arguments)) for c in tool_calls]))
         return AssistantMessage(role="assistant", content=None, tool_calls=tool_calls)
 
     def _budget_stop(self, pending: list[ParsedCall]) -> AssistantMessage:
@@ -308,12 +265,8 @@ class HarnessAgent(BaseAgent):
             names = ", ".join(c.name for c in pending)
             text += f" before the call to {names} could be made"
             detail += f" with a tool call pending ({names}); not executed"
-        self._note(
-            "budget_exhausted",
-            detail,
-            self.model_calls,
-            pending_tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in pending],
-        )
+        self._note("budget_exhausted", detail, self.model_calls,
+                   pending_tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in pending])
         return AssistantMessage(role="assistant", content=f"{text}. {STOP_TOKEN}")
 
     def _note(self, kind: str, detail: str, step: int | None, **extra: Any) -> None:
@@ -325,20 +278,13 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            p.get("text", "") if isinstance(p, dict) else str(getattr(p, "text", "")) for p in content
-        )
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(getattr(p, "text", "")) for p in content)
     return ""
 
 
 def _assistant_calls_dict(calls: list[tuple[str, str, str]]) -> dict[str, Any]:
     # content "" rather than OpenAI's null: llama-cpp-python's server answers null with HTTP 500
     # (docs/real-model.md); OpenAI, vLLM and Ollama take either
-    return {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-            for cid, name, args in calls
-        ],
-    }
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, name, args in calls
+    ]}

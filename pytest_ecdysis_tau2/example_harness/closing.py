@@ -11,15 +11,8 @@ v1 returns None (no completion check).
 
 from typing import Any
 
-CLOSING_WORDS = (
-    "anything else",
-    "is there anything",
-    "have a great",
-    "have a nice",
-    "glad i could help",
-    "goodbye",
-    "take care",
-)
+CLOSING_WORDS = ("anything else", "is there anything", "have a great", "have a nice", "glad i could help",
+                 "goodbye", "take care")
 
 
 def looks_like_closing(text: str) -> bool:

@@ -23,15 +23,11 @@ def format_tool_result(name: str, args: dict[str, Any], content: str | None, err
 def malformed_arguments_error(name: str, raw: str, problem: str) -> str:
     """The tool message for a call whose arguments were not valid JSON (the call was not executed)."""
     shown = raw if len(raw) <= 300 else raw[:300] + "…"
-    return (
-        f"Error: the arguments of your call to {name} were not valid JSON ({problem}): {shown}. "
-        "The call was not executed. Send the call again with the arguments as one JSON object."
-    )
+    return (f"Error: the arguments of your call to {name} were not valid JSON ({problem}): {shown}. "
+            "The call was not executed. Send the call again with the arguments as one JSON object.")
 
 
 def not_executed_error(name: str) -> str:
     """The tool message for a valid call sent in the same reply as a malformed one."""
-    return (
-        f"Error: the call to {name} was not executed because another call in the same reply had "
-        "invalid arguments. Send it again if it is still needed."
-    )
+    return (f"Error: the call to {name} was not executed because another call in the same reply had "
+            "invalid arguments. Send it again if it is still needed.")

@@ -45,14 +45,10 @@ class DirectAgent(BaseAgent):
         elif isinstance(message, AssistantMessage):
             state.append(_assistant_dict(message))
 
-    def generate_next_message(
-        self, message: Any, state: list[dict[str, Any]]
-    ) -> tuple[AssistantMessage, list]:
+    def generate_next_message(self, message: Any, state: list[dict[str, Any]]) -> tuple[AssistantMessage, list]:
         self._receive(message, state)
         response = self.client.chat.completions.create(
-            model=self.model,
-            messages=[{"role": "system", "content": self.system_prompt}, *state],
-            tools=self.schemas,
+            model=self.model, messages=[{"role": "system", "content": self.system_prompt}, *state], tools=self.schemas
         )
         usage = getattr(response, "usage", None)
         if usage is not None:
@@ -73,9 +69,7 @@ class DirectAgent(BaseAgent):
                     raise EndpointFormatError(f"tool call arguments are not a JSON string: {exc}") from None
                 if not isinstance(arguments, dict):
                     raise EndpointFormatError("tool call arguments are not a JSON object")
-                calls.append(
-                    ToolCall(id=raw.id, name=raw.function.name, arguments=arguments, requestor="assistant")
-                )
+                calls.append(ToolCall(id=raw.id, name=raw.function.name, arguments=arguments, requestor="assistant"))
             out = AssistantMessage(role="assistant", content=None, tool_calls=calls)
         elif isinstance(reply.content, str) and reply.content.strip():
             out = AssistantMessage(role="assistant", content=reply.content)
@@ -93,28 +87,12 @@ class DirectAgent(BaseAgent):
 
 def _assistant_dict(message: AssistantMessage) -> dict[str, Any]:
     if message.tool_calls:
-        return {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                }
-                for c in message.tool_calls
-            ],
-        }
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in message.tool_calls]}
     return {"role": "assistant", "content": message.content}
 
 
-def build_agent(
-    *,
-    tools: list,
-    domain_policy: str,
-    client: Any,
-    model: str,
-    max_steps_hint: int | None = None,
-    **options: Any,
-) -> DirectAgent:
+def build_agent(*, tools: list, domain_policy: str, client: Any, model: str, max_steps_hint: int | None = None,
+                **options: Any) -> DirectAgent:
     return DirectAgent(tools=tools, domain_policy=domain_policy, client=client, model=model)
