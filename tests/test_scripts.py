@@ -71,6 +71,8 @@ def _test_sh(project: Path, *args: str) -> list[str]:
     shutil.copy(ROOT / "scripts" / "test.sh", project / "scripts" / "test.sh")
     (project / "scripts" / "setup.sh").write_text("#!/bin/sh\nexit 0\n")
     (project / "scripts" / "setup.sh").chmod(0o755)
+    (project / "scripts" / "checks.sh").write_text("#!/bin/sh\necho CHECKS\n")
+    (project / "scripts" / "checks.sh").chmod(0o755)
     python = project / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True, exist_ok=True)
     python.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
@@ -86,8 +88,9 @@ def _test_sh(project: Path, *args: str) -> list[str]:
 
 def test_test_sh_runs_the_paths_it_is_given_else_everything(tmp_path: Path) -> None:
     """`./scripts/test.sh tests/test_x.py` collected the whole suite (it always passed `tests`): test paths
-    among the arguments replace it; no argument, or options only (even `-k tests`), still run `tests`."""
-    assert _test_sh(tmp_path) == ["-m", "pytest", "tests", "-n", "2", "-q"]
+    among the arguments replace it; no argument, or options only (even `-k tests`), still run `tests`,
+    after the static checks (scripts/checks.sh), which a run of named paths skips."""
+    assert _test_sh(tmp_path) == ["CHECKS", "-m", "pytest", "tests", "-n", "2", "-q"]
     assert _test_sh(tmp_path, "tests/test_x.py") == ["-m", "pytest", "-n", "2", "-q", "tests/test_x.py"]
     assert _test_sh(tmp_path, "-n", "0", "tests/test_x.py::test_a", "-x") == [
         "-m",
@@ -101,6 +104,7 @@ def test_test_sh_runs_the_paths_it_is_given_else_everything(tmp_path: Path) -> N
         "-x",
     ]
     assert _test_sh(tmp_path, "-k", "tests", "-x") == [
+        "CHECKS",
         "-m",
         "pytest",
         "tests",
