@@ -14,13 +14,23 @@ from pytest_ecdysis.core.errors import UsageError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_ecdysis.sim",
-                                     description="Serve the simulated OpenAI-compatible model on 127.0.0.1.")
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_ecdysis.sim",
+        description="Serve the simulated OpenAI-compatible model on 127.0.0.1.",
+    )
     parser.add_argument("--port", type=int, default=8787, help="TCP port (0 = a free one; default 8787)")
-    parser.add_argument("--profile", default="default", help="profile for the bare model name 'sim' (default: default)")
-    parser.add_argument("--latency", type=float, default=0.0, help="fixed delay in seconds per completion (default 0)")
-    parser.add_argument("--nonce", default=None, help="run nonce of the noisy draws (default: env ECDYSIS_SIM_NONCE, "
-                        "else each run id; fix it for identical reruns)")
+    parser.add_argument(
+        "--profile", default="default", help="profile for the bare model name 'sim' (default: default)"
+    )
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="fixed delay in seconds per completion (default 0)"
+    )
+    parser.add_argument(
+        "--nonce",
+        default=None,
+        help="run nonce of the noisy draws (default: env ECDYSIS_SIM_NONCE, "
+        "else each run id; fix it for identical reruns)",
+    )
     args = parser.parse_args(argv)
     from pytest_ecdysis.sim.model import SimModel
     from pytest_ecdysis.sim.server import SimServerHandle, make_server
@@ -34,10 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     handle = SimServerHandle(httpd, None, model)
-    print(f"ecdysis: simulated model (not a real LLM), profile {model.default_profile!r}, serving at "
-          f"{handle.url} (OpenAI base_url {handle.url}/v1); ground truth needs ECDYSIS_SIM_TOKEN="
-          f"{handle.token if os.environ.get('ECDYSIS_SIM_TOKEN') is None else '<yours>'} (export it for pytest)",
-          flush=True)
+    print(
+        f"ecdysis: simulated model (not a real LLM), profile {model.default_profile!r}, serving at "
+        f"{handle.url} (OpenAI base_url {handle.url}/v1); ground truth needs ECDYSIS_SIM_TOKEN="
+        f"{handle.token if os.environ.get('ECDYSIS_SIM_TOKEN') is None else '<yours>'} (export it for pytest)",
+        flush=True,
+    )
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:

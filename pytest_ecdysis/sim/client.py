@@ -70,8 +70,13 @@ def read_ground_truth(run_path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0,
-                       token: str | None = None, executed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def fetch_ground_truth(
+    sim_url: str,
+    trial_header: str,
+    timeout_s: float = 10.0,
+    token: str | None = None,
+    executed: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """GET `<sim_url>/ecdysis/ground_truth?trial=<trial_header>` (sim_url without `/v1`), with the server's
     credential (`ground_truth_headers`). With `executed` (the tool calls the environment ran, `[{"id", "name",
     "arguments"}]`, see `sim.truth.repairs.executed_calls`) it POSTs them instead, and the entries the harness
@@ -88,18 +93,28 @@ def fetch_ground_truth(sim_url: str, trial_header: str, timeout_s: float = 10.0,
     headers = ground_truth_headers(url, token)
     try:
         if executed is None:
-            response = httpx2.get(f"{url}/ecdysis/ground_truth?trial={quote(trial_header, safe='')}",
-                                  timeout=timeout_s, headers=headers)
+            response = httpx2.get(
+                f"{url}/ecdysis/ground_truth?trial={quote(trial_header, safe='')}",
+                timeout=timeout_s,
+                headers=headers,
+            )
         else:
-            response = httpx2.post(f"{url}/ecdysis/ground_truth", timeout=timeout_s, headers=headers,
-                                   json={"trial": trial_header, "executed": executed})
+            response = httpx2.post(
+                f"{url}/ecdysis/ground_truth",
+                timeout=timeout_s,
+                headers=headers,
+                json={"trial": trial_header, "executed": executed},
+            )
     except httpx2.HTTPError as exc:
-        raise InfrastructureError(f"simulated model at {sim_url} unreachable for ground truth: {exc}") from exc
+        raise InfrastructureError(
+            f"simulated model at {sim_url} unreachable for ground truth: {exc}"
+        ) from exc
     if response.status_code != 200:
         try:
             message = response.json()["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = response.text[:200]
-        raise InfrastructureError(f"simulated model ground truth for {trial_header!r}: HTTP "
-                                  f"{response.status_code}: {message}")
+        raise InfrastructureError(
+            f"simulated model ground truth for {trial_header!r}: HTTP {response.status_code}: {message}"
+        )
     return response.json()

@@ -62,7 +62,9 @@ class PlanStep:
     dependencies: tuple[Dependency, ...] = ()
     id_bends: tuple[IdBend, ...] = ()
     result_chars: int = 0  # length of the gold result text (what a harness may truncate)
-    actor: str = "agent"  # "user": a step the user runs on their own device when the agent asks (dual control)
+    actor: str = (
+        "agent"  # "user": a step the user runs on their own device when the agent asks (dual control)
+    )
 
 
 @dataclass(frozen=True)
@@ -142,5 +144,9 @@ def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
 def id_like(value: Any) -> bool:
     """An identifier-looking string (no spaces, at least 5 characters, a digit or all upper-case
     letters and digits): what a model copies from a tool result rather than from common words."""
-    return (isinstance(value, str) and len(value) >= 5 and " " not in value
-            and (any(c.isdigit() for c in value) or (value.isalnum() and value.isupper())))
+    return (
+        isinstance(value, str)
+        and len(value) >= 5
+        and " " not in value
+        and (any(c.isdigit() for c in value) or (value.isalnum() and value.isupper()))
+    )

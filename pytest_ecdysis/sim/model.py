@@ -36,8 +36,13 @@ DIAGNOSIS_ROLES = ("analyst", "critic", "engineer", "moderator", "editor")
 class RequestError(Exception):
     """A bad request: answered with HTTP `status` and an OpenAI-style error body."""
 
-    def __init__(self, message: str, code: str = "invalid_request", status: int = 400,
-                 type_: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        message: str,
+        code: str = "invalid_request",
+        status: int = 400,
+        type_: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.message, self.code, self.status, self.type = message, code, status, type_
 
@@ -48,8 +53,11 @@ def _roles_answer(role: str | None, body: dict[str, Any]) -> str:
     except ModuleNotFoundError as exc:
         if exc.name not in ("pytest_ecdysis.sim.roles", "pytest_ecdysis.sim.roles.answers"):
             raise
-        raise RequestError(f"the simulated model has no answers for role {role!r} "
-                           "(pytest_ecdysis.sim.roles is not installed)", code="role_not_supported") from None
+        raise RequestError(
+            f"the simulated model has no answers for role {role!r} "
+            "(pytest_ecdysis.sim.roles is not installed)",
+            code="role_not_supported",
+        ) from None
     return module.answer(role, body)
 
 
@@ -84,8 +92,11 @@ def parse_trial(value: str) -> tuple[str, str, str, int]:
     """
     parts = value.split("/")
     if len(parts) < 4 or not all(parts[:2]) or not parts[-1].isdigit():
-        raise RequestError(f"{TRIAL_HEADER} must be '<run-id>/<suite>/<task-id>/<trial>' "
-                           f"(trial a non-negative integer), got {value!r}", code="bad_trial_header")
+        raise RequestError(
+            f"{TRIAL_HEADER} must be '<run-id>/<suite>/<task-id>/<trial>' "
+            f"(trial a non-negative integer), got {value!r}",
+            code="bad_trial_header",
+        )
     return parts[0], parts[1], "/".join(parts[2:-1]), int(parts[-1])
 
 
@@ -98,8 +109,14 @@ class SimModel:
     validation sub-run varies, as a real model's reruns do. Fix it for byte-identical runs.
     """
 
-    def __init__(self, *, default_profile: str = "default", latency_s: float = 0.0,
-                 knowledge: dict[str, SimKnowledge] | None = None, nonce: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        default_profile: str = "default",
+        latency_s: float = 0.0,
+        knowledge: dict[str, SimKnowledge] | None = None,
+        nonce: str | None = None,
+    ) -> None:
         self.default_profile = load_profile(default_profile).name  # UsageError for an unknown one
         self.latency_s = latency_s
         self.nonce = nonce if nonce is not None else (os.environ.get(ENV_NONCE) or None)
@@ -133,8 +150,11 @@ class SimModel:
         elif model.startswith("sim/") and model[4:]:
             name = model[4:]
         else:
-            raise RequestError(f"model {model!r} is not served here; use 'sim' or 'sim/<profile>' "
-                               f"(profiles: {', '.join(known_profiles())})", code="model_not_found")
+            raise RequestError(
+                f"model {model!r} is not served here; use 'sim' or 'sim/<profile>' "
+                f"(profiles: {', '.join(known_profiles())})",
+                code="model_not_found",
+            )
         try:
             return load_profile(name)
         except UsageError as exc:
@@ -142,9 +162,11 @@ class SimModel:
 
     def trial_state(self, header: str | None) -> TrialState:
         if not header:
-            raise RequestError(f"agent and user requests need the {TRIAL_HEADER} header "
-                               "'<run-id>/<suite>/<task-id>/<trial>' (the suite's client sets it)",
-                               code="missing_trial")
+            raise RequestError(
+                f"agent and user requests need the {TRIAL_HEADER} header "
+                "'<run-id>/<suite>/<task-id>/<trial>' (the suite's client sets it)",
+                code="missing_trial",
+            )
         with self._lock:
             state = self._trials.get(header)
         if state is not None:
@@ -152,20 +174,24 @@ class SimModel:
         run_id, suite, task_id, trial = parse_trial(header)
         self.sim_task(suite, task_id)  # an unknown suite or task is a 400 before any state is kept
         with self._lock:
-            return self._trials.setdefault(header, TrialState(suite=suite, task_id=task_id, trial=trial,
-                                                              run_id=run_id))
+            return self._trials.setdefault(
+                header, TrialState(suite=suite, task_id=task_id, trial=trial, run_id=run_id)
+            )
 
     def sim_task(self, suite: str, task_id: str) -> Any:
         providers = self.knowledge()
         if suite not in providers:
             known = ", ".join(sorted(providers)) or "none installed"
-            raise RequestError(f"unknown suite {suite!r} in {TRIAL_HEADER}; the simulated model knows: {known}",
-                               code="unknown_suite")
+            raise RequestError(
+                f"unknown suite {suite!r} in {TRIAL_HEADER}; the simulated model knows: {known}",
+                code="unknown_suite",
+            )
         try:
             return providers[suite].task(task_id)
         except KeyError:
-            raise RequestError(f"unknown task {task_id!r} of suite {suite!r} in {TRIAL_HEADER}",
-                               code="unknown_task") from None
+            raise RequestError(
+                f"unknown task {task_id!r} of suite {suite!r} in {TRIAL_HEADER}", code="unknown_task"
+            ) from None
 
     # -- completions ---------------------------------------------------------------------------------
 
@@ -178,8 +204,9 @@ class SimModel:
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         if body.get("stream"):
-            raise RequestError("the simulated model does not stream; call without stream=True",
-                               code="stream_not_supported")
+            raise RequestError(
+                "the simulated model does not stream; call without stream=True", code="stream_not_supported"
+            )
         model = body.get("model")
         profile = self.profile_for(model)
         messages = body.get("messages")
@@ -207,15 +234,22 @@ class SimModel:
             time.sleep(self.latency_s)
         return _completion(str(model), message, messages)
 
-    def _trial_reply(self, state: TrialState, role: str, profile: Profile,
-                     messages: list[dict[str, Any]], tools: list[Any] | None = None) -> dict[str, Any]:
+    def _trial_reply(
+        self,
+        state: TrialState,
+        role: str,
+        profile: Profile,
+        messages: list[dict[str, Any]],
+        tools: list[Any] | None = None,
+    ) -> dict[str, Any]:
         task = self.sim_task(state.suite, state.task_id)
         with state.lock:
             if role == "agent":
                 if state.agent is None:
                     nonce, off = self._replays.get(state.run_id) or (self.nonce or state.run_id, frozenset())
-                    state.agent = AgentTrial(task, profile, state.trial, nonce=nonce, off=off,
-                                             user_texts=state.user_texts)
+                    state.agent = AgentTrial(
+                        task, profile, state.trial, nonce=nonce, off=off, user_texts=state.user_texts
+                    )
                 reply = state.agent.respond(messages, tools)
                 note_emitted(state.emitted, state.agent.state.step - 1, reply)
                 return reply
@@ -226,7 +260,9 @@ class SimModel:
                 state.user_texts.add(message["content"].strip())
             return message
 
-    def ground_truth(self, header: str | None, executed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def ground_truth(
+        self, header: str | None, executed: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         """The trial's ground truth; an unseen trial of a known task has no quirks. With `executed` (the
         tool calls the environment ran, `[{"id", "name", "arguments"}]`), entries the harness repaired or
         refused in code are marked (`sim.truth.repairs.attribute`).
@@ -241,13 +277,25 @@ class SimModel:
                 if executed is not None:
                     truth = attribute(truth, state.emitted, executed, state.agent.state.task.plan)
                 return truth
-        return {"task_id": state.task_id, "trial": state.trial, "suite": state.suite, "profile": None, "nonce": None,
-                "agent_requests": 0, "reached_final": False, "closed": False, "quirks": [], "cause": None,
-                "causes": []}
+        return {
+            "task_id": state.task_id,
+            "trial": state.trial,
+            "suite": state.suite,
+            "profile": None,
+            "nonce": None,
+            "agent_requests": 0,
+            "reached_final": False,
+            "closed": False,
+            "quirks": [],
+            "cause": None,
+            "causes": [],
+        }
 
 
 def _completion(model: str, message: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
-    prompt_chars = sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in messages)
+    prompt_chars = sum(
+        len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in messages
+    )
     out = message.get("content") or json.dumps(message.get("tool_calls"))
     prompt_tokens, completion_tokens = max(1, prompt_chars // 4), max(1, len(out) // 4)
     return {
@@ -255,8 +303,17 @@ def _completion(model: str, message: dict[str, Any], messages: list[dict[str, An
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message,
-                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop", "logprobs": None}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }

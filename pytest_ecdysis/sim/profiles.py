@@ -51,8 +51,12 @@ QUIRK_ORIGINS: dict[str, str] = {
 
 #: Ground-truth entries that are no profile quirk: the harness itself made the trial fail (a value it
 #: cut, dropped or never obtained; its own limit ended the conversation).
-HARNESS_ENTRIES: dict[str, str] = {"unseen_value": "harness", "harness_limit": "harness",
-                                   "instruction_conflict": "harness", "instruction_overreach": "harness"}
+HARNESS_ENTRIES: dict[str, str] = {
+    "unseen_value": "harness",
+    "harness_limit": "harness",
+    "instruction_conflict": "harness",
+    "instruction_overreach": "harness",
+}
 
 #: Origin of every kind a ground-truth line may carry.
 GROUND_TRUTH_ORIGINS: dict[str, str] = {**QUIRK_ORIGINS, **HARNESS_ENTRIES}

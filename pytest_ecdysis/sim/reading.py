@@ -18,8 +18,13 @@ from typing import Any
 #: Tokens that may be ids in a text: letters, digits, `_`, `-`, `#`, `.` (at least 5 characters).
 _TOKEN = re.compile(r"[#\w][\w#.\-]{4,}")
 #: Words that state a letter-case rule, by the case they ask for (for `states_rule`).
-_CASE_NAMES = {"upper": "upper|capital", "lower": "lower|small", "title": "capital|title", "mixed": "same",
-               "none": "same"}
+_CASE_NAMES = {
+    "upper": "upper|capital",
+    "lower": "lower|small",
+    "title": "capital|title",
+    "mixed": "same",
+    "none": "same",
+}
 _HEADING = re.compile(r"(?m)^\s*#+\s")
 _SPACE_WORDS = re.compile(r"\b(white ?space|spaces?|trailing|leading|trim(med)?)\b", re.I)
 

@@ -84,15 +84,27 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as exc:
             self._error(exc)
         except Exception as exc:  # a bug must not take the server down for the other workers
-            self._error(RequestError(f"simulated model internal error: {type(exc).__name__}: {exc}",
-                                     code="internal_error", status=500, type_="server_error"))
+            self._error(
+                RequestError(
+                    f"simulated model internal error: {type(exc).__name__}: {exc}",
+                    code="internal_error",
+                    status=500,
+                    type_="server_error",
+                )
+            )
 
     def _authorised(self) -> bool:
         """Whether the request carries the ground-truth credential; answers HTTP 403 when not."""
         if hmac.compare_digest((self.headers.get(TOKEN_HEADER) or "").encode(), self.token.encode()):
             return True
-        self._error(RequestError(f"the ground truth needs the server's credential ({TOKEN_HEADER}); "
-                                 "only the trusted trial side has it", code="forbidden", status=403))
+        self._error(
+            RequestError(
+                f"the ground truth needs the server's credential ({TOKEN_HEADER}); "
+                "only the trusted trial side has it",
+                code="forbidden",
+                status=403,
+            )
+        )
         return False
 
     def _ground_truth_with_executed(self, raw: bytes) -> dict[str, Any]:
@@ -102,18 +114,28 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError(f"the request body is not valid JSON: {exc}", code="bad_json") from None
         executed = body.get("executed") if isinstance(body, dict) else None
         if not isinstance(executed, list) or not all(isinstance(c, dict) for c in executed):
-            raise RequestError("POST /ecdysis/ground_truth needs {\"trial\": <trial header>, \"executed\": "
-                               "[{\"id\", \"name\", \"arguments\"}...]} (the tool calls the environment ran)",
-                               code="bad_executed")
+            raise RequestError(
+                'POST /ecdysis/ground_truth needs {"trial": <trial header>, "executed": '
+                '[{"id", "name", "arguments"}...]} (the tool calls the environment ran)',
+                code="bad_executed",
+            )
         return self.model.ground_truth(body.get("trial"), executed=executed)
 
     def do_GET(self) -> None:
         url = urlparse(self.path)
         if url.path.rstrip("/") in ("/v1/models", "/models"):
-            self._guard(lambda: {"object": "list", "data": [
-                {"id": "sim", "object": "model", "owned_by": "pytest-ecdysis"},
-                *({"id": f"sim/{p}", "object": "model", "owned_by": "pytest-ecdysis"} for p in known_profiles()),
-            ]})
+            self._guard(
+                lambda: {
+                    "object": "list",
+                    "data": [
+                        {"id": "sim", "object": "model", "owned_by": "pytest-ecdysis"},
+                        *(
+                            {"id": f"sim/{p}", "object": "model", "owned_by": "pytest-ecdysis"}
+                            for p in known_profiles()
+                        ),
+                    ],
+                }
+            )
         elif url.path == "/ecdysis/ground_truth":
             if not self._authorised():
                 return
@@ -183,14 +205,21 @@ def make_server(model: SimModel, port: int = 0, token: str | None = None) -> Thr
     try:
         httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as exc:
-        raise UsageError(f"cannot serve the simulated model on 127.0.0.1:{port} ({exc.strerror or exc}); "
-                         "pick another --port, or 0 for a free one") from None
+        raise UsageError(
+            f"cannot serve the simulated model on 127.0.0.1:{port} ({exc.strerror or exc}); "
+            "pick another --port, or 0 for a free one"
+        ) from None
     httpd.daemon_threads = True
     return httpd
 
 
-def start_background(latency_s: float = 0.0, port: int = 0, default_profile: str = "default",
-                     knowledge: dict[str, SimKnowledge] | None = None, nonce: str | None = None) -> SimServerHandle:
+def start_background(
+    latency_s: float = 0.0,
+    port: int = 0,
+    default_profile: str = "default",
+    knowledge: dict[str, SimKnowledge] | None = None,
+    nonce: str | None = None,
+) -> SimServerHandle:
     """Start the server in a daemon thread; returns a handle with `.url` and `.stop()`.
 
     `latency_s`: fixed delay in seconds added to every completion; `nonce`: see `SimModel`. Raises

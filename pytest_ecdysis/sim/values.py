@@ -25,7 +25,7 @@ def wrong_value(value: Any, salt: str) -> Any:
         digits = [i for i, c in enumerate(value) if c.isdigit()]
         if digits:
             i = digits[-1]
-            return value[:i] + str((int(value[i]) + 1 + choose(8, salt)) % 10) + value[i + 1:]
+            return value[:i] + str((int(value[i]) + 1 + choose(8, salt)) % 10) + value[i + 1 :]
         return value[:-1] + ("x" if value[-1] != "x" else "y")
     return value
 

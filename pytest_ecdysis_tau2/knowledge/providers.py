@@ -15,5 +15,7 @@ from .telecom_knowledge import TelecomKnowledge
 def providers() -> dict[str, Tau2Knowledge]:
     """`{"tau2-airline": ..., "tau2-retail": ..., "tau2-telecom": ...}` for the `ecdysis_sim_knowledge`
     hook."""
-    return {**{SUITE_NAMES[d]: Tau2Knowledge(d) for d in ("airline", "retail")},
-            SUITE_NAMES["telecom"]: TelecomKnowledge("telecom")}
+    return {
+        **{SUITE_NAMES[d]: Tau2Knowledge(d) for d in ("airline", "retail")},
+        SUITE_NAMES["telecom"]: TelecomKnowledge("telecom"),
+    }

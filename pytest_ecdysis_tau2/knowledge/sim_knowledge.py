@@ -66,8 +66,11 @@ ID_BENDS: dict[str, dict[str, list[tuple[str, Any]]]] = {
 }
 
 #: argument name -> the lookup that reads the object it names (τ² tool names)
-READERS = {"reservation_id": "get_reservation_details", "order_id": "get_order_details",
-           "user_id": "get_user_details"}
+READERS = {
+    "reservation_id": "get_reservation_details",
+    "order_id": "get_order_details",
+    "user_id": "get_user_details",
+}
 
 _USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
 
@@ -113,26 +116,53 @@ class Tau2Knowledge:
         spoken = " ".join([scenario.reason_for_call, scenario.known_info])  # what the simulated user says
         # Writes are not executed: the shared environment stays pristine, and a write's own result
         # is never where a later argument comes from in τ²'s gold plans.
-        calls, results = self._with_searches(self._with_lookups(gold, writes, scenario, env), writes, spoken, env)
+        calls, results = self._with_searches(
+            self._with_lookups(gold, writes, scenario, env), writes, spoken, env
+        )
         instructions = scenario.task_instructions.lower()
         plan = []
         for i, (name, args, is_gold) in enumerate(calls):
-            deps = tuple(dep for path, value in leaves(args) if id_like(value)
-                         for dep in [_source(path, value, spoken, instructions, results[:i])] if dep is not None)
+            deps = tuple(
+                dep
+                for path, value in leaves(args)
+                if id_like(value)
+                for dep in [_source(path, value, spoken, instructions, results[:i])]
+                if dep is not None
+            )
             bends = tuple(
                 IdBend(kind=kind, arg=arg, bent=fn(args[arg]))
                 for arg, rules in ID_BENDS[self.domain].items()
                 if isinstance(args.get(arg), str) and args[arg]
                 for kind, fn in rules
             )
-            plan.append(PlanStep(name=name, arguments=args, write=name in writes, gold=is_gold,
-                                 dependencies=deps, id_bends=bends, result_chars=len(results[i]),
-                                 actor="user" if name in self._user_tool_names else "agent"))
+            plan.append(
+                PlanStep(
+                    name=name,
+                    arguments=args,
+                    write=name in writes,
+                    gold=is_gold,
+                    dependencies=deps,
+                    id_bends=bends,
+                    result_chars=len(results[i]),
+                    actor="user" if name in self._user_tool_names else "agent",
+                )
+            )
         info = tuple(str(c) for c in (criteria.communicate_info or [])) if criteria else ()
-        figures = tuple(dep for k, value in enumerate(info)
-                        for dep in [_source(f"communicate_info[{k}]", value, "", "", results, loose=True)] if dep is not None)
-        return SimTask(suite=self.suite, task_id=str(task.id), plan=tuple(plan), scenario=scenario,
-                       communicate_info=info, figures=figures, policy=str(env.get_policy() or ""))
+        figures = tuple(
+            dep
+            for k, value in enumerate(info)
+            for dep in [_source(f"communicate_info[{k}]", value, "", "", results, loose=True)]
+            if dep is not None
+        )
+        return SimTask(
+            suite=self.suite,
+            task_id=str(task.id),
+            plan=tuple(plan),
+            scenario=scenario,
+            communicate_info=info,
+            figures=figures,
+            policy=str(env.get_policy() or ""),
+        )
 
     def _environment(self, task: Any) -> Any:
         """The shared pristine environment, or a fresh one with the task's initial state applied."""
@@ -142,21 +172,27 @@ class Tau2Knowledge:
                 self._shared = get_environment(self.domain)
             return self._shared
         env = get_environment(self.domain)
-        env.set_state(initialization_data=state.initialization_data,
-                      initialization_actions=state.initialization_actions, message_history=[])
+        env.set_state(
+            initialization_data=state.initialization_data,
+            initialization_actions=state.initialization_actions,
+            message_history=[],
+        )
         return env
 
     def _writes(self, env: Any) -> set[str]:
         if self._write_tools is None:
             tools = env.tools
             self._tool_names = set(tools.get_tools())  # get_tools builds pydantic models: slow, ask once
-            self._write_tools = {n for n in self._tool_names if str(tools.tool_type(n)).lower().endswith("write")}
+            self._write_tools = {
+                n for n in self._tool_names if str(tools.tool_type(n)).lower().endswith("write")
+            }
             if getattr(env, "user_tools", None) is not None:
                 self._user_tool_names = set(env.user_tools.get_tools())
         return self._write_tools
 
-    def _with_lookups(self, gold: list[tuple[str, dict]], writes: set[str], scenario: Scenario,
-                      env: Any) -> list[tuple[str, dict, bool]]:
+    def _with_lookups(
+        self, gold: list[tuple[str, dict]], writes: set[str], scenario: Scenario, env: Any
+    ) -> list[tuple[str, dict, bool]]:
         """Gold actions with the lookups of the objects each write touches inserted before it."""
         tools = self._tool_names
         calls: list[tuple[str, dict, bool]] = []
@@ -164,8 +200,10 @@ class Tau2Knowledge:
         if any(name in writes for name, _ in gold):
             match = _USER_ID.search(scenario.known_info) or _USER_ID.search(json.dumps([a for _, a in gold]))
             first_write = next(i for i, (name, _) in enumerate(gold) if name in writes)
-            looked_up = any(name in ("find_user_id_by_name_zip", "find_user_id_by_email", "get_user_details")
-                            for name, _ in gold[:first_write])
+            looked_up = any(
+                name in ("find_user_id_by_name_zip", "find_user_id_by_email", "get_user_details")
+                for name, _ in gold[:first_write]
+            )
             if match and not looked_up and "get_user_details" in tools:
                 calls.append(("get_user_details", {"user_id": match.group(0)}, False))
                 read.add(("get_user_details", match.group(0)))
@@ -181,8 +219,9 @@ class Tau2Knowledge:
             calls.append((name, args, True))
         return calls
 
-    def _with_searches(self, calls: list[tuple[str, dict, bool]], writes: set[str], spoken: str,
-                       env: Any) -> tuple[list[tuple[str, dict, bool]], list[str]]:
+    def _with_searches(
+        self, calls: list[tuple[str, dict, bool]], writes: set[str], spoken: str, env: Any
+    ) -> tuple[list[tuple[str, dict, bool]], list[str]]:
         """The calls with a search inserted before each call needing an id the user does not say and no
         earlier result holds (a flight number: `search_direct_flight` / `search_onestop_flight`; a
         product's item id: `get_product_details`; an order id: `get_user_details`), and every call's
@@ -192,8 +231,12 @@ class Tau2Knowledge:
         results: list[str] = []
         for name, args, is_gold in calls:
             for path, value in leaves(args):
-                if (not id_like(value) or path.rsplit(".", 1)[-1] in _NOT_SEARCHED or value in spoken
-                        or any(value in r for r in results)):
+                if (
+                    not id_like(value)
+                    or path.rsplit(".", 1)[-1] in _NOT_SEARCHED
+                    or value in spoken
+                    or any(value in r for r in results)
+                ):
                     continue
                 for search in self._searches(path, value, args, spoken, results, env):
                     if search in out:
@@ -204,11 +247,14 @@ class Tau2Knowledge:
                         results.append(result)
                         break
             out.append((name, args, is_gold))
-            results.append("" if name in writes or name in self._user_tool_names else self._run(env, name, args))
+            results.append(
+                "" if name in writes or name in self._user_tool_names else self._run(env, name, args)
+            )
         return out, results
 
-    def _searches(self, path: str, value: str, args: dict, spoken: str, results: list[str],
-                  env: Any) -> list[tuple[str, dict, bool]]:
+    def _searches(
+        self, path: str, value: str, args: dict, spoken: str, results: list[str], env: Any
+    ) -> list[tuple[str, dict, bool]]:
         """Candidate searches (tool, arguments, gold=False) whose result may hold `value` (τ² tools)."""
         db = env.tools.db
         key = path.rsplit(".", 1)[-1].split("[")[0]
@@ -218,8 +264,11 @@ class Tau2Knowledge:
             if not date:
                 return []
             where = {"origin": flight.origin, "destination": flight.destination, "date": date}
-            return [(tool, where, False) for tool in ("search_direct_flight", "search_onestop_flight")
-                    if tool in self._tool_names]
+            return [
+                (tool, where, False)
+                for tool in ("search_direct_flight", "search_onestop_flight")
+                if tool in self._tool_names
+            ]
         if key in ("new_item_ids", "item_ids") and "get_product_details" in self._tool_names:
             for product in getattr(db, "products", {}).values():
                 if value in product.variants:
@@ -238,7 +287,9 @@ class Tau2Knowledge:
 
 
 #: Argument names whose values the model takes from its intent (what the user asks for), never searched.
-_NOT_SEARCHED = frozenset({"date", "dob", "zip", "payment_id", "payment_method_id", "user_id", "reservation_id"})
+_NOT_SEARCHED = frozenset(
+    {"date", "dob", "zip", "payment_id", "payment_method_id", "user_id", "reservation_id"}
+)
 
 
 def _get_sibling(args: dict, path: str, name: str) -> str:
@@ -250,8 +301,9 @@ def _get_sibling(args: dict, path: str, name: str) -> str:
     return str(target.get(name, "")) if isinstance(target, dict) else ""
 
 
-def _source(path: str, value: str, spoken: str, instructions: str, results: list[str],
-            loose: bool = False) -> Dependency | None:
+def _source(
+    path: str, value: str, spoken: str, instructions: str, results: list[str], loose: bool = False
+) -> Dependency | None:
     """Where the model reads `value`: the user's words, else the first earlier result containing it
     (exactly; with `loose`, case-insensitively and commas removed, as τ²'s communicate check compares a
     figure); None when neither has it (the model's own value, or one only the user's hidden

@@ -31,8 +31,9 @@ PHONE = re.compile(r"\b\d{3}-\d{3}-\d{4}\b")
 class TelecomKnowledge(Tau2Knowledge):
     """`SimKnowledge` for τ² telecom: gold actions of both hands, with the agent's lookups before writes."""
 
-    def _with_lookups(self, gold: list[tuple[str, dict]], writes: set[str], scenario: Scenario,
-                      env: Any) -> list[tuple[str, dict, bool]]:
+    def _with_lookups(
+        self, gold: list[tuple[str, dict]], writes: set[str], scenario: Scenario, env: Any
+    ) -> list[tuple[str, dict, bool]]:
         tools = self._tool_names
         phone = PHONE.search(scenario.known_info)
         calls: list[tuple[str, dict, bool]] = []

@@ -81,8 +81,12 @@ class QuirkDraws:
             return None
         if uniform(p.seed, s.task.suite, s.task.task_id, "blind_spot_task") >= p.blind_spot_task_rate:
             return None
-        candidates = [(i, path) for i in s.task.writes
-                      for path, value in leaves(s.task.plan[i].arguments) if id_like(value)]
+        candidates = [
+            (i, path)
+            for i in s.task.writes
+            for path, value in leaves(s.task.plan[i].arguments)
+            if id_like(value)
+        ]
         if not candidates:
             return None
         spot = candidates[choose(len(candidates), p.seed, s.task.suite, s.task.task_id, "blind_spot")]
@@ -91,8 +95,9 @@ class QuirkDraws:
     def quirk(self, kind: str, cured: bool = False, **detail: Any) -> int:
         """Record a ground-truth entry at the current agent request; its index."""
         s = self.state
-        s.quirks.append({"kind": kind, "origin": GROUND_TRUTH_ORIGINS[kind], "step": s.step, "cured": cured,
-                         **detail})
+        s.quirks.append(
+            {"kind": kind, "origin": GROUND_TRUTH_ORIGINS[kind], "step": s.step, "cured": cured, **detail}
+        )
         return len(s.quirks) - 1
 
     def bent(self, index: int, entry: int, path: str | None = None) -> None:
@@ -127,7 +132,16 @@ class QuirkDraws:
             if effect and not q["cured"]:
                 q["effect"] = effect
         cause, causes = trial_cause(quirks, closed=s.closed)
-        return {"task_id": s.task.task_id, "trial": s.trial, "suite": s.task.suite,
-                "profile": s.profile.name, "nonce": s.nonce, "agent_requests": s.step,
-                "reached_final": s.reached_final,
-                "closed": s.closed, "quirks": quirks, "cause": cause, "causes": causes}
+        return {
+            "task_id": s.task.task_id,
+            "trial": s.trial,
+            "suite": s.task.suite,
+            "profile": s.profile.name,
+            "nonce": s.nonce,
+            "agent_requests": s.step,
+            "reached_final": s.reached_final,
+            "closed": s.closed,
+            "quirks": quirks,
+            "cause": cause,
+            "causes": causes,
+        }

@@ -44,8 +44,9 @@ class Emitter:
         digest = hashlib.sha256(f"{s.task.suite}/{s.task.task_id}/{s.trial}".encode()).hexdigest()
         return f"call_{digest[:10]}_{s.calls}"
 
-    def emit_call(self, index: int, args: dict[str, Any], *, reread: bool = False,
-                  quirk_repeat: Pending | None = None) -> dict[str, Any]:
+    def emit_call(
+        self, index: int, args: dict[str, Any], *, reread: bool = False, quirk_repeat: Pending | None = None
+    ) -> dict[str, Any]:
         """Send a planned call; on its first sending, presentation quirks (malformed JSON, id bends) may fire."""
         s = self.state
         step = s.task.plan[index]
@@ -68,12 +69,22 @@ class Emitter:
                         continue
                     self.id_habits.add((bend.kind, bend.arg))
                     gold = _get_path(step.arguments, bend.arg)
-                    told = informs_form(harness_text(s.request, s.user_texts), str(gold), str(bend.bent),
-                                        request_corpus(s.request))
-                    factor = (s.profile.documented_format_factor
-                              if told or self.documented(step.name, bend.arg, str(gold), str(bend.bent)) else 1.0)
-                    if (pending.bend is None and _get_path(args, bend.arg) == gold
-                            and self.draws.fires(bend.kind, bend.arg, factor=factor)):
+                    told = informs_form(
+                        harness_text(s.request, s.user_texts),
+                        str(gold),
+                        str(bend.bent),
+                        request_corpus(s.request),
+                    )
+                    factor = (
+                        s.profile.documented_format_factor
+                        if told or self.documented(step.name, bend.arg, str(gold), str(bend.bent))
+                        else 1.0
+                    )
+                    if (
+                        pending.bend is None
+                        and _get_path(args, bend.arg) == gold
+                        and self.draws.fires(bend.kind, bend.arg, factor=factor)
+                    ):
                         pending.bend = bend
                         pending.bend_quirk = self.draws.quirk(bend.kind, tool=step.name, arg=bend.arg)
                         raw = json.dumps(_set_path(args, bend.arg, bend.bent))
@@ -94,7 +105,9 @@ class Emitter:
             fn = (schema or {}).get("function") or {}
             if fn.get("name") != tool:
                 continue
-            prop = ((fn.get("parameters") or {}).get("properties") or {}).get(arg.split("[")[0].split(".")[0]) or {}
+            prop = ((fn.get("parameters") or {}).get("properties") or {}).get(
+                arg.split("[")[0].split(".")[0]
+            ) or {}
             text = f"{prop.get('description', '')} {json.dumps(prop.get('examples', ''))} {prop.get('pattern', '')}"
             return informs_form(text, gold, bent, "")
         return False
@@ -130,8 +143,13 @@ class Emitter:
                 continue
             if k not in self.figure_entries:
                 why, because = why_unseen(s, dep)
-                entry = self.draws.quirk("unseen_value", tool="final_answer", arg=dep.path, why=why,
-                                         **({} if because is None else {"because": because}))
+                entry = self.draws.quirk(
+                    "unseen_value",
+                    tool="final_answer",
+                    arg=dep.path,
+                    why=why,
+                    **({} if because is None else {"because": because}),
+                )
                 self.figure_entries[k] = entry
                 s.effects[entry] = "wrong_figure"
             out.append(str(wrong_value(value, f"figure{k}")))
@@ -155,5 +173,10 @@ class Emitter:
 
     @staticmethod
     def tool_message(call_id: str, name: str, raw_args: str) -> dict[str, Any]:
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_args}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_args}}
+            ],
+        }

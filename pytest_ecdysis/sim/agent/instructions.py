@@ -34,19 +34,30 @@ _WORDS = re.compile(r"[a-z][a-z0-9'#\-]*|#")
 _DIRECTIVE = re.compile(
     r"^(always|never|do not|don't|dont|please|make sure|ensure|be sure|remember( to)?|avoid|only|"
     r"you (must|should|need to|have to|shall|may not|must not|should not|cannot|can't)|must|should|"
-    r"refrain from|stop|keep|try to|take care to)\b")
+    r"refrain from|stop|keep|try to|take care to)\b"
+)
 #: Conditional openers whose clause (up to the first comma) states when the rule applies.
-_CONDITION = re.compile(r"^(before|after|when|whenever|if|once|until|while|unless|as soon as|each time|every time|"
-                        r"in case|on)\b[^,]*,\s*")
+_CONDITION = re.compile(
+    r"^(before|after|when|whenever|if|once|until|while|unless|as soon as|each time|every time|"
+    r"in case|on)\b[^,]*,\s*"
+)
 #: Words after which a sentence describes rather than directs (within its first four words).
-_DECLARATIVE = re.compile(r"\b(is|are|was|were|will|has|have|had|does|can|may|gets|get|handles|checks|"
-                          r"normalises|normalizes|provides|sends|adds)\b")
-_NOT_VERBS = frozenset("the a an this that these those it its we our i my you your they their there here "
-                       "he she his her each every all some any no ids id tools tool harness system note".split())
-_PROHIBIT = re.compile(r"\b(never|do not|don't|dont|must not|should not|may not|cannot|can't|avoid|refrain from|"
-                       r"under no circumstances|not allowed to)\b")
+_DECLARATIVE = re.compile(
+    r"\b(is|are|was|were|will|has|have|had|does|can|may|gets|get|handles|checks|"
+    r"normalises|normalizes|provides|sends|adds)\b"
+)
+_NOT_VERBS = frozenset(
+    "the a an this that these those it its we our i my you your they their there here "
+    "he she his her each every all some any no ids id tools tool harness system note".split()
+)
+_PROHIBIT = re.compile(
+    r"\b(never|do not|don't|dont|must not|should not|may not|cannot|can't|avoid|refrain from|"
+    r"under no circumstances|not allowed to)\b"
+)
 #: A universal over the model's every move: the shape of a rule a model over-applies at each turn.
-_PER_CALL = re.compile(r"\b(always|every|each|any|all)\b[^.]*\b(call|tool|step|action|message|reply|turn|request)s?\b")
+_PER_CALL = re.compile(
+    r"\b(always|every|each|any|all)\b[^.]*\b(call|tool|step|action|message|reply|turn|request)s?\b"
+)
 
 
 @dataclass(frozen=True)
@@ -64,41 +75,175 @@ _EXACT = ("exact", "verbatim", "character", "as shown", "as given", "as written"
 #: a general rule does not cure a reasoning failure on a particular task.
 FRAMES: dict[str, tuple[Frame, ...]] = {
     "early_end": (
-        Frame((("end", "close", "finish", "conclude", "wrap", "stop", "terminat", "goodbye", "sign off", "hang up"),
-               ("all", "every", "each", "remaining", "pending", "outstanding", "until", "rest", "done", "complet",
-                "fulfil", "handled", "other", "multiple", "whole"))),
-        Frame((("complete", "finish", "handle", "fulfil", "carry", "perform", "address", "resolve", "process"),
-               ("all", "every", "each", "remaining", "whole", "part", "multiple"),
-               ("request", "task", "action", "change", "item", "part", "thing", "step", "ask"))),
+        Frame(
+            (
+                (
+                    "end",
+                    "close",
+                    "finish",
+                    "conclude",
+                    "wrap",
+                    "stop",
+                    "terminat",
+                    "goodbye",
+                    "sign off",
+                    "hang up",
+                ),
+                (
+                    "all",
+                    "every",
+                    "each",
+                    "remaining",
+                    "pending",
+                    "outstanding",
+                    "until",
+                    "rest",
+                    "done",
+                    "complet",
+                    "fulfil",
+                    "handled",
+                    "other",
+                    "multiple",
+                    "whole",
+                ),
+            )
+        ),
+        Frame(
+            (
+                (
+                    "complete",
+                    "finish",
+                    "handle",
+                    "fulfil",
+                    "carry",
+                    "perform",
+                    "address",
+                    "resolve",
+                    "process",
+                ),
+                ("all", "every", "each", "remaining", "whole", "part", "multiple"),
+                ("request", "task", "action", "change", "item", "part", "thing", "step", "ask"),
+            )
+        ),
     ),
     "forget_communicate": (
-        Frame((("state", "tell", "give", "includ", "mention", "report", "share", "say", "communicat", "provide",
-                "inform", "quote", "list"),
-               ("figure", "amount", "total", "price", "cost", "refund", "balance", "sum", "fee", "charge",
-                "how much", "compensation"))),
+        Frame(
+            (
+                (
+                    "state",
+                    "tell",
+                    "give",
+                    "includ",
+                    "mention",
+                    "report",
+                    "share",
+                    "say",
+                    "communicat",
+                    "provide",
+                    "inform",
+                    "quote",
+                    "list",
+                ),
+                (
+                    "figure",
+                    "amount",
+                    "total",
+                    "price",
+                    "cost",
+                    "refund",
+                    "balance",
+                    "sum",
+                    "fee",
+                    "charge",
+                    "how much",
+                    "compensation",
+                ),
+            )
+        ),
     ),
     "repeat_after_error": (
-        Frame((("repeat", "retry", "resend", "again", "same", "identical", "loop", "re-send", "re-try"),
-               ("error", "fail", "reject", "unsuccess", "not found", "invalid"))),
-        Frame((("error", "fail", "reject"), ("read", "fix", "correct", "change", "adjust", "different", "learn",
-                                              "understand", "follow"))),
+        Frame(
+            (
+                ("repeat", "retry", "resend", "again", "same", "identical", "loop", "re-send", "re-try"),
+                ("error", "fail", "reject", "unsuccess", "not found", "invalid"),
+            )
+        ),
+        Frame(
+            (
+                ("error", "fail", "reject"),
+                ("read", "fix", "correct", "change", "adjust", "different", "learn", "understand", "follow"),
+            )
+        ),
     ),
     "id_case": (Frame((_VALUES[:5], (*_EXACT, "case", "uppercase", "lowercase", "capital"))),),
     "id_prefix": (Frame((_VALUES[:5], (*_EXACT, "prefix", "#", "includ", "keep", "hash"))),),
     "context_loss": (
-        Frame((("invent", "guess", "make up", "fabricat", "assum", "recall", "memory", "remember", "re-read",
-                "reread", "look", "check", "verify", "copy", "use only", "only use", "refer"),
-               _VALUES, ("result", "record", "lookup", "look", "earlier", "previous", "tool", "source", "user",
-                         "conversation", "history", "above"))),
+        Frame(
+            (
+                (
+                    "invent",
+                    "guess",
+                    "make up",
+                    "fabricat",
+                    "assum",
+                    "recall",
+                    "memory",
+                    "remember",
+                    "re-read",
+                    "reread",
+                    "look",
+                    "check",
+                    "verify",
+                    "copy",
+                    "use only",
+                    "only use",
+                    "refer",
+                ),
+                _VALUES,
+                (
+                    "result",
+                    "record",
+                    "lookup",
+                    "look",
+                    "earlier",
+                    "previous",
+                    "tool",
+                    "source",
+                    "user",
+                    "conversation",
+                    "history",
+                    "above",
+                ),
+            )
+        ),
     ),
     "malformed_args": (
-        Frame((("json", "argument", "parameter"), ("valid", "json", "syntax", "well-formed", "parse", "object",
-                                                    "quote"))),
+        Frame(
+            (
+                ("json", "argument", "parameter"),
+                ("valid", "json", "syntax", "well-formed", "parse", "object", "quote"),
+            )
+        ),
     ),
     "verbose_rereads": (
-        Frame((("again", "re-read", "reread", "twice", "redundant", "already", "duplicate", "unnecessar", "repeat",
-                "once"),
-               ("look", "read", "fetch", "lookup", "query", "retriev")), negated=True),
+        Frame(
+            (
+                (
+                    "again",
+                    "re-read",
+                    "reread",
+                    "twice",
+                    "redundant",
+                    "already",
+                    "duplicate",
+                    "unnecessar",
+                    "repeat",
+                    "once",
+                ),
+                ("look", "read", "fetch", "lookup", "query", "retriev"),
+            ),
+            negated=True,
+        ),
     ),
 }
 
@@ -158,16 +303,23 @@ def _has(words: str, stems: tuple[str, ...]) -> bool:
 @functools.lru_cache(maxsize=256)
 def _group(stems: tuple[str, ...]) -> re.Pattern[str]:
     """One compiled pattern per group of stems (compiled once per process)."""
-    return re.compile(r"(?:^|[ \-])(?:" + "|".join(re.escape(s) for s in sorted(stems, key=len, reverse=True)) + ")")
+    return re.compile(
+        r"(?:^|[ \-])(?:" + "|".join(re.escape(s) for s in sorted(stems, key=len, reverse=True)) + ")"
+    )
 
 
 def addressed(sentence: str) -> frozenset[str]:
     """The quirk kinds whose behaviour a (directive) sentence names: every group of one of its frames."""
     words = _norm(sentence)
-    return frozenset(kind for kind, frames in FRAMES.items()
-                     if any(all(_has(words, g) for g in f.groups)
-                            and (not f.negated or _PROHIBIT.search(words) or " only " in f" {words} ")
-                            for f in frames))
+    return frozenset(
+        kind
+        for kind, frames in FRAMES.items()
+        if any(
+            all(_has(words, g) for g in f.groups)
+            and (not f.negated or _PROHIBIT.search(words) or " only " in f" {words} ")
+            for f in frames
+        )
+    )
 
 
 def _tool_words(tool: str) -> tuple[str, str]:
@@ -194,8 +346,11 @@ def read_rules(system_text: str, policy: str, write_tools: tuple[str, ...]) -> t
         kinds = addressed(sentence)
         forbids: tuple[str, ...] = ()
         if _PROHIBIT.search(norm):
-            forbids = tuple(t for t in write_tools
-                            if all(w and re.search(rf"\b{re.escape(w)}", norm) for w in _tool_words(t)))
+            forbids = tuple(
+                t
+                for t in write_tools
+                if all(w and re.search(rf"\b{re.escape(w)}", norm) for w in _tool_words(t))
+            )
         broad, cost = False, ""
         if not _PROHIBIT.search(norm) and _PER_CALL.search(norm):
             if _has(norm, ("look", "re-read", "reread", "check", "verify", "fetch", "read", "review")):
@@ -203,5 +358,7 @@ def read_rules(system_text: str, policy: str, write_tools: tuple[str, ...]) -> t
             elif _has(norm, ("confirm", "permission", "approv", "ask")):
                 broad, cost = True, "confirm"
         if kinds or forbids or broad:
-            rules.append(Rule(text=sentence[:200], kinds=kinds, broad=broad, forbids=forbids, kind_of_cost=cost))
+            rules.append(
+                Rule(text=sentence[:200], kinds=kinds, broad=broad, forbids=forbids, kind_of_cost=cost)
+            )
     return tuple(rules)

@@ -65,14 +65,24 @@ class IntentBuilder:
         for dep in step.dependencies:
             if not visible(dep.value, corpus):
                 why, because = why_unseen(s, dep)
-                entry = draws.quirk("unseen_value", tool=step.name, arg=dep.path, why=why,
-                                    **({} if because is None else {"because": because}))
-                args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"unseen{index}{dep.path}"))
+                entry = draws.quirk(
+                    "unseen_value",
+                    tool=step.name,
+                    arg=dep.path,
+                    why=why,
+                    **({} if because is None else {"because": because}),
+                )
+                args = _set_path(
+                    args, dep.path, wrong_value(_get_path(args, dep.path), f"unseen{index}{dep.path}")
+                )
                 draws.bent(index, entry, dep.path)
-            elif (step.write and dep.source_step != USER_SOURCE
-                  and (far := distance_from_end(dep.value, corpus) or 0) > s.profile.recall_chars
-                  and not self.follower.told(dep.value, messages)
-                  and draws.fires("context_loss", index, dep.path)):
+            elif (
+                step.write
+                and dep.source_step != USER_SOURCE
+                and (far := distance_from_end(dep.value, corpus) or 0) > s.profile.recall_chars
+                and not self.follower.told(dep.value, messages)
+                and draws.fires("context_loss", index, dep.path)
+            ):
                 # visible, but too far back for this model to recall (and no harness message restates it)
                 entry = draws.quirk("context_loss", tool=step.name, arg=dep.path, distance_chars=far)
                 args = _set_path(args, dep.path, wrong_value(_get_path(args, dep.path), f"{index}{dep.path}"))
@@ -81,12 +91,18 @@ class IntentBuilder:
             # the harness did not give the model the domain policy: what the policy decides (a cabin, a
             # payment, a refund) is guessed, so the write goes wrong; an id the request shows stays right
             deps = {d.path for d in step.dependencies}
-            paths = [path for path, _ in leaves(step.arguments) if path not in deps] or \
-                    [path for path, _ in leaves(step.arguments)]
+            paths = [path for path, _ in leaves(step.arguments) if path not in deps] or [
+                path for path, _ in leaves(step.arguments)
+            ]
             if paths:
                 path = paths[choose(len(paths), s.profile.seed, s.task.task_id, "policy", index)]
-                entry = draws.quirk("unseen_value", tool=step.name, arg=path, why="policy_missing",
-                                    policy_coverage=round(coverage, 3))
+                entry = draws.quirk(
+                    "unseen_value",
+                    tool=step.name,
+                    arg=path,
+                    why="policy_missing",
+                    policy_coverage=round(coverage, 3),
+                )
                 args = _set_path(args, path, wrong_value(_get_path(args, path), f"policy{index}{path}"))
                 draws.bent(index, entry, path)
         if self.blind is not None and self.blind[0] == index:
@@ -99,7 +115,9 @@ class IntentBuilder:
                 args = _set_path(args, path, wrong_value(gold, f"blind{index}"))
                 draws.bent(index, entry, path)
         if draws.fires("slip", index) and args:
-            paths = sorted(k for k, v in args.items() if isinstance(v, (str, int, list)) and v not in ("", []))
+            paths = sorted(
+                k for k, v in args.items() if isinstance(v, (str, int, list)) and v not in ("", [])
+            )
             if paths:
                 path = paths[choose(len(paths), s.profile.seed, s.task.task_id, s.trial, "slip", index)]
                 entry = draws.quirk("slip", tool=step.name, arg=path)

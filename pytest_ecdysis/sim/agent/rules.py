@@ -42,7 +42,9 @@ def harness_text(messages: list[dict[str, Any]], user_texts: set[str]) -> str:
     for m in messages:
         role = m.get("role")
         text = message_text(m)
-        if role in ("system", "developer") or (role == "user" and text.strip() and text.strip() not in user_texts):
+        if role in ("system", "developer") or (
+            role == "user" and text.strip() and text.strip() not in user_texts
+        ):
             parts.append(text)
     return "\n".join(parts)
 
@@ -92,8 +94,9 @@ class RuleFollower:
             return ""
         self.overreach_done.add(index)
         if self.overreach_entry is None:
-            self.overreach_entry = self.draws.quirk("instruction_overreach", rule=rule.text,
-                                                    cost=rule.kind_of_cost)
+            self.overreach_entry = self.draws.quirk(
+                "instruction_overreach", rule=rule.text, cost=rule.kind_of_cost
+            )
         return rule.kind_of_cost
 
     def told(self, gold: Any, messages: list[dict[str, Any]]) -> bool:
@@ -101,8 +104,9 @@ class RuleFollower:
         value = str(gold).strip()
         return bool(value) and value in harness_text(messages, self.state.user_texts)
 
-    def corrected(self, index: int, args: dict[str, Any], text: str,
-                  messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def corrected(
+        self, index: int, args: dict[str, Any], text: str, messages: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
         """The arguments of plan step `index` corrected by `text` (a tool error answering the call, or a
         harness note after it) together with everything else the harness said in the request (system,
         developer, notes: after an error the model looks there too), curing each value entry it

@@ -62,10 +62,23 @@ class AgentTrial:
     user simulator wrote in this trial (shared, not copied: a message in it is the user's, not the harness's).
     """
 
-    def __init__(self, task: SimTask, profile: Profile, trial: int, nonce: str = "",
-                 off: frozenset[str] = frozenset(), user_texts: set[str] | None = None) -> None:
-        self.state = AgentState(task=task, profile=profile, trial=trial, nonce=nonce, off=off,
-                                user_texts=set() if user_texts is None else user_texts)
+    def __init__(
+        self,
+        task: SimTask,
+        profile: Profile,
+        trial: int,
+        nonce: str = "",
+        off: frozenset[str] = frozenset(),
+        user_texts: set[str] | None = None,
+    ) -> None:
+        self.state = AgentState(
+            task=task,
+            profile=profile,
+            trial=trial,
+            nonce=nonce,
+            off=off,
+            user_texts=set() if user_texts is None else user_texts,
+        )
         self.draws = QuirkDraws(self.state)
         self.follower = RuleFollower(self.state, self.draws)
         self.intent = IntentBuilder(self.state, self.draws, self.follower)
@@ -114,9 +127,16 @@ class AgentTrial:
             failed, self.failed = self.failed, None  # a harness note after a failed call: does it correct it?
             note = message_text(last)
             fixed = self.follower.corrected(failed.plan_index, failed.args, note, messages)
-            if failed.bend is not None and not s.quirks[failed.bend_quirk]["cured"] and informs_form(
-                    note, str(self._gold(failed.plan_index, failed.bend.arg)), str(failed.bend.bent),
-                    request_corpus(messages)):
+            if (
+                failed.bend is not None
+                and not s.quirks[failed.bend_quirk]["cured"]
+                and informs_form(
+                    note,
+                    str(self._gold(failed.plan_index, failed.bend.arg)),
+                    str(failed.bend.bent),
+                    request_corpus(messages),
+                )
+            ):
                 self.draws.cure(failed.bend_quirk)
                 fixed = fixed or failed.args
             if fixed is not None:
@@ -151,8 +171,9 @@ class AgentTrial:
         if result is None:
             if p.malformed_quirk is not None:
                 if p.repeats + 1 >= MAX_MALFORMED:
-                    return emitter.give_up(f"the {s.task.plan[p.plan_index].name} call could not be sent",
-                                           p.malformed_quirk)
+                    return emitter.give_up(
+                        f"the {s.task.plan[p.plan_index].name} call could not be sent", p.malformed_quirk
+                    )
                 return emitter.emit_call(p.plan_index, p.args, quirk_repeat=p)
             return self._done_call(p, messages)  # the harness dropped the result: carry on
         s.seen[p.plan_index] = result
@@ -183,12 +204,15 @@ class AgentTrial:
     def _gold(self, index: int, path: str) -> Any:
         return _get_path(self.state.task.plan[index].arguments, path)
 
-    def _handle_error(self, p: Pending, result: str, messages: list[dict[str, Any]], *,
-                      after_repeat: bool) -> dict[str, Any]:
+    def _handle_error(
+        self, p: Pending, result: str, messages: list[dict[str, Any]], *, after_repeat: bool
+    ) -> dict[str, Any]:
         s, emitter = self.state, self.emitter
         if p.bend is not None:
             gold = str(self._gold(p.plan_index, p.bend.arg))
-            told = f"{result}\n{harness_text(messages, s.user_texts)}"  # the error, with what the harness said
+            told = (
+                f"{result}\n{harness_text(messages, s.user_texts)}"  # the error, with what the harness said
+            )
             if informs_form(told, gold, str(p.bend.bent), request_corpus(messages)):
                 self.draws.cure(p.bend_quirk)  # the error shows the expected form: resend it corrected
                 return emitter.emit_call(p.plan_index, p.args, reread=p.reread)
@@ -215,7 +239,7 @@ class AgentTrial:
         step = s.task.plan[p.plan_index]
         s.pos = p.plan_index + 1
         writes = s.task.writes
-        if (step.write and not self.early_end_drawn and len(writes) >= 2 and p.plan_index == writes[0]):
+        if step.write and not self.early_end_drawn and len(writes) >= 2 and p.plan_index == writes[0]:
             self.early_end_drawn = True
             if self.draws.fires("early_end", "trial"):
                 quirk = self.draws.quirk("early_end")
@@ -253,8 +277,9 @@ class AgentTrial:
             s.pending = Pending(kind="confirm", text=text)
             return emitter.assistant_text(text)
         if step.write and self.verbose is None:
-            self.verbose = self.draws.draw_trial("verbose_rereads",
-                                                 len(plan) >= s.profile.long_task_min_steps)
+            self.verbose = self.draws.draw_trial(
+                "verbose_rereads", len(plan) >= s.profile.long_task_min_steps
+            )
         if step.write and self.verbose and s.pos not in self.reread_done:
             self.reread_done.add(s.pos)
             rereads = self._rereads(s.pos)

@@ -77,11 +77,17 @@ class Recipe:
         """
         text = " ".join([trigger, *guards]).lower()
         chosen = [n for n in self.narrowing if str(n.get("when", "")).lower() in text]
-        if self.triggers and trigger.strip() and not chosen \
-                and not any(t.lower() in trigger.lower() for t in self.triggers):
+        if (
+            self.triggers
+            and trigger.strip()
+            and not chosen
+            and not any(t.lower() in trigger.lower() for t in self.triggers)
+        ):
             can = [repr(t) for t in self.triggers] + [f"narrowed: {n.get('when')!r}" for n in self.narrowing]
-            raise RecipeError(f"recipe {self.knob!r} cannot implement the trigger {trigger!r}; it implements "
-                              f"{' or '.join(can)}")
+            raise RecipeError(
+                f"recipe {self.knob!r} cannot implement the trigger {trigger!r}; it implements "
+                f"{' or '.join(can)}"
+            )
         return [*self.steps, *(step for n in chosen for step in n.get("steps", []))]
 
 
@@ -127,14 +133,22 @@ def load_recipes(harness_dir: Path) -> dict[str, Recipe]:
     for path in sorted(recipes_dir(harness_dir).glob("*.toml")):
         try:
             data = tomllib.loads(path.read_text())
-            recipe = Recipe(knob=data["knob"], file=data["file"], description=data.get("description", ""),
-                            parameters=dict(data.get("parameters", {})), steps=list(data["steps"]), path=path,
-                            triggers=[str(t) for t in data.get("triggers", [])],
-                            narrowing=[dict(n) for n in data.get("narrowing", [])])
+            recipe = Recipe(
+                knob=data["knob"],
+                file=data["file"],
+                description=data.get("description", ""),
+                parameters=dict(data.get("parameters", {})),
+                steps=list(data["steps"]),
+                path=path,
+                triggers=[str(t) for t in data.get("triggers", [])],
+                narrowing=[dict(n) for n in data.get("narrowing", [])],
+            )
         except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
             raise UsageError(f"edit recipe {path} is malformed ({exc}); fix or remove it") from None
         if recipe.knob in recipes:
-            raise UsageError(f"two edit recipes for knob {recipe.knob!r}: {recipes[recipe.knob].path} and {path}")
+            raise UsageError(
+                f"two edit recipes for knob {recipe.knob!r}: {recipes[recipe.knob].path} and {path}"
+            )
         unknown = [t for t in recipe.parameters.values() if t not in _TYPES]
         if unknown:
             raise UsageError(f"edit recipe {path}: unknown parameter type(s) {unknown}; use {sorted(_TYPES)}")
@@ -155,7 +169,9 @@ def apply_spec(spec: Any, harness_dir: Path) -> SimEditResult:
         params = dict(change.parameters if hasattr(change, "parameters") else change.get("parameters", {}))
         knob = params.pop("knob", None)
         if not knob:
-            result.not_implementable.append({"knob": "", "reason": "the change names no knob in its parameters"})
+            result.not_implementable.append(
+                {"knob": "", "reason": "the change names no knob in its parameters"}
+            )
             continue
         recipe = recipes.get(knob)
         if recipe is None:
@@ -173,7 +189,9 @@ def apply_spec(spec: Any, harness_dir: Path) -> SimEditResult:
             if recipe.file not in result.files:
                 result.files.append(recipe.file)
         else:
-            result.not_implementable.append({"knob": knob, "reason": "already in place: the recipe changes nothing"})
+            result.not_implementable.append(
+                {"knob": knob, "reason": "already in place: the recipe changes nothing"}
+            )
     return result
 
 
@@ -181,8 +199,9 @@ def _field(change: Any, name: str) -> Any:
     return getattr(change, name, None) if not isinstance(change, dict) else change.get(name)
 
 
-def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path,
-                 steps: list[dict[str, Any]] | None = None) -> bool:
+def apply_recipe(
+    recipe: Recipe, params: dict[str, Any], harness_dir: Path, steps: list[dict[str, Any]] | None = None
+) -> bool:
     """Apply one recipe (its base `steps`, or the `steps` given: base plus narrowings); True when a file
     changed.
 
@@ -194,7 +213,9 @@ def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path,
         if name not in params:
             raise RecipeError(f"recipe {recipe.knob!r} needs parameter {name!r} ({kind})")
         if not _TYPES[kind](params[name]):
-            raise RecipeError(f"recipe {recipe.knob!r}: parameter {name!r} must be {kind}, got {params[name]!r}")
+            raise RecipeError(
+                f"recipe {recipe.knob!r}: parameter {name!r} must be {kind}, got {params[name]!r}"
+            )
     literals = {k: _literal(v) for k, v in params.items() if k in recipe.parameters}
     literals.update({f"raw_{k}": str(v) for k, v in params.items() if recipe.parameters.get(k) == "str"})
     originals: dict[str, str] = {}
@@ -216,14 +237,19 @@ def apply_recipe(recipe: Recipe, params: dict[str, Any], harness_dir: Path,
             raise RecipeError(f"recipe {recipe.knob!r}: unknown op {step.get('op')!r} (known: {sorted(OPS)})")
         if step.get("op") == "create_file":  # the new file's text: a template beside the recipe
             step = {**step, "text": _template(recipe, str(step.get("template", "")))}
-        rendered = {k: _render(v, literals, recipe.knob) for k, v in step.items()
-                    if k not in ("op", "file", "template")}
+        rendered = {
+            k: _render(v, literals, recipe.knob)
+            for k, v in step.items()
+            if k not in ("op", "file", "template")
+        }
         sources[rel] = op(sources[rel], params=params, **rendered)
     for rel, source in sources.items():
         try:
             compile(source, rel, "exec")
         except SyntaxError as exc:
-            raise RecipeError(f"recipe {recipe.knob!r} would leave {rel} with a syntax error: {exc}") from None
+            raise RecipeError(
+                f"recipe {recipe.knob!r} would leave {rel} with a syntax error: {exc}"
+            ) from None
     changed = [rel for rel in sources if sources[rel] != originals[rel]]
     for rel in changed:
         (harness_dir / rel).write_text(sources[rel])
@@ -238,8 +264,9 @@ def _template(recipe: Recipe, name: str) -> str:
     """
     path = recipe.path.parent / name
     if not name or not path.is_file():
-        raise RecipeError(f"recipe {recipe.knob!r}: create_file needs a template file beside the recipe, "
-                          f"got {name!r}")
+        raise RecipeError(
+            f"recipe {recipe.knob!r}: create_file needs a template file beside the recipe, got {name!r}"
+        )
     return path.read_text()
 
 

@@ -80,20 +80,32 @@ class World(Evidence):
         # Work left undone with no mechanism in sight: a pattern when it shows on >= 2 tasks, even across
         # groups the signatures split (e.g. `db` vs `db+communicate`); a wrong value in a write stays with
         # its group (model-like), as does an early end seen on one task only.
-        early = {f["task"] for _, found, _ in unexplained for f in found
-                 if f["kind"] == "incomplete" and not f.get("near_miss")}
+        early = {
+            f["task"]
+            for _, found, _ in unexplained
+            for f in found
+            if f["kind"] == "incomplete" and not f.get("near_miss")
+        }
         # values the environment accepted in a write that differ from what the user stated (or an earlier
         # call sent) by one or two characters: on >= 2 tasks a pattern a harness can check before the call
-        slipped = {f["task"] for _, found, _ in unexplained for f in found
-                   if f["kind"] == "incomplete" and f.get("near_miss")}
+        slipped = {
+            f["task"]
+            for _, found, _ in unexplained
+            for f in found
+            if f["kind"] == "incomplete" and f.get("near_miss")
+        }
         for sig, found, kinds in unexplained:
             incomplete = [f for f in found if f["kind"] == "incomplete"]
             ended_early = [f for f in incomplete if not f.get("near_miss")]
             near_misses = [f["near_miss"] for f in incomplete if f.get("near_miss")]
             if near_misses and len(slipped) >= 2:
                 n = near_misses[0]
-                add("value_check", sig, f"{n['tool']}({n['arg']}={n['wrong']!r}) accepted by the environment; "
-                    f"the conversation showed {n['right']!r}")
+                add(
+                    "value_check",
+                    sig,
+                    f"{n['tool']}({n['arg']}={n['wrong']!r}) accepted by the environment; "
+                    f"the conversation showed {n['right']!r}",
+                )
             elif ended_early and (len(early) >= 2 or self.single_failure):
                 # a single-failure prompt (self-evolution) cannot compare tasks: like a real model, it
                 # answers work left undone with a completion check
@@ -101,26 +113,57 @@ class World(Evidence):
             elif incomplete:
                 near = next((f["near_miss"] for f in incomplete if f.get("near_miss")), None)
                 if near and sig in self.single_task:
-                    text = (f"When calling {near['tool']}, use {near['arg']} {near['right']} exactly as stated "
-                            f"earlier in the conversation (not {near['wrong']}).")
-                    add("policy_rule", sig, f"{near['tool']}({near['arg']}={near['wrong']!r}); earlier: "
-                        f"{near['right']!r}", text=text)
+                    text = (
+                        f"When calling {near['tool']}, use {near['arg']} {near['right']} exactly as stated "
+                        f"earlier in the conversation (not {near['wrong']})."
+                    )
+                    add(
+                        "policy_rule",
+                        sig,
+                        f"{near['tool']}({near['arg']}={near['wrong']!r}); earlier: {near['right']!r}",
+                        text=text,
+                    )
                 elif near:
-                    left.append({"signature": sig, "reason": "a wrong value in a write on one task only, a near miss "
-                                 "of a value seen earlier, with no common harness mechanism: a model slip"})
+                    left.append(
+                        {
+                            "signature": sig,
+                            "reason": "a wrong value in a write on one task only, a near miss "
+                            "of a value seen earlier, with no common harness mechanism: a model slip",
+                        }
+                    )
                 else:
-                    left.append({"signature": sig, "reason": "single task, ended with the work incomplete and no "
-                                 "harness mechanism visible (no tool error, truncation or budget): looks like a "
-                                 "model blind spot, not a harness defect"})
+                    left.append(
+                        {
+                            "signature": sig,
+                            "reason": "single task, ended with the work incomplete and no "
+                            "harness mechanism visible (no tool error, truncation or budget): looks like a "
+                            "model blind spot, not a harness defect",
+                        }
+                    )
             elif "json_handled" in kinds:
-                left.append({"signature": sig, "reason": "the harness already answers invalid JSON arguments with "
-                             "a tool error; nothing to change"})
+                left.append(
+                    {
+                        "signature": sig,
+                        "reason": "the harness already answers invalid JSON arguments with "
+                        "a tool error; nothing to change",
+                    }
+                )
             elif "endpoint" in kinds:
-                left.append({"signature": sig, "reason": "endpoint format errors: the endpoint's replies were "
-                             "unusable; not a harness policy defect (no knob addresses it)"})
+                left.append(
+                    {
+                        "signature": sig,
+                        "reason": "endpoint format errors: the endpoint's replies were "
+                        "unusable; not a harness policy defect (no knob addresses it)",
+                    }
+                )
             elif kinds & {"id_error", "repeat"}:
-                left.append({"signature": sig, "reason": "the harness already names the argument and expected "
-                             "form / flags repeats; the remaining errors are the model's"})
+                left.append(
+                    {
+                        "signature": sig,
+                        "reason": "the harness already names the argument and expected "
+                        "form / flags repeats; the remaining errors are the model's",
+                    }
+                )
             else:
                 left.append({"signature": sig, "reason": "no harness-level cause visible in the evidence"})
 
@@ -130,8 +173,13 @@ class World(Evidence):
             where = self.already_does(p["parameters"]["knob"])
             if where:
                 proposals.remove(p)
-                dropped.append((p, f"the harness already does this ({where}: {p['parameters']['knob']}); the "
-                                   "failures are not explained by its absence"))
+                dropped.append(
+                    (
+                        p,
+                        f"the harness already does this ({where}: {p['parameters']['knob']}); the "
+                        "failures are not explained by its absence",
+                    )
+                )
         for change, reason in dropped:
             for sig in change["addresses"]:
                 left.append({"signature": sig, "reason": reason})
@@ -143,8 +191,12 @@ class World(Evidence):
         quote = " | ".join(q[:160] for q in c["quotes"])
         text = KNOB_TEXT[knob]
         value = params.get("value")
-        desc = text["description"].format(value=value, rules=", ".join(params.get("rules", [])),
-                                          text=params.get("text", ""), current=self.setting(knob))
+        desc = text["description"].format(
+            value=value,
+            rules=", ".join(params.get("rules", [])),
+            text=params.get("text", ""),
+            current=self.setting(knob),
+        )
         return {
             "component": KNOBS[knob][0],
             "files": [self.file_for(knob)],
@@ -168,11 +220,17 @@ class World(Evidence):
                     if old_params.get("knob") != params["knob"]:
                         continue
                     if h.get("accepted") and params["knob"] not in VALUE_KNOBS:
-                        verdict = (f"{params['knob']} was applied in round {h.get('round')} (accepted); the "
-                                   "remaining failures are not explained by its absence")
-                    elif not h.get("accepted") and h.get("outcome") != "inconclusive" and old_params == params:
-                        verdict = (f"{params['knob']} with the same parameters was tried in round {h.get('round')} "
-                                   f"and rejected (score change {h.get('score_change')}); not proposed unchanged")
+                        verdict = (
+                            f"{params['knob']} was applied in round {h.get('round')} (accepted); the "
+                            "remaining failures are not explained by its absence"
+                        )
+                    elif (
+                        not h.get("accepted") and h.get("outcome") != "inconclusive" and old_params == params
+                    ):
+                        verdict = (
+                            f"{params['knob']} with the same parameters was tried in round {h.get('round')} "
+                            f"and rejected (score change {h.get('score_change')}); not proposed unchanged"
+                        )
             if verdict:
                 dropped.append((p, verdict))
             else:
@@ -182,7 +240,9 @@ class World(Evidence):
     def rejected_before(self, change: Mapping[str, Any]) -> dict[str, Any] | None:
         params = change.get("parameters") or {}
         for h in self.history:
-            if h.get("accepted") or h.get("outcome") == "inconclusive":  # not tried and rejected: may be retried
+            if (
+                h.get("accepted") or h.get("outcome") == "inconclusive"
+            ):  # not tried and rejected: may be retried
                 continue
             for old in h.get("changes") or []:
                 if params and (old.get("parameters") or {}) == params:
@@ -195,7 +255,9 @@ class World(Evidence):
         if self.solved_tools is None or knob == "policy_rule":
             return self.solved
         if knob == "completion_check":
-            return sorted(t for t, tools in self.solved_tools.items() if any(not READ_TOOL_RE.match(x) for x in tools))
+            return sorted(
+                t for t, tools in self.solved_tools.items() if any(not READ_TOOL_RE.match(x) for x in tools)
+            )
         tools = {x for s in addresses for x in self.group_tools.get(s, set())}
         return sorted(t for t, used in self.solved_tools.items() if used & tools)
 
@@ -205,16 +267,26 @@ class World(Evidence):
             tasks.update(p.get("watch_tasks", []))
         return sorted(tasks)
 
-    def spec(self, proposals: list[dict[str, Any]], left: list[dict[str, Any]], watch: list[str]) -> dict[str, Any]:
+    def spec(
+        self, proposals: list[dict[str, Any]], left: list[dict[str, Any]], watch: list[str]
+    ) -> dict[str, Any]:
         changes = [{k: v for k, v in p.items() if k != "watch_tasks"} for p in proposals]
         knobs = ", ".join(c["parameters"].get("knob", c["component"]) for c in changes) or "nothing"
         addressed = {s for c in changes for s in c["addresses"]}
         tasks = {t for s in addressed for t in self.group_tasks.get(s, [])}
-        summary = (f"Change {knobs}, addressing {len(addressed)} pattern group(s) over {len(tasks)} task(s); "
-                   f"leave {len(left)} group(s) alone." if changes
-                   else f"No harness change: {len(left)} group(s) left alone.")
-        return {"schema_version": SCHEMA_VERSION, "summary": summary, "changes": changes, "left_alone": left,
-                "watch_tasks": watch}
+        summary = (
+            f"Change {knobs}, addressing {len(addressed)} pattern group(s) over {len(tasks)} task(s); "
+            f"leave {len(left)} group(s) alone."
+            if changes
+            else f"No harness change: {len(left)} group(s) left alone."
+        )
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "summary": summary,
+            "changes": changes,
+            "left_alone": left,
+            "watch_tasks": watch,
+        }
 
 
 def _dedupe_left(left: list[dict[str, Any]], proposals: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -231,7 +303,7 @@ def _dedupe_left(left: list[dict[str, Any]], proposals: list[dict[str, Any]]) ->
 KNOB_TEXT: dict[str, dict[str, Any]] = {
     "error_feedback": {
         "description": "Tool errors name the offending argument and the expected form of its value "
-                       "(e.g. 'order_id: not found; expected an id like #W1234567') instead of the bare error.",
+        "(e.g. 'order_id: not found; expected an id like #W1234567') instead of the bare error.",
         "trigger": "a tool call returns an error that concerns one of its arguments",
         "effect": "the model can correct a wrong id format on its next call instead of giving up.",
         "risks": ["longer error messages"],
@@ -246,7 +318,7 @@ KNOB_TEXT: dict[str, dict[str, Any]] = {
     },
     "max_tool_result_chars": {
         "description": "Raise MAX_TOOL_RESULT_CHARS from {current} to {value} so tool results the model needs "
-                       "later are not truncated.",
+        "later are not truncated.",
         "trigger": "a tool result longer than the current limit",
         "effect": "values first seen in a long tool result stay available at later writes.",
         "risks": ["more context tokens per call"],
@@ -268,7 +340,7 @@ KNOB_TEXT: dict[str, dict[str, Any]] = {
     },
     "completion_check": {
         "description": "Before accepting the end of the conversation, ask the model once to check that every "
-                       "request of the user was carried out and every figure asked for was stated.",
+        "request of the user was carried out and every figure asked for was stated.",
         "trigger": "the agent is about to end the conversation",
         "effect": "compound requests are completed and requested figures are communicated.",
         "risks": ["an extra model call at the end of every conversation"],
@@ -276,7 +348,7 @@ KNOB_TEXT: dict[str, dict[str, Any]] = {
     },
     "repeat_guard": {
         "description": "When the model repeats an identical call that just failed, answer with a distinct error "
-                       "saying it is a repeat and what to change.",
+        "saying it is a repeat and what to change.",
         "trigger": "an identical tool call (name and arguments) right after it failed",
         "effect": "the model stops looping on a failing call.",
         "risks": ["flagging a legitimate retry after a transient error"],
@@ -284,8 +356,8 @@ KNOB_TEXT: dict[str, dict[str, Any]] = {
     },
     "value_check": {
         "description": "Before a call that changes a record is executed, check each argument against the values "
-                       "the conversation showed (the user's words, earlier calls' arguments): a value it never "
-                       "showed, one or two characters off the one value it did, is replaced by that value.",
+        "the conversation showed (the user's words, earlier calls' arguments): a value it never "
+        "showed, one or two characters off the one value it did, is replaced by that value.",
         "trigger": "a call that changes a record carries a value the conversation never showed",
         "effect": "writes the environment would accept with a mistyped value carry the value the user stated.",
         "risks": ["rewriting a value that was right but new (e.g. a flight found by a search)"],

@@ -58,19 +58,24 @@ def answer(role: str, body: Mapping[str, Any]) -> str:
             the server turns it into an HTTP 400.
     """
     if role == "editor":
-        raise ValueError("the simulated model writes no free-form code edits: with a simulated diagnosis model "
-                         "use --ecdysis-editor sim (edit recipes), or a real model for --ecdysis-editor builtin")
+        raise ValueError(
+            "the simulated model writes no free-form code edits: with a simulated diagnosis model "
+            "use --ecdysis-editor sim (edit recipes), or a real model for --ecdysis-editor builtin"
+        )
     if role not in ROLES:
         raise ValueError(f"the simulated model answers the roles {', '.join(ROLES)}, not {role!r}")
     messages = body.get("messages") or []
-    text = "\n\n".join(str(m.get("content") or "") for m in messages
-                       if isinstance(m, Mapping) and m.get("role") in ("system", "user"))
+    text = "\n\n".join(
+        str(m.get("content") or "")
+        for m in messages
+        if isinstance(m, Mapping) and m.get("role") in ("system", "user")
+    )
     evidence = parse_evidence(text)
     if evidence is None:
         raise ValueError(f"the {role} prompt carries no <evidence>...</evidence> JSON block to diagnose")
     marker = RESPOND_RE.findall(text)
     fmt = marker[-1][3] if marker else DEFAULT_FORMATS[role]
-    after = text[text.rfind(EVIDENCE_CLOSE):]
+    after = text[text.rfind(EVIDENCE_CLOSE) :]
     turns = parse_turns(after)
     world = World(evidence)
     if fmt == "spec":
@@ -108,30 +113,43 @@ def _last(turns: list[dict[str, Any]], role: str) -> dict[str, Any] | None:
 
 def _key(change: Mapping[str, Any]) -> str:
     params = change.get("parameters") or {}
-    return str(params.get("knob") or change.get("component")) + ":" + ",".join(sorted(change.get("addresses", [])))
+    return (
+        str(params.get("knob") or change.get("component"))
+        + ":"
+        + ",".join(sorted(change.get("addresses", [])))
+    )
 
 
 def _analyst(world: World, turns: list[dict[str, Any]]) -> str:
     proposals, left = world.analyse()
     ledger = _last(turns, "engineer")
     if ledger:
-        disputed = {_key(d.get("change") or {}): d.get("reason", "") for d in ledger.get("disputed", [])
-                    if isinstance(d, dict)}
+        disputed = {
+            _key(d.get("change") or {}): d.get("reason", "")
+            for d in ledger.get("disputed", [])
+            if isinstance(d, dict)
+        }
         agreed = {_key(a): a for a in ledger.get("agreed", []) if isinstance(a, dict)}
         kept = []
         for p in proposals:
             k = _key(p)
             if k in disputed:
-                left.extend({"signature": s, "reason": f"proposal blocked in review: {disputed[k]}"}
-                            for s in p["addresses"])
+                left.extend(
+                    {"signature": s, "reason": f"proposal blocked in review: {disputed[k]}"}
+                    for s in p["addresses"]
+                )
             else:
                 kept.append(agreed.get(k, p))
         proposals = kept
         left = _dedupe_left(left, proposals)
-    prose = (f"Analysis of {len(world.groups)} pattern group(s): {len(proposals)} proposed change(s), "
-             f"{len(left)} group(s) left alone.")
+    prose = (
+        f"Analysis of {len(world.groups)} pattern group(s): {len(proposals)} proposed change(s), "
+        f"{len(left)} group(s) left alone."
+    )
     for p in proposals:
-        prose += f"\n- {p['parameters'].get('knob')}: {p['description']} Addresses {', '.join(p['addresses'])}."
+        prose += (
+            f"\n- {p['parameters'].get('knob')}: {p['description']} Addresses {', '.join(p['addresses'])}."
+        )
     return _block(prose, {"proposals": proposals, "left_alone": left})
 
 
@@ -145,33 +163,62 @@ def _critic(world: World, turns: list[dict[str, Any]]) -> str:
         knob = params.get("knob")
         addresses = p.get("addresses") or []
         tasks = sorted({t for s in addresses for t in world.group_tasks.get(s, [])})
-        verdict: dict[str, Any] = {"change": i, "verdict": "accept", "reason": "", "trigger": None,
-                                   "guards": [], "watch_tasks": []}
+        verdict: dict[str, Any] = {
+            "change": i,
+            "verdict": "accept",
+            "reason": "",
+            "trigger": None,
+            "guards": [],
+            "watch_tasks": [],
+        }
         old = world.rejected_before(p)
         if knob == "policy_rule" and (not addresses or all(s in world.single_task for s in addresses)):
-            verdict.update(verdict="block", reason=(
-                f"over-fitted: a system-prompt rule naming a value from one task ({', '.join(tasks) or '?'}) would "
-                f"apply to every task{', including solved ones' if world.solved else ''}; it treats a model "
-                "blind spot, not a harness defect"))
+            verdict.update(
+                verdict="block",
+                reason=(
+                    f"over-fitted: a system-prompt rule naming a value from one task ({', '.join(tasks) or '?'}) would "
+                    f"apply to every task{', including solved ones' if world.solved else ''}; it treats a model "
+                    "blind spot, not a harness defect"
+                ),
+            )
         elif any(str(f).endswith("__init__.py") for f in p.get("files") or []):
-            verdict.update(verdict="block", reason=(
-                "runtime-contract risk: __init__.py holds build_agent, the entry point the suite calls; change "
-                "the layer module instead"))
+            verdict.update(
+                verdict="block",
+                reason=(
+                    "runtime-contract risk: __init__.py holds build_agent, the entry point the suite calls; change "
+                    "the layer module instead"
+                ),
+            )
         elif old is not None:
-            verdict.update(verdict="block", reason=(
-                f"identical to a change rejected in round {old.get('round')} (score change "
-                f"{old.get('score_change')})"))
-        elif knob in ("completion_check", "id_normalisation", "policy_rule") \
-                and NARROW_GUARD not in " ".join(p.get("guards") or []) and world.touched(knob, addresses):
+            verdict.update(
+                verdict="block",
+                reason=(
+                    f"identical to a change rejected in round {old.get('round')} (score change "
+                    f"{old.get('score_change')})"
+                ),
+            )
+        elif (
+            knob in ("completion_check", "id_normalisation", "policy_rule")
+            and NARROW_GUARD not in " ".join(p.get("guards") or [])
+            and world.touched(knob, addresses)
+        ):
             touched = world.touched(knob, addresses)
-            narrowed = {"completion_check": "the agent is about to end the conversation after at least one "
-                                            "write, and no check was sent yet in this conversation",
-                        "id_normalisation": "an id argument whose value does not match the expected form",
-                        "policy_rule": "only the tool calls named in the rule"}[knob]
-            verdict.update(verdict="narrow", trigger=narrowed, guards=[NARROW_GUARD],
-                           watch_tasks=touched[:10], reason=(
-                               f"would also run on {len(touched)} task(s) the incumbent solves "
-                               f"({', '.join(touched[:5])}): narrow the trigger and watch them"))
+            narrowed = {
+                "completion_check": "the agent is about to end the conversation after at least one "
+                "write, and no check was sent yet in this conversation",
+                "id_normalisation": "an id argument whose value does not match the expected form",
+                "policy_rule": "only the tool calls named in the rule",
+            }[knob]
+            verdict.update(
+                verdict="narrow",
+                trigger=narrowed,
+                guards=[NARROW_GUARD],
+                watch_tasks=touched[:10],
+                reason=(
+                    f"would also run on {len(touched)} task(s) the incumbent solves "
+                    f"({', '.join(touched[:5])}): narrow the trigger and watch them"
+                ),
+            )
         else:
             verdict["reason"] = "minimal, mechanism visible in the evidence, no runtime-contract change"
         verdicts.append(verdict)
@@ -195,12 +242,17 @@ def _engineer(world: World, turns: list[dict[str, Any]]) -> str:
             continue
         v = by_index.get(i, {"verdict": "accept"})
         # a module missing at the harness root is a layer the edit creates (the Direct harness has none)
-        missing = [f for f in p.get("files", []) if world.files and f not in world.files
-                   and not (str(f).endswith(".py") and "/" not in str(f))]
+        missing = [
+            f
+            for f in p.get("files", [])
+            if world.files and f not in world.files and not (str(f).endswith(".py") and "/" not in str(f))
+        ]
         if v.get("verdict") == "block":
             disputed.append({"change": p, "reason": v.get("reason", "")})
-            left.extend({"signature": s, "reason": f"blocked by the critic: {v.get('reason', '')}"}
-                        for s in p.get("addresses", []))
+            left.extend(
+                {"signature": s, "reason": f"blocked by the critic: {v.get('reason', '')}"}
+                for s in p.get("addresses", [])
+            )
             continue
         if missing:
             disputed.append({"change": p, "reason": f"not implementable: {missing} not in the harness"})
@@ -214,7 +266,9 @@ def _engineer(world: World, turns: list[dict[str, Any]]) -> str:
         agreed.append(p)
     left = _dedupe_left(left, agreed)
     prose = f"Ledger: {len(agreed)} agreed, {len(disputed)} disputed, {len(left)} group(s) left alone."
-    return _block(prose, {"agreed": agreed, "disputed": disputed, "left_alone": left, "watch_tasks": sorted(watch)})
+    return _block(
+        prose, {"agreed": agreed, "disputed": disputed, "left_alone": left, "watch_tasks": sorted(watch)}
+    )
 
 
 def _moderate(world: World, turns: list[dict[str, Any]]) -> dict[str, Any]:

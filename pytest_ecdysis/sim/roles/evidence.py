@@ -48,11 +48,14 @@ TOKEN_RE = re.compile(r"[#\w-]{3,}")
 MECHANISM_WORDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "completion_check": (("check", "verif", "review"), ("end", "clos", "finish", "complet")),
     "repeat_guard": (("repeat", "identical", "duplicat", "loop"), ("call", "error", "fail")),
-    "value_check": (("check", "verif", "repair", "correct", "replac", "refus", "validat"),
-                    ("shown", "seen", "stated", "conversation", "earlier")),
+    "value_check": (
+        ("check", "verif", "repair", "correct", "replac", "refus", "validat"),
+        ("shown", "seen", "stated", "conversation", "earlier"),
+    ),
 }
 #: A docstring that opens by saying the behaviour is absent ("v1: no completion check.", "Disabled.").
 NEGATED_DOC_RE = re.compile(r"^\s*(v\d+\s*[:.-]\s*)?(no|none|not|never|disabled|nothing)\b", re.I)
+
 
 def _is_error(call: Mapping[str, Any]) -> bool:
     return bool(call.get("error")) or str(call.get("result") or "").lstrip().lower().startswith("error")
@@ -81,8 +84,10 @@ def shows_form(text: str, value: str) -> bool:
     for token in re.findall(r"[#\w][\w#.\-]{4,}", text):
         if token != value.strip() and any(c.isdigit() for c in token) and form(token) != sent:
             return True
-    return any(states_rule(text, candidate, value) for candidate in
-               (value.strip().upper(), value.strip().lower(), "#" + value.strip(), value.strip()))
+    return any(
+        states_rule(text, candidate, value)
+        for candidate in (value.strip().upper(), value.strip().lower(), "#" + value.strip(), value.strip())
+    )
 
 
 def _near(a: str, b: str) -> bool:
@@ -110,18 +115,26 @@ class Evidence:
             for name, value in (f.get("settings") or {}).items():
                 self.settings.setdefault(name, (f["path"], value))
             for sig in f.get("functions", []):
-                self.functions.setdefault(sig.split("(")[0].split(":")[0].replace("class ", "").strip(), f["path"])
+                self.functions.setdefault(
+                    sig.split("(")[0].split(":")[0].replace("class ", "").strip(), f["path"]
+                )
         solved = evidence.get("solved_tasks") or []
         self.solved = sorted(solved)
         #: tools each solved task used, when the evidence says (a mapping); None when only ids are known.
-        self.solved_tools = {str(k): set(v or []) for k, v in solved.items()} if isinstance(solved, dict) else None
+        self.solved_tools = (
+            {str(k): set(v or []) for k, v in solved.items()} if isinstance(solved, dict) else None
+        )
         self.history = [h for h in evidence.get("history", []) if isinstance(h, dict)]
         self.single_task = {g["signature"] for g in self.groups if not g.get("cross_task")}
         #: the prompt shows exactly one failure record (an instance-level analyst: self-evolution)
         self.single_failure = sum(len(g.get("examples", [])) for g in self.groups) == 1
         self.group_tasks = {g["signature"]: g.get("tasks", []) for g in self.groups}
-        self.group_tools = {g["signature"]: {str(c.get("name")) for r in g.get("examples", [])
-                                             for c in r.get("tool_calls", [])} for g in self.groups}
+        self.group_tools = {
+            g["signature"]: {
+                str(c.get("name")) for r in g.get("examples", []) for c in r.get("tool_calls", [])
+            }
+            for g in self.groups
+        }
         # known-good values of each argument, over every example shown
         self.good: dict[str, set[str]] = {}
         for g in self.groups:
@@ -149,8 +162,9 @@ class Evidence:
             return None
         for path, name, doc in self.documented:
             tokens = re.findall(r"[a-z]+", doc.lower())
-            if NEGATED_DOC_RE.match(doc) or not all(any(t.startswith(w) for t in tokens for w in stems)
-                                                    for stems in words):
+            if NEGATED_DOC_RE.match(doc) or not all(
+                any(t.startswith(w) for t in tokens for w in stems) for stems in words
+            ):
                 continue
             return f"{path}: {name}"
         return None
@@ -165,8 +179,11 @@ class Evidence:
         out: list[dict[str, Any]] = []
         calls = [c for c in rec.get("tool_calls", []) if isinstance(c, dict)]
         texts = [str(m.get("content") or "") for m in rec.get("excerpt", []) if isinstance(m, dict)]
-        user_texts = [str(m.get("content") or "") for m in rec.get("excerpt", [])
-                      if isinstance(m, dict) and m.get("role") == "user"]
+        user_texts = [
+            str(m.get("content") or "")
+            for m in rec.get("excerpt", [])
+            if isinstance(m, dict) and m.get("role") == "user"
+        ]
         notes = [n for n in rec.get("harness_notes", []) if isinstance(n, dict)]
         for i, call in enumerate(calls):
             result = str(call.get("result") or "")
@@ -177,35 +194,69 @@ class Evidence:
                 for arg, value in (call.get("arguments") or {}).items():
                     if not (isinstance(value, str) and re.search(r"(^|_)id$", arg)):
                         continue
-                    out.append({"kind": "id_error", "arg": arg, "tool": call.get("name"), "quote": result,
-                                "named": shows_form(result, value), "rules": self._id_rules(arg, value, texts)})
+                    out.append(
+                        {
+                            "kind": "id_error",
+                            "arg": arg,
+                            "tool": call.get("name"),
+                            "quote": result,
+                            "named": shows_form(result, value),
+                            "rules": self._id_rules(arg, value, texts),
+                        }
+                    )
             cut = _cut_chars(call)
             if cut:
-                out.append({"kind": "truncated", "n": cut, "raw": int(call["result_chars"]),
-                            "quote": f"{call.get('name')}: the model saw {int(call['result_chars']) - cut} of "
-                                     f"{call['result_chars']} characters of the environment's result"})
+                out.append(
+                    {
+                        "kind": "truncated",
+                        "n": cut,
+                        "raw": int(call["result_chars"]),
+                        "quote": f"{call.get('name')}: the model saw {int(call['result_chars']) - cut} of "
+                        f"{call['result_chars']} characters of the environment's result",
+                    }
+                )
             if _is_error(call):
-                for later in calls[i + 1:]:
-                    if later.get("name") == call.get("name") and later.get("arguments") == call.get("arguments") \
-                            and _is_error(later):
-                        out.append({"kind": "repeat", "tool": call.get("name"), "quote": result,
-                                    "flagged": str(later.get("result")) != result})
+                for later in calls[i + 1 :]:
+                    if (
+                        later.get("name") == call.get("name")
+                        and later.get("arguments") == call.get("arguments")
+                        and _is_error(later)
+                    ):
+                        out.append(
+                            {
+                                "kind": "repeat",
+                                "tool": call.get("name"),
+                                "quote": result,
+                                "flagged": str(later.get("result")) != result,
+                            }
+                        )
                         break
         for n in notes:
             kind = str(n.get("kind") or "")
             if LIMIT_NOTE_RE.search(kind) and not any(f["kind"] == "budget" for f in out):
-                out.append({"kind": "budget", "n": self.setting("max_model_calls") or len(calls) or None,
-                            "quote": f"harness note {kind}: {str(n.get('detail') or '')[:120]}"})
+                out.append(
+                    {
+                        "kind": "budget",
+                        "n": self.setting("max_model_calls") or len(calls) or None,
+                        "quote": f"harness note {kind}: {str(n.get('detail') or '')[:120]}",
+                    }
+                )
             elif "trim" in kind or "context" in kind:
                 out.append({"kind": "trimmed", "quote": json.dumps(n)[:160]})
         if rec.get("label") or rec.get("termination_reason") == "endpoint_format_error":
             out.append({"kind": "endpoint", "quote": str(rec.get("label") or "endpoint_format_error")})
         mechanisms = {"id_error", "truncated", "budget", "repeat", "trimmed", "endpoint", "json_handled"}
         failed = set(rec.get("failed_components") or [])
-        if rec.get("termination_reason") in ("user_stop", "agent_stop") and failed & {"db", "communicate"} \
-                and not any(f["kind"] in mechanisms for f in out):
-            finding: dict[str, Any] = {"kind": "incomplete", "task": rec.get("task_id"),
-                                       "quote": texts[-1][:200] if texts else ""}
+        if (
+            rec.get("termination_reason") in ("user_stop", "agent_stop")
+            and failed & {"db", "communicate"}
+            and not any(f["kind"] in mechanisms for f in out)
+        ):
+            finding: dict[str, Any] = {
+                "kind": "incomplete",
+                "task": rec.get("task_id"),
+                "quote": texts[-1][:200] if texts else "",
+            }
             near = self._near_miss(calls, user_texts)
             if near:
                 finding["near_miss"] = near
@@ -219,11 +270,17 @@ class Evidence:
         if value != value.strip():
             rules.append(f"{arg}:strip")
         v = value.strip()
-        if not v.startswith("#") and (any(g == "#" + v for g in good) or f"#{v}" in joined
-                                      or (good and all(g.startswith("#") for g in good))):
+        if not v.startswith("#") and (
+            any(g == "#" + v for g in good)
+            or f"#{v}" in joined
+            or (good and all(g.startswith("#") for g in good))
+        ):
             rules.append(f"{arg}:#prefix")
-        if v != v.upper() and (v.upper() in good or re.search(rf"\b{re.escape(v.upper())}\b", joined)
-                               or (good and all(g == g.upper() for g in good))):
+        if v != v.upper() and (
+            v.upper() in good
+            or re.search(rf"\b{re.escape(v.upper())}\b", joined)
+            or (good and all(g == g.upper() for g in good))
+        ):
             rules.append(f"{arg}:upper")
         return rules
 

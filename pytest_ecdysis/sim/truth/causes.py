@@ -19,8 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 #: Effects of quirks that stay uncured to the end of the trial (settled when the ground truth is read).
-LATE_EFFECTS: dict[str, str] = {"early_end": "ended_early", "forget_communicate": "no_figures",
-                                "malformed_args": "format_end"}
+LATE_EFFECTS: dict[str, str] = {
+    "early_end": "ended_early",
+    "forget_communicate": "no_figures",
+    "malformed_args": "format_end",
+}
 
 
 def _root(quirks: list[dict[str, Any]], index: int) -> int:
@@ -31,7 +34,9 @@ def _root(quirks: list[dict[str, Any]], index: int) -> int:
     return index
 
 
-def trial_cause(quirks: list[dict[str, Any]], *, closed: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def trial_cause(
+    quirks: list[dict[str, Any]], *, closed: bool
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """(cause, causes) of a trial from its ground-truth entries (each `kind`, `origin`, optional `effect`
     and `because`) and whether the model closed the conversation itself.
 

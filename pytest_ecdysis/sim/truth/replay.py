@@ -53,7 +53,13 @@ def replay_cause(truth: dict[str, Any], replay: Replay, *, threshold: float = 1.
     `joint` (only with every fired kind off did it pass: the first kind is named) or `none`.
     """
     replays: dict[str, float | None] = {"none": replay(frozenset())}
-    out: dict[str, Any] = {"cause": None, "by": "none", "sufficient": [], "replays": replays, "reproduced": True}
+    out: dict[str, Any] = {
+        "cause": None,
+        "by": "none",
+        "sufficient": [],
+        "replays": replays,
+        "reproduced": True,
+    }
     if _passes(replays["none"], threshold):
         out.update(reproduced=False, by="not_reproduced")
         return out

@@ -132,8 +132,12 @@ def edit_reach(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> set
     return reach
 
 
-def edit_cures(before: list[dict[str, Any]], after: list[dict[str, Any]], gained: Iterable[str],
-               reach: set[str] | None = None) -> list[dict[str, Any]]:
+def edit_cures(
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    gained: Iterable[str],
+    reach: set[str] | None = None,
+) -> list[dict[str, Any]]:
     """For each task the edit flipped from failed to solved, each cause of its failures before and what
     became of it after: `[{"task", "kind", "origin", "status", "by"}]`. `reach`: the kinds the edit's own
     change cures (default: `edit_reach(before, after)`); a cure of another kind is `incumbent_cure`."""
@@ -189,30 +193,42 @@ def has_curable_quirks(profile: str | None) -> bool | None:
     return any(p.rate(k) > 0 for k, origin in QUIRK_ORIGINS.items() if origin == "systematic")
 
 
-def summarise(edits: list[dict[str, Any]], profile: str | None, curable: bool | None,
-              held_out_kinds: Iterable[str] = ()) -> dict[str, Any]:
+def summarise(
+    edits: list[dict[str, Any]], profile: str | None, curable: bool | None, held_out_kinds: Iterable[str] = ()
+) -> dict[str, Any]:
     """The `validity` object of `evolution.json` from the classified edits."""
     classes = [e["class"] for e in edits]
     false = None if curable is None else (0 if curable else sum(c != "systematic_fix" for c in classes))
-    return {"source": "simulated model ground truth", "profile": profile, "profile_has_curable_quirks": curable,
-            "accepted_edits": len(edits), "systematic_fixes": classes.count("systematic_fix"),
-            "accommodations": classes.count("accommodation"), "noise": classes.count("noise"),
-            "t": ratio(classes), "false_acceptances": false, "held_out_kinds": sorted(set(held_out_kinds)),
-            "edits": edits}
+    return {
+        "source": "simulated model ground truth",
+        "profile": profile,
+        "profile_has_curable_quirks": curable,
+        "accepted_edits": len(edits),
+        "systematic_fixes": classes.count("systematic_fix"),
+        "accommodations": classes.count("accommodation"),
+        "noise": classes.count("noise"),
+        "t": ratio(classes),
+        "false_acceptances": false,
+        "held_out_kinds": sorted(set(held_out_kinds)),
+        "edits": edits,
+    }
 
 
 def summary_line(validity: dict[str, Any]) -> str:
     """One printed line: counts, t and false acceptances."""
     t = validity.get("t")
     fa = validity.get("false_acceptances")
-    return (f"validity (simulated ground truth, profile {validity.get('profile')}): "
-            f"{validity['accepted_edits']} accepted edit(s): {validity['systematic_fixes']} systematic fix(es), "
-            f"{validity['accommodations']} accommodation(s), {validity['noise']} on noise; "
-            f"accommodation ratio t (accepted edits that are not systematic fixes) = {'-' if t is None else f'{t:.2f}'}"
-            + ("" if fa is None else f"; false acceptances {fa}"))
+    return (
+        f"validity (simulated ground truth, profile {validity.get('profile')}): "
+        f"{validity['accepted_edits']} accepted edit(s): {validity['systematic_fixes']} systematic fix(es), "
+        f"{validity['accommodations']} accommodation(s), {validity['noise']} on noise; "
+        f"accommodation ratio t (accepted edits that are not systematic fixes) = {'-' if t is None else f'{t:.2f}'}"
+        + ("" if fa is None else f"; false acceptances {fa}")
+    )
 
 
 # --- reading an evolution run ------------------------------------------------------------------------
+
 
 def _run_path(path: Path) -> str | None:
     try:
@@ -230,11 +246,18 @@ def accepted_edits(doc: dict[str, Any], run_dir: Path) -> list[dict[str, Any]]:
     out = []
     for row in doc.get("rounds", []):
         n = row["round"]
-        units = ([(st, run_dir / "rounds" / str(n) / "steps" / str(st["step"])) for st in row["steps"]]
-                 if row.get("steps") else
-                 # alternatives (self-harness, harnessfix): only the proposal kept is an accepted edit
-                 [(p, run_dir / "rounds" / str(n) / "proposals" / str(p["proposal"])) for p in row["proposals"]
-                  if p.get("chosen")] if row.get("proposals") else [(row, run_dir / "rounds" / str(n))])
+        units = (
+            [(st, run_dir / "rounds" / str(n) / "steps" / str(st["step"])) for st in row["steps"]]
+            if row.get("steps")
+            # alternatives (self-harness, harnessfix): only the proposal kept is an accepted edit
+            else [
+                (p, run_dir / "rounds" / str(n) / "proposals" / str(p["proposal"]))
+                for p in row["proposals"]
+                if p.get("chosen")
+            ]
+            if row.get("proposals")
+            else [(row, run_dir / "rounds" / str(n))]
+        )
         for unit, udir in units:
             if not unit.get("accepted"):
                 continue
@@ -245,8 +268,15 @@ def accepted_edits(doc: dict[str, Any], run_dir: Path) -> list[dict[str, Any]]:
             # was one (its quirks, not those of the incumbent's earlier run, are what the edit met)
             inc = unit.get("incumbent_run") or row.get("incumbent_run")
             before = inc["run_path"] if isinstance(inc, dict) and inc.get("run_path") else current
-            out.append({"round": n, "step": unit.get("step") if row.get("steps") else None, "before": before,
-                        "after": after, "gained": (unit.get("flips") or {}).get("failed_to_solved", [])})
+            out.append(
+                {
+                    "round": n,
+                    "step": unit.get("step") if row.get("steps") else None,
+                    "before": before,
+                    "after": after,
+                    "gained": (unit.get("flips") or {}).get("failed_to_solved", []),
+                }
+            )
             current = after
     return out
 
@@ -262,12 +292,19 @@ def evolution_validity(doc: dict[str, Any], run_dir: str | Path) -> dict[str, An
     held_out: set[str] = set()
     test = doc.get("test") or {}
     if (test.get("start") or {}).get("run_path") and (test.get("frozen") or {}).get("run_path"):
-        t_before, t_after = read_ground_truth(test["start"]["run_path"]), read_ground_truth(test["frozen"]["run_path"])
+        t_before, t_after = (
+            read_ground_truth(test["start"]["run_path"]),
+            read_ground_truth(test["frozen"]["run_path"]),
+        )
         failed_before = set(failure_causes(t_before))
         failing_after = {task_key(x) for x in t_after if x.get("failed")}
-        held_out = {c["kind"] for c in edit_cures(t_before, t_after, failed_before - failing_after,
-                                                  edit_reach(t_before, t_after))
-                    if c["status"] == "cured" and _curable(c)}
+        held_out = {
+            c["kind"]
+            for c in edit_cures(
+                t_before, t_after, failed_before - failing_after, edit_reach(t_before, t_after)
+            )
+            if c["status"] == "cured" and _curable(c)
+        }
     accepted = accepted_edits(doc, run_dir)
     edits = []
     for e in accepted:
@@ -275,6 +312,15 @@ def evolution_validity(doc: dict[str, Any], run_dir: str | Path) -> dict[str, An
         reach = edit_reach(before, after)
         own = set(held_out) if len(accepted) == 1 else held_out & reach
         cures = edit_cures(before, after, e["gained"], reach)
-        edits.append({"round": e["round"], "step": e["step"], "class": classify(cures, own),
-                      "gained": e["gained"], "reach": sorted(reach), "held_out_kinds": sorted(own), "cures": cures})
+        edits.append(
+            {
+                "round": e["round"],
+                "step": e["step"],
+                "class": classify(cures, own),
+                "gained": e["gained"],
+                "reach": sorted(reach),
+                "held_out_kinds": sorted(own),
+                "cures": cures,
+            }
+        )
     return summarise(edits, profile, has_curable_quirks(profile), held_out)

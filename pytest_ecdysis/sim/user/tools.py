@@ -34,7 +34,9 @@ VERBS: dict[str, tuple[str, ...]] = {
     "connect": ("join",),
     "disconnect": ("turn", "disable", "stop"),
 }
-_STOP = frozenset({"the", "a", "an", "your", "my", "to", "of", "on", "for", "with", "and", "then", "please", "it"})
+_STOP = frozenset(
+    {"the", "a", "an", "your", "my", "to", "of", "on", "for", "with", "and", "then", "please", "it"}
+)
 #: characters of a tool result the simulated user repeats to the agent.
 REPORT_CHARS = 600
 
@@ -132,5 +134,14 @@ def missing_argument(parameter: str) -> str:
 
 def tool_call_message(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """The user's tool call as an OpenAI assistant message (the user model's own turn, roles flipped)."""
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }

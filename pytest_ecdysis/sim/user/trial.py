@@ -35,12 +35,32 @@ TRANSFER = "###TRANSFER###"
 MAX_TURNS = 15
 
 _PRONOUNS = [
-    (r"\bYou are\b", "I am"), (r"\byou are\b", "I am"), (r"\bYou're\b", "I'm"), (r"\byou're\b", "I'm"),
-    (r"\bYou have\b", "I have"), (r"\byou have\b", "I have"), (r"\bYour\b", "My"), (r"\byour\b", "my"),
-    (r"\bYourself\b", "Myself"), (r"\byourself\b", "myself"), (r"\bYou\b", "I"), (r"\byou\b", "I"),
+    (r"\bYou are\b", "I am"),
+    (r"\byou are\b", "I am"),
+    (r"\bYou're\b", "I'm"),
+    (r"\byou're\b", "I'm"),
+    (r"\bYou have\b", "I have"),
+    (r"\byou have\b", "I have"),
+    (r"\bYour\b", "My"),
+    (r"\byour\b", "my"),
+    (r"\bYourself\b", "Myself"),
+    (r"\byourself\b", "myself"),
+    (r"\bYou\b", "I"),
+    (r"\byou\b", "I"),
 ]
 _CONFIRM = ("confirm", "proceed", "shall i", "would you like me", "do you want me", "go ahead")
-_DETAILS = ("user id", "your id", "name", "zip", "email", "order", "reservation", "number", "identify", "verify")
+_DETAILS = (
+    "user id",
+    "your id",
+    "name",
+    "zip",
+    "email",
+    "order",
+    "reservation",
+    "number",
+    "identify",
+    "verify",
+)
 
 
 def first_person(text: str) -> str:
@@ -66,7 +86,9 @@ class UserTrial:
     def respond(self, messages: list[dict[str, Any]]) -> str:
         key = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
         if self.last is not None and self.last[0] == key:
-            return self.last[1]  # a retry of the same request (the conversation grows every turn): same answer
+            return self.last[
+                1
+            ]  # a retry of the same request (the conversation grows every turn): same answer
         agent_text = message_text(messages[-1]) if messages else ""
         text = self._reply(agent_text.lower())
         self.turns += 1
@@ -78,7 +100,9 @@ class UserTrial:
         """The user's next message (OpenAI assistant shape, roles flipped): a tool call of its own when it has
         `tools` and the agent asked for one, else text (`respond`)."""
         if tools and messages and self.turns > 0:
-            key = hashlib.sha256(json.dumps([messages, "tools"], sort_keys=True, default=str).encode()).hexdigest()
+            key = hashlib.sha256(
+                json.dumps([messages, "tools"], sort_keys=True, default=str).encode()
+            ).hexdigest()
             if self.last_tool is not None and self.last_tool[0] == key:
                 return self.last_tool[1]  # a retry of the same request: the same answer
             reply = self._tool_turn(messages, tools)
@@ -94,8 +118,11 @@ class UserTrial:
         if last.get("role") == "tool":  # the result of its own call: say what the phone shows
             return {"role": "assistant", "content": report(message_text(last))}
         said = message_text(last).lower()
-        if ("transfer" in said and ("human" in said or "representative" in said)) or "anything else" in said \
-                or any(k in said for k in _CONFIRM):
+        if (
+            ("transfer" in said and ("human" in said or "representative" in said))
+            or "anything else" in said
+            or any(k in said for k in _CONFIRM)
+        ):
             return None
         call = requested_call(said, tools)
         if call is None:
