@@ -84,8 +84,10 @@ def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
     # this session's runs (other runs' records included) covered too, beside what a parent already covers,
     # unless the run directory holds the harness or the suite (`--ecdysis-run-dir .`)
     runs = Path(cfg.run_dir).absolute()
-    needed = [Path.cwd().absolute(), *([Path(state.harness_dir).absolute()] if getattr(state, "harness_dir", None)
-                                       else [])]
+    needed = [
+        Path.cwd().absolute(),
+        *([Path(state.harness_dir).absolute()] if getattr(state, "harness_dir", None) else []),
+    ]
     hide = [*map(str, sandbox.hidden_paths())]
     # the warm services' sockets (a sub-run's is its evolution's, already listed): out of harness processes'
     # and the editor's reach
@@ -101,7 +103,9 @@ def prepare_sandbox(cfg: Any, state: EcdysisState) -> None:
     limits.export(cfg.agent_memory_mb, cfg.agent_cpu_s)
     state.sandbox_verdict = sandbox.verdict_line()
     limits.protect_this_process()  # its environment (keys) unreadable by same-user processes it starts
-    if not decision.on and decision.mode == "auto":  # printed at session start (the reporter does not exist yet)
+    if (
+        not decision.on and decision.mode == "auto"
+    ):  # printed at session start (the reporter does not exist yet)
         state.messages.append("ecdysis: " + sandbox.status_line())
 
 
@@ -109,8 +113,10 @@ def runs_no_test(config: pytest.Config) -> bool:
     """`--collect-only`, `--setup-plan`, `--fixtures`, `--fixtures-per-test`, `--markers`, `--help`: no trial
     will run, so no simulated server is started (and, for the first two, nothing is written)."""
     opt = config.option
-    return any(getattr(opt, name, False) for name in ("collectonly", "setupplan", "showfixtures",
-                                                      "show_fixtures_per_test", "markers", "help"))
+    return any(
+        getattr(opt, name, False)
+        for name in ("collectonly", "setupplan", "showfixtures", "show_fixtures_per_test", "markers", "help")
+    )
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -125,8 +131,10 @@ def check_run_dir(run_dir: Path) -> None:
         path = path.parent
     if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
         problem = "is not a directory" if not path.is_dir() else "is not writable"
-        raise UsageError(f"--ecdysis-run-dir {run_dir}: {path} {problem}; pass a writable --ecdysis-run-dir "
-                         "(or ini ecdysis_run_dir)")
+        raise UsageError(
+            f"--ecdysis-run-dir {run_dir}: {path} {problem}; pass a writable --ecdysis-run-dir "
+            "(or ini ecdysis_run_dir)"
+        )
 
 
 class TrialCollector:
@@ -158,7 +166,9 @@ class TrialCollector:
         from pytest_ecdysis.run.selection import check_collected
 
         try:
-            check_collected(cfg, nodeids, load_baseline(cfg.baseline) if cfg.gate else None, before_deselection)
+            check_collected(
+                cfg, nodeids, load_baseline(cfg.baseline) if cfg.gate else None, before_deselection
+            )
         except EcdysisError as exc:
             raise pytest.UsageError(str(exc)) from None
 
