@@ -10,6 +10,7 @@ suite's own `run_trial` (real τ² environment, orchestrator and scorer; the har
   `tau2-leaderboard-trials.md`: airline 0.14-0.60, retail 0.21-0.55, telecom 0.06-0.53 at 4 trials);
 - `causes`: the failed trials counted by the ground truth's `cause` and by its origin.
 
+`--rule TEXT` adds a rule to the harness's prompt (the forbid-writes rule's cost: run with and without).
 `--out FILE` also writes every trial's line (reward, cause, entries). Two runs with the same `--nonce`,
 harness and code are identical, so a before/after comparison runs both on the same nonce.
 
@@ -88,6 +89,18 @@ def _play(
     return lines
 
 
+def _with_rule(harness: Path, rule: str) -> str:
+    """A temporary copy of `harness` whose `prompts.RULES` ends with `- <rule>` (the example's layout)."""
+    import shutil
+    import tempfile
+
+    target = Path(tempfile.mkdtemp(prefix="ecdysis-rule-")) / harness.name
+    shutil.copytree(harness, target, ignore=shutil.ignore_patterns("__pycache__"))
+    with (target / "prompts.py").open("a") as f:
+        f.write(f"\nRULES += {chr(10) + '- ' + rule!r}\n")
+    return str(target)
+
+
 def summarise(lines: list[dict], trials: int) -> dict:
     """pass^1..k, the mixed share and the failed trials by cause and origin."""
     from pytest_ecdysis.sim.profiles import GROUND_TRUTH_ORIGINS
@@ -132,12 +145,20 @@ def main(argv: list[str] | None = None) -> int:
         default=str(ROOT / "pytest_ecdysis_tau2" / "example_harness"),
         help="harness directory (default: the example harness)",
     )
+    parser.add_argument(
+        "--rule",
+        default="",
+        help="add this rule to the harness's prompt (a temporary copy whose prompts.py appends it to RULES)",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, help="also write every trial's line (JSON lines) here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from pytest_ecdysis_tau2.tasks import suite
 
+    harness = args.harness
+    if args.rule:
+        harness = _with_rule(Path(args.harness), args.rule)
     task_ids = suite.select_task_ids(args.domain, args.split, None)
     task_ids = task_ids[: args.tasks] if args.tasks else task_ids
     chunks = [task_ids[i :: args.jobs] for i in range(args.jobs) if task_ids[i :: args.jobs]]
@@ -149,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 c,
                 args.trials,
                 args.nonce,
-                args.harness,
+                harness,
                 args.profile,
                 os.environ.get("ECDYSIS_SIM_PROFILES"),
             )
