@@ -72,8 +72,11 @@ def estimate(plan: dict, trial_s: float) -> float:
     """Minutes one domain takes (both run at once): trials of start runs, validations and test scoring."""
     evolving = [r for r in ROWS if r[1]]
     cands = sum(CANDIDATES.get(s, plan["cap"]) for _, s, _, _ in evolving)
-    trials = (len(evolving) * plan["train"] + plan["rounds"] * cands * plan["train"]
-              + (2 + 2 * len(evolving)) * plan["test"] * plan["trials"])
+    trials = (
+        len(evolving) * plan["train"]
+        + plan["rounds"] * cands * plan["train"]
+        + (2 + 2 * len(evolving)) * plan["test"] * plan["trials"]
+    )
     return (trials * trial_s + 30 * (len(evolving) * (1 + plan["rounds"] * 2) + 2 * len(evolving))) / 60
 
 
@@ -84,8 +87,17 @@ def choose_plan(budget_min: float, trial_s: float) -> dict:
 
 #: the order rows run in (the table keeps ROWS' order): the two whose wall-clock the issue compares first,
 #: so a small budget still measures them, then creation from Direct (it has never run before)
-RUN_ORDER = ("Direct", "Human-Aug.", "Ecdysis", "Self-Evolution", "Creation from Direct", "Ecdysis w/o FDCR",
-             "HarnessFix", "Self-Harness", "Ecdysis, failure-aware")
+RUN_ORDER = (
+    "Direct",
+    "Human-Aug.",
+    "Ecdysis",
+    "Self-Evolution",
+    "Creation from Direct",
+    "Ecdysis w/o FDCR",
+    "HarnessFix",
+    "Self-Harness",
+    "Ecdysis, failure-aware",
+)
 WORKERS = "0"
 
 
@@ -97,8 +109,18 @@ def task_ids(domain: str, split: str, n: int) -> list[str]:
 
 
 def pytest_cmd(domain: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", f"pytest_ecdysis_tau2/test_{domain}.py", "-q", "-n", WORKERS,
-            "-p", "no:cacheprovider", *args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"pytest_ecdysis_tau2/test_{domain}.py",
+        "-q",
+        "-n",
+        WORKERS,
+        "-p",
+        "no:cacheprovider",
+        *args,
+    ]
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -108,29 +130,81 @@ def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def score(clone: Path, domain: str, harness: Path, tasks: list[str], trials: int, latency: float, out: Path,
-          model: str | None = None) -> dict:
+def score(
+    clone: Path,
+    domain: str,
+    harness: Path,
+    tasks: list[str],
+    trials: int,
+    latency: float,
+    out: Path,
+    model: str | None = None,
+) -> dict:
     """`summary.json` figures of one harness on the test tasks: accuracy, pass@k, pass^k, tokens per task."""
-    args = ["--ecdysis-split", "test", "--ecdysis-tasks", ",".join(tasks), "--ecdysis-trials", str(trials),
-            "--ecdysis-harness", str(harness), "--ecdysis-run-dir", str(out), "--ecdysis-sim-latency", str(latency)]
+    args = [
+        "--ecdysis-split",
+        "test",
+        "--ecdysis-tasks",
+        ",".join(tasks),
+        "--ecdysis-trials",
+        str(trials),
+        "--ecdysis-harness",
+        str(harness),
+        "--ecdysis-run-dir",
+        str(out),
+        "--ecdysis-sim-latency",
+        str(latency),
+    ]
     proc = run(pytest_cmd(domain, *args, *(["--ecdysis-model", model] if model else [])), clone)
     found = sorted(out.glob("*/summary.json"))
     if not found:
         return {"error": (proc.stdout[-300:] + proc.stderr[-300:]).strip()}
     s = json.loads(found[-1].read_text())
     k = str(trials)
-    return {"acc": s.get("suite_score"), "pass_at": (s.get("pass_at_k") or {}).get(k),
-            "pass_hat": (s.get("pass_hat_k") or {}).get(k),
-            "tokens_per_task": round((s.get("tokens") or {}).get("total", 0) / max(1, s.get("n_tasks") or 1))}
+    return {
+        "acc": s.get("suite_score"),
+        "pass_at": (s.get("pass_at_k") or {}).get(k),
+        "pass_hat": (s.get("pass_hat_k") or {}).get(k),
+        "tokens_per_task": round((s.get("tokens") or {}).get("total", 0) / max(1, s.get("n_tasks") or 1)),
+    }
 
 
-def evolve(clone: Path, domain: str, strategy: str, harness: str, evidence: str, plan: dict, tasks: list[str],
-           latency: float, out: Path) -> dict:
-    args = ["--ecdysis-evolve", "--ecdysis-strategy", strategy, "--ecdysis-rounds", str(plan["rounds"]),
-            "--ecdysis-tasks", ",".join(tasks), "--ecdysis-trials", "1", "--ecdysis-test-trials", "0",
-            "--ecdysis-harness", harness, "--ecdysis-run-dir", str(out), "--ecdysis-sim-latency", str(latency),
-            "-o", "ecdysis_rescore=never", "-o", "ecdysis_self_evolution_cap=" + str(plan["cap"]),
-            "--ecdysis-evidence", evidence]
+def evolve(
+    clone: Path,
+    domain: str,
+    strategy: str,
+    harness: str,
+    evidence: str,
+    plan: dict,
+    tasks: list[str],
+    latency: float,
+    out: Path,
+) -> dict:
+    args = [
+        "--ecdysis-evolve",
+        "--ecdysis-strategy",
+        strategy,
+        "--ecdysis-rounds",
+        str(plan["rounds"]),
+        "--ecdysis-tasks",
+        ",".join(tasks),
+        "--ecdysis-trials",
+        "1",
+        "--ecdysis-test-trials",
+        "0",
+        "--ecdysis-harness",
+        harness,
+        "--ecdysis-run-dir",
+        str(out),
+        "--ecdysis-sim-latency",
+        str(latency),
+        "-o",
+        "ecdysis_rescore=never",
+        "-o",
+        "ecdysis_self_evolution_cap=" + str(plan["cap"]),
+        "--ecdysis-evidence",
+        evidence,
+    ]
     proc = run(pytest_cmd(domain, *args), clone)
     evo = sorted(out.glob("*/evolution.json"))
     if not evo:
@@ -138,12 +212,19 @@ def evolve(clone: Path, domain: str, strategy: str, harness: str, evidence: str,
     doc = json.loads(evo[-1].read_text())
     rounds = doc.get("rounds", [])
     validity = doc.get("validity") or {}
-    return {"doc": doc, "run_dir": evo[-1].parent, "evo_s": doc.get("wall_s"),
-            "editor": sum(r.get("editor_calls", 0) for r in rounds),
-            "diag": sum(len(p.read_text().splitlines()) for p in evo[-1].parent.glob("rounds/*/transcript.jsonl")),
-            "tokens": sum((r.get("tokens") or {}).get("total", 0) for r in rounds),
-            "accepted": sum(bool(r.get("accepted")) for r in rounds), "t": validity.get("t"),
-            "false_acc": validity.get("false_acceptances")}
+    return {
+        "doc": doc,
+        "run_dir": evo[-1].parent,
+        "evo_s": doc.get("wall_s"),
+        "editor": sum(r.get("editor_calls", 0) for r in rounds),
+        "diag": sum(
+            len(p.read_text().splitlines()) for p in evo[-1].parent.glob("rounds/*/transcript.jsonl")
+        ),
+        "tokens": sum((r.get("tokens") or {}).get("total", 0) for r in rounds),
+        "accepted": sum(bool(r.get("accepted")) for r in rounds),
+        "t": validity.get("t"),
+        "false_acc": validity.get("false_acceptances"),
+    }
 
 
 def frozen_dir(clone: Path, res: dict, harness: str, tmp: Path) -> Path | None:
@@ -152,22 +233,30 @@ def frozen_dir(clone: Path, res: dict, harness: str, tmp: Path) -> Path | None:
     if not branch:
         return None
     where = tmp / f"frozen-{res['doc']['run_id']}"
-    subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(where), branch], cwd=clone, check=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--quiet", "--detach", str(where), branch], cwd=clone, check=True
+    )
     return where / harness
 
 
-def domain_rows(domain: str, plan: dict, latency: float, started: float, tmp: Path, clone: Path) -> list[dict]:
+def domain_rows(
+    domain: str, plan: dict, latency: float, started: float, tmp: Path, clone: Path
+) -> list[dict]:
     train, test = task_ids(domain, "train", plan["train"]), task_ids(domain, "test", plan["test"])
     rows, starts, transfers = [], {}, {}
     for name, strategy, harness, evidence in sorted(ROWS, key=lambda r: RUN_ORDER.index(r[0])):
         row = {"domain": domain, "row": name}
         base = tmp / "runs" / domain / name.replace(" ", "_").replace(".", "").replace(",", "")
         if harness not in starts:
-            starts[harness] = score(clone, domain, clone / harness, test, plan["trials"], latency, base / "start")
+            starts[harness] = score(
+                clone, domain, clone / harness, test, plan["trials"], latency, base / "start"
+            )
         if strategy is None:
             rows.append({**row, **starts[harness]})
-            print(f"[{domain}] {name}: done at {(time.monotonic() - started) / 60:.1f} min\n{row_line(rows[-1])}",
-                  flush=True)
+            print(
+                f"[{domain}] {name}: done at {(time.monotonic() - started) / 60:.1f} min\n{row_line(rows[-1])}",
+                flush=True,
+            )
             continue
         if evidence == "quarter":  # a quarter of the failures of the Ecdysis row's start run
             ref = next((r for r in rows if r["row"] == "Ecdysis" and r.get("run_dir")), None)
@@ -177,21 +266,43 @@ def domain_rows(domain: str, plan: dict, latency: float, started: float, tmp: Pa
         res = evolve(clone, domain, strategy, harness, evidence, plan, train, latency, base / "evolve")
         if "error" in res:
             rows.append({**row, **res})
-            print(f"[{domain}] {name}: ERROR at {(time.monotonic() - started) / 60:.1f} min: {res['error'][-200:]}",
-                  flush=True)
+            print(
+                f"[{domain}] {name}: ERROR at {(time.monotonic() - started) / 60:.1f} min: {res['error'][-200:]}",
+                flush=True,
+            )
             continue
         frozen = frozen_dir(clone, res, harness, tmp)
-        test_scores = starts[harness] if frozen is None else score(clone, domain, frozen, test, plan["trials"],
-                                                                  latency, base / "frozen")
+        test_scores = (
+            starts[harness]
+            if frozen is None
+            else score(clone, domain, frozen, test, plan["trials"], latency, base / "frozen")
+        )
         key = str(frozen or harness)  # a start harness is scored with the second profile once
         if key not in transfers:
-            transfers[key] = score(clone, domain, frozen or clone / harness, test, plan["trials"], latency,
-                                   base / "transfer", model=TRANSFER_MODEL)
+            transfers[key] = score(
+                clone,
+                domain,
+                frozen or clone / harness,
+                test,
+                plan["trials"],
+                latency,
+                base / "transfer",
+                model=TRANSFER_MODEL,
+            )
         transfer = transfers[key]
-        rows.append({**row, **test_scores, **{k: v for k, v in res.items() if k != "doc"},
-                     "transfer": transfer.get("acc")})
-        print(f"[{domain}] {name}: done at {(time.monotonic() - started) / 60:.1f} min "
-              f"({res['accepted']} accepted round(s))\n{row_line(rows[-1])}", flush=True)
+        rows.append(
+            {
+                **row,
+                **test_scores,
+                **{k: v for k, v in res.items() if k != "doc"},
+                "transfer": transfer.get("acc"),
+            }
+        )
+        print(
+            f"[{domain}] {name}: done at {(time.monotonic() - started) / 60:.1f} min "
+            f"({res['accepted']} accepted round(s))\n{row_line(rows[-1])}",
+            flush=True,
+        )
     return rows
 
 
@@ -199,9 +310,19 @@ def fmt(v: object) -> str:
     return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
-COLUMNS = (("avg acc", "acc"), ("pass@k", "pass_at"), ("pass^k", "pass_hat"), ("evo s", "evo_s"),
-           ("editor", "editor"), ("diag", "diag"), ("tokens", "tokens"), ("tok/task", "tokens_per_task"),
-           ("t", "t"), ("false acc", "false_acc"), ("transfer", "transfer"))
+COLUMNS = (
+    ("avg acc", "acc"),
+    ("pass@k", "pass_at"),
+    ("pass^k", "pass_hat"),
+    ("evo s", "evo_s"),
+    ("editor", "editor"),
+    ("diag", "diag"),
+    ("tokens", "tokens"),
+    ("tok/task", "tokens_per_task"),
+    ("t", "t"),
+    ("false acc", "false_acc"),
+    ("transfer", "transfer"),
+)
 
 
 def table(rows: list[dict]) -> str:
@@ -218,30 +339,59 @@ def row_line(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=float, default=60, help="minutes the plan should take (default: 60); it chooses the plan and never cuts a row")
-    parser.add_argument("--trial-seconds", type=float, default=20.0,
-                        help="wall seconds one trial takes on this machine, for the plan (default: 20)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60,
+        help="minutes the plan should take (default: 60); it chooses the plan and never cuts a row",
+    )
+    parser.add_argument(
+        "--trial-seconds",
+        type=float,
+        default=20.0,
+        help="wall seconds one trial takes on this machine, for the plan (default: 20)",
+    )
     parser.add_argument("--latency", type=float, default=0.05, help="simulated seconds per completion")
-    parser.add_argument("--domains", default=",".join(DOMAINS),
-                        help=f"comma-separated τ² domains (default: {','.join(DOMAINS)}, the paper's; also telecom)")
-    parser.add_argument("-n", dest="workers", default="0", help="pytest-xdist workers per run (default: 0; on a "
-                        "loaded machine the workers' start-up costs more than two tasks take)")
+    parser.add_argument(
+        "--domains",
+        default=",".join(DOMAINS),
+        help=f"comma-separated τ² domains (default: {','.join(DOMAINS)}, the paper's; also telecom)",
+    )
+    parser.add_argument(
+        "-n",
+        dest="workers",
+        default="0",
+        help="pytest-xdist workers per run (default: 0; on a "
+        "loaded machine the workers' start-up costs more than two tasks take)",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
-    for key, what in (("train", "train tasks"), ("test", "test tasks"), ("rounds", "rounds"),
-                      ("trials", "test trials"), ("cap", "self-evolution cap")):
+    for key, what in (
+        ("train", "train tasks"),
+        ("test", "test tasks"),
+        ("rounds", "rounds"),
+        ("trials", "test trials"),
+        ("cap", "self-evolution cap"),
+    ):
         parser.add_argument(f"--{key}", type=int, help=f"{what}, overriding the plan --budget chose")
     args = parser.parse_args(argv)
     global WORKERS
     WORKERS = args.workers
     sys.path.insert(0, str(REPO))
-    plan = {**choose_plan(args.budget, args.trial_seconds),
-            **{k: getattr(args, k) for k in ("train", "test", "rounds", "trials", "cap") if getattr(args, k)}}
+    plan = {
+        **choose_plan(args.budget, args.trial_seconds),
+        **{k: getattr(args, k) for k in ("train", "test", "rounds", "trials", "cap") if getattr(args, k)},
+    }
     domains = [d for d in args.domains.split(",") if d]
     if unknown := [d for d in domains if d not in KNOWN_DOMAINS]:
-        parser.error(f"--domains: {', '.join(unknown)} is not a τ² suite here; use {', '.join(KNOWN_DOMAINS)}")
-    print(f"budget {args.budget:g} min, {args.trial_seconds:g} s/trial: plan {plan} (estimate "
-          f"{estimate(plan, args.trial_seconds):.0f} min per domain, domains at the same time); latency "
-          f"{args.latency} s, noise on (fresh nonce per run), transfer model {TRANSFER_MODEL}", flush=True)
+        parser.error(
+            f"--domains: {', '.join(unknown)} is not a τ² suite here; use {', '.join(KNOWN_DOMAINS)}"
+        )
+    print(
+        f"budget {args.budget:g} min, {args.trial_seconds:g} s/trial: plan {plan} (estimate "
+        f"{estimate(plan, args.trial_seconds):.0f} min per domain, domains at the same time); latency "
+        f"{args.latency} s, noise on (fresh nonce per run), transfer model {TRANSFER_MODEL}",
+        flush=True,
+    )
     started = time.monotonic()
     results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="ecdysis-compare-") as name:
@@ -252,10 +402,25 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "clone", "--quiet", "--local", str(REPO), str(clone)], check=True)
             shutil.copytree(REPO / "pytest_ecdysis_tau2" / "harnesses" / "direct", clone / "direct_harness")
             subprocess.run(["git", "add", "direct_harness"], cwd=clone, check=True)
-            subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", "commit", "-qm",
-                            "the Direct harness as a starting harness"], cwd=clone, check=True)
-            t = threading.Thread(target=lambda d=domain, c=clone: results.__setitem__(
-                d, domain_rows(d, plan, args.latency, started, tmp / d, c)))
+            subprocess.run(
+                [
+                    "git",
+                    "-c",
+                    "user.name=bench",
+                    "-c",
+                    "user.email=bench@example.com",
+                    "commit",
+                    "-qm",
+                    "the Direct harness as a starting harness",
+                ],
+                cwd=clone,
+                check=True,
+            )
+            t = threading.Thread(
+                target=lambda d=domain, c=clone: results.__setitem__(
+                    d, domain_rows(d, plan, args.latency, started, tmp / d, c)
+                )
+            )
             t.start()
             threads.append(t)
         for t in threads:
@@ -265,8 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print(f"wall {(time.monotonic() - started) / 60:.1f} min")
     if args.json:
-        args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "run_dir"} for r in rows],
-                                        indent=2, default=str) + "\n")
+        args.json.write_text(
+            json.dumps([{k: v for k, v in r.items() if k != "run_dir"} for r in rows], indent=2, default=str)
+            + "\n"
+        )
     return 0
 
 
