@@ -4,11 +4,10 @@ A real model that reasons wrongly does not change one character of the right val
 value that exists (another of the user's reservations, a flight on the same route that breaks the policy,
 an amount from the wrong line; `shared/data/tau2-failure-modes.md`, "reasoning failure" and "policy
 violation"). `alternatives(gold, path, messages)` lists such values from what the model was sent: the
-leaves of the tool results (JSON objects, their keys included, as τ²'s results are) and the user's words
-whose key names the same thing as the argument (`reservation_id` <- `reservations`, `reservation_id`;
+leaves of the tool results (JSON objects, their keys included, as τ²'s results are) whose key names the same thing as the argument (`reservation_id` <- `reservations`, `reservation_id`;
 `payment_id` <- `payment_methods`; `amount` <- `price`, `amount`, `total`) and whose value has the same
 shape as the right one (same type; a string of the same length, separators and letter case; a number of
-the same order of magnitude). A harness check "is this value in the conversation?" or "is it one edit
+the same order of magnitude), and the ids the user said of the same shape. A harness check "is this value in the conversation?" or "is it one edit
 from a value there?" cannot tell such a value from the right one. Pure functions; no I/O; no tau2.
 """
 
@@ -34,6 +33,8 @@ _SYNONYMS: dict[str, str] = {
 }
 _SUFFIXES = ("_ids", "_id", "_numbers", "_number", "_methods", "_method", "s")
 _MAX_TEXT = 200_000
+#: An id-like word: letters, digits, `#`, `_`, `-`, with at least one digit.
+_ID = re.compile(r"#?(?=[\w\-]*\d)[A-Za-z0-9][\w\-]{3,}")
 
 
 def stem(key: str) -> str:
@@ -112,4 +113,11 @@ def alternatives(gold: Any, path: str, messages: list[dict[str, Any]]) -> list[A
             continue
         if stem(key) == want:
             out.append(value)
+    if isinstance(gold, str) and _ID.fullmatch(gold):
+        # an id the user said ("my orders #W0000001 and #W0000002"): words have no keys, the shape decides
+        for m in messages:
+            if m.get("role") == "user" and isinstance(m.get("content"), str):
+                for word in _ID.findall(m["content"]):
+                    if word != gold and word not in out and same_shape(gold, word):
+                        out.append(word)
     return out

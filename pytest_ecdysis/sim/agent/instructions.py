@@ -332,7 +332,7 @@ def _tool_words(tool: str) -> tuple[str, str]:
 
 #: Words of a prohibition of every write: "never call a tool that changes a reservation", "do not
 #: modify the database", "make no updates to any order".
-_WRITE_VERBS = ("chang", "modif", "updat", "writ", "alter", "mutat", "edit")
+_WRITE_VERBS = ("chang", "modif", "updat", "alter", "mutat")
 _ANY_OBJECT = ("tool", "anything", "database", "record", "data", "state", "action", "call")
 
 
