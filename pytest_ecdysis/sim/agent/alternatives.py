@@ -2,7 +2,7 @@
 
 A real model that reasons wrongly does not change one character of the right value; it picks another
 value that exists (another of the user's reservations, a flight on the same route that breaks the policy,
-an amount from the wrong line; `shared/data/tau2-failure-modes.md`, "reasoning failure" and "policy
+an amount from the wrong line; `docs/data/tau2-failure-modes.md`, "reasoning failure" and "policy
 violation"). `alternatives(gold, path, messages)` lists such values from what the model was sent: the
 leaves of the tool results (JSON objects, their keys included, as τ²'s results are) whose key names the same thing as the argument (`reservation_id` <- `reservations`, `reservation_id`;
 `payment_id` <- `payment_methods`; `amount` <- `price`, `amount`, `total`) and whose value has the same

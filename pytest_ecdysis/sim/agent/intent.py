@@ -6,7 +6,7 @@ lacks it (`unseen_value`, origin `harness`, with `why` from `why_unseen`), or be
 when it is visible (`context_loss` when too far back and no harness message restates it, the domain
 policy missing, `blind_spot` unless a harness message holds the value, `wrong_choice`, `slip`). The
 reasoning errors (`blind_spot`, per task; `wrong_choice`, per trial and write) send a *valid but wrong*
-value, a real alternative the request shows (`alternatives.alternatives`); a `slip` changes one
+value, a real alternative the request shows (`sim.agent.alternatives.alternatives`); a `slip` changes one
 character, as a copy slip does. Each wrong value is
 recorded at its argument path (`wrong_at` of the trial's `state.AgentState`), so a later message holding
 the right value can correct it (`rules.RuleFollower.corrected`). It draws through `draws.QuirkDraws` and

@@ -23,8 +23,8 @@ change that does not touch the kind leaves the share where the draws put it); a 
 (nothing to compare).
 
 An edit is a **systematic fix** when it cured a harness-curable cause (origin `systematic` or `harness`, or
-a model slip cured in code; never a reasoning error, `profiles.REASONING_KINDS`) on at least two tasks, or when one of its flipped tasks had failed on a curable
-kind that its **own held-out kinds** contain, whether that cause was cured or `not_drawn` in the validation
+a model slip cured in code; never a reasoning error, `sim.profiles.REASONING_KINDS`) on at least two
+tasks, or when one of its flipped tasks had failed on a curable kind that its **own held-out kinds** contain, whether that cause was cured or `not_drawn` in the validation
 run (with a fresh nonce per sub-run, the validation run redraws every quirk, so a cause it did not draw
 again says nothing either way; the held-out split decides). The held-out kinds are those the frozen
 harness cured on the held-out test split (start -> frozen); they are an edit's own when it is the only
