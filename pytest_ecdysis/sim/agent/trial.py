@@ -179,8 +179,10 @@ class AgentTrial:
         if step is not None and step.write and "not right" in low and s.pos in s.intended:
             args = s.intended[s.pos]
             for (at, path), entry in sorted(s.wrong_at.items()):
+                if at != s.pos or s.quirks[entry]["cured"]:
+                    continue
                 gold = _get_path(step.arguments, path)
-                if at == s.pos and not s.quirks[entry]["cured"] and str(gold) in said:
+                if str(gold) in said:
                     args = _set_path(args, path, gold)
                     s.quirks[entry]["cured"] = True
                     s.quirks[entry]["by"] = "user"
