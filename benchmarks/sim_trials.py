@@ -10,6 +10,7 @@ suite's own `run_trial` (real τ² environment, orchestrator and scorer; the har
   `tau2-leaderboard-trials.md`: airline 0.14-0.60, retail 0.21-0.55, telecom 0.06-0.53 at 4 trials);
 - `causes`: the failed trials counted by the ground truth's `cause` and by its origin.
 
+`--paired A B` compares two such files (B minus A per task, with a 95% bootstrap interval over tasks).
 `--rule TEXT` adds a rule to the harness's prompt (the forbid-writes rule's cost: run with and without).
 `--out FILE` also writes every trial's line (reward, cause, entries). Two runs with the same `--nonce`,
 harness and code are identical, so a before/after comparison runs both on the same nonce.
@@ -132,6 +133,44 @@ def summarise(lines: list[dict], trials: int) -> dict:
     }
 
 
+def paired(a_path: Path, b_path: Path, resamples: int = 10_000, seed: int = 0) -> dict:
+    """B minus A on the same tasks (two `--out` files of the same nonce and split): the mean per-task
+    difference in solved share and its 95% percentile bootstrap interval over tasks (`resamples` draws
+    with `seed`), and the trials A failed that B passed, by A's cause."""
+    import random
+
+    def load(path: Path) -> dict[tuple[str, int], dict]:
+        return {(d["task_id"], d["trial"]): d for d in map(json.loads, path.read_text().splitlines())}
+
+    a, b = load(a_path), load(b_path)
+    keys = sorted(set(a) & set(b))
+    tasks = sorted({t for t, _ in keys})
+    diff = []
+    for task in tasks:
+        ks = [k for k in keys if k[0] == task]
+        diff.append(sum(((b[k]["reward"] or 0) >= 1) - ((a[k]["reward"] or 0) >= 1) for k in ks) / len(ks))
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choice(diff) for _ in diff) / len(diff) for _ in range(resamples))
+    cured = Counter(
+        (a[k]["cause"] or {}).get("kind", "none")
+        for k in keys
+        if (a[k]["reward"] or 0) < 1 and (b[k]["reward"] or 0) >= 1
+    )
+    broken = Counter(
+        (b[k]["cause"] or {}).get("kind", "none")
+        for k in keys
+        if (a[k]["reward"] or 0) >= 1 and (b[k]["reward"] or 0) < 1
+    )
+    return {
+        "tasks": len(tasks),
+        "trials": len(keys),
+        "difference": round(sum(diff) / len(diff), 4),
+        "interval_95": [round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)],
+        "a_failed_b_passed_by_a_cause": dict(cured),
+        "a_passed_b_failed_by_b_cause": dict(broken),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domain", default="airline")
@@ -152,8 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, help="also write every trial's line (JSON lines) here")
+    parser.add_argument(
+        "--paired",
+        nargs=2,
+        type=Path,
+        metavar=("A", "B"),
+        help="no run: compare two --out files of the same nonce (B minus A, with a bootstrap interval)",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.paired:
+        print(json.dumps(paired(*args.paired)))
+        return 0
     from pytest_ecdysis_tau2.tasks import suite
 
     harness = args.harness
