@@ -127,3 +127,17 @@ def test_the_user_asks_at_most_once_for_the_details_of_a_bare_confirmation():
         asked += "what exactly" in first
         assert second == "Yes, please go ahead."
     assert 8 <= asked <= 32
+
+
+def test_a_failure_free_profile_is_said_before_any_trial(tmp_path, monkeypatch):
+    """`check_models` (called at configure, before any trial) returns one note per profile that cannot
+    produce a failure, and none for the default profile or a real model's name."""
+    from pytest_ecdysis.sim.profiles import check_models
+
+    (tmp_path / "calm.json").write_text(
+        json.dumps({"name": "calm", "seed": 1, "quirks": {"slip": {"rate": 0}}})
+    )
+    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path))
+    (note,) = check_models(["sim/calm", "sim", "gpt-4o-mini", "sim/calm"])
+    assert "'calm' cannot produce a failure" in note
+    assert check_models(["sim", "sim/default"]) == []
