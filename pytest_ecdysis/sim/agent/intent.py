@@ -69,13 +69,8 @@ class IntentBuilder:
         for dep in step.dependencies:
             if not visible(dep.value, corpus):
                 why, because = why_unseen(s, dep)
-                entry = draws.quirk(
-                    "unseen_value",
-                    tool=step.name,
-                    arg=dep.path,
-                    why=why,
-                    **({} if because is None else {"because": because}),
-                )
+                cause: dict[str, Any] = {} if because is None else {"because": because}
+                entry = draws.quirk("unseen_value", tool=step.name, arg=dep.path, why=why, **cause)
                 args = _set_path(
                     args, dep.path, wrong_value(_get_path(args, dep.path), f"unseen{index}{dep.path}")
                 )

@@ -129,6 +129,7 @@ class AgentTrial:
             fixed = self.follower.corrected(failed.plan_index, failed.args, note, messages)
             if (
                 failed.bend is not None
+                and failed.bend_quirk is not None
                 and not s.quirks[failed.bend_quirk]["cured"]
                 and informs_form(
                     note,

@@ -33,9 +33,7 @@ def _top_level(source: str, name: str, kinds: tuple[type, ...]) -> ast.AST | Non
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return node if isinstance(node, kinds) else None
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return node if isinstance(node, kinds) else None
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
             return node if isinstance(node, kinds) else None
@@ -69,9 +67,8 @@ def op_set_constant(source: str, *, name: str, value: str, params: dict[str, Any
     return _replace_span(source, node.value, value)
 
 
-def op_ensure_constant(
-    source: str, *, name: str, value: str, after: str = "", comment: str = "", params: dict[str, Any]
-) -> str:
+def op_ensure_constant(source: str, *, name: str, value: str, after: str = "", comment: str = "",
+                       params: dict[str, Any]) -> str:
     """Add `NAME = value` (preceded by `#: comment` lines) after the top-level definition `after` (or the
     imports) unless NAME exists."""
     if _top_level(source, name, (ast.Assign, ast.AnnAssign)) is not None:
@@ -103,9 +100,7 @@ def op_replace_text(source: str, *, old: str, new: str, params: dict[str, Any]) 
         return source
     count = source.count(old)
     if count != 1:
-        raise RecipeError(
-            f"the text to replace occurs {count} times (it must occur exactly once): {old[:60]!r}"
-        )
+        raise RecipeError(f"the text to replace occurs {count} times (it must occur exactly once): {old[:60]!r}")
     return source.replace(old, new)
 
 
@@ -153,10 +148,11 @@ def op_replace_function(source: str, *, name: str, code: str, params: dict[str, 
     lines = source.splitlines(keepends=True)
     start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
     replacement = code.rstrip("\n") + "\n"
-    return "".join(lines[:start]) + replacement + "".join(lines[node.end_lineno :])
+    return "".join(lines[:start]) + replacement + "".join(lines[node.end_lineno:])
 
 
-def op_add_function(source: str, *, name: str, code: str, after: str = "", params: dict[str, Any]) -> str:
+def op_add_function(source: str, *, name: str, code: str, after: str = "",
+                    params: dict[str, Any]) -> str:
     """Add a top-level function after the definition `after` (or at the end), unless `name` exists."""
     if _top_level(source, name, (ast.FunctionDef,)) is not None:
         return source
@@ -177,11 +173,7 @@ def op_ensure_import(source: str, *, line: str, params: dict[str, Any]) -> str:
 
 def _docstring_end(tree: ast.Module) -> int:
     first = tree.body[0] if tree.body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
         return first.end_lineno
     return 0
 

@@ -43,11 +43,7 @@ def note_emitted(emitted: dict[str, dict[str, Any]], step: int, reply: Mapping[s
     for call in reply.get("tool_calls") or []:
         function = call.get("function") or {}
         if call.get("id") and call["id"] not in emitted:
-            emitted[call["id"]] = {
-                "step": step,
-                "name": function.get("name"),
-                "arguments": function.get("arguments"),
-            }
+            emitted[call["id"]] = {"step": step, "name": function.get("name"), "arguments": function.get("arguments")}
 
 
 def executed_calls(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -90,27 +86,20 @@ def _gold(plan: Sequence[Any], name: str, sent: dict[str, Any], path: str) -> An
         if step.name != name or value is _MISSING:
             continue
         diff = sum(sent.get(k) != v for k, v in step.arguments.items())
-        chars = sum(a != b for a, b in zip(str(value), sent_value, strict=False)) + abs(
-            len(str(value)) - len(sent_value)
-        )
+        chars = sum(a != b for a, b in zip(str(value), sent_value, strict=False)) + abs(len(str(value)) - len(sent_value))
         if best_key is None or (diff, chars) < best_key:
             best, best_key = value, (diff, chars)
     return best
 
 
-def _verdict(
-    entry: Mapping[str, Any],
-    emitted: Mapping[str, tuple[Mapping[str, Any], dict[str, Any] | None]],
-    executed: list[tuple[dict[str, Any], dict[str, Any] | None]],
-    plan: Sequence[Any],
-) -> tuple[str | None, bool]:
+def _verdict(entry: Mapping[str, Any], emitted: Mapping[str, tuple[Mapping[str, Any], dict[str, Any] | None]],
+             executed: list[tuple[dict[str, Any], dict[str, Any] | None]],
+             plan: Sequence[Any]) -> tuple[str | None, bool]:
     """(`repaired` | `refused` | `altered` | None, whether the right value was executed for it).
     `emitted`: call id -> (record, parsed arguments); `executed`: (call, parsed arguments) in order."""
     tool, path = entry.get("tool"), entry.get("arg")
-    sent = next(
-        ((cid, a) for cid, (e, a) in emitted.items() if e["step"] == entry.get("step") and e["name"] == tool),
-        None,
-    )
+    sent = next(((cid, a) for cid, (e, a) in emitted.items() if e["step"] == entry.get("step") and e["name"] == tool),
+                None)
     if sent is None or sent[1] is None:
         return None, False
     cid, sent_args = sent
@@ -125,9 +114,7 @@ def _verdict(
         if value == gold:
             return "repaired", True
         return (None if value == wrong else "altered"), right_executed
-    model_sent_right = any(
-        e["name"] == tool and a is not None and _at(a, path) == gold for e, a in emitted.values()
-    )
+    model_sent_right = any(e["name"] == tool and a is not None and _at(a, path) == gold for e, a in emitted.values())
     if right_executed and not model_sent_right:
         return "repaired", True
     if not any(a is not None and _at(a, path) == wrong for _, a in same_tool):
@@ -135,12 +122,8 @@ def _verdict(
     return None, right_executed
 
 
-def attribute(
-    truth: dict[str, Any],
-    emitted: Mapping[str, Mapping[str, Any]],
-    executed: list[dict[str, Any]],
-    plan: Sequence[Any],
-) -> dict[str, Any]:
+def attribute(truth: dict[str, Any], emitted: Mapping[str, Mapping[str, Any]], executed: list[dict[str, Any]],
+              plan: Sequence[Any]) -> dict[str, Any]:
     """The ground truth `truth` (as `sim.agent.draws.QuirkDraws.ground_truth` gives it) with each
     argument-bending entry's `harness` verdict (module docstring), cures by the harness's code settled and
     the cause recomputed.
