@@ -185,12 +185,9 @@ class Emitter:
                     why, because = why_unseen(s, dep)
                 else:
                     why, because = "inputs_missing", None
+                cause: dict[str, Any] = {} if because is None else {"because": because}
                 entry = self.draws.quirk(
-                    "unseen_value",
-                    tool="final_answer",
-                    arg=f"communicate_info[{k}]",
-                    why=why,
-                    **({} if because is None else {"because": because}),
+                    "unseen_value", tool="final_answer", arg=f"communicate_info[{k}]", why=why, **cause
                 )
                 self.figure_entries[k] = entry
                 s.effects[entry] = "wrong_figure"
