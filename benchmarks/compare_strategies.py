@@ -1,4 +1,4 @@
-"""Benchmark: every strategy of the paper's comparison table, on τ² airline and retail.
+"""Benchmark: every strategy of the paper's comparison table, on τ² airline and retail (issue 17, item 5).
 
     python benchmarks/compare_strategies.py --budget 60        # minutes; chooses tasks, rounds and trials
     python benchmarks/compare_strategies.py --budget 80 --train 4 --test 2 --trials 3   # a plan of one's own
@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOMAINS = ("airline", "retail")
-#: every τ² suite the benchmark can run (`--domains`): the paper's two and telecom.
+#: every τ² suite the benchmark can run (`--domains`): the paper's two and telecom (issue 31).
 KNOWN_DOMAINS = ("airline", "retail", "telecom")
 TRANSFER_MODEL = "sim/strong"
 #: (row, strategy or None for a scored-only harness, start harness, evidence)
@@ -99,6 +99,15 @@ RUN_ORDER = (
     "Ecdysis, failure-aware",
 )
 WORKERS = "0"
+#: `--rows`: the rows to run (empty: every row)
+ONLY_ROWS: set[str] = set()
+
+
+def _harness_path(clone: Path, harness: str) -> Path:
+    """The start harness's directory in the clone: `direct_harness/` at its root, the example in the suite."""
+    if (clone / harness).is_dir():
+        return clone / harness
+    return clone / "pytest_ecdysis_tau2" / harness
 
 
 def task_ids(domain: str, split: str, n: int) -> list[str]:
@@ -236,7 +245,7 @@ def frozen_dir(clone: Path, res: dict, harness: str, tmp: Path) -> Path | None:
     subprocess.run(
         ["git", "worktree", "add", "--quiet", "--detach", str(where), branch], cwd=clone, check=True
     )
-    return where / harness
+    return _harness_path(where, harness)
 
 
 def domain_rows(
@@ -245,11 +254,13 @@ def domain_rows(
     train, test = task_ids(domain, "train", plan["train"]), task_ids(domain, "test", plan["test"])
     rows, starts, transfers = [], {}, {}
     for name, strategy, harness, evidence in sorted(ROWS, key=lambda r: RUN_ORDER.index(r[0])):
+        if ONLY_ROWS and name not in ONLY_ROWS:
+            continue
         row = {"domain": domain, "row": name}
         base = tmp / "runs" / domain / name.replace(" ", "_").replace(".", "").replace(",", "")
         if harness not in starts:
             starts[harness] = score(
-                clone, domain, clone / harness, test, plan["trials"], latency, base / "start"
+                clone, domain, _harness_path(clone, harness), test, plan["trials"], latency, base / "start"
             )
         if strategy is None:
             rows.append({**row, **starts[harness]})
@@ -282,7 +293,7 @@ def domain_rows(
             transfers[key] = score(
                 clone,
                 domain,
-                frozen or clone / harness,
+                frozen or _harness_path(clone, harness),
                 test,
                 plan["trials"],
                 latency,
@@ -365,6 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         "loaded machine the workers' start-up costs more than two tasks take)",
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="comma-separated row names to run (default: every row), e.g. 'Direct,Human-Aug.,Self-Evolution,Ecdysis'",
+    )
     for key, what in (
         ("train", "train tasks"),
         ("test", "test tasks"),
@@ -376,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     global WORKERS
     WORKERS = args.workers
+    ONLY_ROWS.update(r for r in args.rows.split(",") if r)
     sys.path.insert(0, str(REPO))
     plan = {
         **choose_plan(args.budget, args.trial_seconds),

@@ -56,7 +56,10 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
     if cfg.uses_sim:
         from pytest_ecdysis.sim.profiles import check_models
 
-        check_models([cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models])
+        # a profile that cannot produce a failure says so before any trial
+        state.messages.extend(
+            check_models([cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models])
+        )
     if cfg.uses_sim and not state.sim_url and not runs_no_test(config):
         from pytest_ecdysis.sim.server import start_background
 

@@ -12,6 +12,7 @@ This module must not import tau2, the task suites or any harness: it is the plug
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -118,9 +119,17 @@ class SimKnowledge(Protocol):
     def task(self, task_id: str) -> SimTask: ...
 
 
+#: Words that make a tool message a refusal by the harness (it did not execute the call): read like an
+#: error, as a real model reads "blocked: ..." or "not executed" (the harness's own refusals and notes).
+_REFUSAL = re.compile(
+    r"\b(refus\w*|rejected|blocked|denied|not executed|was not (sent|run|executed)|not allowed|invalid)\b"
+)
+
+
 def is_error_text(content: str) -> bool:
     """Whether a tool message reads as an error to the model: it starts with `Error`/`[error`, is a
-    JSON object with an `error` key, or says `not found` near the start. Harness-agnostic on purpose:
+    JSON object with an `error` key, says `not found` near the start, or is a refusal by the harness
+    (`refused`, `rejected`, `blocked`, `not executed`, ... near the start). Harness-agnostic on purpose:
     it reads what the harness sent, whatever wrapper it used."""
     head = content.lstrip()[:200].lower()
     return (
@@ -129,6 +138,7 @@ def is_error_text(content: str) -> bool:
         or head.startswith('{"error"')
         or "not found" in head
         or head.startswith("tool error")
+        or (not head.startswith(("{", "[")) and _REFUSAL.search(head[:120]) is not None)
     )
 
 

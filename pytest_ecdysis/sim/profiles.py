@@ -46,8 +46,15 @@ QUIRK_ORIGINS: dict[str, str] = {
     "repeat_after_error": "systematic",
     "malformed_args": "systematic",
     "blind_spot": "model",
+    "wrong_choice": "model",
     "slip": "model",
 }
+
+#: Model-origin kinds that are reasoning errors: they send a *valid but wrong* value (a real alternative
+#: the model was shown, `sim/agent/alternatives.py`), so no generic check can see through them; a harness
+#: gain on them is an accommodation or luck, never a systematic fix (`sim/truth/validity.py`). A `slip`
+#: (one character off, a copy slip) is model-origin too, but a near-miss check can cure it.
+REASONING_KINDS: frozenset[str] = frozenset({"blind_spot", "wrong_choice"})
 
 #: Ground-truth entries that are no profile quirk: the harness itself made the trial fail (a value it
 #: cut, dropped or never obtained; its own limit ended the conversation).
@@ -236,12 +243,32 @@ def load_profile(name: str) -> Profile:
     )
 
 
-def check_models(models: list[str]) -> None:
-    """Load the profile of every `sim/<profile>` model name (bare `sim` uses the server's default).
+def can_fail(profile: Profile) -> bool:
+    """Whether the profile can produce a failure of its own: some quirk rate above 0 (a blind spot also
+    needs its `task_rate` above 0). A harness can still fail on it (a value it cuts, its own limits)."""
+    return any(
+        rate > 0 and (kind != "blind_spot" or profile.blind_spot_task_rate > 0)
+        for kind, rate in profile.rates.items()
+    )
+
+
+def check_models(models: list[str]) -> list[str]:
+    """Load the profile of every `sim/<profile>` model name (bare `sim`: the `default` profile, the server's
+    default); the notes to print before any trial (one per profile that cannot produce a failure).
 
     Raises:
         UsageError: an unknown or malformed profile (the message lists the known ones).
     """
-    for model in models:
-        if model.startswith("sim/"):
-            load_profile(model[4:])
+    notes = []
+    for name in dict.fromkeys(m[4:] if m.startswith("sim/") else "default" for m in models if _is_sim(m)):
+        profile = load_profile(name)
+        if not can_fail(profile):
+            notes.append(
+                f"ecdysis: simulated-model profile {name!r} cannot produce a failure (every quirk rate is 0): "
+                "only the harness's own defects (values it cuts, its limits) can fail a trial"
+            )
+    return notes
+
+
+def _is_sim(model: str) -> bool:
+    return model == "sim" or model.startswith("sim/")

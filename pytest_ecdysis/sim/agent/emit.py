@@ -4,7 +4,7 @@
 text OR one tool call, never both): `emit_call` sends a planned call, where on its first sending the
 presentation quirks may fire (malformed JSON, an id format habit, rarer when the request's tool schema
 documents the form: `documented`); `repeat` resends a failing call unchanged; `final` the final answer with
-the figures read from the request (`figures`); `give_up` and `text` other closings. A closing text ends with
+the figures derived from the request (`figures`; it says so when a write was refused); `give_up` and `text` other closings. A closing text ends with
 `CLOSING_TEXT`, a confirmation question contains `CONFIRM_TEXT`; what the model then waits to see answered
 is the trial's `state.pending` (a `state.Pending`). Its own bookkeeping is which calls were sent and which
 id habits and unseen figures were drawn; it draws through `draws.QuirkDraws`. This module must not import
@@ -17,12 +17,15 @@ import hashlib
 import json
 from typing import Any
 
+from pytest_ecdysis.sim.agent.alternatives import alternatives
 from pytest_ecdysis.sim.agent.draws import QuirkDraws
 from pytest_ecdysis.sim.agent.intent import why_unseen
 from pytest_ecdysis.sim.agent.rules import harness_text
 from pytest_ecdysis.sim.agent.state import AgentState, Pending
+from pytest_ecdysis.sim.knowledge import is_error_text
+from pytest_ecdysis.sim.profiles import choose
 from pytest_ecdysis.sim.reading import informs_form, request_corpus, visible
-from pytest_ecdysis.sim.values import _get_path, _set_path, wrong_value
+from pytest_ecdysis.sim.values import _get_path, _set_path
 
 CONFIRM_TEXT = "Do you confirm (yes/no)?"
 CLOSING_TEXT = "Is there anything else I can help you with?"
@@ -119,7 +122,11 @@ class Emitter:
         quirk = prior.quirk if prior is not None else None
         if prior is None and forget:
             quirk = self.draws.quirk("forget_communicate")
-        if s.task.writes:
+        refused = [i for i in s.task.writes if i in s.seen and is_error_text(s.seen[i])]
+        if refused:  # the tool said no: the model says so instead of claiming the change was made
+            names = ", ".join(sorted({s.task.plan[i].name.replace("_", " ") for i in refused}))
+            body = f"I'm sorry: I could not complete every requested change ({names} was not accepted)."
+        elif s.task.writes:
             body = "Thank you for your patience: I have completed the requested changes."
         else:
             body = "Thank you for your patience: I have looked into your request."
@@ -130,24 +137,61 @@ class Emitter:
         return self.assistant_text(text)
 
     def figures(self, messages: list[dict[str, Any]]) -> list[str]:
-        """The figures the final answer states: each read from the request (a figure found in no tool
-        result is the model's own computation), guessed wrong when the request lacks it."""
+        """The figures the final answer states, each derived from what the request holds.
+
+        A figure a tool result shows is read from it. One that no result shows (a total, a refund, a
+        difference) is the model's own computation: made when the request holds the results of the task's
+        lookups, and then wrong with the profile's `wrong_choice` rate (a reasoning error: an amount of
+        the request from the wrong line, origin `model`); without those inputs, or when the result it
+        needs is missing, the model cannot derive it and says it could not confirm the amount
+        (`unseen_value`, origin `harness`). Never a value the model was not shown or could not compute.
+        """
         s = self.state
         corpus = request_corpus(messages)
         sources = {dep.path: dep for dep in s.task.figures}
+        reads = [i for i, step in enumerate(s.task.plan) if not step.write and step.actor != "user"]
+        inputs = all(i in s.seen and not is_error_text(s.seen[i]) for i in reads)
         out = []
         for k, value in enumerate(s.task.communicate_info):
             dep = sources.get(f"communicate_info[{k}]")
-            if dep is None or visible(value, corpus, figure=True):
+            if dep is not None and visible(value, corpus, figure=True):
                 out.append(value)
                 continue
+            if dep is None and inputs:
+                if k not in self.figure_entries and self.draws.fires("wrong_choice", "figure", k):
+                    options = [
+                        v for v in alternatives(_number(value), "amount", messages) if v != _number(value)
+                    ]
+                    if options:
+                        pick = options[
+                            choose(len(options), s.profile.seed, s.task.task_id, s.trial, "fig", k)
+                        ]
+                        entry = self.draws.quirk(
+                            "wrong_choice",
+                            tool="final_answer",
+                            arg=f"communicate_info[{k}]",
+                            wrong="valid_alternative",
+                            stated=str(pick),
+                        )
+                        self.figure_entries[k] = entry
+                        s.effects[entry] = "wrong_figure"
+                if k in self.figure_entries and s.quirks[self.figure_entries[k]]["kind"] == "wrong_choice":
+                    out.append(str(s.quirks[self.figure_entries[k]]["stated"]))
+                else:
+                    out.append(value)  # computed from the results the request holds
+                continue
             if k not in self.figure_entries:
-                why, because = why_unseen(s, dep)
+                if dep is not None:
+                    why, because = why_unseen(s, dep)
+                else:
+                    why, because = "inputs_missing", None
                 cause: dict[str, Any] = {} if because is None else {"because": because}
-                entry = self.draws.quirk("unseen_value", tool="final_answer", arg=dep.path, why=why, **cause)
+                entry = self.draws.quirk(
+                    "unseen_value", tool="final_answer", arg=f"communicate_info[{k}]", why=why, **cause
+                )
                 self.figure_entries[k] = entry
                 s.effects[entry] = "wrong_figure"
-            out.append(str(wrong_value(value, f"figure{k}")))
+            out.append("an amount I could not confirm")
         return out
 
     def give_up(self, why: str, entry: int | None = None) -> dict[str, Any]:
@@ -175,3 +219,11 @@ class Emitter:
                 {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_args}}
             ],
         }
+
+
+def _number(text: str) -> float | str:
+    """A figure as a number when it reads as one (`"1,234.50"` -> 1234.5), else the text."""
+    try:
+        return float(text.replace(",", "").replace("$", ""))
+    except ValueError:
+        return text

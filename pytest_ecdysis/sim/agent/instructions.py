@@ -1,4 +1,4 @@
-"""The rules a harness's prompt gives the simulated model: a parser of imperative sentences.
+"""The rules a harness's prompt gives the simulated model: a parser of imperative sentences (issue 30, item 2).
 
 The model reads the system and developer text of a request as a real model does: the sentences that are
 not the domain policy's own (the policy is what the model acts by: its gold plan) and that are
@@ -330,6 +330,21 @@ def _tool_words(tool: str) -> tuple[str, str]:
     return verb, obj
 
 
+#: Words of a prohibition of every write: "never call a tool that changes a reservation", "do not
+#: modify the database", "make no updates to any order".
+_WRITE_VERBS = ("chang", "modif", "updat", "alter", "mutat")
+_ANY_OBJECT = ("tool", "anything", "database", "record", "data", "state", "action", "call")
+
+
+def _forbids_writes(norm: str, tool: str) -> bool:
+    """Whether a prohibition (`norm`, normalised) forbids write tool `tool` by forbidding changes in
+    general: a write verb and either the tool's object ("a reservation") or any object ("a tool")."""
+    if not _has(norm, _WRITE_VERBS):
+        return False
+    obj = _tool_words(tool)[1]
+    return (bool(obj) and re.search(rf"\b{re.escape(obj)}", norm) is not None) or _has(norm, _ANY_OBJECT)
+
+
 @functools.lru_cache(maxsize=64)
 def read_rules(system_text: str, policy: str, write_tools: tuple[str, ...]) -> tuple[Rule, ...]:
     """The rules of a request's system/developer text that are not the policy's own sentences.
@@ -350,6 +365,7 @@ def read_rules(system_text: str, policy: str, write_tools: tuple[str, ...]) -> t
                 t
                 for t in write_tools
                 if all(w and re.search(rf"\b{re.escape(w)}", norm) for w in _tool_words(t))
+                or _forbids_writes(norm, t)
             )
         broad, cost = False, ""
         if not _PROHIBIT.search(norm) and _PER_CALL.search(norm):

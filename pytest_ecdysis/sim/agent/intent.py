@@ -4,7 +4,10 @@
 every value the model must read (a `Dependency`) is taken from the request, guessed wrong when the request
 lacks it (`unseen_value`, origin `harness`, with `why` from `why_unseen`), or bent by a value-level quirk
 when it is visible (`context_loss` when too far back and no harness message restates it, the domain
-policy missing, `blind_spot` unless a harness message holds the value, `slip`). Each wrong value is
+policy missing, `blind_spot` unless a harness message holds the value, `wrong_choice`, `slip`). The
+reasoning errors (`blind_spot`, per task; `wrong_choice`, per trial and write) send a *valid but wrong*
+value, a real alternative the request shows (`sim.agent.alternatives.alternatives`); a `slip` changes one
+character, as a copy slip does. Each wrong value is
 recorded at its argument path (`wrong_at` of the trial's `state.AgentState`), so a later message holding
 the right value can correct it (`rules.RuleFollower.corrected`). It draws through `draws.QuirkDraws` and
 asks `rules.RuleFollower.told` whether the harness stated a value. This module must not import tau2.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pytest_ecdysis.sim.agent.alternatives import alternatives
 from pytest_ecdysis.sim.agent.draws import QuirkDraws
 from pytest_ecdysis.sim.agent.rules import RuleFollower
 from pytest_ecdysis.sim.agent.state import AgentState
@@ -103,11 +107,32 @@ class IntentBuilder:
         if self.blind is not None and self.blind[0] == index:
             path = self.blind[1]
             gold = _get_path(step.arguments, path)
-            # a harness message holds the value: the one way to prevent it
-            cured = self.follower.told(gold, messages)
-            entry = draws.quirk("blind_spot", cured=cured, tool=step.name, arg=path)
-            if not cured:
-                args = _set_path(args, path, wrong_value(gold, f"blind{index}"))
+            # the task's reasoning error: a real alternative the model was shown (another reservation, a
+            # flight that breaks the policy), the same one in every trial; none shown, no error to make
+            options = alternatives(gold, path, messages)
+            if options:
+                # a harness message holds the right value: the one way to prevent it
+                cured = self.follower.told(gold, messages)
+                wrong = options[choose(len(options), s.profile.seed, s.task.task_id, "blind_value")]
+                entry = draws.quirk(
+                    "blind_spot", cured=cured, tool=step.name, arg=path, wrong="valid_alternative"
+                )
+                if not cured:
+                    args = _set_path(args, path, wrong)
+                    draws.bent(index, entry, path)
+        if step.write and draws.fires("wrong_choice", index):
+            # a reasoning error of this trial: one argument gets a real alternative the model was shown
+            found = [
+                (path, options)
+                for path, value in leaves(step.arguments)
+                if (index, path) not in s.wrong_at and (options := alternatives(value, path, messages))
+            ]
+            if found:
+                pick = choose(len(found), s.profile.seed, s.task.task_id, s.trial, "wrong_choice", index)
+                path, options = found[pick]
+                wrong = options[choose(len(options), s.profile.seed, s.task.task_id, s.trial, "wc", path)]
+                entry = draws.quirk("wrong_choice", tool=step.name, arg=path, wrong="valid_alternative")
+                args = _set_path(args, path, wrong)
                 draws.bent(index, entry, path)
         if draws.fires("slip", index) and args:
             paths = sorted(

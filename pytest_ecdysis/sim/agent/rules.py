@@ -32,7 +32,9 @@ from pytest_ecdysis.sim.reading import informs_form, message_text, request_corpu
 from pytest_ecdysis.sim.values import _get_path, _set_path
 
 #: Value-carrying entry kinds: a wrong value the model sent that a message holding the right one corrects.
-VALUE_KINDS = frozenset({"id_case", "id_prefix", "context_loss", "blind_spot", "slip", "unseen_value"})
+VALUE_KINDS = frozenset(
+    {"id_case", "id_prefix", "context_loss", "blind_spot", "wrong_choice", "slip", "unseen_value"}
+)
 
 
 def harness_text(messages: list[dict[str, Any]], user_texts: set[str]) -> str:

@@ -40,14 +40,14 @@ from pytest_ecdysis.sim.agent.intent import IntentBuilder
 from pytest_ecdysis.sim.agent.rules import RuleFollower, harness_text
 from pytest_ecdysis.sim.agent.state import AgentState, Pending
 from pytest_ecdysis.sim.agent.user_steps import UserSteps
-from pytest_ecdysis.sim.knowledge import SimTask, is_error_text
+from pytest_ecdysis.sim.knowledge import SimTask, is_error_text, leaves
 from pytest_ecdysis.sim.profiles import Profile
 from pytest_ecdysis.sim.reading import (
     informs_form,
     message_text,
     request_corpus,
 )
-from pytest_ecdysis.sim.values import _get_path
+from pytest_ecdysis.sim.values import _get_path, _set_path
 
 MAX_REPEATS = 6  # identical repeats of a failing call before the model gives up
 MAX_MALFORMED = 3  # malformed resends when the harness answers nothing
@@ -144,8 +144,7 @@ class AgentTrial:
                 return emitter.emit_call(failed.plan_index, fixed, reread=s.pos > failed.plan_index)
         if p.kind == "confirm":
             if is_new and not check:
-                self.confirmed = True
-                return self._advance_to_next(messages)
+                return self._after_confirm(p, message_text(last), messages)
             return emitter.text(p.text, p)
         if p.kind == "early_end":
             if is_new:
@@ -159,6 +158,38 @@ class AgentTrial:
                 return emitter.final(messages, forget=False)
             return emitter.final(messages, forget=p.quirk is not None and not s.quirks[p.quirk]["cured"])
         return emitter.text(p.text, p)  # giveup: say it again
+
+    def _after_confirm(self, p: Pending, said: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The user's answer to a confirmation: asked for the details, the model lists what the write will
+        change (its intended arguments, as it means to send them); corrected ("No, that is not right: it is
+        X"), it takes the value the user gave (each wrong value it replaces is cured, `by: user`) and
+        goes on; otherwise the answer confirms."""
+        s = self.state
+        low = said.lower()
+        step = s.task.plan[s.pos] if s.pos < len(s.task.plan) else None
+        if (
+            step is not None
+            and step.write
+            and "what exactly" in low
+            and not p.text.startswith("To be precise")
+        ):
+            args = self.intent.intended(s.pos, messages)
+            details = ", ".join(f"{path} {value}" for path, value in leaves(args))
+            text = f"To be precise: I will {step.name.replace('_', ' ')} with {details}. {CONFIRM_TEXT}"
+            return self.emitter.text(text, Pending(kind="confirm", text=text))
+        if step is not None and step.write and "not right" in low and s.pos in s.intended:
+            args = s.intended[s.pos]
+            for (at, path), entry in sorted(s.wrong_at.items()):
+                if at != s.pos or s.quirks[entry]["cured"]:
+                    continue
+                gold = _get_path(step.arguments, path)
+                if str(gold) in said:
+                    args = _set_path(args, path, gold)
+                    s.quirks[entry]["cured"] = True
+                    s.quirks[entry]["by"] = "user"
+            s.intended[s.pos] = args
+        self.confirmed = True
+        return self._advance_to_next(messages)
 
     def _find_result(self, call_id: str, messages: list[dict[str, Any]]) -> str | None:
         for m in reversed(messages):

@@ -23,8 +23,8 @@ change that does not touch the kind leaves the share where the draws put it); a 
 (nothing to compare).
 
 An edit is a **systematic fix** when it cured a harness-curable cause (origin `systematic` or `harness`, or
-any cause cured in code) on at least two tasks, or when one of its flipped tasks had failed on a curable
-kind that its **own held-out kinds** contain, whether that cause was cured or `not_drawn` in the validation
+a model slip cured in code; never a reasoning error, `sim.profiles.REASONING_KINDS`) on at least two
+tasks, or when one of its flipped tasks had failed on a curable kind that its **own held-out kinds** contain, whether that cause was cured or `not_drawn` in the validation
 run (with a fresh nonce per sub-run, the validation run redraws every quirk, so a cause it did not draw
 again says nothing either way; the held-out split decides). The held-out kinds are those the frozen
 harness cured on the held-out test split (start -> frozen); they are an edit's own when it is the only
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ecdysis.sim.client import read_ground_truth
-from pytest_ecdysis.sim.profiles import GROUND_TRUTH_ORIGINS, QUIRK_ORIGINS, load_profile
+from pytest_ecdysis.sim.profiles import GROUND_TRUTH_ORIGINS, QUIRK_ORIGINS, REASONING_KINDS, load_profile
 
 #: Origins a harness change can cure (`sim/profiles.py`: profile quirks and harness-made failures).
 CURABLE_ORIGINS = ("systematic", "harness")
@@ -160,6 +160,11 @@ def edit_cures(
 
 
 def _curable(cure: dict[str, Any]) -> bool:
+    """A cause a harness change can cure for good: harness-curable origins, or a model slip the harness's
+    code repaired; never a reasoning error (`REASONING_KINDS`: a valid but wrong value, which no generic
+    check can see through, so a gain on it is an accommodation or luck)."""
+    if cure["kind"] in REASONING_KINDS:
+        return False
     return cure["origin"] in CURABLE_ORIGINS or cure.get("by") == "code"
 
 

@@ -8,7 +8,9 @@ knowledge. Deterministic; it never reads the system prompt. Turn rules, first ma
 2. more than `MAX_TURNS` turns: thank and stop (`###STOP###`);
 3. the agent says it transferred the user to a human: `###TRANSFER###`;
 4. the agent closes (`anything else`): "No, that's all. Thank you! ###STOP###";
-5. the agent asks for a confirmation (confirm / proceed / shall I / would you like): "Yes, please go ahead.";
+5. the agent asks for a confirmation (confirm / proceed / shall I / would you like): it corrects a value it
+   knows listed wrong, asks once for the details when the confirmation lists none (in `DETAIL_SHARE` of
+   the tasks), else "Yes, please go ahead." (`UserTrial._confirm`);
 6. the agent asks for details (id, name, zip, email, order, reservation, number): the known info again;
 7. otherwise: repeat the reason for the call briefly.
 
@@ -33,6 +35,25 @@ from pytest_ecdysis.sim.user.tools import missing_argument, report, requested_ca
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"
 MAX_TURNS = 15
+#: The share of tasks whose user asks for the details of a confirmation that lists none (τ²'s policy: the
+#: agent must list the action details before a write; its user simulator asks when it does not). A
+#: modelling choice; no published rate.
+DETAIL_SHARE = 0.5
+#: An id-like word: letters, digits, `_`, `-` with at least one digit and one letter (`noah_muller_9847`),
+#: an upper-case code (`SDZQKO`, `4OG6T3`) or a `#` order id (`#W0000001`).
+_ID = re.compile(r"#[A-Z0-9]{5,}|\b[A-Z0-9]{5,}\b|\b(?=[\w\-]*\d)(?=[\w\-]*[A-Za-z])[A-Za-z0-9][\w\-]{4,}\b")
+
+
+def _ids(text: str) -> list[str]:
+    """The id-like words of a text, in order, without duplicates."""
+    return list(dict.fromkeys(m.rstrip(".,;:") for m in _ID.findall(text)))
+
+
+def _same_form(a: str, b: str) -> bool:
+    """Whether two ids have the same form: length, separators and, per position, letter vs digit-or-letter."""
+    strip = re.compile(r"[A-Za-z0-9]")
+    return len(a) == len(b) and strip.sub("", a) == strip.sub("", b) and a.isupper() == b.isupper()
+
 
 _PRONOUNS = [
     (r"\bYou are\b", "I am"),
@@ -82,6 +103,9 @@ class UserTrial:
         self.last: tuple[str, str] | None = None  # (request key, reply) of the latest turn
         self.last_tool: tuple[str, dict[str, Any]] | None = None  # the same for a turn of its own tools
         self.tool_calls = 0
+        self.raw = ""  # the agent's latest text as written
+        self.asked_details = False  # asked once for the details of a confirmation that listed none
+        self.corrections = 0  # confirmations it corrected (a value it knows listed wrong)
 
     def respond(self, messages: list[dict[str, Any]]) -> str:
         key = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
@@ -90,6 +114,7 @@ class UserTrial:
                 1
             ]  # a retry of the same request (the conversation grows every turn): same answer
         agent_text = message_text(messages[-1]) if messages else ""
+        self.raw = agent_text  # as written (ids keep their case); `_reply` reads it lower-cased
         text = self._reply(agent_text.lower())
         self.turns += 1
         self.texts.append(text)
@@ -133,6 +158,39 @@ class UserTrial:
         self.tool_calls += 1
         return tool_call_message(f"user_call_{self.tool_calls}", name, dict(detail))
 
+    def _confirm(self, said: str) -> str:
+        """The answer to a confirmation request, as τ²'s policy has the user give it: a value the user knows
+        listed wrong (an id of the same form as one of the scenario's, but not one of them) is corrected
+        ("No, that is not right: it is X"); a first confirmation that lists nothing that will change (no id,
+        no number) is answered with a request for the details, once, in the trials the user asks
+        (`DETAIL_SHARE`, drawn from the scenario and the turn); else "Yes, please go ahead."."""
+        scenario = f"{self.task.scenario.reason_for_call} {self.task.scenario.known_info}"
+        known = _ids(scenario)
+        listed = _ids(self.raw)
+        for word in listed:
+            if word.lower() in {k.lower() for k in known}:
+                continue
+            # what the agent calls it ("reservation_id 4OG6T3" -> reservation), as the scenario names it
+            named = re.search(rf"(\w+)\s+{re.escape(word)}", self.raw)
+            what = named.group(1).split("_")[0].lower() if named else ""
+            right = [
+                k
+                for k in known
+                if _same_form(k, word)
+                and k.lower() not in said
+                and what
+                and what in scenario[max(0, scenario.find(k) - 40) : scenario.find(k)].lower()
+            ]
+            if right:
+                self.corrections += 1
+                return f"No, that is not right: it is {right[0]}, not {word}. Please use {right[0]}."
+        if not listed and not re.search(r"\d", said) and not self.asked_details:
+            self.asked_details = True
+            digest = hashlib.sha256(f"{self.task.task_id}/{self.task.scenario.reason_for_call}".encode())
+            if int.from_bytes(digest.digest()[:4], "big") / 2**32 < DETAIL_SHARE:
+                return "Before I say yes: what exactly will you change? Please list the details."
+        return "Yes, please go ahead."
+
     def _known(self) -> str:
         return first_person(self.task.scenario.known_info) or "I don't have more details, sorry."
 
@@ -149,7 +207,7 @@ class UserTrial:
         if "anything else" in said:
             return f"No, that's all. Thank you! {STOP}"
         if any(k in said for k in _CONFIRM):
-            return "Yes, please go ahead."
+            return self._confirm(said)
         if "?" in said and any(k in said for k in _DETAILS):
             return self._known()
         reason = first_person(scenario.reason_for_call).split(". ")[0].rstrip(".")
