@@ -15,6 +15,9 @@ Retries also live here (the openai client gets `max_retries=0`): HTTP 429 and 5x
 could not parse the model's output (`PARSE_FAILURE_MARKERS`: llama.cpp's "Failed to parse input",
 vLLM's tool-parser errors) is never retried: asking again replays the same defect.
 
+A 200 whose body is an error object without `choices` (OpenRouter, some proxies) is the error it says it is
+(`error_in_ok`): its `code` becomes the status, so a 502 in a 200 is retried and then raised as one.
+
 A 200 reply to `/chat/completions` that is not a chat completion (not JSON, truncated, no
 `choices[0].message`, an event stream the request did not ask for: `replies.completion_problem`) raises `UnusableReplyError`, an infrastructure error
 naming the URL and what came back, whichever role sent the call; it is not retried.
@@ -27,6 +30,7 @@ through it, within a second or so. This module must not import tau2, task suites
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -213,7 +217,7 @@ class DeadlineTransport(httpx2.BaseTransport):
                 raise httpx2.ReadTimeout(self.budget.describe(), request=request)
             response = None
             try:
-                response = self._attempt(request, min(self.call_timeout_s, left), left)
+                response = error_in_ok(self._attempt(request, min(self.call_timeout_s, left), left))
             except httpx2.TransportError as exc:
                 cut = isinstance(exc, CallTimeout)
                 if (
@@ -286,6 +290,37 @@ class DeadlineTransport(httpx2.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def error_in_ok(response: httpx2.Response) -> httpx2.Response:
+    """An HTTP 200 whose body is an error object and no `choices` (OpenRouter's
+    `{"error": {"code": 502, "message": ...}}`) as the error it is: a response with the error's `code` as
+    its status when that is an HTTP error status (400-599), else 502, and the same body; so a 5xx or 429
+    in a 200 is retried like one and reaches the caller as an `openai.APIStatusError` with the server's
+    words. Any other response is returned as it is."""
+    if response.status_code != 200:
+        return response
+    body = response.read()
+    if not body.lstrip().startswith(b"{") or b'"error"' not in body[:4000]:
+        return response
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return response
+    if not isinstance(doc, dict) or doc.get("choices") or not isinstance(doc.get("error"), dict | str):
+        return response
+    code = doc["error"].get("code") if isinstance(doc["error"], dict) else None
+    try:
+        status = int(code) if code is not None else 502
+    except (TypeError, ValueError):
+        status = 502
+    status = status if 400 <= status < 600 else 502
+    headers = [
+        (k, v)
+        for k, v in response.headers.items()
+        if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")
+    ]
+    return httpx2.Response(status, headers=headers, content=body, extensions=response.extensions)
 
 
 def _usable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
