@@ -13,7 +13,8 @@ Retries also live here (the openai client gets `max_retries=0`): HTTP 429 and 5x
 (refused, reset, timed out) are retried at most `max_retries` times with backoff `backoff_s * 2**n` s
 (a `Retry-After` wins, capped at `MAX_BACKOFF_S` and by the budget). A 5xx whose body says the server
 could not parse the model's output (`PARSE_FAILURE_MARKERS`: llama.cpp's "Failed to parse input",
-vLLM's tool-parser errors) is never retried: asking again replays the same defect.
+vLLM's tool-parser errors) is never retried: asking again replays the same defect; nor is a 5xx saying the
+server could not parse the request (`refusals.REQUEST_UNPARSED`), which is the sender's (`never_retried`).
 
 A 200 whose body is an error object without `choices` (OpenRouter, some proxies) is the error it says it is
 (`error_in_ok`): its `code` becomes the status, so a 502 in a 200 is retried and then raised as one.
@@ -40,6 +41,7 @@ from typing import Any, cast
 import httpx2
 
 from pytest_ecdysis.core.errors import UnusableReplyError
+from pytest_ecdysis.endpoint.refusals import REQUEST_UNPARSED
 from pytest_ecdysis.endpoint.replies import asked_to_stream, completion_problem
 
 #: statuses retried with backoff.
@@ -98,11 +100,24 @@ class Budget:
 
 
 def is_parse_failure(status: int, body: bytes) -> bool:
-    """True for a 5xx whose body reports that the server could not parse the model's output."""
+    """True for a 5xx whose body reports that the server could not parse the model's output (not the
+    request: `refusals.REQUEST_UNPARSED`, llama.cpp's "Failed to parse tools: ...", is the sender's)."""
     if status < 500:
         return False
     text = body[:4000].decode("utf-8", "replace").lower()
+    if REQUEST_UNPARSED.search(text):
+        return False
     return any(marker in text for marker in PARSE_FAILURE_MARKERS)
+
+
+def never_retried(status: int, body: bytes) -> bool:
+    """A 5xx that asking again would only repeat: the model's output unparsable (`is_parse_failure`), or the
+    request itself (`refusals.REQUEST_UNPARSED`)."""
+    if status < 500:
+        return False
+    return is_parse_failure(status, body) or bool(
+        REQUEST_UNPARSED.search(body[:4000].decode("utf-8", "replace"))
+    )
 
 
 class _Attempt:
@@ -236,7 +251,7 @@ class DeadlineTransport(httpx2.BaseTransport):
                 if (
                     response.status_code not in RETRY_STATUS
                     or attempt >= self.max_retries
-                    or is_parse_failure(response.status_code, response.read())
+                    or never_retried(response.status_code, response.read())
                 ):
                     return _usable(request, response)
                 wait = _retry_after(response)

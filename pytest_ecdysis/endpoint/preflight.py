@@ -13,7 +13,7 @@ object, `tool_choice: "auto"`, `max_tokens` `MAX_TOKENS`. The reply is one of `O
 | outcome | what came back | what to change |
 | --- | --- | --- |
 | `ok` | a chat completion (a tool call or text) | nothing |
-| `tools_unsupported` | a refusal of `tools`/`tool_choice`, or the call written as text | the server's tool flag (`TOOL_FIXES`) |
+| `tools_unsupported` | a refusal of `tools`/`tool_choice`, or the call written as text | the server's tool flag (`refusals.TOOL_FIXES`) |
 | `model_not_found` | 404, or a body saying the model does not exist | `--ecdysis-model` (or pull/serve it) |
 | `key_refused` | 401/403, or a body about the API key | `OPENAI_API_KEY` |
 | `base_url_wrong` | refused connection, a 404 without a model named, a 200 that is no chat completion | `--ecdysis-base-url` (ends in `/v1`) |
@@ -37,7 +37,6 @@ tau2, task suites or harness code.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -45,6 +44,14 @@ from typing import Any
 import httpx2
 
 from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport
+from pytest_ecdysis.endpoint.refusals import (
+    CONTENT_FILTER,
+    KEY_REFUSED,
+    MODEL_MISSING,
+    TOOLS_REFUSED,
+    error_message,
+    tool_fix,
+)
 from pytest_ecdysis.endpoint.replies import completion_problem, find_text_tool_calls
 
 #: set by a controller whose pre-flight passed or is off; sub-runs that inherit it do not check.
@@ -80,38 +87,6 @@ TOOL: dict[str, Any] = {
 }
 MESSAGES = [{"role": "user", "content": "Please look up reservation 8JX2WO."}]
 
-#: What to change when a server refuses tools, by server kind (the flag or setting each documents).
-TOOL_FIXES: dict[str, str] = {
-    "vLLM": "start `vllm serve` with --enable-auto-tool-choice --tool-call-parser <parser of the model>",
-    "Ollama": "use a model whose template supports tools (`ollama show <model>` lists the `tools` capability)",
-    "llama.cpp": "start `llama-server` with --jinja (and a chat template with tool support, --chat-template-file)",
-    "TGI": "use a TGI version with tool support (the Messages API's `tools`, TGI 2.x) and a model with a tool "
-    "template",
-    "LM Studio": "load a model with tool use support (marked 'Tool Use' in LM Studio) in its server",
-}
-#: a refusal's words -> the server kind that says them (to name its fix first).
-_SERVER_WORDS = (
-    (re.compile(r"enable-auto-tool-choice|tool-call-parser|vllm", re.I), "vLLM"),
-    (re.compile(r"does not support tools|ollama", re.I), "Ollama"),
-    (re.compile(r"--jinja|llama[-_. ]?(cpp|server)|tools param requires", re.I), "llama.cpp"),
-    (re.compile(r"text-generation-inference|\btgi\b|grammar", re.I), "TGI"),
-    (re.compile(r"lm ?studio", re.I), "LM Studio"),
-)
-TOOLS_REFUSED = re.compile(
-    r"does not support (tools|tool[ _]?(use|calls?|choice)|function[ _]?calling)|"
-    r"tool[ _]choice[^\n]{0,40}(requires|not supported|unsupported)|enable-auto-tool-choice|"
-    r"tools? (is|are) not supported|tools param requires|--jinja|"
-    r"(tool|function)[ _]?call(ing|s)? (is )?not (supported|enabled)",
-    re.I,
-)
-MODEL_MISSING = re.compile(
-    r"\bmodel\b[^\n]{0,80}?\b(not found|does not exist|not exist|unknown|is not available)|"
-    r"(invalid|unknown|no such) model|try pulling it",
-    re.I,
-)
-KEY_REFUSED = re.compile(r"api[ _-]?key|authenticat|unauthori[sz]ed|invalid[ _]token|permission denied", re.I)
-CONTENT_FILTER = re.compile(r"content[ _-]?(filter|policy|management)|responsibleai|safety system", re.I)
-
 
 @dataclass(frozen=True)
 class Check:
@@ -137,46 +112,6 @@ class Check:
         if self.problem:
             text += f": {self.detail}; {self.fix}"
         return text
-
-
-def server_kind(text: str) -> str | None:
-    """The server kind whose words `text` uses (`TOOL_FIXES` keys), or None."""
-    for pattern, kind in _SERVER_WORDS:
-        if pattern.search(text):
-            return kind
-    return None
-
-
-def tool_fix(text: str) -> str:
-    """What to change for a tool refusal: the fix of the server kind `text` names, else every kind's."""
-    kind = server_kind(text)
-    if kind:
-        return f"the server does not serve tool calls for this model: {kind}: {TOOL_FIXES[kind]}"
-    known = "; ".join(f"{k}: {v}" for k, v in TOOL_FIXES.items())
-    return f"the server does not serve tool calls for this model; {known}"
-
-
-def error_message(body: bytes) -> str:
-    """The server's own words in an error body: `error.message` (or `error` as text, `detail`, `message`),
-    else the body itself; at most 300 characters."""
-    text = body[:4000].decode("utf-8", "replace").strip()
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return text[:300]
-    said: Any = doc
-    if isinstance(doc, dict):
-        err = doc.get("error")
-        if isinstance(err, dict):
-            said = err.get("message") or err.get("msg") or err
-        elif err:
-            said = err
-        elif doc.get("detail"):
-            said = doc["detail"]
-        elif doc.get("message"):
-            said = doc["message"]
-    said = said if isinstance(said, str) else json.dumps(said)
-    return said.strip()[:300]
 
 
 def classify(

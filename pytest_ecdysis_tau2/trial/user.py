@@ -16,8 +16,9 @@ An empty or unusable reply of the user model is not the agent's fault: it raises
 so it never becomes a failure record. Reasoning in the user model's reply (`<think>` blocks) is removed
 before τ²'s stop check, so a stop token the model only thought about does not end the conversation.
 
-`user_aborted(messages)` flags the user simulator's own abort (`###OUT-OF-SCOPE###`), kept out of the
-evidence. `stop_after_confirmation(messages, writes)` flags a τ² artefact: the user confirms the agent's yes/no
+`user_aborted(messages)` flags the user simulator's endings that are not the agent's doing (`###OUT-OF-SCOPE###`,
+a `###TRANSFER###` the agent never asked for, a `###STOP###` before any request), kept out of the evidence.
+Content given as a list of parts is joined from its text parts (`content_text`), as on the agent's side. `stop_after_confirmation(messages, writes)` flags a τ² artefact: the user confirms the agent's yes/no
 question and stops in the same message ("Yes, please cancel it. ###STOP###"), so the write it confirmed
 never happens and the trial fails through no fault of the agent. This module must not import harness code.
 """
@@ -106,8 +107,15 @@ class Tau2User(_BaseUser):
                 messages=cast("list[ChatCompletionMessageParam]", api_messages),
                 **extra,
             )
+        except openai.APIStatusError as exc:
+            said = (exc.response.text or "").strip()[:300] or exc.message
+            raise InfrastructureError(
+                f"the user simulator's call (model {self.model!r}) failed: HTTP {exc.status_code}: {said}"
+            ) from exc
         except openai.APIError as exc:
-            raise InfrastructureError(f"user simulator model {self.model!r} failed: {exc}") from exc
+            raise InfrastructureError(
+                f"the user simulator's call (model {self.model!r}) failed: {exc}"
+            ) from exc
         if response.usage is not None:
             self.usage["prompt"] += response.usage.prompt_tokens or 0
             self.usage["completion"] += response.usage.completion_tokens or 0
@@ -118,10 +126,12 @@ class Tau2User(_BaseUser):
             user_message = _t.UserMessage(role="user", content=None, tool_calls=calls)
             state.messages.append(user_message)
             return user_message, state
-        content = reply.content if reply is not None else None
-        content, _ = strip_reasoning(content if isinstance(content, str) else "")  # before the stop check
+        content = content_text(reply.content if reply is not None else None)
+        content, _ = strip_reasoning(content)  # before the stop check
         if not content:
-            raise InfrastructureError(f"user simulator model {self.model!r} returned an empty reply")
+            raise InfrastructureError(
+                f"the user simulator's call (model {self.model!r}) returned an empty reply"
+            )
         user_message = _t.UserMessage(role="user", content=content)
         state.messages.append(user_message)
         return user_message, state
@@ -204,12 +214,46 @@ CONFIRMS = re.compile(
 )
 
 
+def content_text(content: Any) -> str:
+    """A reply's `content` as text: a string as it is; a list of content parts (Mistral's
+    `[{"type": "thinking", ...}, {"type": "text", "text": ...}]`) joined from its text parts, as the agent's
+    client joins them (`endpoint.ReplyShapeTransport`); a thinking part is never the user's words."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            part = part if isinstance(part, dict) else getattr(part, "__dict__", {})
+            if part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "".join(texts)
+    return ""
+
+
 def user_aborted(messages: list[dict[str, Any]]) -> bool:
-    """True when the user simulator ended the conversation with τ²'s `###OUT-OF-SCOPE###`: its own abort
-    (the scenario does not say what the agent asked), not the agent's failure. `messages` as for
-    `stop_after_confirmation`."""
-    users = [m for m in messages if m.get("role") == "user"]
-    return bool(users) and _t.OUT_OF_SCOPE in str(users[-1].get("content") or "")
+    """True when the user simulator ended the conversation in a way that is not the agent's doing: τ²'s
+    `###OUT-OF-SCOPE###` (its scenario does not say what the agent asked), a `###TRANSFER###` though the
+    agent never called a transfer tool (τ²'s user says it only once transferred), or a `###STOP###` as the
+    user's first words with no request in them. `messages` as for `stop_after_confirmation`."""
+    users = [m for m in messages if m.get("role") == "user" and m.get("content")]
+    if not users:
+        return False
+    last = str(users[-1].get("content") or "")
+    if _t.OUT_OF_SCOPE in last:
+        return True
+    if _t.TRANSFER in last:
+        return not any(
+            "transfer" in str(c.get("name", "")).lower()
+            for m in messages
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        )
+    if _t.STOP in last and len(users) == 1:
+        said = last
+        for token in (_t.STOP, _t.TRANSFER, _t.OUT_OF_SCOPE):
+            said = said.replace(token, "")
+        return not said.strip(" \n\t.!,")
+    return False
 
 
 def stop_after_confirmation(messages: list[dict[str, Any]], writes: set[str]) -> bool:
