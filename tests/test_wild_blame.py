@@ -253,3 +253,40 @@ def test_a_422_on_the_user_simulators_call_quotes_the_server_and_names_the_role(
     assert result.termination_reason == "infrastructure_error", result.error
     assert "the user simulator's call" in result.error and "field required" in result.error
     assert evidence_of(result) == []
+
+
+# -- 7: coercion only where it is unambiguous -------------------------------------------------------
+
+
+def test_a_boolean_for_an_integer_is_refused_not_executed_as_one(warm_tau2):
+    """`send_certificate(amount=true)`: never coerced to 1 and run as a write (a $1 certificate); the guard
+    refuses it naming the argument, and no `arguments_coerced` note claims otherwise."""
+    agent = one_call_then_done("send_certificate", {"user_id": "raj_sanchez_7340", "amount": True})
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
+        result = run_over(server)
+    assert result.termination_reason == "user_stop", result.error
+    [call] = result.tool_calls
+    assert call.arguments["amount"] is True and call.error
+    assert "argument 'amount' of send_certificate must be an integer" in call.result
+    assert "got the boolean true" in call.result
+    assert not [n for n in result.endpoint_notes if n["kind"] == "arguments_coerced"]
+
+
+def test_a_value_that_does_not_survive_the_round_trip_is_not_coerced():
+    """`"NaN"` and `"1e400"` for a number are not coerced (they would run as null and be noted as NaN or
+    Infinity); the guard refuses them as not finite. `"2"` for an integer still is, and the note says 2."""
+    from pydantic import BaseModel
+
+    from pytest_ecdysis_tau2.tasks.tool_calls import coerce_arguments, refusal
+
+    class Params(BaseModel):
+        amount: int
+        rate: float = 0.0
+
+    for raw in ("NaN", "1e400", "-Infinity"):
+        args = {"amount": 1, "rate": raw}
+        assert coerce_arguments(Params, args) == (args, [])
+        assert "must be a finite number" in (refusal(Params, "t", args) or "")
+    coerced, notes = coerce_arguments(Params, {"amount": "2"})
+    assert coerced == {"amount": 2} and "coerced to integer 2" in notes[0]
+    assert refusal(Params, "t", coerced) is None
