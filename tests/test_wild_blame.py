@@ -290,3 +290,89 @@ def test_a_value_that_does_not_survive_the_round_trip_is_not_coerced():
     coerced, notes = coerce_arguments(Params, {"amount": "2"})
     assert coerced == {"amount": 2} and "coerced to integer 2" in notes[0]
     assert refusal(Params, "t", coerced) is None
+
+
+# -- 9: passes that are not clean by τ²'s own checks ------------------------------------------------
+
+
+def confirm_then(name: str, arguments: dict, *, ask: bool):
+    """Agent replies: (when `ask`) a yes/no question first, then after the user's yes the write, then a
+    closing text; without `ask` the write comes at once."""
+
+    def reply(body: dict) -> dict:
+        messages = body.get("messages", [])
+        if any(m.get("role") == "tool" for m in messages):
+            return {"content": "Done. Anything else?"}
+        users = [m for m in messages if m.get("role") == "user"]
+        if ask and not any("yes" in str(m.get("content") or "").lower() for m in users):
+            return {"content": f"I will call {name} with {json.dumps(arguments)}. Shall I proceed? (yes/no)"}
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
+        return {"content": None, "tool_calls": [call]}
+
+    return reply
+
+
+def user_says_yes_then_stops(body: dict) -> dict:
+    """The user model's replies (roles flipped: the agent speaks as `user`): hello; a yes to a question
+    asking to proceed; else stop."""
+    messages = body.get("messages", [])
+    own = [m for m in messages if m.get("role") == "assistant"]
+    agent = [m for m in messages if m.get("role") == "user"]
+    if not own:
+        return HELLO
+    if agent and "Shall I proceed" in str(agent[-1].get("content") or ""):
+        return {"content": "Yes, please go ahead."}
+    return {"content": "Thanks, that is all. ###STOP###"}
+
+
+def run_task(task_id: str, agent) -> object:
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_says_yes_then_stops)) as server:
+        return run_over(server, task_id=task_id)
+
+
+def test_a_pass_with_a_write_the_user_never_confirmed_is_a_weak_pass(warm_tau2):
+    """Airline task 19 (gold: cancel reservation Z7GOZK): cancelled at once, the pass is weak ("write
+    cancel_reservation not preceded by the user's confirmation"); asked and confirmed first, it is clean."""
+    from pytest_ecdysis.core.metrics import weak_pass_reasons
+
+    args = {"reservation_id": "Z7GOZK"}
+    rushed = run_task("19", confirm_then("cancel_reservation", args, ask=False))
+    careful = run_task("19", confirm_then("cancel_reservation", args, ask=True))
+    assert rushed.reward == 1.0 and careful.reward == 1.0, (rushed.error, careful.error)
+    assert rushed.checks["unconfirmed_writes"] == ["cancel_reservation"]
+    assert careful.checks["unconfirmed_writes"] == []
+    assert any("write cancel_reservation not preceded" in r for r in weak_pass_reasons(rushed, 1.0))
+    assert weak_pass_reasons(careful, 1.0) == []
+
+
+def test_a_pass_whose_gold_lookup_was_never_made_is_a_weak_pass_listed_shown_and_counted(warm_tau2, tmp_path):
+    """Airline task 27 (gold: get_user_details, then send_certificate 150): the certificate sent after a
+    yes but without the lookup passes on the DB; the pass is weak ("gold action get_user_details not
+    matched"), listed in the summary, on the HTML page, and in diagnosis's evidence as a weakness, never
+    as a failure record."""
+    from pytest_ecdysis.core.rundir import SCHEMA_VERSION
+    from pytest_ecdysis.evidence.build import build_evidence
+    from pytest_ecdysis.report import html as html_report
+    from pytest_ecdysis.run.files import aggregate
+
+    args = {"user_id": "ethan_martin_2396", "amount": 150}
+    result = run_task("27", confirm_then("send_certificate", args, ask=True))
+    assert result.reward == 1.0, (result.error, result.components)
+    summary, _, _ = aggregate([result], threshold=1.0, trials_per_task=1, model="m", prices={})
+    [weak] = summary["weak_passes"]
+    assert weak["reasons"] == ["gold action get_user_details not matched"]
+    (tmp_path / "summary.json").write_text(
+        json.dumps({"schema_version": SCHEMA_VERSION, "run_id": "r", **summary})
+    )
+    (tmp_path / "groups.json").write_text(json.dumps({"schema_version": 1, "groups": []}))
+    (tmp_path / "trials.jsonl").write_text(result.model_dump_json() + "\n")
+    page = html_report.render(tmp_path)
+    assert "Weak passes" in page and "gold action get_user_details not matched" in page
+    ev = build_evidence(records=[], groups=[], harness_dir=None, weak_passes=summary["weak_passes"])
+    assert ev.data["weak_passes"]["n_weak_passes"] == 1
+    assert ev.data["weak_passes"]["by_kind"] == {"gold_action_not_matched": 1}
+    assert "harness weakness" in ev.data["weak_passes"]["meaning"] and ev.data["failures"]["n_records"] == 0
