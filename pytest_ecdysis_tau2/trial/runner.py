@@ -202,11 +202,13 @@ def run_trial(
     user_usage = dict(getattr(user, "usage", None) or {})
     user_tokens = {k: int(user_usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
     from .suspect import is_suspect
-    from .user import stop_after_confirmation, user_aborted
+    from .user import asks_confirmation, stop_after_confirmation, unconfirmed_writes, user_aborted
 
     messages = [message_dict(m) for m in trajectory]
     called = {c["name"] for m in messages for c in m.get("tool_calls") or []}
     writes = {name for name in called if _is_write(environment, name)}
+    if checks is not None and asks_confirmation(environment):
+        checks = {**checks, "unconfirmed_writes": unconfirmed_writes(messages, writes)}
 
     return TrialResult(
         suite=spec.suite,

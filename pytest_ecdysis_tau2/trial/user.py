@@ -284,3 +284,45 @@ def stop_after_confirmation(messages: list[dict[str, Any]], writes: set[str]) ->
         if text:
             return "?" in text and bool(CONFIRM_REQUEST.search(text))
     return False
+
+
+#: the policy sentence of τ²'s airline and retail domains that makes a write wait for the user's "yes".
+CONFIRMATION_POLICY = re.compile(r"obtain explicit user confirmation", re.I)
+
+
+def asks_confirmation(environment: Any) -> bool:
+    """True when the domain's policy requires explicit user confirmation before a write (airline, retail)."""
+    try:
+        return bool(CONFIRMATION_POLICY.search(environment.get_policy() or ""))
+    except Exception:
+        return False
+
+
+def unconfirmed_writes(messages: list[dict[str, Any]], writes: set[str]) -> list[str]:
+    """The agent's write tool calls (names, in order) not preceded by the user's confirmation: the last user
+    text before the call does not start with a confirmation (`CONFIRMS`), or no agent text before that
+    asked for one (`CONFIRM_REQUEST`). τ²'s policy requires it, τ²'s DB check does not see it (τ² #298).
+    `messages` as for `stop_after_confirmation`; user tool calls (telecom) are not the agent's writes."""
+    out = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            if call.get("name") in writes and not _confirmed_before(messages[:i]):
+                out.append(str(call["name"]))
+    return out
+
+
+def _confirmed_before(messages: list[dict[str, Any]]) -> bool:
+    for j in range(len(messages) - 1, -1, -1):
+        m = messages[j]
+        if m.get("role") == "user" and m.get("content") and not m.get("requestor"):
+            if not CONFIRMS.search(str(m["content"]).strip()):
+                return False
+            asked = [
+                str(a.get("content") or "")
+                for a in messages[:j]
+                if a.get("role") == "assistant" and a.get("content")
+            ]
+            return bool(asked) and bool(CONFIRM_REQUEST.search(asked[-1]))
+    return False
