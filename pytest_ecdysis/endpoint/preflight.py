@@ -19,9 +19,10 @@ object, `tool_choice: "auto"`, `max_tokens` `MAX_TOKENS`. The reply is one of `O
 | `base_url_wrong` | refused connection, a 404 without a model named, a 200 that is no chat completion | `--ecdysis-base-url` (ends in `/v1`) |
 | `content_filter` | the provider's content policy refused the request | the provider's filter settings |
 | `timeout` | no whole reply within the call timeout | `--ecdysis-limits call-timeout=S` |
-| `server_error` | another error (5xx after the retries, another 4xx) | quoted as the server said it |
+| `server_error` | another 4xx | quoted as the server said it |
+| `transient` | 429 or 5xx after the retries, naming no setting | nothing: printed, the trials run (they retry) |
 
-Every outcome but `ok` is a configuration problem: the session stops with one usage error (exit 4) before any
+Every outcome but `ok` and `transient` is a configuration problem: the session stops with one usage error (exit 4) before any
 trial, naming each model's problem and the fix, and `preflight.json` in the run directory is the only file
 written. Simulated models are skipped: the plugin starts that server itself in the same process, and it
 answers every shape the suite sends, so a request to it would check nothing. The cost is one call per
@@ -67,6 +68,7 @@ OUTCOMES = (
     "content_filter",
     "timeout",
     "server_error",
+    "transient",
 )
 
 #: The suite's tool shape: a τ² function tool as τ²'s `Tool.openai_schema` writes it (airline's
@@ -104,12 +106,13 @@ class Check:
 
     @property
     def problem(self) -> bool:
-        return self.outcome != "ok"
+        """A configuration problem: the session stops (every outcome but `ok` and `transient`)."""
+        return self.outcome not in ("ok", "transient")
 
     def line(self) -> str:
         """One terminal line: `model at URL: outcome (N.NN s): detail; fix`."""
         text = f"{self.model} at {self.base_url}: {self.outcome} ({self.wall_s:.2f} s)"
-        if self.problem:
+        if self.outcome != "ok":
             text += f": {self.detail}; {self.fix}"
         return text
 
@@ -178,6 +181,12 @@ def classify(
         )
     if status in (404, 405):
         return "base_url_wrong", f"HTTP {status}: {said}", _BASE_URL_FIX
+    if status == 429 or status >= 500:
+        return (
+            "transient",
+            f"HTTP {status}: {said}",
+            ("the endpoint was busy or failing after the retries; the trials retry their own calls"),
+        )
     return (
         "server_error",
         f"HTTP {status}: {said}",
