@@ -2,7 +2,8 @@
 
 `prepare(config, state)` runs, on the controller only, after the options were read: the run directory
 must be writable (`check_run_dir`), the response cache, evolution's pre-flight and run lock, the gate's
-pre-flight, the sandbox (`prepare_sandbox`) and the simulated models are checked, and a simulated server is started when a
+pre-flight, the sandbox (`prepare_sandbox`) and the simulated models are checked, the endpoint is checked with one
+call per model that is not `sim...` (`check_endpoint`, `endpoint.preflight`), and a simulated server is started when a
 model is `sim...` and none is running (`ECDYSIS_SIM_URL`). Each check raises an `EcdysisError` naming the
 fix (the plugin turns it into a usage error). `runs_no_test(config)` tells the sessions that run no trial.
 

@@ -20,7 +20,14 @@ parametrises, calls this, and records the result). It never raises for a trial o
   the evidence (`user_abort`);
 - `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure),
   including an HTTP 4xx the agent's request caused (400, 413, 422: malformed, too large; not auth, not
-  found, timeout or rate limit, `harness_caused`): the record quotes the server's message.
+  found, timeout or rate limit, `harness_caused`) and a request the server could not parse (llama.cpp's
+  "Failed to parse tools: ..."): the record quotes the server's message and the request's size.
+
+Blame is read from the server's words, not its status code (`_refused`, `endpoint.refusals`): a refusal
+naming a server setting (tools or tool choice not enabled), a provider policy (a content filter) or the
+tool-call ids the server generated itself would repeat for any harness, so it is `infrastructure_error`
+naming what to change, never evidence. Every message says whose call it was (the agent's or the user
+simulator's).
 
 The reward comes from the scorer subprocess (`scorer.py`), which never imports harness code. τ² scores 0
 unless a trial ended by user or agent stop, so other endings are not sent to the scorer.
