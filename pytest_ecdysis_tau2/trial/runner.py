@@ -292,7 +292,7 @@ def classify(
 
 
 def _refused(
-    exc: Any, where: str, budget: TrialBudget, server_ids: set[str] | frozenset[str]
+    exc: Any, where: str | None, budget: TrialBudget, server_ids: set[str] | frozenset[str]
 ) -> tuple[str, str]:
     """(reason, error) of an HTTP error status, by what the server said rather than by its status code.
 
