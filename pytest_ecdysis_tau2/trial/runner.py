@@ -52,6 +52,7 @@ from pytest_ecdysis.endpoint.overflow import context_overflow
 from pytest_ecdysis.endpoint.refusals import (
     REQUEST_UNPARSED,
     TOOL_CALL_ID,
+    error_message,
     request_ids,
     setting_refusal,
     size_of,
@@ -303,7 +304,7 @@ def _refused(
     the request's size and the server's words: a request the server could not parse
     (`refusals.REQUEST_UNPARSED`) and other 4xx the agent's request caused."""
     text = _server_said(exc, 2000)
-    words = _server_said(exc)
+    words = _words(exc)
     call, size = _call_of(exc), _request_size(exc)
     fix = setting_refusal(text)
     if fix:
@@ -334,6 +335,16 @@ def _refused(
         f"model endpoint {where} answered {call} with HTTP {exc.status_code} "
         f"after {budget.retries} retries: {words}"
     )
+
+
+def _words(exc: Any) -> str:
+    """The server's own message, decoded from its JSON error body (`refusals.error_message`: control
+    characters as they were, for `safetext` to show), else `_server_said`."""
+    try:
+        said = error_message(exc.response.content)
+    except Exception:
+        said = ""
+    return said or _server_said(exc)
 
 
 def _role(exc: Any) -> str:

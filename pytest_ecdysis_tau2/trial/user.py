@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import openai
 
 from pytest_ecdysis.core.errors import InfrastructureError
+from pytest_ecdysis.endpoint.refusals import error_message
 from pytest_ecdysis.endpoint.replies import strip_reasoning
 
 from ..tasks.tau2lib import load_tau2
@@ -108,7 +109,7 @@ class Tau2User(_BaseUser):
                 **extra,
             )
         except openai.APIStatusError as exc:
-            said = (exc.response.text or "").strip()[:300] or exc.message
+            said = error_message(exc.response.content) or exc.message
             raise InfrastructureError(
                 f"the user simulator's call (model {self.model!r}) failed: HTTP {exc.status_code}: {said}"
             ) from exc
