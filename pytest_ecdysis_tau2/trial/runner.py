@@ -294,7 +294,7 @@ def classify(
 
 def _refused(
     exc: Any, where: str | None, budget: TrialBudget, server_ids: set[str] | frozenset[str]
-) -> tuple[str, str]:
+) -> tuple[TerminationReason, str]:
     """(reason, error) of an HTTP error status, by what the server said rather than by its status code.
 
     The endpoint's (`infrastructure_error`, out of evidence), naming what to change: a refusal naming a
