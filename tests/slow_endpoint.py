@@ -9,7 +9,8 @@ or a diagnosis role), else by `default`:
   keep-alive while the model generates), then the JSON;
 - `("silence",)`: headers, then nothing until the client goes away;
 - `("raw", body, content_type)`: HTTP 200 with exactly these bytes (a reply that is not a chat completion);
-- `("status", code, body, content_type)`: HTTP `code` with exactly these bytes (a 4xx with the server's message).
+- `("status", code, body, content_type)`: HTTP `code` with exactly these bytes (a 4xx with the server's message);
+- `("respond", fn)`: `fn(request body) -> (code, bytes)`, a JSON reply of any status chosen per request.
 
     with SlowEndpoint(agent=("trickle", 0.1, {"content": "hi"})) as server:
         base_url = server.url          # http://127.0.0.1:PORT/v1
@@ -58,6 +59,9 @@ class SlowEndpoint:
                 code = 200
                 if kind == "status":
                     kind, code, args = "raw", args[0], args[1:]
+                if kind == "respond":  # a callable of the request body -> (status, body bytes)
+                    code, data = args[0](body)
+                    kind, args = "raw", [data, "application/json"]
                 if kind == "raw":
                     self.send_response(code)
                     self.send_header("Content-Type", args[1])

@@ -88,6 +88,8 @@ def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) ->
         "fake",
         "--ecdysis-base-url",
         "http://127.0.0.1:9",
+        "--ecdysis-preflight",
+        "off",  # no model at the closed port: the suite calls none
         "--ecdysis-harness",
         "tiny_harness",
     )

@@ -88,6 +88,8 @@ def test_plugin_runs_preflight_before_trials(
         "fake",
         "--ecdysis-base-url",
         "http://127.0.0.1:9",
+        "--ecdysis-preflight",
+        "off",  # no model at the closed port: the suite calls none
         "--ecdysis-editor",
         "sim",
     )

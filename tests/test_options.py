@@ -123,6 +123,7 @@ CLI_CASES: dict[str, Case] = {
         "--ecdysis-limits takes KEY=VALUE pairs, comma-separated, with KEY one of",
     ),
     "sandbox": Case("off", {"sandbox": "off"}, "maybe", "--ecdysis-sandbox must be one of auto, on, off"),
+    "preflight": Case("off", {"preflight": "off"}, "maybe", "--ecdysis-preflight must be one of on, off"),
     "editor-writable": Case(
         "/",
         {"editor_writable": ("/",)},

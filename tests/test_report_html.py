@@ -382,5 +382,5 @@ def test_show_lists_weak_passes_without_pointing_at_itself(
     assert "`ecdysis show RUN_DIR` lists them" in "\n".join(report.summary_lines(summary, []))
     assert cli.main(["show", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "ecdysis show RUN_DIR" not in out and "no tool call; listed below)" in out
+    assert "ecdysis show RUN_DIR" not in out and "gold action not matched; listed below)" in out
     assert "  weak pass tiny/1 t0: no tool call" in out

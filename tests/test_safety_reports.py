@@ -140,6 +140,8 @@ def test_hostile_endpoint_error_keeps_the_run(
         "scripted",
         "--ecdysis-base-url",
         failing_endpoint,
+        "--ecdysis-preflight",
+        "off",  # the trial's own infrastructure error is what this test reads
         "--ecdysis-tasks",
         "0",
         "--ecdysis-run-dir",

@@ -311,6 +311,8 @@ def test_the_limits_are_options_that_reach_the_trial_and_the_summary(pytester: p
             "slow",
             "--ecdysis-base-url",
             server.url,
+            "--ecdysis-preflight",
+            "off",  # the agent's silence is the trial's to meet, not the pre-flight's
             "--ecdysis-tasks",
             "3",
             "--ecdysis-limits",

@@ -211,6 +211,8 @@ def evolve_args(project: pytest.Pytester, *extra: str, editor: str = "editor.py"
         f"cmd:python {project.path / editor} {{spec}} {{harness}}",
         "--ecdysis-test-trials",
         "1",
+        "--ecdysis-preflight",
+        "off",  # no model at the closed port: the diagnosis is scripted
         *extra,
     ]
 

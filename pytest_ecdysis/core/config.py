@@ -107,6 +107,7 @@ class EcdysisConfig:
     self_evolution_cap: int = 5
     proposals: int = 3  # self-harness proposals per round (ini `ecdysis_proposals`)
     text_tool_calls: str = "reject"
+    preflight: str = "on"  # `--ecdysis-preflight`: on or off (`endpoint.preflight`)
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     max_retries: int = DEFAULT_MAX_RETRIES
     trial_budget_s: float = DEFAULT_TRIAL_BUDGET_S
@@ -339,6 +340,7 @@ def read_config(config: Any) -> EcdysisConfig:
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
         proposals=_int("proposals", raw["proposals"], 1),
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
+        preflight=_choice("preflight", str(raw["preflight"]).strip().lower(), ("on", "off")),
         editor_context_tokens=_int("editor-context", raw["editor-context"], 0),
         editor_writable=_writable(raw["editor-writable"]),
         **read_limits(limits, env),

@@ -228,7 +228,10 @@ def weak_pass_reasons(trial: TrialResult, threshold: float) -> list[str]:
     Only for trials whose suite reported its evaluator's checks (`TrialResult.checks`): a communicate
     value under `WEAK_VALUE_CHARS` characters that was met (it matches inside dates, ids, prices), or no
     tool call at all, the agent's or the user's own (the gold has no write and the value happened to be
-    said; in τ² telecom the user's device actions are the fix, so a trial with only those is not weak).
+    said; in τ² telecom the user's device actions are the fix, so a trial with only those is not weak);
+    from τ²'s own checks, a write the suite found not preceded by the user's confirmation its policy requires
+    (`checks["unconfirmed_writes"]`, τ² #298) and a gold action τ²'s evaluator did not match
+    (`checks["actions"]`, τ² #15: the reward's DB and communicate parts do not see a skipped lookup).
     """
     if trial.checks is None or trial.is_infra_error or not is_success(trial.reward, threshold):
         return []
@@ -240,6 +243,15 @@ def weak_pass_reasons(trial: TrialResult, threshold: float) -> list[str]:
     ]
     if not trial.tool_calls and not trial.user_tool_calls:  # dual control: the user's own calls count too
         reasons.append("no tool call")
+    reasons += [
+        f"write {name} not preceded by the user's confirmation the policy requires"
+        for name in trial.checks.get("unconfirmed_writes") or []
+    ]
+    reasons += [
+        f"gold action {a.get('name')} not matched"
+        for a in trial.checks.get("actions") or []
+        if isinstance(a, dict) and a.get("match") is False
+    ]
     return reasons
 
 

@@ -122,6 +122,16 @@ OPTIONS: tuple[Option, ...] = (
         default="0",
         metavar="SECONDS",
     ),
+    Option(
+        "preflight",
+        "before any trial or role call, send one small request with the suite's tool shape to each "
+        "configured model that is not 'sim...' and stop with a usage error naming what to change when "
+        "the endpoint refuses it (tools unsupported, model not found, key refused, wrong base URL, content "
+        "filter, timeout); 'off' skips it (default: on)",
+        "endpoint",
+        default="on",
+        metavar="on|off",
+    ),
     # evolution
     Option(
         "evolve",

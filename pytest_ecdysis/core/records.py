@@ -146,9 +146,10 @@ class TrialResult(_Model):
     user_abort: Annotated[
         bool,
         Field(
-            description="the user simulator ended the conversation with τ²'s ###OUT-OF-SCOPE### (its "
-            "scenario did not cover what came up), or τ² ended it as user_error (a malformed "
-            "user message): the user simulator's own abort, not the agent's failure"
+            description="the user simulator ended the conversation in a way that is not the agent's "
+            "doing: τ²'s ###OUT-OF-SCOPE### (its scenario did not cover what came up), a ###TRANSFER### "
+            "the agent never asked for, a ###STOP### before any request, or τ² ended it as user_error "
+            "(a malformed user message): the user simulator's own abort, not the agent's failure"
         ),
     ] = False
     checks: Annotated[
@@ -256,8 +257,8 @@ class FailureRecord(_Model):
     user_abort: Annotated[
         bool,
         Field(
-            description="the user simulator aborted with τ²'s ###OUT-OF-SCOPE### (scored as τ² does, "
-            "not the agent's failure)"
+            description="the user simulator aborted (τ²'s ###OUT-OF-SCOPE###, a ###TRANSFER### the agent "
+            "never asked for, a ###STOP### before any request; scored as τ² does, not the agent's failure)"
         ),
     ] = False
     db_diff: Annotated[

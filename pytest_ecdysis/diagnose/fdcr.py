@@ -139,6 +139,7 @@ def evidence_for(round_input: Any, **kwargs: Any) -> Evidence:
         harness_dir=round_input.harness_dir,
         history=round_input.history,
         solved_tasks=round_input.solved_tasks,
+        weak_passes=round_input.weak_passes,
         limit=getattr(round_input.cfg, "evidence_limit", None),
         **kwargs,
     )

@@ -31,6 +31,7 @@ def diagnose(
     harness_dir: Path | None,
     history: Iterable[Any] = (),
     solved_tasks: Iterable[str] | Mapping[str, Any] = (),
+    weak_passes: Iterable[Mapping[str, Any]] = (),
     cfg: EcdysisConfig,
     round_dir: Path | None,
     strategy: str = "ecdysis",
@@ -45,6 +46,8 @@ def diagnose(
         history: earlier rounds (`evidence.context.PastRound` or dicts with `round`, `outcome`,
             `score_before`, `score_after`, `spec`), so a rejected idea is not proposed unchanged.
         solved_tasks: task ids the incumbent solves in every trial (or `{task_id: tools used}`).
+        weak_passes: the incumbent run's weak passes (`summary.json` `weak_passes`), shown to the roles as
+            evidence of a harness weakness, not of a failure.
         cfg: an `EcdysisConfig` (uses `diagnosis_model`, `base_url`, `fdcr_passes`, `evidence_limit`).
         round_dir: where `transcript.jsonl` and `spec.json` go (None: nothing written).
         strategy: a name of `pytest_ecdysis.diagnose.strategies` (`ecdysis`, `ecdysis-nofdcr`, ...).
@@ -70,6 +73,7 @@ def diagnose(
         harness_dir=None if harness_dir is None else Path(harness_dir),
         history=list(history),
         solved_tasks=solved_tasks,
+        weak_passes=[dict(w) for w in weak_passes],
         cfg=cfg,
         round_dir=None if round_dir is None else Path(round_dir),
     )

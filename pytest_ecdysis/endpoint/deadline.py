@@ -13,7 +13,11 @@ Retries also live here (the openai client gets `max_retries=0`): HTTP 429 and 5x
 (refused, reset, timed out) are retried at most `max_retries` times with backoff `backoff_s * 2**n` s
 (a `Retry-After` wins, capped at `MAX_BACKOFF_S` and by the budget). A 5xx whose body says the server
 could not parse the model's output (`PARSE_FAILURE_MARKERS`: llama.cpp's "Failed to parse input",
-vLLM's tool-parser errors) is never retried: asking again replays the same defect.
+vLLM's tool-parser errors) is never retried: asking again replays the same defect; nor is a 5xx saying the
+server could not parse the request (`refusals.REQUEST_UNPARSED`), which is the sender's (`never_retried`).
+
+A 200 whose body is an error object without `choices` (OpenRouter, some proxies) is the error it says it is
+(`error_in_ok`): its `code` becomes the status, so a 502 in a 200 is retried and then raised as one.
 
 A 200 reply to `/chat/completions` that is not a chat completion (not JSON, truncated, no
 `choices[0].message`, an event stream the request did not ask for: `replies.completion_problem`) raises `UnusableReplyError`, an infrastructure error
@@ -27,6 +31,7 @@ through it, within a second or so. This module must not import tau2, task suites
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -36,6 +41,7 @@ from typing import Any, cast
 import httpx2
 
 from pytest_ecdysis.core.errors import UnusableReplyError
+from pytest_ecdysis.endpoint.refusals import REQUEST_UNPARSED
 from pytest_ecdysis.endpoint.replies import asked_to_stream, completion_problem
 
 #: statuses retried with backoff.
@@ -94,11 +100,24 @@ class Budget:
 
 
 def is_parse_failure(status: int, body: bytes) -> bool:
-    """True for a 5xx whose body reports that the server could not parse the model's output."""
+    """True for a 5xx whose body reports that the server could not parse the model's output (not the
+    request: `refusals.REQUEST_UNPARSED`, llama.cpp's "Failed to parse tools: ...", is the sender's)."""
     if status < 500:
         return False
     text = body[:4000].decode("utf-8", "replace").lower()
+    if REQUEST_UNPARSED.search(text):
+        return False
     return any(marker in text for marker in PARSE_FAILURE_MARKERS)
+
+
+def never_retried(status: int, body: bytes) -> bool:
+    """A 5xx that asking again would only repeat: the model's output unparsable (`is_parse_failure`), or the
+    request itself (`refusals.REQUEST_UNPARSED`)."""
+    if status < 500:
+        return False
+    return is_parse_failure(status, body) or bool(
+        REQUEST_UNPARSED.search(body[:4000].decode("utf-8", "replace"))
+    )
 
 
 class _Attempt:
@@ -213,7 +232,7 @@ class DeadlineTransport(httpx2.BaseTransport):
                 raise httpx2.ReadTimeout(self.budget.describe(), request=request)
             response = None
             try:
-                response = self._attempt(request, min(self.call_timeout_s, left), left)
+                response = error_in_ok(self._attempt(request, min(self.call_timeout_s, left), left))
             except httpx2.TransportError as exc:
                 cut = isinstance(exc, CallTimeout)
                 if (
@@ -232,7 +251,7 @@ class DeadlineTransport(httpx2.BaseTransport):
                 if (
                     response.status_code not in RETRY_STATUS
                     or attempt >= self.max_retries
-                    or is_parse_failure(response.status_code, response.read())
+                    or never_retried(response.status_code, response.read())
                 ):
                     return _usable(request, response)
                 wait = _retry_after(response)
@@ -286,6 +305,37 @@ class DeadlineTransport(httpx2.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def error_in_ok(response: httpx2.Response) -> httpx2.Response:
+    """An HTTP 200 whose body is an error object and no `choices` (OpenRouter's
+    `{"error": {"code": 502, "message": ...}}`) as the error it is: a response with the error's `code` as
+    its status when that is an HTTP error status (400-599), else 502, and the same body; so a 5xx or 429
+    in a 200 is retried like one and reaches the caller as an `openai.APIStatusError` with the server's
+    words. Any other response is returned as it is."""
+    if response.status_code != 200:
+        return response
+    body = response.read()
+    if not body.lstrip().startswith(b"{") or b'"error"' not in body[:4000]:
+        return response
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return response
+    if not isinstance(doc, dict) or doc.get("choices") or not isinstance(doc.get("error"), dict | str):
+        return response
+    code = doc["error"].get("code") if isinstance(doc["error"], dict) else None
+    try:
+        status = int(code) if code is not None else 502
+    except (TypeError, ValueError):
+        status = 502
+    status = status if 400 <= status < 600 else 502
+    headers = [
+        (k, v)
+        for k, v in response.headers.items()
+        if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")
+    ]
+    return httpx2.Response(status, headers=headers, content=body, extensions=response.extensions)
 
 
 def _usable(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:

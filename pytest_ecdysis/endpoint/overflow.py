@@ -11,6 +11,7 @@ Servers say it differently (the fixtures under `tests/fixtures/replies/` hold ea
 | llama-cpp-python | 400 | `code: "context_length_exceeded"` (its own "Requested tokens (N) exceed context window of M" as a 500 elsewhere) |
 | llama.cpp `llama-server` | 400 | `type: "exceed_context_size_error"`, "the request exceeds the available context size" |
 | LiteLLM proxy | 400 | "litellm.ContextWindowExceededError: ..." (`code: "400"`) |
+| TGI | 422 | "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 8192. Given: ..." (`error_type: validation`) |
 | Ollama | - | no error: it silently drops the start of the prompt (set `num_ctx` large enough) |
 
 A context overflow is never retried and never infrastructure: the prompt is too long for this model, and
@@ -25,7 +26,8 @@ import re
 PATTERN = re.compile(
     r"context_length_exceeded|exceed_context_size_error|ContextWindowExceededError"
     r"|maximum context length|exceeds? (?:the )?(?:available )?context (?:window|size|length)"
-    r"|context window (?:exceeded|of \d+)|prompt is too long|input (?:token count|tokens?) exceeds?",
+    r"|context window (?:exceeded|of \d+)|prompt is too long|input (?:token count|tokens?) exceeds?"
+    r"|`?inputs`? tokens \+ `?max_new_tokens`? must be <=|`?inputs`? must have less than \d+ tokens",
     re.IGNORECASE,
 )
 

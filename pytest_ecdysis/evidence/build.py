@@ -96,6 +96,7 @@ def build_evidence(
     harness_dir: Path | None,
     history: Iterable[Any] = (),
     solved_tasks: Iterable[str] | Mapping[str, Any] = (),
+    weak_passes: Iterable[Mapping[str, Any]] = (),
     limit: int | None = None,
     max_chars: int = DEFAULT_MAX_CHARS,
     include_harness: bool = True,
@@ -112,6 +113,8 @@ def build_evidence(
             `score_after`, `spec`).
         solved_tasks: ids of tasks the incumbent solves in every trial; a mapping `{task_id: tools used}`
             is accepted and shown as such.
+        weak_passes: the run's weak passes (`{"task", "trial", "reasons"}`, `core.metrics.weak_pass_block`):
+            shown as `weak_passes` (`weak_passes_view`), evidence of a harness weakness, never failures.
         limit: `cfg.evidence_limit` (failure-aware selection), None for all.
         max_chars: bound on the JSON text; examples are dropped from the lowest-ranked groups to meet it.
     """
@@ -208,6 +211,8 @@ def build_evidence(
     if include_history:
         data["history"] = history_view(history)
     data["solved_tasks"] = solved
+    if weak := weak_passes_view(weak_passes):
+        data["weak_passes"] = weak
     if _size(data) > max_chars:  # first shrink every example, then drop examples
         for gv in group_views:
             if "_members" in gv:
@@ -218,6 +223,38 @@ def build_evidence(
         gv.pop("_members", None)
     _fit(data, max_chars)
     return Evidence(data=data, records=tuple(selected))
+
+
+#: weak passes listed in the evidence (the count covers all of them).
+MAX_WEAK_LISTED = 20
+#: a weak-pass reason's leading words -> its kind (`core.metrics.weak_pass_reasons` writes them).
+WEAK_KINDS = (
+    ("communicate value", "short_communicate_value"),
+    ("no tool call", "no_tool_call"),
+    ("write ", "unconfirmed_write"),
+    ("gold action", "gold_action_not_matched"),
+)
+
+
+def weak_passes_view(weak_passes: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """`{"meaning", "n_weak_passes", "by_kind", "passes"}` of a run's weak passes, or None when there are
+    none. `by_kind` counts reasons by `WEAK_KINDS`; `passes` lists the first `MAX_WEAK_LISTED`."""
+    passes = [dict(w) for w in weak_passes if isinstance(w, Mapping)]
+    if not passes:
+        return None
+    by_kind: dict[str, int] = {}
+    for w in passes:
+        for reason in w.get("reasons") or []:
+            kind = next((k for lead, k in WEAK_KINDS if str(reason).startswith(lead)), "other")
+            by_kind[kind] = by_kind.get(kind, 0) + 1
+    view: dict[str, Any] = {
+        "meaning": "passing trials that are not clean: evidence of a harness weakness (a step the policy "
+        "requires skipped, a lookup not made, a pass by luck), not failures; a fix must keep them passing",
+        "n_weak_passes": len(passes),
+        "by_kind": by_kind,
+        "passes": passes[:MAX_WEAK_LISTED],
+    }
+    return view
 
 
 def _size(data: dict[str, Any]) -> int:

@@ -132,6 +132,7 @@ def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) ->
         harness_dir=incumbent_dir,
         history=history,
         solved_tasks=tools_by_task,
+        weak_passes=read_run(Path(inc["run_path"]))[0].get("weak_passes") or [],
         cfg=cfg,
         round_dir=rdir,
         strategy=cfg.strategy,

@@ -104,8 +104,9 @@ def summary_lines(
         )
     if summary.get("n_weak_passes"):
         lines.append(
-            f"weak passes: {summary['n_weak_passes']} (a communicate value under 3 characters or no tool "
-            f"call{'; ' + weak_hint if weak_hint else ''})"
+            f"weak passes: {summary['n_weak_passes']} (a communicate value under 3 characters, no tool "
+            "call, a write without the user's confirmation, or a gold action not matched"
+            f"{'; ' + weak_hint if weak_hint else ''})"
         )
     if summary.get("suspect_tasks"):
         lines.append(f"suspect tasks (scored, kept out of evidence): {', '.join(summary['suspect_tasks'])}")

@@ -2,7 +2,8 @@
 
 `prepare(config, state)` runs, on the controller only, after the options were read: the run directory
 must be writable (`check_run_dir`), the response cache, evolution's pre-flight and run lock, the gate's
-pre-flight, the sandbox (`prepare_sandbox`) and the simulated models are checked, and a simulated server is started when a
+pre-flight, the sandbox (`prepare_sandbox`) and the simulated models are checked, the endpoint is checked with one
+call per model that is not `sim...` (`check_endpoint`, `endpoint.preflight`), and a simulated server is started when a
 model is `sim...` and none is running (`ECDYSIS_SIM_URL`). Each check raises an `EcdysisError` naming the
 fix (the plugin turns it into a usage error). `runs_no_test(config)` tells the sessions that run no trial.
 
@@ -22,6 +23,8 @@ import pytest
 
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import EcdysisError, UsageError
+from pytest_ecdysis.endpoint.preflight import ENV_DONE as PREFLIGHT_DONE
+from pytest_ecdysis.endpoint.preflight import models_to_check
 
 if TYPE_CHECKING:
     from pytest_ecdysis.run.state import EcdysisState
@@ -60,6 +63,10 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         state.messages.extend(
             check_models([cfg.model, cfg.user_model, cfg.diagnosis_model, *cfg.test_models])
         )
+    if cfg.preflight == "off":
+        os.environ[PREFLIGHT_DONE] = "1"  # nor do its validation sub-runs check
+    elif not runs_no_test(config) and not os.environ.get(PREFLIGHT_DONE):
+        check_endpoint(cfg, state)
     if cfg.uses_sim and not state.sim_url and not runs_no_test(config):
         from pytest_ecdysis.sim.server import start_background
 
@@ -70,6 +77,36 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         os.environ["ECDYSIS_SIM_TOKEN"] = state.sim_server.token
         # printed at session start: the terminal reporter does not exist yet at tryfirst configure
         state.messages.append(f"ecdysis: simulated model (not a real LLM) serving at {state.sim_url}")
+
+
+def check_endpoint(cfg: EcdysisConfig, state: EcdysisState) -> None:
+    """The endpoint's pre-flight (`endpoint.preflight`): one call per configured model that is not `sim...`.
+
+    Passed: its lines (the cost, each model's wall-clock) are printed at session start and `PREFLIGHT_DONE`
+    is set for the sub-runs. A configuration problem: `preflight.json` in the run directory (the only file
+    written) and a UsageError naming what to change.
+
+    Raises:
+        UsageError: a model's check found a configuration problem (or timed out).
+    """
+    from pytest_ecdysis.core.rundir import write_json
+    from pytest_ecdysis.endpoint.preflight import as_json, check_models, refusal, report
+
+    base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    checks = check_models(
+        models_to_check(cfg),
+        base_url,
+        os.environ.get("OPENAI_API_KEY") or "EMPTY",  # local servers (vLLM, Ollama) accept any key
+        call_timeout_s=cfg.call_timeout_s,
+        max_retries=cfg.max_retries,
+        text_tool_calls=cfg.text_tool_calls,
+    )
+    said = refusal(checks)
+    if said:
+        write_json(state.run_path / "preflight.json", as_json(checks))  # redacted by write_json
+        raise UsageError(said)
+    state.messages.extend(report(checks))
+    os.environ[PREFLIGHT_DONE] = "1"
 
 
 def prepare_sandbox(cfg: EcdysisConfig, state: EcdysisState) -> None:

@@ -15,6 +15,11 @@ comes from):
   is refused before the tool runs, with `argument 'total_baggages' of update_reservation_baggages must be
   an integer (τ²'s tool schema); got the string 'two'` as the tool's error.
 
+Coercion is made only where it is unambiguous (`_unambiguous`): never a boolean to a number (`true` is not
+the amount 1), never to null or a number that is not finite (`"NaN"`, `"1e400"`), and only a value that
+survives a JSON round trip, so the note, the executed call and what the model is told agree. A boolean for a
+number and a non-finite number are refused by the guard too (pydantic's lax mode would let them through).
+
 Only type errors are refused (pydantic error types `*_type`, `*_parsing`, `int_from_float`); a missing
 argument, a value outside a `Literal` and anything else are left to the tool, as τ² has them. This module
 must not import harness code.
@@ -23,6 +28,7 @@ must not import harness code.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -93,8 +99,8 @@ def coerce_arguments(params: type[BaseModel] | None, arguments: Any) -> tuple[An
         dumped = _coerce_each(params, out, {str(e["loc"][0]) for e in exc.errors() if e.get("loc")})
     for key, value in arguments.items():
         new = dumped.get(key, out[key])
-        if _same(new, value):
-            out[key] = value
+        if _same(new, value) or not _unambiguous(value, new):
+            out[key] = value  # unchanged: the environment's guard refuses what it cannot take
             continue
         out[key] = new
         changes.append(
@@ -102,6 +108,51 @@ def coerce_arguments(params: type[BaseModel] | None, arguments: Any) -> tuple[An
             f"{json_type(new)} {json.dumps(new)[:60]} (τ²'s tool schema)"
         )
     return out, changes
+
+
+def _unambiguous(value: Any, new: Any) -> bool:
+    """A coercion of `value` to `new` that is safe to execute: never a boolean to anything else (`true` is
+    not the integer 1), never to null from a value, never to a number that is not finite, and `new` must
+    survive a JSON round trip unchanged (what is noted is what runs and what the model is told)."""
+    if isinstance(value, bool) and not isinstance(new, bool):
+        return False
+    if new is None and value is not None:
+        return False
+    if isinstance(new, float) and not math.isfinite(new):
+        return False
+    try:
+        return _same(json.loads(json.dumps(new, allow_nan=False)), new)
+    except (TypeError, ValueError):
+        return False
+
+
+def _type_clash(params: type[BaseModel], tool: str, arguments: dict[str, Any]) -> list[str]:
+    """Type errors pydantic's lax mode lets through: a boolean for a number (`true` would run as 1) and a
+    number that is not finite (`"NaN"`, `"1e400"`), for the top-level arguments."""
+    declared = _schema_types(params)
+    said = []
+    for key, value in arguments.items():
+        wanted = declared.get(key, set())
+        numeric = wanted & {"integer", "number"}
+        if not numeric or "boolean" in wanted:
+            continue
+        kind = "an integer" if numeric == {"integer"} else "a number"
+        if isinstance(value, bool):
+            said.append(
+                f"argument {key!r} of {tool} must be {kind} (τ²'s tool schema); got the boolean "
+                f"{json.dumps(value)}"
+            )
+            continue
+        try:
+            number = float(value) if isinstance(value, str | int | float) else 0.0
+        except (ValueError, OverflowError):
+            continue
+        if not math.isfinite(number):
+            said.append(
+                f"argument {key!r} of {tool} must be a finite number (τ²'s tool schema); got the "
+                f"{json_type(value)} {json.dumps(value)[:60]}"
+            )
+    return said
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -135,11 +186,12 @@ def refusal(params: type[BaseModel] | None, tool: str, arguments: dict[str, Any]
     the argument, the type wanted and what came), else None (module docstring: only type errors)."""
     if params is None:
         return None
+    clash = _type_clash(params, tool, arguments)
     try:
         params.model_validate(arguments)
-        return None
+        return "; ".join(clash) or None
     except ValidationError as exc:
-        said = []
+        said = list(clash)
         for error in exc.errors():
             kind = str(error.get("type", ""))
             base = kind.removesuffix("_type").removesuffix("_parsing")

@@ -141,6 +141,8 @@ class EndpointLog:
     #: τ²'s assistant tools of the trial, name -> parameters model (`tool_calls.tool_params`): tool names
     #: are repaired and arguments coerced against them; empty: neither is done.
     tools: dict[str, Any] = field(default_factory=dict)
+    #: tool-call ids the endpoint generated in its replies: a refusal of exactly these ids is the server's.
+    server_ids: set[str] = field(default_factory=set)
 
     def note(self, kind: str, detail: str) -> None:
         self.notes.append({"kind": kind, "detail": detail, "step": self.calls})
@@ -235,6 +237,9 @@ class ReplyShapeTransport(httpx2.BaseTransport):
         if changed:
             self.log.reasoning_replies += 1
         if message.get("tool_calls"):
+            self.log.server_ids.update(
+                str(c["id"]) for c in message["tool_calls"] if isinstance(c, dict) and c.get("id")
+            )
             return self._fix_calls(message) or changed
         found = find_text_tool_calls(spoken)
         if not found:

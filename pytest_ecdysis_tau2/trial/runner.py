@@ -20,7 +20,14 @@ parametrises, calls this, and records the result). It never raises for a trial o
   the evidence (`user_abort`);
 - `agent_error`: the harness raised anything else (a broken harness is evidence, not infrastructure),
   including an HTTP 4xx the agent's request caused (400, 413, 422: malformed, too large; not auth, not
-  found, timeout or rate limit, `harness_caused`): the record quotes the server's message.
+  found, timeout or rate limit, `harness_caused`) and a request the server could not parse (llama.cpp's
+  "Failed to parse tools: ..."): the record quotes the server's message and the request's size.
+
+Blame is read from the server's words, not its status code (`_refused`, `endpoint.refusals`): a refusal
+naming a server setting (tools or tool choice not enabled), a provider policy (a content filter) or the
+tool-call ids the server generated itself would repeat for any harness, so it is `infrastructure_error`
+naming what to change, never evidence. Every message says whose call it was (the agent's or the user
+simulator's).
 
 The reward comes from the scorer subprocess (`scorer.py`), which never imports harness code. τ² scores 0
 unless a trial ended by user or agent stop, so other endings are not sent to the scorer.
@@ -42,6 +49,14 @@ import openai
 from pytest_ecdysis.core.errors import EndpointFormatError, InfrastructureError, TimeBudgetExceeded
 from pytest_ecdysis.core.records import TerminationReason, ToolCallRecord, TrialResult
 from pytest_ecdysis.endpoint.overflow import context_overflow
+from pytest_ecdysis.endpoint.refusals import (
+    REQUEST_UNPARSED,
+    TOOL_CALL_ID,
+    error_message,
+    request_ids,
+    setting_refusal,
+    size_of,
+)
 
 from ..harness_process.agent_process import build_agent
 from ..harness_process.agent_process import prepare as prepare_agent
@@ -60,6 +75,8 @@ from .endpoint import (
 )
 
 STOP_ENDINGS = ("user_stop", "agent_stop")
+#: τ² endings the user simulator decides (its stop, transfer and out-of-scope tokens end as `user_stop`).
+USER_ENDINGS = ("user_stop",)
 
 
 @dataclass(frozen=True)
@@ -169,7 +186,7 @@ def run_trial(
     except BaseException as exc:  # noqa: B036 - every ending becomes a TrialResult; KeyboardInterrupt re-raised
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
-        reason, error = classify(exc, budget, spec)
+        reason, error = classify(exc, budget, spec, endpoint_log.server_ids)
         simulation = None
     finally:
         getattr(agent, "close", lambda: None)()  # the trial's harness process, however the trial ended
@@ -193,11 +210,13 @@ def run_trial(
     user_usage = dict(getattr(user, "usage", None) or {})
     user_tokens = {k: int(user_usage.get(k, 0) or 0) for k in ("prompt", "completion", "total")}
     from .suspect import is_suspect
-    from .user import stop_after_confirmation, user_aborted
+    from .user import asks_confirmation, stop_after_confirmation, unconfirmed_writes, user_aborted
 
     messages = [message_dict(m) for m in trajectory]
     called = {c["name"] for m in messages for c in m.get("tool_calls") or []}
     writes = {name for name in called if _is_write(environment, name)}
+    if checks is not None and asks_confirmation(environment):
+        checks = {**checks, "unconfirmed_writes": unconfirmed_writes(messages, writes)}
 
     return TrialResult(
         suite=spec.suite,
@@ -222,13 +241,19 @@ def run_trial(
         endpoint_notes=endpoint_log.all_notes(),
         endpoint_problem=endpoint_log.problem or reason == "endpoint_format_error",
         user_stop_after_confirmation=reason == "user_stop" and stop_after_confirmation(messages, writes),
-        user_abort=reason == "user_error" or (reason == "user_stop" and user_aborted(messages)),
+        user_abort=reason == "user_error" or (reason in USER_ENDINGS and user_aborted(messages)),
         checks=checks,
     )
 
 
-def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[TerminationReason, str]:
-    """(termination reason, error text) for an exception that ended a trial."""
+def classify(
+    exc: BaseException,
+    budget: TrialBudget,
+    spec: TrialSpec,
+    server_ids: set[str] | frozenset[str] = frozenset(),
+) -> tuple[TerminationReason, str]:
+    """(termination reason, error text) for an exception that ended a trial. `server_ids`: the tool-call ids
+    the agent's endpoint generated in its replies (`EndpointLog.server_ids`)."""
     where = spec.sim_url if spec.model.startswith("sim") else (spec.base_url or "the OpenAI API")
     if isinstance(exc, TimeBudgetExceeded) or budget.exhausted:
         return "time_budget_exceeded", f"{budget.describe()}: {exc}"
@@ -255,25 +280,98 @@ def classify(exc: BaseException, budget: TrialBudget, spec: TrialSpec) -> tuple[
     )
     if said and isinstance(exc, openai.APIStatusError):
         return "context_overflow", (
-            f"model endpoint {where} refused a request that does not fit the model's "
-            f"context window (HTTP {exc.status_code}: {said}); the harness must keep its "
-            "requests shorter, or the server needs a longer context"
-        )
-    if isinstance(exc, openai.APIStatusError) and harness_caused(exc):
-        return "agent_error", (
-            f"the harness sent a request the agent's endpoint {where} refused (HTTP "
-            f"{exc.status_code}: {_server_said(exc)}); a malformed or oversized request is the "
-            "harness's failure, not the endpoint's"
+            f"model endpoint {where} refused {_call_of(exc)} as one that does not fit the model's "
+            f"context window (HTTP {exc.status_code}: {said}; request: {_request_size(exc)}); the harness must "
+            "keep its requests shorter, or the server needs a longer context"
         )
     if isinstance(exc, openai.APIStatusError):
-        return "infrastructure_error", (
-            f"model endpoint {where} answered HTTP {exc.status_code} "
-            f"after {budget.retries} retries: {exc.message}"
-        )
+        return _refused(exc, where, budget, server_ids)
     if isinstance(exc, ScorerError):
         return "infrastructure_error", f"scorer failed: {exc}"
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
     return "agent_error", f"the harness raised {type(exc).__name__}: {exc}\n" + "".join(tb[-3:])
+
+
+def _refused(
+    exc: Any, where: str | None, budget: TrialBudget, server_ids: set[str] | frozenset[str]
+) -> tuple[TerminationReason, str]:
+    """(reason, error) of an HTTP error status, by what the server said rather than by its status code.
+
+    The endpoint's (`infrastructure_error`, out of evidence), naming what to change: a refusal naming a
+    server setting or a provider policy (`refusals.setting_refusal`), a refusal of tool-call ids the server
+    generated itself, anything on the user simulator's call (the suite's request), and statuses or words
+    about the account or the model (`harness_caused` false). The harness's (`agent_error`, evidence), with
+    the request's size and the server's words: a request the server could not parse
+    (`refusals.REQUEST_UNPARSED`) and other 4xx the agent's request caused."""
+    text = _server_said(exc, 2000)
+    words = _words(exc)
+    call, size = _call_of(exc), _request_size(exc)
+    fix = setting_refusal(text)
+    if fix:
+        return "infrastructure_error", (
+            f"model endpoint {where} refused {call} for a reason no harness change avoids (HTTP "
+            f"{exc.status_code}: {words}); {fix}"
+        )
+    sent = _request_ids(exc)
+    if 400 <= exc.status_code < 500 and TOOL_CALL_ID.search(text) and sent and sent <= set(server_ids):
+        return "infrastructure_error", (
+            f"model endpoint {where} refused {call} over tool-call ids it generated itself "
+            f"({', '.join(sorted(sent))}; HTTP {exc.status_code}: {words}); the server's ids do not pass its "
+            "own check: a server or chat-template defect, not the harness's"
+        )
+    if _role(exc) != "user" and REQUEST_UNPARSED.search(text):
+        return "agent_error", (
+            f"the agent's endpoint {where} could not parse the request the harness sent (HTTP "
+            f"{exc.status_code}: {words}; request: {size}); a tool or message the harness declared is "
+            "malformed (e.g. a tool without `parameters`): the harness's failure, not the model's output"
+        )
+    if harness_caused(exc):
+        return "agent_error", (
+            f"the harness sent a request the agent's endpoint {where} refused (HTTP "
+            f"{exc.status_code}: {words}; request: {size}); a malformed or oversized request is the "
+            "harness's failure, not the endpoint's"
+        )
+    return "infrastructure_error", (
+        f"model endpoint {where} answered {call} with HTTP {exc.status_code} "
+        f"after {budget.retries} retries: {words}"
+    )
+
+
+def _words(exc: Any) -> str:
+    """The server's own message, decoded from its JSON error body (`refusals.error_message`: control
+    characters as they were, for `safetext` to show), else `_server_said`."""
+    try:
+        said = error_message(exc.response.content)
+    except Exception:
+        said = ""
+    return said or _server_said(exc)
+
+
+def _role(exc: Any) -> str:
+    try:
+        return str(exc.response.request.headers.get("x-ecdysis-role", "")).lower()
+    except Exception:
+        return ""
+
+
+def _call_of(exc: Any) -> str:
+    """`the user simulator's call` or `the agent's call` (the role header of the failed request)."""
+    return "the user simulator's call" if _role(exc) == "user" else "the agent's call"
+
+
+def _sent(exc: Any) -> bytes:
+    try:
+        return bytes(exc.response.request.content or b"")
+    except Exception:
+        return b""
+
+
+def _request_size(exc: Any) -> str:
+    return size_of(_sent(exc))
+
+
+def _request_ids(exc: Any) -> set[str]:
+    return request_ids(_sent(exc))
 
 
 #: 4xx statuses that are the endpoint's or the account's business, not a request the harness malformed:
@@ -299,11 +397,7 @@ def harness_caused(exc: Any) -> bool:
         return False
     if NOT_THE_HARNESS_BODY.search(_server_said(exc, 2000)):
         return False
-    try:
-        role = exc.response.request.headers.get("x-ecdysis-role", "")
-    except Exception:
-        role = ""
-    return role.lower() != "user"
+    return _role(exc) != "user"
 
 
 def _server_said(exc: Any, limit: int = 300) -> str:

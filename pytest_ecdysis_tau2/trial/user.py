@@ -16,8 +16,9 @@ An empty or unusable reply of the user model is not the agent's fault: it raises
 so it never becomes a failure record. Reasoning in the user model's reply (`<think>` blocks) is removed
 before τ²'s stop check, so a stop token the model only thought about does not end the conversation.
 
-`user_aborted(messages)` flags the user simulator's own abort (`###OUT-OF-SCOPE###`), kept out of the
-evidence. `stop_after_confirmation(messages, writes)` flags a τ² artefact: the user confirms the agent's yes/no
+`user_aborted(messages)` flags the user simulator's endings that are not the agent's doing (`###OUT-OF-SCOPE###`,
+a `###TRANSFER###` the agent never asked for, a `###STOP###` before any request), kept out of the evidence.
+Content given as a list of parts is joined from its text parts (`content_text`), as on the agent's side. `stop_after_confirmation(messages, writes)` flags a τ² artefact: the user confirms the agent's yes/no
 question and stops in the same message ("Yes, please cancel it. ###STOP###"), so the write it confirmed
 never happens and the trial fails through no fault of the agent. This module must not import harness code.
 """
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import openai
 
 from pytest_ecdysis.core.errors import InfrastructureError
+from pytest_ecdysis.endpoint.refusals import error_message
 from pytest_ecdysis.endpoint.replies import strip_reasoning
 
 from ..tasks.tau2lib import load_tau2
@@ -106,8 +108,15 @@ class Tau2User(_BaseUser):
                 messages=cast("list[ChatCompletionMessageParam]", api_messages),
                 **extra,
             )
+        except openai.APIStatusError as exc:
+            said = error_message(exc.response.content) or exc.message
+            raise InfrastructureError(
+                f"the user simulator's call (model {self.model!r}) failed: HTTP {exc.status_code}: {said}"
+            ) from exc
         except openai.APIError as exc:
-            raise InfrastructureError(f"user simulator model {self.model!r} failed: {exc}") from exc
+            raise InfrastructureError(
+                f"the user simulator's call (model {self.model!r}) failed: {exc}"
+            ) from exc
         if response.usage is not None:
             self.usage["prompt"] += response.usage.prompt_tokens or 0
             self.usage["completion"] += response.usage.completion_tokens or 0
@@ -118,10 +127,12 @@ class Tau2User(_BaseUser):
             user_message = _t.UserMessage(role="user", content=None, tool_calls=calls)
             state.messages.append(user_message)
             return user_message, state
-        content = reply.content if reply is not None else None
-        content, _ = strip_reasoning(content if isinstance(content, str) else "")  # before the stop check
+        content = content_text(reply.content if reply is not None else None)
+        content, _ = strip_reasoning(content)  # before the stop check
         if not content:
-            raise InfrastructureError(f"user simulator model {self.model!r} returned an empty reply")
+            raise InfrastructureError(
+                f"the user simulator's call (model {self.model!r}) returned an empty reply"
+            )
         user_message = _t.UserMessage(role="user", content=content)
         state.messages.append(user_message)
         return user_message, state
@@ -204,12 +215,46 @@ CONFIRMS = re.compile(
 )
 
 
+def content_text(content: Any) -> str:
+    """A reply's `content` as text: a string as it is; a list of content parts (Mistral's
+    `[{"type": "thinking", ...}, {"type": "text", "text": ...}]`) joined from its text parts, as the agent's
+    client joins them (`endpoint.ReplyShapeTransport`); a thinking part is never the user's words."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            part = part if isinstance(part, dict) else getattr(part, "__dict__", {})
+            if part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "".join(texts)
+    return ""
+
+
 def user_aborted(messages: list[dict[str, Any]]) -> bool:
-    """True when the user simulator ended the conversation with τ²'s `###OUT-OF-SCOPE###`: its own abort
-    (the scenario does not say what the agent asked), not the agent's failure. `messages` as for
-    `stop_after_confirmation`."""
-    users = [m for m in messages if m.get("role") == "user"]
-    return bool(users) and _t.OUT_OF_SCOPE in str(users[-1].get("content") or "")
+    """True when the user simulator ended the conversation in a way that is not the agent's doing: τ²'s
+    `###OUT-OF-SCOPE###` (its scenario does not say what the agent asked), a `###TRANSFER###` though the
+    agent never called a transfer tool (τ²'s user says it only once transferred), or a `###STOP###` as the
+    user's first words with no request in them. `messages` as for `stop_after_confirmation`."""
+    users = [m for m in messages if m.get("role") == "user" and m.get("content")]
+    if not users:
+        return False
+    last = str(users[-1].get("content") or "")
+    if _t.OUT_OF_SCOPE in last:
+        return True
+    if _t.TRANSFER in last:
+        return not any(
+            "transfer" in str(c.get("name", "")).lower()
+            for m in messages
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        )
+    if _t.STOP in last and len(users) == 1:
+        said = last
+        for token in (_t.STOP, _t.TRANSFER, _t.OUT_OF_SCOPE):
+            said = said.replace(token, "")
+        return not said.strip(" \n\t.!,")
+    return False
 
 
 def stop_after_confirmation(messages: list[dict[str, Any]], writes: set[str]) -> bool:
@@ -239,4 +284,46 @@ def stop_after_confirmation(messages: list[dict[str, Any]], writes: set[str]) ->
         text = str(message.get("content") or "")
         if text:
             return "?" in text and bool(CONFIRM_REQUEST.search(text))
+    return False
+
+
+#: the policy sentence of τ²'s airline and retail domains that makes a write wait for the user's "yes".
+CONFIRMATION_POLICY = re.compile(r"obtain explicit user confirmation", re.I)
+
+
+def asks_confirmation(environment: Any) -> bool:
+    """True when the domain's policy requires explicit user confirmation before a write (airline, retail)."""
+    try:
+        return bool(CONFIRMATION_POLICY.search(environment.get_policy() or ""))
+    except Exception:
+        return False
+
+
+def unconfirmed_writes(messages: list[dict[str, Any]], writes: set[str]) -> list[str]:
+    """The agent's write tool calls (names, in order) not preceded by the user's confirmation: the last user
+    text before the call does not start with a confirmation (`CONFIRMS`), or no agent text before that
+    asked for one (`CONFIRM_REQUEST`). τ²'s policy requires it, τ²'s DB check does not see it (τ² #298).
+    `messages` as for `stop_after_confirmation`; user tool calls (telecom) are not the agent's writes."""
+    out = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            if call.get("name") in writes and not _confirmed_before(messages[:i]):
+                out.append(str(call["name"]))
+    return out
+
+
+def _confirmed_before(messages: list[dict[str, Any]]) -> bool:
+    for j in range(len(messages) - 1, -1, -1):
+        m = messages[j]
+        if m.get("role") == "user" and m.get("content") and not m.get("requestor"):
+            if not CONFIRMS.search(str(m["content"]).strip()):
+                return False
+            asked = [
+                str(a.get("content") or "")
+                for a in messages[:j]
+                if a.get("role") == "assistant" and a.get("content")
+            ]
+            return bool(asked) and bool(CONFIRM_REQUEST.search(asked[-1]))
     return False

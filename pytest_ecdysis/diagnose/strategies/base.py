@@ -47,6 +47,8 @@ class RoundInput:
     solved_tasks: Any = ()
     cfg: Any = None
     round_dir: Path | None = None
+    #: the incumbent run's weak passes (`summary.json` `weak_passes`: `{"task", "trial", "reasons"}`)
+    weak_passes: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Strategy(Protocol):
