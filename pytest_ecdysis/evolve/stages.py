@@ -198,7 +198,7 @@ def edit_stage(
     from pytest_ecdysis.validate.static import check_candidate
 
     result = ev.editor.edit(spec, worktree.harness_dir, spec_path=rdir / "spec.json")
-    ev.check_integrity("the editor call")
+    ev.check_integrity(f"the editor call (--ecdysis-editor {ev.cfg.editor})")
     snap = gitsnapshot.snapshot(worktree, worktree.commit)
     gitsnapshot.reset_to_snapshot(worktree, snap)
     ev.snapshot = snap

@@ -70,7 +70,7 @@ def test_a_writable_directory_given_stays_writable(tmp_path: Path, monkeypatch: 
         writable=(str(state),),
     )
     assert (state / "s").read_text() == "1" and not (other / "o").exists()
-    assert code == 1 and "Read-only file system" in out
+    assert code == 1 and "No such file or directory" in out  # not in the editor's file system at all
     editor = CommandEditor(f"{sys.executable} -c \"open({str(other / 'o')!r}, 'w')\"")
     result = editor.edit(None, work, spec_path=work / "spec.json")
     assert not result.ok and "--ecdysis-editor-writable DIR" in result.detail, result.detail
