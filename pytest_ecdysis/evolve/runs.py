@@ -144,7 +144,7 @@ class TrustedRuns:
     def _trusted_tree(self) -> TrustedTree:
         """The private copy of the checkout that validation sub-runs start from (`integrity.pristine_copy`)."""
         pristine = integrity.pristine_copy(self.checkout, exclude=(self.dir.parent,))
-        tracked = integrity.checkout_files(self.checkout)
+        tracked = integrity.checkout_files(self.checkout, untracked=False)
         pythonpath: set[str] = set()
         for name in ("pytest_ecdysis", *integrity.suite_packages()):
             path = integrity.package_dir(name)

@@ -10,7 +10,7 @@ Three pieces, all controller-side (no candidate code ever runs in the process th
   (`git_control`: `.git/config`, `hooks/`, `info/`), and its object store (`git_objects`: loose objects,
   packs, stray files, the refs' connectivity). Taken before and after each editor call and each
   validation; any difference rejects the candidate and stops the evolution (`IntegrityError`).
-- `pristine_copy(...)`: the user's checkout as it was when the evolution started (the same file list),
+- `pristine_copy(...)`: the user's checkout as it was when the evolution started (its tracked files only),
   copied once into a private temporary directory; validation sub-runs run from copies of it
   (`validate.run_suite(trusted=...)`), never from the live checkout.
 - `Ledger`: the sha256 of every checkpoint file the controller writes, kept in memory and in a file
@@ -80,10 +80,11 @@ def suite_packages() -> list[str]:
     return sorted(names)
 
 
-def checkout_files(root: Path) -> list[str]:
-    """Tracked and untracked (not ignored) files of the git checkout at `root`, POSIX, sorted."""
+def checkout_files(root: Path, *, untracked: bool = True) -> list[str]:
+    """Tracked (in the index) and, with `untracked`, untracked (not ignored) files of the git checkout at
+    `root`, POSIX, sorted."""
     out = subprocess.run(
-        git_argv("ls-files", "-z", "--cached", "--others", "--exclude-standard"),
+        git_argv("ls-files", "-z", "--cached", *(("--others", "--exclude-standard") if untracked else ())),
         cwd=root,
         capture_output=True,
         check=True,
@@ -342,12 +343,14 @@ def changes(before: dict[str, Digests], after: dict[str, Digests], limit: int = 
 
 
 def pristine_copy(checkout: Path, exclude: tuple[Path, ...] = ()) -> Path:
-    """Copy the checkout's files (`checkout_files`, minus `exclude`) to a new private temporary directory;
-    returns it. The caller removes it (`shutil.rmtree`). Symlinks are copied as symlinks."""
+    """Copy the checkout's tracked files (`checkout_files(untracked=False)`, minus `exclude`) to a new private
+    temporary directory; returns it. An untracked file (a τ² copy or a data file left in the checkout) never
+    reaches the copy harness code reads in validation. The caller removes it (`shutil.rmtree`). Symlinks are
+    copied as symlinks."""
     root = checkout.resolve()
     dest = Path(tempfile.mkdtemp(prefix="ecdysis-trusted-")) / "tree"
     skip = [e.resolve() for e in exclude]
-    for rel in checkout_files(root):
+    for rel in checkout_files(root, untracked=False):
         src = root / rel
         if any(src.resolve().is_relative_to(s) for s in skip) or not (src.is_file() or src.is_symlink()):
             continue
