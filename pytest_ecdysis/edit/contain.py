@@ -177,6 +177,8 @@ def _prefix_of(executable: Path) -> list[Path]:
     out: list[Path] = []
     for path in dict.fromkeys((executable.absolute(), executable.resolve())):
         out.append(path.parent)
+        if path.parent.name == "shims" and (path.parent.parent / "libexec").is_dir():
+            out.append(path.parent.parent)  # a pyenv shim runs `<root>/libexec/pyenv` and a version of it
         if path.parent.name == "bin" and str(path.parent.parent) != "/":
             root = path.parent.parent
             out.append(root)
@@ -226,6 +228,32 @@ def tool_paths(argv: list[str], path_env: str | None = None) -> list[Path]:
         if arg.startswith("/") and os.path.isfile(arg):
             out.append(Path(arg))
     return [p for p in dict.fromkeys(out) if str(p) != "/"]
+
+
+#: Where a tree bound for the editor may hold a τ² install's data (its tasks and their gold actions), as
+#: `glob` patterns below the tree: a venv or prefix, a pyenv root's versions, a system prefix.
+TAU2_DATA_GLOBS = (
+    "lib/python3*/site-packages/tau2/data",
+    "lib/python3*/dist-packages/tau2/data",
+    "local/lib/python3*/*-packages/tau2/data",
+    "versions/*/lib/python3*/site-packages/tau2/data",
+    "versions/*/envs/*/lib/python3*/site-packages/tau2/data",
+)
+
+
+def tau2_data(trees: list[Path]) -> list[Path]:
+    """The τ² data directories (`TAU2_DATA_GLOBS`) inside `trees`: covered for the editor, which needs no τ²
+    data (an interpreter tree it runs, a pyenv root say, may hold another τ² install)."""
+    import glob
+
+    found = {
+        Path(g).resolve()
+        for t in trees
+        if t.is_dir()
+        for pat in TAU2_DATA_GLOBS
+        for g in glob.glob(str(t / pat))
+    }
+    return sorted(found)
 
 
 def named_paths(env_name: str, given: tuple[str, ...] = ()) -> list[Path]:
@@ -311,7 +339,8 @@ def editor_sandbox(
         args += ["--ro-bind", str(common / "objects"), str(base)]
     seen = [*read, *write]
     covered = []
-    for hidden in (Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p):
+    hide = [Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
+    for hidden in [*hide, *tau2_data(read)]:
         if not any(hidden.is_relative_to(s) or s.is_relative_to(hidden) for s in seen):
             continue  # not in the editor's file system at all
         if hidden.is_dir() and not any(w.is_relative_to(hidden) for w in write):

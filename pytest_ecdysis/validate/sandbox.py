@@ -206,6 +206,9 @@ def wrap_command(
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
+        # no capability, also when started by root (bwrap keeps root's otherwise): CAP_SYS_PTRACE would let a
+        # trial attach to its non-dumpable fork server, CAP_DAC_OVERRIDE read what file modes forbid
+        *("--cap-drop", "ALL"),
         "--die-with-parent",
         "--new-session",
     ]
