@@ -1,4 +1,4 @@
-"""An external editor's command contained like a harness: every process it starts ends with it (issue 27, item 6).
+"""An external editor's command contained like a harness: every process it starts ends with it.
 
 A process group is not enough: a `setsid` daemon leaves the group, outlived the run and edited the checkout
 afterwards. Two layers, both always on where they can run:

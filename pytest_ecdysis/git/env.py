@@ -3,8 +3,8 @@
 Inside a git hook, or any process git started, git exports variables that point at *the user's* repository:
 `GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_OBJECT_DIRECTORY`, `GIT_COMMON_DIR`, `GIT_PREFIX`, ...
 Inherited by the evolution's own git calls (a candidate worktree), by a `cmd:` editor that runs `git add`,
-or by a validation sub-run, they redirect that work into the user's index and working tree (issue 11
-case 1: `GIT_INDEX_FILE` made `git worktree add` stage every file of the checkout as deleted).
+or by a validation sub-run, they redirect that work into the user's index and working tree (once,
+`GIT_INDEX_FILE` made `git worktree add` stage every file of the checkout as deleted).
 
 - `REPO_VARS`: the variables removed. git's own list of repository-local variables
   (`git rev-parse --local-env-vars`, git 2.39) without the three that carry configuration
@@ -19,7 +19,7 @@ case 1: `GIT_INDEX_FILE` made `git worktree add` stage every file of the checkou
   environment, so it is only used where no other thread of the process starts subprocesses (configure
   time, and the evolution loop after the run loop ended).
 
-The tool's own git commands also run with a fixed, minimal configuration (issue 27, item 6): an editor
+The tool's own git commands also run with a fixed, minimal configuration: an editor
 shares the repository's `.git/config` with the loop, and a setting there (or in the user's global config)
 can make git run a program: `core.fsmonitor`, `core.hooksPath`, `diff.external`, `filter.<x>.clean`.
 

@@ -12,7 +12,7 @@ Three pieces, all controller-side (no candidate code ever runs in the process th
   validation; any difference rejects the candidate and stops the evolution (`IntegrityError`).
 - `pristine_copy(...)`: the user's checkout as it was when the evolution started (its tracked files only),
   copied once into a private temporary directory; validation sub-runs run from copies of it
-  (`validate.run_suite(trusted=...)`), never from the live checkout.
+  (`validate.subrun.run_suite(trusted=...)`), never from the live checkout.
 - `Ledger`: the sha256 of every checkpoint file the controller writes, kept in memory and in a file
   outside the run directory (`$XDG_STATE_HOME/pytest-ecdysis/ledgers/<run-id>.json`, default
   `~/.local/state/...`), whose path no sub-run is given. A checkpoint read back must match its digest;
@@ -51,7 +51,7 @@ SKIP_PARTS = {"__pycache__", ".git", ".pytest_cache", ".ruff_cache", ".mypy_cach
 
 Digests = dict[str, str]
 #: The files of a run directory that evolution reads back (scores, evidence).
-#: Ledger updates are serialised: paired re-scoring (`evolve_paired.together`) runs two sub-runs in threads
+#: Ledger updates are serialised: paired re-scoring (`evolve.paired.together`) runs two sub-runs in threads
 #: and both record their files (one shared `.tmp` name, one digests dict).
 _LEDGER_LOCK = threading.RLock()
 RUN_FILES = ("summary.json", "trials.jsonl", "failures.jsonl", "groups.json")
