@@ -171,9 +171,8 @@ def test_the_editor_reads_its_spec_but_no_answer_key_or_run_record(
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen[str(spec)] == len('{"changes": []}')
     assert seen[str(runs / "run1" / "trials.jsonl")] == "FileNotFoundError"  # an empty directory there
-    assert seen[gold] in (0, "PermissionError"), (
-        seen
-    )  # /dev/null over the file (on a nodev mount: unreadable)
+    # /dev/null over the file (on a nodev mount: unreadable), or τ²'s whole data directory covered
+    assert seen[gold] in (0, "PermissionError", "FileNotFoundError"), seen
     assert Path(gold).stat().st_size > 1000  # the real file is untouched, outside
 
 
