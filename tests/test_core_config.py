@@ -214,6 +214,7 @@ JOB_ONLY_VALUES = {
     "gate-max-regressions": "0",
     "test-model": "sim",
     "editor-writable": ".",
+    "editor-readable": ".",
 }
 
 

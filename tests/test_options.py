@@ -131,6 +131,13 @@ CLI_CASES: dict[str, Case] = {
         "--ecdysis-editor-writable: /nonexistent-ecdysis is not an existing directory",
         EVOLVE,
     ),
+    "editor-readable": Case(
+        "/",
+        {"editor_readable": ("/",)},
+        "/nonexistent-ecdysis",
+        "--ecdysis-editor-readable: /nonexistent-ecdysis does not exist",
+        EVOLVE,
+    ),
     "gate": Case(None, {"gate": True}, ["--ecdysis-gate", "--ecdysis-evolve"], "are separate jobs"),
     "baseline": Case(
         "b.json", {"baseline": Path("b.json")}, "", "--ecdysis-baseline was given an empty value", GATE

@@ -148,7 +148,8 @@ def test_editor_process_does_not_see_hook_variables(repo: Path, monkeypatch: pyt
         "import os, subprocess, sys\nfrom pathlib import Path\n"
         "h = Path(sys.argv[1]); (h / 'b.py').write_text('B = 2\\n')\n"
         "subprocess.run(['git', 'add', '-A'], check=True)\n"
-        f"Path(sys.argv[2]).write_text(repr(sorted(k for k in os.environ if k in {sorted(HOOK_VARS)!r})))\n"
+        "import json\n"
+        f"Path(sys.argv[2]).write_text(json.dumps({{k: os.environ[k] for k in os.environ if k in {sorted(HOOK_VARS)!r}}}))\n"
     )
     seen = repo.parent / "seen.txt"
     before = fingerprint(repo)
@@ -165,7 +166,11 @@ def test_editor_process_does_not_see_hook_variables(repo: Path, monkeypatch: pyt
         wt.remove()
     for var in HOOK_VARS:
         monkeypatch.delenv(var)
-    assert seen.read_text() == "[]"
+    # none of the hook's values; git's object variables are the editor's own object directory (edit.contain)
+    seen_env = json.loads(seen.read_text())
+    assert set(seen_env) <= {"GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES"}, seen_env
+    assert not any(v == HOOK_VARS[k](repo) for k, v in seen_env.items() if k in HOOK_VARS), seen_env
+    assert "ecdysis-editor-tmp-" in seen_env.get("GIT_OBJECT_DIRECTORY", "ecdysis-editor-tmp-")
     assert fingerprint(repo) == before
 
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from pytest_ecdysis.ci.inputs import ActionInputs
+from pytest_ecdysis.ci.inputs import SANDBOX_DEFAULT, ActionInputs
 from pytest_ecdysis.core.errors import ActionInputError
 
 NOTICE_SIM = (
@@ -98,6 +98,9 @@ def pytest_args(inp: ActionInputs, model: str) -> list[str]:
             args += ["--ecdysis-max-cost", repr(inp.budget_usd)]
     if inp.accept and inp.mode != "baseline" and not inp.sharded:
         args += ["--ecdysis-accept", inp.accept]
+    sandbox = inp.sandbox or SANDBOX_DEFAULT.get(inp.mode)
+    if sandbox:  # evolve: on unless the workflow opts out by name (`sandbox: auto` or `off`)
+        args += ["--ecdysis-sandbox", sandbox]
     return [*args, *inp.args]
 
 

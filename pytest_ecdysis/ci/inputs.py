@@ -19,6 +19,12 @@ from pathlib import Path
 from pytest_ecdysis.core.errors import ActionInputError
 
 MODES = ("gate", "evolve", "baseline")
+#: The `sandbox:` input's values (`--ecdysis-sandbox`'s).
+SANDBOX_MODES = ("on", "auto", "off")
+#: `--ecdysis-sandbox` by mode when `sandbox:` is empty: evolve runs harness and editor code from a
+#: model's edits, so there the sandbox is required (a runner where it cannot start fails the step); None =
+#: the plugin's default (`auto`).
+SANDBOX_DEFAULT = {"evolve": "on"}
 RULES = ("sequential", "paired", "strict")
 #: what a workflow passes for a pull request's token when it has none: an unset secret is an empty string.
 TOKEN_HINT = (
@@ -51,6 +57,8 @@ class ActionInputs:
     run_dir: str  #: where runs are written
     args: tuple[str, ...]  #: more pytest arguments, split like a shell does
     token: bool  #: whether a token for the pull request was given (evolve)
+    #: `--ecdysis-sandbox`: "" = `on` in evolve mode (`SANDBOX_DEFAULT`), the plugin's default otherwise
+    sandbox: str = ""
 
     @property
     def sharded(self) -> bool:
@@ -100,6 +108,11 @@ class ActionInputs:
             raise ActionInputError(
                 f"accept {accept!r} is not a rule: set `accept:` to one of {', '.join(RULES)}"
             )
+        sandbox = get("sandbox")
+        if sandbox and sandbox not in SANDBOX_MODES:
+            raise ActionInputError(
+                f"sandbox {sandbox!r} is not a mode: set `sandbox:` to one of {', '.join(SANDBOX_MODES)}"
+            )
         budget = get("budget")
         try:
             args = tuple(shlex.split(get("args")))
@@ -127,6 +140,7 @@ class ActionInputs:
             run_dir=get("run-dir", ".ecdysis/runs"),
             args=args,
             token=token,
+            sandbox=sandbox,
         )
 
 

@@ -115,6 +115,7 @@ class EcdysisConfig:
     editor_budget_s: float = DEFAULT_EDITOR_BUDGET_S
     editor_context_tokens: int = 0  # ini `ecdysis_editor_context`: 0 = no limit
     editor_writable: tuple[str, ...] = ()  # `--ecdysis-editor-writable`: absolute paths
+    editor_readable: tuple[str, ...] = ()  # `--ecdysis-editor-readable`: absolute paths
     response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
     ablate: bool = False  # ini `ecdysis_ablate`
     accept_extra_trials: int = 0  # ini `ecdysis_accept_extra_trials`
@@ -343,6 +344,7 @@ def read_config(config: Any) -> EcdysisConfig:
         preflight=_choice("preflight", str(raw["preflight"]).strip().lower(), ("on", "off")),
         editor_context_tokens=_int("editor-context", raw["editor-context"], 0),
         editor_writable=_writable(raw["editor-writable"]),
+        editor_readable=_readable(raw["editor-readable"]),
         **read_limits(limits, env),
         **_budgets(raw),
         progress_s=_float("progress", raw["progress"], 0.0, None),
@@ -352,10 +354,13 @@ def read_config(config: Any) -> EcdysisConfig:
 
 
 def _writable(value: Any) -> tuple[str, ...]:
-    """`--ecdysis-editor-writable`: comma-separated directories, `~` expanded, each an existing directory.
+    """`--ecdysis-editor-writable`: comma-separated directories, `~` expanded, each an existing directory
+    outside every git directory.
 
     Raises:
-        UsageError: a path that is not an existing directory (it would be created by the sandbox as root's).
+        UsageError: a path that is not an existing directory (it would be created by the sandbox as root's),
+            or one inside a repository's git directory (its object store, refs and config are never the
+            editor's to write: `edit.contain`).
     """
     out = []
     for part in str(value or "").split(","):
@@ -367,5 +372,35 @@ def _writable(value: Any) -> tuple[str, ...]:
                 f"--ecdysis-editor-writable: {path} is not an existing directory; create it first "
                 "or leave it out"
             )
+        inside = next(
+            (
+                p
+                for p in (path, *path.parents)
+                if p.name == ".git" or (p / "HEAD").is_file() and (p / "objects").is_dir()
+            ),
+            None,
+        )
+        if inside is not None:
+            raise UsageError(
+                f"--ecdysis-editor-writable: {path} lies inside the git directory {inside}; an editor never "
+                "writes a repository's git directory (its objects are imported after the call); leave it out"
+            )
+        out.append(str(path))
+    return tuple(out)
+
+
+def _readable(value: Any) -> tuple[str, ...]:
+    """`--ecdysis-editor-readable`: comma-separated paths, `~` expanded, each existing.
+
+    Raises:
+        UsageError: a path that does not exist.
+    """
+    out = []
+    for part in str(value or "").split(","):
+        if not part.strip():
+            continue
+        path = Path(part.strip()).expanduser().absolute()
+        if not path.exists():
+            raise UsageError(f"--ecdysis-editor-readable: {path} does not exist; leave it out or create it")
         out.append(str(path))
     return tuple(out)

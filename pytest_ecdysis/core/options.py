@@ -274,6 +274,16 @@ OPTIONS: tuple[Option, ...] = (
         needs=EVOLVE,
         metavar="DIRS",
     ),
+    Option(
+        "editor-readable",
+        "files and directories a cmd: editor may read when it runs in the sandbox (its config and its "
+        "credentials for its model, e.g. ~/.aider.conf.yml), comma-separated; it sees only the candidate's "
+        "worktree, what its command runs, the system directories and what is named here and with "
+        "--ecdysis-editor-writable (default: env ECDYSIS_EDITOR_READABLE, else none)",
+        "sandbox",
+        needs=EVOLVE,
+        metavar="PATHS",
+    ),
     # gate
     Option(
         "gate",

@@ -38,6 +38,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -56,11 +57,18 @@ EDITOR_DROPPED_ENV = ("ECDYSIS_SIM_TOKEN",)
 #: Directories the editor may write besides its worktree (`--ecdysis-editor-writable`'s environment form),
 #: `os.pathsep`-separated.
 WRITABLE_ENV = "ECDYSIS_EDITOR_WRITABLE"
-#: Said beside an editor's failure whose output names a read-only file system.
+#: Directories and files the editor may read besides what it runs (`--ecdysis-editor-readable`'s
+#: environment form), `os.pathsep`-separated.
+READABLE_ENV = "ECDYSIS_EDITOR_READABLE"
+#: Said beside an editor's failure whose output names a read-only file system or a missing file.
 READ_ONLY_HINT = (
-    "the editor runs in the sandbox: the disk is read-only to it outside the candidate's worktree; "
-    "let it write its own state with --ecdysis-editor-writable DIR, or pass --ecdysis-sandbox off"
+    "the editor runs in the sandbox: it sees only the candidate's worktree, what its command runs, the "
+    "system directories and the paths you name, read-only outside the worktree; let it read a path with "
+    "--ecdysis-editor-readable PATH, write its own state with --ecdysis-editor-writable DIR, or pass "
+    "--ecdysis-sandbox off"
 )
+#: Output of an editor call whose failure `READ_ONLY_HINT` explains.
+HINTED = ("Read-only file system", "No such file or directory")
 
 
 @functools.cache
@@ -99,22 +107,32 @@ def contained(
     scratch: Path | None = None,
     writable: tuple[str, ...] = (),
     readable: tuple[Path, ...] = (),
+    readable_dirs: tuple[str, ...] = (),
 ) -> tuple[list[str], dict[str, str], str]:
     """(argv wrapped in the editor's sandbox when the session's decision is on and `cwd`, the candidate's
     worktree, and `scratch`, a private writable directory, are given, else in a PID namespace when one can
-    run; `env` without `EDITOR_DROPPED_ENV`, with a fresh marker (and `TMPDIR=scratch` in the sandbox); the
-    marker)."""
+    run; `env` without `EDITOR_DROPPED_ENV`, with a fresh marker and, when `scratch` is given, the editor's
+    own object directory (`object_env`; with `TMPDIR=scratch` in the sandbox); the marker)."""
     mark = secrets.token_hex(16)
     env = {**{k: v for k, v in env.items() if k not in EDITOR_DROPPED_ENV}, MARK_ENV: mark}
-    if cwd is not None and scratch is not None and (wrap := editor_sandbox(cwd, scratch, writable, readable)):
-        return [*wrap, *argv], {**env, "TMPDIR": str(scratch)}, mark
+    if cwd is not None and scratch is not None and git_locations(cwd) is not None:
+        env.update(object_env(scratch))
+    if cwd is not None and scratch is not None:
+        wrap = editor_sandbox(
+            cwd, scratch, writable, readable, argv, readable_dirs=readable_dirs, path_env=env.get("PATH")
+        )
+        if wrap:
+            return [*wrap, *argv], {**env, "TMPDIR": str(scratch)}, mark
+        if GIT_OBJECT_ENV in env:  # no sandbox: the repository's store is its alternate where it lies
+            common = git_locations(cwd)[1]  # type: ignore[index]
+            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(common / "objects")
     prefix = namespace_prefix()
     return [*(prefix or ()), *argv], env, mark
 
 
-def git_dirs(worktree: Path) -> list[Path]:
-    """The worktree's own git directory and the repository's object store (`git rev-parse --git-dir
-    --git-common-dir`), absolute; empty outside a git work tree."""
+def git_locations(worktree: Path) -> tuple[Path, Path] | None:
+    """(the worktree's own git directory, the repository's common git directory), absolute
+    (`git rev-parse --absolute-git-dir --git-common-dir`); None outside a git work tree."""
     done = subprocess.run(
         git_argv("rev-parse", "--absolute-git-dir", "--git-common-dir"),
         cwd=worktree,
@@ -124,63 +142,283 @@ def git_dirs(worktree: Path) -> list[Path]:
         timeout=30,
     )
     if done.returncode != 0:
-        return []
+        return None
     own, common = (Path(line) for line in done.stdout.splitlines()[:2])
     common = common if common.is_absolute() else (worktree / common).resolve()
-    return list(dict.fromkeys(p for p in (own, common / "objects") if p.is_dir()))
+    return own.resolve(), common.resolve()
+
+
+#: What the editor sees of the system besides the paths it is given (as `validate.sandbox.SYSTEM_DIRS`):
+#: programs, shared libraries, /etc (resolver, certificates). Symlinks among them stay symlinks.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: The editor's own object directory inside its scratch directory, and where the repository's object store
+#: is bound read-only for it (its alternate).
+OWN_OBJECTS, BASE_OBJECTS = "objects", "base-objects"
+GIT_OBJECT_ENV = "GIT_OBJECT_DIRECTORY"
+
+
+def interpreter_paths() -> list[Path]:
+    """This interpreter's prefixes and its executable's directory, as links and resolved."""
+    found = [
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(sys.executable),
+    ]
+    found.append(os.path.dirname(os.path.realpath(sys.executable)))
+    return list(dict.fromkeys(q for p in found for q in (Path(p).absolute(), Path(p).resolve())))
+
+
+def _prefix_of(executable: Path) -> list[Path]:
+    """The tree an executable needs: its directory, and for one in a `bin/` directory (a venv, a
+    `uv tool`, a pyenv interpreter) the directory above it and, for a venv, its base interpreter's
+    (`pyvenv.cfg` `home`); the same for the file a symlink resolves to."""
+    out: list[Path] = []
+    for path in dict.fromkeys((executable.absolute(), executable.resolve())):
+        out.append(path.parent)
+        if path.parent.name == "shims" and (path.parent.parent / "libexec").is_dir():
+            out.append(path.parent.parent)  # a pyenv shim runs `<root>/libexec/pyenv` and a version of it
+        if path.parent.name == "bin" and str(path.parent.parent) != "/":
+            root = path.parent.parent
+            out.append(root)
+            cfg = root / "pyvenv.cfg"
+            try:
+                home = next(
+                    (
+                        ln.split("=", 1)[1].strip()
+                        for ln in cfg.read_text().splitlines()
+                        if ln.startswith("home")
+                    ),
+                    "",
+                )
+            except OSError:
+                home = ""
+            if home:
+                base = Path(home)
+                out += [base, base.parent] if base.name == "bin" else [base]
+    return out
+
+
+def tool_paths(argv: list[str], path_env: str | None = None) -> list[Path]:
+    """What the editor's command runs, to be bound read-only: its executable (found on `path_env`) with
+    `_prefix_of`'s tree, the interpreter its `#!` line names with its tree, and the existing files its
+    arguments name (a script run by an interpreter)."""
+    if not argv:
+        return []
+    out: list[Path] = []
+    found = shutil.which(argv[0], path=path_env) if "/" not in argv[0] else argv[0]
+    if found and os.path.exists(found):
+        exe = Path(found)
+        out += [exe, *_prefix_of(exe)]
+        try:
+            with open(exe.resolve(), "rb") as fh:
+                first = fh.readline(512)
+        except OSError:
+            first = b""
+        if first.startswith(b"#!"):
+            words = first[2:].decode(errors="replace").split()
+            if words and words[0].startswith("/"):
+                interp = (
+                    words[0] if Path(words[0]).name != "env" or len(words) < 2 else shutil.which(words[1])
+                )
+                if interp and os.path.exists(interp):
+                    out += [Path(interp), *_prefix_of(Path(interp))]
+    for arg in argv[1:]:
+        if arg.startswith("/") and os.path.isfile(arg):
+            out.append(Path(arg))
+    return [p for p in dict.fromkeys(out) if str(p) != "/"]
+
+
+#: Where a tree bound for the editor may hold a τ² install's data (its tasks and their gold actions), as
+#: `glob` patterns below the tree: a venv or prefix, a pyenv root's versions, a system prefix.
+TAU2_DATA_GLOBS = (
+    "lib/python3*/site-packages/tau2/data",
+    "lib/python3*/dist-packages/tau2/data",
+    "local/lib/python3*/*-packages/tau2/data",
+    "versions/*/lib/python3*/site-packages/tau2/data",
+    "versions/*/envs/*/lib/python3*/site-packages/tau2/data",
+)
+
+
+def tau2_data(trees: list[Path]) -> list[Path]:
+    """The τ² data directories (`TAU2_DATA_GLOBS`) inside `trees`: covered for the editor, which needs no τ²
+    data (an interpreter tree it runs, a pyenv root say, may hold another τ² install)."""
+    import glob
+
+    found = {
+        Path(g).resolve()
+        for t in trees
+        if t.is_dir()
+        for pat in TAU2_DATA_GLOBS
+        for g in glob.glob(str(t / pat))
+    }
+    return sorted(found)
+
+
+def named_paths(env_name: str, given: tuple[str, ...] = ()) -> list[Path]:
+    """`given` and the `os.pathsep`-separated paths of `env_name`, absolute, existing ones only."""
+    raw = [*given, *(p for p in os.environ.get(env_name, "").split(os.pathsep) if p)]
+    return [
+        Path(p).expanduser().absolute() for p in dict.fromkeys(raw) if os.path.exists(os.path.expanduser(p))
+    ]
 
 
 def editor_sandbox(
-    worktree: Path, scratch: Path, writable: tuple[str, ...] = (), readable: tuple[Path, ...] = ()
+    worktree: Path,
+    scratch: Path,
+    writable: tuple[str, ...] = (),
+    readable: tuple[Path, ...] = (),
+    argv: list[str] | None = None,
+    *,
+    readable_dirs: tuple[str, ...] = (),
+    path_env: str | None = None,
 ) -> list[str] | None:
     """The bwrap argv prefix for an editor working in `worktree` (item 3 above), or None when the session's
-    sandbox is off or bwrap is missing; `writable` (and `ECDYSIS_EDITOR_WRITABLE`'s) directories stay
-    writable too. What the session hides from harness code (`HIDE_ENV`: run directories, the suites' answer
-    keys, the warm scorer's socket) is covered, also inside a writable directory, except a directory that holds
-    a writable one (the checkout's `.git`, which the worktree's git needs); `readable` files inside a covered directory (the spec) are bound back read-only.
-    Shape: `[bwrap, args..., "--"]`."""
+    sandbox is off or bwrap is missing.
+
+    The file system is an allowlist: the system directories (`SYSTEM_DIRS`), this interpreter
+    (`interpreter_paths`), what the command runs (`tool_paths(argv)`), the repository's git directory and
+    `readable` files (the spec) and the directories named with `--ecdysis-editor-readable`
+    (`readable_dirs`, `READABLE_ENV`) read-only; the candidate's worktree, its own git directory, `scratch`
+    (its `TMPDIR` and its object directory) and the `--ecdysis-editor-writable` directories (`writable`,
+    `WRITABLE_ENV`) writable; a fresh empty `/tmp` and home directory, thrown away after the call. No other
+    checkout, τ² install, run directory or file of the home directory is there. The repository's object
+    store is read-only: git in the editor writes new objects into `scratch/objects` (`GIT_OBJECT_DIRECTORY`,
+    the repository's store its alternate); `import_objects` copies them after the call. What the session
+    hides from harness code (`HIDE_ENV`) is covered inside what is bound, except a directory that holds a
+    writable one. Shape: `[bwrap, args..., "--"]`."""
     bwrap = shutil.which("bwrap")
     if os.environ.get(SANDBOX_ENV) != "1" or bwrap is None:
         return None
-    extra = [*writable, *(p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p)]
-    bound = [
+    where = git_locations(worktree)
+    own_git, common = where if where is not None else (None, None)
+    write = [
         worktree.resolve(),
-        *git_dirs(worktree),
+        *([own_git] if own_git is not None else []),
         scratch.resolve(),
-        *(Path(p).resolve() for p in extra if os.path.isdir(p)),
+        *(p.resolve() for p in named_paths(WRITABLE_ENV, writable) if p.is_dir()),
     ]
-    args = [
-        bwrap,
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev-bind",
-        "/dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--die-with-parent",
-        "--new-session",
+    read = [
+        *interpreter_paths(),
+        *tool_paths(list(argv or []), path_env),
+        *([common] if common is not None else []),
+        *named_paths(READABLE_ENV, readable_dirs),
     ]
-    cache = Path.home() / ".cache"
-    if Path.home() != Path("/") and cache.is_dir():
-        args += ["--tmpfs", str(cache)]  # tools write caches; a fresh one, thrown away
-    # the writable directories first, then the covers (one inside a writable directory, the warm scorer's
-    # under a writable /tmp say, is covered too), then the readable files inside a cover, then the covers
-    # made read-only; a hidden directory that holds a writable one (the checkout's .git) is left readable
-    args += [a for path in dict.fromkeys(bound) for a in ("--bind", str(path), str(path))]
+    # a symlink's target, not the link (bwrap follows it); nothing inside another bound tree twice
+    read = [p.resolve() if p.is_symlink() else p for p in read if p.exists()]
+    read = [
+        p
+        for p in dict.fromkeys(read)
+        if p not in write and not any(p != q and p.is_relative_to(q) for q in read)
+    ]
+    home = Path.home()
+    args = [bwrap]
+    for name in SYSTEM_DIRS:
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    args += ["--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if home != Path("/") and not any(home.is_relative_to(d) for d in SYSTEM_DIRS):
+        # a fresh home with a ~/.cache: tools write their config and caches; thrown away
+        args += ["--tmpfs", str(home), "--dir", str(home / ".cache")]
+    resolv = Path("/etc/resolv.conf")
+    if resolv.is_symlink() and not any(resolv.resolve().is_relative_to(d) for d in SYSTEM_DIRS):
+        args += ["--ro-bind-try", str(resolv.resolve()), str(resolv.resolve())]  # /run/systemd/resolve
+    # read-only first, then the writable ones (a writable tree may lie inside a read-only one)
+    args += [
+        a for path in sorted(read, key=lambda p: len(p.parts)) for a in ("--ro-bind", str(path), str(path))
+    ]
+    args += [a for path in dict.fromkeys(write) for a in ("--bind", str(path), str(path))]
+    if common is not None:  # the repository's objects read-only, as the editor's alternate
+        base = scratch.resolve() / BASE_OBJECTS
+        (scratch / OWN_OBJECTS / "info").mkdir(parents=True, exist_ok=True)
+        (scratch / OWN_OBJECTS / "pack").mkdir(parents=True, exist_ok=True)
+        base.mkdir(exist_ok=True)
+        args += ["--ro-bind", str(common / "objects"), str(base)]
+    seen = [*read, *write]
     covered = []
-    for hidden in (Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p):
-        if hidden.is_dir() and not any(w.is_relative_to(hidden) for w in bound):
+    hide = [Path(p).resolve() for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
+    for hidden in [*hide, *tau2_data(read)]:
+        if not any(hidden.is_relative_to(s) or s.is_relative_to(hidden) for s in seen):
+            continue  # not in the editor's file system at all
+        if hidden.is_dir() and not any(w.is_relative_to(hidden) for w in write):
             args += ["--tmpfs", str(hidden)]
             covered.append(hidden)
         elif hidden.is_file():
             args += ["--ro-bind", "/dev/null", str(hidden)]
     args += [a for path in readable if path.exists() for a in ("--ro-bind", str(path), str(path))]
     args += [a for path in covered for a in ("--remount-ro", str(path))]
-    return [*args, "--chdir", str(worktree), "--"]
+    return [
+        *args,
+        # the sandbox's own root and /tmp (with the directories bwrap made for the mounts) read-only too
+        *("--remount-ro", "/tmp", "--remount-ro", "/"),
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--die-with-parent",
+        "--new-session",
+        "--chdir",
+        str(worktree),
+        "--",
+    ]
+
+
+def object_env(scratch: Path) -> dict[str, str]:
+    """The editor's git variables: its own object directory under `scratch`, the repository's store (bound
+    read-only at `scratch/base-objects`) its alternate."""
+    (scratch / OWN_OBJECTS / "info").mkdir(parents=True, exist_ok=True)
+    (scratch / OWN_OBJECTS / "pack").mkdir(parents=True, exist_ok=True)
+    return {
+        GIT_OBJECT_ENV: str(scratch.resolve() / OWN_OBJECTS),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(scratch.resolve() / BASE_OBJECTS),
+    }
+
+
+def import_objects(worktree: Path, scratch: Path) -> str | None:
+    """Copy the objects the editor wrote into its own object directory (`scratch/objects`) into the
+    repository: packed by git from the editor's store and unpacked by `git unpack-objects` in the
+    repository, which checks every object's hash (a file there that is not a valid object is not
+    imported). None when done (or nothing to do), else git's complaint."""
+    store = scratch / OWN_OBJECTS
+    if not store.is_dir():
+        return None
+    (store / "info" / "alternates").unlink(missing_ok=True)  # only the editor's own objects are listed
+    env = git_env()
+    names = [
+        p.parent.name + p.name
+        for p in store.glob("[0-9a-f][0-9a-f]/*")
+        if len(p.parent.name + p.name) in (40, 64) and p.is_file()
+    ]
+    for idx in store.glob("pack/*.idx"):
+        with open(idx, "rb") as fh:
+            listed = subprocess.run(git_argv("show-index"), stdin=fh, capture_output=True, text=True, env=env)
+        names += [line.split()[1] for line in listed.stdout.splitlines() if len(line.split()) >= 2]
+    if not names:
+        return None
+    editor_env = {**env, **object_env(scratch)}
+    editor_env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(git_locations(worktree)[1] / "objects")  # type: ignore[index]
+    packed = subprocess.run(
+        git_argv("pack-objects", "--stdout", "-q"),
+        input="\n".join(dict.fromkeys(names)).encode() + b"\n",
+        cwd=worktree,
+        env=editor_env,
+        capture_output=True,
+        timeout=300,
+    )
+    if packed.returncode != 0:
+        return packed.stderr.decode(errors="replace").strip() or f"git pack-objects: exit {packed.returncode}"
+    done = subprocess.run(
+        git_argv("unpack-objects", "-q"),
+        input=packed.stdout,
+        cwd=worktree,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        return done.stderr.decode(errors="replace").strip() or f"git unpack-objects: exit {done.returncode}"
+    return None
 
 
 def scratch_dir() -> Path:
@@ -231,13 +469,16 @@ def run_in_group(
     env: dict[str, str],
     writable: tuple[str, ...] = (),
     readable: tuple[Path, ...] = (),
+    readable_dirs: tuple[str, ...] = (),
 ) -> tuple[int, str]:
     """Run `argv` in a new session and process group, in the editor's sandbox (item 3 above) or else its own PID
     namespace where one can run, output to a temporary file (a grandchild holding a pipe cannot block us); when the
     command exits or after `timeout_s` seconds the group is killed, the namespace ends with its first
     process, and every process carrying the call's environment marker is killed, so no helper it
     started (a `setsid` daemon included) outlives it. Returns (exit status, its stderr, or stdout when
-    stderr is empty).
+    stderr is empty). In a git work tree the command writes git objects into its own object directory
+    (`object_env`), imported into the repository after it ended (`import_objects`; a failure to import is
+    appended to the text and the status made non-zero).
 
     Raises:
         subprocess.TimeoutExpired: the command ran longer than `timeout_s` (its group was killed).
@@ -245,8 +486,22 @@ def run_in_group(
     """
     scratch = scratch_dir()
     try:
-        argv, env, mark = contained(argv, env, cwd=cwd, scratch=scratch, writable=writable, readable=readable)
-        return _run_marked(argv, cwd=cwd, timeout_s=timeout_s, env=env, mark=mark)
+        argv, env, mark = contained(
+            argv,
+            env,
+            cwd=cwd,
+            scratch=scratch,
+            writable=writable,
+            readable=readable,
+            readable_dirs=readable_dirs,
+        )
+        try:
+            code, text = _run_marked(argv, cwd=cwd, timeout_s=timeout_s, env=env, mark=mark)
+        finally:
+            failed = import_objects(cwd, scratch) if GIT_OBJECT_ENV in env else None
+        if failed:
+            return code or 1, f"{text}\nthe git objects the editor wrote could not be imported: {failed}"
+        return code, text
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

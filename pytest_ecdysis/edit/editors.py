@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import ContextOverflowError, InfrastructureError, UsageError
-from pytest_ecdysis.edit.contain import READ_ONLY_HINT, run_in_group
+from pytest_ecdysis.edit.contain import HINTED, READ_ONLY_HINT, SANDBOX_ENV, run_in_group
 from pytest_ecdysis.edit.prompt import build_prompt, reply_tokens
 from pytest_ecdysis.git.env import child_env
 
@@ -97,6 +97,7 @@ def make_editor(cfg: EcdysisConfig) -> Editor:
             cfg.editor[4:].strip(),
             timeout_s=timeout,
             writable=tuple(getattr(cfg, "editor_writable", ()) or ()),
+            readable=tuple(getattr(cfg, "editor_readable", ()) or ()),
         )
     return BuiltinEditor(cfg)
 
@@ -164,11 +165,16 @@ class CommandEditor:
     name = "cmd"
 
     def __init__(
-        self, template: str, timeout_s: float = DEFAULT_CMD_TIMEOUT_S, writable: tuple[str, ...] = ()
+        self,
+        template: str,
+        timeout_s: float = DEFAULT_CMD_TIMEOUT_S,
+        writable: tuple[str, ...] = (),
+        readable: tuple[str, ...] = (),
     ) -> None:
         self.template = template
         self.timeout_s = timeout_s
         self.writable = writable  # `--ecdysis-editor-writable`
+        self.readable = readable  # `--ecdysis-editor-readable`
 
     def edit(self, spec: Any, harness_dir: Path, *, spec_path: Path) -> EditResult:
         command = self.template.replace("{spec}", shlex.quote(str(spec_path))).replace(
@@ -184,6 +190,7 @@ class CommandEditor:
                 env=child_env(PYTHONDONTWRITEBYTECODE="1"),
                 writable=self.writable,
                 readable=(spec_path.resolve(),),
+                readable_dirs=self.readable,
             )
         except subprocess.TimeoutExpired:
             return EditResult(
@@ -199,15 +206,31 @@ class CommandEditor:
                 wall_s=time.monotonic() - started,
             )
         wall = time.monotonic() - started
+        if returncode != 0 and (hidden := _hidden_executable(out_text)):
+            return EditResult(ok=False, detail=hidden, wall_s=wall)
         if returncode != 0:
             tail = out_text.strip().splitlines()[-3:]
-            hint = f" ({READ_ONLY_HINT})" if "Read-only file system" in out_text else ""
+            sandboxed = os.environ.get(SANDBOX_ENV) == "1"
+            hint = f" ({READ_ONLY_HINT})" if sandboxed and any(h in out_text for h in HINTED) else ""
             return EditResult(
                 ok=False,
                 detail=f"editor command exited with status {returncode}: " + " | ".join(tail) + hint,
                 wall_s=wall,
             )
         return EditResult(ok=True, detail=f"ran {command}", wall_s=wall)
+
+
+def _hidden_executable(out_text: str) -> str | None:
+    """One line naming the executable bwrap could not start (`bwrap: execvp PATH: ...`: a path the
+    editor's sandbox does not show, a venv under `~/.cache` say) and the option that shows it; None for any
+    other failure."""
+    match = re.search(r"bwrap: execvp (.+?): (No such file or directory|Permission denied)", out_text)
+    if match is None:
+        return None
+    return (
+        f"the editor's executable {match[1]} is not visible in the editor's sandbox ({match[2]}): name the "
+        "directory it lives in with --ecdysis-editor-readable DIR (or pass --ecdysis-sandbox off)"
+    )
 
 
 def _worktree_root(harness_dir: Path) -> Path:

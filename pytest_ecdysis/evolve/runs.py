@@ -123,6 +123,16 @@ class TrustedRuns:
         # the scorers' bytecode cache of this session (`validate.pycache`), kept in memory only: a new
         # session (a resume) makes a new one
         problems += pycache.changes(self.pycache_start, pycache.digests())
+        damage = [p for p in problems if p.startswith(integrity.GIT_OBJECTS + ":")]
+        if damage:  # nothing suggested that writes the repository (gc, prune, fetch) before it is restored
+            self.stop_error = IntegrityError(
+                f"{when} damaged your repository's object store: " + shown(problems, 8, "; ") + ". The "
+                "candidate is rejected and the evolution stops. Until the objects are back, run no git command "
+                "that writes the repository (gc, prune, repack, fetch, commit): a file listed as added may be "
+                "an object moved aside (move it back to the name listed as removed); else restore the files "
+                "listed as removed from a backup or another clone"
+            )
+            raise self.stop_error
         if problems:
             self.stop_error = IntegrityError(
                 f"protected files changed during {when}: " + shown(problems, 8, "; ") + ". The candidate is "
@@ -134,7 +144,7 @@ class TrustedRuns:
     def _trusted_tree(self) -> TrustedTree:
         """The private copy of the checkout that validation sub-runs start from (`integrity.pristine_copy`)."""
         pristine = integrity.pristine_copy(self.checkout, exclude=(self.dir.parent,))
-        tracked = integrity.checkout_files(self.checkout)
+        tracked = integrity.checkout_files(self.checkout, untracked=False)
         pythonpath: set[str] = set()
         for name in ("pytest_ecdysis", *integrity.suite_packages()):
             path = integrity.package_dir(name)

@@ -199,7 +199,7 @@ def edit_stage(
     from pytest_ecdysis.validate.static import check_candidate
 
     result = ev.editor.edit(spec, worktree.harness_dir, spec_path=rdir / "spec.json")
-    ev.check_integrity("the editor call")
+    ev.check_integrity(f"the editor call (--ecdysis-editor {ev.cfg.editor})")
     snap = gitsnapshot.snapshot(worktree, worktree.commit)
     gitsnapshot.reset_to_snapshot(worktree, snap)
     ev.snapshot = snap
@@ -340,9 +340,16 @@ def validate_stage(
         )
     cache = _cache_stats(ev, label, sub, incumbent, (extra or {}).get("ECDYSIS_RESPONSE_CACHE"))
     how = "re-scored beside it" if incumbent["rescored"] else f"earlier run: {incumbent['why']}"
+    overridden = _model_overrides(sub.run_path)
     ev.say(
         f"{label}: candidate scored {fmt(sub.score)}, incumbent {fmt(incumbent['score'])} ({how}) "
         f"in {time.monotonic() - started:.1f} s"
+        + (
+            f"; the candidate asked for another model than the configured one in {overridden} trial(s) "
+            "(its calls were made with the configured model)"
+            if overridden
+            else ""
+        )
     )
     return _remember(
         ev,
@@ -360,8 +367,20 @@ def validate_stage(
             "pass_hat_k": sub.summary.get("pass_hat_k"),
             "incumbent": incumbent,
             **({"cache": cache} if cache else {}),
+            **({"model_overridden": overridden} if overridden else {}),
         },
     )
+
+
+def _model_overrides(run_path: Path) -> int:
+    """Trials of a sub-run whose harness asked for another model (`validate.results.model_overrides`)."""
+    from pytest_ecdysis.core.errors import RunDirError
+    from pytest_ecdysis.validate.results import model_overrides, read_run
+
+    try:
+        return model_overrides(read_run(run_path)[1])
+    except RunDirError:
+        return 0
 
 
 def _cache_stats(

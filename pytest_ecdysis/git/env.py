@@ -26,7 +26,9 @@ can make git run a program: `core.fsmonitor`, `core.hooksPath`, `diff.external`,
 - `SAFE_CONFIG`: `-c` options put before every git subcommand of the tool: no hooks
   (`core.hooksPath=/dev/null`), no fsmonitor (`core.fsmonitor=`: git reads an empty value as off). The
   command line wins over every config file (git's precedence), so a value planted in `.git/config` is
-  overridden; an `alias` never replaces a built-in command, and external diff drivers and text conversion
+  overridden; no automatic `gc` or maintenance (`gc.auto=0`, `maintenance.auto=false`: the object store is
+  part of the integrity check, `validate.integrity.git_objects`, and only additions are expected in it);
+  an `alias` never replaces a built-in command, and external diff drivers and text conversion
   are switched off on the diff calls (`--no-ext-diff --no-textconv`, `git.worktree`).
 - `GIT_ENV`: `GIT_CONFIG_GLOBAL=/dev/null`, `GIT_CONFIG_NOSYSTEM=1`: the user's global and system config
   files (with their `include`/`includeIf` and filter drivers) are not read by the tool's git commands.
@@ -69,7 +71,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: `-c` options before every git subcommand of the tool (see the module docstring).
-SAFE_CONFIG: tuple[str, ...] = ("-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=")
+SAFE_CONFIG: tuple[str, ...] = (
+    *("-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor="),
+    *("-c", "gc.auto=0", "-c", "maintenance.auto=false"),
+)
 #: Environment of every git command of the tool: no global or system config file.
 GIT_ENV: dict[str, str] = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 

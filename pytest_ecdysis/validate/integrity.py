@@ -7,9 +7,10 @@ Three pieces, all controller-side (no candidate code ever runs in the process th
   installed suites register (entry point group `pytest_ecdysis`), Python's startup files (`*.pth`,
   `sitecustomize.py`, `usercustomize.py` in the site directories), and the user's checkout (tracked and
   untracked, not ignored, files; the run directory excluded), its refs, and its git control files
-  (`git_control`: `.git/config`, `hooks/`, `info/`). Taken before and after each editor call and each
+  (`git_control`: `.git/config`, `hooks/`, `info/`), and its object store (`git_objects`: loose objects,
+  packs, stray files, the refs' connectivity). Taken before and after each editor call and each
   validation; any difference rejects the candidate and stops the evolution (`IntegrityError`).
-- `pristine_copy(...)`: the user's checkout as it was when the evolution started (the same file list),
+- `pristine_copy(...)`: the user's checkout as it was when the evolution started (its tracked files only),
   copied once into a private temporary directory; validation sub-runs run from copies of it
   (`validate.subrun.run_suite(trusted=...)`), never from the live checkout.
 - `Ledger`: the sha256 of every checkpoint file the controller writes, kept in memory and in a file
@@ -79,10 +80,11 @@ def suite_packages() -> list[str]:
     return sorted(names)
 
 
-def checkout_files(root: Path) -> list[str]:
-    """Tracked and untracked (not ignored) files of the git checkout at `root`, POSIX, sorted."""
+def checkout_files(root: Path, *, untracked: bool = True) -> list[str]:
+    """Tracked (in the index) and, with `untracked`, untracked (not ignored) files of the git checkout at
+    `root`, POSIX, sorted."""
     out = subprocess.run(
-        git_argv("ls-files", "-z", "--cached", "--others", "--exclude-standard"),
+        git_argv("ls-files", "-z", "--cached", *(("--others", "--exclude-standard") if untracked else ())),
         cwd=root,
         capture_output=True,
         check=True,
@@ -180,6 +182,107 @@ def take(roots: dict[str, Any]) -> dict[str, Digests]:
     if "your checkout" in roots:
         out["git refs"] = git_refs(roots["your checkout"][0])
         out[GIT_CONTROL] = git_control(roots["your checkout"][0], scope=roots)
+        out[GIT_OBJECTS] = git_objects(roots["your checkout"][0])
+    return out
+
+
+#: The name `take` reports the repository's object store under.
+GIT_OBJECTS = "git objects"
+#: Files of an object directory besides loose objects and packs that git itself writes (`gitrepository-layout`).
+OBJECT_INFO = ("info/alternates", "info/http-alternates", "info/packs", "info/commit-graph", "info/exclude")
+#: Suffixes of the files of one pack (`git help gitformat-pack`, `git help repack`).
+PACK_SUFFIXES = (".pack", ".idx", ".rev", ".bitmap", ".keep", ".promisor", ".mtimes")
+#: The entry of `git_objects` carrying `git fsck --connectivity-only`'s verdict.
+CONNECTIVITY = "(connectivity of the refs)"
+
+
+def _object_kind(rel: str) -> str | None:
+    """`loose`, `pack` or `info` for a file git writes under `objects/` (relative POSIX path), else None."""
+    parts = rel.split("/")
+    hexdigits = set("0123456789abcdef")
+    if len(parts) == 2 and len(parts[0]) == 2 and set(parts[0] + parts[1]) <= hexdigits:
+        return "loose" if len(parts[0] + parts[1]) in (40, 64) else None
+    if (
+        len(parts) == 2
+        and parts[0] == "pack"
+        and parts[1].startswith("pack-")
+        and parts[1].endswith(PACK_SUFFIXES)
+    ):
+        return "pack"
+    if len(parts) == 2 and parts[0] == "pack" and parts[1].startswith("multi-pack-index"):
+        return "info"
+    if rel in OBJECT_INFO or rel.startswith("info/commit-graphs/"):
+        return "info"
+    return None
+
+
+def git_objects(root: Path) -> Digests:
+    """The object store of the repository holding `root`: `{objects/<path>: digest}` of every loose object
+    (sha256 of its bytes: git never rewrites one, it only touches its time) and every pack file (its size
+    and the sha256 of its first and last 4 KiB: a pack is never rewritten in place either, and its trailer is
+    the checksum of the whole), `unexpected` for any other file (a script or a log an editor left there),
+    and under `CONNECTIVITY` `ok` or the first lines `git fsck --connectivity-only` of the refs printed (an
+    object renamed aside or deleted). `changes` reports objects removed or changed, unexpected files added
+    and the connectivity lost; objects and packs added are what git does (the evolution's own commits)."""
+    common = subprocess.run(
+        git_argv("rev-parse", "--path-format=absolute", "--git-common-dir"),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=git_env(),
+    ).stdout.strip()
+    objects = Path(common) / "objects"
+    out: Digests = {}
+    if not common or not objects.is_dir():
+        return out
+    for path in sorted(p for p in objects.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(objects).as_posix()
+        kind = _object_kind(rel)
+        key = f"objects/{rel}"
+        try:
+            if kind == "loose":
+                out[key] = sha256(path.read_bytes())
+            elif kind == "pack":
+                size = path.stat().st_size
+                with open(path, "rb") as fh:
+                    head = fh.read(4096)
+                    fh.seek(max(0, size - 4096))
+                    out[key] = f"{size}:{sha256(head + fh.read())}"
+            elif kind is None:
+                out[key] = "unexpected"
+        except OSError:
+            out[key] = "unreadable"
+    done = subprocess.run(
+        git_argv("fsck", "--connectivity-only", "--no-dangling", "--no-progress"),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=git_env(),
+        timeout=600,
+    )
+    said = " | ".join((done.stderr + done.stdout).strip().splitlines()[:3])
+    out[CONNECTIVITY] = (
+        "ok" if done.returncode == 0 else f"broken: {said or f'exit status {done.returncode}'}"
+    )
+    return out
+
+
+def object_changes(before: Digests, after: Digests, limit: int = 10) -> list[str]:
+    """`changes`' lines for the object store (`git_objects`): what was removed, changed or planted."""
+    diff = [f"{p} removed" for p in sorted(set(before) - set(after)) if p != CONNECTIVITY]
+    diff += [
+        f"{p} changed"
+        for p in sorted(set(before) & set(after))
+        if before[p] != after[p] and p != CONNECTIVITY
+    ]
+    diff += [
+        f"{p} added (not a git object)" for p in sorted(set(after) - set(before)) if after[p] == "unexpected"
+    ]
+    if after.get(CONNECTIVITY, "ok") != "ok" and before.get(CONNECTIVITY, "ok") == "ok":
+        diff.append(f"the refs no longer reach their objects: {after[CONNECTIVITY]}")
+    out = [f"{GIT_OBJECTS}: {d}" for d in diff[:limit]]
+    if len(diff) > limit:
+        out.append(f"{GIT_OBJECTS}: and {len(diff) - limit} more")
     return out
 
 
@@ -219,8 +322,11 @@ def changes(before: dict[str, Digests], after: dict[str, Digests], limit: int = 
     """What differs, as `"<root>: <path> changed|added|removed"` lines (at most `limit` per root)."""
     out: list[str] = []
     for name in sorted(set(before) | set(after)):
-        if name == GIT_CONTROL and name not in before:
+        if name in (GIT_CONTROL, GIT_OBJECTS) and name not in before:
             continue  # a ledger written before this root was checked (resume)
+        if name == GIT_OBJECTS:
+            out += object_changes(before[name], after.get(name, {}), limit)
+            continue
         if name == BYTECODE:  # found now (and deleted): whatever was found before is gone already
             out += [
                 f"{name}: {p} did not hold its source's code (removed)" for p in sorted(after.get(name, {}))
@@ -237,12 +343,14 @@ def changes(before: dict[str, Digests], after: dict[str, Digests], limit: int = 
 
 
 def pristine_copy(checkout: Path, exclude: tuple[Path, ...] = ()) -> Path:
-    """Copy the checkout's files (`checkout_files`, minus `exclude`) to a new private temporary directory;
-    returns it. The caller removes it (`shutil.rmtree`). Symlinks are copied as symlinks."""
+    """Copy the checkout's tracked files (`checkout_files(untracked=False)`, minus `exclude`) to a new private
+    temporary directory; returns it. An untracked file (a τ² copy or a data file left in the checkout) never
+    reaches the copy harness code reads in validation. The caller removes it (`shutil.rmtree`). Symlinks are
+    copied as symlinks."""
     root = checkout.resolve()
     dest = Path(tempfile.mkdtemp(prefix="ecdysis-trusted-")) / "tree"
     skip = [e.resolve() for e in exclude]
-    for rel in checkout_files(root):
+    for rel in checkout_files(root, untracked=False):
         src = root / rel
         if any(src.resolve().is_relative_to(s) for s in skip) or not (src.is_file() or src.is_symlink()):
             continue

@@ -111,3 +111,19 @@ def flips(before: list[dict[str, Any]], after: list[dict[str, Any]], threshold: 
         "solved_to_failed": sorted(t for t in tasks if t in a and t not in b),
         "failed_to_solved": sorted(t for t in tasks if t not in a and t in b),
     }
+
+
+#: The note kind the trusted side writes when harness code asked for another model than the configured one
+#: (`pytest_ecdysis_tau2.harness_process.request_guard`; the call was made with the configured model).
+MODEL_OVERRIDDEN = "model_overridden"
+
+
+def model_overrides(trials: list[dict[str, Any]]) -> int:
+    """How many trials (`trials.jsonl` lines) carry a `MODEL_OVERRIDDEN` note in their `harness_notes` or
+    `endpoint_notes`: the candidate asked for another model there."""
+
+    def asked(trial: dict[str, Any]) -> bool:
+        notes = [*(trial.get("harness_notes") or []), *(trial.get("endpoint_notes") or [])]
+        return any(isinstance(n, dict) and n.get("kind") == MODEL_OVERRIDDEN for n in notes)
+
+    return sum(1 for t in trials if asked(t))

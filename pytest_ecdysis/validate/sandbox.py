@@ -136,6 +136,14 @@ def probe() -> str | None:
 def how_to_enable(why: str) -> str:
     if "not installed" in why:
         return f"install Debian's bubblewrap ({INSTALL}, as root; scripts/setup.sh does it)"
+    if (
+        "uid map" in why or "Permission denied" in why
+    ):  # AppArmor's restriction (Ubuntu 24.04, GitHub runners)
+        return (
+            "this system restricts unprivileged user namespaces through AppArmor: sudo sysctl -w "
+            "kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile allowing `userns` for "
+            "bwrap (scripts/sandbox-setup.sh applies either, as the GitHub Action does)"
+        )
     return (
         "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
         "kernel.apparmor_restrict_unprivileged_userns=0), or run in a container that permits them"
@@ -199,6 +207,9 @@ def wrap_command(
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
+        # no capability, also when started by root (bwrap keeps root's otherwise): CAP_SYS_PTRACE would let a
+        # trial attach to its non-dumpable fork server, CAP_DAC_OVERRIDE read what file modes forbid
+        *("--cap-drop", "ALL"),
         "--die-with-parent",
         "--new-session",
     ]

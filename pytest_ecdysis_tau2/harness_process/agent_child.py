@@ -271,9 +271,12 @@ def main(argv: list[str] | None = None) -> None:
     from openai._models import construct_type  # noqa: F401
     from openai.types.chat import ChatCompletion  # noqa: F401
 
-    from pytest_ecdysis.validate.limits import apply
+    from pytest_ecdysis.validate.limits import apply, protect_this_process
 
     apply(limits, server=True)  # the trusted imports are done; harness code runs from `check` on
+    # non-dumpable (PR_SET_DUMPABLE 0, inherited by every trial process it forks): a trial's harness code
+    # cannot ptrace the server nor read its /proc/<pid>/mem, so it cannot reach the other trials it serves
+    protect_this_process()
     path = Path.cwd() / SOCKET_NAME
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

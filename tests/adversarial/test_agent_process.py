@@ -197,3 +197,27 @@ def test_the_sandbox_hides_gold_data_and_the_network(
     seen = {n["kind"]: n for n in result.harness_notes}
     assert (seen["tasks_bytes"]["n"] <= 0) is sandboxed, result.error  # empty or unreadable
     assert seen["network"]["ok"] is not sandboxed
+
+
+PTRACE_PARENT = (
+    "        import ctypes, os\n"
+    "        libc = ctypes.CDLL(None, use_errno=True)\n"
+    "        dumpable = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE\n"
+    "        attached = libc.ptrace(16, os.getppid(), 0, 0) == 0  # PTRACE_ATTACH to the fork server\n"
+    "        if attached:\n"
+    "            libc.ptrace(17, os.getppid(), 0, 0)  # PTRACE_DETACH\n"
+    "        if dumpable or attached:\n"
+    "            raise RuntimeError(f'dumpable={dumpable} attached={attached}')"
+)
+
+
+def test_a_trial_cannot_ptrace_its_fork_server(tmp_path: Path) -> None:
+    """The fork server is non-dumpable (`limits.protect_this_process` after its trusted imports), and so is
+    every trial process it forks: under the sandbox a trial's harness code cannot attach to the server with
+    ptrace (and reach the other trials it serves) nor read its memory through /proc."""
+    from pytest_ecdysis.validate import sandbox
+
+    if not sandbox.enabled():
+        pytest.skip("the sandbox is off: as root a process may ptrace anything")
+    result = run("3", None, harness=_harness(tmp_path, "ptrace_parent", PTRACE_PARENT), settings=FAST)
+    assert result.termination_reason in ("user_stop", "agent_stop"), result.error
