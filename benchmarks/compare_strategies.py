@@ -1,4 +1,4 @@
-"""Benchmark: every strategy of the paper's comparison table, on τ² airline and retail (issue 17, item 5).
+"""Benchmark: every strategy of the paper's comparison table, on τ² airline and retail.
 
     python benchmarks/compare_strategies.py --budget 60        # minutes; chooses tasks, rounds and trials
     python benchmarks/compare_strategies.py --budget 80 --train 4 --test 2 --trials 3   # a plan of one's own
@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOMAINS = ("airline", "retail")
-#: every τ² suite the benchmark can run (`--domains`): the paper's two and telecom (issue 31).
+#: every τ² suite the benchmark can run (`--domains`): the paper's two and telecom.
 KNOWN_DOMAINS = ("airline", "retail", "telecom")
 TRANSFER_MODEL = "sim/strong"
 #: (row, strategy or None for a scored-only harness, start harness, evidence)

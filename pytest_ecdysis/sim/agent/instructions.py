@@ -1,4 +1,4 @@
-"""The rules a harness's prompt gives the simulated model: a parser of imperative sentences (issue 30, item 2).
+"""The rules a harness's prompt gives the simulated model: a parser of imperative sentences.
 
 The model reads the system and developer text of a request as a real model does: the sentences that are
 not the domain policy's own (the policy is what the model acts by: its gold plan) and that are
