@@ -57,9 +57,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if os.environ.get(ENV_SESSION_PID, str(os.getpid())) != str(os.getpid()):
             # nested in another session: its run id and simulated server are that session's, never this one's
             # (sharing them wrote this session's files into its run directory and continued its conversations)
+            from pytest_ecdysis.endpoint.preflight import ENV_DONE as PREFLIGHT_DONE
             from pytest_ecdysis.validate import pycache, warm
 
             for name in (
+                PREFLIGHT_DONE,  # its endpoint check was of its own models, not this session's
                 ENV_RUN_ID,
                 ENV_SIM_URL,
                 pycache.ENV_DIR,
