@@ -1,7 +1,7 @@
 """Reading the evidence for the simulated diagnosis roles (`sim/roles/answers.py`): what one prompt's evidence
 shows, record by record.
 
-`Evidence(evidence_json)` holds the groups, the harness's settings and functions, the solved tasks and
+`Evidence(evidence)` holds the groups, the harness's settings and functions, the solved tasks and
 the history; `findings(record)` lists the mechanisms one failing record shows, from signals any harness
 produces: a tool error on an `*_id` argument (and whether it shows the expected form), a result the model
 saw shorter than the environment's (`result_is`, `result_chars`), a harness note naming a limit or a
