@@ -81,6 +81,25 @@ def test_a_bent_argument_the_harness_rewrote_is_a_cure_by_the_harness():
     assert altered["quirks"][0]["harness"] == "altered" and not altered["quirks"][0]["cured"]
 
 
+def test_a_value_drawn_a_turn_before_its_call_is_judged_on_the_call_that_follows():
+    """The slip was drawn at request 1 (the model read the details back for the user's confirmation) and the
+    call went out in the reply to request 2: that call is the one judged (repaired here); an earlier call of
+    the same tool, before the draw, is not."""
+    emitted = _emitted(
+        ("c0", "cancel_reservation", {"reservation_id": "NO6JO3"}),
+        ("c1", "get_user_details", {"user_id": "mia_li_3668"}),
+        ("c2", "cancel_reservation", {"reservation_id": "AIXC48"}),
+    )
+    executed = [
+        {"id": "c0", "name": "cancel_reservation", "arguments": {"reservation_id": "NO6JO3"}},
+        {"id": "c2", "name": "cancel_reservation", "arguments": {"reservation_id": "AIXC49"}},
+    ]
+    (entry,) = attribute(_truth(_slip(1)), emitted, executed, PLAN)["quirks"]
+    assert entry["harness"] == "repaired" and entry["cured_by"] == "harness"
+    (late,) = attribute(_truth(_slip(3)), emitted, executed, PLAN)["quirks"]
+    assert "harness" not in late
+
+
 def test_a_refused_call_is_a_cure_only_when_the_right_value_was_executed_after_it():
     """The harness refused the bent call (never executed): `refused`; if the model then sent it right and it
     ran, the failure was prevented (cured by the harness); if nothing right ran, the work was not done and
