@@ -324,7 +324,9 @@ def read_config(config: Any) -> EcdysisConfig:
         rescore=raw["rescore"],
         response_cache=raw["response-cache"],
         ablate=_ablate(bool(raw["ablate"]), evolve),
-        accept_extra_trials=_extra_trials(raw["accept-extra-trials"], raw["accept"]),
+        accept_extra_trials=_extra_trials(
+            raw["accept-extra-trials"], raw["accept"], decides=evolve or bool(raw["gate"])
+        ),
         cache_dir=Path(raw["cache-dir"]) if raw["cache-dir"] else None,
         uncacheable=tuple(x.strip() for x in str(raw["uncacheable"] or "").split(",") if x.strip()),
         sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),

@@ -231,15 +231,18 @@ def _ablate(value: bool, evolve: bool) -> bool:
     return value and evolve
 
 
-def _extra_trials(value: Any, rule: str) -> int:
+def _extra_trials(value: Any, rule: str, decides: bool = True) -> int:
     """Ini `ecdysis_accept_extra_trials = K`: an integer >= 0, above 0 only with `--ecdysis-accept paired` (K more
     trials of the flipped tasks) or `sequential` (at most K confirmation looks; 0: `evolve.confirm.DEFAULT_LOOKS`).
+    The rule is checked only in a session that decides (`decides`: an evolution or a gate): a validation
+    sub-run never gets the outer `--ecdysis-accept` (`validate.setup.STRIPPED_OPTIONS`) and would read the ini
+    file's rule instead.
 
     Raises:
         UsageError: not an integer >= 0, or K > 0 under `strict` (its verdict is the score, not a test).
     """
     k = _int("accept-extra-trials", value, 0)
-    if k and rule not in ("paired", "sequential"):
+    if k and decides and rule not in ("paired", "sequential"):
         raise UsageError(
             f"ini key ecdysis_accept_extra_trials = {k} adds trials before a paired test: it needs "
             "--ecdysis-accept paired or sequential (the strict rule compares the two runs' scores as "
