@@ -243,17 +243,47 @@ def wrap_command(
     under_covered = [b for b in bound if any(b.is_relative_to(c) for c in covered)]  # a venv under ~/.cache
     # bound back after /tmp was emptied; the caches and credentials covered, what is needed inside them
     # bound again; the run directories and gold data covered last (a visible tree may contain them)
-    # parents before children (a copy seen at the checkout's path must not cover a venv inside the checkout)
-    bound.sort(key=lambda p: len(inside(p).parts))
-    args += [a for path in bound for a in ("--ro-bind", str(path), str(inside(path)))]
+    binds, rebuilt = _binds(bound)
+    args += binds
     args += _cover(covered)
     args += [a for path in under_covered for a in ("--ro-bind", str(path), str(inside(path)))]
     hidden = [*hidden_paths(), *hide]
     args += _cover(hidden)
     # the covering tmpfs made read-only (after what is bound inside them): a write fails, as elsewhere
     args += [a for path in [*covered, *hidden] if path.is_dir() for a in ("--remount-ro", str(path))]
+    args += [a for path in rebuilt for a in ("--remount-ro", str(path))]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch), "--"]
     return args + command
+
+
+def _binds(bound: list[Path]) -> tuple[list[str], list[Path]]:
+    """bwrap arguments binding each of `bound` read-only where `inside` puts it, parents first, and the
+    directories rebuilt. A relocated directory (a validation sub-run's copy seen at the checkout's path) with
+    another bound path beneath its destination (a venv inside the checkout) is rebuilt: an empty tmpfs at the
+    destination holding a bind of each of its entries (symlinks as symlinks), since a read-only bind could
+    not hold that mount point; the caller makes it read-only once everything is bound (returned: the
+    destinations rebuilt)."""
+    pairs = sorted(((p, inside(p)) for p in bound), key=lambda pair: len(pair[1].parts))
+    dests = [dest for _, dest in pairs]
+    out: list[str] = []
+    rebuilt: list[Path] = []
+
+    def emit(src: Path, dest: Path) -> None:
+        below = any(d != dest and d.is_relative_to(dest) for d in dests)
+        if src == dest or not below or src.is_symlink() or not src.is_dir():
+            out.extend(("--ro-bind", str(src), str(dest)))
+            return
+        out.extend(("--tmpfs", str(dest)))
+        rebuilt.append(dest)
+        for entry in sorted(src.iterdir()):
+            if entry.is_symlink():
+                out.extend(("--symlink", os.readlink(entry), str(dest / entry.name)))
+            else:
+                emit(entry, dest / entry.name)
+
+    for src, dest in pairs:
+        emit(src, dest)
+    return out, rebuilt
 
 
 def _system_binds() -> list[str]:

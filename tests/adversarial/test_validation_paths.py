@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,38 @@ def test_a_harness_sees_the_same_paths_in_validation_as_in_a_plain_run(
     assert str(checkout / "probe_harness" / "__init__.py") in plain
     assert str(copy) not in validated
     assert validated == plain
+
+
+def test_a_copy_seen_at_a_checkout_that_holds_the_venv_keeps_the_venv_reachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkout holds the interpreter's venv (`.venv`, as `scripts/setup.sh` makes it) and its root is on
+    the import path: its copy, which has no `.venv`, is seen at the checkout's path rebuilt entry by entry, so
+    the venv's own bind still has its mount point; the rebuilt root is read-only like a bound one."""
+    need_bwrap()
+    checkout, copy = tmp_path / "checkout", tmp_path / "private" / "tree"
+    (checkout / "pkg").mkdir(parents=True)
+    (checkout / "pkg" / "mod.py").write_text("X = 1\n")
+    (checkout / "link").symlink_to("pkg")
+    venv_bin = checkout / ".venv" / "bin"  # stands for a venv inside the checkout
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "tool").write_text("tool\n")
+    shutil.copytree(checkout, copy, symlinks=True, ignore=shutil.ignore_patterns(".venv"))
+    monkeypatch.setenv(sandbox.ENV_AT, f"{copy}{os.pathsep}{checkout}")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = (
+        "import os, sys; r = sys.argv[1]; "
+        "print(open(r + '/pkg/mod.py').read().strip(), open(r + '/.venv/bin/tool').read().strip(), "
+        "os.readlink(r + '/link'), end=' ')\n"
+        "try:\n    open(r + '/new', 'w')\nexcept OSError:\n    print('read-only')\n"
+    )
+    command = sandbox.wrap_command(
+        [sys.executable, "-S", "-c", code, str(checkout)],
+        visible=[copy, venv_bin],
+        scratch=scratch,
+        force=True,
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["X", "=", "1", "tool", "pkg", "read-only"]
