@@ -126,7 +126,8 @@ class TrialResult(_Model):
         list[dict[str, Any]],
         Field(
             description="what the trusted client layer saw of the agent's endpoint and did about it: "
-            "{'kind' (text_tool_calls|server_parse_error|reasoning_stripped), 'detail', 'step'}"
+            "{'kind' (text_tool_calls|server_parse_error|reasoning_stripped|request_refused|...), 'detail', "
+            "'step'}; request_refused also has 'status'"
         ),
     ] = Field(default_factory=list)
     endpoint_problem: Annotated[
