@@ -428,6 +428,7 @@ class RoundRecord(TypedDict, total=False):
     commit: str  #: the accepted commit
     decision: dict[str, Any]  #: the acceptance rule's fields (`gate.acceptance.Decision.fields`)
     reused_validation: str  #: the earlier validation this candidate's bytes reused
+    model_overridden: int  #: trials of its validation in which the candidate asked for another model
     steps: list[dict[str, Any]]  #: instance-level rounds: one entry per spec patched
     proposals: list[dict[str, Any]]  #: alternatives rounds: one entry per proposal
     cost: dict[str, Any]  #: tokens and USD per role (`evolve.cost`)
