@@ -286,3 +286,101 @@ def test_every_table_of_the_pr_body_has_as_many_cells_per_row_as_its_header(tmp_
     for table in tables:
         widths = [len(line.strip().strip("|").split("|")) for line in table]
         assert len(set(widths)) == 1, "\n".join(table)
+
+
+def test_a_round_whose_candidate_asked_for_another_model_is_named_in_the_verdict() -> None:
+    """`model_overridden` on a round (or an instance-level step): the verdict says which round's candidate
+    asked for another model than the configured one, in how many validation trials, that the calls were
+    made with the configured model, and for an accepted one that its change is on the branch; rounds
+    without it get no such line."""
+    doc = {
+        "model": "qwen3-8b",
+        "rounds": [
+            {"round": 1, "outcome": "accepted", "accepted": True, "model_overridden": 4},
+            {"round": 2, "outcome": "rejected", "model_overridden": 2},
+            {"round": 3, "outcome": "rejected"},
+            {
+                "round": 4,
+                "outcome": "rejected",
+                "steps": [{"step": 2, "outcome": "rejected", "model_overridden": 1}],
+            },
+        ],
+        "start": {"score": 0.25},
+        "incumbent": {"score": 0.75},
+        "branch": "ecdysis/r1",
+        "diff_command": "git diff main ecdysis/r1",
+    }
+    said = [(t, c) for t, c in evolution_lines(doc, None, "r1") if t.startswith("model override")]
+    assert said == [
+        (
+            "model override: round 1's candidate asked for another model than the configured qwen3-8b in 4 "
+            "validation trial(s); those calls were made with qwen3-8b, so its score is qwen3-8b's; its change "
+            "is on the branch, and outside pytest-ecdysis that harness would ask for the other model: remove "
+            "that from it before merging",
+            "yellow",
+        ),
+        (
+            "model override: round 2's candidate asked for another model than the configured qwen3-8b in 2 "
+            "validation trial(s); those calls were made with qwen3-8b, so its score is qwen3-8b's (rejected)",
+            "yellow",
+        ),
+        (
+            "model override: round 4 step 2's candidate asked for another model than the configured qwen3-8b "
+            "in 1 validation trial(s); those calls were made with qwen3-8b, so its score is qwen3-8b's "
+            "(rejected)",
+            "yellow",
+        ),
+    ]
+    for r in doc["rounds"]:
+        r.pop("model_overridden", None)
+        for st in r.get("steps", []):
+            st.pop("model_overridden")
+    assert not [t for t, _ in evolution_lines(doc, None, "r1") if t.startswith("model override")]
+
+
+#: the tiny suite, whose harness at a LEVEL above 1 asks for another model: the trusted side's note
+#: `model_overridden` (as `pytest_ecdysis_tau2.harness_process.request_guard` writes it) on each trial.
+ASKING_SUITE = """
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+from pytest_ecdysis.core.harness import load_harness
+from pytest_ecdysis.plugin import get_state
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", ["0", "1", "2", "3"])
+def test_task(request, task_id):
+    state = get_state(request.config)
+    level = load_harness(state.harness_dir).LEVEL
+    reward = 1.0 if int(task_id) < level else 0.0
+    notes = [{"kind": "model_overridden", "detail": "asked for 'gpt-big'", "step": 1}] if level > 1 else []
+    record_trial(request.node, TrialResult(
+        suite="tiny", task_id=task_id, trial=0, reward=reward, termination_reason="agent_stop",
+        components={"db": reward}, harness_id=state.harness_id, endpoint_notes=notes,
+        tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
+    assert reward >= 1.0
+"""
+
+
+@pytest.mark.slow
+def test_an_accepted_candidate_that_asked_for_another_model_is_named_after_pytests_last_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole evolution the way users run it: the round's candidate (LEVEL 3) asks for another model in
+    each of its 4 validation trials; the round record keeps `model_overridden: 4` and the verdict section,
+    after pytest's counts line, names it, not only the validation line."""
+    project = make_project(pytester, monkeypatch, CONFTEST, suite=ASKING_SUITE)
+    script(project, [{"knob": "x", "value": 3}])
+    result = run_evolution(project, "--ecdysis-rounds", "1")
+    assert result.ret == 0, result.stdout.str()
+    doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
+    assert doc["rounds"][0]["accepted"] and doc["rounds"][0]["model_overridden"] == 4
+    tail = _tail(result)
+    assert any(
+        line.startswith(
+            "model override: round 1's candidate asked for another model than the configured fake"
+        )
+        and "in 4 validation trial(s)" in line
+        and "its change is on the branch" in line
+        for line in tail
+    ), tail
