@@ -1,4 +1,4 @@
-"""Hostile text never costs a run (issue 11 case 3): an endpoint's error text with an ANSI escape or a NUL
+"""Hostile text never costs a run: an endpoint's error text with an ANSI escape or a NUL
 byte gives a well-formed `junit.xml`, clean terminal and Markdown lines; the data files are written first,
 and a report file that cannot be written is a PROBLEM line, never a lost run."""
 

@@ -1,4 +1,4 @@
-"""Cures by the harness's code (sim/truth/repairs.py, issue 30 item 4): the ground truth compares what the
+"""Cures by the harness's code (sim/truth/repairs.py): the ground truth compares what the
 model emitted with what the environment executed, so a bent argument the harness rewrote before the call is a
 cure by the harness, not "model quirk still present"; a call the harness refused never reached the
 environment; a value the harness passed through is the model's."""

@@ -1,4 +1,4 @@
-"""The last lines of an evolution or a gate say what happened (issue 20 item 2): after pytest's counts line
+"""The last lines of an evolution or a gate say what happened: after pytest's counts line
 comes the `ecdysis verdict` section, whose lines name the branch and how to see it (or why none was made),
 the gate's verdict, and say that the starting run's failed trials are not the run's failure."""
 
@@ -45,7 +45,7 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert "the 3 failed trial(s) listed above are the starting harness's trials" in "\n".join(tail)
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
     doc = json.loads(next(project.path.rglob("evolution.json")).read_text())
-    assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution (issue 32)
+    assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution
     result.stdout.fnmatch_lines(
         [
             f"evolution wall-clock {doc['wall_s']:.1f} s, {doc['cpu_s']:.1f} CPU s (the "

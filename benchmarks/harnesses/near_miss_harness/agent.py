@@ -5,7 +5,7 @@ orchestrator executes). Inside it the harness may ask the model more than once: 
 unusable reply, after tool errors it gives back itself (malformed arguments: the call is not executed),
 and after a completion check (`closing.py`). Every model call counts against `MAX_MODEL_CALLS`.
 
-Endpoint replies seen in the wild (issue 8), each decided here and recorded in `harness_notes` as
+Endpoint replies seen in the wild, each decided here and recorded in `harness_notes` as
 `{"kind", "detail", "step"}` (`step` = the 1-based model call of the trial):
 
 | reply | decision | note kind |
