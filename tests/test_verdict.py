@@ -21,6 +21,41 @@ def _tail(result: pytest.RunResult) -> list[str]:
     return lines[last_counts + 1 :]
 
 
+def _accepted_round(**extra: object) -> dict:
+    """A round of `evolution.json` the strict rule accepted, 0.200 -> 0.400, whose paired sign test gives
+    p=0.5 (+1/-0 tasks); `extra` adds or replaces its fields."""
+    return {
+        "round": 1,
+        "accepted": True,
+        "outcome": "accepted",
+        "score_before": 0.2,
+        "score_after": 0.4,
+        "decision": {
+            "rule": "strict",
+            "method": "sign",
+            "p_value": 0.5,
+            "level": 0.05,
+            "wins": 1,
+            "losses": 0,
+        },
+        **extra,
+    }
+
+
+def _evolution_doc(
+    row: dict, *, start: float, incumbent: float = 0.4, branch: str | None = "ecdysis/r1", **extra: object
+) -> dict:
+    """An `evolution.json` of the one round `row`: the start's and the incumbent's scores, the branch, and
+    `extra` top-level fields."""
+    return {
+        "rounds": [row],
+        "start": {"score": start},
+        "incumbent": {"score": incumbent},
+        "branch": branch,
+        **extra,
+    }
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     return make_project(pytester, monkeypatch, CONFTEST)
@@ -159,13 +194,9 @@ def test_the_no_branch_line_names_the_run_s_acceptance_rule() -> None:
         "outcome": "rejected",
         "reason": "suite score 0.600 -> 0.800; sign test (+1/-0): p=0.5: not significant at level 0.2",
     }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.6},
-        "incumbent": {"score": 0.6},
-        "branch": None,
-        "accept": {"rule": "paired", "method": "sign", "level": 0.2},
-    }
+    doc = _evolution_doc(
+        row, start=0.6, incumbent=0.6, branch=None, accept={"rule": "paired", "method": "sign", "level": 0.2}
+    )
     ((line, _),) = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
     assert line.startswith(
         "no branch was made: no round passed the paired sign test (an improvement significant "
@@ -188,31 +219,16 @@ def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) 
     from pytest_ecdysis.report.evolution import caveats
     from pytest_ecdysis.report.pr_body import render_pr_body
 
-    row = {
-        "round": 1,
-        "accepted": True,
-        "outcome": "accepted",
-        "score_before": 0.2,
-        "score_after": 0.4,
-        "incumbent_run": {"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4},
-        "decision": {
-            "rule": "strict",
-            "method": "sign",
-            "p_value": 0.5,
-            "level": 0.05,
-            "wins": 1,
-            "losses": 0,
-        },
-    }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.4},
-        "incumbent": {"score": 0.4},
-        "branch": "ecdysis/r1",
-        "diff_command": "git diff a ecdysis/r1",
-        "accept": {"rule": "strict", "method": "sign", "level": 0.05},
-        "validity": {"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1},
-    }
+    row = _accepted_round(
+        incumbent_run={"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4}
+    )
+    doc = _evolution_doc(
+        row,
+        start=0.4,
+        diff_command="git diff a ecdysis/r1",
+        accept={"rule": "strict", "method": "sign", "level": 0.05},
+        validity={"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1},
+    )
     said = [
         text for text, colour in evolution_lines(doc, None, "r1") if text.startswith("read before merging")
     ]
@@ -251,28 +267,7 @@ def test_every_table_of_the_pr_body_has_as_many_cells_per_row_as_its_header(tmp_
     side = (
         {"suite_score": 0.5, "pass_hat_k": hat, "tokens_per_task": 120} if trials else {"suite_score": None}
     )
-    row = {
-        "round": 1,
-        "accepted": True,
-        "outcome": "accepted",
-        "score_before": 0.2,
-        "score_after": 0.4,
-        "decision": {
-            "rule": "strict",
-            "method": "sign",
-            "p_value": 0.5,
-            "level": 0.05,
-            "wins": 1,
-            "losses": 0,
-        },
-    }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.2},
-        "incumbent": {"score": 0.4},
-        "branch": "ecdysis/r1",
-        "test": {"trials": trials, "start": side, "frozen": side},
-    }
+    doc = _evolution_doc(_accepted_round(), start=0.2, test={"trials": trials, "start": side, "frozen": side})
     (tmp_path / "evolution.json").write_text(json.dumps(doc))
     body = render_pr_body(tmp_path)
     tables, current = [], []
