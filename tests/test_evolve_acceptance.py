@@ -297,7 +297,9 @@ def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch:
     assert s1["harness_id_after"] == s2["harness_id_after"]
     assert "reused_validation" not in s1 and s2["reused_validation"] == "rounds/1/steps/1"
     assert [x for x in lines(project, "validate.log") if "-r1" in x] == ["run1-r1s1"]
-    assert s1["incumbent_run"]["rescored"] is False and "ecdysis_rescore = never" in s1["incumbent_run"]["why"]
+    assert (
+        s1["incumbent_run"]["rescored"] is False and "ecdysis_rescore = never" in s1["incumbent_run"]["why"]
+    )
     result.stdout.fnmatch_lines(
         [
             "*step 2/2: candidate * was already validated on incumbent * in this run "
