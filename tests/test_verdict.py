@@ -1,4 +1,4 @@
-"""The last lines of an evolution or a gate say what happened (issue 20 item 2): after pytest's counts line
+"""The last lines of an evolution or a gate say what happened: after pytest's counts line
 comes the `ecdysis verdict` section, whose lines name the branch and how to see it (or why none was made),
 the gate's verdict, and say that the starting run's failed trials are not the run's failure."""
 
@@ -19,6 +19,41 @@ def _tail(result: pytest.RunResult) -> list[str]:
     lines = [line for line in result.stdout.lines if line.strip()]
     last_counts = max(i for i, line in enumerate(lines) if " passed" in line and line.startswith("="))
     return lines[last_counts + 1 :]
+
+
+def _accepted_round(**extra: object) -> dict:
+    """A round of `evolution.json` the strict rule accepted, 0.200 -> 0.400, whose paired sign test gives
+    p=0.5 (+1/-0 tasks); `extra` adds or replaces its fields."""
+    return {
+        "round": 1,
+        "accepted": True,
+        "outcome": "accepted",
+        "score_before": 0.2,
+        "score_after": 0.4,
+        "decision": {
+            "rule": "strict",
+            "method": "sign",
+            "p_value": 0.5,
+            "level": 0.05,
+            "wins": 1,
+            "losses": 0,
+        },
+        **extra,
+    }
+
+
+def _evolution_doc(
+    row: dict, *, start: float, incumbent: float = 0.4, branch: str | None = "ecdysis/r1", **extra: object
+) -> dict:
+    """An `evolution.json` of the one round `row`: the start's and the incumbent's scores, the branch, and
+    `extra` top-level fields."""
+    return {
+        "rounds": [row],
+        "start": {"score": start},
+        "incumbent": {"score": incumbent},
+        "branch": branch,
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -45,7 +80,7 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert "the 3 failed trial(s) listed above are the starting harness's trials" in "\n".join(tail)
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
     doc = json.loads(next(project.path.rglob("evolution.json")).read_text())
-    assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution (issue 32)
+    assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution
     result.stdout.fnmatch_lines(
         [
             f"evolution wall-clock {doc['wall_s']:.1f} s, {doc['cpu_s']:.1f} CPU s (the "
@@ -159,13 +194,9 @@ def test_the_no_branch_line_names_the_run_s_acceptance_rule() -> None:
         "outcome": "rejected",
         "reason": "suite score 0.600 -> 0.800; sign test (+1/-0): p=0.5: not significant at level 0.2",
     }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.6},
-        "incumbent": {"score": 0.6},
-        "branch": None,
-        "accept": {"rule": "paired", "method": "sign", "level": 0.2},
-    }
+    doc = _evolution_doc(
+        row, start=0.6, incumbent=0.6, branch=None, accept={"rule": "paired", "method": "sign", "level": 0.2}
+    )
     ((line, _),) = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
     assert line.startswith(
         "no branch was made: no round passed the paired sign test (an improvement significant "
@@ -188,31 +219,16 @@ def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) 
     from pytest_ecdysis.report.evolution import caveats
     from pytest_ecdysis.report.pr_body import render_pr_body
 
-    row = {
-        "round": 1,
-        "accepted": True,
-        "outcome": "accepted",
-        "score_before": 0.2,
-        "score_after": 0.4,
-        "incumbent_run": {"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4},
-        "decision": {
-            "rule": "strict",
-            "method": "sign",
-            "p_value": 0.5,
-            "level": 0.05,
-            "wins": 1,
-            "losses": 0,
-        },
-    }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.4},
-        "incumbent": {"score": 0.4},
-        "branch": "ecdysis/r1",
-        "diff_command": "git diff a ecdysis/r1",
-        "accept": {"rule": "strict", "method": "sign", "level": 0.05},
-        "validity": {"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1},
-    }
+    row = _accepted_round(
+        incumbent_run={"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4}
+    )
+    doc = _evolution_doc(
+        row,
+        start=0.4,
+        diff_command="git diff a ecdysis/r1",
+        accept={"rule": "strict", "method": "sign", "level": 0.05},
+        validity={"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1},
+    )
     said = [
         text for text, colour in evolution_lines(doc, None, "r1") if text.startswith("read before merging")
     ]
@@ -251,28 +267,7 @@ def test_every_table_of_the_pr_body_has_as_many_cells_per_row_as_its_header(tmp_
     side = (
         {"suite_score": 0.5, "pass_hat_k": hat, "tokens_per_task": 120} if trials else {"suite_score": None}
     )
-    row = {
-        "round": 1,
-        "accepted": True,
-        "outcome": "accepted",
-        "score_before": 0.2,
-        "score_after": 0.4,
-        "decision": {
-            "rule": "strict",
-            "method": "sign",
-            "p_value": 0.5,
-            "level": 0.05,
-            "wins": 1,
-            "losses": 0,
-        },
-    }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.2},
-        "incumbent": {"score": 0.4},
-        "branch": "ecdysis/r1",
-        "test": {"trials": trials, "start": side, "frozen": side},
-    }
+    doc = _evolution_doc(_accepted_round(), start=0.2, test={"trials": trials, "start": side, "frozen": side})
     (tmp_path / "evolution.json").write_text(json.dumps(doc))
     body = render_pr_body(tmp_path)
     tables, current = [], []
