@@ -41,6 +41,8 @@ CHECKS_OF_EFFECT: dict[str, frozenset[str]] = {
     "gave_up": frozenset({"db", "action", "communicate", "env_assertion"}),
     "ended_early": frozenset({"db", "action", "communicate", "env_assertion"}),
     "format_end": frozenset({"db", "action", "communicate", "env_assertion"}),
+    "omitted_write": frozenset({"db", "action", "env_assertion"}),
+    "declined": frozenset({"db", "action", "env_assertion"}),
 }
 
 
