@@ -8,8 +8,9 @@ leading verb and its common English synonyms) and one of its object's words (the
 and its argument names, with `OBJECTS` synonyms), each as a word stem. A tool whose leading verb is not in
 `VERBS` (a suite's own verbs: τ² telecom's `enable_roaming`, `refuel_data`) is named by any text: the
 model's plan stands for it, as before. `conversation_text` is what may motivate a step: the user-role
-messages (the user's words and the harness's notes), the tool results, and the system and developer
-sentences that are not the domain policy's own (the policy describes every action, so it motivates none).
+messages (the user's words and the harness's notes) and the tool errors; not a plain tool result, not the
+system prompt (the policy describes every action, a harness's general rules name actions without asking
+for one).
 The simulated user reads its own requests the same way (`sim/user/trial.py`). Plain words, no suite
 texts; this module must not import tau2.
 """
@@ -20,14 +21,37 @@ import functools
 import re
 from typing import Any
 
+from pytest_ecdysis.sim.knowledge import is_error_text
 from pytest_ecdysis.sim.reading import message_text
 
 #: A write tool's leading verb -> word stems that name that action (general English, no suite texts).
 VERBS: dict[str, tuple[str, ...]] = {
     "cancel": ("cancel",),
     "book": ("book", "reserve", "purchase", "buy", "fly"),
-    "update": ("change", "modify", "update", "switch", "move", "upgrade", "downgrade", "add", "remove", "push"),
-    "modify": ("change", "modify", "update", "switch", "upgrade", "downgrade", "add", "remove", "correct", "pay"),
+    "update": (
+        "change",
+        "modify",
+        "update",
+        "switch",
+        "move",
+        "upgrade",
+        "downgrade",
+        "add",
+        "remove",
+        "push",
+    ),
+    "modify": (
+        "change",
+        "modify",
+        "update",
+        "switch",
+        "upgrade",
+        "downgrade",
+        "add",
+        "remove",
+        "correct",
+        "pay",
+    ),
     "return": ("return", "send back"),
     "exchange": ("exchange", "swap", "replace", "switch"),
     "send": ("send", "compensat", "certificate", "voucher"),
@@ -56,7 +80,9 @@ def _stem(word: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def action_words(tool: str, argument_names: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+def action_words(
+    tool: str, argument_names: tuple[str, ...] = ()
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(verb stems, object stems) that name the action of write tool `tool` with these argument names; None
     when its leading verb is not one `VERBS` knows (any text names it then)."""
     parts = tool.lower().split("_")
@@ -83,33 +109,27 @@ def _has(text: str, stems: tuple[str, ...]) -> bool:
 
 def names_action(text: str, tool: str, arguments: dict[str, Any] | None = None) -> bool:
     """Whether `text` names the action of write tool `tool` (its arguments' names are object words too):
-    a verb word and an object word of it, anywhere in the text (module docstring)."""
+    a verb word and an object word of it in one sentence (a question "what will you change?" and an
+    earlier "my flights" do not make a request to change flights)."""
     words = action_words(tool, tuple(sorted(arguments or {})))
     if words is None:
         return True
-    low = text.lower().replace("_", " ")
     verbs, objects = words
-    return _has(low, verbs) and (not objects or _has(low, objects))
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text.lower().replace("_", " ")):
+        if _has(sentence, verbs) and (not objects or _has(sentence, objects)):
+            return True
+    return False
 
 
-@functools.lru_cache(maxsize=256)
-def _non_policy(system: str, policy: str) -> str:
-    if not policy:
-        return system
-    norm = " ".join(policy.split())
-    kept = [s for s in re.split(r"(?<=[.!?])\s+|\n+", system) if s.strip() and " ".join(s.split()) not in norm]
-    return "\n".join(kept)
-
-
-def conversation_text(messages: list[dict[str, Any]], policy: str = "") -> str:
-    """What in a request may motivate a write: user-role and tool messages, and the system and developer
-    sentences that are not the policy's own (module docstring). The model's own messages are not: its
-    confirmation question names the action it means, which does not make the action asked for."""
-    parts = []
-    for m in messages:
-        role = m.get("role")
-        if role in ("user", "tool"):
-            parts.append(message_text(m))
-        elif role in ("system", "developer"):
-            parts.append(_non_policy(message_text(m), policy))
-    return "\n".join(parts)
+def conversation_text(messages: list[dict[str, Any]]) -> str:
+    """What in a request may motivate a write: its user-role messages (the user's words, a harness's notes)
+    and its tool errors (a refusal that says what to do first) (module docstring). Not a tool's plain
+    result: a record's `"status": "cancelled"` asks for nothing; not the system or developer text: the
+    policy describes every action and a harness's general rules ("before you change a reservation, ...")
+    name actions without asking for one; not the model's own messages: its confirmation names the action
+    it means, which does not make the action asked for."""
+    return "\n".join(
+        message_text(m)
+        for m in messages
+        if m.get("role") == "user" or (m.get("role") == "tool" and is_error_text(message_text(m)))
+    )

@@ -124,7 +124,11 @@ class AgentTrial:
         is_new = last.get("role") in ("user", "system") and bool(message_text(last).strip())
         from_user = message_text(last).strip() in s.user_texts
         check = is_new and not from_user and bool(s.user_texts)
-        if p.kind in ("final", "early_end") and is_new and (late := self._now_motivated(messages)) is not None:
+        if (
+            p.kind in ("final", "early_end")
+            and is_new
+            and (late := self._now_motivated(messages)) is not None
+        ):
             # the user (or a note) now asks for a write the model had left out: it does it, then closes again
             entry = self.omitted.pop(late)
             s.quirks[entry]["cured"] = True
@@ -163,6 +167,8 @@ class AgentTrial:
                 return self._after_confirm(p, message_text(last), messages)
             return emitter.text(p.text, p)
         if p.kind == "early_end":
+            if is_new and from_user and not self._asks_rest(message_text(last)):
+                return emitter.text(p.text, p)  # the user spoke of something else: the model closes again
             if is_new:
                 if check:
                     self.draws.cure(p.quirk)
@@ -364,7 +370,12 @@ class AgentTrial:
         if "omitted_step" in s.off:
             return True
         step = s.task.plan[index]
-        return names_action(conversation_text(messages, s.task.policy), step.name, step.arguments)
+        return names_action(conversation_text(messages), step.name, step.arguments)
+
+    def _asks_rest(self, text: str) -> bool:
+        """Whether `text` names a write of the plan still ahead (the user saying the rest was not done)."""
+        plan = self.state.task.plan
+        return any(st.write and names_action(text, st.name, st.arguments) for st in plan[self.state.pos :])
 
     def _now_motivated(self, messages: list[dict[str, Any]]) -> int | None:
         """The first omitted write the conversation now asks for, or None."""

@@ -72,6 +72,7 @@ _PRONOUNS = [
     (r"\byour\b", "my"),
     (r"\bYourself\b", "Myself"),
     (r"\byourself\b", "myself"),
+    (r"\byou(?=[.,;!?])", "me"),
     (r"\bYou\b", "I"),
     (r"\byou\b", "I"),
 ]
@@ -132,7 +133,9 @@ class UserTrial:
     """The simulated user's state for one trial: turns taken and everything it said (so the agent side
     can tell a harness's check message from the user's own words)."""
 
-    def __init__(self, task: SimTask, profile: Profile | None = None, trial: int = 0, nonce: str = "") -> None:
+    def __init__(
+        self, task: SimTask, profile: Profile | None = None, trial: int = 0, nonce: str = ""
+    ) -> None:
         self.task = task
         self.profile = profile
         self.trial = trial
@@ -145,7 +148,9 @@ class UserTrial:
             w
             for w in _sentences(task.scenario.task_instructions)
             if not _conditional(w)
-            and any(st.write and st.actor != "user" and names_action(w, st.name, st.arguments) for st in task.plan)
+            and any(
+                st.write and st.actor != "user" and names_action(w, st.name, st.arguments) for st in task.plan
+            )
         ]
         self.turns = 0
         self.texts: list[str] = []
@@ -259,15 +264,15 @@ class UserTrial:
         return self._draw("decline", self.turns) < p.user.decline_rate
 
     def _dropped(self) -> str | None:
-        """A write the user asked for (its words name it) that no closing named as done; None if none."""
+        """A write the user asked for (its words name it) that no closing named as done (the action, as the
+        agent's `done: ...` words it); None if none."""
         said = " ".join(self.texts)
         for step in self.task.plan:
             if not step.write or step.actor == "user":
                 continue
-            if names_action(said, step.name, step.arguments) and not names_action(
-                self.done_text, step.name, step.arguments
-            ):
-                return step.name.replace("_", " ")
+            action = step.name.replace("_", " ")
+            if names_action(said, step.name, step.arguments) and action not in self.done_text:
+                return action
         return None
 
     def _closing(self) -> str:
