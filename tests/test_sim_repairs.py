@@ -192,7 +192,7 @@ def _trial(url: str, model: str, harness: Path, task_id: str):
 
 @pytest.mark.slow
 def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp_path, monkeypatch):
-    """Airline task 7 (a flight change and two cancellations) under a profile that only slips: the example
+    """Airline task 39 (three cancellations) under a profile that only slips: the example
     harness fails, its ground truth names a slip as the cause; a copy that, before executing a call, rewrites
     an argument the conversation never showed to the one value it showed two characters away, passes, and
     over HTTP the server marks every slip it rewrote `repaired`, cured by the harness."""
@@ -212,8 +212,8 @@ def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp
     (repairing / "agent.py").write_text((repairing / "agent.py").read_text() + "\n\n" + addon)
     server = start_background(default_profile="sliponly")
     try:
-        plain, plain_truth = _trial(server.url, model, ROOT / "pytest_ecdysis_tau2" / "example_harness", "7")
-        fixed, fixed_truth = _trial(server.url, model, repairing, "7")
+        plain, plain_truth = _trial(server.url, model, ROOT / "pytest_ecdysis_tau2" / "example_harness", "39")
+        fixed, fixed_truth = _trial(server.url, model, repairing, "39")
     finally:
         server.stop()
     assert plain.reward == 0.0 and plain_truth["cause"]["kind"] == "slip"
