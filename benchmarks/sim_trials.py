@@ -50,6 +50,7 @@ def _play(
         os.environ["ECDYSIS_SIM_PROFILES"] = profile_dir
     from pytest_ecdysis.sim.client import fetch_ground_truth
     from pytest_ecdysis.sim.server import start_background
+    from pytest_ecdysis.sim.truth.causes import failing_checks, trial_cause
     from pytest_ecdysis.sim.truth.repairs import executed_calls
     from pytest_ecdysis_tau2.trial.runner import TrialSpec, run_trial
 
@@ -73,6 +74,12 @@ def _play(
                 truth = fetch_ground_truth(
                     handle.url, spec.header, executed=executed_calls(result.messages or [])
                 )
+                if (result.reward or 0.0) < 1.0 and isinstance(truth.get("quirks"), list):
+                    truth["cause"], _ = trial_cause(
+                        truth["quirks"],
+                        closed=bool(truth.get("closed", True)),
+                        failing=failing_checks(result.components),
+                    )
                 lines.append(
                     {
                         "task_id": task_id,

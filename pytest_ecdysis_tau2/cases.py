@@ -130,7 +130,8 @@ def record_ground_truth(state, header: str, result: TrialResult, threshold: floa
 
     The tool calls τ² executed (this trial's trajectory) go with the request, so the server can tell a
     bent argument the harness repaired or refused in code from one the environment received
-    (`pytest_ecdysis.sim.truth.repairs`)."""
+    (`pytest_ecdysis.sim.truth.repairs`). A failed trial's cause is recomputed with the evaluator's failing
+    checks (`pytest_ecdysis.sim.truth.causes.trial_cause`): the first uncured root one of them points at."""
     try:
         from pytest_ecdysis.sim.client import fetch_ground_truth, write_ground_truth
         from pytest_ecdysis.sim.truth.repairs import executed_calls
@@ -144,6 +145,15 @@ def record_ground_truth(state, header: str, result: TrialResult, threshold: floa
         result.harness_notes.append({"kind": "ground_truth_unavailable", "detail": str(exc), "step": None})
         return
     line["failed"] = bool(result.reward is None or result.reward < threshold)
+    if line["failed"] and isinstance(line.get("quirks"), list):
+        # the cause the evaluator's failing checks point at (a forgotten figure, not a write the db passed)
+        from pytest_ecdysis.sim.truth.causes import failing_checks, trial_cause
+
+        failing = failing_checks(result.components)
+        line["failing_checks"] = None if failing is None else sorted(failing)
+        line["cause"], line["causes"] = trial_cause(
+            line["quirks"], closed=bool(line.get("closed", True)), failing=failing
+        )
     line.setdefault("task_id", result.task_id)
     line.setdefault("trial", result.trial)
     write_ground_truth(state.run_path, line)

@@ -111,7 +111,7 @@ def test_ground_rewrites_nested_values_and_records_each(grounding) -> None:
 
 @pytest.mark.slow
 def test_the_check_cures_copy_slips_on_a_real_trial(tmp_path: Path, monkeypatch, builder) -> None:
-    """Airline task 7 under a profile that only slips: the example fails on a slip; the built harness sends
+    """Airline task 39 (three cancellations) under a profile that only slips: the example fails on a slip; the built harness sends
     the held ids instead, passes, and notes each rewrite as `near_miss_repair`."""
     pytest.importorskip("tau2")
     (plain, plain_truth), (fixed, fixed_truth) = slip_only_trials(

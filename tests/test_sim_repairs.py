@@ -190,7 +190,7 @@ def _trial(url: str, model: str, harness: Path, task_id: str):
     return result, fetch_ground_truth(url, spec.header, executed=executed_calls(result.messages))
 
 
-def slip_only_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *harnesses: Path, task_id: str = "7"):
+def slip_only_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *harnesses: Path, task_id: str = "39"):
     """Airline `task_id` once per harness, in this process, against a simulated server whose only quirk is a
     slip in every planned call (profile `sliponly`, written under `tmp_path`): `[(result, ground truth)]`."""
     monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path / "profiles"))
@@ -207,7 +207,7 @@ def slip_only_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *harnesses
 
 @pytest.mark.slow
 def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp_path, monkeypatch):
-    """Airline task 7 (a flight change and two cancellations) under a profile that only slips: the example
+    """Airline task 39 (three cancellations) under a profile that only slips: the example
     harness fails, its ground truth names a slip as the cause; a copy that, before executing a call, rewrites
     an argument the conversation never showed to the one value it showed two characters away, passes, and
     over HTTP the server marks every slip it rewrote `repaired`, cured by the harness."""

@@ -141,3 +141,53 @@ def test_a_failure_free_profile_is_said_before_any_trial(tmp_path, monkeypatch):
     (note,) = check_models(["sim/calm", "sim", "gpt-4o-mini", "sim/calm"])
     assert "'calm' cannot produce a failure" in note
     assert check_models(["sim", "sim/default"]) == []
+
+
+def _entry(kind: str, origin: str, effect: str | None = None, cured: bool = False, **extra) -> dict:
+    return {
+        "kind": kind,
+        "origin": origin,
+        "step": 1,
+        "cured": cured,
+        **({"effect": effect} if effect else {}),
+        **extra,
+    }
+
+
+def test_the_cause_is_the_first_uncured_root_a_failing_check_points_at():
+    """A run where several quirks fired: an id habit the harness repaired (cured, its effect gone), a
+    forgotten figure, then a wrong choice in a write. The evaluator says only the communicate check failed:
+    the cause is the forgotten figure (the old rule, a model-origin root first, named the wrong choice);
+    with the database failing it is the wrong choice; never the cured entry, even one still carrying an
+    effect."""
+    from pytest_ecdysis.sim.truth.causes import failing_checks, trial_cause
+
+    truth = [
+        _entry("id_case", "systematic", "wrong_write", cured=True, cured_by="harness"),
+        _entry("forget_communicate", "systematic", "no_figures"),
+        _entry("wrong_choice", "model", "wrong_write"),
+    ]
+    failing = failing_checks({"db": 1.0, "communicate": 0.0})
+    assert failing == {"communicate"}
+    cause, causes = trial_cause(truth, closed=True, failing=failing)
+    assert cause == {"kind": "forget_communicate", "origin": "systematic", "entry": 1}
+    assert [c["kind"] for c in causes] == ["forget_communicate", "wrong_choice"]
+    assert trial_cause(truth, closed=True, failing={"db"})[0]["kind"] == "wrong_choice"
+    assert trial_cause(truth, closed=True)[0]["kind"] == "forget_communicate"  # checks unknown: the first
+    assert failing_checks({}) is None
+
+
+def test_a_cure_at_the_end_of_a_because_chain_is_never_the_cause():
+    """An unseen value whose lookup a slip bent, the slip later repaired by the harness: the unseen value
+    (the harness withheld it), not the cured slip."""
+    from pytest_ecdysis.sim.truth.causes import trial_cause
+
+    truth = [
+        _entry("slip", "model", cured=True, cured_by="harness"),
+        _entry("unseen_value", "harness", "wrong_write", because=0),
+    ]
+    assert trial_cause(truth, closed=True, failing={"db"})[0] == {
+        "kind": "unseen_value",
+        "origin": "harness",
+        "entry": 1,
+    }

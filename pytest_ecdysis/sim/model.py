@@ -254,7 +254,8 @@ class SimModel:
                 note_emitted(state.emitted, state.agent.state.step - 1, reply)
                 return reply
             if state.user is None:
-                state.user = UserTrial(task)
+                nonce, _ = self._replays.get(state.run_id) or (self.nonce or state.run_id, frozenset())
+                state.user = UserTrial(task, profile, state.trial, nonce)
             message = state.user.message(messages, tools)  # with tools: may be the user's own tool call
             if message.get("content"):
                 state.user_texts.add(message["content"].strip())

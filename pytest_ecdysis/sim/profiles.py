@@ -65,8 +65,52 @@ HARNESS_ENTRIES: dict[str, str] = {
     "instruction_overreach": "harness",
 }
 
+#: Ground-truth entries of the model that no rate draws: a write of the task's plan that nothing in the
+#: conversation asked for, which the model omits (`sim/motivation.py`; a failure of reasoning).
+MODEL_ENTRIES: dict[str, str] = {"omitted_step": "model"}
+
+#: Ground-truth entries of the simulated user: it declined a confirmation its instructions let it decline
+#: (`UserProfile.decline_rate`); no harness change cures that.
+USER_ENTRIES: dict[str, str] = {"user_declined": "user"}
+
 #: Origin of every kind a ground-truth line may carry.
-GROUND_TRUTH_ORIGINS: dict[str, str] = {**QUIRK_ORIGINS, **HARNESS_ENTRIES}
+GROUND_TRUTH_ORIGINS: dict[str, str] = {**QUIRK_ORIGINS, **HARNESS_ENTRIES, **MODEL_ENTRIES, **USER_ENTRIES}
+
+#: The keys a profile may have besides notes (a key ending in `note`); anything else is a usage error
+#: naming it: a typo would silently do nothing.
+PROFILE_KEYS = frozenset(
+    {
+        "schema_version",
+        "name",
+        "description",
+        "seed",
+        "difficulty",
+        "long_task_min_steps",
+        "noise",
+        "recall_chars",
+        "documented_format_factor",
+        "instruction_compliance",
+        "quirks",
+        "user",
+    }
+)
+#: The keys of a profile's `user` object (`UserProfile`).
+USER_KEYS = frozenset({"decline_rate", "remind_rate"})
+
+
+@dataclass(frozen=True)
+class UserProfile:
+    """How the simulated user holds the agent to its requests (`sim/user/trial.py`); a profile without a
+    `user` object has `leaves` False: a user that accepts any closing and never declines.
+
+    `decline_rate`: per confirmation whose task's instructions let the user say no (`sim.user.trial.may_decline`),
+    the chance it does; `remind_rate`: when the agent closes with a request of the user's not done, the
+    chance the user repeats it once instead of leaving at once. Both in [0, 1]; modelling choices (τ²'s
+    LLM users decline and leave, no published rate)."""
+
+    leaves: bool = False
+    decline_rate: float = 0.0
+    remind_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +130,7 @@ class Profile:
     documented_format_factor: float = 0.5  # id-habit rate multiplier when the schema shows the id's form
     #: chance the model follows a prompt rule at a site (sim/agent/instructions.py)
     instruction_compliance: float = 0.5
+    user: UserProfile = UserProfile()
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -135,11 +180,15 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
     """Check and parse a profile's JSON data.
 
     Raises:
-        UsageError: not an object, missing `name`/`seed`/`quirks`, an unknown quirk kind, or a rate
-            outside [0, 1]; the message names the file and the field.
+        UsageError: not an object, missing `name`/`seed`/`quirks`, an unknown field, an unknown quirk kind,
+            or a rate that is not a number in [0, 1] (a boolean included); the message names the file and
+            the field.
     """
     if not isinstance(data, dict):
         raise _bad(source, "must be a JSON object")
+    unknown = sorted(k for k in set(data) - PROFILE_KEYS if not str(k).endswith("note"))  # notes: free text
+    if unknown:
+        raise _bad(source, f"unknown field {unknown[0]!r} (known: {', '.join(sorted(PROFILE_KEYS))})")
     for key in ("name", "seed", "quirks"):
         if key not in data:
             raise _bad(source, f"missing field {key!r}")
@@ -155,10 +204,12 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
             raise _bad(source, f"unknown quirk kind {kind!r} (known: {', '.join(QUIRK_ORIGINS)})")
         if not isinstance(spec, dict) or "rate" not in spec:
             raise _bad(source, f"quirk {kind!r} needs an object with a 'rate'")
+        if "task_rate" in spec and kind != "blind_spot":
+            raise _bad(source, f"quirk {kind!r}: 'task_rate' is a field of 'blind_spot' only")
         for key in ("rate", "task_rate"):
             if key in spec:
                 value = spec[key]
-                if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                if not _share(value):
                     raise _bad(source, f"quirk {kind!r}: {key!r} must be a number in [0, 1], got {value!r}")
         rates[kind] = float(spec["rate"])
         if kind == "blind_spot":
@@ -183,6 +234,7 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
             raise _bad(source, f"{key!r} must be a number in [0, 1], got {value!r}")
         shares[key] = float(value)
+    user = _user_profile(data.get("user"), source)
     recall = data.get("recall_chars", 6000)
     if not isinstance(recall, int) or isinstance(recall, bool) or recall < 0:
         raise _bad(source, f"'recall_chars' must be an integer >= 0, got {recall!r}")
@@ -199,9 +251,31 @@ def parse_profile(data: Any, source: str = "<data>") -> Profile:
         recall_chars=recall,
         documented_format_factor=shares["documented_format_factor"],
         instruction_compliance=shares["instruction_compliance"],
+        user=user,
         description=str(data.get("description", "")),
         raw=data,
     )
+
+
+def _share(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+
+def _user_profile(spec: Any, source: str) -> UserProfile:
+    if spec is None:
+        return UserProfile()
+    if not isinstance(spec, dict):
+        raise _bad(source, "'user' must be an object {decline_rate, remind_rate}")
+    unknown = sorted(k for k in set(spec) - USER_KEYS if not str(k).endswith("note"))
+    if unknown:
+        raise _bad(source, f"unknown field 'user.{unknown[0]}' (known: {', '.join(sorted(USER_KEYS))})")
+    rates = {}
+    for key in sorted(USER_KEYS):
+        value = spec.get(key, 0.0)
+        if not _share(value):
+            raise _bad(source, f"'user.{key}' must be a number in [0, 1], got {value!r}")
+        rates[key] = float(value)
+    return UserProfile(leaves=True, **rates)
 
 
 def _dirs() -> list[Path]:
@@ -245,8 +319,9 @@ def load_profile(name: str) -> Profile:
 
 def can_fail(profile: Profile) -> bool:
     """Whether the profile can produce a failure of its own: some quirk rate above 0 (a blind spot also
-    needs its `task_rate` above 0). A harness can still fail on it (a value it cuts, its own limits)."""
-    return any(
+    needs its `task_rate` above 0) or a user that declines. A harness can still fail on it (a value it
+    cuts, its own limits), and so can a write no conversation asked for (`omitted_step`)."""
+    return profile.user.decline_rate > 0 or any(
         rate > 0 and (kind != "blind_spot" or profile.blind_spot_task_rate > 0)
         for kind, rate in profile.rates.items()
     )
@@ -264,7 +339,8 @@ def check_models(models: list[str]) -> list[str]:
         profile = load_profile(name)
         if not can_fail(profile):
             notes.append(
-                f"ecdysis: simulated-model profile {name!r} cannot produce a failure (every quirk rate is 0): "
+                f"ecdysis: simulated-model profile {name!r} cannot produce a failure (every quirk rate is 0, "
+                "and its user never declines): "
                 "only the harness's own defects (values it cuts, its limits) can fail a trial"
             )
     return notes

@@ -123,11 +123,15 @@ class Emitter:
         if prior is None and forget:
             quirk = self.draws.quirk("forget_communicate")
         refused = [i for i in s.task.writes if i in s.seen and is_error_text(s.seen[i])]
+        done = [i for i in s.task.writes if i in s.seen and not is_error_text(s.seen[i])]
+        # what it did, named: the user reads it to tell whether its requests were done (sim/user/trial.py)
+        did = "; ".join(dict.fromkeys(s.task.plan[i].name.replace("_", " ") for i in done))
         if refused:  # the tool said no: the model says so instead of claiming the change was made
             names = ", ".join(sorted({s.task.plan[i].name.replace("_", " ") for i in refused}))
             body = f"I'm sorry: I could not complete every requested change ({names} was not accepted)."
-        elif s.task.writes:
-            body = "Thank you for your patience: I have completed the requested changes."
+            body += f" (done: {did})." if did else ""
+        elif done:
+            body = f"Thank you for your patience: I have completed the requested changes (done: {did})."
         else:
             body = "Thank you for your patience: I have looked into your request."
         if s.task.communicate_info and not forget:
@@ -198,6 +202,12 @@ class Emitter:
         if entry is not None:
             self.state.effects.setdefault(entry, "gave_up")
         text = f"I'm sorry, {why}, so I am unable to complete this request. {CLOSING_TEXT}"
+        self.state.pending = Pending(kind="giveup", text=text)
+        return self.assistant_text(text)
+
+    def give_up_declined(self) -> dict[str, Any]:
+        """The closing after the user declined a confirmation: no change made."""
+        text = f"Understood: I will not make that change. {CLOSING_TEXT}"
         self.state.pending = Pending(kind="giveup", text=text)
         return self.assistant_text(text)
 

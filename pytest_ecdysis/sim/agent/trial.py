@@ -41,6 +41,7 @@ from pytest_ecdysis.sim.agent.rules import RuleFollower, harness_text
 from pytest_ecdysis.sim.agent.state import AgentState, Pending
 from pytest_ecdysis.sim.agent.user_steps import UserSteps
 from pytest_ecdysis.sim.knowledge import SimTask, is_error_text, leaves
+from pytest_ecdysis.sim.motivation import conversation_text, names_action
 from pytest_ecdysis.sim.profiles import Profile
 from pytest_ecdysis.sim.reading import (
     informs_form,
@@ -92,6 +93,9 @@ class AgentTrial:
         self.failed: Pending | None = None  # the last call whose error left a wrong value uncorrected
         self.last_key: str | None = None
         self.last_reply: dict[str, Any] | None = None
+        #: plan index -> its `omitted_step` entry: writes nothing in the conversation asked for, left out
+        self.omitted: dict[int, int] = {}
+        self.resume_at: int | None = None  # where the plan goes on after an omitted write done late
 
     # -- the request ---------------------------------------------------------------------------------
 
@@ -120,6 +124,22 @@ class AgentTrial:
         is_new = last.get("role") in ("user", "system") and bool(message_text(last).strip())
         from_user = message_text(last).strip() in s.user_texts
         check = is_new and not from_user and bool(s.user_texts)
+        if (
+            p.kind in ("final", "early_end")
+            and is_new
+            and (late := self._now_motivated(messages)) is not None
+        ):
+            # the user (or a note) now asks for a write the model had left out: it does it, then closes again
+            entry = self.omitted.pop(late)
+            s.quirks[entry]["cured"] = True
+            s.quirks[entry]["by"] = "user" if from_user else "information"
+            if p.kind == "early_end" and from_user and p.quirk is not None:
+                self.draws.cure(p.quirk)
+                s.quirks[p.quirk]["by"] = "user"
+            s.pending = None
+            self.resume_at = s.pos
+            s.pos = late
+            return self._advance_to_next(messages)
         if p.kind == "ask_user":  # dual control: the user was asked to run a step on their device
             reply = self.user_steps.after_ask(p, is_new)
             return reply if reply is not None else self._advance_to_next(messages)
@@ -147,9 +167,14 @@ class AgentTrial:
                 return self._after_confirm(p, message_text(last), messages)
             return emitter.text(p.text, p)
         if p.kind == "early_end":
+            if is_new and from_user and not self._asks_rest(message_text(last)):
+                return emitter.text(p.text, p)  # the user spoke of something else: the model closes again
             if is_new:
                 if check:
                     self.draws.cure(p.quirk)
+                elif from_user and p.quirk is not None:  # the user says the rest was not done: it goes on
+                    self.draws.cure(p.quirk)
+                    s.quirks[p.quirk]["by"] = "user"
                 return self._advance_to_next(messages)
             return emitter.text(p.text, p)
         if p.kind == "final":
@@ -177,6 +202,11 @@ class AgentTrial:
             details = ", ".join(f"{path} {value}" for path, value in leaves(args))
             text = f"To be precise: I will {step.name.replace('_', ' ')} with {details}. {CONFIRM_TEXT}"
             return self.emitter.text(text, Pending(kind="confirm", text=text))
+        if step is not None and step.write and low.startswith("no") and "not right" not in low:
+            # the user declines: the model does not make the change and closes (a write the task needed)
+            entry = self.draws.quirk("user_declined", tool=step.name)
+            s.effects[entry] = "declined"
+            return self.emitter.give_up_declined()
         if step is not None and step.write and "not right" in low and s.pos in s.intended:
             args = s.intended[s.pos]
             for (at, path), entry in sorted(s.wrong_at.items()):
@@ -270,12 +300,14 @@ class AgentTrial:
             return self._advance_to_next(messages)
         step = s.task.plan[p.plan_index]
         s.pos = p.plan_index + 1
+        if self.resume_at is not None and s.pos <= self.resume_at:
+            s.pos, self.resume_at = self.resume_at, None  # a write done late: back to where the model was
         writes = s.task.writes
         if step.write and not self.early_end_drawn and len(writes) >= 2 and p.plan_index == writes[0]:
             self.early_end_drawn = True
             if self.draws.fires("early_end", "trial"):
                 quirk = self.draws.quirk("early_end")
-                text = f"Your request has been taken care of. {CLOSING_TEXT}"
+                text = f"Your request has been taken care of (done: {step.name.replace('_', ' ')}). {CLOSING_TEXT}"
                 s.pending = Pending(kind="early_end", quirk=quirk, text=text)
                 return self.emitter.assistant_text(text)
         return self._advance_to_next(messages)
@@ -292,6 +324,15 @@ class AgentTrial:
         step = plan[s.pos]
         if step.actor == "user":  # dual control: the user's step, asked for in words (user_steps)
             return self.user_steps.ask_user(s.pos)
+        if step.write and not self._motivated(s.pos, messages):
+            # nothing in the conversation asks for this write (the gold's path, not the user's request): a
+            # real model does not take it (a failure of reasoning, origin model; `sim/motivation.py`)
+            if s.pos not in self.omitted:
+                entry = self.draws.quirk("omitted_step", tool=step.name)
+                s.effects[entry] = "omitted_write"
+                self.omitted[s.pos] = entry
+            s.pos += 1
+            return self._advance_to_next(messages)
         if step.write and (refusal := self.follower.refuses(s.pos)) is not None:
             action = step.name.replace("_", " ")
             return emitter.give_up(f"my instructions do not allow me to {action}", refusal)
@@ -321,6 +362,24 @@ class AgentTrial:
                 self.reread_queue = rereads[1:]
                 return emitter.emit_call(rereads[0], dict(plan[rereads[0]].arguments), reread=True)
         return emitter.emit_call(s.pos, self.intent.intended(s.pos, messages))
+
+    def _motivated(self, index: int, messages: list[dict[str, Any]]) -> bool:
+        """Whether the conversation asks for write `index` (`sim.motivation.names_action` over
+        `conversation_text`); always, when a replay switched `omitted_step` off."""
+        s = self.state
+        if "omitted_step" in s.off:
+            return True
+        step = s.task.plan[index]
+        return names_action(conversation_text(messages), step.name, step.arguments)
+
+    def _asks_rest(self, text: str) -> bool:
+        """Whether `text` names a write of the plan still ahead (the user saying the rest was not done)."""
+        plan = self.state.task.plan
+        return any(st.write and names_action(text, st.name, st.arguments) for st in plan[self.state.pos :])
+
+    def _now_motivated(self, messages: list[dict[str, Any]]) -> int | None:
+        """The first omitted write the conversation now asks for, or None."""
+        return next((i for i in sorted(self.omitted) if self._motivated(i, messages)), None)
 
     def _rereads(self, index: int) -> list[int]:
         """Earlier lookups sharing a value with this write (at most MAX_REREADS, latest first)."""

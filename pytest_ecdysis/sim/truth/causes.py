@@ -7,11 +7,17 @@ the harness never answered (`format_end`). An `unseen_value` whose lookup failed
 bent that lookup points to it (`because`): the root is the cause. A model that never closed the
 conversation itself was ended by a limit (the harness's budget, τ²'s step limit): `harness_limit`.
 
-The cause is the one root the failure rests on: the only root when there is one (the trial replayed
-without it would pass, since nothing else damaged it); with several, a model-origin root if any (a
-harness change curing the others would still leave the trial failed), else the first. This is a rule
-over the agent's recorded effects, cheap enough for every run; `sim/truth/replay.py` finds the cause by
-replaying the trial with each fired quirk switched off (a benchmark step). Pure functions; no I/O.
+The cause is the first root, in firing order, that is not cured and whose effect a failing check of the
+evaluator points at (`CHECKS_OF_EFFECT`: a wrong write fails the database and action checks, missing
+figures the communicate check, giving up or ending early any of them). An entry marked cured never is the
+cause, nor a cure at the end of a `because` chain: a lookup bent by an entry that was cured later (the harness
+repaired it, the user corrected it) still left the value unseen, and the unseen value is the root then.
+Without the evaluator's checks (`failing` None) every uncured root qualifies and the first is the cause.
+Before this rule a model-origin root won over earlier ones whatever failed: with a forgotten figure
+failing the communicate check and a wrong choice in a write the database check passed, the report named
+the wrong choice. This is a rule over the agent's recorded effects, cheap enough for every run;
+`sim/truth/replay.py` finds the cause by replaying the trial with each fired quirk switched off (a
+benchmark step). Pure functions; no I/O.
 """
 
 from __future__ import annotations
@@ -26,27 +32,55 @@ LATE_EFFECTS: dict[str, str] = {
 }
 
 
+#: Effect -> the evaluator's checks it fails (τ²'s reward components: `db`, `action`, `communicate`,
+#: `env_assertion`, as the τ² suite's scorer names them). Work not done fails whatever checks the task has.
+CHECKS_OF_EFFECT: dict[str, frozenset[str]] = {
+    "wrong_write": frozenset({"db", "action", "env_assertion"}),
+    "wrong_figure": frozenset({"communicate"}),
+    "no_figures": frozenset({"communicate"}),
+    "gave_up": frozenset({"db", "action", "communicate", "env_assertion"}),
+    "ended_early": frozenset({"db", "action", "communicate", "env_assertion"}),
+    "format_end": frozenset({"db", "action", "communicate", "env_assertion"}),
+    "omitted_write": frozenset({"db", "action", "env_assertion"}),
+    "declined": frozenset({"db", "action", "env_assertion"}),
+}
+
+
+def failing_checks(components: dict[str, float] | None) -> frozenset[str] | None:
+    """The checks that failed, from a trial's reward components (`{"db": 0.0, "communicate": 1.0}`): those
+    below 1. None when there are none to read (an unscored trial): the cause then ignores the checks."""
+    if not components:
+        return None
+    return frozenset(name for name, value in components.items() if value < 1.0)
+
+
 def _root(quirks: list[dict[str, Any]], index: int) -> int:
+    """The root of entry `index`: along `because` links, as far as the next entry is not cured."""
     seen = {index}
-    while isinstance(quirks[index].get("because"), int) and quirks[index]["because"] not in seen:
-        index = quirks[index]["because"]
+    while True:
+        nxt = quirks[index].get("because")
+        if not isinstance(nxt, int) or nxt in seen or not 0 <= nxt < len(quirks) or quirks[nxt].get("cured"):
+            return index
+        index = nxt
         seen.add(index)
-    return index
 
 
 def trial_cause(
-    quirks: list[dict[str, Any]], *, closed: bool
+    quirks: list[dict[str, Any]], *, closed: bool, failing: frozenset[str] | set[str] | None = None
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """(cause, causes) of a trial from its ground-truth entries (each `kind`, `origin`, optional `effect`
-    and `because`) and whether the model closed the conversation itself.
+    """(cause, causes) of a trial from its ground-truth entries (each `kind`, `origin`, optional `effect`,
+    `cured` and `because`), whether the model closed the conversation itself, and the evaluator's failing
+    checks (`failing_checks`; None: not known).
 
     Each cause is `{"kind", "origin", "entry"}` (`entry`: index into `quirks`, None for `harness_limit`).
-    `cause` is None when nothing damaged the trial (a passing trial, or a failure the model cannot
-    explain). Only meaningful for a failed trial; the suite adds `failed`.
+    `causes` lists every uncured damaging root in firing order (then `harness_limit` when the model never
+    closed); `cause` is the first of them a failing check points at (module docstring), else the first;
+    None when nothing damaged the trial (a passing trial, or a failure the model cannot explain). Only
+    meaningful for a failed trial; the suite adds `failed`.
     """
     roots: list[int] = []
     for i, q in enumerate(quirks):
-        if q.get("effect"):
+        if q.get("effect") and not q.get("cured"):
             root = _root(quirks, i)
             if root not in roots:
                 roots.append(root)
@@ -55,5 +89,18 @@ def trial_cause(
         causes.append({"kind": "harness_limit", "origin": "harness", "entry": None})
     if not causes:
         return None, []
-    model = [c for c in causes if c["origin"] == "model"]
-    return (model[0] if model and len(causes) > 1 else causes[0]), causes
+    if failing:
+        for c in causes:
+            if c["entry"] is None:
+                return c, causes
+            effects = {quirks[j].get("effect") for j in _chain(quirks, c["entry"], roots)}
+            if any(failing & CHECKS_OF_EFFECT.get(str(e), frozenset()) for e in effects):
+                return c, causes
+    return causes[0], causes
+
+
+def _chain(quirks: list[dict[str, Any]], root: int, roots: list[int]) -> list[int]:
+    """The uncured damaging entries whose root is `root` (the root itself included when it has an effect)."""
+    return [
+        i for i, q in enumerate(quirks) if q.get("effect") and not q.get("cured") and _root(quirks, i) == root
+    ]

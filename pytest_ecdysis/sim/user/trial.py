@@ -7,10 +7,14 @@ knowledge. Deterministic; it never reads the system prompt. Turn rules, first ma
 1. first turn: the reason for the call and the known info (identity), in the first person;
 2. more than `MAX_TURNS` turns: thank and stop (`###STOP###`);
 3. the agent says it transferred the user to a human: `###TRANSFER###`;
-4. the agent closes (`anything else`): "No, that's all. Thank you! ###STOP###";
+4. the agent closes (`anything else`): a want of its instructions not said yet is said ("Also: ...",
+   `wants`); else, with a profile whose user leaves (`sim.profiles.UserProfile`), a request it made that the
+   closing does not name as done (`done: ...`) is said: once repeated, at the profile's `remind_rate`,
+   else the user leaves ("You did not ... ###STOP###"); else "No, that's all. Thank you! ###STOP###";
 5. the agent asks for a confirmation (confirm / proceed / shall I / would you like): it corrects a value it
    knows listed wrong, asks once for the details when the confirmation lists none (in `DETAIL_SHARE` of
-   the tasks), else "Yes, please go ahead." (`UserTrial._confirm`);
+   the tasks), declines at the profile's `decline_rate` when its instructions let it (`may_decline`), else
+   "Yes, please go ahead." (`UserTrial._confirm`);
 6. the agent asks for details (id, name, zip, email, order, reservation, number): the known info again;
 7. otherwise: repeat the reason for the call briefly.
 
@@ -29,6 +33,8 @@ import re
 from typing import Any
 
 from pytest_ecdysis.sim.knowledge import SimTask
+from pytest_ecdysis.sim.motivation import names_action
+from pytest_ecdysis.sim.profiles import Profile, uniform
 from pytest_ecdysis.sim.reading import message_text
 from pytest_ecdysis.sim.user.tools import missing_argument, report, requested_call, tool_call_message
 
@@ -66,6 +72,7 @@ _PRONOUNS = [
     (r"\byour\b", "my"),
     (r"\bYourself\b", "Myself"),
     (r"\byourself\b", "myself"),
+    (r"\byou(?=[.,;!?])", "me"),
     (r"\bYou\b", "I"),
     (r"\byou\b", "I"),
 ]
@@ -84,6 +91,36 @@ _DETAILS = (
 )
 
 
+#: Instructions that let the user say no to a change (τ²'s scenarios: "You don't want to cancel if you don't
+#: get a refund", "only go ahead if the total extra cost is less than $1000").
+_MAY_DECLINE = re.compile(
+    r"(?:don't|do not|doesn't|does not) want to (?:go ahead|cancel|proceed|change|book|pay|accept)"
+    r"|only (?:go ahead|accept|proceed)|if and only if|not willing|(?:don't|do not) accept|unless",
+    re.IGNORECASE,
+)
+_DONE = re.compile(r"\(done: ([^)]*)\)")
+
+
+def may_decline(instructions: str) -> bool:
+    """Whether a task's user instructions let the user decline a confirmation (`_MAY_DECLINE`)."""
+    return bool(_MAY_DECLINE.search(instructions))
+
+
+def _sentences(text: str) -> list[str]:
+    return [x.strip() for x in re.split(r"(?<=[.!?])\s+|\n+", text) if x.strip()]
+
+
+def _conditional(sentence: str) -> bool:
+    """A sentence whose want waits on what the agent says ("If the agent says ..., ask to upgrade"; "if
+    and only if"); one whose condition is that the agent did not do something is a want ("If the agent
+    doesn't offer it, you ask for compensation")."""
+    low = sentence.lower()
+    if "only if" in low:
+        return True
+    head = low.split(",")[0]
+    return low.startswith("if ") and not re.search(r"\b(?:doesn't|does not|don't|do not|didn't|not)\b", head)
+
+
 def first_person(text: str) -> str:
     """τ² scenarios are written to the user ('You are Emma Kim.'); say them as the user would."""
     out = " ".join(text.split())
@@ -96,8 +133,25 @@ class UserTrial:
     """The simulated user's state for one trial: turns taken and everything it said (so the agent side
     can tell a harness's check message from the user's own words)."""
 
-    def __init__(self, task: SimTask) -> None:
+    def __init__(
+        self, task: SimTask, profile: Profile | None = None, trial: int = 0, nonce: str = ""
+    ) -> None:
         self.task = task
+        self.profile = profile
+        self.trial = trial
+        self.nonce = nonce
+        self.done_text = ""  # what the agent's closings named as done (`done: ...`)
+        self.reminded = False  # repeated a dropped request once
+        self.declined = False
+        #: the wants of its instructions that name a write of the task (said at the agent's closing, in order)
+        self.wants = [
+            w
+            for w in _sentences(task.scenario.task_instructions)
+            if not _conditional(w)
+            and any(
+                st.write and st.actor != "user" and names_action(w, st.name, st.arguments) for st in task.plan
+            )
+        ]
         self.turns = 0
         self.texts: list[str] = []
         self.last: tuple[str, str] | None = None  # (request key, reply) of the latest turn
@@ -184,12 +238,56 @@ class UserTrial:
             if right:
                 self.corrections += 1
                 return f"No, that is not right: it is {right[0]}, not {word}. Please use {right[0]}."
+        if self._declines():
+            self.declined = True
+            return "No, I don't want to go ahead with that."
         if not listed and not re.search(r"\d", said) and not self.asked_details:
             self.asked_details = True
             digest = hashlib.sha256(f"{self.task.task_id}/{self.task.scenario.reason_for_call}".encode())
             if int.from_bytes(digest.digest()[:4], "big") / 2**32 < DETAIL_SHARE:
                 return "Before I say yes: what exactly will you change? Please list the details."
         return "Yes, please go ahead."
+
+    def _draw(self, *where: Any) -> float:
+        p = self.profile
+        seed = p.seed if p is not None else 0
+        return uniform(seed, self.task.suite, self.task.task_id, self.trial, self.nonce, "user", *where)
+
+    def _declines(self) -> bool:
+        """Whether it declines this confirmation: its profile's `decline_rate`, where its instructions
+        allow it (`may_decline`), at most once a trial; a draw of (profile, task, trial, nonce, turn)."""
+        p = self.profile
+        if p is None or p.user.decline_rate <= 0 or self.declined:
+            return False
+        if not may_decline(self.task.scenario.task_instructions):
+            return False
+        return self._draw("decline", self.turns) < p.user.decline_rate
+
+    def _dropped(self) -> str | None:
+        """A write the user asked for (its words name it) that no closing named as done (the action, as the
+        agent's `done: ...` words it); None if none."""
+        said = " ".join(self.texts)
+        for step in self.task.plan:
+            if not step.write or step.actor == "user":
+                continue
+            action = step.name.replace("_", " ")
+            if names_action(said, step.name, step.arguments) and action not in self.done_text:
+                return action
+        return None
+
+    def _closing(self) -> str:
+        """The answer to the agent's closing (rule 4 of the module docstring)."""
+        for found in _DONE.findall(self.raw):
+            self.done_text += f" {found}."
+        if self.wants:
+            return f"Also: {first_person(self.wants.pop(0))}"
+        p = self.profile
+        if p is not None and p.user.leaves and not self.declined and (action := self._dropped()):
+            if not self.reminded and self._draw("remind", self.turns) < p.user.remind_rate:
+                self.reminded = True
+                return f"You have not done what I asked: I still need you to {action}. Please do it now."
+            return f"You did not {action} as I asked. I will take my business elsewhere. {STOP}"
+        return f"No, that's all. Thank you! {STOP}"
 
     def _known(self) -> str:
         return first_person(self.task.scenario.known_info) or "I don't have more details, sorry."
@@ -205,7 +303,7 @@ class UserTrial:
         if "transfer" in said and ("human" in said or "representative" in said):
             return TRANSFER
         if "anything else" in said:
-            return f"No, that's all. Thank you! {STOP}"
+            return self._closing()
         if any(k in said for k in _CONFIRM):
             return self._confirm(said)
         if "?" in said and any(k in said for k in _DETAILS):
