@@ -248,6 +248,28 @@ def _extra_trials(value: Any, rule: str) -> int:
     return k
 
 
+def _accept_budget(value: Any, rule: str) -> int:
+    """Ini `ecdysis_accept_budget = N`: trials per decision of the `adaptive` rule (both harnesses, the
+    starting comparison included); 0 (the default) is `gate.adaptive.default_budget` of the suite's tasks.
+
+    Raises:
+        UsageError: not an integer >= 0, a value 1 (a decision needs a trial of each harness), or N > 0
+            under another rule (only `adaptive` spends trials up to a budget).
+    """
+    n = _int("accept-budget", str(value).replace("_", ""), 0)
+    if n == 1:
+        raise UsageError(
+            "ini key ecdysis_accept_budget must be 0 (the default budget) or at least 2 trials (one of "
+            "each harness), got 1"
+        )
+    if n and rule != "adaptive":
+        raise UsageError(
+            f"ini key ecdysis_accept_budget = {n} is the adaptive rule's trials per decision: it needs "
+            f"--ecdysis-accept adaptive (the {rule} rule does not spend up to a budget)"
+        )
+    return n
+
+
 def _nonce(value: Any) -> str | None:
     """Ini `ecdysis_sim_nonce`: any non-blank text, else None (unset)."""
     if value is None:
@@ -261,6 +283,6 @@ def _nonce(value: Any) -> str | None:
 
 
 #: `--ecdysis-accept` values (the rules: `pytest_ecdysis/gate/acceptance.py`).
-RULES = ("strict", "paired", "sequential")
+RULES = ("strict", "paired", "sequential", "adaptive")
 #: ini `ecdysis_accept_method` values.
 METHODS = ("sign", "wilcoxon", "bootstrap")
