@@ -242,8 +242,12 @@ def _extra_trials(value: Any, rule: str) -> int:
     if k and rule not in ("paired", "sequential"):
         raise UsageError(
             f"ini key ecdysis_accept_extra_trials = {k} adds trials before a paired test: it needs "
-            "--ecdysis-accept paired or sequential (the strict rule compares the two runs' scores as "
-            "they are)"
+            f"--ecdysis-accept paired or sequential (the {rule} rule "
+            + (
+                "compares the two runs' scores as they are)"
+                if rule == "strict"
+                else "adds its own trials up to ini ecdysis_accept_budget)"
+            )
         )
     return k
 

@@ -170,7 +170,7 @@ def _confirmation_trials(cfg: EcdysisConfig, n_train: int, n_tasks: int, rescore
     """The most trials one decision adds after the validation (and the incumbent's re-run): under
     `adaptive` its budget (`evolve.looks.configured_budget`) less those two runs; else ini
     `ecdysis_accept_extra_trials` K for both harnesses on every task."""
-    if cfg.accept == "adaptive":
+    if getattr(cfg, "accept", None) == "adaptive":
         from pytest_ecdysis.evolve.looks import configured_budget
 
         return max(0, configured_budget(cfg, n_tasks) - n_train * (1 + rescore))
