@@ -36,7 +36,9 @@ CLI_CASES: dict[str, Case] = {
     "split": Case("all", {"split": "all"}, "dev", "--ecdysis-split must be one of train, test, all"),
     "tasks": Case("3, 7", {"tasks": ("3", "7")}, ",", "--ecdysis-tasks was given but names no task id"),
     "trials": Case("2", {"trials": 2}, "0", "--ecdysis-trials must be an integer >= 1, got 0"),
-    "trial-offset": Case("3", {"trial_offset": 3}, "-1", "--ecdysis-trial-offset must be an integer >= 0, got -1"),
+    "trial-offset": Case(
+        "3", {"trial_offset": 3}, "-1", "--ecdysis-trial-offset must be an integer >= 0, got -1"
+    ),
     "threshold": Case("0.5", {"threshold": 0.5}, "1.5", "--ecdysis-threshold must be in [0.0, 1.0], got 1.5"),
     "harness": Case(
         "direct",
@@ -217,7 +219,10 @@ INI_CASES: dict[str, Case] = {
         "ini key ecdysis_accept_method must be one of sign, wilcoxon, bootstrap",
     ),
     "accept-budget": Case(
-        "400", {"accept_budget": 400}, "1", "ini key ecdysis_accept_budget must be 0 (the default budget) or at least 2"
+        "400",
+        {"accept_budget": 400},
+        "1",
+        "ini key ecdysis_accept_budget must be 0 (the default budget) or at least 2",
     ),
     "accept-extra-trials": Case(
         "2",

@@ -28,7 +28,7 @@ from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, pair_outcome, together
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, paired_differences, paired_test, task_means
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs
 from pytest_ecdysis.git import worktree as gitworktree
@@ -189,7 +189,7 @@ def _look(
     overrides: dict[str, str | None] = {
         "--ecdysis-tasks": ",".join(ids),
         "--ecdysis-trials": "1",
-        "--ecdysis-trial-offset": str(ev.cfg.trial_offset + ev.cfg.trials + index - 1),
+        **offset_override(ev.cfg, ev.cfg.trial_offset + ev.cfg.trials + index - 1),
     }
     no_cache = {ENV_DIR: ""}  # a cache keyed by an earlier trial would replay it
     where = adir / "confirm" / str(j)

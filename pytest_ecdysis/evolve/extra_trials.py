@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, pair_outcome, together
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, decide, task_means
 from pytest_ecdysis.git import worktree as gitworktree
 
@@ -137,7 +137,7 @@ def _run(
     overrides: dict[str, str | None] = {
         "--ecdysis-tasks": ",".join(ids),
         "--ecdysis-trials": str(k),
-        "--ecdysis-trial-offset": str(ev.cfg.trial_offset + ev.cfg.trials),  # after the validation's
+        **offset_override(ev.cfg, ev.cfg.trial_offset + ev.cfg.trials),  # after the validation's
     }
     no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials
     worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])

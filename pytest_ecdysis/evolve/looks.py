@@ -44,7 +44,7 @@ from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import UsageError, shown
 from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, pair_outcome, together
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import (
     Decision,
     outcome_lists,
@@ -383,7 +383,7 @@ def _look(
     overrides: dict[str, str | None] = {
         "--ecdysis-tasks": ",".join(ids),
         "--ecdysis-trials": str(per),
-        "--ecdysis-trial-offset": str(offset),
+        **offset_override(ev.cfg, offset),
     }
     no_cache = {ENV_DIR: ""}  # fresh trials: a response cache would replay earlier ones
     where = adir / "looks" / str(j)

@@ -50,6 +50,14 @@ def deterministic(cfg: EcdysisConfig, env: Mapping[str, str]) -> str | None:
     return None
 
 
+def offset_override(cfg: EcdysisConfig, index: int) -> dict[str, str | None]:
+    """The sub-run override that starts more trials of a task at trial index `index`
+    (`--ecdysis-trial-offset`), when a fixed simulated-model nonce keys its draws on the index (else {}:
+    without a fixed nonce each sub-run's run id is its own nonce, and a real model's reruns vary, so
+    indices from 0 are fresh trials already)."""
+    return {"--ecdysis-trial-offset": str(index)} if deterministic(cfg, os.environ) else {}
+
+
 def rescore_plan(cfg: EcdysisConfig, env: Mapping[str, str]) -> tuple[bool, str]:
     """(re-score the incumbent beside the candidate?, why) under `cfg.rescore`."""
     mode = getattr(cfg, "rescore", "auto")
