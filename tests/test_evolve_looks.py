@@ -112,7 +112,7 @@ def test_an_inconclusive_round_not_to_retry_is_tried_for_diagnosis() -> None:
 
 
 #: Ten tasks; task i is solved when the harness constant LEVEL > i; the trials are the run's
-#: `--ecdysis-trials`, from `--ecdysis-trial-offset` (as the τ² suites parametrise them).
+#: `--ecdysis-tasks` and `--ecdysis-trials`, from `--ecdysis-trial-offset` (as the τ² suites parametrise them).
 SUITE10 = """
 import pytest
 from pytest_ecdysis import TrialResult, record_trial
@@ -124,7 +124,8 @@ def pytest_generate_tests(metafunc):
     cfg = get_state(metafunc.config).cfg
     offset = getattr(cfg, "trial_offset", 0)
     trials = range(offset, offset + cfg.trials)
-    metafunc.parametrize("task_id,trial", [(str(t), k) for t in range(10) for k in trials])
+    wanted = set(cfg.tasks or [str(t) for t in range(10)])  # `--ecdysis-tasks`
+    metafunc.parametrize("task_id,trial", [(str(t), k) for t in range(10) if str(t) in wanted for k in trials])
 
 
 @pytest.mark.ecdysis_trial
