@@ -46,6 +46,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from suite_session import pytest_command, session_env  # noqa: E402
+
 from pytest_ecdysis.gate.acceptance import METHODS, decide  # noqa: E402
 
 SUITE = "pytest_ecdysis_tau2/test_airline.py"
@@ -56,20 +58,9 @@ def run_once(
     run_dir: Path, nonce: str, profile: str, workers: str, tasks: str | None
 ) -> tuple[float, list[dict], float]:
     """One plain run of the airline train split; returns (suite score, trials.jsonl lines, wall s)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
-    }
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env = session_env()
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        SUITE,
-        "-q",
-        "-p",
-        "no:cacheprovider",
+        *pytest_command(SUITE),
         "-n",
         workers,
         "--ecdysis-model",
@@ -151,20 +142,9 @@ def sim(args: argparse.Namespace) -> None:
 
 def evolve_run(clone: Path, out: Path, rule: str, args: argparse.Namespace, results: dict) -> None:
     """One evolution run in `clone`; `results[rule]` = (evolution.json as a dict or None, wall s, tail)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
-    }
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env = session_env()
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        SUITE,
-        "-q",
-        "-p",
-        "no:cacheprovider",
+        *pytest_command(SUITE),
         "-n",
         args.workers,
         "--ecdysis-evolve",

@@ -30,13 +30,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 from scipy.stats import binomtest
+from suite_session import pytest_command, session_env
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "engineer_edits"
@@ -74,20 +74,9 @@ def score(domain: str, harness: str, args: argparse.Namespace, run_root: Path) -
     the tail of pytest's output when the session wrote no summary.
     """
     run_dir = Path(tempfile.mkdtemp(prefix=f"{domain}-", dir=run_root))
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
-    }
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO))
+    env = session_env(PYTHONPATH=str(REPO))
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        f"pytest_ecdysis_tau2/test_{domain}.py",
-        "-q",
-        "-p",
-        "no:cacheprovider",
+        *pytest_command(f"pytest_ecdysis_tau2/test_{domain}.py"),
         "-n",
         str(args.workers),
         "--ecdysis-harness",

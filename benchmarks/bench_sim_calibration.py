@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -83,26 +82,17 @@ def run_suite(
 ) -> Path:
     """One pytest session over the τ² suites; returns its run directory."""
     run_dir = base / label
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
-    }
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    from suite_session import pytest_command, session_env
+
+    env = session_env()
     nonce = nonce or (None if args.nonce == "fresh" else args.nonce)
     if nonce:
         env["ECDYSIS_SIM_NONCE"] = nonce
     model = "sim" if args.profile == "default" else f"sim/{args.profile}"
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
+        *pytest_command(*(str(ROOT / f"pytest_ecdysis_tau2/test_{d}.py") for d in args.suites.split(","))),
         "--rootdir",
         str(ROOT),
-        *(str(ROOT / f"pytest_ecdysis_tau2/test_{d}.py") for d in args.suites.split(",")),
         "--ecdysis-split",
         args.split,
         "--ecdysis-trials",

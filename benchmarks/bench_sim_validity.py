@@ -25,10 +25,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from suite_session import pytest_command, session_env
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = "pytest_ecdysis_tau2/test_airline.py"
@@ -36,20 +37,9 @@ SUITE = "pytest_ecdysis_tau2/test_airline.py"
 
 def pytest_run(clone: Path, run_dir: Path, args: list[str]) -> tuple[int, float, str]:
     """One pytest session in the clone; returns (exit status, wall s, tail of its output)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE")
-    }
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env = session_env()
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        SUITE,
-        "-q",
-        "-p",
-        "no:cacheprovider",
+        *pytest_command(SUITE),
         "--ecdysis-run-dir",
         str(run_dir),
         "--ecdysis-sim-latency",

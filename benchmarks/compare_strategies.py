@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -39,6 +38,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from suite_session import session_env
 
 REPO = Path(__file__).resolve().parents[1]
 DOMAINS = ("airline", "retail")
@@ -133,10 +134,7 @@ def pytest_cmd(domain: str, *args: str) -> list[str]:
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    for name in ("ECDYSIS_SIM_URL", "ECDYSIS_RUN_ID", "ECDYSIS_SIM_NONCE"):
-        env.pop(name, None)
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run(cmd, cwd=cwd, env=session_env(), capture_output=True, text=True)
 
 
 def score(

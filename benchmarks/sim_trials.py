@@ -12,6 +12,7 @@ suite's own `run_trial` (real τ² environment, orchestrator and scorer; the har
 
 `--paired A B` compares two such files (B minus A per task, with a 95% bootstrap interval over tasks).
 `--rule TEXT` adds a rule to the harness's prompt (the forbid-writes rule's cost: run with and without).
+`--near-miss` adds the generic near-miss check to a copy of the harness (`near_miss_harness.py`).
 `--out FILE` also writes every trial's line (reward, cause, entries). Two runs with the same `--nonce`,
 harness and code are identical, so a before/after comparison runs both on the same nonce.
 
@@ -189,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="add this rule to the harness's prompt (a temporary copy whose prompts.py appends it to RULES)",
     )
+    parser.add_argument(
+        "--near-miss",
+        action="store_true",
+        help="add the generic near-miss check to a temporary copy of the harness (benchmarks/near_miss_harness.py)",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, help="also write every trial's line (JSON lines) here")
     parser.add_argument(
@@ -206,8 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_ecdysis_tau2.tasks import suite
 
     harness = args.harness
+    if args.near_miss:
+        from near_miss_harness import build
+
+        harness = str(build(base=Path(harness)))
     if args.rule:
-        harness = _with_rule(Path(args.harness), args.rule)
+        harness = _with_rule(Path(harness), args.rule)
     task_ids = suite.select_task_ids(args.domain, args.split, None)
     task_ids = task_ids[: args.tasks] if args.tasks else task_ids
     chunks = [task_ids[i :: args.jobs] for i in range(args.jobs) if task_ids[i :: args.jobs]]
@@ -233,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         "split": args.split,
         "nonce": args.nonce,
         "profile": args.profile,
-        "harness": Path(args.harness).name,
+        "harness": Path(harness).name,
         **summarise(lines, args.trials),
     }
     print(json.dumps(summary))

@@ -8,6 +8,8 @@
 - `ecdysis_answer_keys`: τ²'s task files (gold actions, evaluation criteria, splits), covered in the editor's
   sandbox as they are in the harness's (`harness_process/agent_env.gold_files`);
 - `ecdysis_warm_services`: the session's warm scorer server (`scoring/warm_scorer.py`), with the sandbox on;
+- `ecdysis_preflight_request`: the endpoint pre-flight's request in the shape of the suite's trials (τ²'s
+  own tool schemas, `tasks/preflight_tools.json`);
 - `ecdysis_task_ids`, `ecdysis_case_task`: the task ids of each split, and the task of a case's node id, for
   the controller's checks of `--ecdysis-tasks` and of a gate's baseline right after collection.
 """
@@ -28,6 +30,27 @@ EXAMPLE_HARNESS = Path(__file__).resolve().parent / "example_harness"
 @hookimpl
 def ecdysis_harnesses() -> dict[str, str]:
     return {"direct": str(HARNESSES_DIR / "direct"), "example_harness": str(EXAMPLE_HARNESS)}
+
+
+#: τ²'s own schemas of two airline tools as `Tool.openai_schema` writes them (pydantic's `title` keys
+#: included): `get_reservation_details`, the call the pre-flight's message asks for, and `book_reservation`,
+#: whose nested `$defs`/`$ref` are the hardest shape the suite's trials send. Kept as data so the controller
+#: need not import τ²; tests/test_endpoint_preflight.py checks them against τ²'s.
+PREFLIGHT_TOOLS = Path(__file__).resolve().parent / "tasks" / "preflight_tools.json"
+
+
+@hookimpl
+def ecdysis_preflight_request() -> dict[str, Any]:
+    """The pre-flight's request as the τ² trials send theirs: τ²'s tool schemas (`PREFLIGHT_TOOLS`) and
+    `tool_choice` `"auto"` (the harnesses send none; servers take a request with tools as `auto`)."""
+    import json
+
+    doc = json.loads(PREFLIGHT_TOOLS.read_text())
+    return {
+        "tools": doc["tools"],
+        "tool_choice": "auto",
+        "messages": [{"role": "user", "content": "Please look up reservation 8JX2WO."}],
+    }
 
 
 @hookimpl

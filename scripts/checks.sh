@@ -4,7 +4,8 @@
 # Exits non-zero on the first check that fails, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=.venv/bin
+# the project's venv; a git worktree without one names another with ECDYSIS_VENV (e.g. the main checkout's)
+bin=${ECDYSIS_VENV:-.venv}/bin
 echo "checks: ruff format --check"; "$bin/ruff" format --check --quiet . || { echo "checks: the formatter would change the files above: run .venv/bin/ruff format"; exit 1; }
 echo "checks: ruff check"; "$bin/ruff" check --quiet . || { echo "checks: lint errors above"; exit 1; }
 echo "checks: lint-imports"; "$bin/lint-imports" --no-cache | tail -n 3

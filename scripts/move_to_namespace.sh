@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot move of the τ² suites and the example harness under the project's own name (issue 34):
+# One-shot move of the τ² suites and the example harness under the project's own name (so a team's installed wheel imports them):
 #
 #   task_suites/tau2/   ->  pytest_ecdysis_tau2/                   (import name pytest_ecdysis_tau2)
 #   example_harness/    ->  pytest_ecdysis_tau2/example_harness/   (still the registered name `example_harness`)

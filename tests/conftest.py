@@ -18,7 +18,7 @@ def _own_run_and_server(monkeypatch: pytest.MonkeyPatch) -> None:
     workers), so every pytest a test started reused them: two runs of one test (with
     and without an option, say) sent the same trial headers to the same server, the second continuing the
     first's conversations, and ran on that server's nonce and latency instead of their own options
-    (issue 18's identity test). A test that needs a server starts its own. (Not popped when this file is
+    (a test of trial identity found it). A test that needs a server starts its own. (Not popped when this file is
     imported: xdist workers of a suite run from the repository root import it too, and lost the
     controller's server before their configure read it.)"""
     monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
@@ -60,7 +60,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytester (before its fixture takes the snapshot of sys.modules), so the paired acceptance test
     (acceptance.py) works in every in-process run. Not at import: suite runs started from the repository
     root (benchmarks, validation sub-runs of a clone) load this file in every process, and scipy.stats cost
-    each about 0.9 CPU s and 60 MB (issue 18's round breakdown)."""
+    each about 0.9 CPU s and 60 MB (measured in a breakdown of an evolution round)."""
     if "pytester" in getattr(item, "fixturenames", ()):
         import scipy.stats  # noqa: F401
 

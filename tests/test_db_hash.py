@@ -1,4 +1,4 @@
-"""τ²'s database hash from the touched records (`pytest_ecdysis_tau2.scoring.db_hash`, issue 32 item 2): byte
+"""τ²'s database hash from the touched records (`pytest_ecdysis_tau2.scoring.db_hash`): byte
 for byte τ²'s `get_dict_hash(db.model_dump())` after gold replays, after replays missing their last write,
 after changes of every kind, and whatever route a record was taken out by."""
 

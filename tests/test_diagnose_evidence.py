@@ -118,7 +118,7 @@ def test_suspect_and_infrastructure_records_never_appear():
 
 def test_endpoint_problems_and_confirmation_stops_are_not_evidence():
     """Records of endpoint defects (endpoint_format_error, tool calls written as text) and of a user stop
-    right after a confirmation request are left out of the evidence and counted by reason (issue 12)."""
+    right after a confirmation request are left out of the evidence and counted by reason: they are no fault of the harness."""
     records = [
         rec("5", reason="endpoint_format_error"),
         rec("6").model_copy(update={"endpoint_problem": True}),

@@ -295,3 +295,102 @@ def test_the_preflight_over_http_for_each_recorded_server_kind(capsys):
     assert outcomes["vllm/tool_call_as_text_hermes"] == "tools_unsupported"
     assert outcomes["ollama/model_not_found"] == "model_not_found"
     assert all(r.wall_s < 10.0 for _, r in rows)
+
+
+# -- the tool shape comes from the suite -------------------------------------------------------------
+
+
+def test_the_tau2_suites_shape_is_tau2s_own_tool_schemas():
+    """The τ² suite's hook gives τ²'s own `openai_schema` of the tools it names (pydantic's `title` keys and
+    book_reservation's `$defs` included, which the fallback constant lacks), `tool_choice` auto; the
+    registry returns it and `shape` takes it as it is."""
+    pytest.importorskip("tau2")
+    from pytest_ecdysis.core.registry import preflight_request
+    from pytest_ecdysis.endpoint.preflight import shape
+    from pytest_ecdysis_tau2.tasks import suite
+
+    given = preflight_request()
+    real = {t.name: t.openai_schema for t in suite.get_environment("airline").get_tools()}
+    names = [t["function"]["name"] for t in given["tools"]]
+    assert names == ["get_reservation_details", "book_reservation"]
+    assert given["tools"] == [real[n] for n in names]  # the data file has not drifted from τ²
+    assert "$defs" in json.dumps(given["tools"]) and given["tools"][0] != TOOL
+    assert shape(given) == {"tools": given["tools"], "tool_choice": "auto", "messages": given["messages"]}
+
+
+def test_the_request_sent_is_the_suites_shape_or_the_fallback():
+    """`check_model` sends the shape it is given (tools, tool_choice, messages), and without one the
+    fallback constant with `auto`."""
+    from pytest_ecdysis.endpoint.preflight import MESSAGES, shape
+
+    own = {
+        "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+        "tool_choice": "required",
+        "messages": [{"role": "user", "content": "Look it up."}],
+    }
+    seen: list = []
+    assert (
+        check(mock(200, completion_bytes({"content": "ok"}), seen=seen), request=shape(own)).outcome == "ok"
+    )
+    assert check(mock(200, completion_bytes({"content": "ok"}), seen=seen)).outcome == "ok"
+    assert [s["tools"] for s in seen] == [own["tools"], [TOOL]]
+    assert [s["tool_choice"] for s in seen] == ["required", "auto"]
+    assert [s["messages"] for s in seen] == [own["messages"], MESSAGES]
+    assert shape(None) == {"tools": [TOOL], "tool_choice": "auto", "messages": MESSAGES}
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ([], "is a list, not a dict"),
+        ({"tool_choice": "auto"}, "has no `tools` list"),
+        ({"tools": [{"type": "function", "function": {"name": "x"}}]}, "has a tool (0) that is not"),
+        ({"tools": [TOOL], "tool_choice": 3}, "`tool_choice` that is neither"),
+        ({"tools": [TOOL], "messages": "hi"}, "`messages` that are not a list"),
+    ],
+)
+def test_a_suite_shape_that_is_not_one_is_a_usage_error(given, said):
+    """A suite hook that returns something else than a tool shape: one UsageError naming what is wrong,
+    the hook, and --ecdysis-preflight off."""
+    from pytest_ecdysis.core.errors import UsageError
+    from pytest_ecdysis.endpoint.preflight import shape
+
+    with pytest.raises(UsageError, match="ecdysis_preflight_request") as err:
+        shape(given)
+    assert said in str(err.value) and "--ecdysis-preflight off" in str(err.value)
+
+
+def test_a_session_sends_the_suites_tools(pytester, clean_env):
+    """Over HTTP, the way users run it: the session's one pre-flight call carries the τ² suite's tools
+    (τ²'s own schemas), `tool_choice` auto."""
+    pytest.importorskip("tau2")
+    bodies: list[dict] = []
+
+    def reply(body: dict) -> tuple[int, bytes]:
+        bodies.append(body)
+        return 200, completion_bytes({"content": "ok"})
+
+    with SlowEndpoint(default=("respond", reply)) as server:
+        assert _session(pytester, server.url).ret == 0
+    [body] = bodies
+    assert [t["function"]["name"] for t in body["tools"]] == ["get_reservation_details", "book_reservation"]
+    assert body["tool_choice"] == "auto" and "title" in json.dumps(body["tools"])
+
+
+def test_with_no_suite_giving_a_shape_the_fallback_is_sent(monkeypatch):
+    """No installed suite implements the hook (a plugin manager with the specs only): the registry answers
+    None and the pre-flight sends its own `TOOL`, `auto`, `MESSAGES`."""
+    import pluggy
+
+    from pytest_ecdysis.core import hookspecs, registry
+    from pytest_ecdysis.endpoint.preflight import MESSAGES, shape
+
+    bare = pluggy.PluginManager("ecdysis")
+    bare.add_hookspecs(hookspecs)
+    monkeypatch.setattr(registry, "plugin_manager", lambda: bare)
+    assert registry.preflight_request() is None
+    assert shape(registry.preflight_request()) == {
+        "tools": [TOOL],
+        "tool_choice": "auto",
+        "messages": MESSAGES,
+    }

@@ -1,4 +1,4 @@
-"""The engineer's edit fixtures (issue 30) still fit the example harness and do what their README says.
+"""The engineer's edit fixtures still fit the example harness and do what their README says.
 
 `tests/fixtures/engineer_edits/*.patch` are unified diffs against `pytest_ecdysis_tau2/example_harness/`, scored by
 `benchmarks/bench_engineer_edits.py` before and after the simulated model changes. A fixture that no
@@ -52,7 +52,7 @@ def _module(harness: Path, sub: str):
 
 
 def test_fixtures_exist_and_are_documented():
-    """At least the three edits issue 30 names, each described in the README."""
+    """At least the three edits the fixtures were written for, each described in the README."""
     names = {p.stem for p in PATCHES}
     assert {"rule_exact_values", "rule_irrelevant", "error_did_you_mean"} <= names
     readme = (FIXTURES / "README.md").read_text()

@@ -281,9 +281,15 @@ def test_extra_trials_of_flipped_tasks_decide_a_paired_round(
 
 
 def test_extra_trials_need_the_paired_rule(pytester: pytest.Pytester) -> None:
+    """An evolution under `strict` with extra trials is a usage error; a session that decides nothing (a
+    validation sub-run, which never gets the outer `--ecdysis-accept`) reads the same ini keys and runs."""
     pytester.makepyfile("def test_x(): pass")
+    plain = pytester.runpytest_subprocess(
+        "-o", "ecdysis_accept_extra_trials=2", "-o", "ecdysis_accept=strict"
+    )
+    assert plain.ret == 0, plain.stderr.str()
     result = pytester.runpytest_subprocess(
-        "-o", "ecdysis_accept_extra_trials=2", "--ecdysis-accept", "strict"
+        "-o", "ecdysis_accept_extra_trials=2", "--ecdysis-accept", "strict", "--ecdysis-evolve"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(

@@ -7,6 +7,7 @@ import random
 
 import pytest
 from tiny_evolution import make_project
+from trial_lines import trial_lines
 
 from pytest_ecdysis.gate import baseline as gate
 from pytest_ecdysis.gate.acceptance import (
@@ -22,19 +23,10 @@ from pytest_ecdysis.gate.acceptance import (
 )
 
 
-def _trials(rewards: dict[str, list[float]]) -> list[dict]:
-    """`trials.jsonl` lines: task id -> rewards of its trials."""
-    return [
-        {"suite": "s", "task_id": t, "trial": i, "reward": r}
-        for t, rs in rewards.items()
-        for i, r in enumerate(rs)
-    ]
-
-
 def _runs(before: list[float], after: list[float]) -> tuple[list[dict], list[dict]]:
     return (
-        _trials({str(i): [r] for i, r in enumerate(before)}),
-        _trials({str(i): [r] for i, r in enumerate(after)}),
+        trial_lines({str(i): [r] for i, r in enumerate(before)}),
+        trial_lines({str(i): [r] for i, r in enumerate(after)}),
     )
 
 
@@ -114,7 +106,7 @@ def test_per_task_means_pair_tasks_scored_in_both_runs() -> None:
     """Trials of a task are averaged; infrastructure errors (no reward) are left out; only tasks scored in
     both runs are paired."""
     means = task_means(
-        _trials({"1": [1.0, 0.0, 1.0], "2": [0.5]}) + [{"suite": "s", "task_id": "3", "reward": None}]
+        trial_lines({"1": [1.0, 0.0, 1.0], "2": [0.5]}) + [{"suite": "s", "task_id": "3", "reward": None}]
     )
     assert means == {"s/1": pytest.approx(2 / 3), "s/2": 0.5}
     assert paired_differences(means, {"s/1": 1.0, "s/4": 0.0}) == [pytest.approx(1 / 3)]
@@ -297,7 +289,9 @@ def test_no_candidate_is_validated_twice(pytester: pytest.Pytester, monkeypatch:
     assert s1["harness_id_after"] == s2["harness_id_after"]
     assert "reused_validation" not in s1 and s2["reused_validation"] == "rounds/1/steps/1"
     assert [x for x in lines(project, "validate.log") if "-r1" in x] == ["run1-r1s1"]
-    assert s1["incumbent_run"]["rescored"] is False and "rescore never" in s1["incumbent_run"]["why"]
+    assert (
+        s1["incumbent_run"]["rescored"] is False and "ecdysis_rescore = never" in s1["incumbent_run"]["why"]
+    )
     result.stdout.fnmatch_lines(
         [
             "*step 2/2: candidate * was already validated on incumbent * in this run "

@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from trial_lines import trial_lines
 
 from pytest_ecdysis.gate.acceptance import decide, decide_paired, paired_test, sign_min_wins
 from pytest_ecdysis.gate.sequential import (
@@ -20,16 +21,8 @@ from pytest_ecdysis.gate.sequential import (
 )
 
 
-def _trials(rewards: dict[str, list[float]]) -> list[dict]:
-    return [
-        {"suite": "s", "task_id": t, "trial": i, "reward": r}
-        for t, rs in rewards.items()
-        for i, r in enumerate(rs)
-    ]
-
-
 def _pairs(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
-    return trial_pairs(_trials(before), _trials(after))
+    return trial_pairs(trial_lines(before), trial_lines(after))
 
 
 def test_pairs_discordance_and_the_likelihood_ratio() -> None:
@@ -313,22 +306,8 @@ def test_held_out_regressions_are_listed_in_the_verdict_and_pr_body(tmp_path) ->
         d = tmp_path / name
         d.mkdir()
         (d / "summary.json").write_text(json.dumps({"suite_score": 0.5}))
-        (d / "trials.jsonl").write_text(
-            "".join(
-                json.dumps(
-                    {
-                        "suite": "airline",
-                        "task_id": t,
-                        "trial": i,
-                        "reward": r,
-                        "termination_reason": "agent_stop",
-                    }
-                )
-                + "\n"
-                for t, rs in rewards.items()
-                for i, r in enumerate(rs)
-            )
-        )
+        lines = trial_lines(rewards, suite="airline", termination_reason="agent_stop")
+        (d / "trials.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
         return str(d)
 
     start = {

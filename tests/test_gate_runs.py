@@ -1,4 +1,4 @@
-"""The regression gate as CI runs it: save a baseline, then gate later runs against it (issue 7)."""
+"""The regression gate as CI runs it: save a baseline, then gate later runs against it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The gate's default rule on suites too small for its paired test (issue 28's default meets a 3-task suite of
+"""The gate's default rule on suites too small for its paired test (the paired default meets a 3-task suite of
 one's own, docs/own-suite.md): a sign test at level 0.05 needs at least 5 tasks to ever reject, so below that
 the plain score rule decides and the verdict says why; from 5 tasks on, the paired test decides (one lost task
 of six is no significant drop)."""

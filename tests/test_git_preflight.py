@@ -1,5 +1,5 @@
 """Pre-flight checks of `--ecdysis-evolve` run at configure time, before any trial, each a usage error
-naming the fix (issue 6, "Bad input")."""
+naming the fix."""
 
 from __future__ import annotations
 

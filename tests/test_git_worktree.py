@@ -1,5 +1,5 @@
 """Candidate worktrees and commits never touch the user's checkout, and a commit stages only the harness
-files the edit changed: never ignored files, never unrelated changes (issue 8 case 8)."""
+files the edit changed: never ignored files, never unrelated changes."""
 
 from __future__ import annotations
 

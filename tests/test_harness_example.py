@@ -1,4 +1,4 @@
-"""The example harness's loop and its decisions on endpoint replies (issue 8, cases 1-4 and 6), each run
+"""The example harness's loop and its decisions on endpoint replies seen in the wild, each run
 as a real τ² trial through the suite's runner with scripted replies over the real openai client."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sharding a suite across CI runners (pytest-split) and merging the shards into one run (issue 18 item 4)."""
+"""Sharding a suite across CI runners (pytest-split) and merging the shards into one run."""
 
 from __future__ import annotations
 

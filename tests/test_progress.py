@@ -1,4 +1,4 @@
-"""Progress lines a person can follow (issue 20 item 1): stage, done/total trials, elapsed, an estimate,
+"""Progress lines a person can follow: stage, done/total trials, elapsed, an estimate,
 at least every ini `ecdysis_progress` seconds, during the session's trials and the evolution's sub-runs."""
 
 from __future__ import annotations

@@ -118,6 +118,32 @@ def test_one_diagnosis_call_against_the_real_server(server_url, tmp_path):
     assert len(lines) == d.calls and (d.calls >= 1 or d.reason in {"context_overflow", "slow_endpoint"})
 
 
+_TOOL_CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'},
+}
+#: A conversation with one tool call and its result, and the tool listing: the arguments of a renderer of
+#: scripts/llama_server.py (`render(*TOOL_CONVERSATION)`).
+TOOL_CONVERSATION = (
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Show JMO1MG."},
+        {"role": "assistant", "content": "", "tool_calls": [_TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'},
+    ],
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_reservation_details",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ],
+)
+
+
 def test_chatml_tools_shows_tool_results_and_the_calls_made():
     """`chatml-tools` (scripts/llama_server.py) renders what upstream's `chatml-function-calling` drops: the
     `tool` turn with its result, and the assistant's earlier call, so the model sees what its call returned;
@@ -125,24 +151,7 @@ def test_chatml_tools_shows_tool_results_and_the_calls_made():
     pytest.importorskip("llama_cpp")
     from llama_server import render
 
-    tool = {
-        "type": "function",
-        "function": {"name": "get_reservation_details", "parameters": {"type": "object", "properties": {}}},
-    }
-    call = {
-        "id": "c1",
-        "type": "function",
-        "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'},
-    }
-    prompt = render(
-        [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Show JMO1MG."},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'},
-        ],
-        [tool],
-    )
+    prompt = render(*TOOL_CONVERSATION)
     assert prompt.count("functions.get_reservation_details:\n{") == 2  # the listing and the call made
     assert '<|im_start|>tool\n{"status": "ok"}<|im_end|>' in prompt
     assert prompt.startswith("<|im_start|>system\nBe brief.") and prompt.endswith("<|im_start|>assistant\n")
@@ -155,24 +164,7 @@ def test_gemma_tools_puts_system_text_and_tool_results_in_user_turns():
     pytest.importorskip("llama_cpp")
     from llama_server import render_gemma
 
-    tool = {
-        "type": "function",
-        "function": {"name": "get_reservation_details", "parameters": {"type": "object", "properties": {}}},
-    }
-    call = {
-        "id": "c1",
-        "type": "function",
-        "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "JMO1MG"}'},
-    }
-    prompt = render_gemma(
-        [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Show JMO1MG."},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok"}'},
-        ],
-        [tool],
-    )
+    prompt = render_gemma(*TOOL_CONVERSATION)
     assert prompt.startswith("<start_of_turn>user\nBe brief.\n\nYou have access to the following functions:")
     assert prompt.count("<start_of_turn>user\n") == 2 and "<start_of_turn>system" not in prompt
     assert "Show JMO1MG.<end_of_turn>\n<start_of_turn>model\nfunctions.get_reservation_details:\n{" in prompt

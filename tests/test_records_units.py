@@ -144,7 +144,7 @@ def test_failure_record_fields() -> None:
 
 def test_triage_separates_infra_endpoint_and_suspect() -> None:
     """Infra errors are counted not recorded; endpoint_format_error is a flagged record kept out of the
-    evidence (issue 12); suspect is not evidence."""
+    evidence (the endpoint's defect, not the harness's); suspect is not evidence."""
     trials = [
         trial("1", 0, None),
         trial("2", 0, None, termination_reason="time_budget_exceeded"),

@@ -101,7 +101,7 @@ def test_agent_reply_through_a_tau2_trial(doc: dict) -> None:
     elif kind == "text":
         assert result.termination_reason == "user_stop" and not result.tool_calls
         assert first["content"] == doc["body"]["choices"][0]["message"]["content"].strip()
-    elif kind == "tool_call_as_text":  # the server has no tool parser: an endpoint defect (issue 12)
+    elif kind == "tool_call_as_text":  # the server has no tool parser: an endpoint defect
         assert result.termination_reason == "endpoint_format_error" and result.endpoint_problem, result.error
         assert "get_reservation_details" in result.error and not said  # the markup never reached the user
         agent = ScriptedModel([response(doc), text("Your reservation JMO1MG is confirmed.")])

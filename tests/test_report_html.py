@@ -275,7 +275,7 @@ def test_show_of_an_evolution_run_prints_rounds_test_and_branch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`ecdysis show` of an evolution run: the starting run's summary, then the rounds table, the test
-    split's start and frozen scores and the branch (issue 20 item 5); a skipped test split is said."""
+    split's start and frozen scores and the branch; a skipped test split is said."""
     run = tmp_path / "e"
     run.mkdir()
     (run / "summary.json").write_text(

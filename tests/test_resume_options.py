@@ -1,5 +1,5 @@
 """`--ecdysis-resume` must repeat the interrupted run's options: a 3-task run resumed as 30 would score
-other trials against the recorded incumbent. Checked at configure time, before any trial (issue 20)."""
+other trials against the recorded incumbent. Checked at configure time, before any trial."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ordinary environments lose nothing (issue 11 cases 6-7): an empty endpoint variable (an unset CI secret)
+"""Ordinary environments lose nothing: an empty endpoint variable (an unset CI secret)
 means unset everywhere, the workflows export no empty secret, and a harness note holding a non-JSON value
 keeps its trial."""
 

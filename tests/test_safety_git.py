@@ -1,4 +1,4 @@
-"""The user's repository survives any git environment (issue 11 cases 1-2): the user's repository-local
+"""The user's repository survives any git environment: the user's repository-local
 git variables (exported inside a git hook) never reach the tool's git calls, the editor or the sub-runs,
 and commits work in any repository git accepts (index format v4).
 

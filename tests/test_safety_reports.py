@@ -1,4 +1,4 @@
-"""Hostile text never costs a run (issue 11 case 3): an endpoint's error text with an ANSI escape or a NUL
+"""Hostile text never costs a run: an endpoint's error text with an ANSI escape or a NUL
 byte gives a well-formed `junit.xml`, clean terminal and Markdown lines; the data files are written first,
 and a report file that cannot be written is a PROBLEM line, never a lost run."""
 
@@ -8,12 +8,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import xml.etree.ElementTree as ET
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from json_endpoint import JsonHandler, serving, v1_url
 
 from pytest_ecdysis.core import safetext
 from pytest_ecdysis.core.records import TrialResult
@@ -94,30 +93,18 @@ def test_a_failed_junit_is_a_problem_after_the_data_is_written(
     }
 
 
-class _Failing(BaseHTTPRequestHandler):
+class _Failing(JsonHandler):
     """A GPU server having a bad day: HTTP 500 whose message carries ANSI colour, NUL and BEL."""
 
     def do_POST(self):  # noqa: N802 - http.server API
-        self.rfile.read(int(self.headers["Content-Length"]))
-        payload = json.dumps({"error": {"message": HOSTILE, "type": "server_error"}}).encode()
-        self.send_response(500)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+        self.read_body()
+        self.send_json(500, {"error": {"message": HOSTILE, "type": "server_error"}})
 
 
 @pytest.fixture
 def failing_endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(_Failing) as server:
+        yield v1_url(server)
 
 
 def test_hostile_endpoint_error_keeps_the_run(

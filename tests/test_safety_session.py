@@ -1,4 +1,4 @@
-"""A run that stops early keeps what ran; a run that runs nothing writes nothing (issue 11 cases 4-5).
+"""A run that stops early keeps what ran; a run that runs nothing writes nothing.
 
 `-x`, `--maxfail` and Ctrl-C: the trials that ran (and cost tokens) are written, the cases not run are
 named as not run (not as missing results), the exit status stays pytest's. `--collect-only`: nothing
@@ -193,7 +193,7 @@ def test_collect_only_writes_nothing_and_starts_no_server(tiny: pytest.Pytester,
     assert "test_task[3]" in out
 
 
-# --- SIGTERM during evolution (issue 11 case 8) ----------------------------------------------------------
+# --- SIGTERM during evolution -------------------------------------------------------------------------------
 
 SLOW_SUBRUN = '''
 

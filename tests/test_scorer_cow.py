@@ -1,4 +1,4 @@
-"""The scorer's copy-on-write path gives τ²'s own rewards (issue 18 item 3): same trajectories, scored by
+"""The scorer's copy-on-write path gives τ²'s own rewards: same trajectories, scored by
 the suite's scorer process and by τ²'s `evaluate_simulation` with its default environments."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 30, item 1: a value the simulated model got wrong is cured by the information, in any channel a
+"""A value the simulated model got wrong is cured by the information, in any channel a
 real model reads — system, developer, a user-role note of the harness, the tool error answering the call,
 the tool result of a call the harness repaired — by one rule per quirk kind (docs/simulated-model.md,
 "Values in any channel"). Real HTTP, the toy suite (tests/sim_toy.py)."""

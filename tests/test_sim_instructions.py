@@ -1,4 +1,4 @@
-"""Issue 30, item 2: the simulated model reads the rules of a prompt (`sim/agent/instructions.py`) and follows
+"""The simulated model reads the rules of a prompt (`sim/agent/instructions.py`) and follows
 one that addresses a behaviour it has a quirk for with the profile's compliance, never with certainty;
 a broad rule costs turns, a prohibition of a write the policy needs costs a refusal, a claim gains
 nothing. Parser cases, compliance as a rate over many trials, costs and determinism over real HTTP."""

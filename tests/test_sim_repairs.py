@@ -1,4 +1,4 @@
-"""Cures by the harness's code (sim/truth/repairs.py, issue 30 item 4): the ground truth compares what the
+"""Cures by the harness's code (sim/truth/repairs.py): the ground truth compares what the
 model emitted with what the environment executed, so a bent argument the harness rewrote before the call is a
 cure by the harness, not "model quirk still present"; a call the harness refused never reached the
 environment; a value the harness passed through is the model's."""
@@ -79,6 +79,25 @@ def test_a_bent_argument_the_harness_rewrote_is_a_cure_by_the_harness():
         PLAN,
     )
     assert altered["quirks"][0]["harness"] == "altered" and not altered["quirks"][0]["cured"]
+
+
+def test_a_value_drawn_a_turn_before_its_call_is_judged_on_the_call_that_follows():
+    """The slip was drawn at request 1 (the model read the details back for the user's confirmation) and the
+    call went out in the reply to request 2: that call is the one judged (repaired here); an earlier call of
+    the same tool, before the draw, is not."""
+    emitted = _emitted(
+        ("c0", "cancel_reservation", {"reservation_id": "NO6JO3"}),
+        ("c1", "get_user_details", {"user_id": "mia_li_3668"}),
+        ("c2", "cancel_reservation", {"reservation_id": "AIXC48"}),
+    )
+    executed = [
+        {"id": "c0", "name": "cancel_reservation", "arguments": {"reservation_id": "NO6JO3"}},
+        {"id": "c2", "name": "cancel_reservation", "arguments": {"reservation_id": "AIXC49"}},
+    ]
+    (entry,) = attribute(_truth(_slip(1)), emitted, executed, PLAN)["quirks"]
+    assert entry["harness"] == "repaired" and entry["cured_by"] == "harness"
+    (late,) = attribute(_truth(_slip(3)), emitted, executed, PLAN)["quirks"]
+    assert "harness" not in late
 
 
 def test_a_refused_call_is_a_cure_only_when_the_right_value_was_executed_after_it():
@@ -171,6 +190,21 @@ def _trial(url: str, model: str, harness: Path, task_id: str):
     return result, fetch_ground_truth(url, spec.header, executed=executed_calls(result.messages))
 
 
+def slip_only_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *harnesses: Path, task_id: str = "7"):
+    """Airline `task_id` once per harness, in this process, against a simulated server whose only quirk is a
+    slip in every planned call (profile `sliponly`, written under `tmp_path`): `[(result, ground truth)]`."""
+    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path / "profiles"))
+    monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
+    monkeypatch.delenv("ECDYSIS_SIM_NONCE", raising=False)
+    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
+    model = write_profile(tmp_path / "profiles", "sliponly", {"slip": {"rate": 1.0}})
+    server = start_background(default_profile="sliponly")
+    try:
+        return [_trial(server.url, model, harness, task_id) for harness in harnesses]
+    finally:
+        server.stop()
+
+
 @pytest.mark.slow
 def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp_path, monkeypatch):
     """Airline task 7 (a flight change and two cancellations) under a profile that only slips: the example
@@ -178,11 +212,6 @@ def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp
     an argument the conversation never showed to the one value it showed two characters away, passes, and
     over HTTP the server marks every slip it rewrote `repaired`, cured by the harness."""
     pytest.importorskip("tau2")
-    monkeypatch.setenv("ECDYSIS_SIM_PROFILES", str(tmp_path / "profiles"))
-    monkeypatch.setenv("ECDYSIS_AGENT_PROCESS", "0")
-    monkeypatch.delenv("ECDYSIS_SIM_NONCE", raising=False)
-    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
-    model = write_profile(tmp_path / "profiles", "sliponly", {"slip": {"rate": 1.0}})
     repairing = tmp_path / "repairing"
     shutil.copytree(
         ROOT / "pytest_ecdysis_tau2" / "example_harness",
@@ -191,12 +220,9 @@ def test_a_harness_that_rewrites_slipped_arguments_is_credited_with_the_cure(tmp
     )
     addon = (ROOT / "tests" / "fixtures" / "repairing_agent_addon.py").read_text()
     (repairing / "agent.py").write_text((repairing / "agent.py").read_text() + "\n\n" + addon)
-    server = start_background(default_profile="sliponly")
-    try:
-        plain, plain_truth = _trial(server.url, model, ROOT / "pytest_ecdysis_tau2" / "example_harness", "7")
-        fixed, fixed_truth = _trial(server.url, model, repairing, "7")
-    finally:
-        server.stop()
+    (plain, plain_truth), (fixed, fixed_truth) = slip_only_trials(
+        tmp_path, monkeypatch, ROOT / "pytest_ecdysis_tau2" / "example_harness", repairing
+    )
     assert plain.reward == 0.0 and plain_truth["cause"]["kind"] == "slip"
     assert not [q for q in plain_truth["quirks"] if q.get("cured_by") == "harness" and q["kind"] == "slip"]
     assert fixed.reward == 1.0 and fixed_truth["cause"] is None

@@ -1,4 +1,4 @@
-"""Issue 30, item 3: the simulated agent searches when a call needs a value it does not have — a flight
+"""The simulated agent searches when a call needs a value it does not have — a flight
 number (τ² airline), a product's item id or an order id (τ² retail) — and the value then depends on the
 search result, so a harness that cuts or drops that result makes it `unseen_value`. Real τ² data."""
 

@@ -1,5 +1,5 @@
 """Runs started from a subdirectory of the project: same run directory and baseline as from the root, and
-validation sub-runs that do not import a folder of the start directory in place of a library (issue 20)."""
+validation sub-runs that do not import a folder of the start directory in place of a library."""
 
 from __future__ import annotations
 

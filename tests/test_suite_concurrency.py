@@ -1,4 +1,4 @@
-"""Many trials in flight per worker (`--ecdysis-concurrency C`, issue 18 item 1): same cases, same results."""
+"""Many trials in flight per worker (`--ecdysis-concurrency C`): same cases, same results."""
 
 from __future__ import annotations
 

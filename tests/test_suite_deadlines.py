@@ -1,4 +1,4 @@
-"""Time budgets hold against slow endpoints (issue 21): a total deadline per call and per trial that covers
+"""Time budgets hold against slow endpoints: a total deadline per call and per trial that covers
 the whole response, body included, for the agent's, the user simulator's and the roles' calls.
 
 Every test talks to a real local HTTP server that misbehaves in time (`slow_endpoint.SlowEndpoint`):

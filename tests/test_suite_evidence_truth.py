@@ -1,4 +1,4 @@
-"""Evidence that tells the truth (issue 12): endpoint defects, the user simulator's stop and what τ²'s
+"""Evidence that tells the truth: endpoint defects, the user simulator's stop and what τ²'s
 evaluator saw, each through a real τ² airline trial of the example harness against scripted endpoints."""
 
 from __future__ import annotations

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from json_endpoint import JsonHandler, serving, v1_url
 from suite_scripted import ORACLE_HARNESS, completion
 
 pytest.importorskip("tau2")
@@ -16,13 +15,13 @@ pytest.importorskip("tau2")
 from suite_oracle_harness import DONE_TEXT, USER_ACTION  # noqa: E402 - imports tau2
 
 
-class _UserHandler(BaseHTTPRequestHandler):
+class _UserHandler(JsonHandler):
     """A user endpoint: an opening line, then ###STOP### once the agent has written twice (with tools of its
     own, τ² telecom: once the oracle says it is done); a user action the oracle asks for
     (`USER_ACTION` + JSON) is run as the user's own tool call, and its result answered with "Done."."""
 
     def do_POST(self):  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = json.loads(self.read_body())
         self.server.roles.append(self.headers.get("X-Ecdysis-Role"))
         messages = body["messages"]
         agent_texts = [m for m in messages if m["role"] == "user"]
@@ -48,30 +47,17 @@ class _UserHandler(BaseHTTPRequestHandler):
             message = {
                 "content": "###STOP###" if len(agent_texts) >= 2 else "Hi, I need help with my request."
             }
-        payload = json.dumps(completion(message)).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(200, completion(message))
 
 
 @pytest.fixture
 def user_endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _UserHandler)
-    server.roles = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(_UserHandler, roles=[]) as server:
+        yield server
 
 
 def _run(pytester, user_endpoint, *args):
-    url = f"http://127.0.0.1:{user_endpoint.server_address[1]}/v1"
+    url = v1_url(user_endpoint)
     return pytester.runpytest_subprocess(
         "--pyargs",
         "pytest_ecdysis_tau2",

@@ -1,5 +1,5 @@
-"""The suite's trial runner: endpoint failures end as infrastructure errors within a time budget (issue 8,
-case 5), the reward is computed out of the harness's reach, suspect tasks, task selection."""
+"""The suite's trial runner: endpoint failures end as infrastructure errors within a time budget,
+the reward is computed out of the harness's reach, suspect tasks, task selection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""τ² telecom, the dual-control suite (issue 31): its tasks and splits, the user who runs tools on their own
+"""τ² telecom, the dual-control suite: its tasks and splits, the user who runs tools on their own
 phone (simulated and scripted user models alike), the user's calls recorded as the user's, the simulated
 model acting in the domain from the request only, and bad input: a user model calling a tool it does not
 have, a user tool that raises, a task environment that breaks between turns, a telecom id given to the

@@ -126,7 +126,7 @@ def test_ids_a_split_gave_another_shard_are_no_error(pytester: pytest.Pytester, 
 def test_an_id_of_a_collected_suites_other_split_names_that_split_before_other_suites(
     pytester: pytest.Pytester,
 ) -> None:
-    """`--ecdysis-tasks 2` on airline's train split (issue 33 kind 8): 2 is an airline *test* task and a
+    """`--ecdysis-tasks 2` on airline's train split: 2 is an airline *test* task and a
     retail train task; the message named only retail ("whose tests were not collected"). It now names the
     split of the collected suite that holds it and the option that selects it, then the other suite."""
     result = _run(pytester, "--pyargs", "pytest_ecdysis_tau2.test_airline", "--ecdysis-tasks", "2")

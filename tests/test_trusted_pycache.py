@@ -1,4 +1,4 @@
-"""The scorers' trusted bytecode cache (`pytest_ecdysis.validate.pycache`, issue 32 item 2): made only where
+"""The scorers' trusted bytecode cache (`pytest_ecdysis.validate.pycache`): made only where
 the sandbox is on, fresh per session, read-only in sub-runs, never a route for a planted `.pyc`, and a
 write into it is a change the evolution's check names."""
 

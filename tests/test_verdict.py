@@ -1,4 +1,4 @@
-"""The last lines of an evolution or a gate say what happened (issue 20 item 2): after pytest's counts line
+"""The last lines of an evolution or a gate say what happened: after pytest's counts line
 comes the `ecdysis verdict` section, whose lines name the branch and how to see it (or why none was made),
 the gate's verdict, and say that the starting run's failed trials are not the run's failure."""
 
@@ -19,6 +19,41 @@ def _tail(result: pytest.RunResult) -> list[str]:
     lines = [line for line in result.stdout.lines if line.strip()]
     last_counts = max(i for i, line in enumerate(lines) if " passed" in line and line.startswith("="))
     return lines[last_counts + 1 :]
+
+
+def _accepted_round(**extra: object) -> dict:
+    """A round of `evolution.json` the strict rule accepted, 0.200 -> 0.400, whose paired sign test gives
+    p=0.5 (+1/-0 tasks); `extra` adds or replaces its fields."""
+    return {
+        "round": 1,
+        "accepted": True,
+        "outcome": "accepted",
+        "score_before": 0.2,
+        "score_after": 0.4,
+        "decision": {
+            "rule": "strict",
+            "method": "sign",
+            "p_value": 0.5,
+            "level": 0.05,
+            "wins": 1,
+            "losses": 0,
+        },
+        **extra,
+    }
+
+
+def _evolution_doc(
+    row: dict, *, start: float, incumbent: float = 0.4, branch: str | None = "ecdysis/r1", **extra: object
+) -> dict:
+    """An `evolution.json` of the one round `row`: the start's and the incumbent's scores, the branch, and
+    `extra` top-level fields."""
+    return {
+        "rounds": [row],
+        "start": {"score": start},
+        "incumbent": {"score": incumbent},
+        "branch": branch,
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -45,7 +80,7 @@ def test_evolution_that_made_a_branch_ends_with_the_branch_and_what_the_failures
     assert "the 3 failed trial(s) listed above are the starting harness's trials" in "\n".join(tail)
     assert tail[-1].startswith("exit status 0 (success); files in ") and "ecdysis show " in tail[-1]
     doc = json.loads(next(project.path.rglob("evolution.json")).read_text())
-    assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution (issue 32)
+    assert doc["cpu_s"] > 0  # the controller's and its sub-runs' CPU seconds over the evolution
     result.stdout.fnmatch_lines(
         [
             f"evolution wall-clock {doc['wall_s']:.1f} s, {doc['cpu_s']:.1f} CPU s (the "
@@ -159,13 +194,9 @@ def test_the_no_branch_line_names_the_run_s_acceptance_rule() -> None:
         "outcome": "rejected",
         "reason": "suite score 0.600 -> 0.800; sign test (+1/-0): p=0.5: not significant at level 0.2",
     }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.6},
-        "incumbent": {"score": 0.6},
-        "branch": None,
-        "accept": {"rule": "paired", "method": "sign", "level": 0.2},
-    }
+    doc = _evolution_doc(
+        row, start=0.6, incumbent=0.6, branch=None, accept={"rule": "paired", "method": "sign", "level": 0.2}
+    )
     ((line, _),) = [x for x in evolution_lines(doc, None, "r1") if x[0].startswith("no branch")]
     assert line.startswith(
         "no branch was made: no round passed the paired sign test (an improvement significant "
@@ -188,31 +219,16 @@ def test_a_branch_verdict_says_what_the_accepted_round_was_decided_on(tmp_path) 
     from pytest_ecdysis.report.evolution import caveats
     from pytest_ecdysis.report.pr_body import render_pr_body
 
-    row = {
-        "round": 1,
-        "accepted": True,
-        "outcome": "accepted",
-        "score_before": 0.2,
-        "score_after": 0.4,
-        "incumbent_run": {"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4},
-        "decision": {
-            "rule": "strict",
-            "method": "sign",
-            "p_value": 0.5,
-            "level": 0.05,
-            "wins": 1,
-            "losses": 0,
-        },
-    }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.4},
-        "incumbent": {"score": 0.4},
-        "branch": "ecdysis/r1",
-        "diff_command": "git diff a ecdysis/r1",
-        "accept": {"rule": "strict", "method": "sign", "level": 0.05},
-        "validity": {"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1},
-    }
+    row = _accepted_round(
+        incumbent_run={"rescored": True, "run_path": "x", "score": 0.2, "cached_score": 0.4}
+    )
+    doc = _evolution_doc(
+        row,
+        start=0.4,
+        diff_command="git diff a ecdysis/r1",
+        accept={"rule": "strict", "method": "sign", "level": 0.05},
+        validity={"accepted_edits": 1, "systematic_fixes": 0, "accommodations": 0, "noise": 1},
+    )
     said = [
         text for text, colour in evolution_lines(doc, None, "r1") if text.startswith("read before merging")
     ]
@@ -251,28 +267,7 @@ def test_every_table_of_the_pr_body_has_as_many_cells_per_row_as_its_header(tmp_
     side = (
         {"suite_score": 0.5, "pass_hat_k": hat, "tokens_per_task": 120} if trials else {"suite_score": None}
     )
-    row = {
-        "round": 1,
-        "accepted": True,
-        "outcome": "accepted",
-        "score_before": 0.2,
-        "score_after": 0.4,
-        "decision": {
-            "rule": "strict",
-            "method": "sign",
-            "p_value": 0.5,
-            "level": 0.05,
-            "wins": 1,
-            "losses": 0,
-        },
-    }
-    doc = {
-        "rounds": [row],
-        "start": {"score": 0.2},
-        "incumbent": {"score": 0.4},
-        "branch": "ecdysis/r1",
-        "test": {"trials": trials, "start": side, "frozen": side},
-    }
+    doc = _evolution_doc(_accepted_round(), start=0.2, test={"trials": trials, "start": side, "frozen": side})
     (tmp_path / "evolution.json").write_text(json.dumps(doc))
     body = render_pr_body(tmp_path)
     tables, current = [], []
@@ -286,3 +281,101 @@ def test_every_table_of_the_pr_body_has_as_many_cells_per_row_as_its_header(tmp_
     for table in tables:
         widths = [len(line.strip().strip("|").split("|")) for line in table]
         assert len(set(widths)) == 1, "\n".join(table)
+
+
+def test_a_round_whose_candidate_asked_for_another_model_is_named_in_the_verdict() -> None:
+    """`model_overridden` on a round (or an instance-level step): the verdict says which round's candidate
+    asked for another model than the configured one, in how many validation trials, that the calls were
+    made with the configured model, and for an accepted one that its change is on the branch; rounds
+    without it get no such line."""
+    doc = {
+        "model": "qwen3-8b",
+        "rounds": [
+            {"round": 1, "outcome": "accepted", "accepted": True, "model_overridden": 4},
+            {"round": 2, "outcome": "rejected", "model_overridden": 2},
+            {"round": 3, "outcome": "rejected"},
+            {
+                "round": 4,
+                "outcome": "rejected",
+                "steps": [{"step": 2, "outcome": "rejected", "model_overridden": 1}],
+            },
+        ],
+        "start": {"score": 0.25},
+        "incumbent": {"score": 0.75},
+        "branch": "ecdysis/r1",
+        "diff_command": "git diff main ecdysis/r1",
+    }
+    said = [(t, c) for t, c in evolution_lines(doc, None, "r1") if t.startswith("model override")]
+    assert said == [
+        (
+            "model override: round 1's candidate asked for another model than the configured qwen3-8b in 4 "
+            "validation trial(s); those calls were made with qwen3-8b, so its score is qwen3-8b's; its change "
+            "is on the branch, and outside pytest-ecdysis that harness would ask for the other model: remove "
+            "that from it before merging",
+            "yellow",
+        ),
+        (
+            "model override: round 2's candidate asked for another model than the configured qwen3-8b in 2 "
+            "validation trial(s); those calls were made with qwen3-8b, so its score is qwen3-8b's (rejected)",
+            "yellow",
+        ),
+        (
+            "model override: round 4 step 2's candidate asked for another model than the configured qwen3-8b "
+            "in 1 validation trial(s); those calls were made with qwen3-8b, so its score is qwen3-8b's "
+            "(rejected)",
+            "yellow",
+        ),
+    ]
+    for r in doc["rounds"]:
+        r.pop("model_overridden", None)
+        for st in r.get("steps", []):
+            st.pop("model_overridden")
+    assert not [t for t, _ in evolution_lines(doc, None, "r1") if t.startswith("model override")]
+
+
+#: the tiny suite, whose harness at a LEVEL above 1 asks for another model: the trusted side's note
+#: `model_overridden` (as `pytest_ecdysis_tau2.harness_process.request_guard` writes it) on each trial.
+ASKING_SUITE = """
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+from pytest_ecdysis.core.harness import load_harness
+from pytest_ecdysis.plugin import get_state
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", ["0", "1", "2", "3"])
+def test_task(request, task_id):
+    state = get_state(request.config)
+    level = load_harness(state.harness_dir).LEVEL
+    reward = 1.0 if int(task_id) < level else 0.0
+    notes = [{"kind": "model_overridden", "detail": "asked for 'gpt-big'", "step": 1}] if level > 1 else []
+    record_trial(request.node, TrialResult(
+        suite="tiny", task_id=task_id, trial=0, reward=reward, termination_reason="agent_stop",
+        components={"db": reward}, harness_id=state.harness_id, endpoint_notes=notes,
+        tool_calls=[{"name": "book", "arguments": {"id": task_id}, "result": "error", "error": True}]))
+    assert reward >= 1.0
+"""
+
+
+@pytest.mark.slow
+def test_an_accepted_candidate_that_asked_for_another_model_is_named_after_pytests_last_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole evolution the way users run it: the round's candidate (LEVEL 3) asks for another model in
+    each of its 4 validation trials; the round record keeps `model_overridden: 4` and the verdict section,
+    after pytest's counts line, names it, not only the validation line."""
+    project = make_project(pytester, monkeypatch, CONFTEST, suite=ASKING_SUITE)
+    script(project, [{"knob": "x", "value": 3}])
+    result = run_evolution(project, "--ecdysis-rounds", "1")
+    assert result.ret == 0, result.stdout.str()
+    doc = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "evolution.json").read_text())
+    assert doc["rounds"][0]["accepted"] and doc["rounds"][0]["model_overridden"] == 4
+    tail = _tail(result)
+    assert any(
+        line.startswith(
+            "model override: round 1's candidate asked for another model than the configured fake"
+        )
+        and "in 4 validation trial(s)" in line
+        and "its change is on the branch" in line
+        for line in tail
+    ), tail

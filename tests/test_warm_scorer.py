@@ -1,4 +1,4 @@
-"""The session's warm scorer server (issue 32, item 1): started only by a top session's controller with the
+"""The session's warm scorer server: started only by a top session's controller with the
 sandbox on, used by its workers and its sub-runs' workers, same rewards as a worker's own scorer, a
 fallback when it is gone, out of reach of harness processes, never shared with a nested session."""
 

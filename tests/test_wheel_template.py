@@ -1,4 +1,4 @@
-"""The package as a team uses it, outside this repository (issue 34): the wheel built from this tree is
+"""The package as a team uses it, outside this repository: the wheel built from this tree is
 installed with its τ² extra in a fresh virtual environment (no access to this checkout: no PYTHONPATH, pip
 from the machine's package index), `ecdysis init` lays out the template in a new git repository, and the
 action's run script (`python -m pytest_ecdysis.ci.action`, with the `INPUT_*` a workflow's `with:` gives

@@ -7,6 +7,7 @@ the record's words and whether it is evidence. No network.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -376,3 +377,145 @@ def test_a_pass_whose_gold_lookup_was_never_made_is_a_weak_pass_listed_shown_and
     assert ev.data["weak_passes"]["n_weak_passes"] == 1
     assert ev.data["weak_passes"]["by_kind"] == {"gold_action_not_matched": 1}
     assert "harness weakness" in ev.data["weak_passes"]["meaning"] and ev.data["failures"]["n_records"] == 0
+
+
+# -- blame by evidence across trials: the same refusal of every trial's first request -----------------
+
+#: Gemini's OpenAI-compatible endpoint refusing a JSON-schema keyword of the suite's tools (the position in
+#: the message differs per request; digits are masked when refusals are compared).
+GEMINI_SCHEMA_400 = (
+    'Invalid JSON payload received. Unknown name "additionalProperties" at '
+    "'tools[0].function_declarations[{n}].parameters': Cannot find field."
+)
+
+
+def refused_trials(message: str, tasks: tuple[str, ...] = ("3", "19", "27")) -> list:
+    """One real trial per airline task, the agent's every request refused with HTTP 400 `message`
+    (`{n}`: a number that differs per request); the user simulator says hello."""
+    counter = itertools.count(3)
+
+    def agent(body: dict):
+        return 400, err(message.format(n=next(counter)), code=400)
+
+    out = []
+    for task in tasks:
+        with SlowEndpoint(agent=("respond", agent), user=("ok", HELLO)) as server:
+            out.append(run_over(server, task_id=task))
+    return out
+
+
+@pytest.fixture(scope="module")
+def schema_refused(warm_tau2):
+    return refused_trials(GEMINI_SCHEMA_400)
+
+
+def summarise(trials: list):
+    from pytest_ecdysis.run.files import aggregate
+
+    copies = [t.model_copy(deep=True) for t in trials]
+    summary, tri, _ = aggregate(copies, threshold=1.0, trials_per_task=1, model="m", prices={})
+    return summary, tri, copies
+
+
+def test_each_trial_alone_blames_the_harness_and_notes_the_refusal(schema_refused):
+    """Read one at a time, the 400 is the harness's (agent_error, evidence), and the trusted client
+    layer notes it as a refusal of the first agent request (`request_refused`, step 1, the server's words)."""
+    for result in schema_refused:
+        assert result.termination_reason == "agent_error", result.error
+        [note] = [n for n in result.endpoint_notes if n["kind"] == "request_refused"]
+        assert note["step"] == 1 and note["status"] == 400
+        assert note["detail"].startswith('HTTP 400: Invalid JSON payload received. Unknown name "additional')
+        assert len(evidence_of(result)) == 1
+
+
+def test_the_same_refusal_of_every_trials_first_request_is_the_endpoints(schema_refused):
+    """Three trials of three tasks, each refused alike on its first request: infrastructure errors with
+    `endpoint_problem`, none is evidence, each error opens with the one line quoting the server, which the
+    summary carries and the terminal section prints."""
+    from pytest_ecdysis.report.summary import summary_lines
+
+    summary, tri, trials = summarise(schema_refused)
+    line = summary["endpoint_refusal"]
+    assert line.startswith("the endpoint refused the first agent request of all 3 scored trials")
+    assert 'Unknown name "additionalProperties"' in line and "change what the server's words name" in line
+    assert [t.termination_reason for t in trials] == ["infrastructure_error"] * 3
+    assert all(t.reward is None and t.endpoint_problem and t.error.startswith(line) for t in trials)
+    assert summary["n_infra_errors"] == 3 and tri.records == [] and tri.evidence == []
+    assert f"ENDPOINT: {line}" in summary_lines(summary, [])
+
+
+def test_two_trials_or_one_that_got_further_keep_the_harness_blamed(schema_refused, warm_tau2):
+    """Fewer than three scored trials, or one trial that got past its first request (an ordinary
+    conversation), leave every trial as it was: agent_error, evidence, no endpoint line."""
+    summary, tri, trials = summarise(schema_refused[:2])
+    assert summary["endpoint_refusal"] is None and len(tri.evidence) == 2
+    agent = one_call_then_done("get_reservation_details", {"reservation_id": RESERVATION})
+    with SlowEndpoint(agent=("ok", agent), user=("ok", user_stops_second_turn)) as server:
+        talked = run_over(server)
+    summary, tri, trials = summarise([*schema_refused, talked])
+    assert summary["endpoint_refusal"] is None
+    assert [t.termination_reason for t in trials[:3]] == ["agent_error"] * 3 and len(tri.evidence) >= 3
+
+
+def test_a_request_the_server_could_not_parse_stays_the_harnesss_on_every_trial(warm_tau2):
+    """llama.cpp's "Failed to parse tools: ... key 'parameters' not found" on the first request of all
+    three trials is a malformed schema the harness wrote (a different request avoids it): agent_error,
+    evidence, no endpoint line."""
+    trials = refused_trials("Failed to parse tools: key 'parameters' not found (declaration {n})")
+    summary, tri, after = summarise(trials)
+    assert summary["endpoint_refusal"] is None
+    assert [t.termination_reason for t in after] == ["agent_error"] * 3 and len(tri.evidence) == 3
+
+
+def test_a_whole_session_whose_preflight_passed_names_the_endpoint_once(pytester, monkeypatch, warm_tau2):
+    """The way users run it: the pre-flight's one small request gets a tool call (the server takes simple
+    tools), then every trial's first request gets Gemini's schema 400. The session prints the one
+    `ENDPOINT:` line, `summary.json` carries it, every trial in `trials.jsonl` is an infrastructure error
+    and `failures.jsonl` holds no evidence."""
+    from test_suite_deadlines import CACHE_HOME
+
+    monkeypatch.setenv("XDG_CACHE_HOME", CACHE_HOME)  # pytester moves HOME: keep τ²'s suspect-task cache
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    monkeypatch.delenv("ECDYSIS_PREFLIGHT_DONE", raising=False)
+    counter = itertools.count(3)
+    call = {
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c",
+                "type": "function",
+                "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "8JX2WO"}'},
+            }
+        ],
+    }
+    with SlowEndpoint(
+        agent=("respond", lambda body: (400, err(GEMINI_SCHEMA_400.format(n=next(counter)), code=400))),
+        user=("ok", HELLO),
+        preflight=("ok", call),
+    ) as server:
+        result = pytester.runpytest_subprocess(
+            "--pyargs",
+            "pytest_ecdysis_tau2.test_airline",
+            "-p",
+            "no:cacheprovider",
+            "--ecdysis-model",
+            "gemini-2.5-flash",
+            "--ecdysis-user-model",
+            "gemini-2.5-flash",
+            "--ecdysis-base-url",
+            server.url,
+            "--ecdysis-tasks",
+            "3,20,27",
+            "--ecdysis-run-dir",
+            str(pytester.path / "runs"),
+            timeout=300,
+        )
+        roles = [r for r, _ in server.requests]
+    assert roles.count("preflight") == 1 and roles.count("agent") == 3, roles
+    result.stdout.fnmatch_lines(["ENDPOINT: the endpoint refused the first agent request of all 3 scored*"])
+    (run_dir,) = (pytester.path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "Unknown name" in summary["endpoint_refusal"] and summary["n_infra_errors"] == 3
+    trials = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines()]
+    assert [t["termination_reason"] for t in trials] == ["infrastructure_error"] * 3
+    assert (run_dir / "failures.jsonl").read_text().strip() == ""

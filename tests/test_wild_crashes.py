@@ -1,4 +1,4 @@
-"""Crash messages blame what crashed (issue 33 kind 7, pytest-xdist 814), with pytest as users run it.
+"""Crash messages blame what crashed (pytest-xdist 814), with pytest as users run it.
 
 Every xdist worker dies importing a conftest: the run said "no trial case was collected: check the test
 paths and --ecdysis-tasks". A worker dies mid-trial: one PROBLEM line blamed report serialisation. Each

@@ -1,4 +1,4 @@
-"""Replies and endings seen in the wild (issue 33): the blame lands where the fault is.
+"""Replies and endings seen in the wild: the blame lands where the fault is.
 
 Each test runs real τ² airline trials (example harness) against a scripted OpenAI-compatible server on
 127.0.0.1 (`slow_endpoint.SlowEndpoint`), and checks the ending, the record and whether it is evidence.

@@ -1,4 +1,4 @@
-"""The same failure under every configuration (issue 33 kind 6; tau2-bench 316, 172): such a task is
+"""The same failure under every configuration (tau2-bench 316, 172): such a task is
 suspect, its failures kept out of the evidence until a configuration passes it, the reason in
 summary.json. Unit rules, then pytest as users run it (a gate against a baseline of another harness)."""
 

@@ -327,8 +327,12 @@ def read_config(config: Any) -> EcdysisConfig:
         rescore=raw["rescore"],
         response_cache=raw["response-cache"],
         ablate=_ablate(bool(raw["ablate"]), evolve),
-        accept_extra_trials=_extra_trials(raw["accept-extra-trials"], raw["accept"]),
-        accept_budget=_accept_budget(raw["accept-budget"], raw["accept"]),
+        accept_extra_trials=_extra_trials(
+            raw["accept-extra-trials"], raw["accept"], decides=evolve or bool(raw["gate"])
+        ),
+        accept_budget=_accept_budget(
+            raw["accept-budget"], raw["accept"], decides=evolve or bool(raw["gate"])
+        ),
         trial_offset=_int("trial-offset", raw["trial-offset"], 0),
         cache_dir=Path(raw["cache-dir"]) if raw["cache-dir"] else None,
         uncacheable=tuple(x.strip() for x in str(raw["uncacheable"] or "").split(",") if x.strip()),

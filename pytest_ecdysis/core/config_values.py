@@ -231,15 +231,18 @@ def _ablate(value: bool, evolve: bool) -> bool:
     return value and evolve
 
 
-def _extra_trials(value: Any, rule: str) -> int:
+def _extra_trials(value: Any, rule: str, decides: bool = True) -> int:
     """Ini `ecdysis_accept_extra_trials = K`: an integer >= 0, above 0 only with `--ecdysis-accept paired` (K more
     trials of the flipped tasks) or `sequential` (at most K confirmation looks; 0: `evolve.confirm.DEFAULT_LOOKS`).
+    The rule is checked only in a session that decides (`decides`: an evolution or a gate): a validation
+    sub-run never gets the outer `--ecdysis-accept` (`validate.setup.STRIPPED_OPTIONS`) and would read the ini
+    file's rule instead.
 
     Raises:
         UsageError: not an integer >= 0, or K > 0 under `strict` (its verdict is the score, not a test).
     """
     k = _int("accept-extra-trials", value, 0)
-    if k and rule not in ("paired", "sequential"):
+    if k and decides and rule not in ("paired", "sequential"):
         raise UsageError(
             f"ini key ecdysis_accept_extra_trials = {k} adds trials before a paired test: it needs "
             f"--ecdysis-accept paired or sequential (the {rule} rule "
@@ -252,7 +255,7 @@ def _extra_trials(value: Any, rule: str) -> int:
     return k
 
 
-def _accept_budget(value: Any, rule: str) -> int:
+def _accept_budget(value: Any, rule: str, decides: bool = True) -> int:
     """Ini `ecdysis_accept_budget = N`: trials per decision of the `adaptive` rule (both harnesses, the
     starting comparison included); 0 (the default) is `gate.adaptive.default_budget` of the suite's tasks.
 
@@ -266,7 +269,7 @@ def _accept_budget(value: Any, rule: str) -> int:
             "ini key ecdysis_accept_budget must be 0 (the default budget) or at least 2 trials (one of "
             "each harness), got 1"
         )
-    if n and rule != "adaptive":
+    if n and decides and rule != "adaptive":  # a sub-run never gets the outer rule (as `_extra_trials`)
         raise UsageError(
             f"ini key ecdysis_accept_budget = {n} is the adaptive rule's trials per decision: it needs "
             f"--ecdysis-accept adaptive (the {rule} rule does not spend up to a budget)"

@@ -94,3 +94,16 @@ def ecdysis_warm_services(directory: str) -> list[Any]:
     reaches end of file (the controller closed it or died). No harness code may run in them.
     """
     raise NotImplementedError  # a specification: pluggy calls the implementations, never this
+
+
+@hookspec(firstresult=True)
+def ecdysis_preflight_request() -> dict[str, Any] | None:
+    """The request shape of this suite's trials for the endpoint's pre-flight (`endpoint.preflight`):
+    ``{"tools": [one OpenAI function tool, as the suite sends its tools], "tool_choice": "auto"}``, optionally
+    ``"messages": [{"role": "user", "content": "..."}]`` (a request that makes the tool call likely).
+
+    A server that refuses the suite's tools then refuses the pre-flight, before any trial. The first suite
+    that returns a shape wins; with none, the pre-flight sends its own (`endpoint.preflight.TOOL`). Called
+    once per session on the controller, before any trial: must be cheap (no import of the benchmark).
+    """
+    raise NotImplementedError  # a specification: pluggy calls the implementations, never this

@@ -126,7 +126,8 @@ class TrialResult(_Model):
         list[dict[str, Any]],
         Field(
             description="what the trusted client layer saw of the agent's endpoint and did about it: "
-            "{'kind' (text_tool_calls|server_parse_error|reasoning_stripped), 'detail', 'step'}"
+            "{'kind' (text_tool_calls|server_parse_error|reasoning_stripped|request_refused|...), 'detail', "
+            "'step'}; request_refused also has 'status'"
         ),
     ] = Field(default_factory=list)
     endpoint_problem: Annotated[
@@ -427,6 +428,7 @@ class RoundRecord(TypedDict, total=False):
     commit: str  #: the accepted commit
     decision: dict[str, Any]  #: the acceptance rule's fields (`gate.acceptance.Decision.fields`)
     reused_validation: str  #: the earlier validation this candidate's bytes reused
+    model_overridden: int  #: trials of its validation in which the candidate asked for another model
     steps: list[dict[str, Any]]  #: instance-level rounds: one entry per spec patched
     proposals: list[dict[str, Any]]  #: alternatives rounds: one entry per proposal
     cost: dict[str, Any]  #: tokens and USD per role (`evolve.cost`)

@@ -119,6 +119,13 @@ def answer_keys() -> list[str]:
     )
 
 
+def preflight_request() -> dict[str, Any] | None:
+    """The installed suite's pre-flight request shape (`hookspecs.ecdysis_preflight_request`), or None when
+    no suite gives one."""
+    result: dict[str, Any] | None = plugin_manager().hook.ecdysis_preflight_request()
+    return result
+
+
 #: The strategies this package ships (`pytest_ecdysis/diagnose/strategies/`, one module each).
 BUILTIN_STRATEGIES = ("ecdysis", "ecdysis-nofdcr", "self-evolution", "harnessfix", "self-harness")
 

@@ -8,7 +8,9 @@ or base URL) used to fail every trial the same way, and each failure was read as
 any trial and before any role call of an evolution, `run/controller.prepare` sends each distinct model of
 the session that is not `sim...` (agent, user simulator, diagnosis when evolving, `--ecdysis-test-model`)
 one request of the suite's shape: one user message, one function tool with a JSON-schema `parameters`
-object, `tool_choice: "auto"`, `max_tokens` `MAX_TOKENS`. The reply is one of `OUTCOMES`:
+object, a `tool_choice`, `max_tokens` `MAX_TOKENS`. The shape comes from the installed suite
+(`core.hookspecs.ecdysis_preflight_request`: the τ² suite gives one of τ²'s own tool schemas), checked by
+`shape`; with no suite that gives one, `TOOL`, `"auto"` and `MESSAGES`. The reply is one of `OUTCOMES`:
 
 | outcome | what came back | what to change |
 | --- | --- | --- |
@@ -44,6 +46,7 @@ from typing import Any
 
 import httpx2
 
+from pytest_ecdysis.core.errors import UsageError
 from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport
 from pytest_ecdysis.endpoint.refusals import (
     CONTENT_FILTER,
@@ -71,8 +74,8 @@ OUTCOMES = (
     "transient",
 )
 
-#: The suite's tool shape: a τ² function tool as τ²'s `Tool.openai_schema` writes it (airline's
-#: `get_reservation_details`), so a server that refuses the suite's tools refuses this one.
+#: The tool shape when no installed suite gives one (`shape`): an OpenAI function tool with a JSON-schema
+#: `parameters` object, as τ²'s `Tool.openai_schema` writes one (airline's `get_reservation_details`).
 TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -88,6 +91,59 @@ TOOL: dict[str, Any] = {
     },
 }
 MESSAGES = [{"role": "user", "content": "Please look up reservation 8JX2WO."}]
+
+
+def shape(given: dict[str, Any] | None) -> dict[str, Any]:
+    """The pre-flight request's `{"tools", "tool_choice", "messages"}`: what a suite gave
+    (`ecdysis_preflight_request`: `tools` one or more OpenAI function tools, `tool_choice` optional, default
+    `"auto"`, `messages` optional, default `MESSAGES`), else `[TOOL]`, `"auto"`, `MESSAGES`.
+
+    Raises:
+        UsageError: a suite gave a shape that is not one (naming what is wrong), so the pre-flight would
+            check something else than the trials send.
+    """
+    if given is None:
+        return {"tools": [TOOL], "tool_choice": "auto", "messages": MESSAGES}
+    bad = _shape_problem(given)
+    if bad is not None:
+        raise UsageError(
+            f"the suite's pre-flight request (ecdysis_preflight_request) {bad}; it must be "
+            '{"tools": [{"type": "function", "function": {"name": ..., "parameters": {...}}}], '
+            '"tool_choice": "auto"}: fix the suite\'s hook, or pass --ecdysis-preflight off'
+        )
+    return {
+        "tools": given["tools"],
+        "tool_choice": given.get("tool_choice", "auto"),
+        "messages": given.get("messages", MESSAGES),
+    }
+
+
+def _is_function_tool(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return (
+        tool.get("type") == "function"
+        and isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+        and isinstance(function.get("parameters"), dict)
+    )
+
+
+def _shape_problem(given: Any) -> str | None:
+    """What is wrong with a suite's pre-flight shape (the start of a sentence), or None."""
+    if not isinstance(given, dict):
+        return f"is a {type(given).__name__}, not a dict"
+    tools = given.get("tools")
+    if not isinstance(tools, list) or not tools:
+        return "has no `tools` list"
+    for i, tool in enumerate(tools):
+        if not _is_function_tool(tool):
+            return f"has a tool ({i}) that is not a function tool with a name and a `parameters` object"
+    if not isinstance(given.get("tool_choice", "auto"), str | dict):
+        return "has a `tool_choice` that is neither a string nor an object"
+    messages = given.get("messages", MESSAGES)
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        return "has `messages` that are not a list of message objects"
+    return None
 
 
 @dataclass(frozen=True)
@@ -222,6 +278,7 @@ def check_model(
     text_tool_calls: str = "reject",
     transport: httpx2.BaseTransport | None = None,
     backoff_s: float = 0.5,
+    request: dict[str, Any] | None = None,
 ) -> Check:
     """One model's pre-flight request and its `Check` (never raises for what the endpoint does).
 
@@ -230,7 +287,10 @@ def check_model(
         call_timeout_s: seconds the whole reply may take (`--ecdysis-limits call-timeout`).
         max_retries: retries after 429/5xx and refused connections (`--ecdysis-limits max-retries`).
         transport: the network transport (tests pass `httpx2.MockTransport`).
+        request: the suite's shape, `{"tools", "tool_choice", "messages"}` as `shape` returns it (None:
+            `shape(None)`, the fallback).
     """
+    request = request or shape(None)
     started = time.monotonic()
     budget = Budget(call_timeout_s * (max_retries + 1) + 30.0, label="pre-flight")
     deadline = DeadlineTransport(
@@ -243,9 +303,9 @@ def check_model(
     )
     body = {
         "model": model,
-        "messages": MESSAGES,
-        "tools": [TOOL],
-        "tool_choice": "auto",
+        "messages": request["messages"],
+        "tools": request["tools"],
+        "tool_choice": request["tool_choice"],
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
     }

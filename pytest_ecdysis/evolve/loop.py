@@ -386,6 +386,8 @@ class Evolution:
             }, None
         if val.get("reused_validation"):
             out["reused_validation"] = val["reused_validation"]
+        if val.get("model_overridden"):  # the candidate asked for another model: the verdict says so
+            out["model_overridden"] = int(val["model_overridden"])
         return accept_stage(
             self, spec, worktree, adir, base, val, out, label=label, run_id=run_id, title=title
         )

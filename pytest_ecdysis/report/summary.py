@@ -117,6 +117,8 @@ def summary_lines(
             f"user simulator aborts (###OUT-OF-SCOPE###; scored as τ² does, kept out of evidence): "
             f"{', '.join(summary['user_aborts'])}"
         )
+    if summary.get("endpoint_refusal"):
+        lines.append(f"ENDPOINT: {summary['endpoint_refusal']}")
     if groups:
         lines.append(f"top failure groups ({len(groups)} in all, cross-task first):")
         for g in groups[:TOP_GROUPS]:
@@ -204,6 +206,8 @@ def summary_markdown(
             "user simulator aborts (`###OUT-OF-SCOPE###`, kept out of evidence): "
             + ", ".join(f"`{t}`" for t in summary["user_aborts"]),
         ]
+    if summary.get("endpoint_refusal"):
+        out += ["", f"> **Endpoint:** {summary['endpoint_refusal']}"]
     if groups:
         out += ["", "| failure group | cross-task | records | tasks |", "|---|---|---:|---:|"]
         out += [

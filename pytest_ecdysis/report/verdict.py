@@ -9,6 +9,7 @@ with an `ecdysis verdict` section:
 - evolution: how many rounds were accepted and the scores; the branch and how to see it, or why no
   branch was made (each round's outcome); or why the loop stopped and how to resume;
 - gate: PASSED / FAILED / REFUSED and why;
+- a round whose candidate asked for another model than the configured one (`model_override_lines`);
 - either way: what the failed trials above are, whether harness code ran without the OS sandbox (and what
   only the sandbox stops), the exit status, and where the files are.
 
@@ -72,6 +73,7 @@ def evolution_lines(
         head += "; test split not scored (--ecdysis-test-trials 0)"
     out = [(head, "green" if doc.get("branch") else "yellow")]
     out += decided_by(doc)
+    out += model_override_lines(doc)
     gap = test.get("gap") or {}
     if gap.get("said"):
         out.append((f"read before merging: {gap['line']}", "yellow"))
@@ -109,6 +111,38 @@ def evolution_lines(
             or "no round ran"
         )
         out.append((f"no branch was made: no round {_criterion(doc)}: {why}", "yellow"))
+    return out
+
+
+def model_override_lines(doc: dict[str, Any]) -> list[Line]:
+    """One line per round (or instance-level step) whose candidate asked for another model than the
+    configured one during its validation (`RoundRecord.model_overridden`: trials with the trusted side's
+    `model_overridden` note; those calls were made with the configured model, so the score is that model's).
+    An accepted one is on the branch, and outside pytest-ecdysis its harness would ask for that model."""
+    model = doc.get("model") or "?"
+    out: list[Line] = []
+    for r in doc.get("rounds") or []:
+        for where, rec in [(f"round {r.get('round')}", r)] + [
+            (f"round {r.get('round')} step {st.get('step')}", st) for st in r.get("steps") or []
+        ]:
+            n = int(rec.get("model_overridden") or 0)
+            if not n:
+                continue
+            if rec.get("accepted") or rec.get("outcome") == "accepted":
+                tail = (
+                    "; its change is on the branch, and outside pytest-ecdysis that harness would ask for "
+                    "the other model: remove that from it before merging"
+                )
+            else:
+                tail = f" ({OUTCOME_TEXT.get(rec.get('outcome'), rec.get('outcome'))})"
+            out.append(
+                (
+                    f"model override: {where}'s candidate asked for another model than the configured {model} "
+                    f"in {n} validation trial(s); those calls were made with {model}, so its score is "
+                    f"{model}'s{tail}",
+                    "yellow",
+                )
+            )
     return out
 
 

@@ -80,17 +80,20 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
 
 
 def check_endpoint(cfg: EcdysisConfig, state: EcdysisState) -> None:
-    """The endpoint's pre-flight (`endpoint.preflight`): one call per configured model that is not `sim...`.
+    """The endpoint's pre-flight (`endpoint.preflight`): one call per configured model that is not `sim...`,
+    with the installed suite's tool shape (`core.registry.preflight_request`; the pre-flight's own without).
 
     Passed: its lines (the cost, each model's wall-clock) are printed at session start and `PREFLIGHT_DONE`
     is set for the sub-runs. A configuration problem: `preflight.json` in the run directory (the only file
     written) and a UsageError naming what to change.
 
     Raises:
-        UsageError: a model's check found a configuration problem (or timed out).
+        UsageError: a model's check found a configuration problem (or timed out), or the suite's shape is
+            not one (`endpoint.preflight.shape`).
     """
+    from pytest_ecdysis.core.registry import preflight_request
     from pytest_ecdysis.core.rundir import write_json
-    from pytest_ecdysis.endpoint.preflight import as_json, check_models, refusal, report
+    from pytest_ecdysis.endpoint.preflight import as_json, check_models, refusal, report, shape
 
     base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     checks = check_models(
@@ -100,6 +103,7 @@ def check_endpoint(cfg: EcdysisConfig, state: EcdysisState) -> None:
         call_timeout_s=cfg.call_timeout_s,
         max_retries=cfg.max_retries,
         text_tool_calls=cfg.text_tool_calls,
+        request=shape(preflight_request()),  # the suite's tool shape (a UsageError when it is not one)
     )
     said = refusal(checks)
     if said:

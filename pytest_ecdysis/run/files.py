@@ -61,9 +61,15 @@ def aggregate(
     `suspects`: `{task key: reason}` of tasks that fail identically under every configuration seen
     (`evidence.suspects`); their records are kept out of the evidence (`kept_out: "suspect_task"`), the
     tasks join `suspect_tasks` and the reasons are `suspect_reasons`. Tasks all of whose trials failed
-    with one signature carry it as `tasks[key]["failure"]` (a baseline keeps it for the next run)."""
+    with one signature carry it as `tasks[key]["failure"]` (a baseline keeps it for the next run).
+
+    Trials the endpoint refused alike on their first request, every scored one of them
+    (`evidence.first_refusal`), are first changed in place into infrastructure errors; `endpoint_refusal`
+    is then the line naming the refusal (else None)."""
+    from pytest_ecdysis.evidence.first_refusal import reclassify
     from pytest_ecdysis.evidence.suspects import identical_failures, keep_out, suspect_across
 
+    endpoint_refusal = reclassify(trials)  # in place: the same first refusal everywhere is the endpoint's
     suspects = {**suspect_across([trials], threshold), **(suspects or {})}
     suites = sorted({t.suite for t in trials})
     block = metrics.score_block(
@@ -106,6 +112,7 @@ def aggregate(
         ),
         suspect_reasons=dict(sorted(suspects.items())),
         user_aborts=[f"{metrics.task_key(t)}/t{t.trial}" for t in trials if t.user_abort],
+        endpoint_refusal=endpoint_refusal,
     )
     return block, tri, groups
 

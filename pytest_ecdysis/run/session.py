@@ -330,7 +330,11 @@ def terminal_summary(terminalreporter: Any, state: EcdysisState) -> None:
     for line in report.summary_lines(
         outcome.summary, outcome.groups, outcome.summary.get("gate"), outcome.problems
     ):
-        red = line.startswith("PROBLEM") or line.startswith("gate FAILED") or line.startswith("gate REFUSED")
+        red = (
+            line.startswith(("PROBLEM", "ENDPOINT"))
+            or line.startswith("gate FAILED")
+            or line.startswith("gate REFUSED")
+        )
         tr.write_line(line, red=red, green=line.startswith("gate PASSED"))
     if outcome.run_path is not None:
         tr.write_line(f"run directory: {outcome.run_path}")

@@ -40,6 +40,10 @@ from pytest_ecdysis.core.errors import InfrastructureError, UsageError
 ENV_ON = "ECDYSIS_SANDBOX"
 ENV_WHY = "ECDYSIS_SANDBOX_WHY"
 ENV_HIDE = "ECDYSIS_SANDBOX_HIDE"
+#: `<copy><os.pathsep><checkout>`: a validation sub-run's private copy of the checkout and the checkout's own
+#: path (`validate.subrun.run_suite`); inside the sandbox every bound path under the copy is seen at the
+#: checkout's path (`inside`), so harness code cannot tell validation from a plain run by its paths.
+ENV_AT = "ECDYSIS_SANDBOX_AT"
 MODES = ("auto", "on", "off")
 INSTALL = "apt-get install bubblewrap"
 #: Files and directories of the home directory that hold credentials or other runs' ledgers: covered.
@@ -175,6 +179,23 @@ def export(decision: Decision) -> None:
     os.environ[ENV_WHY] = decision.why
 
 
+def relocation() -> tuple[Path, Path] | None:
+    """(the private copy, the checkout it copies) of a validation sub-run (`ENV_AT`), or None."""
+    copy, sep, checkout = os.environ.get(ENV_AT, "").partition(os.pathsep)
+    if not sep or not copy.startswith("/") or not checkout.startswith("/"):
+        return None
+    return Path(copy), Path(checkout)
+
+
+def inside(path: Path) -> Path:
+    """Where harness code in the sandbox sees `path`: at the checkout's own path when `path` lies in a
+    validation sub-run's private copy (`relocation`), else `path` itself."""
+    at = relocation()
+    if at is None or not Path(path).is_relative_to(at[0]):
+        return Path(path)
+    return at[1] / Path(path).relative_to(at[0])
+
+
 def hidden_paths() -> list[Path]:
     return [Path(p) for p in os.environ.get(ENV_HIDE, "").split(os.pathsep) if p]
 
@@ -189,8 +210,9 @@ def wrap_command(
     command: list[str], *, visible: list[Path], scratch: Path, hide: Sequence[Path] = (), force: bool = False
 ) -> list[str]:
     """`command` run inside the sandbox when it is enabled (or `force`), else `command` unchanged; `hide`
-    adds paths to `ECDYSIS_SANDBOX_HIDE`'s (the caller's own gold data). Shape: `[bwrap, args..., "--",
-    *command]`."""
+    adds paths to `ECDYSIS_SANDBOX_HIDE`'s (the caller's own gold data). A `visible` path in a validation
+    sub-run's private copy is bound where `inside` says (the checkout's own path); the caller gives `command`
+    and its environment in those terms. Shape: `[bwrap, args..., "--", *command]`."""
     if not (force or enabled()):
         return command
     bwrap = shutil.which("bwrap") or "bwrap"
@@ -218,18 +240,50 @@ def wrap_command(
     # (a pip install into the base Python could hold another τ² and its gold tasks)
     hide = [*hide, *stray_site_dirs([*SYSTEM_DIRS, *map(str, interpreter_paths())], visible)]
     covered = [p for p in _covered() if p.exists()]
-    inside = [b for b in bound if any(b.is_relative_to(c) for c in covered)]  # a venv under ~/.cache
+    under_covered = [b for b in bound if any(b.is_relative_to(c) for c in covered)]  # a venv under ~/.cache
     # bound back after /tmp was emptied; the caches and credentials covered, what is needed inside them
     # bound again; the run directories and gold data covered last (a visible tree may contain them)
-    args += [a for path in [*bound] for a in ("--ro-bind", str(path), str(path))]
+    binds, rebuilt = _binds(bound)
+    args += binds
     args += _cover(covered)
-    args += [a for path in inside for a in ("--ro-bind", str(path), str(path))]
+    args += [a for path in under_covered for a in ("--ro-bind", str(path), str(inside(path)))]
     hidden = [*hidden_paths(), *hide]
     args += _cover(hidden)
     # the covering tmpfs made read-only (after what is bound inside them): a write fails, as elsewhere
     args += [a for path in [*covered, *hidden] if path.is_dir() for a in ("--remount-ro", str(path))]
+    args += [a for path in rebuilt for a in ("--remount-ro", str(path))]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch), "--"]
     return args + command
+
+
+def _binds(bound: list[Path]) -> tuple[list[str], list[Path]]:
+    """bwrap arguments binding each of `bound` read-only where `inside` puts it, parents first, and the
+    directories rebuilt. A relocated directory (a validation sub-run's copy seen at the checkout's path) with
+    another bound path beneath its destination (a venv inside the checkout) is rebuilt: an empty tmpfs at the
+    destination holding a bind of each of its entries (symlinks as symlinks), since a read-only bind could
+    not hold that mount point; the caller makes it read-only once everything is bound (returned: the
+    destinations rebuilt)."""
+    pairs = sorted(((p, inside(p)) for p in bound), key=lambda pair: len(pair[1].parts))
+    dests = [dest for _, dest in pairs]
+    out: list[str] = []
+    rebuilt: list[Path] = []
+
+    def emit(src: Path, dest: Path) -> None:
+        below = any(d != dest and d.is_relative_to(dest) for d in dests)
+        if src == dest or not below or src.is_symlink() or not src.is_dir():
+            out.extend(("--ro-bind", str(src), str(dest)))
+            return
+        out.extend(("--tmpfs", str(dest)))
+        rebuilt.append(dest)
+        for entry in sorted(src.iterdir()):
+            if entry.is_symlink():
+                out.extend(("--symlink", os.readlink(entry), str(dest / entry.name)))
+            else:
+                emit(entry, dest / entry.name)
+
+    for src, dest in pairs:
+        emit(src, dest)
+    return out, rebuilt
 
 
 def _system_binds() -> list[str]:

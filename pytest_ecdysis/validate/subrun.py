@@ -10,8 +10,10 @@ only the harness directory replaced by the candidate's bytes, files read-only, `
 cwd, arguments and `PYTHONPATH` point into that copy, never into the live checkout. Its run directory and
 `pytest.log` are written in the same private temporary directory and copied into `run_dir` by the
 controller after the process (and its process group) ended, so no path of the outer run is in the
-sub-run's arguments, environment or open files. The copy is checked file by file afterwards; a change is
-an `IntegrityError`.
+sub-run's arguments, environment or open files (one exception: with the sandbox on, `ECDYSIS_SANDBOX_AT`
+names the checkout, where harness processes see the copy: `validate.sandbox.inside`, so a harness cannot
+tell validation from a plain run by its own paths). The copy is checked file by file afterwards; a change
+is an `IntegrityError`.
 
 Its arguments and environment are `validate.setup`'s; its results are read back from its run directory
 (`validate.results`): `trials.jsonl` must parse line by line as trial results and agree with `summary.json`,
@@ -39,6 +41,7 @@ from pytest_ecdysis.core.errors import RunDirError
 from pytest_ecdysis.core.secrets import redact, redact_tree
 from pytest_ecdysis.edit.editors import import_check
 from pytest_ecdysis.validate.results import disagreement, read_run
+from pytest_ecdysis.validate.sandbox import ENV_AT as SANDBOX_AT
 from pytest_ecdysis.validate.sandbox import SandboxStartError, start_failure
 from pytest_ecdysis.validate.sandbox import enabled as sandbox_enabled
 from pytest_ecdysis.validate.setup import (
@@ -135,6 +138,8 @@ def run_suite(
             mapped = trusted.map_path(cwd)
             run_cwd = tree / mapped.relative_to(trusted.pristine) if mapped is not None else tree
             env["PYTHONPATH"] = os.pathsep.join(str(tree / p) for p in trusted.pythonpath)
+            if sandbox_enabled():  # harness code sees the copy at the checkout's own paths
+                env[SANDBOX_AT] = f"{tree}{os.pathsep}{trusted.checkout}"
             _read_only(tree)
         code, wall, log_text = _run(args, run_cwd, env, private / "pytest.log", on_start)
         (run_dir / "pytest.log").write_text(redact(log_text))

@@ -105,7 +105,9 @@ def check_harness(harness_dir: Path) -> str | None:
         except UsageError as exc:
             return str(exc)
         return None
-    reply = agent_process(harness_dir).request({"op": "check", "harness_dir": str(harness_dir)})
+    server = agent_process(harness_dir)
+    server.ensure()  # started (sandboxed or not) before the path it is told is chosen
+    reply = server.request({"op": "check", "harness_dir": str(server.child_harness_dir)})
     return reply.get("message") or "the harness failed to import" if reply.get("op") == "error" else None
 
 
@@ -154,11 +156,12 @@ def build_agent(
             self.infra: BaseException | None = None  # what the trial side saw on the wire
             self.format_error: EndpointFormatError | None = None  # an unusable reply the trial side saw
             self.unusable: UnusableReplyError | None = None  # the last call's reply was not a chat completion
-            self.link = agent_process(harness_dir).connect(domain)
+            server = agent_process(harness_dir)
+            self.link = server.connect(domain)
             self.request(
                 {
                     "op": "start",
-                    "harness_dir": str(harness_dir),
+                    "harness_dir": str(server.child_harness_dir),
                     "domain": domain,
                     "model": model,
                     "max_steps_hint": max_steps_hint,

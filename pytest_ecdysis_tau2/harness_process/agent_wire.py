@@ -110,6 +110,14 @@ class AgentProcess(_Wire):
         self.sandboxed = False  # the running server was started under bubblewrap
         self.limits: Any = None  # its `limits.Limits`, set at start
 
+    @property
+    def child_harness_dir(self) -> Path:
+        """The harness directory as the child sees it (`validate.sandbox.inside`: a validation sub-run's copy
+        at the checkout's own path when the running server is sandboxed)."""
+        from pytest_ecdysis.validate.sandbox import inside
+
+        return inside(self.harness_dir) if self.sandboxed else self.harness_dir
+
     def fds(self) -> tuple[int, int]:
         proc = self.proc or self.ensure()
         assert proc.stdout is not None and proc.stdin is not None, "the server is started with pipes"
@@ -154,17 +162,24 @@ class AgentProcess(_Wire):
     def _spawn(self) -> None:
         from pytest_ecdysis.validate.limits import from_env as limits_from_env
         from pytest_ecdysis.validate.limits import protect_this_process
-        from pytest_ecdysis.validate.sandbox import hidden_paths, wrap_command
+        from pytest_ecdysis.validate.sandbox import enabled, hidden_paths, inside, wrap_command
 
         protect_this_process()  # this process's environment (keys) unreadable by the child's user
         from .. import SUITE_ROOT as package_root
 
         env = child_env(os.environ)
-        # this process's own import path (trusted: harness code never ran here), the suite's root first
-        path = [str(package_root), *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))]
+        # this process's own import path (trusted: harness code never ran here), the suite's root first;
+        # not the interpreter's bin directory (`pytest` puts it first, `python -m pytest` does not)
+        bin_dir = os.path.dirname(os.path.abspath(sys.executable))
+        path = [
+            str(package_root),
+            *(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p) and p != bin_dir),
+        ]
+        seen = inside if enabled() else Path  # in a validation sub-run: the checkout's own paths
         env.update(
-            PYTHONPATH=os.pathsep.join(dict.fromkeys(path)),
+            PYTHONPATH=os.pathsep.join(dict.fromkeys(str(seen(Path(p))) for p in path)),
             PYTHONDONTWRITEBYTECODE="1",
+            PYTHONNOUSERSITE="1",  # as in validation sub-runs, so a plain run's child starts the same
             LITELLM_LOCAL_MODEL_COST_MAP="True",
         )
         self.limits = limits_from_env()
@@ -240,7 +255,7 @@ class AgentProcess(_Wire):
         with self.lock:
             self.ensure()
             for op, key, value in (
-                ("check", "harness_dir", str(self.harness_dir)),
+                ("check", "harness_dir", str(self.child_harness_dir)),
                 ("domain", "domain", domain),
             ):
                 if value not in self.warm:

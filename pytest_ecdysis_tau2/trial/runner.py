@@ -26,7 +26,9 @@ parametrises, calls this, and records the result). It never raises for a trial o
 Blame is read from the server's words, not its status code (`_refused`, `endpoint.refusals`): a refusal
 naming a server setting (tools or tool choice not enabled), a provider policy (a content filter) or the
 tool-call ids the server generated itself would repeat for any harness, so it is `infrastructure_error`
-naming what to change, never evidence. Every message says whose call it was (the agent's or the user
+naming what to change, never evidence. A refusal blamed on the harness is noted (`refusal_note`:
+endpoint note `request_refused`) so that the session can read it across trials: the same refusal of every
+trial's first request is the endpoint's (`pytest_ecdysis.evidence.first_refusal`). Every message says whose call it was (the agent's or the user
 simulator's).
 
 The reward comes from the scorer subprocess (`scorer.py`), which never imports harness code. τ² scores 0
@@ -187,6 +189,8 @@ def run_trial(
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
         reason, error = classify(exc, budget, spec, endpoint_log.server_ids)
+        if refused := refusal_note(exc, reason, endpoint_log.calls):
+            endpoint_log.notes.append(refused)
         simulation = None
     finally:
         getattr(agent, "close", lambda: None)()  # the trial's harness process, however the trial ended
@@ -335,6 +339,24 @@ def _refused(
         f"model endpoint {where} answered {call} with HTTP {exc.status_code} "
         f"after {budget.retries} retries: {words}"
     )
+
+
+def refusal_note(exc: BaseException, reason: TerminationReason, calls: int) -> dict[str, Any] | None:
+    """The endpoint note of an agent request the server refused and the trial blamed on the harness
+    (`agent_error`), else None: `{"kind": "request_refused", "detail": "HTTP <status>: <server's words>",
+    "step": <1-based agent call>, "status": <status>}`. The session reads it across trials
+    (`pytest_ecdysis.evidence.first_refusal`): the same refusal of every trial's first request would repeat
+    for any harness."""
+    if isinstance(exc, InfrastructureError) and isinstance(exc.__cause__, openai.APIError):
+        exc = exc.__cause__
+    if reason != "agent_error" or not isinstance(exc, openai.APIStatusError) or _role(exc) == "user":
+        return None
+    return {
+        "kind": "request_refused",
+        "detail": f"HTTP {exc.status_code}: {_words(exc)}",
+        "step": calls,
+        "status": exc.status_code,
+    }
 
 
 def _words(exc: Any) -> str:

@@ -1,4 +1,4 @@
-"""The harness's agent behind the process boundary (issue 13 item 2): what harness code does in its child
+"""The harness's agent behind the process boundary: what harness code does in its child
 process cannot reach the reward, the trial record or the classification of an ending.
 
 Real τ² trials through the suite's runner, scripted endpoints (no network): an infrastructure error is

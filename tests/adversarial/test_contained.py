@@ -1,4 +1,4 @@
-"""The editor contained like a harness, and no secret in any file the tool writes (issue 27, items 5-6).
+"""The editor contained like a harness, and no secret in any file the tool writes.
 
 Scripted `cmd:` editors against the tiny suite of `test_routes` in a temporary git repository, run the way
 users run evolution: a `setsid` daemon ends with the editor; an fsmonitor and a hook planted in the shared

@@ -1,4 +1,4 @@
-"""Acceptance a candidate cannot game: each route of issue 13 as a scripted `cmd:` editor (or the harness it
+"""Acceptance a candidate cannot game: each route to a false acceptance as a scripted `cmd:` editor (or the harness it
 writes) against a tiny suite in a temporary git repository, run the way users run evolution.
 
 The suite has four tasks; task i is solved when the harness constant `LEVEL` > i (score LEVEL/4), and a

@@ -1,4 +1,4 @@
-"""The OS sandbox and the per-process bounds of harness code (issue 27, items 1, 2, 5 and 7): the default
+"""The OS sandbox and the per-process bounds of harness code: the default
 (`--ecdysis-sandbox auto`) decides once, says so when harness code runs with the user's rights, refuses
 `on` where bubblewrap cannot start, starts a venv that lives under /tmp, reports a sandbox that does not
 start as an infrastructure error, and bounds memory and CPU time with and without bubblewrap.
@@ -89,7 +89,7 @@ def test_on_without_bubblewrap_is_a_usage_error_before_any_trial(
 
 
 def test_a_venv_under_tmp_starts_in_the_sandbox(tmp_path: Path) -> None:
-    """A venv under /tmp (what every candidate's sub-run ran from in issue 27, item 8): its interpreter
+    """A venv under /tmp (where every candidate's sub-run once ran from, and broke): its interpreter
     starts in the sandbox, because the prefixes are bound back after /tmp is emptied."""
     need_bwrap()
     venv = tmp_path / "venv"

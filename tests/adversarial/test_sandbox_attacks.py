@@ -1,4 +1,4 @@
-"""Scripted attacker harnesses against the sandbox and the bounds (issue 27, items 5 and 7), on real τ²
+"""Scripted attacker harnesses against the sandbox and the bounds, on real τ²
 trials: each kind the sandbox alone stops (ancestors' environments, the ground-truth endpoint over the
 network, writes into the venv, τ²'s package and the user's cache, τ²'s task files, a directory beside the checkout) and each bound (a 4 GB
 allocation, a CPU spin).
@@ -233,7 +233,7 @@ def test_attacks_on_a_sandboxed_run(
     assert notes["gold"]["bytes"] <= 0
     assert notes["reads"]["seen"] == [], notes[
         "reads"
-    ]  # the suite root's parent was bound before (issue 34's move)
+    ]  # the suite root's parent was bound before the suites moved into the package
     assert trial["reward"] == 0.0  # an idle agent on task 3
     leaked = [p for p in run_dir.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
     assert leaked == []

@@ -1,4 +1,4 @@
-"""The static check reads code, not literal strings: each obfuscation route of issue 13 is flagged, the
+"""The static check reads code, not literal strings: each obfuscation route of a harness that reaches the reward is flagged, the
 example harness and every sim-editor recipe applied to it are clean, and what the base already did is not
 counted again."""
 

@@ -1,4 +1,4 @@
-"""The trusted side owns what is measured (issue 27, items 3-5): the model, the routing headers, the
+"""The trusted side owns what is measured: the model, the routing headers, the
 ground truth's credential, the scorer's code.
 
 Real τ² trials through the suite's runner against scripted endpoints (the requests as they left the trial
@@ -28,7 +28,7 @@ FAST = EndpointSettings(call_timeout_s=5.0, max_retries=1, trial_budget_s=60.0, 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pytest_ecdysis_tau2" / "example_harness"
 
 # A harness that asks for another model and another role and trial: through the client's `create`, and
-# through the protocol channel itself (past the child's own filter), as the attacks of issue 27 did.
+# through the protocol channel itself (past the child's own filter), as the scripted attacks on the trusted side did.
 GREEDY = """
 from tau2.agent.base import BaseAgent
 from tau2.data_model.message import AssistantMessage
@@ -109,7 +109,7 @@ def test_a_harness_cannot_choose_its_model_role_or_trial(
 def test_a_stronger_profile_asked_by_the_harness_is_not_served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The attack of issue 27 (`model=self.model + "/strong"`) on the simulated model over HTTP: the trial
+    """The stronger-model attack (`model=self.model + "/strong"`) on the simulated model over HTTP: the trial
     is answered by the configured profile (its ground truth names it) and is the same trial, reward and
     messages, as the unchanged harness's."""
     from pytest_ecdysis.sim.client import fetch_ground_truth
@@ -175,7 +175,7 @@ POISON_SOURCE = "REWARD = 0.0\n"
 
 def _poisoned_package(root: Path) -> Path:
     """`victim/__init__.py` saying REWARD = 0.0, with a `__pycache__` entry compiled from `REWARD = 1.0` whose
-    header carries the source's mtime and size (what Python checks), as in issue 27's attack."""
+    header carries the source's mtime and size (what Python checks), as a planted bytecode attack does."""
     package = root / "victim"
     package.mkdir()
     source = package / "__init__.py"

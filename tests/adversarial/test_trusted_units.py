@@ -1,4 +1,4 @@
-"""Units of issue 27's trusted side, each tested on its own: redaction of known secrets, the static check's
+"""Units of the trusted side, each tested on its own: redaction of known secrets, the static check's
 alias following, the git commands' fixed configuration, the sub-run environment scrub, the agreement of
 `trials.jsonl` with `summary.json`, and the suspect-task cache verified when read."""
 

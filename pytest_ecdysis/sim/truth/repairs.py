@@ -7,8 +7,9 @@ the model emitted (the server keeps each agent reply's tool call: `note_emitted`
 suite sends the executed calls of its trajectory with the ground-truth request) shows it.
 
 For each ground-truth entry that bent an argument (`tool` and `arg` set, fired at agent request `step`),
-let `w` be the value the model emitted there (the tool call of the reply to request `step`) and `g` the
-plan's value (the plan step of that tool whose arguments the emitted call matches best). Then:
+let `w` be the value the model emitted there (the first call of that tool in the replies to request `step`
+or later: a model that first reads the details back for the user's confirmation emits the call a turn after
+the value was drawn) and `g` the plan's value (the plan step of that tool whose arguments the emitted call matches best). Then:
 
 - the executed call with the emitted call's id carries `g` at `arg`: **repaired** (the harness rewrote it);
   it carries `w`: passed through; anything else: **altered** (rewritten, still wrong);
@@ -109,13 +110,15 @@ def _verdict(
     tool, path = entry.get("tool"), entry.get("arg")
     if not isinstance(tool, str) or not isinstance(path, str):  # not an entry about one argument of a call
         return None, False
-    sent = next(
-        ((cid, a) for cid, (e, a) in emitted.items() if e["step"] == entry.get("step") and e["name"] == tool),
-        None,
+    step = entry.get("step")
+    later = sorted(
+        (e["step"], cid, a)
+        for cid, (e, a) in emitted.items()
+        if e["name"] == tool and isinstance(step, int) and e["step"] >= step
     )
-    if sent is None:
+    if not later:
         return None, False
-    cid, sent_args = sent
+    _, cid, sent_args = later[0]
     if sent_args is None:
         return None, False
     wrong, gold = _at(sent_args, path), _gold(plan, tool, sent_args, path)

@@ -3,8 +3,9 @@ not hold, but that is one edit (or only case and spaces) away from exactly one v
 rewritten to that value and the rewrite is recorded as a harness note (`near_miss_repair`).
 
 Knows nothing of τ²'s domains: it reads the words of the messages the model was shown (user turns, tool
-results) and the values of the call. A benchmark harness (`benchmarks/sim_trials.py --harness`), not a
-shipped one: it measures which failures such a check cures.
+results) and the values of the call. Part of a benchmark harness
+(`benchmarks/near_miss_harness.py` copies it into a copy of the example), not a shipped one: it measures
+which failures such a check cures.
 """
 
 from __future__ import annotations
