@@ -232,7 +232,7 @@ def _gate(args: argparse.Namespace) -> int:
         missing=summary.get("missing", []),
         n_collected=int(summary.get("n_collected") or 0),
         baseline_path=str(args.baseline),
-        rule=args.accept,
+        rule="paired" if args.accept == "adaptive" else args.accept,
         method=args.accept_method,
         level=level,
         max_cost_rise=args.max_cost_rise,
@@ -325,10 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--accept",
-        choices=("strict", "paired", "sequential"),
+        choices=("strict", "paired", "sequential", "adaptive"),
         default="paired",
-        help="strict: fail on any drop beyond the tolerance; paired (and sequential, the same for the "
-        "gate): only on a significant one (as --ecdysis-accept; the default by the measured error "
+        help="strict: fail on any drop beyond the tolerance; paired (and sequential or adaptive, the same "
+        "for the gate): only on a significant one (as --ecdysis-accept; the default by the measured error "
         "rates, docs/benchmarks.md) (default: %(default)s)",
     )
     p.add_argument(

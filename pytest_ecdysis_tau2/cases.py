@@ -53,7 +53,7 @@ def generate_trials(metafunc: pytest.Metafunc, domain: str) -> None:
     params = [
         pytest.param((domain, task_id, k), id=f"{task_id}-t{k}", marks=pytest.mark.ecdysis_trial)
         for task_id in task_ids
-        for k in range(cfg.trials)
+        for k in range(cfg.trial_offset, cfg.trial_offset + cfg.trials)  # `--ecdysis-trial-offset`
     ]
     metafunc.parametrize(FIXTURE, params, indirect=True)
 

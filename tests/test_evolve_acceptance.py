@@ -248,8 +248,8 @@ def test_a_round_records_its_decision_under_paired(
 
 
 def test_rescore_plan() -> None:
-    """The incumbent is re-run beside each candidate unless the models are deterministic (simulated with a
-    fixed nonce) under `auto`; `always` and `never` force either way; the reason is said."""
+    """The incumbent is re-run beside each candidate under `auto` and `always`, also with a fixed nonce (the
+    rule does not change with it: the re-run is drawn from it, said); only `never` skips it."""
     from types import SimpleNamespace
 
     from pytest_ecdysis.evolve.paired import rescore_plan
@@ -258,9 +258,9 @@ def test_rescore_plan() -> None:
         return SimpleNamespace(rescore=rescore, model=model, user_model=model, sim_nonce=nonce)
 
     assert rescore_plan(cfg("auto"), {})[0] is True
-    reuse, why = rescore_plan(cfg("auto", nonce="ci"), {})
-    assert reuse is False and "fixed nonce ('ci')" in why
-    assert rescore_plan(cfg("auto"), {"ECDYSIS_SIM_NONCE": "x"})[0] is False
+    rerun, why = rescore_plan(cfg("auto", nonce="ci"), {})
+    assert rerun is True and "fixed nonce ('ci')" in why and "both runs drawn from it" in why
+    assert rescore_plan(cfg("auto"), {"ECDYSIS_SIM_NONCE": "x"})[0] is True
     assert rescore_plan(cfg("auto", model="gpt-4o", nonce="ci"), {})[0] is True  # a nonce fixes only sim
     assert rescore_plan(cfg("always", nonce="ci"), {})[0] is True
     assert rescore_plan(cfg("never"), {}) == (

@@ -36,6 +36,9 @@ CLI_CASES: dict[str, Case] = {
     "split": Case("all", {"split": "all"}, "dev", "--ecdysis-split must be one of train, test, all"),
     "tasks": Case("3, 7", {"tasks": ("3", "7")}, ",", "--ecdysis-tasks was given but names no task id"),
     "trials": Case("2", {"trials": 2}, "0", "--ecdysis-trials must be an integer >= 1, got 0"),
+    "trial-offset": Case(
+        "3", {"trial_offset": 3}, "-1", "--ecdysis-trial-offset must be an integer >= 0, got -1"
+    ),
     "threshold": Case("0.5", {"threshold": 0.5}, "1.5", "--ecdysis-threshold must be in [0.0, 1.0], got 1.5"),
     "harness": Case(
         "direct",
@@ -107,7 +110,7 @@ CLI_CASES: dict[str, Case] = {
         "strict",
         {"accept": "strict"},
         "lenient",
-        "--ecdysis-accept must be one of strict, paired, sequential",
+        "--ecdysis-accept must be one of strict, paired, sequential, adaptive",
         EVOLVE,
     ),
     "max-cost": Case(
@@ -215,8 +218,18 @@ INI_CASES: dict[str, Case] = {
         "t-test",
         "ini key ecdysis_accept_method must be one of sign, wilcoxon, bootstrap",
     ),
+    "accept-budget": Case(
+        "400",
+        {"accept_budget": 400},
+        "1",
+        "ini key ecdysis_accept_budget must be 0 (the default budget) or at least 2",
+    ),
     "accept-extra-trials": Case(
-        "2", {"accept_extra_trials": 2}, "-1", "ini key ecdysis_accept_extra_trials must be an integer >= 0"
+        "2",
+        {"accept_extra_trials": 2},
+        "-1",
+        "ini key ecdysis_accept_extra_trials must be an integer >= 0",
+        ("--ecdysis-evolve", "--ecdysis-accept", "sequential"),
     ),
     "gate-max-cost-rise": Case(
         "0.1", {"gate_max_cost_rise": 0.1}, "-0.1", "ini key ecdysis_gate_max_cost_rise must be >= 0.0"

@@ -25,7 +25,7 @@ SANDBOX_MODES = ("on", "auto", "off")
 #: model's edits, so there the sandbox is required (a runner where it cannot start fails the step); None =
 #: the plugin's default (`auto`).
 SANDBOX_DEFAULT = {"evolve": "on"}
-RULES = ("sequential", "paired", "strict")
+RULES = ("adaptive", "sequential", "paired", "strict")
 #: what a workflow passes for a pull request's token when it has none: an unset secret is an empty string.
 TOKEN_HINT = (
     "set `token:` to a token that may push and open pull requests, e.g. "

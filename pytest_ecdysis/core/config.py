@@ -25,6 +25,7 @@ from pytest_ecdysis.core.config_values import (
     DEFAULT_TRIAL_BUDGET_S,
     LIMITS,
     _ablate,
+    _accept_budget,
     _anchored,
     _choice,
     _extra_trials,
@@ -119,6 +120,8 @@ class EcdysisConfig:
     response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
     ablate: bool = False  # ini `ecdysis_ablate`
     accept_extra_trials: int = 0  # ini `ecdysis_accept_extra_trials`
+    accept_budget: int = 0  # ini `ecdysis_accept_budget`: adaptive trials per decision, 0 = the default
+    trial_offset: int = 0  # `--ecdysis-trial-offset`: the first trial index of each task
     cache_dir: Path | None = None
     uncacheable: tuple[str, ...] = ()
     max_cost_usd: float | None = None  # `--ecdysis-max-cost`: None = no limit
@@ -327,6 +330,10 @@ def read_config(config: Any) -> EcdysisConfig:
         accept_extra_trials=_extra_trials(
             raw["accept-extra-trials"], raw["accept"], decides=evolve or bool(raw["gate"])
         ),
+        accept_budget=_accept_budget(
+            raw["accept-budget"], raw["accept"], decides=evolve or bool(raw["gate"])
+        ),
+        trial_offset=_int("trial-offset", raw["trial-offset"], 0),
         cache_dir=Path(raw["cache-dir"]) if raw["cache-dir"] else None,
         uncacheable=tuple(x.strip() for x in str(raw["uncacheable"] or "").split(",") if x.strip()),
         sim_latency_s=_float("sim-latency", raw["sim-latency"], 0.0, None),

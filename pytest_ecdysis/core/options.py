@@ -70,6 +70,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("trials", "trials per task (default: 1)", "run", default="1", metavar="K"),
     Option(
+        "trial-offset",
+        "the first trial index of each task: trials K..K+N-1 (more trials of tasks already run; the "
+        "simulated model draws each index afresh) (default: 0)",
+        "run",
+        default="0",
+        metavar="K",
+    ),
+    Option(
         "threshold",
         "failure threshold λ on reward, in [0, 1] (default: 1.0)",
         "run",
@@ -210,14 +218,16 @@ OPTIONS: tuple[Option, ...] = (
     # acceptance
     Option(
         "accept",
-        "acceptance rule of evolution rounds and of the gate: 'sequential' (a first comparison that "
-        "may only reject, then confirmation trials until a sequential test at the level decides; the gate "
-        "judges it as 'paired'), 'paired' (a paired test over tasks at the level) or 'strict' (the paper's "
-        "rule: the suite score strictly rises / does not drop); tuned by the ini keys ecdysis_accept_level, "
-        "ecdysis_accept_method and ecdysis_accept_extra_trials (default: sequential, chosen by measured error "
-        "rates: docs/benchmarks.md)",
+        "acceptance rule of evolution rounds and of the gate: 'adaptive' (a betting test on paired trials "
+        "that adds trials to every task whose outcomes vary, up to ini ecdysis_accept_budget trials a "
+        "decision, with a final sign test there; the gate judges it as 'paired'), 'sequential' (a first "
+        "comparison that may only reject, then confirmation trials of the flipped tasks until a sequential "
+        "test decides), 'paired' (a paired test over tasks at the level) or 'strict' (the paper's rule: the "
+        "suite score strictly rises / does not drop); tuned by the ini keys ecdysis_accept_level, "
+        "ecdysis_accept_budget, ecdysis_accept_method and ecdysis_accept_extra_trials (default: adaptive, "
+        "chosen by its measured error rates on real τ² noise: docs/benchmarks.md)",
         "acceptance",
-        default="sequential",
+        default="adaptive",
         needs=EITHER,
         metavar="RULE",
     ),
@@ -463,6 +473,15 @@ INI_ONLY: tuple[Option, ...] = (
         "acceptance",
         default="sign",
         needs=EITHER,
+        cli=False,
+    ),
+    Option(
+        "accept-budget",
+        "adaptive acceptance: trials per decision, both harnesses, the starting comparison included; "
+        "fixed before the first trial (default: 0, meaning 20 per task, at most 1,200)",
+        "acceptance",
+        default="0",
+        needs=EVOLVE,
         cli=False,
     ),
     Option(

@@ -434,6 +434,7 @@ class RoundRecord(TypedDict, total=False):
     cost: dict[str, Any]  #: tokens and USD per role (`evolve.cost`)
     incumbent_run: dict[str, Any]  #: the incumbent's run the candidate was compared with (`evolve.paired`)
     confirmation: dict[str, Any] | None  #: `--ecdysis-accept sequential`: its looks (`evolve.confirm`)
+    looks: dict[str, Any]  #: `--ecdysis-accept adaptive`: its budget, looks and retry mark (`evolve.looks`)
     extra_trials: dict[str, Any]  #: `--ecdysis-accept-extra-trials` (`evolve.extra_trials`)
     ablation: dict[str, Any]  #: `--ecdysis-ablate`: changes, kept, dropped (`evolve.ablation`)
     candidate_score: float | None  #: the candidate's score before its ablation
@@ -478,6 +479,10 @@ class EvolutionRecord(TypedDict, total=False):
     rescore: str
     evidence: str
     accept_extra_trials: int
+    accept_budget: int  #: ini `ecdysis_accept_budget` (0: the default budget)
+    adaptive: dict[
+        str, Any
+    ]  #: the adaptive rule's decision budget and projection (`evolve.looks.plan_budget`)
     ablate: bool
     status: str  #: `running`, `finished`, `stopped_budget`
     start: HarnessPoint

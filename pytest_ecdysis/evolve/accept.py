@@ -20,8 +20,9 @@ from pytest_ecdysis.core.records import HarnessPoint, ModificationSpec, RoundRec
 from pytest_ecdysis.evolve.ablation import ablate_accepted, commit_lines
 from pytest_ecdysis.evolve.confirm import confirm
 from pytest_ecdysis.evolve.extra_trials import extra_trials
+from pytest_ecdysis.evolve.looks import adaptive_decide
 from pytest_ecdysis.gate.acceptance import decide
-from pytest_ecdysis.gate.rates import rates_short
+from pytest_ecdysis.gate.rates import leaderboard_short, rates_short
 from pytest_ecdysis.git import snapshot as gitsnapshot
 from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate.results import flips, infra_drift, read_run
@@ -73,7 +74,22 @@ def accept_stage(
     drift = infra_drift(before_summary, after_summary)
     if drift:  # not comparable: a candidate must not gain by turning failures into infrastructure errors
         return {**out, "outcome": "rejected", "reason": f"{drift}: not compared"}, None
-    if ev.cfg.accept == "sequential":  # the first comparison may only reject; then confirmation looks
+    if ev.cfg.accept == "adaptive":  # the starting comparison, then looks on every unsettled task
+        decision, out["looks"] = adaptive_decide(
+            ev,
+            worktree.harness_dir,
+            adir,
+            run_id,
+            label,
+            base,
+            before_trials,
+            after_trials,
+            before,
+            after,
+            val.get("reused_validation"),
+        )
+        out["wall_s"] = out.get("wall_s", 0.0) + out["looks"]["wall_s"]
+    elif ev.cfg.accept == "sequential":  # the first comparison may only reject; then confirmation looks
         decision, out["confirmation"] = confirm(
             ev,
             worktree.harness_dir,
@@ -87,6 +103,8 @@ def accept_stage(
             after,
             val.get("reused_validation"),
         )
+        looked = sum(float(x.get("wall_s") or 0.0) for x in (out["confirmation"] or {}).get("looks") or [])
+        out["wall_s"] = out.get("wall_s", 0.0) + looked
     else:
         decision = decide(
             ev.cfg.accept,
@@ -103,6 +121,7 @@ def accept_stage(
         )
         if extra is not None:
             out["extra_trials"] = extra
+            out["wall_s"] = out.get("wall_s", 0.0) + float(extra.get("wall_s") or 0.0)
     out["decision"] = decision.fields()
     verb = "accept" if decision.accepted else "inconclusive" if decision.inconclusive else "reject"
     cfg = ev.cfg
@@ -113,7 +132,7 @@ def accept_stage(
             "level": cfg.accept_level,
             "extra_trials": getattr(cfg, "accept_extra_trials", 0),
         }
-    )
+    ) or (leaderboard_short(cfg.accept) if cfg.accept == "adaptive" else "")
     ev.say(
         f"{label}: {decision.rule} rule{f' [{rates}]' if rates else ''}: {verb}: {compared(inc_run)}: "
         f"{decision.reason}"
@@ -137,7 +156,7 @@ def accept_stage(
         f"{title}: {spec.summary.strip()}\n\nsuite score {before:.4f} -> "
         f"{after:.4f} ({ev.cfg.split} split, {ev.cfg.trials} trial(s) per task)\n"
         f"acceptance: {decision.rule} rule; "
-        f"{decision.sequential.line() if decision.sequential else decision.test.line() if decision.test else ''}\n"
+        f"{_test_line(decision)}\n"
         f"{ablated}run {ev.state.run_id}, editor {ev.cfg.editor}, strategy {ev.cfg.strategy}\n"
     )
     assert ev.snapshot is not None
@@ -157,6 +176,14 @@ def accept_stage(
         "pass_hat_k": val.get("pass_hat_k"),
         "run_path": val["run_path"],
     }
+
+
+def _test_line(decision: Any) -> str:
+    """The deciding test's line for the commit message."""
+    for t in (decision.adaptive, decision.sequential, decision.test):
+        if t is not None:
+            return str(t.line())
+    return ""
 
 
 def compared(inc_run: dict[str, Any]) -> str:

@@ -4,8 +4,10 @@ After the starting run (tokens and model calls per trial measured there) `projec
 evolution can still spend, in model calls, tokens and USD, part by part:
 
 - trials per round: the validation sub-run (the starting run's trials), the incumbent's re-run beside it
-  when ini `ecdysis_rescore` re-scores (`evolve/paired.rescore_plan`), ini `ecdysis_accept_extra_trials` K for
-  both harnesses on every task (the most that can flip), and with ini `ecdysis_ablate` up to `MAX_CHANGES`
+  when ini `ecdysis_rescore` re-scores (`evolve/paired.rescore_plan`), the adaptive rule's budget less those
+  (`evolve/looks.py`; its budget is in turn cut to what `--ecdysis-max-cost` / `--ecdysis-max-tokens`
+  leave, `looks.affordable_trials`) or ini `ecdysis_accept_extra_trials` K for both harnesses on every task
+  (the most that can flip), and with ini `ecdysis_ablate` up to `MAX_CHANGES`
   re-validations; times the candidates a round validates (ini `ecdysis_self_evolution_cap`, ini `ecdysis_proposals`);
   each trial at the starting run's mean agent and user-simulator tokens and calls;
 - diagnosis per round: 3K+1 role calls and one spec repair (K = `--ecdysis-fdcr-passes`); call i (from 0)
@@ -147,7 +149,7 @@ def project(
         "editor": _sum([editor_bound(cfg, harness_dir, prices)], candidates),
         "validation": _trials(n_train * (1 + rescore) * candidates, t, cfg, prices),
         "confirmation": _trials(
-            2 * getattr(cfg, "accept_extra_trials", 0) * n_tasks * candidates, t, cfg, prices
+            _confirmation_trials(cfg, n_train, n_tasks, rescore) * candidates, t, cfg, prices
         ),
         "ablation": _trials(MAX_ABLATION * n_train if getattr(cfg, "ablate", False) else 0, t, cfg, prices),
     }
@@ -159,7 +161,20 @@ def project(
         "test": test,
         "total": _sum([rounds, test]),
         "start_run": _trials(n_train, t, cfg, prices),
+        "start_trials": n_train,
+        "candidates": candidates,
     }
+
+
+def _confirmation_trials(cfg: EcdysisConfig, n_train: int, n_tasks: int, rescore: bool) -> int:
+    """The most trials one decision adds after the validation (and the incumbent's re-run): under
+    `adaptive` its budget (`evolve.looks.configured_budget`) less those two runs; else ini
+    `ecdysis_accept_extra_trials` K for both harnesses on every task."""
+    if getattr(cfg, "accept", None) == "adaptive":
+        from pytest_ecdysis.evolve.looks import configured_budget
+
+        return max(0, configured_budget(cfg, n_tasks) - n_train * (1 + rescore))
+    return 2 * getattr(cfg, "accept_extra_trials", 0) * n_tasks
 
 
 def tokens_text(n: float) -> str:

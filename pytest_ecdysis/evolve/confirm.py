@@ -10,15 +10,15 @@ After each look the sequential test is taken again on all trial pairs; it stops 
 `DEFAULT_LOOKS`) are spent: then the outcome is `inconclusive`. Each look is checkpointed
 (`confirm/<j>.json`): Ctrl-C during a look and `--ecdysis-resume` redo only the unfinished look.
 
-No look is made when the models are deterministic (a rerun is byte-identical): the first comparison then
-decides alone. A broken look, or one with infrastructure errors, ends the confirmation (`inconclusive`,
+A look's trials take the trial indices after the ones compared so far (`--ecdysis-trial-offset`), so with a
+fixed simulated-model nonce they are fresh draws of it: the rule is the same with or without a fixed nonce.
+A broken look, or one with infrastructure errors, ends the confirmation (`inconclusive`,
 said). Only the controller runs this; harness code is imported only in sub-runs.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +28,7 @@ from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.rundir import read_json
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, paired_differences, paired_test, task_means
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs
 from pytest_ecdysis.git import worktree as gitworktree
@@ -91,17 +91,16 @@ def confirm(
     cfg = ev.cfg
     level = cfg.accept_level
     before, after = by_trial(before), by_trial(after)
-    fixed = deterministic(cfg, os.environ)
-    test = sequential_test(trial_pairs(before, after), level=level, can_confirm=not fixed)
+    test = sequential_test(trial_pairs(before, after), level=level)
     record: dict[str, Any] = {
-        "max_looks": 0 if fixed else looks_allowed(cfg),
+        "max_looks": looks_allowed(cfg),
         "looks": [],
         "trials": 0,
         "first": test.line(),
     }
     ev.say(f"{label}: first comparison (may only reject): {test.line()}")
     done = 0
-    for doc in [] if fixed or test.state != "continue" else earlier_looks(ev, reused):
+    for doc in [] if test.state != "continue" else earlier_looks(ev, reused):
         (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
         before, after = [*before, *by_trial(inc)], [*after, *by_trial(cand)]
         done += 1
@@ -114,7 +113,7 @@ def confirm(
             f"{label}: continuing the test of the earlier attempt(s) at this candidate ({done} look(s) "
             f"pooled): {test.line()}"
         )
-    stopped = f"no look: {fixed}" if fixed else ""
+    stopped = ""
     for j in range(1, record["max_looks"] + 1):
         if test.state != "continue":
             break
@@ -122,7 +121,7 @@ def confirm(
         tasks = discordant_tasks(pairs) or sorted(pairs)
         doc = ev.stage_json(
             adir / "confirm" / f"{j}.json",
-            functools.partial(_look, ev, candidate_dir, adir, run_id, label, base, j, tasks),
+            functools.partial(_look, ev, candidate_dir, adir, run_id, label, base, j, tasks, done + j),
         )
         doc.pop("fresh", None)
         if doc.get("problem"):
@@ -176,7 +175,10 @@ def _look(
     base: Mapping[str, Any],
     j: int,
     tasks: list[str],
+    index: int = 1,
 ) -> dict[str, Any]:
+    """Look `j`: one more trial of `tasks` per harness, at trial index `--ecdysis-trials` + `index` - 1
+    after the configured offset (the `index`-th look of this test, earlier attempts' looks counted)."""
     ids = sorted({key.split("/", 1)[-1] for key in tasks})
     budget = 2 * len(tasks)
     ev.say(
@@ -184,8 +186,12 @@ def _look(
         f"(sub-runs {run_id}c{j}, {run_id}ic{j}): {shown(tasks, 10)}"
     )
     started = time.monotonic()
-    overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": "1"}
-    no_cache = {ENV_DIR: ""}  # the same trial index again: a cache would replay the first trials
+    overrides: dict[str, str | None] = {
+        "--ecdysis-tasks": ",".join(ids),
+        "--ecdysis-trials": "1",
+        **offset_override(ev.cfg, ev.cfg.trial_offset + ev.cfg.trials + index - 1),
+    }
+    no_cache = {ENV_DIR: ""}  # a cache keyed by an earlier trial would replay it
     where = adir / "confirm" / str(j)
     worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:

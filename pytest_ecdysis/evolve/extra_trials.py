@@ -15,9 +15,10 @@ tasks that flipped keeps the test's level; what it buys: a task that flipped by 
 counts only by its sign, so extra trials can turn wins into ties but never add a win; `wilcoxon` and
 `bootstrap` also weigh how much each task moved.
 
-Skipped (said, recorded): K = 0 (the default); the models are deterministic (`evolve.paired.deterministic`:
-a rerun is byte-identical); no task flipped; no task rose (nothing can become significant). The extra
-sub-runs do not use the response cache (the same trial index would replay the first trial's responses).
+Skipped (said, recorded): K = 0 (the default); no task flipped; no task rose (nothing can become
+significant). The extra trials take the trial indices after the validation's (`--ecdysis-trial-offset`), so
+with a fixed simulated-model nonce they are fresh draws of it, not replays; the extra sub-runs do not use the
+response cache either.
 An extra run that is broken or has infrastructure errors leaves the first decision in force (said).
 Only the controller runs this; harness code is imported only in sub-runs.
 """
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, deterministic, pair_outcome, together
+from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
 from pytest_ecdysis.gate.acceptance import Decision, decide, task_means
 from pytest_ecdysis.git import worktree as gitworktree
 
@@ -57,9 +58,6 @@ def skip_reason(cfg: EcdysisConfig, env: Any, flipped: list[str], first: Decisio
     """Why no extra trials are run (None: run them)."""
     if not getattr(cfg, "accept_extra_trials", 0) or cfg.accept != "paired":
         return "off"
-    why = deterministic(cfg, env)
-    if why:
-        return f"not needed: {why}"
     if not flipped:
         return "no task flipped"
     if first.test is not None and first.test.wins == 0:
@@ -136,7 +134,11 @@ def _run(
         f"trial(s) (sub-runs {run_id}x, {run_id}ix): {shown(flipped, 10)}"
     )
     started = time.monotonic()
-    overrides: dict[str, str | None] = {"--ecdysis-tasks": ",".join(ids), "--ecdysis-trials": str(k)}
+    overrides: dict[str, str | None] = {
+        "--ecdysis-tasks": ",".join(ids),
+        "--ecdysis-trials": str(k),
+        **offset_override(ev.cfg, ev.cfg.trial_offset + ev.cfg.trials),  # after the validation's
+    }
     no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials
     worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
     try:

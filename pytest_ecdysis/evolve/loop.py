@@ -214,6 +214,10 @@ class Evolution:
             self.doc["status"] = "running"
         self.doc["projection"] = budget.project(self.cfg, self.summary, self.dir, self.harness_dir)
         self.say(budget.projection_line(self.doc["projection"], self.cfg))
+        if self.cfg.accept == "adaptive":  # the decision budget, fixed before the first candidate's trial
+            from pytest_ecdysis.evolve.looks import plan_budget
+
+            plan_budget(self)
         try:
             for n in range(len(self.doc["rounds"]) + 1, self.cfg.rounds + 1):
                 result = self.round(n)

@@ -6,11 +6,11 @@ side by side, so endpoint drift hits both alike), not with a number cached from 
 model's incumbent score is otherwise its luckiest run, and that winner's curse carries into every later
 round. ini `ecdysis_rescore`:
 
-- `auto` (the default): re-score, unless the models are deterministic (every model simulated and the
-  simulated model's nonce fixed, ini `ecdysis_sim_nonce` or `ECDYSIS_SIM_NONCE`: a rerun is byte-identical),
-  when the incumbent's earlier run is reused;
-- `always`: re-score even then;
-- `never`: compare with the incumbent's earlier run (the paper's loop).
+- `auto` (the default) and `always`: re-score, also when the simulated model's nonce is fixed (ini
+  `ecdysis_sim_nonce` or `ECDYSIS_SIM_NONCE`): a fixed nonce makes a run repeatable, it does not change the
+  rule (the re-run and every later trial are drawn from that nonce; more trials of a task take later trial
+  indices, `--ecdysis-trial-offset`, so they are fresh draws);
+- `never`: compare with the incumbent's earlier run (the paper's loop; a shortcut the verdict names).
 
 Either way the round records under `incumbent_run` which run it compared with and why (`rescored`,
 `why`, `run_path`, `score`, `cached_score`). The re-run lives in `<round or step dir>/incumbent/`
@@ -42,11 +42,20 @@ RESCORE = ("auto", "always", "never")
 
 
 def deterministic(cfg: EcdysisConfig, env: Mapping[str, str]) -> str | None:
-    """Why a rerun of one harness would be byte-identical (None when it would not, or is not known to)."""
+    """Why a rerun of one harness at the same trial indices would be byte-identical (None when it would not,
+    or is not known to). Said, never a reason to skip a trial: later trials take later indices."""
     nonce = getattr(cfg, "sim_nonce", None) or env.get("ECDYSIS_SIM_NONCE")
     if nonce and is_sim_model(cfg.model) and is_sim_model(cfg.user_model):
         return f"simulated model with a fixed nonce ({nonce!r}): a rerun is byte-identical"
     return None
+
+
+def offset_override(cfg: EcdysisConfig, index: int) -> dict[str, str | None]:
+    """The sub-run override that starts more trials of a task at trial index `index`
+    (`--ecdysis-trial-offset`), when a fixed simulated-model nonce keys its draws on the index (else {}:
+    without a fixed nonce each sub-run's run id is its own nonce, and a real model's reruns vary, so
+    indices from 0 are fresh trials already)."""
+    return {"--ecdysis-trial-offset": str(index)} if deterministic(cfg, os.environ) else {}
 
 
 def rescore_plan(cfg: EcdysisConfig, env: Mapping[str, str]) -> tuple[bool, str]:
@@ -55,9 +64,9 @@ def rescore_plan(cfg: EcdysisConfig, env: Mapping[str, str]) -> tuple[bool, str]
     if mode == "never":
         return False, "ecdysis_rescore = never: compared with the incumbent's earlier run"
     why = deterministic(cfg, env)
-    if mode == "auto" and why:
-        return False, f"reused the incumbent's earlier run: {why}"
-    return True, "re-scored beside the candidate, in the same session"
+    return True, "re-scored beside the candidate, in the same session" + (
+        f" ({why.split(':')[0]}: both runs drawn from it)" if why else ""
+    )
 
 
 def score_pair(

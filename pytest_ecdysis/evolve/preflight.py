@@ -77,11 +77,18 @@ RESUME_FIELDS = (
     "rescore",
     "evidence",
     "accept_extra_trials",
+    "accept_budget",
     "ablate",
 )
 #: the decision options `evolution.json` records at its top level beside `accept` (with the value a
 #: configuration without the attribute means).
-DECISION_DEFAULTS = {"rescore": "auto", "evidence": "all", "accept_extra_trials": 0, "ablate": False}
+DECISION_DEFAULTS = {
+    "rescore": "auto",
+    "evidence": "all",
+    "accept_extra_trials": 0,
+    "accept_budget": 0,
+    "ablate": False,
+}
 
 
 def _option_value(cfg: EcdysisConfig, name: str) -> Any:

@@ -83,6 +83,16 @@ def _without_suspects(
     return kept, group(kept)
 
 
+def tried_outcome(row: Mapping[str, Any]) -> str:
+    """A round's outcome as diagnosis sees it: `tried_inconclusive` for an inconclusive round whose
+    candidate is not to be retried (`evolve.looks`: no gain visible, or already retried, or its looks
+    broke), so the same candidate is never proposed again on the same evidence; its outcome otherwise (an
+    `inconclusive` one may be proposed again: its retry buys the trials it needs, pooled)."""
+    if row.get("outcome") == "inconclusive" and (row.get("looks") or {}).get("retry") is False:
+        return "tried_inconclusive"
+    return str(row.get("outcome"))
+
+
 def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) -> dict[str, Any]:
     """Records and groups of the incumbent's run -> the strategy's diagnosis -> `spec.json`.
 
@@ -118,7 +128,7 @@ def diagnose_stage(ev: RoundContext, n: int, rdir: Path, incumbent_dir: Path) ->
     history = [
         {
             "round": r["round"],
-            "outcome": r["outcome"],
+            "outcome": tried_outcome(r),
             "score_before": r["score_before"],
             "score_after": r["score_after"],
             "spec": spec_of(ev.dir / "rounds" / str(r["round"])),

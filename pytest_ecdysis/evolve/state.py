@@ -161,6 +161,7 @@ class RunState:
             "rescore": self.cfg.rescore,
             "evidence": self.cfg.evidence,
             "accept_extra_trials": self.cfg.accept_extra_trials,
+            "accept_budget": self.cfg.accept_budget,
             "ablate": self.cfg.ablate,
             "status": "running",
             "start": start,

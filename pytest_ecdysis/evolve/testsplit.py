@@ -11,8 +11,9 @@ on `--ecdysis-resume`.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.errors import EcdysisError, shown
 from pytest_ecdysis.core.records import Flips
@@ -106,6 +107,49 @@ def score_test(ev: RoundContext) -> None:
                 f"solved in every trial: {shown(test['regressions']['solved_to_failed'], 12)}"
             )
         ev.checkpoint()
+    if test.get("start") and test.get("frozen") and "gap" not in test:
+        test["gap"] = train_test_gap_of(ev.doc)
+        if (test["gap"] or {}).get("said"):
+            ev.say(f"test: {test['gap']['line']}")
+        ev.checkpoint()
+
+
+def train_test_gap_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`gate.noninferiority.train_test_gap` of an evolution that accepted a change: the start's and the
+    frozen harness's per-task rewards on train (the starting run; the accepted candidate's validation run)
+    and on test (their test runs). `{train_gain, test_gain, gap, lower, said, tasks, line}`; None when
+    nothing was accepted or a run is missing or unreadable."""
+    from pytest_ecdysis.core.errors import RunDirError
+    from pytest_ecdysis.gate.noninferiority import train_test_gap
+    from pytest_ecdysis.validate.results import read_run
+
+    test = doc.get("test") or {}
+    start, frozen = test.get("start") or {}, test.get("frozen") or {}
+    paths = [(doc.get("start") or {}).get("run_path"), (doc.get("incumbent") or {}).get("run_path")]
+    paths += [start.get("run_path"), frozen.get("run_path")]
+    if frozen.get("same_as_start") or not all(paths) or paths[0] == paths[1]:
+        return None
+
+    def rewards(path: str) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for t in read_run(Path(path))[1]:
+            if t.get("reward") is not None:
+                out.setdefault(str(t["task_id"]), []).append(float(t["reward"]))
+        return out
+
+    try:
+        gap = train_test_gap(*(rewards(str(p)) for p in paths))
+    except (OSError, RunDirError, ValueError):
+        return None
+    return {
+        "train_gain": gap.train_gain,
+        "test_gain": gap.test_gain,
+        "gap": gap.gap,
+        "lower": gap.lower,
+        "said": gap.said,
+        "tasks": list(gap.tasks),
+        "line": f"train-test gap: {gap.line()}",
+    }
 
 
 def held_out_regressions(start: dict, frozen: dict, threshold: float) -> Flips:

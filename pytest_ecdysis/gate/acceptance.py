@@ -1,8 +1,9 @@
 """The acceptance rule: is the candidate kept? Pure functions over scores and per-task rewards.
 
-Two rules (`--ecdysis-accept`, docs/evolution.md "Acceptance"):
+Rules (`--ecdysis-accept`, docs/evolution.md "Acceptance"; `adaptive`, the default, and `sequential` make
+more trials in the loop, `evolve/looks.py` and `evolve/confirm.py`; here they decide on the trials given):
 
-- `strict` (the default, the paper's rule, Ecdysis §3): accept iff the suite score strictly rises; single
+- `strict` (the paper's rule, Ecdysis §3): accept iff the suite score strictly rises; single
   tasks may drop. Its false-acceptance rate is not controlled: with a noisy model an unchanged harness
   is "better" about half the time.
 - `paired`: accept only when a one-sided paired test over tasks rejects "no improvement" at the level
@@ -36,6 +37,7 @@ from typing import Any
 
 from pytest_ecdysis.core.config_values import METHODS, RULES
 from pytest_ecdysis.core.errors import shown
+from pytest_ecdysis.gate.adaptive import AdaptiveTest, adaptive_test
 from pytest_ecdysis.gate.sequential import SequentialTest, sequential_test, trial_pairs
 
 #: Scores closer than this are equal (float sums of rewards over trials).
@@ -85,8 +87,9 @@ class Decision:
     test: PairedTest | None = None  #: the paired test (None when no per-task rewards were given)
     sequential: SequentialTest | None = None  #: the `sequential` rule's test (`gate/sequential.py`)
     outcome: str | None = (
-        None  #: `accepted`, `rejected` or (sequential only) `inconclusive`; None: by `accepted`
+        None  #: `accepted`, `rejected` or (sequential, adaptive) `inconclusive`; None: by `accepted`
     )
+    adaptive: AdaptiveTest | None = None  #: the `adaptive` rule's test (`gate/adaptive.py`)
 
     @property
     def inconclusive(self) -> bool:
@@ -97,8 +100,11 @@ class Decision:
         """`{rule, method, effect, interval, p_value, level, n_tasks, wins, losses}` (None where unknown).
 
         Under `sequential`: `method` is `sprt`, `p_value` the anytime-valid p of the sequential test,
-        `wins`/`losses` its discordant trial pairs, plus `sequential` (`lr`, `looks`, `pairs`, `state`)."""
-        t, s = self.test, self.sequential
+        `wins`/`losses` its discordant trial pairs, plus `sequential` (`lr`, `looks`, `pairs`, `state`).
+        Under `adaptive`: `method` is `adaptive`, `p_value` the final sign test's p (at the budget), else
+        min(1, 1/e) of the interim wealth e (an anytime-valid p-value), `wins`/`losses` the discordant trial
+        pairs, plus `adaptive` (`e`, `final_p`, `pairs`, `trials`, `budget`, `state`, `outcome`)."""
+        t, s, a = self.test, self.sequential, self.adaptive
         out: dict[str, Any] = {
             "rule": self.rule,
             "method": t.method if t else None,
@@ -122,6 +128,24 @@ class Decision:
                     "looks": s.looks,
                     "pairs": s.pairs,
                     "state": s.state,
+                    "outcome": self.outcome,
+                },
+            )
+        if a is not None:
+            e = math.exp(min(a.log_e, 700.0))
+            out.update(
+                method="adaptive",
+                p_value=a.final_p if a.final_p is not None else min(1.0, 1.0 / e),
+                level=a.level,
+                wins=a.wins,
+                losses=a.losses,
+                adaptive={
+                    "e": round(e, 6),
+                    "final_p": a.final_p,
+                    "pairs": a.pairs,
+                    "trials": a.trials,
+                    "budget": a.budget,
+                    "state": a.state,
                     "outcome": self.outcome,
                 },
             )
@@ -300,6 +324,24 @@ def decide(
         method=method if rule != "sequential" else "sign",
         level=level,
     )
+    if (
+        rule == "adaptive"
+    ):  # these trials only (the looks are `evolve/looks.py`'s): the final sign test on them
+        ada = adaptive_test(
+            outcome_lists(before_trials, after_trials),
+            budget=max(2, len(before_trials) + len(after_trials)),
+            level=level,
+        )
+        line = f"suite score {_fmt(before)} -> {_fmt(after)}; {ada.line()}"
+        outcome = {"accept": "accepted", "reject": "rejected"}.get(ada.state, "inconclusive")
+        return Decision(
+            ada.state == "accept",
+            line if ada.state == "accept" else f"{line}: {outcome}",
+            "adaptive",
+            test,
+            outcome=outcome,
+            adaptive=ada,
+        )
     if rule == "sequential":  # one look only (no confirmation runs here: `evolve/confirm.py` makes them)
         seq = sequential_test(trial_pairs(before_trials, after_trials), level=level, can_confirm=False)
         line = f"suite score {_fmt(before)} -> {_fmt(after)}; {seq.line()}"
@@ -315,8 +357,27 @@ def decide(
     return decide_strict(before, after, test) if rule == "strict" else decide_paired(before, after, test)
 
 
+def outcome_lists(
+    before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]]
+) -> dict[str, tuple[list[float], list[float]]]:
+    """`{task key: (incumbent rewards, candidate rewards)}` in the order given (trial order within a run,
+    look order across runs), trials without a reward left out; tasks scored on both sides only (keys as
+    `task_means`). The data of `gate.adaptive.adaptive_test`."""
+    pairs = trial_pairs(before, after)
+    return {k: ([a for a, _ in ps], [b for _, b in ps]) for k, ps in pairs.items()}
+
+
 def accept_text(accept: dict[str, Any]) -> str:
-    """`strict rule (sign test recorded, level 0.05)`, `paired sign test at level 0.05` or `sequential ...`."""
+    """`strict rule (sign test recorded, level 0.05)`, `paired sign test at level 0.05`, `sequential ...` or
+    `adaptive ...`."""
+    if accept.get("rule") == "adaptive":
+        budget = accept.get("budget")
+        return (
+            f"adaptive betting test on paired trials at level {accept.get('level')} (looks add trials to every "
+            "task whose outcomes vary"
+            + (f", up to {budget:,} trials a decision" if isinstance(budget, int) else "")
+            + ", then a final sign test)"
+        )
     if accept.get("rule") == "sequential":
         return (
             f"sequential sign test of discordant trial pairs at level {accept.get('level')} (confirmation: "

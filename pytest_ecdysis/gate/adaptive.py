@@ -153,7 +153,11 @@ def sign_p(wins: int, losses: int) -> float:
 
 
 def adaptive_test(
-    outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, budget: int, level: float = 0.05
+    outcomes: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    budget: int,
+    level: float = 0.05,
+    final_test: bool = True,
 ) -> AdaptiveTest:
     """The rule on everything compared so far.
 
@@ -163,6 +167,10 @@ def adaptive_test(
         budget: trials the decision may spend (both sides), fixed before the first trial
             (`default_budget`).
         level: α in (0, 1).
+        final_test: False for trials bought beyond the budget of a first attempt (a retry of an
+            inconclusive decision, pooled with it): the final sign test's α2 was spent at that budget, so
+            only the interim bound (anytime-valid over every pooled trial, Ville) may accept; `budget` is
+            then the retry's own limit.
     Returns:
         the state; `continue` comes with `next_trials`. Stop at the first `accept` or `reject`.
     Raises:
@@ -179,7 +187,7 @@ def adaptive_test(
     spent = sum(len(a) + len(b) for a, b in outcomes.values())
     a1 = INTERIM_SHARE * level
     nxt = plan_look(outcomes, budget, spent)
-    final_p = sign_p(wins, losses) if not nxt and wins + losses else None
+    final_p = sign_p(wins, losses) if final_test and not nxt and wins + losses else None
     if log_e >= math.log(1 / a1) - EPS or (final_p is not None and final_p <= level - a1 + EPS):
         state = "accept"
     elif log_fut >= math.log(1 / BETA) - EPS:

@@ -85,6 +85,17 @@ def confirmation_trials(doc: Mapping[str, Any]) -> int:
     return sum(of(r) for r in doc.get("rounds") or [])
 
 
+def look_trials(doc: Mapping[str, Any]) -> int:
+    """Trials the adaptive rule's looks spent over all rounds, steps and proposals (both harnesses)."""
+
+    def of(row: dict[str, Any]) -> int:
+        return int((row.get("looks") or {}).get("trials", 0)) + sum(
+            of(x) for x in (row.get("steps") or []) + (row.get("proposals") or []) if isinstance(x, dict)
+        )
+
+    return sum(of(r) for r in doc.get("rounds") or [])
+
+
 def rates_short(accept: dict[str, Any] | None) -> str:
     """`false acceptance 1.2%, power 81% (bench_decisions, simulated model)`; '' when not measured."""
     m = measured(accept)
@@ -126,3 +137,26 @@ def leaderboard_text(rule: str) -> str:
         f"on τ² leaderboard noise (train splits, {n} decisions a cell): false acceptance <= {fa:.1%}; accepts "
         f"{', '.join(power)}; rejects a +5 point gain <= {rej:.1%}"
     )
+
+
+def leaderboard_short(rule: str) -> str:
+    """`false acceptance <= 4.5%, power 84-98% at the targets (bench_decisions, τ² leaderboard noise)`; ''
+    when the rule was not measured there."""
+    rows = [r for r in _leaderboard().get("rows") or [] if r.get("rule") == rule]
+    if not rows:
+        return ""
+    fa = max((r["accept"] for r in rows if abs(r["gain"]) < 1e-9), default=0.0)
+    targets = {"airline": 0.10, "retail": 0.05, "telecom": 0.05}
+    power = [r["accept"] for r in rows if abs(r["gain"] - targets.get(r["domain"], -1)) < 1e-9]
+    span = f", power {min(power):.0%}-{max(power):.0%} at the targets" if power else ""
+    return f"false acceptance <= {fa:.1%}{span} (bench_decisions, τ² leaderboard noise)"
+
+
+def rule_rates(accept: dict[str, Any] | None) -> str:
+    """Both measured worlds of a run's rule, for the verdict: the τ² leaderboard noise's figures
+    (`leaderboard_text`) and the simulated model's (`rates_text`), each said as not measured when absent."""
+    if not accept or not accept.get("rule"):
+        return ""
+    board = leaderboard_text(rule_key(accept) or "") or "not measured on τ² leaderboard noise"
+    sim = rates_text(accept) or "not measured on the simulated model at these settings"
+    return f"{board}; {sim}"

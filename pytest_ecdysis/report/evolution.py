@@ -57,8 +57,8 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         "",
         f"ecdysis evolution {doc.get('run_id')} ({doc.get('suite')}, strategy {doc.get('strategy')}{cap}, "
         f"editor {doc.get('editor')})",
-        f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'p':>6}  {'edits':>5}  "
-        f"{'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)",
+        f"{'round':>5}  {'before':>7}  {'after':>7}  {'pass^k after':>12}  {'outcome':<17} {'p':>6}  "
+        f"{'pairs':>9}  {'edits':>5}  {'tokens':>8}  {'wall s':>7}  flips (+solved / -lost)",
     ]
     for r in doc.get("rounds", []):
         fl = r.get("flips") or {}
@@ -66,7 +66,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         out.append(
             f"{r['round']:>5}  {fmt(r.get('score_before')):>7}  {fmt(r.get('score_after')):>7}  "
             f"{pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {p_value(r):>6}  "
-            f"{r.get('editor_calls', 0):>5}  "
+            f"{pairs(r):>9}  {r.get('editor_calls', 0):>5}  "
             f"{r.get('tokens', {}).get('total', 0):>8}  "
             f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
             + (f" (lost: {shown(lost, 6)})" if lost else "")
@@ -80,11 +80,23 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         out.append(
             f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test"
             + (" (sequential: anytime-valid)" if doc["accept"].get("rule") == "sequential" else "")
+            + (
+                " (adaptive: the final sign test's at the budget, else 1/e of the interim wealth); pairs: "
+                "the final discordant trial pairs; wall s: every stage, looks included"
+                if doc["accept"].get("rule") == "adaptive"
+                else ""
+            )
         )
         rates = run_rates(doc)
-        out.append(f"  {rates}" if rates else "  its error rates were not measured at these settings")
+        if doc["accept"].get("rule") != "adaptive":
+            out.append(f"  {rates}" if rates else "  its error rates were not measured at these settings")
         if doc["accept"].get("rule") == "sequential":
             out.append(f"  the confirmation spent {confirmation_trials(doc)} trial(s)")
+        if doc["accept"].get("rule") == "adaptive":
+            from pytest_ecdysis.gate.rates import look_trials, rule_rates
+
+            out.append(f"  measured: {rule_rates(doc['accept'])}")
+            out.append(f"  the looks spent {look_trials(doc):,} trial(s)")
     out += cost_section(doc)
     test = doc.get("test") or {}
     if test.get("start") and test.get("frozen"):
@@ -157,6 +169,15 @@ def pass_hat(hat: dict[str, Any] | None) -> str:
         return "-"
     k = max(hat, key=int)
     return f"{fmt(hat[k])} (k={k})"
+
+
+def pairs(row: dict[str, Any]) -> str:
+    """The final discordant trial pairs a round (or step) was decided on, `+31/-12` (the adaptive and
+    sequential rules: after every look), '-' for the other rules or without a decision."""
+    d = row.get("decision") or {}
+    if d.get("rule") not in ("adaptive", "sequential"):
+        return "-"
+    return f"+{d.get('wins', 0)}/-{d.get('losses', 0)}"
 
 
 def p_value(row: dict[str, Any]) -> str:

@@ -140,6 +140,9 @@ def render_pr_body(run_path: Path | str) -> str:
                 f"**Held-out regressions**: the frozen harness lost {len(lost)} test task(s) the start "
                 f"solved in every trial: {', '.join(lost)}",
             ]
+        gap = test.get("gap") or {}
+        if gap.get("said"):
+            out += ["", f"**Train-test gap**: {gap['line'].removeprefix('train-test gap: ')}"]
         for name, entry in (test.get("transfer") or {}).items():
             (t0, _), (t1, _) = _score_of((entry or {}).get("start")), _score_of((entry or {}).get("frozen"))
             out.append(f"- transfer to `{name}`: {_fmt(t0)} -> {_fmt(t1)}")
@@ -147,16 +150,22 @@ def render_pr_body(run_path: Path | str) -> str:
     out += ["", "### Rounds (train split)", ""]
     if evo.get("accept"):
         from pytest_ecdysis.gate.acceptance import accept_text
-        from pytest_ecdysis.gate.rates import confirmation_trials, run_rates
+        from pytest_ecdysis.gate.rates import confirmation_trials, look_trials, rule_rates, run_rates
 
+        rule = evo["accept"].get("rule")
         rates = run_rates(evo) or "its error rates were not measured at these settings (docs/benchmarks.md)"
+        if rule == "adaptive":
+            rates = f"measured: {rule_rates(evo['accept'])}"
         spent = (
             f" The confirmation spent {confirmation_trials(evo)} trial(s)."
-            if evo["accept"].get("rule") == "sequential"
+            if rule == "sequential"
+            else f" The looks spent {look_trials(evo):,} trial(s)."
+            if rule == "adaptive"
             else ""
         )
+        accept = {**evo["accept"], "budget": (evo.get("adaptive") or {}).get("budget")}
         out += [
-            f"Acceptance: {accept_text(evo['accept'])}; {rates}.{spent} Effect: mean per-task reward "
+            f"Acceptance: {accept_text(accept)}; {rates}.{spent} Effect: mean per-task reward "
             "difference (candidate - incumbent) with its bootstrap interval over tasks; p: one-sided p-value "
             'of "no improvement".',
             "",

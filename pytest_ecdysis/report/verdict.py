@@ -25,7 +25,7 @@ import pytest
 
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.gate.acceptance import accept_text, sign_min_wins
-from pytest_ecdysis.gate.rates import confirmation_trials, run_rates
+from pytest_ecdysis.gate.rates import confirmation_trials, look_trials, rule_rates, run_rates
 from pytest_ecdysis.report.evolution import OUTCOME_TEXT, caveats, fmt, shorten
 
 Line = tuple[str, str | None]  # (text, colour: "green", "yellow", "red" or None)
@@ -74,6 +74,9 @@ def evolution_lines(
     out = [(head, "green" if doc.get("branch") else "yellow")]
     out += decided_by(doc)
     out += model_override_lines(doc)
+    gap = test.get("gap") or {}
+    if gap.get("said"):
+        out.append((f"read before merging: {gap['line']}", "yellow"))
     lost = (test.get("regressions") or {}).get("solved_to_failed") or []
     if lost:
         out.append(
@@ -149,15 +152,29 @@ def decided_by(doc: dict[str, Any]) -> list[Line]:
         return []
     rates = run_rates(doc)
     spent = confirmation_trials(doc)
-    text = f"decided by: {accept_text(doc['accept'])}"
-    text += (
-        f"; {rates}"
-        if rates
-        else "; its error rates were not measured at these settings (docs/benchmarks.md)"
-    )
-    if doc["accept"].get("rule") == "sequential":
+    rule = doc["accept"].get("rule")
+    accept = {**doc["accept"], "budget": (doc.get("adaptive") or {}).get("budget")}
+    text = f"decided by: {accept_text(accept)}"
+    if rule == "adaptive":
+        text += f"; measured: {rule_rates(doc['accept'])}; the looks spent {look_trials(doc):,} trial(s)"
+    else:
+        text += (
+            f"; {rates}"
+            if rates
+            else "; its error rates were not measured at these settings (docs/benchmarks.md)"
+        )
+    if rule == "sequential":
         text += f"; the confirmation spent {spent} trial(s)"
-    return [(text, None)]
+    out: list[Line] = [(text, None)]
+    if doc.get("rescore") == "never" and rule in ("adaptive", "sequential", "paired"):
+        out.append(
+            (
+                "shortcut: ini ecdysis_rescore = never: every candidate was compared with the incumbent's "
+                "earlier run, not a re-run beside it (the measured rates assume a re-run)",
+                "yellow",
+            )
+        )
+    return out
 
 
 def _criterion(doc: dict[str, Any]) -> str:
@@ -167,6 +184,11 @@ def _criterion(doc: dict[str, Any]) -> str:
     rounds = doc.get("rounds") or []
     decided = [r["decision"] for r in rounds if r.get("decision")]
     validated = [r for r in rounds if r.get("outcome") in ("accepted", "rejected", "inconclusive")]
+    if accept.get("rule") == "adaptive":
+        return (
+            f"passed the adaptive test (an improvement significant at level {accept.get('level', 0.05):g} "
+            "after its looks)"
+        )
     if accept.get("rule") in ("paired", "sequential") and rounds and not validated:
         return "reached a test (no candidate was validated)"
     if accept.get("rule") in ("paired", "sequential") and decided:

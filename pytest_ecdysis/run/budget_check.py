@@ -1,6 +1,7 @@
-"""The budget check before any trial: `--ecdysis-max-cost` / `--ecdysis-max-tokens` smaller than one starting run
+"""The budget checks before any trial: `--ecdysis-max-cost` / `--ecdysis-max-tokens` smaller than one starting run
 is a usage error once the cases are collected (`evolve/budget.check_start`, from an earlier run's tokens per
-trial; without an earlier run of the same model the budget is checked after the starting run instead).
+trial; without an earlier run of the same model the budget is checked after the starting run instead), and
+so is an adaptive acceptance budget that cannot detect a gain below +30 points (`evolve/looks.check_before_trials`).
 
 Registered by `plugin.pytest_configure` on the controller of an evolution with a budget; under xdist the
 controller learns the cases from the first worker's collection.
@@ -28,9 +29,13 @@ class StartBudgetCheck:
             return
         self.done = True
         from pytest_ecdysis.evolve.budget import check_start
+        from pytest_ecdysis.evolve.looks import check_before_trials
 
+        cfg = self.state.cfg
         try:
-            check_start(self.state.cfg, n_cases, self.state.cfg.run_dir)
+            if cfg.max_tokens is not None or cfg.max_cost_usd is not None:
+                check_start(cfg, n_cases, cfg.run_dir)
+            check_before_trials(cfg, n_cases // max(1, cfg.trials))
         except EcdysisError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -51,11 +56,13 @@ def register(config: Any, state: EcdysisState) -> None:
     """Register the check when this session evolves with a budget; `--ecdysis-max-cost` with a model that has
     no price is a usage error here (`evolve/budget.check_priced`)."""
     cfg = state.cfg
-    if cfg.evolve and (cfg.max_tokens is not None or cfg.max_cost_usd is not None):
+    capped = cfg.max_tokens is not None or cfg.max_cost_usd is not None
+    if cfg.evolve and capped:
         from pytest_ecdysis.evolve.budget import check_priced
 
         try:
             check_priced(cfg)
         except EcdysisError as exc:
             raise pytest.UsageError(str(exc)) from None
+    if cfg.evolve and (capped or cfg.accept == "adaptive"):
         config.pluginmanager.register(StartBudgetCheck(state), "ecdysis-start-budget-check")
