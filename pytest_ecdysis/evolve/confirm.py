@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
 from pytest_ecdysis.core.rundir import read_json
-from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
+from pytest_ecdysis.evolve.paired import (
+    by_trial,
+    pair_outcome,
+    paired_trials,
+)
 from pytest_ecdysis.gate.acceptance import Decision, paired_differences, paired_test, task_means
 from pytest_ecdysis.gate.sequential import discordant_tasks, sequential_test, trial_pairs
-from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate.results import read_run
 
 if TYPE_CHECKING:
@@ -179,46 +181,23 @@ def _look(
 ) -> dict[str, Any]:
     """Look `j`: one more trial of `tasks` per harness, at trial index `--ecdysis-trials` + `index` - 1
     after the configured offset (the `index`-th look of this test, earlier attempts' looks counted)."""
-    ids = sorted({key.split("/", 1)[-1] for key in tasks})
     budget = 2 * len(tasks)
     ev.say(
         f"{label}: confirmation look {j}: {len(tasks)} task(s) x 1 trial x 2 harnesses = {budget} trial(s) "
         f"(sub-runs {run_id}c{j}, {run_id}ic{j}): {shown(tasks, 10)}"
     )
     started = time.monotonic()
-    overrides: dict[str, str | None] = {
-        "--ecdysis-tasks": ",".join(ids),
-        "--ecdysis-trials": "1",
-        **offset_override(ev.cfg, ev.cfg.trial_offset + ev.cfg.trials + index - 1),
-    }
-    no_cache = {ENV_DIR: ""}  # a cache keyed by an earlier trial would replay it
-    where = adir / "confirm" / str(j)
-    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
-    try:
-        cand, inc = together(
-            ev,
-            [
-                Job(
-                    candidate_dir,
-                    where,
-                    f"{run_id}c{j}",
-                    ev.snapshot.files if ev.snapshot else None,
-                    no_cache,
-                    overrides,
-                ),
-                Job(
-                    worktree.harness_dir,
-                    where / "incumbent",
-                    f"{run_id}ic{j}",
-                    None,
-                    no_cache,
-                    overrides,
-                    label=f"confirmation: {INCUMBENT_LABEL}",
-                ),
-            ],
-        )
-    finally:
-        worktree.remove()
+    cand, inc = paired_trials(
+        ev,
+        candidate_dir,
+        base,
+        tasks,
+        trials=1,
+        offset=ev.cfg.trial_offset + ev.cfg.trials + index - 1,
+        where=adir / "confirm" / str(j),
+        run_ids=(f"{run_id}c{j}", f"{run_id}ic{j}"),
+        label="confirmation",
+    )
     doc: dict[str, Any] = {
         "look": j,
         "tasks": tasks,
@@ -226,12 +205,6 @@ def _look(
         "wall_s": round(time.monotonic() - started, 2),
     }
     return pair_outcome(doc, cand, inc, "the look's runs")
-
-
-def by_trial(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A run's trials in trial-index order (`trials.jsonl` is in completion order, which may follow the
-    outcome: pairing by it would not be blind to the rewards)."""
-    return sorted(trials, key=lambda t: int(t.get("trial") or 0))
 
 
 def _fmt(x: float | None) -> str:

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import shown
-from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
+from pytest_ecdysis.evolve.paired import (
+    pair_outcome,
+    paired_trials,
+)
 from pytest_ecdysis.gate.acceptance import Decision, decide, task_means
-from pytest_ecdysis.git import worktree as gitworktree
 
 if TYPE_CHECKING:
     from pytest_ecdysis.evolve.context import RoundContext
@@ -127,45 +128,23 @@ def _run(
     flipped: list[str],
 ) -> dict[str, Any]:
     k = ev.cfg.accept_extra_trials
-    ids = sorted({key.split("/", 1)[-1] for key in flipped})
     budget = 2 * k * len(flipped)
     ev.say(
         f"{label}: extra trials: {len(flipped)} flipped task(s) x {k} trial(s) x 2 harnesses = {budget} "
         f"trial(s) (sub-runs {run_id}x, {run_id}ix): {shown(flipped, 10)}"
     )
     started = time.monotonic()
-    overrides: dict[str, str | None] = {
-        "--ecdysis-tasks": ",".join(ids),
-        "--ecdysis-trials": str(k),
-        **offset_override(ev.cfg, ev.cfg.trial_offset + ev.cfg.trials),  # after the validation's
-    }
-    no_cache = {ENV_DIR: ""}  # the same trial indices again: a cache would replay the first trials
-    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
-    try:
-        cand, inc = together(
-            ev,
-            [
-                Job(
-                    candidate_dir,
-                    adir / "extra",
-                    f"{run_id}x",
-                    ev.snapshot.files if ev.snapshot else None,
-                    no_cache,
-                    overrides,
-                ),
-                Job(
-                    worktree.harness_dir,
-                    adir / "extra" / "incumbent",
-                    f"{run_id}ix",
-                    None,
-                    no_cache,
-                    overrides,
-                    label=f"extra trials: {INCUMBENT_LABEL}",
-                ),
-            ],
-        )
-    finally:
-        worktree.remove()
+    cand, inc = paired_trials(  # after the validation's trial indices
+        ev,
+        candidate_dir,
+        base,
+        flipped,
+        trials=k,
+        offset=ev.cfg.trial_offset + ev.cfg.trials,
+        where=adir / "extra",
+        run_ids=(f"{run_id}x", f"{run_id}ix"),
+        label="extra trials",
+    )
     doc: dict[str, Any] = {
         "tasks": flipped,
         "trials_per_task": k,

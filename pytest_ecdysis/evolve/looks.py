@@ -43,8 +43,11 @@ from typing import TYPE_CHECKING, Any
 from pytest_ecdysis.core.config import EcdysisConfig
 from pytest_ecdysis.core.errors import UsageError, shown
 from pytest_ecdysis.core.rundir import read_json
-from pytest_ecdysis.endpoint.response_cache import ENV_DIR
-from pytest_ecdysis.evolve.paired import INCUMBENT_LABEL, Job, offset_override, pair_outcome, together
+from pytest_ecdysis.evolve.paired import (
+    by_trial,
+    pair_outcome,
+    paired_trials,
+)
 from pytest_ecdysis.gate.acceptance import (
     Decision,
     outcome_lists,
@@ -52,7 +55,6 @@ from pytest_ecdysis.gate.acceptance import (
     paired_test,
     task_means,
 )
-from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate.results import read_run
 
 if TYPE_CHECKING:
@@ -228,7 +230,7 @@ def adaptive_decide(
     level = cfg.accept_level
     plan = plan_budget(ev)
     budget = int(plan["budget"])
-    before, after = _by_trial(before), _by_trial(after)
+    before, after = by_trial(before), by_trial(after)
     outcomes = outcome_lists(before, after)
     start_spent = sum(len(a) + len(b) for a, b in outcomes.values())
     next_index = cfg.trial_offset + cfg.trials
@@ -357,7 +359,7 @@ def _pool(
     doc: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     (_, cand), (_, inc) = (read_run(Path(doc["runs"][k]["run_path"])) for k in ("candidate", "incumbent"))
-    return [*before, *_by_trial(inc)], [*after, *_by_trial(cand)]
+    return [*before, *by_trial(inc)], [*after, *by_trial(cand)]
 
 
 def _look(
@@ -373,46 +375,23 @@ def _look(
     offset: int,
 ) -> dict[str, Any]:
     """Look `j`: `per` trials of each of `tasks` per harness at trial indices `offset`.. (one sub-run each)."""
-    ids = sorted({key.split("/", 1)[-1] for key in tasks})
     budget = 2 * per * len(tasks)
     ev.say(
         f"{label}: look {j}: {len(tasks)} task(s) x {per} trial(s) x 2 harnesses = {budget} trial(s) "
         f"(sub-runs {run_id}a{j}, {run_id}ia{j}): {shown(tasks, 10)}"
     )
     started = time.monotonic()
-    overrides: dict[str, str | None] = {
-        "--ecdysis-tasks": ",".join(ids),
-        "--ecdysis-trials": str(per),
-        **offset_override(ev.cfg, offset),
-    }
-    no_cache = {ENV_DIR: ""}  # fresh trials: a response cache would replay earlier ones
-    where = adir / "looks" / str(j)
-    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
-    try:
-        cand, inc = together(
-            ev,
-            [
-                Job(
-                    candidate_dir,
-                    where,
-                    f"{run_id}a{j}",
-                    ev.snapshot.files if ev.snapshot else None,
-                    no_cache,
-                    overrides,
-                ),
-                Job(
-                    worktree.harness_dir,
-                    where / "incumbent",
-                    f"{run_id}ia{j}",
-                    None,
-                    no_cache,
-                    overrides,
-                    label=f"adaptive look: {INCUMBENT_LABEL}",
-                ),
-            ],
-        )
-    finally:
-        worktree.remove()
+    cand, inc = paired_trials(
+        ev,
+        candidate_dir,
+        base,
+        tasks,
+        trials=per,
+        offset=offset,
+        where=adir / "looks" / str(j),
+        run_ids=(f"{run_id}a{j}", f"{run_id}ia{j}"),
+        label="adaptive look",
+    )
     doc: dict[str, Any] = {
         "look": j,
         "tasks": tasks,
@@ -422,10 +401,6 @@ def _look(
         "wall_s": round(time.monotonic() - started, 2),
     }
     return pair_outcome(doc, cand, inc, "the look's runs")
-
-
-def _by_trial(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(trials, key=lambda t: int(t.get("trial") or 0))
 
 
 def _fmt(x: float | None) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ecdysis.core.config import EcdysisConfig, is_sim_model
+from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate.results import infra_drift
 from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun
@@ -178,6 +179,63 @@ def together(ev: RoundContext, jobs: list[Job]) -> list[SubRun | BrokenCandidate
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def paired_trials(
+    ev: RoundContext,
+    candidate_dir: Path,
+    base: Mapping[str, Any],
+    tasks: list[str],
+    *,
+    trials: int,
+    offset: int,
+    where: Path,
+    run_ids: tuple[str, str],
+    label: str,
+) -> list[SubRun | BrokenCandidate]:
+    """`trials` more trials of each of `tasks` (`suite/id` keys) per harness, at trial index `offset` onwards
+    (`offset_override`), fresh (no response cache: it would replay earlier trials), side by side: the
+    candidate (`candidate_dir`, the snapshot's bytes) under `where` and the incumbent (`base["commit"]`,
+    checked out for the call) under `where/incumbent`, with sub-run ids `run_ids` (candidate, incumbent)
+    and `label` naming the incumbent's run. Returns `together`'s [candidate's, incumbent's]."""
+    overrides: dict[str, str | None] = {
+        "--ecdysis-tasks": ",".join(sorted({key.split("/", 1)[-1] for key in tasks})),
+        "--ecdysis-trials": str(trials),
+        **offset_override(ev.cfg, offset),
+    }
+    no_cache = {ENV_DIR: ""}
+    worktree = gitworktree.add_worktree(ev.harness_dir, base["commit"])
+    try:
+        return together(
+            ev,
+            [
+                Job(
+                    candidate_dir,
+                    where,
+                    run_ids[0],
+                    ev.snapshot.files if ev.snapshot else None,
+                    no_cache,
+                    overrides,
+                ),
+                Job(
+                    worktree.harness_dir,
+                    where / "incumbent",
+                    run_ids[1],
+                    None,
+                    no_cache,
+                    overrides,
+                    label=f"{label}: {INCUMBENT_LABEL}",
+                ),
+            ],
+        )
+    finally:
+        worktree.remove()
+
+
+def by_trial(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run's trials in trial-index order (`trials.jsonl` is in completion order, which may follow the
+    outcome: pairing by it would not be blind to the rewards)."""
+    return sorted(trials, key=lambda t: int(t.get("trial") or 0))
 
 
 def _attempt(run: Any) -> SubRun | BrokenCandidate:
