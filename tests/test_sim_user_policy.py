@@ -117,6 +117,22 @@ def test_a_step_no_conversation_asked_for_is_omitted(sim):
     assert truth["quirks"][0]["tool"] == "update_reservation_flights" and not truth["quirks"][0]["cured"]
 
 
+def test_every_left_out_write_a_late_request_names_is_done_before_the_model_goes_on(sim):
+    """Airline 42: the user first tells only the mixup; the model looks the reservations up and leaves both
+    cancellations out (nobody asked yet). When the user then asks the agent to work out "which flights
+    should be cancelled", that one sentence names both writes: the model cancels both (not only the first
+    and then back to where it was), both omissions are cured by the user, and τ² scores the trial 1."""
+    url, profiles = sim
+    model = _profile(profiles, "calm", {}, {})
+    result, truth, users = _trial(url, model, "42")
+    names = [c.get("name") for m in result.messages for c in m.get("tool_calls") or []]
+    assert any("should be cancelled" in u for u in users)
+    assert names.count("cancel_reservation") == 2
+    omitted = [q for q in truth["quirks"] if q["kind"] == "omitted_step"]
+    assert len(omitted) == 2 and all(q["cured"] and q["by"] == "user" for q in omitted)
+    assert result.reward == 1.0
+
+
 def test_what_motivates_a_write_is_the_users_words_or_a_tool_error_in_one_sentence():
     assert names_action("I want to cancel reservation XEHM4B.", "cancel_reservation", {"reservation_id": 1})
     assert not names_action("I want to cancel my flights.", "update_reservation_flights", {"cabin": 1})

@@ -96,6 +96,7 @@ class AgentTrial:
         #: plan index -> its `omitted_step` entry: writes nothing in the conversation asked for, left out
         self.omitted: dict[int, int] = {}
         self.resume_at: int | None = None  # where the plan goes on after an omitted write done late
+        self.late_by = "user"  # who asked for the omitted writes done late (the user or a harness's note)
 
     # -- the request ---------------------------------------------------------------------------------
 
@@ -130,15 +131,12 @@ class AgentTrial:
             and (late := self._now_motivated(messages)) is not None
         ):
             # the user (or a note) now asks for a write the model had left out: it does it, then closes again
-            entry = self.omitted.pop(late)
-            s.quirks[entry]["cured"] = True
-            s.quirks[entry]["by"] = "user" if from_user else "information"
+            self.resume_at = s.pos
+            self._take_late(late, "user" if from_user else "information")
             if p.kind == "early_end" and from_user and p.quirk is not None:
                 self.draws.cure(p.quirk)
                 s.quirks[p.quirk]["by"] = "user"
             s.pending = None
-            self.resume_at = s.pos
-            s.pos = late
             return self._advance_to_next(messages)
         if p.kind == "ask_user":  # dual control: the user was asked to run a step on their device
             reply = self.user_steps.after_ask(p, is_new)
@@ -301,7 +299,12 @@ class AgentTrial:
         step = s.task.plan[p.plan_index]
         s.pos = p.plan_index + 1
         if self.resume_at is not None and s.pos <= self.resume_at:
-            s.pos, self.resume_at = self.resume_at, None  # a write done late: back to where the model was
+            # a write done late: first every other left-out write the conversation now asks for ("cancel the
+            # two flights" names both cancellations), then back to where the model was
+            if (late := self._now_motivated(messages)) is not None:
+                self._take_late(late, self.late_by)
+                return self._advance_to_next(messages)
+            s.pos, self.resume_at = self.resume_at, None
         writes = s.task.writes
         if step.write and not self.early_end_drawn and len(writes) >= 2 and p.plan_index == writes[0]:
             self.early_end_drawn = True
@@ -376,6 +379,13 @@ class AgentTrial:
         """Whether `text` names a write of the plan still ahead (the user saying the rest was not done)."""
         plan = self.state.task.plan
         return any(st.write and names_action(text, st.name, st.arguments) for st in plan[self.state.pos :])
+
+    def _take_late(self, index: int, by: str) -> None:
+        """Do left-out write `index` next, its omission cured `by` the user or a harness's information."""
+        entry = self.omitted.pop(index)
+        self.state.quirks[entry]["cured"] = True
+        self.state.quirks[entry]["by"] = self.late_by = by
+        self.state.pos = index
 
     def _now_motivated(self, messages: list[dict[str, Any]]) -> int | None:
         """The first omitted write the conversation now asks for, or None."""
