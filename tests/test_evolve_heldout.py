@@ -225,6 +225,8 @@ def test_memorised_table_refused_under_the_default_rule_no_branch(
     (row,) = doc["rounds"]
     assert row["decision"]["rule"] == "adaptive"
     _refused(row)
+    looked = row["looks"]["trials"]
+    assert 8 < row["heldout"]["train_trials"] <= 8 + looked  # the looks' trials judged too
     assert doc["branch"] is None and "ecdysis/" not in git(project.path, "branch", "--list")
     result.stdout.fnmatch_lines(
         [

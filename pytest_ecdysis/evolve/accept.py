@@ -22,7 +22,7 @@ from pytest_ecdysis.core.records import HarnessPoint, ModificationSpec, RoundRec
 from pytest_ecdysis.evolve.ablation import ablate_accepted, commit_lines
 from pytest_ecdysis.evolve.confirm import confirm
 from pytest_ecdysis.evolve.extra_trials import extra_trials
-from pytest_ecdysis.evolve.heldout import heldout_stage
+from pytest_ecdysis.evolve.heldout import decision_trials, heldout_stage
 from pytest_ecdysis.evolve.looks import adaptive_decide
 from pytest_ecdysis.gate.acceptance import decide
 from pytest_ecdysis.gate.rates import leaderboard_short, rates_short
@@ -147,18 +147,11 @@ def accept_stage(
             "reason": decision.reason,
         }, None
     # the train gain must show on tasks the editor never saw evidence for (`evolve.heldout`)
+    judged = decision_trials(out, before_trials, after_trials)  # with the looks' and extra runs' trials
     held = ev.stage_json(
         adir / "heldout.json",
         lambda: heldout_stage(
-            ev,
-            worktree.harness_dir,
-            adir,
-            run_id,
-            label,
-            base,
-            val["harness_id"],
-            before_trials,
-            after_trials,
+            ev, worktree.harness_dir, adir, run_id, label, base, val["harness_id"], *judged
         ),
     )
     held.pop("fresh", None)

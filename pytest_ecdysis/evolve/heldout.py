@@ -4,7 +4,8 @@ Whatever route put gold data into a candidate (an editor's answer table, a copie
 must also show on tasks the editor never saw evidence for. `heldout_stage` scores the candidate (the
 snapshot's bytes) and its incumbent on the test split, `--ecdysis-test-trials` trials per task, side by
 side (`evolve.paired.together`), and applies `gate.heldout.heldout_check` to the per-task rewards: train
-from the two validation runs the decision compared, held-out from these two runs. A refused candidate is
+from the trials the decision judged (the two validation runs and its looks or extra runs:
+`decision_trials`), held-out from these two runs. A refused candidate is
 recorded as `rejected` with the check's line as the reason (`evolve.accept`); no commit, no branch.
 
 Runs go to `<round or step dir>/heldout/` (the candidate's, sub-run `<run-id>h`) and `heldout/incumbent/`
@@ -42,6 +43,27 @@ def rewards_by_task(trials: list[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
+def decision_trials(
+    row: Mapping[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The train trials the decision judged: the validation runs' (`before`: the incumbent's, `after`: the
+    candidate's) plus those of every usable look or extra run the round made (`looks.looks`,
+    `confirmation.looks`, `extra_trials`: docs with `runs` and no `problem`)."""
+    docs = [
+        *((row.get("looks") or {}).get("looks") or []),
+        *((row.get("confirmation") or {}).get("looks") or []),
+        *([row["extra_trials"]] if isinstance(row.get("extra_trials"), dict) else []),
+    ]
+    before, after = list(before), list(after)
+    for doc in docs:
+        runs = doc.get("runs") or {}
+        if doc.get("problem") or not runs.get("candidate") or not runs.get("incumbent"):
+            continue
+        after += read_run(Path(runs["candidate"]["run_path"]))[1]
+        before += read_run(Path(runs["incumbent"]["run_path"]))[1]
+    return before, after
+
+
 def not_made(why: str) -> dict[str, Any]:
     """The record of a check that could not be made."""
     return {"made": False, "refused": False, "why": why, "line": f"held-out check not made: {why}"}
@@ -73,7 +95,8 @@ def heldout_stage(
     after_trials: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Score candidate and incumbent `base` on held-out tasks and decide. Returns the `heldout` record:
-    `gate.heldout.HeldOutCheck.fields()` plus `runs` ({candidate, incumbent}: run path, score), or
+    `gate.heldout.HeldOutCheck.fields()` plus `train_trials` (the scored train trials of both sides it
+    judged: `decision_trials`) and `runs` ({candidate, incumbent}: run path, score), or
     `not_made(why)`; a refused candidate has `refused: true`. Ctrl-C stops the sub-runs and propagates."""
     cfg = ev.cfg
     if getattr(cfg, "heldout", "refuse") == "off":
@@ -164,7 +187,8 @@ def heldout_stage(
         )
     except ValueError as exc:
         return not_made(str(exc))
-    return _remember(ev, key, {**check.fields(), "runs": run_pair})
+    train_trials = sum(t.get("reward") is not None for t in [*before_trials, *after_trials])
+    return _remember(ev, key, {**check.fields(), "train_trials": train_trials, "runs": run_pair})
 
 
 def _remember(ev: RoundContext, key: str, doc: dict[str, Any]) -> dict[str, Any]:

@@ -68,7 +68,7 @@ def evolution_lines(
         head += (
             f"; held-out test split {fmt(test['start'].get('suite_score'))} -> "
             f"{fmt(test['frozen'].get('suite_score'))} ({test.get('trials')} trial(s) per task)"
-        )
+        ) + selection_note(doc)
     elif test.get("skipped"):
         head += "; test split not scored (--ecdysis-test-trials 0)"
     out = [(head, "green" if doc.get("branch") else "yellow")]
@@ -126,8 +126,8 @@ def _round_why(r: dict[str, Any]) -> str:
 
 def heldout_lines(doc: dict[str, Any]) -> list[Line]:
     """The held-out checks in the verdict (`gate.heldout.heldout_summary`): each refusal with its gap,
-    bound and the train tasks that carried the gain; the checks that could not be made, once; and what the
-    test figure then means (the test split was the checks' selection set)."""
+    bound and the train tasks that carried the gain; the checks that could not be made, once (what the test
+    figure then means is in the head line: `selection_note`)."""
     from pytest_ecdysis.gate.heldout import heldout_summary
 
     held = heldout_summary(doc)
@@ -150,16 +150,21 @@ def heldout_lines(doc: dict[str, Any]) -> list[Line]:
                 "yellow",
             )
         )
-    if held["refused"] + held["passed"]:
-        out.append(
-            (
-                f"held-out checks: {held['passed']} passed, {held['refused']} refused; the test split decided "
-                "them, so the test figure above is that of a selection set, not an untouched estimate "
-                "(docs/evolution.md, held-out check)",
-                None,
-            )
-        )
     return out
+
+
+def selection_note(doc: dict[str, Any]) -> str:
+    """`; the test split also decided 2 held-out check(s) (1 refused): a selection set` for the verdict's
+    head line after the test figure, or "" when no held-out check was made on it."""
+    from pytest_ecdysis.gate.heldout import heldout_summary
+
+    held = heldout_summary(doc)
+    if held is None or not held["refused"] + held["passed"]:
+        return ""
+    return (
+        f"; the test split also decided {held['refused'] + held['passed']} held-out check(s) "
+        f"({held['refused']} refused): a selection set, not an untouched estimate"
+    )
 
 
 def model_override_lines(doc: dict[str, Any]) -> list[Line]:
