@@ -221,6 +221,7 @@ STAGES = {
     "edit.json": "editor",
     "validation.json": "validation",
     "extra_trials.json": "confirmation",
+    "heldout.json": "heldout",
     "ablation.json": None,
 }
 ROLE_KINDS = {
@@ -263,7 +264,7 @@ def stage_estimate(ev: RoundContext, stage: str) -> dict[str, Any]:
             base = (proj.get("per_round") or {}).get(stage) or {}
             scale = max(earlier) / base["tokens"] if base.get("tokens") else 0
             return {"tokens": max(earlier), "usd": None if base.get("usd") is None else base["usd"] * scale}
-    if stage == "test":
+    if stage in ("test", "heldout"):  # a held-out check scores two harnesses on test, as the test stage
         return dict(proj.get("test") or {"tokens": 0, "usd": 0.0})
     if stage == "ablation":
         one = dict((proj.get("per_round") or {}).get("ablation") or {"tokens": 0, "usd": 0.0})

@@ -168,6 +168,8 @@ def heldout_stage(
         doc["line"] = f"held-out check: refused: {doc['why']}"
         return _remember(ev, key, doc)
     runs[candidate_id] = {**_run_doc(cand, candidate_id), "trials": cfg.test_trials}
+    for path in (inc_doc["run_path"], cand.run_path):  # both written by the controller's sub-runs
+        ev.ledger.verify_run(Path(path))
     inc_summary, inc_trials = read_run(Path(inc_doc["run_path"]))
     drift = infra_drift(inc_summary, cand.summary)
     run_pair = {
