@@ -119,6 +119,66 @@ def test_summary_and_verdict_name_a_refusal_and_a_check_not_made() -> None:
     assert "held-out: round 2: held-out check not made: w" in table
 
 
+def _run_dir(path, rewards: dict[str, list[float | None]]):
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text("{}")
+    lines = [
+        json.dumps({"task_id": t, "trial": i, "reward": r, "termination_reason": "agent_stop"})
+        for t, rs in rewards.items()
+        for i, r in enumerate(rs)
+    ]
+    (path / "trials.jsonl").write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_decision_trials_pool_the_looks_and_extra_runs_but_not_a_look_with_a_problem(tmp_path) -> None:
+    """The train side of the check is every trial the decision judged: the validation runs, then each usable
+    adaptive look, confirmation look and extra run (a look with a `problem` was not used by the decision)."""
+    from pytest_ecdysis.evolve.heldout import decision_trials, rewards_by_task
+
+    def pair(name: str, cand: list[float | None], inc: list[float | None]) -> dict:
+        return {
+            "candidate": {"run_path": _run_dir(tmp_path / name / "c", {"a": cand})},
+            "incumbent": {"run_path": _run_dir(tmp_path / name / "i", {"a": inc})},
+        }
+
+    row = {
+        "looks": {
+            "looks": [
+                {"runs": pair("look1", [1.0, 1.0], [0.0, 0.0])},
+                {"runs": pair("bad", [9.0], [9.0]), "problem": "drift"},
+            ]
+        },
+        "confirmation": {"looks": [{"runs": pair("conf", [0.0], [1.0])}]},
+        "extra_trials": {"runs": pair("extra", [1.0, None], [0.0])},
+    }
+    before = [{"task_id": "a", "reward": 0.0}]
+    after = [{"task_id": "a", "reward": 1.0}]
+    b, a = decision_trials(row, before, after)
+    assert rewards_by_task(b) == {"a": [0.0, 0.0, 0.0, 1.0, 0.0]}
+    assert rewards_by_task(a) == {"a": [1.0, 1.0, 1.0, 0.0, 1.0]}  # the infrastructure error (None) left out
+    assert decision_trials({}, before, after) == (before, after)
+
+
+def test_summary_names_the_step_of_an_instance_level_round() -> None:
+    held = {"made": True, "refused": True, "line": "x", "tasks": ["t"], "gap": 0.5, "lower": 0.1}
+    doc = {"rounds": [{"round": 3, "outcome": "rejected", "steps": [{"step": 2, "heldout": held}]}]}
+    summary = heldout_summary(doc)
+    assert summary is not None and summary["checks"] == [
+        {
+            "round": 3,
+            "step": 2,
+            "made": True,
+            "refused": True,
+            "tasks": ["t"],
+            "gap": 0.5,
+            "lower": 0.1,
+            "line": "x",
+        }
+    ]
+    assert [t for t, _ in heldout_lines(doc)] == ["round 3 step 2 refused, not committed: x"]
+
+
 # --- evolutions ------------------------------------------------------------------------------------------
 
 SUITE = """
