@@ -264,6 +264,10 @@ def test_memorised_table_refused_under_strict_and_a_real_cure_accepted_after_it(
     summary = json.loads((project.path / ".ecdysis" / "runs" / "run1" / "summary.json").read_text())
     assert (summary["heldout"]["refused"], summary["heldout"]["passed"]) == (1, 1)
     assert summary["heldout"]["checks"][0]["tasks"] == ["1", "2", "3"]
+    from pytest_ecdysis.report.pr_body import render_pr_body
+
+    body = render_pr_body(project.path / ".ecdysis" / "runs" / "run1")
+    assert "**Held-out checks**: 1 passed, 1 refused" in body and "- round 1 refused: held-out check" in body
     out = result.stdout.str()
     assert "rejected/held-out" in out
     result.stdout.fnmatch_lines(
