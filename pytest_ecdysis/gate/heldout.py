@@ -9,10 +9,12 @@ two splits are independent task sets, `gate.noninferiority.train_test_gap`), and
 
     (gain_train - gain_held) - z(1 - level) · SE  >  0
 
-that is, when its train gain exceeds its held-out gain by more than the noise of both. At the default level
-(HELDOUT_LEVEL) a real fix whose gain shows on both splits is refused in at most a few decisions in a hundred,
-and a memorised train table (+30 points on train, none held out) is refused in nearly all
-(`benchmarks/bench_heldout.py`, docs/benchmarks.md). Pure functions; no loop import.
+that is, when its train gain exceeds its held-out gain by more than the noise of both. Measured at the
+default level (HELDOUT_LEVEL, `benchmarks/bench_heldout.py`, leaderboard world, candidates first accepted by a
+paired sign test on train): a real +10 point fix on both splits is refused in 5.0% (airline, 1 train trial a
+task) to 1.0% (retail, 3 trials) of its acceptances, a +5 point fix in 15.3% to 2.8% (the winner's curse of
+the train decision: docs/evolution.md, held-out check); a memorised train table (+30 train, +0 held out) in
+66.0% to 98.8%. Pure functions; no loop import.
 """
 
 from __future__ import annotations
