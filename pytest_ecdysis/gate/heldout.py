@@ -2,7 +2,7 @@
 
 A candidate that passed the train decision is scored, beside its incumbent, on held-out tasks (the test
 split). Per task, d = candidate's mean reward - incumbent's; gain_train = mean of d over the train tasks
-(the validation runs the train decision compared), gain_held = the same over the held-out tasks. Their
+(the trials the train decision judged), gain_held = the same over the held-out tasks. Their
 difference has variance s²_train / T_train + s²_held / T_held (s²: the sample variance over tasks of d; the
 two splits are independent task sets, `gate.noninferiority.train_test_gap`), and the candidate is
 **refused** when the one-sided lower bound
