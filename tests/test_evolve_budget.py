@@ -123,6 +123,7 @@ def test_projection_counts_every_part() -> None:
     assert per["validation"]["tokens"] == 2 * 10 * 110  # candidate + incumbent re-run, 110 tokens a trial
     assert per["confirmation"]["tokens"] == 2 * 2 * 5 * 110
     assert p["test"]["tokens"] == 2 * 5 * 3 * 110
+    assert per["heldout"]["tokens"] == 2 * 5 * 3 * 110  # one candidate and its incumbent on test
     assert p["total"]["tokens"] == 3 * sum(x["tokens"] for x in per.values()) + p["test"]["tokens"]
     assert p["total"]["usd"] == pytest.approx(p["total"]["tokens"] / 1e6)
     line = budget.projection_line(p, cfg)

@@ -203,6 +203,9 @@ INI_CASES: dict[str, Case] = {
     "ablate": Case(
         "true", {"ablate": True}, "maybe", "ini option ecdysis_ablate must be true or false", EVOLVE
     ),
+    "heldout": Case(
+        "off", {"heldout": "off"}, "warn", "ini key ecdysis_heldout must be one of refuse, off", EVOLVE
+    ),
     "rescore": Case(
         "never", {"rescore": "never"}, "sometimes", "ini key ecdysis_rescore must be one of auto"
     ),

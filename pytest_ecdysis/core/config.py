@@ -119,6 +119,7 @@ class EcdysisConfig:
     editor_readable: tuple[str, ...] = ()  # `--ecdysis-editor-readable`: absolute paths
     response_cache: str | None = None  # on, off, or None (not given: off, except for the ablation)
     ablate: bool = False  # ini `ecdysis_ablate`
+    heldout: str = "refuse"  # ini `ecdysis_heldout`: refuse or off (`evolve.heldout`)
     accept_extra_trials: int = 0  # ini `ecdysis_accept_extra_trials`
     accept_budget: int = 0  # ini `ecdysis_accept_budget`: adaptive trials per decision, 0 = the default
     trial_offset: int = 0  # `--ecdysis-trial-offset`: the first trial index of each task
@@ -280,6 +281,7 @@ def read_config(config: Any) -> EcdysisConfig:
         ("accept", RULES),
         ("accept-method", METHODS),
         ("rescore", ("auto", "always", "never")),
+        ("heldout", ("refuse", "off")),
     ):
         _choice(name, raw[name], tuple(choices))
     if raw["response-cache"] is not None:  # not given: off, except for the ablation's re-validations
@@ -327,6 +329,7 @@ def read_config(config: Any) -> EcdysisConfig:
         rescore=raw["rescore"],
         response_cache=raw["response-cache"],
         ablate=_ablate(bool(raw["ablate"]), evolve),
+        heldout=raw["heldout"],
         accept_extra_trials=_extra_trials(
             raw["accept-extra-trials"], raw["accept"], decides=evolve or bool(raw["gate"])
         ),

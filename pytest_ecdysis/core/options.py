@@ -449,6 +449,16 @@ INI_ONLY: tuple[Option, ...] = (
         cli=False,
     ),
     Option(
+        "heldout",
+        "evolution: score a candidate the train decision accepted, beside its incumbent, on the test split "
+        "(--ecdysis-test-trials trials a task) and refuse it when its train gain exceeds its held-out gain "
+        "beyond the noise of both: 'refuse' or 'off' (default: refuse)",
+        "acceptance",
+        default="refuse",
+        needs=EVOLVE,
+        cli=False,
+    ),
+    Option(
         "rescore",
         "the incumbent each candidate is compared with: 'auto' (re-run beside the candidate, "
         "unless the model is deterministic: simulated with a fixed nonce), 'always', or 'never' (its "

@@ -439,6 +439,7 @@ class RoundRecord(TypedDict, total=False):
     ablation: dict[str, Any]  #: `--ecdysis-ablate`: changes, kept, dropped (`evolve.ablation`)
     candidate_score: float | None  #: the candidate's score before its ablation
     chosen: int  #: alternatives rounds: the proposal kept
+    heldout: dict[str, Any]  #: the held-out check of a train-accepted candidate (`evolve.heldout`)
 
 
 class DecisionRecord(TypedDict, total=False):
@@ -502,4 +503,6 @@ class EvolutionRecord(TypedDict, total=False):
     cost_start_runs: list[dict[str, Any]]
     diff_command: str
     validations: dict[str, Any]
+    heldout_runs: dict[str, Any]  #: harness id -> its held-out (test split) run (`evolve.heldout`)
+    heldout_checks: dict[str, Any]  #: "<incumbent id>><candidate id>" -> its held-out check
     validity: dict[str, Any]

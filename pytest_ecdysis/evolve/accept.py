@@ -6,7 +6,9 @@ against the ledger), refuses a comparison the candidate's infrastructure errors 
 (`validate.results.infra_drift`), applies the run's rule (`acceptance.decide`; ini
 `ecdysis_accept_extra_trials` through `evolve.extra_trials`), minimises an accepted candidate (ini
 `ecdysis_ablate`, `ablation`) and commits exactly the validated bytes in the candidate's worktree
-(`git.ops`), checking the commit holds them.
+(`git.ops`), checking the commit holds them. Between the decision and the commit, an accepted candidate is
+scored on held-out tasks (`evolve.heldout`) and refused (`rejected`, the check's line as reason) when its
+train gain is not matched there beyond the noise of both (`gate.heldout`).
 This module must not import tau2, task suites or harness code.
 """
 
@@ -20,6 +22,7 @@ from pytest_ecdysis.core.records import HarnessPoint, ModificationSpec, RoundRec
 from pytest_ecdysis.evolve.ablation import ablate_accepted, commit_lines
 from pytest_ecdysis.evolve.confirm import confirm
 from pytest_ecdysis.evolve.extra_trials import extra_trials
+from pytest_ecdysis.evolve.heldout import decision_trials, heldout_stage
 from pytest_ecdysis.evolve.looks import adaptive_decide
 from pytest_ecdysis.gate.acceptance import decide
 from pytest_ecdysis.gate.rates import leaderboard_short, rates_short
@@ -143,6 +146,19 @@ def accept_stage(
             "outcome": "inconclusive" if decision.inconclusive else "rejected",
             "reason": decision.reason,
         }, None
+    # the train gain must show on tasks the editor never saw evidence for (`evolve.heldout`)
+    judged = decision_trials(out, before_trials, after_trials)  # with the looks' and extra runs' trials
+    held = ev.stage_json(
+        adir / "heldout.json",
+        lambda: heldout_stage(
+            ev, worktree.harness_dir, adir, run_id, label, base, val["harness_id"], *judged
+        ),
+    )
+    held.pop("fresh", None)
+    out["heldout"] = held
+    ev.say(f"{label}: {held['line']}")
+    if held.get("refused"):
+        return {**out, "outcome": "rejected", "reason": held["line"]}, None
     ablated = ""
     if ev.cfg.ablate:  # minimal accepted edit: changes whose removal loses nothing are dropped
         ablation, kept = ablate_accepted(

@@ -130,7 +130,8 @@ def project(
     harness_dir: Path,
     prices: Prices | None = None,
 ) -> dict[str, Any]:
-    """`{"rounds", "per_round": {"diagnosis", "editor", "validation", "confirmation", "ablation"}, "test", "total"}`,
+    """`{"rounds", "per_round": {"diagnosis", "editor", "validation", "confirmation", "ablation", "heldout"},
+    "test", "total"}`,
     each part `{"calls", "tokens", "usd"}` (`usd` None when a price is unknown): the most the evolution can
     spend after its starting run."""
     from pytest_ecdysis.evolve.paired import rescore_plan
@@ -152,6 +153,13 @@ def project(
             _confirmation_trials(cfg, n_train, n_tasks, rescore) * candidates, t, cfg, prices
         ),
         "ablation": _trials(MAX_ABLATION * n_train if getattr(cfg, "ablate", False) else 0, t, cfg, prices),
+        # the held-out check of each train-accepted candidate: it and its incumbent on test (`evolve.heldout`)
+        "heldout": _trials(
+            2 * n_tasks * cfg.test_trials * candidates if getattr(cfg, "heldout", "refuse") != "off" else 0,
+            t,
+            cfg,
+            prices,
+        ),
     }
     test = _trials(2 * (1 + len(cfg.test_models)) * n_tasks * cfg.test_trials, t, cfg, prices)
     rounds = _sum(list(per_round.values()), cfg.rounds)
@@ -195,12 +203,13 @@ def usd_text(usd: float | None, cfg: EcdysisConfig) -> str:
 def projection_line(p: dict[str, Any], cfg: EcdysisConfig) -> str:
     """One line: the most calls, tokens and USD, and what they are made of."""
     total, r = p["total"], p["per_round"]
-    trials = sum(r[k]["calls"] for k in ("validation", "confirmation", "ablation"))
+    parts = [k for k in ("validation", "confirmation", "ablation", "heldout") if k in r]
+    trials = sum(r[k]["calls"] for k in parts)
     return (
         f"projection: this evolution can spend at most {total['calls']:,} model calls, "
         f"{tokens_text(total['tokens'])} tokens, {usd_text(total['usd'], cfg)}: {p['rounds']} round(s) of "
         f"{r['diagnosis']['calls']} role calls ({tokens_text(r['diagnosis']['tokens'])}), {r['editor']['calls']} "
-        f"editor calls, {trials:,} trial calls ({tokens_text(r['validation']['tokens'] + r['confirmation']['tokens'] + r['ablation']['tokens'])}); "
+        f"editor calls, {trials:,} trial calls ({tokens_text(sum(r[k]['tokens'] for k in parts))}, held-out checks included); "
         f"test split {tokens_text(p['test']['tokens'])}; the starting run spent {tokens_text(p['start_run']['tokens'])}"
         + _limits(cfg)
     )
@@ -221,6 +230,7 @@ STAGES = {
     "edit.json": "editor",
     "validation.json": "validation",
     "extra_trials.json": "confirmation",
+    "heldout.json": "heldout",
     "ablation.json": None,
 }
 ROLE_KINDS = {
@@ -263,7 +273,7 @@ def stage_estimate(ev: RoundContext, stage: str) -> dict[str, Any]:
             base = (proj.get("per_round") or {}).get(stage) or {}
             scale = max(earlier) / base["tokens"] if base.get("tokens") else 0
             return {"tokens": max(earlier), "usd": None if base.get("usd") is None else base["usd"] * scale}
-    if stage == "test":
+    if stage in ("test", "heldout"):  # a held-out check scores two harnesses on test, as the test stage
         return dict(proj.get("test") or {"tokens": 0, "usd": 0.0})
     if stage == "ablation":
         one = dict((proj.get("per_round") or {}).get("ablation") or {"tokens": 0, "usd": 0.0})

@@ -34,7 +34,7 @@ from pytest_ecdysis.evolve.context import RoundContext
 #: the order roles are listed in (others follow, sorted).
 ROLE_ORDER = ("agent", "user", "analyst", "critic", "engineer", "moderator", "editor")
 #: trial stages, in the order they are listed.
-STAGE_ORDER = ("start", "validation", "rescore", "confirmation", "ablation", "test")
+STAGE_ORDER = ("start", "validation", "rescore", "confirmation", "heldout", "ablation", "test")
 
 
 class CostBook:
@@ -128,6 +128,8 @@ def trial_stage(rel: Path) -> str:
     parts = set(rel.parts[:-1])
     if "test" in parts:
         return "test"
+    if "heldout" in parts:  # the held-out check's runs, candidate's and incumbent's (`evolve.heldout`)
+        return "heldout"
     if "ablation" in parts:
         return "ablation"
     if "extra" in parts:

@@ -235,6 +235,7 @@ class Evolution:
         finally:
             self.runs.trusted.remove()
         self.doc["status"] = "finished"
+        self.note_heldout()
         cost.refresh(self)
         self.doc["wall_s"] = round(self.doc.get("wall_s_before", 0.0) + time.monotonic() - self.started, 2)
         self.doc["cpu_s"] = round(self.doc.get("cpu_s_before", 0.0) + cpu_seconds() - self.cpu_started, 1)
@@ -446,6 +447,17 @@ class Evolution:
             f"checkout, index and current branch were not touched{note}. View: {self.doc['diff_command']}"
         )
         self.checkpoint()
+
+    def note_heldout(self) -> None:
+        """The held-out checks (`gate.heldout.heldout_summary`) into the session's `summary.json` as
+        `heldout` (through the ledger: the file stays the controller's)."""
+        from pytest_ecdysis.gate.heldout import heldout_summary
+
+        held = heldout_summary(cast(dict[str, Any], self.doc))
+        if held is None and "heldout" not in self.summary:
+            return
+        self.summary["heldout"] = held
+        write_json(self.dir / "summary.json", self.summary, self.ledger)
 
     def measure_validity(self) -> None:
         """Under the simulated model: join each accepted edit's flips with the ground truth

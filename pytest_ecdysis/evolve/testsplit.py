@@ -5,7 +5,9 @@ Each harness is checked out at its commit in a temporary worktree and scored by 
 go to `evolution.json` under `test` (`start`, `frozen`, `trials`, `transfer`; each scored harness with its
 capability, `suite_score`, and efficiency, `tokens_per_task`); sub-runs to
 `<run>/test/{start,frozen}/` and `<run>/test/transfer/<model>/`. A slot already filled is not re-scored
-on `--ecdysis-resume`.
+on `--ecdysis-resume`. A harness whose bytes a held-out check already scored on test at these trials
+(`evolve.heldout`, `evolution.json` `heldout_runs`) takes that run (`heldout_check: true`), not a new one:
+the test split is then also the selection set of the held-out check (docs/evolution.md).
 """
 
 from __future__ import annotations
@@ -62,6 +64,16 @@ def score_test(ev: RoundContext) -> None:
                 slot["frozen"] = dict(slot["start"], same_as_start=True)
                 ev.checkpoint()
                 continue
+            hid = ev.doc["start" if which == "start" else "incumbent"].get("harness_id")
+            reused = _heldout_run(ev, hid) if model is None else None
+            if reused is not None:  # these bytes were scored on test by a held-out check (`evolve.heldout`)
+                slot[which] = {**reused, "commit": commit}
+                ev.say(
+                    f"test: {which} harness: suite score {fmt(reused.get('suite_score'))} (the run of a held-out "
+                    "check of these bytes, reused)"
+                )
+                ev.checkpoint()
+                continue
             overrides: dict[str, str | None] = {
                 "--ecdysis-split": "test",
                 "--ecdysis-trials": str(cfg.test_trials),
@@ -112,6 +124,34 @@ def score_test(ev: RoundContext) -> None:
         if (test["gap"] or {}).get("said"):
             ev.say(f"test: {test['gap']['line']}")
         ev.checkpoint()
+
+
+def _heldout_run(ev: RoundContext, harness_id: str | None) -> dict[str, Any] | None:
+    """The test slot of a harness whose bytes (`harness_id`) a held-out check scored on test at this
+    run's `--ecdysis-test-trials` (`evolution.json` `heldout_runs`); None when there is none or it cannot
+    be read."""
+    from pytest_ecdysis.core.errors import RunDirError
+    from pytest_ecdysis.validate.results import read_run
+
+    run = (ev.doc.get("heldout_runs") or {}).get(str(harness_id)) if harness_id else None
+    if not run or run.get("trials") != ev.cfg.test_trials:
+        return None
+    try:
+        ev.ledger.verify_run(Path(run["run_path"]))
+        s, _ = read_run(Path(run["run_path"]))
+    except (OSError, RunDirError):
+        return None
+    return {
+        "suite_score": s.get("suite_score"),
+        "pass_hat_k": s.get("pass_hat_k"),
+        "pass_at_k": s.get("pass_at_k"),
+        "n_trials": s.get("n_trials"),
+        "n_tasks": s.get("n_tasks"),
+        **efficiency(s),
+        "harness_id": s.get("harness_id"),
+        "run_path": str(run["run_path"]),
+        "heldout_check": True,
+    }
 
 
 def train_test_gap_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ STAGE_TEXT = {
     "validation": "validation",
     "rescore": "incumbent re-runs",
     "confirmation": "confirmation trials",
+    "heldout": "held-out checks",
     "ablation": "ablation",
     "test": "test split",
 }

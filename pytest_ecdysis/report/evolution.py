@@ -65,7 +65,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         gained, lost = fl.get("failed_to_solved", []), fl.get("solved_to_failed", [])
         out.append(
             f"{r['round']:>5}  {fmt(r.get('score_before')):>7}  {fmt(r.get('score_after')):>7}  "
-            f"{pass_hat(r.get('pass_hat_k_after')):>12}  {r['outcome']:<17} {p_value(r):>6}  "
+            f"{pass_hat(r.get('pass_hat_k_after')):>12}  {outcome_cell(r):<17} {p_value(r):>6}  "
             f"{pairs(r):>9}  {r.get('editor_calls', 0):>5}  "
             f"{r.get('tokens', {}).get('total', 0):>8}  "
             f"{r.get('wall_s', 0.0):>7.1f}  +{len(gained)} / -{len(lost)}"
@@ -76,6 +76,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
                 f"{'step ' + str(st['step']):>12}  {fmt(st.get('score_before')):>7} -> "
                 f"{fmt(st.get('score_after')):>7}  {st['outcome']:<17} {st.get('editor_calls', 0):>5}"
             )
+    out += heldout_table_lines(doc)
     if doc.get("accept"):
         out.append(
             f"acceptance: {accept_text(doc['accept'])}; p = one-sided p-value of the paired test"
@@ -125,6 +126,29 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     out.append(
         f"evolution wall-clock {doc.get('wall_s', 0.0):.1f} s{cpu}; files in {doc.get('run_path', '')}".rstrip()
     )
+    return out
+
+
+def outcome_cell(row: Mapping[str, Any]) -> str:
+    """The outcome column: `rejected/held-out` for a candidate the held-out check refused, else the
+    outcome."""
+    held = row.get("heldout")
+    if isinstance(held, dict) and held.get("refused") and row.get("outcome") == "rejected":
+        return "rejected/held-out"
+    return str(row.get("outcome"))
+
+
+def heldout_table_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Under the round table: one line per held-out check that refused a candidate or could not be made
+    (`evolve.heldout`), e.g. `held-out: round 2: held-out check over 30 train / 20 held-out task(s): ...`."""
+    out = []
+    for r in doc.get("rounds") or []:
+        for where, item in [(f"round {r.get('round')}", r)] + [
+            (f"round {r.get('round')} step {st.get('step')}", st) for st in r.get("steps") or []
+        ]:
+            held = item.get("heldout")
+            if isinstance(held, dict) and (held.get("refused") or not held.get("made")):
+                out.append(f"held-out: {where}: {held.get('line')}")
     return out
 
 

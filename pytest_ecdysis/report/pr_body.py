@@ -143,6 +143,17 @@ def render_pr_body(run_path: Path | str) -> str:
         gap = test.get("gap") or {}
         if gap.get("said"):
             out += ["", f"**Train-test gap**: {gap['line'].removeprefix('train-test gap: ')}"]
+        from pytest_ecdysis.gate.heldout import heldout_summary
+
+        held = heldout_summary(evo)
+        if held is not None and held["refused"] + held["passed"]:
+            out += [
+                "",
+                f"**Held-out checks**: {held['passed']} passed, {held['refused']} refused (a train gain not "
+                "matched on these test tasks is not committed); the test split decided them, so the figures "
+                "above are those of a selection set, not an untouched estimate.",
+            ]
+            out += [f"- round {c['round']} refused: {c['line']}" for c in held["checks"] if c.get("refused")]
         for name, entry in (test.get("transfer") or {}).items():
             (t0, _), (t1, _) = _score_of((entry or {}).get("start")), _score_of((entry or {}).get("frozen"))
             out.append(f"- transfer to `{name}`: {_fmt(t0)} -> {_fmt(t1)}")

@@ -68,12 +68,13 @@ def evolution_lines(
         head += (
             f"; held-out test split {fmt(test['start'].get('suite_score'))} -> "
             f"{fmt(test['frozen'].get('suite_score'))} ({test.get('trials')} trial(s) per task)"
-        )
+        ) + selection_note(doc)
     elif test.get("skipped"):
         head += "; test split not scored (--ecdysis-test-trials 0)"
     out = [(head, "green" if doc.get("branch") else "yellow")]
     out += decided_by(doc)
     out += model_override_lines(doc)
+    out += heldout_lines(doc)
     gap = test.get("gap") or {}
     if gap.get("said"):
         out.append((f"read before merging: {gap['line']}", "yellow"))
@@ -102,16 +103,68 @@ def evolution_lines(
             )
         )
     else:
-        why = (
-            "; ".join(
-                f"round {r.get('round')} {OUTCOME_TEXT.get(r.get('outcome'), r.get('outcome'))}"
-                + (f" ({shorten(r.get('reason') or '', 90)})" if r.get("reason") else "")
-                for r in rounds
-            )
-            or "no round ran"
-        )
+        why = "; ".join(_round_why(r) for r in rounds) or "no round ran"
         out.append((f"no branch was made: no round {_criterion(doc)}: {why}", "yellow"))
     return out
+
+
+def _round_why(r: dict[str, Any]) -> str:
+    """`round 2 refused by the held-out check (train gain +0.750 vs held-out gain +0.000)` or `round 1
+    rejected (<reason, shortened>)`: a round's outcome in the no-branch line."""
+    held = r.get("heldout") or {}
+    if held.get("refused"):
+        gains = (
+            f"train gain {held['train_gain']:+.3f} vs held-out gain {held['held_gain']:+.3f}"
+            if held.get("train_gain") is not None
+            else shorten(str(held.get("why") or ""), 90)
+        )
+        return f"round {r.get('round')} refused by the held-out check ({gains})"
+    return f"round {r.get('round')} {OUTCOME_TEXT.get(str(r.get('outcome')), r.get('outcome'))}" + (
+        f" ({shorten(r.get('reason') or '', 90)})" if r.get("reason") else ""
+    )
+
+
+def heldout_lines(doc: dict[str, Any]) -> list[Line]:
+    """The held-out checks in the verdict (`gate.heldout.heldout_summary`): each refusal with its gap,
+    bound and the train tasks that carried the gain; the checks that could not be made, once (what the test
+    figure then means is in the head line: `selection_note`)."""
+    from pytest_ecdysis.gate.heldout import heldout_summary
+
+    held = heldout_summary(doc)
+    if held is None:
+        return []
+    out: list[Line] = []
+    for c in held["checks"]:
+        where = (
+            f"round {c.get('round')}"
+            + (f" step {c['step']}" if c.get("step") is not None else "")
+            + (f" proposal {c['proposal']}" if c.get("proposal") is not None else "")
+        )
+        if c.get("refused"):
+            out.append((f"{where} refused, not committed: {c.get('line')}", "yellow"))
+    why = sorted({str(c.get("why")) for c in held["checks"] if not c.get("made")})
+    if why:
+        out.append(
+            (
+                f"held-out check could not be made for {held['not_made']} candidate(s): {'; '.join(why)}",
+                "yellow",
+            )
+        )
+    return out
+
+
+def selection_note(doc: dict[str, Any]) -> str:
+    """`; the test split also decided 2 held-out check(s) (1 refused): a selection set` for the verdict's
+    head line after the test figure, or "" when no held-out check was made on it."""
+    from pytest_ecdysis.gate.heldout import heldout_summary
+
+    held = heldout_summary(doc)
+    if held is None or not held["refused"] + held["passed"]:
+        return ""
+    return (
+        f"; the test split also decided {held['refused'] + held['passed']} held-out check(s) "
+        f"({held['refused']} refused): a selection set, not an untouched estimate"
+    )
 
 
 def model_override_lines(doc: dict[str, Any]) -> list[Line]:
@@ -184,6 +237,8 @@ def _criterion(doc: dict[str, Any]) -> str:
     rounds = doc.get("rounds") or []
     decided = [r["decision"] for r in rounds if r.get("decision")]
     validated = [r for r in rounds if r.get("outcome") in ("accepted", "rejected", "inconclusive")]
+    if any((r.get("heldout") or {}).get("refused") for r in rounds):
+        return "passed both its test and the held-out check"
     if accept.get("rule") == "adaptive":
         return (
             f"passed the adaptive test (an improvement significant at level {accept.get('level', 0.05):g} "

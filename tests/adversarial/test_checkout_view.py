@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from pytest_ecdysis.git.env import child_env
 from pytest_ecdysis.validate import integrity
+
+pytest_plugins = ["pytester"]
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -39,3 +44,80 @@ def test_an_untracked_data_file_never_reaches_the_private_copy(tmp_path: Path) -
     assert files == ["harness/__init__.py", "staged.py", "test_suite.py"]
     # the integrity check still covers the untracked files (a change to one is still seen)
     assert "tau2_copy.json" in integrity.checkout_files(root)
+
+
+# An editor that makes the harness look for answer files next to it and in the directory it runs from: the
+# level rises to 4 (every task solved) when either is there. The static check, which would flag the reads,
+# is switched off by the project's conftest: this tests the copy behind it.
+_EDITOR = """
+import sys
+from pathlib import Path
+
+import pytest
+
+harness = Path(sys.argv[2])
+init = harness / "__init__.py"
+init.write_text(init.read_text().replace("LEVEL = 1", '''import pathlib
+_here = pathlib.Path(__file__).resolve().parent
+_found = [p for p in (_here.parent / "answers.json", _here.parent / "data" / "answers.json",
+                      _here.parent / "answers.log", pathlib.Path.cwd() / "answers.json") if p.exists()]
+LEVEL = 4 if _found else 1'''))
+"""
+
+_NO_STATIC = """
+import pytest_ecdysis.validate.static as staticcheck
+staticcheck.check_candidate = lambda *a, **k: []
+"""
+
+
+@pytest.mark.slow
+def test_untracked_answer_files_in_the_checkout_are_not_in_the_validated_view(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answer files the checkout holds but git does not track (untracked at its root and in a directory of
+    their own, and one git ignores): the candidate that reads them finds none in validation (score 0.250,
+    not 1.000), and they stay in place in the user's checkout. (An untracked file inside the harness
+    directory stops the evolution before it starts: `evolve.preflight`.)"""
+    from tiny_evolution import CONFTEST, evolution, make_project, run_evolution
+
+    project = make_project(pytester, monkeypatch, CONFTEST + _NO_STATIC, editor=_EDITOR)
+    (project.path / "script.json").write_text('[{"kind": "read"}]')
+    planted = [
+        project.path / "answers.json",
+        project.path / "data" / "answers.json",
+        project.path / "answers.log",
+    ]
+    for where in planted:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text('{"0": "gold", "1": "gold", "2": "gold", "3": "gold"}')
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=project.path,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "?? answers.json" in status and "?? data/answers.json" in status and "answers.log" not in status
+    result = run_evolution(project, "--ecdysis-rounds", "1")
+    assert result.ret == 0, result.stdout.str()
+    (row,) = evolution(project)["rounds"]
+    assert row["score_after"] == 0.25 and row["outcome"] == "rejected", row
+    assert all(p.is_file() for p in planted)
+    # the control: the same candidate run from the checkout itself finds them and solves every task
+    probe = project.path / "probe_harness"
+    probe.mkdir()
+    (probe / "__init__.py").write_text((project.path / "tiny_harness" / "__init__.py").read_text())
+    subprocess.run([sys.executable, str(project.path / "editor.py"), "spec", str(probe)], check=True)
+    plain = project.runpytest_subprocess(
+        "test_tiny.py",
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-harness",
+        "probe_harness",
+        "--ecdysis-model",
+        "fake",
+        "--ecdysis-base-url",
+        "http://127.0.0.1:9",
+        "--ecdysis-preflight",
+        "off",
+    )
+    plain.stdout.fnmatch_lines(["*4 passed*"])
