@@ -67,6 +67,8 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         os.environ[PREFLIGHT_DONE] = "1"  # nor do its validation sub-runs check
     elif not runs_no_test(config) and not os.environ.get(PREFLIGHT_DONE):
         check_endpoint(cfg, state)
+    if not runs_no_test(config):
+        start_limiter(cfg, state)
     if cfg.uses_sim and not state.sim_url and not runs_no_test(config):
         from pytest_ecdysis.sim.server import start_background
 
@@ -152,6 +154,54 @@ def prepare_sandbox(cfg: EcdysisConfig, state: EcdysisState) -> None:
         not decision.on and decision.mode == "auto"
     ):  # printed at session start (the reporter does not exist yet)
         state.messages.append("ecdysis: " + sandbox.status_line())
+
+
+def start_limiter(cfg: EcdysisConfig, state: EcdysisState) -> None:
+    """The session tree's one limiter of model calls (`endpoint.limiter_service`), started by the top
+    controller when `--ecdysis-concurrency auto` or a rate cap is given; a sub-run keeps the one it inherits
+    (`ECDYSIS_LIMITER`). Its directory is covered by the sandbox; its state feeds the progress lines
+    (how many calls are in flight and what limits them; the stall line once)."""
+    from pytest_ecdysis.endpoint import limiter_service
+    from pytest_ecdysis.endpoint.limiter import ENV_LIMITER, Settings, status_text
+    from pytest_ecdysis.validate import sandbox
+
+    if os.environ.get(ENV_LIMITER):
+        return
+    if not (cfg.concurrency_auto or cfg.max_rps or cfg.max_tpm):
+        return
+    settings = Settings(
+        fixed=not cfg.concurrency_auto,
+        max_rps=cfg.max_rps,
+        max_tpm=cfg.max_tpm,
+        stall_after_s=cfg.trial_budget_s,
+    )
+    service = state.limiter = limiter_service.start(settings)
+    hidden = [p for p in os.environ.get(sandbox.ENV_HIDE, "").split(os.pathsep) if p]
+    os.environ[sandbox.ENV_HIDE] = os.pathsep.join([*hidden, str(service.directory)])
+    said: list[str] = []
+
+    def extra() -> str | None:
+        status = service.limiter.status()
+        if status.get("stalled"):
+            if said:
+                return "no trial is started: the endpoint throttles every call"
+            said.append(status["stalled"])
+            return status["stalled"]
+        return status_text(status)
+
+    state.progress.extra = extra
+    how = (
+        "adaptive (starts at 4 calls in flight)"
+        if cfg.concurrency_auto
+        else "pinned by --ecdysis-concurrency"
+    )
+    caps = ", ".join(
+        f"{v:g} {unit}" for v, unit in ((cfg.max_rps, "calls/s"), (cfg.max_tpm, "tokens/min")) if v
+    )
+    state.messages.append(
+        f"ecdysis: model calls of the whole session share one limit, {how}"
+        + (f", capped at {caps}" if caps else "")
+    )
 
 
 def runs_no_test(config: pytest.Config) -> bool:
