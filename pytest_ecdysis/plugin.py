@@ -90,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     state.progress = SessionProgress(state.run_path, cfg.progress_s)
     state.no_trials = runs_no_test(config)
-    config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
+    config.pluginmanager.register(TrialCollector(state, config), "ecdysis-trial-collector")
     config.pluginmanager.register(VerdictPrinter(state), "ecdysis-verdict")
     from pytest_ecdysis.run.budget_check import register as register_budget_check
 

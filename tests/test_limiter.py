@@ -380,3 +380,19 @@ def test_a_cap_that_is_not_positive_is_a_usage_error(rps, tpm) -> None:
 
 def test_each_shard_gets_its_share_of_a_cap() -> None:
     assert rate_caps("10", "90000", splits=3) == {"max_rps": pytest.approx(10 / 3), "max_tpm": 30000.0}
+
+
+def test_the_headers_stated_limits_pace_the_calls_under_the_users_caps() -> None:
+    """`x-ratelimit-limit-requests: 120` (per minute) paces starts at 2 per second; a lower `max_rps` of
+    the user's wins and is named the cap's."""
+    clock = Clock()
+    aimd = Aimd(Settings(initial=8), clock)
+    (lease,) = _fill(aimd, 1)
+    aimd.finish(lease, Outcome.of_reply(200, {"x-ratelimit-limit-requests": "120"}, 1.0))
+    assert aimd.rps == 2.0
+    _fill(aimd, 1)
+    assert aimd.wait_s() == (0.5, "endpoint")
+    aimd = Aimd(Settings(initial=8, max_rps=1.0), clock)
+    (lease,) = _fill(aimd, 1)
+    aimd.finish(lease, Outcome.of_reply(200, {"x-ratelimit-limit-requests": "120"}, 1.0))
+    assert aimd.rps == 1.0 and aimd.wait_s() == (1.0, "cap")

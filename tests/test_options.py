@@ -54,7 +54,9 @@ CLI_CASES: dict[str, Case] = {
         "0",
         "--ecdysis-concurrency must be 'auto' (an adaptive limit for the whole session) or an integer >= 1",
     ),
-    "max-rps": Case("5", {"max_rps": 5.0}, "0", "--ecdysis-max-rps must be a number > 0 (requests per second"),
+    "max-rps": Case(
+        "5", {"max_rps": 5.0}, "0", "--ecdysis-max-rps must be a number > 0 (requests per second"
+    ),
     "max-tpm": Case(
         "90000", {"max_tpm": 90000.0}, "-1", "--ecdysis-max-tpm must be a number > 0 (tokens per minute"
     ),

@@ -15,7 +15,9 @@ threads): how many model calls may be in flight (`limit`), and whether one more 
   `MAX_RETRY_AFTER_S`); a 429 without it pauses `0.5 s x 2^n` for the n-th throttle in a row (at most 8 s);
 - the `x-ratelimit-*` headers (OpenAI's and most gateways' names: `remaining-requests`, `reset-requests`,
   `remaining-tokens`, `reset-tokens`, durations such as `6m0s`, `1s`, `20ms`): none remaining stops new calls
-  until the reset; fewer remaining than the limit holds the limit;
+  until the reset; fewer remaining than the limit holds the limit; `limit-requests` and `limit-tokens` (per
+  minute, as providers state them) become caps like `max_rps` (limit / 60) and `max_tpm`, under the
+  user's own caps, so calls are paced at the provider's rate instead of probing it with 429s;
 - caps: `max_rps` (a token bucket of one second's burst) and `max_tpm` (a bucket of one minute's tokens, each
   call's estimate taken at its start and corrected by the reply's `usage.total_tokens`), and `ceiling`;
   `fixed` pins the number in flight (`--ecdysis-concurrency N`: none is imposed, the trial threads are the
@@ -209,6 +211,8 @@ class Aimd:
         self.r429 = self.r503 = self.successes = 0
         self.stalled = False
         now = self.clock()
+        self.rps: float | None = s.max_rps  # the caps in force: the user's, or the headers' when lower
+        self.tpm: float | None = s.max_tpm
         self._rps_level, self._rps_at = (s.max_rps or 0.0), now
         self._tpm_level, self._tpm_at = (s.max_tpm or 0.0), now
         self._ids = 0
@@ -216,13 +220,11 @@ class Aimd:
 
     # -- admission --
     def _refill(self, now: float) -> None:
-        s = self.settings
-        if s.max_rps:
-            self._rps_level = min(max(s.max_rps, 1.0), self._rps_level + (now - self._rps_at) * s.max_rps)
-            self._rps_at = now
-        if s.max_tpm:
-            self._tpm_level = min(s.max_tpm, self._tpm_level + (now - self._tpm_at) * s.max_tpm / 60.0)
-            self._tpm_at = now
+        if self.rps:
+            self._rps_level = min(max(self.rps, 1.0), self._rps_level + (now - self._rps_at) * self.rps)
+        if self.tpm:
+            self._tpm_level = min(self.tpm, self._tpm_level + (now - self._tpm_at) * self.tpm / 60.0)
+        self._rps_at = self._tpm_at = now
 
     def wait_s(self, tokens: int = 0) -> tuple[float | None, str]:
         """(seconds before one more call may start, why): 0.0 now; None: when a call in flight ends (the
@@ -235,21 +237,25 @@ class Aimd:
             return self.blocked_until - now, "endpoint"
         if not s.fixed and self.in_flight >= int(self.limit):
             return None, "cap" if int(self.limit) >= s.ceiling else "endpoint"
-        if s.max_rps and self._rps_level < 1.0:
-            return (1.0 - self._rps_level) / s.max_rps, "cap"
-        if s.max_tpm:
-            need = min(float(tokens), s.max_tpm)
+        if self.rps and self._rps_level < 1.0:
+            return (1.0 - self._rps_level) / self.rps, self._cap_why(s.max_rps, self.rps)
+        if self.tpm:
+            need = min(float(tokens), self.tpm)
             if self._tpm_level < need:
-                return (need - self._tpm_level) * 60.0 / s.max_tpm, "cap"
+                return (need - self._tpm_level) * 60.0 / self.tpm, self._cap_why(s.max_tpm, self.tpm)
         return 0.0, ""
+
+    @staticmethod
+    def _cap_why(given: float | None, used: float) -> str:
+        return "cap" if given is not None and given <= used else "endpoint"
 
     def start(self, tokens: int = 0) -> Lease:
         """Take a slot (call only when `wait_s` said 0.0)."""
         now = self.clock()
         self._refill(now)
-        if self.settings.max_rps:
+        if self.rps:
             self._rps_level -= 1.0
-        if self.settings.max_tpm:
+        if self.tpm:
             self._tpm_level -= tokens
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
@@ -261,8 +267,7 @@ class Aimd:
         """A call ended: its slot back, and what its reply says about the endpoint."""
         now = self.clock()
         self.in_flight = max(self.in_flight - 1, 0)
-        s = self.settings
-        if s.max_tpm and outcome.tokens:
+        if self.tpm and outcome.tokens:
             self._refill(now)
             self._tpm_level -= outcome.tokens - lease.tokens  # the estimate corrected
         if outcome.rate is not None:
@@ -274,6 +279,19 @@ class Aimd:
 
     def _rate(self, rate: RateHeaders, now: float) -> None:
         self.last_rate = rate
+        s = self.settings
+        self._refill(now)
+        if rate.limit_requests:  # the provider's stated rate, per minute
+            stated = rate.limit_requests / 60.0
+            new = min(stated, s.max_rps) if s.max_rps else stated
+            if self.rps is None:
+                self._rps_level = 1.0
+            self.rps = new
+        if rate.limit_tokens:
+            new = min(float(rate.limit_tokens), s.max_tpm) if s.max_tpm else float(rate.limit_tokens)
+            if self.tpm is None:
+                self._tpm_level = float(rate.remaining_tokens if rate.remaining_tokens is not None else new)
+            self.tpm = new
         for remaining, reset, what in (
             (rate.remaining_requests, rate.reset_requests_s, "requests"),
             (rate.remaining_tokens, rate.reset_tokens_s, "tokens"),

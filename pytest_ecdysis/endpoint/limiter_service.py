@@ -71,6 +71,7 @@ class LimiterService:
         os.chmod(self.path, 0o600)
         self.sock.listen(256)
         self.closed = False
+        self._stall_said = False
         threading.Thread(target=self._accept, name="ecdysis-limiter", daemon=True).start()
 
     def _accept(self) -> None:
@@ -110,6 +111,15 @@ class LimiterService:
             if lease is not None:
                 self.limiter.release(lease, Outcome(0))
             conn.close()
+
+    def stall_once(self) -> str | None:
+        """The stall line the first time it is asked for after the limiter stalled, else None (the
+        controller prints it once, not once per trial)."""
+        line = self.limiter.status().get("stalled")
+        if not line or self._stall_said:
+            return None
+        self._stall_said = True
+        return str(line)
 
     def close(self) -> None:
         self.closed = True

@@ -178,15 +178,11 @@ def start_limiter(cfg: EcdysisConfig, state: EcdysisState) -> None:
     service = state.limiter = limiter_service.start(settings)
     hidden = [p for p in os.environ.get(sandbox.ENV_HIDE, "").split(os.pathsep) if p]
     os.environ[sandbox.ENV_HIDE] = os.pathsep.join([*hidden, str(service.directory)])
-    said: list[str] = []
 
     def extra() -> str | None:
         status = service.limiter.status()
         if status.get("stalled"):
-            if said:
-                return "no trial is started: the endpoint throttles every call"
-            said.append(status["stalled"])
-            return status["stalled"]
+            return "no trial is started: the endpoint throttled every call for longer than a trial's budget"
         return status_text(status)
 
     state.progress.extra = extra
@@ -235,8 +231,9 @@ def check_run_dir(run_dir: Path) -> None:
 class TrialCollector:
     """Controller-side plugin object: remembers collected trial cases and the results their reports carry."""
 
-    def __init__(self, state: EcdysisState) -> None:
+    def __init__(self, state: EcdysisState, config: pytest.Config | None = None) -> None:
         self.state = state
+        self.config = config
         self.checked = False
         self.before_deselection: list[str] | None = None
 
@@ -274,6 +271,10 @@ class TrialCollector:
         from pytest_ecdysis.run.coverage import note_report
 
         note_report(self.state, report)
+        if self.state.limiter is not None and (stalled := self.state.limiter.stall_once()):
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter") if self.config else None
+            if reporter is not None:
+                reporter.write_line(f"ecdysis: {stalled}")
         if not self.state.no_trials:  # `--setup-plan` reports every case without running it: write nothing
             self.state.progress.report(report)
 

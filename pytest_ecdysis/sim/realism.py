@@ -8,9 +8,9 @@ Off unless asked for: `ECDYSIS_SIM_REALISM` (read when a server starts, `server.
 | `latency` | a call's latency, seconds: `LO-HI` (triangular, mode `LO + (HI-LO)/7`) or one number | `1-8` |
 | `scale` | multiplies every time (latency, the rate window, Retry-After): `0.1` runs 10x faster | `1` |
 | `rpm` | requests per window (a sliding window of `60 x scale` s); past it HTTP 429 | none |
-| `tpm` | tokens per window (a request's tokens: its body bytes / 4) | none |
+| `tpm` | tokens per window (a call's tokens: its reply's `usage.total_tokens`, its body bytes / 4 until answered) | none |
 | `p503` | the chance a call is answered HTTP 503 (overloaded, `Retry-After 1 x scale`) | `0` |
-| `headers` | `1`: every reply carries `x-ratelimit-limit/remaining/reset-requests` and `-tokens` | `1` |
+| `headers` | `1`: every reply carries `x-ratelimit-limit/remaining/reset-requests` and `-tokens` (the limits per minute of real time, `rpm / scale`; the reset: when the window is empty again, as OpenAI's) | `1` |
 | `seed` | seed of the latency and 503 draws | `0` |
 
 A 429 carries `Retry-After` (seconds, fractional under `scale`) and `retry-after-ms`: when the oldest request
@@ -41,6 +41,7 @@ class Verdict:
     status: int
     latency_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    entry: list[float] | None = None  #: its `[time, tokens]` in the window (`Realism.used` corrects it)
 
 
 class Realism:
@@ -62,7 +63,7 @@ class Realism:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.requests: deque[float] = deque()
-        self.tokens: deque[tuple[float, int]] = deque()
+        self.tokens: deque[list[float]] = deque()
         self.served = self.r429 = self.r503 = self.token_total = 0
 
     @classmethod
@@ -113,19 +114,19 @@ class Realism:
         if not self.headers:
             return {}
         out: dict[str, str] = {}
-        for name, limit, used, oldest in (
-            ("requests", self.rpm, len(self.requests), self.requests[0] if self.requests else None),
+        for name, limit, used, newest in (
+            ("requests", self.rpm, len(self.requests), self.requests[-1] if self.requests else None),
             (
                 "tokens",
                 self.tpm,
-                sum(n for _, n in self.tokens),
-                self.tokens[0][0] if self.tokens else None,
+                int(sum(n for _, n in self.tokens)),
+                self.tokens[-1][0] if self.tokens else None,
             ),
         ):
             if limit is None:
                 continue
-            reset = 0.0 if oldest is None else max(oldest + self.window_s - now, 0.0)
-            out[f"x-ratelimit-limit-{name}"] = str(limit)
+            reset = 0.0 if newest is None else max(newest + self.window_s - now, 0.0)
+            out[f"x-ratelimit-limit-{name}"] = str(round(limit / self.scale))
             out[f"x-ratelimit-remaining-{name}"] = str(max(limit - used, 0))
             out[f"x-ratelimit-reset-{name}"] = f"{reset:.3f}s"
         return out
@@ -154,10 +155,19 @@ class Realism:
                 self.r503 += 1
                 return Verdict(503, headers={"retry-after": f"{self.scale:.3f}"})
             self.requests.append(now)
-            self.tokens.append((now, tokens))
+            entry = [now, float(tokens)]
+            self.tokens.append(entry)
             self.served += 1
             self.token_total += tokens
-            return Verdict(0, self._draw_latency(), self._rate_headers(now))
+            return Verdict(0, self._draw_latency(), self._rate_headers(now), entry)
+
+    def used(self, verdict: Verdict, tokens: int) -> None:
+        """The call of `verdict` was answered with `tokens` in all: its entry in the window corrected."""
+        if verdict.entry is None or tokens <= 0:
+            return
+        with self.lock:
+            self.token_total += tokens - int(verdict.entry[1])
+            verdict.entry[1] = float(tokens)
 
     def stats(self) -> dict[str, float]:
         """`served`, `r429`, `r503`, `tokens`, and the window's `rpm`, `tpm`, `window_s`."""

@@ -179,8 +179,12 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw or b"null")
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise RequestError(f"the request body is not valid JSON: {exc}", code="bad_json") from None
-            return self.model.complete(body, self.headers.get(ROLE_HEADER), self.headers.get(TRIAL_HEADER))
+            reply = self.model.complete(body, self.headers.get(ROLE_HEADER), self.headers.get(TRIAL_HEADER))
+            if self.realism is not None and verdict is not None:  # the window counts the reply's tokens
+                self.realism.used(verdict, int((reply.get("usage") or {}).get("total_tokens") or 0))
+            return reply
 
+        verdict = None
         if self.realism is not None:
             verdict = self.realism.admit(len(raw))
             self.extra_headers = verdict.headers
