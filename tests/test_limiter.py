@@ -131,8 +131,9 @@ def test_x_ratelimit_headers_pause_at_zero_remaining_and_hold_growth_when_few_re
 
 
 def test_caps_rps_tpm_and_ceiling_hold_the_calls() -> None:
-    """`max_rps` 2: the third call in the same instant waits half a second; `max_tpm` 600: a 500-token
-    call after 500 tokens waits 40 s (tokens refill at 10/s); the ceiling stops growth."""
+    """`max_rps` 2: the third call in the same instant waits half a second; `max_tpm` 600 (a bucket of 6 s,
+    60 tokens): a 500-token call runs the bucket 440 into debt, so the next waits (440 + 60) / 10 = 50 s
+    (tokens refill at 10/s); the ceiling stops growth."""
     clock = Clock()
     aimd = Aimd(Settings(initial=8, max_rps=2.0), clock)
     _fill(aimd, 2)
@@ -142,7 +143,7 @@ def test_caps_rps_tpm_and_ceiling_hold_the_calls() -> None:
     lease = aimd.start(500)
     aimd.finish(lease, Outcome(200, 1.0, tokens=500))
     wait, why = aimd.wait_s(500)
-    assert why == "cap" and wait == pytest.approx(40.0)
+    assert why == "cap" and wait == pytest.approx(50.0)
     aimd = Aimd(Settings(initial=4, ceiling=5), Clock())
     for _ in range(3):
         for lease in _fill(aimd, int(aimd.limit)):

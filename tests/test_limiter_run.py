@@ -39,6 +39,10 @@ class _Throttling(_UserHandler):
         super().do_POST()
 
 
+#: airline train task ids
+TRAIN = "0,1,3,4,5,7,9,10,11,12,14,15,17,20,21,23,27,28,33,34,36,38".split(",")
+
+
 def _run(pytester, server, *args):
     return pytester.runpytest_subprocess(
         "--pyargs",
@@ -79,7 +83,7 @@ def test_auto_waits_out_429s_that_fixed_concurrency_loses(pytester, monkeypatch)
     sent a third of its requests as 429; pinned `--ecdysis-concurrency 2` loses trials to the same 429s as
     infrastructure errors."""
     monkeypatch.setenv("ECDYSIS_MAX_RETRIES", "0")
-    tasks = ["--ecdysis-tasks", "0,1,2,3,4,5"]
+    tasks = ["--ecdysis-tasks", "0,1,3,4,5,7"]
     with _server(3, "0.2") as server:
         result = _run(pytester, server, "-n", "2", *tasks)
         requests, r429 = server.requests, server.r429
@@ -107,19 +111,20 @@ def test_auto_waits_out_429s_that_fixed_concurrency_loses(pytester, monkeypatch)
 def test_an_endpoint_that_throttles_everything_ends_trials_as_infrastructure_errors_and_stops(
     pytester, monkeypatch
 ) -> None:
-    """Every request a 429 (Retry-After 1 s) and a trial budget of 3 s: the trials that started end as
-    infrastructure errors naming the limit and the retry time; once the throttle outlasts the budget no
-    trial is started (their error says so), and the controller says it in one line."""
-    monkeypatch.setenv("ECDYSIS_TRIAL_BUDGET_S", "3")
+    """Every request a 429 (Retry-After 1 s) and a trial budget of 10 s: once the throttle outlasts the
+    budget the trials in flight end as infrastructure errors naming the limit and the retry time, no trial
+    is started after (their error says so), and the controller says it in one line."""
+    monkeypatch.setenv("ECDYSIS_TRIAL_BUDGET_S", "10")
     with _server(1, "1") as server:
-        result = _run(pytester, server, "-n", "0", "--ecdysis-tasks", ",".join(map(str, range(8))))
+        # 20 tasks: more than the 16 trial threads of `auto`, so some come after the stall
+        result = _run(pytester, server, "-n", "0", "--ecdysis-tasks", ",".join(TRAIN[:20]))
         requests, r429 = server.requests, server.r429
     trials = _trials(pytester)
-    assert len(trials) == 8 and requests == r429 >= 1
+    assert len(trials) == 20 and requests == r429 >= 1
     assert all(t["termination_reason"] == "infrastructure_error" for t in trials)
     started = [t for t in trials if not t["error"].startswith("trial not started")]
     not_started = [t for t in trials if t["error"].startswith("trial not started")]
     assert started and not_started
     assert all("retry after 1 s" in t["error"] and "call(s) in flight" in t["error"] for t in trials)
     said = [line for line in result.stdout.lines if line.startswith("ecdysis: the endpoint answered every")]
-    assert len(said) == 1 and "longer than the trial budget of 3 s" in said[0]
+    assert len(said) == 1 and "longer than the trial budget of 10 s" in said[0]

@@ -25,10 +25,12 @@ naming the URL and what came back, whichever role sent the call; it is not retri
 
 Every attempt takes a slot of the session's limiter first (`endpoint.limiter_service.current`, none for the
 simulated model by default) and reports its reply to it (status, latency, `Retry-After`, `x-ratelimit-*`,
-tokens). Under an adaptive limiter (`--ecdysis-concurrency auto`) a 429 or 503 is not one of the
-`max_retries`: the call waits for the limiter (which honours `Retry-After`) as long as the budget allows;
-when the next slot would come after the budget's end, or the limiter stalled, the last throttled reply is
-returned and `Budget.throttled` names the limit and the retry time (the trial's infrastructure error).
+tokens). The time a call waits for its slot is not charged to the budget (`Budget.queued_s`: the trial did
+not spend it). Under an adaptive limiter (`--ecdysis-concurrency auto`) a 429 or 503 is not one of the
+`max_retries`: the call waits for the limiter (which honours `Retry-After`); when the next slot would come
+later than twice the budget, or the limiter stalled (every call throttled for longer than a trial's budget),
+the last throttled reply is returned and `Budget.throttled` names the limit and the retry time (the trial's
+infrastructure error).
 
 Once the budget is spent no attempt is made: `Budget.exhausted` is set, `Budget.pending` says what was in
 flight (`{"role", "url", "phase", "waited_s", "bytes"}`; phase `connect`, `headers`, `body` or `backoff`)
@@ -89,16 +91,20 @@ class Budget:
     #: the session's limiter stalled: the infrastructure error's text (limit, retry time); cleared by a success.
     throttled: str | None = None
 
+    #: seconds its calls waited for a slot of the session's limiter: not charged (the trial did not spend
+    #: them; a limiter that stalls ends the wait)
+    queued_s: float = 0.0
+
     def remaining(self) -> float:
-        return self.seconds - (time.monotonic() - self.started)
+        return self.seconds - (time.monotonic() - self.started - self.queued_s)
 
     def used_s(self) -> float:
-        return time.monotonic() - self.started
+        return time.monotonic() - self.started - self.queued_s
 
     def restart(self) -> None:
         """Start the budget again (a stage run once per round with one client)."""
         self.started, self.exhausted, self.pending = time.monotonic(), False, None
-        self.throttled = None
+        self.throttled, self.queued_s = None, 0.0
 
     def describe(self) -> str:
         """One line: what ran out and what was in flight."""
@@ -254,7 +260,11 @@ class DeadlineTransport(httpx2.BaseTransport):
                 raise httpx2.ReadTimeout(self.budget.describe(), request=request)
             lease = None
             if lim is not None:
-                lease = lim.acquire(left, tokens=_estimate_tokens(request))
+                asked = time.monotonic()
+                # the wait is not charged: bounded by twice the budget (a limiter throttled all along
+                # stalls after one budget and answers at once)
+                lease = lim.acquire(max(left, 2 * self.budget.seconds), tokens=_estimate_tokens(request))
+                self.budget.queued_s += time.monotonic() - asked
                 if lease is None:
                     return self._no_slot(request, throttled, left)
             response = None
@@ -264,6 +274,7 @@ class DeadlineTransport(httpx2.BaseTransport):
             except httpx2.TransportError as exc:
                 if lim is not None and lease is not None:
                     lim.release(lease, Outcome(0, time.monotonic() - began))
+                    lease = None
                 cut = isinstance(exc, CallTimeout)
                 if (
                     attempt >= self.max_retries
@@ -277,6 +288,10 @@ class DeadlineTransport(httpx2.BaseTransport):
                         self._exhausted(request, phase, waited, received)
                     raise
                 wait = None
+            except BaseException:
+                if lim is not None and lease is not None:
+                    lim.release(lease, Outcome(0, time.monotonic() - began))  # never a slot leaked
+                raise
             else:
                 status = response.status_code
                 if lim is not None and lease is not None:
@@ -309,12 +324,15 @@ class DeadlineTransport(httpx2.BaseTransport):
     ) -> httpx2.Response:
         """The limiter gave no slot within the budget: the last throttled reply (`_gave_up`), the limiter's
         stall, or the budget spent waiting in its queue."""
-        if throttled is not None:
-            return self._gave_up(request, throttled)
         status = self.limiter.status() if self.limiter is not None else {}
         if status.get("stalled"):
+            self.budget.throttled = str(status["stalled"])
+            if throttled is not None:
+                return throttled
             self.budget.throttled = f"model call not sent: {status['stalled']}"
             raise httpx2.ReadTimeout(self.budget.throttled, request=request)
+        if throttled is not None:
+            return self._gave_up(request, throttled)
         self._exhausted(request, "queued", left, 0)
         raise httpx2.ReadTimeout(self.budget.describe(), request=request)
 
@@ -324,8 +342,8 @@ class DeadlineTransport(httpx2.BaseTransport):
         limit = status.get("limit")
         self.budget.throttled = (
             f"the endpoint answered the {request.headers.get('x-ecdysis-role') or 'model'} call to {request.url} "
-            f"with HTTP {response.status_code} until the {self.budget.label} budget of {self.budget.seconds:g} s "
-            f"could not wait longer ({self.budget.retries} throttled attempts; the session's limit "
+            f"with HTTP {response.status_code} and the next slot would come later than twice the {self.budget.label} "
+            f"budget of {self.budget.seconds:g} s ({self.budget.retries} throttled attempts; the session's limit "
             f"{limit if limit is not None else '-'} call(s) in flight; "
             + (f"the server asks to retry after {retry:g} s" if retry is not None else "no Retry-After")
             + "): the provider's rate limit, not the harness; lower --ecdysis-max-rps or --ecdysis-max-tpm"

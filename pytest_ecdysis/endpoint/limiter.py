@@ -18,8 +18,9 @@ threads): how many model calls may be in flight (`limit`), and whether one more 
   until the reset; fewer remaining than the limit holds the limit; `limit-requests` and `limit-tokens` (per
   minute, as providers state them) become caps like `max_rps` (limit / 60) and `max_tpm`, under the
   user's own caps, so calls are paced at the provider's rate instead of probing it with 429s;
-- caps: `max_rps` (a token bucket of one second's burst) and `max_tpm` (a bucket of one minute's tokens, each
-  call's estimate taken at its start and corrected by the reply's `usage.total_tokens`), and `ceiling`;
+- caps: `max_rps` (a token bucket of one second's burst) and `max_tpm` (a bucket of `TPM_BURST_S` seconds'
+  tokens, each call's estimate taken at its start and corrected by the reply's `usage.total_tokens`), and
+  `ceiling`;
   `fixed` pins the number in flight (`--ecdysis-concurrency N`: none is imposed, the trial threads are the
   limit) while the caps still hold;
 - `stalled`: every reply HTTP 429 (or 503) for longer than `stall_after_s` (the trial budget) with no
@@ -50,6 +51,9 @@ THROTTLE_STATUS = frozenset({429, 503})
 MAX_RETRY_AFTER_S = 600.0
 #: how far the moving average latency may rise over the best one seen before growth stops.
 LATENCY_RISE = 2.0
+#: the tokens-per-minute bucket holds this many seconds' tokens (a burst of a whole minute's would overrun a
+#: provider whose window is shorter, or a sliding one).
+TPM_BURST_S = 6.0
 #: weight of the newest latency in the moving average.
 LATENCY_ALPHA = 0.2
 
@@ -214,7 +218,7 @@ class Aimd:
         self.rps: float | None = s.max_rps  # the caps in force: the user's, or the headers' when lower
         self.tpm: float | None = s.max_tpm
         self._rps_level, self._rps_at = (s.max_rps or 0.0), now
-        self._tpm_level, self._tpm_at = (s.max_tpm or 0.0), now
+        self._tpm_level, self._tpm_at = (s.max_tpm or 0.0) * TPM_BURST_S / 60.0, now
         self._ids = 0
         self.peak = 0  # the most calls in flight at once
 
@@ -223,7 +227,8 @@ class Aimd:
         if self.rps:
             self._rps_level = min(max(self.rps, 1.0), self._rps_level + (now - self._rps_at) * self.rps)
         if self.tpm:
-            self._tpm_level = min(self.tpm, self._tpm_level + (now - self._tpm_at) * self.tpm / 60.0)
+            cap = self.tpm * TPM_BURST_S / 60.0
+            self._tpm_level = min(cap, self._tpm_level + (now - self._tpm_at) * self.tpm / 60.0)
         self._rps_at = self._tpm_at = now
 
     def wait_s(self, tokens: int = 0) -> tuple[float | None, str]:
@@ -240,7 +245,7 @@ class Aimd:
         if self.rps and self._rps_level < 1.0:
             return (1.0 - self._rps_level) / self.rps, self._cap_why(s.max_rps, self.rps)
         if self.tpm:
-            need = min(float(tokens), self.tpm)
+            need = min(float(tokens), self.tpm * TPM_BURST_S / 60.0)  # a big call runs into debt
             if self._tpm_level < need:
                 return (need - self._tpm_level) * 60.0 / self.tpm, self._cap_why(s.max_tpm, self.tpm)
         return 0.0, ""
@@ -290,7 +295,7 @@ class Aimd:
         if rate.limit_tokens:
             new = min(float(rate.limit_tokens), s.max_tpm) if s.max_tpm else float(rate.limit_tokens)
             if self.tpm is None:
-                self._tpm_level = float(rate.remaining_tokens if rate.remaining_tokens is not None else new)
+                self._tpm_level = new * TPM_BURST_S / 60.0
             self.tpm = new
         for remaining, reset, what in (
             (rate.remaining_requests, rate.reset_requests_s, "requests"),
