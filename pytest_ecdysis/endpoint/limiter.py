@@ -17,7 +17,8 @@ threads): how many model calls may be in flight (`limit`), and whether one more 
   `remaining-tokens`, `reset-tokens`, durations such as `6m0s`, `1s`, `20ms`): none remaining stops new calls
   until the reset; fewer remaining than the limit holds the limit; `limit-requests` and `limit-tokens` (per
   minute, as providers state them) become caps like `max_rps` (limit / 60) and `max_tpm`, under the
-  user's own caps, so calls are paced at the provider's rate instead of probing it with 429s;
+  user's own caps, so calls are paced at the provider's rate instead of probing it with 429s, and
+  `remaining-requests`/`-tokens` bound what their buckets hold;
 - caps: `max_rps` (a token bucket of one second's burst) and `max_tpm` (a bucket of `TPM_BURST_S` seconds'
   tokens, each call's estimate taken at its start and corrected by the reply's `usage.total_tokens`), and
   `ceiling`;
@@ -297,6 +298,11 @@ class Aimd:
             if self.tpm is None:
                 self._tpm_level = new * TPM_BURST_S / 60.0
             self.tpm = new
+        # what the provider says is left of its window bounds the buckets (a sliding window refills later)
+        if self.rps and rate.remaining_requests is not None:
+            self._rps_level = min(self._rps_level, float(rate.remaining_requests))
+        if self.tpm and rate.remaining_tokens is not None:
+            self._tpm_level = min(self._tpm_level, float(rate.remaining_tokens))
         for remaining, reset, what in (
             (rate.remaining_requests, rate.reset_requests_s, "requests"),
             (rate.remaining_tokens, rate.reset_tokens_s, "tokens"),
