@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
         harness_dir = resolve_harness(cfg.harness, cfg.rootdir)
         from pytest_ecdysis.run.xdist_schedule import check_dist
 
-        check_dist(config, cfg.concurrency)
+        check_dist(config, cfg.concurrency, "auto" if cfg.concurrency_auto else None)
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
     is_controller = not hasattr(config, "workerinput")

@@ -391,9 +391,22 @@ def test_the_headers_stated_limits_pace_the_calls_under_the_users_caps() -> None
     (lease,) = _fill(aimd, 1)
     aimd.finish(lease, Outcome.of_reply(200, {"x-ratelimit-limit-requests": "120"}, 1.0))
     assert aimd.rps == 2.0
-    _fill(aimd, 1)
+    _fill(aimd, 2)  # a full bucket: a second's calls
     assert aimd.wait_s() == (0.5, "endpoint")
     aimd = Aimd(Settings(initial=8, max_rps=1.0), clock)
     (lease,) = _fill(aimd, 1)
     aimd.finish(lease, Outcome.of_reply(200, {"x-ratelimit-limit-requests": "120"}, 1.0))
     assert aimd.rps == 1.0 and aimd.wait_s() == (1.0, "cap")
+
+
+def test_what_the_provider_says_remains_bounds_the_bucket() -> None:
+    """A stated 600 requests per minute holds 10 in its bucket; `x-ratelimit-remaining-requests: 2` leaves
+    two calls to start now, and the third waits for the refill (0.1 s at 10 per second)."""
+    clock = Clock()
+    aimd = Aimd(Settings(initial=8), clock)
+    (lease,) = _fill(aimd, 1)
+    clock.now += 5.0  # the bucket would be full
+    headers = {"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "2"}
+    aimd.finish(lease, Outcome.of_reply(200, headers, 1.0))
+    _fill(aimd, 2)
+    assert aimd.wait_s() == (pytest.approx(0.1), "endpoint")

@@ -291,7 +291,7 @@ class Aimd:
             stated = rate.limit_requests / 60.0
             new = min(stated, s.max_rps) if s.max_rps else stated
             if self.rps is None:
-                self._rps_level = 1.0
+                self._rps_level = max(new, 1.0)  # a full bucket (a second's calls), bounded below
             self.rps = new
         if rate.limit_tokens:
             new = min(float(rate.limit_tokens), s.max_tpm) if s.max_tpm else float(rate.limit_tokens)

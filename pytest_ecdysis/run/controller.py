@@ -274,6 +274,8 @@ class TrialCollector:
         if self.state.limiter is not None and (stalled := self.state.limiter.stall_once()):
             reporter = self.config.pluginmanager.get_plugin("terminalreporter") if self.config else None
             if reporter is not None:
+                if getattr(reporter._tw, "width_of_current_line", 0):
+                    reporter._tw.line()  # after the cases' progress letters: a line of its own
                 reporter.write_line(f"ecdysis: {stalled}")
         if not self.state.no_trials:  # `--setup-plan` reports every case without running it: write nothing
             self.state.progress.report(report)
