@@ -410,3 +410,16 @@ def test_what_the_provider_says_remains_bounds_the_bucket() -> None:
     aimd.finish(lease, Outcome.of_reply(200, headers, 1.0))
     _fill(aimd, 2)
     assert aimd.wait_s() == (pytest.approx(0.1), "endpoint")
+
+
+def test_under_pytest_split_a_shard_keeps_its_share_of_the_caps(pytester: pytest.Pytester) -> None:
+    """`--splits 3` (the action's `shards: 3`) with `--ecdysis-max-rps 9 --ecdysis-max-tpm 90000`: this
+    shard's caps are 3 calls/s and 30,000 tokens/min; without `--splits` the caps are the whole."""
+    pytest.importorskip("pytest_split")
+    from pytest_ecdysis.core.config import read_config
+
+    caps = ("--ecdysis-max-rps", "9", "--ecdysis-max-tpm", "90000")
+    cfg = read_config(pytester.parseconfig("--splits", "3", "--group", "1", *caps))
+    assert (cfg.max_rps, cfg.max_tpm) == (3.0, 30000.0)
+    cfg = read_config(pytester.parseconfig(*caps))
+    assert (cfg.max_rps, cfg.max_tpm) == (9.0, 90000.0)
