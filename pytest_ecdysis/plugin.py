@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
         harness_dir = resolve_harness(cfg.harness, cfg.rootdir)
         from pytest_ecdysis.run.xdist_schedule import check_dist
 
-        check_dist(config, cfg.concurrency)
+        check_dist(config, cfg.concurrency, "auto" if cfg.concurrency_auto else None)
     except EcdysisError as exc:
         raise pytest.UsageError(str(exc)) from None
     is_controller = not hasattr(config, "workerinput")
@@ -68,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 pycache.ENV_WRITE,
                 warm.ENV_DIR,
                 warm.ENV_SUBRUN,
+                "ECDYSIS_LIMITER",  # ... and its limiter of model calls (`endpoint.limiter_service`)
             ):
                 os.environ.pop(name, None)  # ... its scorers' bytecode cache and warm services (`validate`)
         run_id = cfg.resume or os.environ.get(ENV_RUN_ID) or new_run_id()
@@ -89,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     state.progress = SessionProgress(state.run_path, cfg.progress_s)
     state.no_trials = runs_no_test(config)
-    config.pluginmanager.register(TrialCollector(state), "ecdysis-trial-collector")
+    config.pluginmanager.register(TrialCollector(state, config), "ecdysis-trial-collector")
     config.pluginmanager.register(VerdictPrinter(state), "ecdysis-verdict")
     from pytest_ecdysis.run.budget_check import register as register_budget_check
 
@@ -125,6 +126,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from pytest_ecdysis.validate import warm
 
         warm.stop()  # the warm services this session started (`validate.warm`); none in a sub-run
+        if state.limiter is not None:
+            from pytest_ecdysis.endpoint.limiter_service import stop
+
+            stop(state.limiter)
     if state is not None and state.sim_server is not None:
         state.sim_server.stop()
         if os.environ.get(ENV_SIM_URL) == state.sim_url:

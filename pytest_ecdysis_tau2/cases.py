@@ -83,14 +83,28 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
         )
 
     spec = spec_of(request.param)
+
+    def run(param: tuple[str, str, int]) -> TrialResult:
+        stalled = not_started(cfg)
+        if stalled is not None:  # the endpoint throttled every call for longer than a trial's budget
+            return TrialResult(
+                suite=suite.suite_name(param[0]),
+                task_id=param[1],
+                trial=param[2],
+                termination_reason="infrastructure_error",
+                harness_id=state.harness_id,
+                model=cfg.model,
+                error=f"trial not started: {stalled}",
+            )
+        return run_trial(spec_of(param), EndpointSettings.from_config(cfg))
+
     try:
         if cfg.concurrency > 1:  # this trial and the next C - 1 of the worker's share run in threads
             from .trial.trial_pool import pool_for
 
-            run = lambda param: run_trial(spec_of(param), EndpointSettings.from_config(cfg))  # noqa: E731
             result = pool_for(request, FIXTURE, run, cfg.concurrency).result(request.param)
         else:
-            result = run_trial(spec, EndpointSettings.from_config(cfg))
+            result = run(request.param)
     except Exception as exc:  # a defect of the suite or of τ² itself: never the agent's, never evidence
         result = TrialResult(
             suite=spec.suite,
@@ -109,6 +123,20 @@ def tau2_trial(request: pytest.FixtureRequest) -> TrialResult:
         # the endpoint's text may carry ANSI escapes or NUL bytes: pytest prints this line as is
         pytest.fail(safetext.terminal(f"{result.termination_reason}: {result.error}"), pytrace=False)
     return result
+
+
+def not_started(cfg: object) -> str | None:
+    """Before a trial starts under the session's limiter: its stall line when the endpoint throttled every
+    call for longer than a trial's budget (no trial is started then), else None once a call could start
+    (a trial waits at most a minute for a free slot of the limit; its calls queue after that)."""
+    from pytest_ecdysis.endpoint.limiter_service import current
+
+    limiter = current()
+    if limiter is None:
+        return None
+    if not limiter.wait_room(60.0):
+        return str(limiter.status().get("stalled") or "the session's limiter stalled")
+    return None
 
 
 def check_trial(result: TrialResult, threshold: float) -> None:

@@ -126,7 +126,10 @@ def test_real_model_without_endpoint_is_a_usage_error(pytester: pytest.Pytester,
     "ini, message",
     [
         ("ecdysis_trials = 0", "--ecdysis-trials must be an integer >= 1, got 0"),
-        ("ecdysis_concurrency = -1", "--ecdysis-concurrency must be an integer >= 1, got -1"),
+        (
+            "ecdysis_concurrency = -1",
+            "--ecdysis-concurrency must be 'auto' (an adaptive limit for the whole session) or an integer >= 1 (trials in flight per worker), got '-1'",
+        ),
         ("ecdysis_editor_context = 8k", "ini key ecdysis_editor_context must be an integer >= 0, got '8k'"),
     ],
 )

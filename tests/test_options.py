@@ -48,7 +48,18 @@ CLI_CASES: dict[str, Case] = {
         session=True,
     ),
     "run-dir": Case("out", {"run_dir": Path("out")}, "", "--ecdysis-run-dir was given an empty value"),
-    "concurrency": Case("4", {"concurrency": 4}, "0", "--ecdysis-concurrency must be an integer >= 1, got 0"),
+    "concurrency": Case(
+        "4",
+        {"concurrency": 4, "concurrency_auto": False},
+        "0",
+        "--ecdysis-concurrency must be 'auto' (an adaptive limit for the whole session) or an integer >= 1",
+    ),
+    "max-rps": Case(
+        "5", {"max_rps": 5.0}, "0", "--ecdysis-max-rps must be a number > 0 (requests per second"
+    ),
+    "max-tpm": Case(
+        "90000", {"max_tpm": 90000.0}, "-1", "--ecdysis-max-tpm must be a number > 0 (tokens per minute"
+    ),
     "model": Case("sim/strong", {"model": "sim/strong"}, "gpt-x", "--ecdysis-model 'gpt-x' is not simulated"),
     "base-url": Case(
         "http://localhost:9/v1",

@@ -55,8 +55,12 @@ def test_shares_cover_the_collection_once() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--ecdysis-concurrency", "0"], "--ecdysis-concurrency must be an integer >= 1, got 0"),
-        (["--ecdysis-concurrency", "many"], "--ecdysis-concurrency must be an integer >= 1, got 'many'"),
+        (
+            ["--ecdysis-concurrency", "0"],
+            "--ecdysis-concurrency must be 'auto' (an adaptive limit for the whole session) or an integer "
+            ">= 1 (trials in flight per worker), got '0'",
+        ),
+        (["--ecdysis-concurrency", "many"], "--ecdysis-concurrency must be 'auto' * got 'many'"),
         (
             ["-n", "2", "--dist", "loadscope", "--ecdysis-concurrency", "4"],
             "--ecdysis-concurrency 4 needs xdist's --dist load",

@@ -33,8 +33,10 @@ from pytest_ecdysis.core.config_values import (
     _int,
     _nonce,
     check_needs,
+    concurrency,
     level,
     parse_limits,
+    rate_caps,
     read_limits,
 )
 from pytest_ecdysis.core.errors import UsageError
@@ -104,7 +106,10 @@ class EcdysisConfig:
     agent_memory_mb: int = 4096  # `--ecdysis-limits agent-memory=MB`
     agent_cpu_s: int = 900  # `--ecdysis-limits agent-cpu=S`
     sim_nonce: str | None = None
-    concurrency: int = 1  # trials in flight per worker (`--ecdysis-concurrency`)
+    concurrency: int = 1  # trials in flight per worker (`--ecdysis-concurrency`; auto: `AUTO_TRIALS`)
+    concurrency_auto: bool = False  # `--ecdysis-concurrency auto`: the session's adaptive limiter
+    max_rps: float | None = None  # `--ecdysis-max-rps`, this shard's share
+    max_tpm: float | None = None  # `--ecdysis-max-tpm`, this shard's share
     self_evolution_cap: int = 5
     proposals: int = 3  # self-harness proposals per round (ini `ecdysis_proposals`)
     text_tool_calls: str = "reject"
@@ -349,7 +354,8 @@ def read_config(config: Any) -> EcdysisConfig:
         agent_memory_mb=int(agent["agent_memory_mb"]),
         agent_cpu_s=int(agent["agent_cpu_s"]),
         sim_nonce=_nonce(raw["sim-nonce"]),
-        concurrency=_int("concurrency", raw["concurrency"], 1),
+        **concurrency(raw["concurrency"], uses_real=not (is_sim_model(model) and is_sim_model(user_model))),
+        **rate_caps(raw["max-rps"], raw["max-tpm"], _splits(config)),
         self_evolution_cap=_int("self-evolution-cap", raw["self-evolution-cap"], 1),
         proposals=_int("proposals", raw["proposals"], 1),
         text_tool_calls=_choice("text-tool-calls", raw["text-tool-calls"], ("reject", "parse")),
@@ -363,6 +369,18 @@ def read_config(config: Any) -> EcdysisConfig:
     )
     check_needs(config, evolve, cfg.gate)  # after the values' own checks: a bad value is named first
     return cfg
+
+
+def _splits(config: Any) -> int:
+    """pytest-split's `--splits N` (the action's shards), 1 without it."""
+    try:
+        value = config.getoption("splits")
+    except (ValueError, AttributeError):
+        return 1
+    try:
+        return max(int(value or 1), 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def _writable(value: Any) -> tuple[str, ...]:

@@ -120,6 +120,57 @@ def level(name: str, value: Any) -> float:
     return number
 
 
+#: trial threads per worker under `--ecdysis-concurrency auto` (the limiter decides the calls in flight).
+AUTO_TRIALS = 16
+
+
+def concurrency(value: Any, uses_real: bool) -> dict[str, Any]:
+    """`--ecdysis-concurrency`: `auto` (the default when the agent or user model is a real endpoint) or an
+    integer >= 1 (the default 1 for the simulated model) -> the config's `concurrency`, `concurrency_auto`.
+
+    Raises:
+        UsageError: anything else, naming both forms.
+    """
+    text = "auto" if value is None and uses_real else ("1" if value is None else str(value).strip().lower())
+    if text == "auto":
+        return {"concurrency": AUTO_TRIALS, "concurrency_auto": True}
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise UsageError(
+            f"--ecdysis-concurrency must be 'auto' (an adaptive limit for the whole session) or an integer "
+            f">= 1 (trials in flight per worker), got {value!r}"
+        )
+    return {"concurrency": number, "concurrency_auto": False}
+
+
+def rate_caps(rps: Any, tpm: Any, splits: int = 1) -> dict[str, Any]:
+    """`--ecdysis-max-rps R`, `--ecdysis-max-tpm T` -> `max_rps`, `max_tpm` of this shard: each of `splits`
+    shards (pytest-split's `--splits`) gets cap / splits.
+
+    Raises:
+        UsageError: a value that is not a number > 0.
+    """
+    out: dict[str, Any] = {}
+    for name, value, what in (("max-rps", rps, "requests per second"), ("max-tpm", tpm, "tokens per minute")):
+        if value is None or str(value).strip() == "":
+            out[name.replace("-", "_")] = None
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not number > 0 or number == float("inf"):
+            raise UsageError(
+                f"{flag(name)} must be a number > 0 ({what} for the whole session), got {value!r}; leave it "
+                "out for no cap"
+            )
+        out[name.replace("-", "_")] = number / max(splits, 1)
+    return out
+
+
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise UsageError(f"{flag(name)} must be one of {', '.join(choices)}, got {value!r}")

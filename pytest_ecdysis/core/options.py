@@ -94,12 +94,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("run-dir", "where runs are written (default: .ecdysis/runs)", "run", default=".ecdysis/runs"),
     Option(
         "concurrency",
-        "trials in flight per worker: each xdist worker (or the single process with -n 0) runs "
-        "up to C trials at once in threads, one pytest case per task x trial as without it; -n 2 "
-        "--ecdysis-concurrency 32 keeps 64 trials in flight (default: 1)",
+        "'auto': one adaptive limit of model calls in flight for the whole session (workers, validation "
+        "sub-runs, roles), grown while replies succeed and halved on HTTP 429/503, honouring Retry-After and "
+        "x-ratelimit-* headers; trials start while it has room (up to 16 per worker). C: pins C trials in "
+        "flight per worker, each xdist worker (or the single process with -n 0) running up to C trials at "
+        "once in threads, one pytest case per task x trial as without it; -n 2 --ecdysis-concurrency 32 "
+        "keeps 64 trials in flight (default: auto for a real endpoint, 1 for the simulated model)",
         "run",
-        default="1",
-        metavar="C",
+        default=None,
+        metavar="auto|C",
     ),
     # endpoint: the models and where they are served
     Option(
@@ -129,6 +132,22 @@ OPTIONS: tuple[Option, ...] = (
         "endpoint",
         default="0",
         metavar="SECONDS",
+    ),
+    Option(
+        "max-rps",
+        "at most R model calls started per second by the whole session (requests per minute / 60), a "
+        "cap for a provider whose limit is known; under pytest-split (the action's shards) each of the "
+        "--splits shards gets R / splits (default: no cap)",
+        "endpoint",
+        metavar="R",
+    ),
+    Option(
+        "max-tpm",
+        "at most T tokens per minute for the whole session's model calls (each call's estimate from its "
+        "request, corrected by the reply's usage); under pytest-split each shard gets T / splits "
+        "(default: no cap)",
+        "endpoint",
+        metavar="T",
     ),
     Option(
         "preflight",

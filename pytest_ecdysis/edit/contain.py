@@ -52,8 +52,9 @@ SANDBOX_ENV = "ECDYSIS_SANDBOX"
 #: run directories, the ledger, the suites' answer keys (`hookspecs.ecdysis_answer_keys`), `os.pathsep`-separated.
 HIDE_ENV = "ECDYSIS_SANDBOX_HIDE"
 #: Variables an editor's command never inherits: the simulated server's ground-truth credential (with it an
-#: editor could read which quirks fired in which trial, the simulated world's answer key; `sim.server`).
-EDITOR_DROPPED_ENV = ("ECDYSIS_SIM_TOKEN",)
+#: editor could read which quirks fired in which trial, the simulated world's answer key; `sim.server`), and
+#: the session's limiter of model calls with its token (`endpoint.limiter_service`: the trusted side's only).
+EDITOR_DROPPED_ENV = ("ECDYSIS_SIM_TOKEN", "ECDYSIS_LIMITER")
 #: Directories the editor may write besides its worktree (`--ecdysis-editor-writable`'s environment form),
 #: `os.pathsep`-separated.
 WRITABLE_ENV = "ECDYSIS_EDITOR_WRITABLE"

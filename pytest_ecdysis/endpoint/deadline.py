@@ -23,6 +23,15 @@ A 200 reply to `/chat/completions` that is not a chat completion (not JSON, trun
 `choices[0].message`, an event stream the request did not ask for: `replies.completion_problem`) raises `UnusableReplyError`, an infrastructure error
 naming the URL and what came back, whichever role sent the call; it is not retried.
 
+Every attempt takes a slot of the session's limiter first (`endpoint.limiter_service.current`, none for the
+simulated model by default) and reports its reply to it (status, latency, `Retry-After`, `x-ratelimit-*`,
+tokens). The time a call waits for its slot is not charged to the budget (`Budget.queued_s`: the trial did
+not spend it). Under an adaptive limiter (`--ecdysis-concurrency auto`) a 429 or 503 is not one of the
+`max_retries`: the call waits for the limiter (which honours `Retry-After`); when the next slot would come
+later than twice the budget, or the limiter stalled (every call throttled for longer than a trial's budget),
+the last throttled reply is returned and `Budget.throttled` names the limit and the retry time (the trial's
+infrastructure error).
+
 Once the budget is spent no attempt is made: `Budget.exhausted` is set, `Budget.pending` says what was in
 flight (`{"role", "url", "phase", "waited_s", "bytes"}`; phase `connect`, `headers`, `body` or `backoff`)
 and the request fails with `httpx2.ReadTimeout`. So a budget bounds the wall-clock of everything sent
@@ -41,6 +50,8 @@ from typing import Any, cast
 import httpx2
 
 from pytest_ecdysis.core.errors import UnusableReplyError
+from pytest_ecdysis.endpoint.limiter import THROTTLE_STATUS, LimiterLike, Outcome
+from pytest_ecdysis.endpoint.limiter_service import current as current_limiter
 from pytest_ecdysis.endpoint.refusals import REQUEST_UNPARSED
 from pytest_ecdysis.endpoint.replies import asked_to_stream, completion_problem
 
@@ -76,16 +87,24 @@ class Budget:
     attempts: int = 0
     retries: int = 0
     pending: dict[str, Any] | None = None
+    #: set when the endpoint throttled (HTTP 429/503) every call until the budget could not wait longer, or
+    #: the session's limiter stalled: the infrastructure error's text (limit, retry time); cleared by a success.
+    throttled: str | None = None
+
+    #: seconds its calls waited for a slot of the session's limiter: not charged (the trial did not spend
+    #: them; a limiter that stalls ends the wait)
+    queued_s: float = 0.0
 
     def remaining(self) -> float:
-        return self.seconds - (time.monotonic() - self.started)
+        return self.seconds - (time.monotonic() - self.started - self.queued_s)
 
     def used_s(self) -> float:
-        return time.monotonic() - self.started
+        return time.monotonic() - self.started - self.queued_s
 
     def restart(self) -> None:
         """Start the budget again (a stage run once per round with one client)."""
         self.started, self.exhausted, self.pending = time.monotonic(), False, None
+        self.throttled, self.queued_s = None, 0.0
 
     def describe(self) -> str:
         """One line: what ran out and what was in flight."""
@@ -204,6 +223,8 @@ class DeadlineTransport(httpx2.BaseTransport):
             computing it after the client gives up (llama-cpp-python does, docs/real-model.md), so a retry
             queues behind the abandoned one and times out too (measured: Gemma 3's analyst, 1,201 s for
             nothing). A connection failure, 429 or 5xx is still retried.
+        limiter: the calls-in-flight limiter every attempt goes through ("session": this process's, the
+            default; None: none).
     """
 
     def __init__(
@@ -217,23 +238,43 @@ class DeadlineTransport(httpx2.BaseTransport):
         backoff_s: float = 0.5,
         sleep: Any = time.sleep,
         retry_timeouts: bool = True,
+        limiter: LimiterLike | None | str = "session",
     ) -> None:
         self.inner, self.budget, self.sleep = inner, budget, sleep
+        #: "session": this process's (`limiter_service.current`); None: no limiter
+        self.limiter: LimiterLike | None = current_limiter() if isinstance(limiter, str) else limiter
         self.retry_timeouts = retry_timeouts
         self.call_timeout_s, self.max_retries = call_timeout_s, max_retries
         self.connect_timeout_s, self.backoff_s = connect_timeout_s, backoff_s
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         attempt = 0
+        throttled: httpx2.Response | None = None  # the last 429/503 an adaptive limiter waited out
+        lim = self.limiter
         while True:
             left = self.budget.remaining()
             if left <= 0:
+                if throttled is not None:
+                    return self._gave_up(request, throttled)
                 self._exhausted(request, "backoff" if attempt else "connect", 0.0, 0)
                 raise httpx2.ReadTimeout(self.budget.describe(), request=request)
+            lease = None
+            if lim is not None:
+                asked = time.monotonic()
+                # the wait is not charged: bounded by twice the budget (a limiter throttled all along
+                # stalls after one budget and answers at once)
+                lease = lim.acquire(max(left, 2 * self.budget.seconds), tokens=_estimate_tokens(request))
+                self.budget.queued_s += time.monotonic() - asked
+                if lease is None:
+                    return self._no_slot(request, throttled, left)
             response = None
+            began = time.monotonic()
             try:
                 response = error_in_ok(self._attempt(request, min(self.call_timeout_s, left), left))
             except httpx2.TransportError as exc:
+                if lim is not None and lease is not None:
+                    lim.release(lease, Outcome(0, time.monotonic() - began))
+                    lease = None
                 cut = isinstance(exc, CallTimeout)
                 if (
                     attempt >= self.max_retries
@@ -247,12 +288,29 @@ class DeadlineTransport(httpx2.BaseTransport):
                         self._exhausted(request, phase, waited, received)
                     raise
                 wait = None
+            except BaseException:
+                if lim is not None and lease is not None:
+                    lim.release(lease, Outcome(0, time.monotonic() - began))  # never a slot leaked
+                raise
             else:
+                status = response.status_code
+                if lim is not None and lease is not None:
+                    body = response.read() if status == 200 else b""
+                    lim.release(
+                        lease, Outcome.of_reply(status, response.headers, time.monotonic() - began, body)
+                    )
+                if lim is not None and lim.adaptive and status in THROTTLE_STATUS:
+                    throttled = response  # the limiter waits (Retry-After); not one of the retries
+                    response.read()
+                    self.budget.retries += 1
+                    continue
                 if (
-                    response.status_code not in RETRY_STATUS
+                    status not in RETRY_STATUS
                     or attempt >= self.max_retries
-                    or never_retried(response.status_code, response.read())
+                    or never_retried(status, response.read())
                 ):
+                    if status < 400:
+                        self.budget.throttled = None
                     return _usable(request, response)
                 wait = _retry_after(response)
                 response.close()
@@ -260,6 +318,37 @@ class DeadlineTransport(httpx2.BaseTransport):
             self.budget.retries += 1
             delay = self.backoff_s * 2 ** (attempt - 1) if wait is None else wait
             self.sleep(min(delay, MAX_BACKOFF_S, max(self.budget.remaining(), 0.0)))
+
+    def _no_slot(
+        self, request: httpx2.Request, throttled: httpx2.Response | None, left: float
+    ) -> httpx2.Response:
+        """The limiter gave no slot within the budget: the last throttled reply (`_gave_up`), the limiter's
+        stall, or the budget spent waiting in its queue."""
+        status = self.limiter.status() if self.limiter is not None else {}
+        if status.get("stalled"):
+            self.budget.throttled = str(status["stalled"])
+            if throttled is not None:
+                return throttled
+            self.budget.throttled = f"model call not sent: {status['stalled']}"
+            raise httpx2.ReadTimeout(self.budget.throttled, request=request)
+        if throttled is not None:
+            return self._gave_up(request, throttled)
+        self._exhausted(request, "queued", left, 0)
+        raise httpx2.ReadTimeout(self.budget.describe(), request=request)
+
+    def _gave_up(self, request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+        status = self.limiter.status() if self.limiter is not None else {}
+        retry = _retry_after(response)
+        limit = status.get("limit")
+        self.budget.throttled = (
+            f"the endpoint answered the {request.headers.get('x-ecdysis-role') or 'model'} call to {request.url} "
+            f"with HTTP {response.status_code} and the next slot would come later than twice the {self.budget.label} "
+            f"budget of {self.budget.seconds:g} s ({self.budget.retries} throttled attempts; the session's limit "
+            f"{limit if limit is not None else '-'} call(s) in flight; "
+            + (f"the server asks to retry after {retry:g} s" if retry is not None else "no Retry-After")
+            + "): the provider's rate limit, not the harness; lower --ecdysis-max-rps or --ecdysis-max-tpm"
+        )
+        return response
 
     def _attempt(self, request: httpx2.Request, per_call: float, left: float) -> httpx2.Response:
         request.extensions["timeout"] = {
@@ -370,3 +459,12 @@ def _retry_after(response: httpx2.Response) -> float | None:
         return float(response.headers.get("retry-after", ""))
     except ValueError:
         return None
+
+
+def _estimate_tokens(request: httpx2.Request) -> int:
+    """A call's tokens before its reply: the body's bytes / 4 plus 256 for the completion (the limiter's
+    tokens-per-minute cap corrects it by the reply's `usage.total_tokens`)."""
+    try:
+        return len(request.content) // 4 + 256
+    except httpx2.RequestNotRead:
+        return 256

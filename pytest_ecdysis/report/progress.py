@@ -227,6 +227,8 @@ class SessionProgress:
         self._failed: set[str] = set()
         self._guess: int | None = None
         self._collected = False
+        #: what the session's limiter says (`endpoint.limiter.status_text`), appended to the line; None: nothing
+        self.extra: Callable[[], str | None] = lambda: None
 
     def collected(self, total: int | None, guess: int | None = None) -> None:
         """The number of trial cases that will run, once known. Under xdist, for a suite that does not tell
@@ -264,7 +266,9 @@ class SessionProgress:
         for a session of ordinary tests."""
         count = self.count()
         if count is not None:
-            return status_line("running the suite", count, elapsed_s)
+            line = status_line("running the suite", count, elapsed_s)
+            extra = self.extra()
+            return f"{line}; {extra}" if extra else line
         if not self._collected:
             return (
                 f"running the suite: starting workers and collecting the tests, {duration(elapsed_s)} elapsed"

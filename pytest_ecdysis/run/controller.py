@@ -67,6 +67,8 @@ def prepare(config: pytest.Config, state: EcdysisState) -> None:
         os.environ[PREFLIGHT_DONE] = "1"  # nor do its validation sub-runs check
     elif not runs_no_test(config) and not os.environ.get(PREFLIGHT_DONE):
         check_endpoint(cfg, state)
+    if not runs_no_test(config):
+        start_limiter(cfg, state)
     if cfg.uses_sim and not state.sim_url and not runs_no_test(config):
         from pytest_ecdysis.sim.server import start_background
 
@@ -154,6 +156,50 @@ def prepare_sandbox(cfg: EcdysisConfig, state: EcdysisState) -> None:
         state.messages.append("ecdysis: " + sandbox.status_line())
 
 
+def start_limiter(cfg: EcdysisConfig, state: EcdysisState) -> None:
+    """The session tree's one limiter of model calls (`endpoint.limiter_service`), started by the top
+    controller when `--ecdysis-concurrency auto` or a rate cap is given; a sub-run keeps the one it inherits
+    (`ECDYSIS_LIMITER`). Its directory is covered by the sandbox; its state feeds the progress lines
+    (how many calls are in flight and what limits them; the stall line once)."""
+    from pytest_ecdysis.endpoint import limiter_service
+    from pytest_ecdysis.endpoint.limiter import ENV_LIMITER, Settings, status_text
+    from pytest_ecdysis.validate import sandbox
+
+    if os.environ.get(ENV_LIMITER):
+        return
+    if not (cfg.concurrency_auto or cfg.max_rps or cfg.max_tpm):
+        return
+    settings = Settings(
+        fixed=not cfg.concurrency_auto,
+        max_rps=cfg.max_rps,
+        max_tpm=cfg.max_tpm,
+        stall_after_s=cfg.trial_budget_s,
+    )
+    service = state.limiter = limiter_service.start(settings)
+    hidden = [p for p in os.environ.get(sandbox.ENV_HIDE, "").split(os.pathsep) if p]
+    os.environ[sandbox.ENV_HIDE] = os.pathsep.join([*hidden, str(service.directory)])
+
+    def extra() -> str | None:
+        status = service.limiter.status()
+        if status.get("stalled"):
+            return "no trial is started: the endpoint throttled every call for longer than a trial's budget"
+        return status_text(status)
+
+    state.progress.extra = extra
+    how = (
+        "adaptive (starts at 4 calls in flight)"
+        if cfg.concurrency_auto
+        else "pinned by --ecdysis-concurrency"
+    )
+    caps = ", ".join(
+        f"{v:g} {unit}" for v, unit in ((cfg.max_rps, "calls/s"), (cfg.max_tpm, "tokens/min")) if v
+    )
+    state.messages.append(
+        f"ecdysis: model calls of the whole session share one limit, {how}"
+        + (f", capped at {caps}" if caps else "")
+    )
+
+
 def runs_no_test(config: pytest.Config) -> bool:
     """`--collect-only`, `--setup-plan`, `--fixtures`, `--fixtures-per-test`, `--markers`, `--help`: no trial
     will run, so no simulated server is started (and, for the first two, nothing is written)."""
@@ -185,8 +231,9 @@ def check_run_dir(run_dir: Path) -> None:
 class TrialCollector:
     """Controller-side plugin object: remembers collected trial cases and the results their reports carry."""
 
-    def __init__(self, state: EcdysisState) -> None:
+    def __init__(self, state: EcdysisState, config: pytest.Config | None = None) -> None:
         self.state = state
+        self.config = config
         self.checked = False
         self.before_deselection: list[str] | None = None
 
@@ -224,6 +271,12 @@ class TrialCollector:
         from pytest_ecdysis.run.coverage import note_report
 
         note_report(self.state, report)
+        if self.state.limiter is not None and (stalled := self.state.limiter.stall_once()):
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter") if self.config else None
+            if reporter is not None:
+                if getattr(reporter._tw, "width_of_current_line", 0):
+                    reporter._tw.line()  # after the cases' progress letters: a line of its own
+                reporter.write_line(f"ecdysis: {stalled}")
         if not self.state.no_trials:  # `--setup-plan` reports every case without running it: write nothing
             self.state.progress.report(report)
 

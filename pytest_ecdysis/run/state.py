@@ -39,6 +39,9 @@ class EcdysisState:
     progress: Any = None  # progress.SessionProgress on the controller
     no_trials: bool = False  # --collect-only, --setup-plan, --fixtures, ...: no trial will run
     sandbox_verdict: str | None = None  # the verdict's line when harness code ran without the sandbox
+    limiter: Any = (
+        None  # endpoint.limiter_service.LimiterService this controller started (None: inherited, none)
+    )
     coverage: Any = None  # run.coverage.Coverage: what was collected and reported (made on first use)
 
     @property

@@ -40,16 +40,17 @@ def own_positions(count: int, config: Any) -> list[int]:
     return [i for i in range(count) if owns(i, worker, workers)]
 
 
-def check_dist(config: Any, concurrency: int) -> None:
+def check_dist(config: Any, concurrency: int, given: str | None = None) -> None:
     """Configure-time check: C > 1 needs xdist's `--dist load` (the default of `-n N`) or no xdist.
 
     Raises:
-        UsageError: another `--dist` mode, whose own schedule would hand a worker cases it cannot foresee.
+        UsageError: another `--dist` mode, whose own schedule would hand a worker cases it cannot foresee
+            (`given`: the option's value as said, `auto`; default the number).
     """
     dist = getattr(config.option, "dist", "no")
     if concurrency > 1 and dist not in ("no", "load"):
         raise UsageError(
-            f"--ecdysis-concurrency {concurrency} needs xdist's --dist load (the default of -n N), "
+            f"--ecdysis-concurrency {given or concurrency} needs xdist's --dist load (the default of -n N), "
             f"got --dist {dist}; drop --dist, or use --ecdysis-concurrency 1"
         )
 

@@ -26,7 +26,8 @@ Routing of a completion (header `X-Ecdysis-Role`):
 Other roles can be added to `ROLE_HANDLERS` (name -> callable(role, body) -> str). The trial header is
 `<run-id>/<suite>/<task-id>/<trial>`; the suite must be one a provider knows
 (`pytest_ecdysis.core.registry.sim_knowledge()`). The profile comes from each request's `model` (`sim` ->
-the server's default profile, `sim/<profile>`). Request errors are HTTP 400 with an OpenAI error body
+the server's default profile, `sim/<profile>`). With `sim.realism` on (env `ECDYSIS_SIM_REALISM`) a
+completion waits its drawn latency, and past the rate limit it is HTTP 429 with `Retry-After`. Request errors are HTTP 400 with an OpenAI error body
 `{"error": {"message", "type", "code"}}`; the server stays up for the other workers.
 
 The model itself (routing, trial state, ground truth, `ROLE_HANDLERS`, the header names) is
@@ -40,6 +41,7 @@ import hmac
 import json
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -50,6 +52,7 @@ from pytest_ecdysis.sim.client import TOKEN_HEADER, remember_token
 from pytest_ecdysis.sim.knowledge import SimKnowledge
 from pytest_ecdysis.sim.model import ROLE_HEADER, TRIAL_HEADER, RequestError, SimModel
 from pytest_ecdysis.sim.profiles import known_profiles
+from pytest_ecdysis.sim.realism import Realism
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -63,6 +66,8 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     model: SimModel  # set on the subclass made by `make_server`
     token: str  # the ground-truth credential, set there too
+    realism: Realism | None = None  # a real endpoint's latency, rate limit and 503s (`sim.realism`)
+    extra_headers: dict[str, str] | None = None  # of the next response (the rate limit's)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: pytest output stays clean
         pass
@@ -72,6 +77,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (self.extra_headers or {}).items():
+            self.send_header(name, value)
+        self.extra_headers = None
         self.end_headers()
         self.wfile.write(data)
 
@@ -171,8 +179,20 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw or b"null")
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise RequestError(f"the request body is not valid JSON: {exc}", code="bad_json") from None
-            return self.model.complete(body, self.headers.get(ROLE_HEADER), self.headers.get(TRIAL_HEADER))
+            reply = self.model.complete(body, self.headers.get(ROLE_HEADER), self.headers.get(TRIAL_HEADER))
+            if self.realism is not None and verdict is not None:  # the window counts the reply's tokens
+                self.realism.used(verdict, int((reply.get("usage") or {}).get("total_tokens") or 0))
+            return reply
 
+        verdict = None
+        if self.realism is not None:
+            verdict = self.realism.admit(len(raw))
+            self.extra_headers = verdict.headers
+            if verdict.status:
+                message = "rate limit reached" if verdict.status == 429 else "the server is overloaded"
+                self._error(RequestError(message, code="rate_limited", status=verdict.status))
+                return
+            time.sleep(verdict.latency_s)
         self._guard(answer)
 
 
@@ -197,14 +217,25 @@ class SimServerHandle:
             self.thread.join(timeout=5)
 
 
-def make_server(model: SimModel, port: int = 0, token: str | None = None) -> ThreadingHTTPServer:
+def make_server(
+    model: SimModel, port: int = 0, token: str | None = None, realism: Realism | None = None
+) -> ThreadingHTTPServer:
     """Bind 127.0.0.1:`port` (0 = a free port); `token`: the ground-truth credential (None: a random
-    32-byte one, `secrets.token_urlsafe`).
+    32-byte one, `secrets.token_urlsafe`); `realism`: a real endpoint's manners (None: env
+    `ECDYSIS_SIM_REALISM`, `sim.realism`, when set).
 
     Raises:
-        UsageError: the port is in use or cannot be bound.
+        UsageError: the port is in use or cannot be bound, or the realism spec is not one.
     """
-    handler = type("SimHandler", (_Handler,), {"model": model, "token": token or secrets.token_urlsafe(32)})
+    handler = type(
+        "SimHandler",
+        (_Handler,),
+        {
+            "model": model,
+            "token": token or secrets.token_urlsafe(32),
+            "realism": realism if realism is not None else Realism.from_env(),
+        },
+    )
     try:
         httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as exc:
@@ -222,6 +253,7 @@ def start_background(
     default_profile: str = "default",
     knowledge: dict[str, SimKnowledge] | None = None,
     nonce: str | None = None,
+    realism: Realism | None = None,
 ) -> SimServerHandle:
     """Start the server in a daemon thread; returns a handle with `.url` and `.stop()`.
 
@@ -229,7 +261,7 @@ def start_background(
     `UsageError` for a port in use or an unknown default profile.
     """
     model = SimModel(default_profile=default_profile, latency_s=latency_s, knowledge=knowledge, nonce=nonce)
-    httpd = make_server(model, port)
+    httpd = make_server(model, port, realism=realism)
     thread = threading.Thread(target=httpd.serve_forever, name="ecdysis-sim", daemon=True)
     thread.start()
     return SimServerHandle(httpd, thread, model)

@@ -259,6 +259,8 @@ def classify(
     """(termination reason, error text) for an exception that ended a trial. `server_ids`: the tool-call ids
     the agent's endpoint generated in its replies (`EndpointLog.server_ids`)."""
     where = spec.sim_url if spec.model.startswith("sim") else (spec.base_url or "the OpenAI API")
+    if budget.throttled:  # the provider's rate limit outlasted the budget: never the harness's time
+        return "infrastructure_error", budget.throttled
     if isinstance(exc, TimeBudgetExceeded) or budget.exhausted:
         return "time_budget_exceeded", f"{budget.describe()}: {exc}"
     if isinstance(exc, EndpointFormatError):
