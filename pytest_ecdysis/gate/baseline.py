@@ -259,9 +259,10 @@ class GateVerdict:
         return line + self._tail()
 
     def _ni_headline(self, word: str) -> str:
-        """`gate FAILED: suite score 0.650 vs baseline 0.733 (-0.083); rule noninferiority, margin 5 points:
-        Δ -0.083, one-sided 95% bounds [-0.140, -0.026]: undecided, about 12 trials per task would decide it
-        (now 2); catches a drop of 9.1 points or more (80%) at 2 trials per task over 178 tasks`."""
+        """`gate FAILED: suite score 0.675 vs baseline 0.700 (-0.025); rule noninferiority, margin 5 points:
+        Δ -0.025, one-sided 95% bounds [-0.069, +0.019]: undecided, about 13 trials per task would decide it
+        (now 4), which fails; catches a drop of 2.3 points or more (80%) at 4 trial(s) per task over 40
+        task(s)` (tests/test_gate_noninferiority.py), then the regressions and cost parts."""
         assert self.score is not None and self.baseline_score is not None and self.delta is not None
         line = (
             f"gate {word}: suite score {self.score:.3f} vs baseline {self.baseline_score:.3f} "
