@@ -198,7 +198,7 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from pytest_ecdysis.core.config_values import _choice, _float, _int
+    from pytest_ecdysis.core.config_values import _choice, _float, _int, gate_margin
     from pytest_ecdysis.core.config_values import level as level_of
     from pytest_ecdysis.core.rundir import write_json
     from pytest_ecdysis.gate import baseline as gate
@@ -207,6 +207,7 @@ def _gate(args: argparse.Namespace) -> int:
     try:  # the same checks as --ecdysis-gate-tolerance, -gate-max-regressions and the ini keys
         # ecdysis_accept_level, ecdysis_accept_method, ecdysis_gate_max_cost_rise
         _float("gate-tolerance", args.tolerance, 0.0, 1.0)
+        gate_margin("gate-margin", args.margin)
         if args.max_regressions is not None:
             _int("gate-max-regressions", args.max_regressions, 0)
         level = level_of("accept-level", args.accept_level)
@@ -232,10 +233,12 @@ def _gate(args: argparse.Namespace) -> int:
         missing=summary.get("missing", []),
         n_collected=int(summary.get("n_collected") or 0),
         baseline_path=str(args.baseline),
-        rule="paired" if args.accept == "adaptive" else args.accept,
+        rule=args.rule,
         method=args.accept_method,
         level=level,
         max_cost_rise=args.max_cost_rise,
+        margin=args.margin,
+        pass_undecided=args.pass_undecided,
     )
     if summary.get("gate"):  # an earlier verdict (the pytest gate's, or another rule's) is kept, not replaced
         summary.setdefault("gate_history", []).append(summary["gate"])
@@ -272,6 +275,8 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pytest_ecdysis.core.config_values import GATE_RULES as gate_rules
+
     parser = argparse.ArgumentParser(prog="ecdysis", description="Read pytest-ecdysis run directories.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("show", help="print a run's summary")
@@ -315,21 +320,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="the baseline file the gate reads (default: %(default)s)",
     )
     p.add_argument(
-        "--tolerance", type=float, default=0.0, help="allowed drop of the suite score (default: %(default)s)"
+        "--rule",
+        choices=gate_rules,
+        default=gate_rules[0],
+        help="noninferiority: pass when the data show the drop is within --margin, fail when a drop beyond "
+        "it is shown, else undecided (fails unless --pass-undecided; the trials per task that would decide "
+        "are said); strict: fail on a score drop beyond --tolerance; paired: fail on a significant paired "
+        "drop beyond --tolerance (as --ecdysis-gate-rule) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="noninferiority: the tolerated drop, a rate share in [0, 1) (0.05 = 5 points; as "
+        "--ecdysis-gate-margin) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pass-undecided",
+        action="store_true",
+        help="noninferiority: pass an undecided verdict (as --ecdysis-gate-pass-undecided) (default: it fails)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="strict and paired: allowed drop of the suite score (default: %(default)s)",
     )
     p.add_argument(
         "--max-regressions",
         type=int,
         default=None,
         help="allowed tasks solved in the baseline and not now (default: not checked)",
-    )
-    p.add_argument(
-        "--accept",
-        choices=("strict", "paired", "sequential", "adaptive"),
-        default="paired",
-        help="strict: fail on any drop beyond the tolerance; paired (and sequential or adaptive, the same "
-        "for the gate): only on a significant one (as --ecdysis-accept; the default by the measured error "
-        "rates, docs/benchmarks.md) (default: %(default)s)",
     )
     p.add_argument(
         "--accept-method",

@@ -96,6 +96,11 @@ def action(repo: Path, run_id: str, **inputs: str) -> tuple[subprocess.Completed
         ({"MODE": "gate", "SHARDS": "4"}, "shard"),
         ({"MODE": "baseline", "BUDGET": "ten"}, "budget"),
         ({"MODE": "gate", "BASELINE": "test_toy.py", "ACCEPT": "lenient"}, "accept"),
+        ({"MODE": "gate", "BASELINE": "test_toy.py", "ACCEPT": "strict"}, "gate-rule"),
+        ({"MODE": "gate", "BASELINE": "test_toy.py", "GATE_RULE": "lenient"}, "gate-rule"),
+        ({"MODE": "gate", "BASELINE": "test_toy.py", "GATE_MARGIN": "1"}, "gate-margin"),
+        ({"MODE": "gate", "BASELINE": "test_toy.py", "GATE_MARGIN": "-0.1"}, "gate-margin"),
+        ({"MODE": "gate", "BASELINE": "test_toy.py", "GATE_PASS_UNDECIDED": "maybe"}, "gate-pass-undecided"),
     ],
 )
 def test_bad_input_fails_the_step_with_one_line_naming_what_to_set(
@@ -115,7 +120,10 @@ def test_bad_input_fails_the_step_with_one_line_naming_what_to_set(
 def test_baseline_then_gate_passes_then_fails_when_the_agent_gets_worse(repo: Path) -> None:
     """mode baseline writes the file (exit 0 though a trial is below λ); mode gate passes against it and
     fails (exit 1) once the agent solves fewer tasks; the outputs carry the verdict, the suite score, the
-    run directory and the HTML page; the job summary names the simulated model and the verdict."""
+    run directory and the HTML page; the job summary names the simulated model and the verdict. The gate's
+    rule inputs reach it: 6 tasks x 2 trials show an equal run within a 25-point `gate-margin` (one-sided
+    bound -0.202), not within the default 5 points (undecided: fails, or passes with `gate-pass-undecided`);
+    3 tasks lost is a drop shown beyond the default margin (upper bound -0.223)."""
     proc, out, summary = action(repo, "10", MODE="baseline", WORKERS="2", TRIALS="2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (
@@ -128,7 +136,7 @@ def test_baseline_then_gate_passes_then_fails_when_the_agent_gets_worse(repo: Pa
     )
     assert "::notice title=pytest-ecdysis::" in proc.stdout and "simulated" in summary
 
-    proc, out, summary = action(repo, "11", MODE="gate", WORKERS="2", TRIALS="2")
+    proc, out, summary = action(repo, "11", MODE="gate", WORKERS="2", TRIALS="2", GATE_MARGIN="0.25")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (out["verdict"], out["suite-score"], out["run-dir"]) == (
         "passed",
@@ -140,13 +148,29 @@ def test_baseline_then_gate_passes_then_fails_when_the_agent_gets_worse(repo: Pa
         "verdict **passed**, suite score 0.8333" in summary and "gate PASSED" in summary
     )  # the plugin's table too
 
+    gate = json.loads((repo / out["run-dir"] / "summary.json").read_text())["gate"]
+    assert (gate["rule"], gate["margin"], gate["state"]) == ("noninferiority", 0.25, "pass")
+    assert gate["noninferiority"]["lower"] == pytest.approx(-0.2015, abs=1e-3)
+
+    proc, out, _ = action(repo, "13", MODE="gate", WORKERS="0", TRIALS="2")
+    assert proc.returncode == 1 and out["verdict"] == "failed", proc.stdout + proc.stderr
+    gate = json.loads((repo / out["run-dir"] / "summary.json").read_text())["gate"]
+    assert (gate["margin"], gate["state"]) == (0.05, "undecided")
+    proc, out, _ = action(repo, "14", MODE="gate", WORKERS="0", TRIALS="2", GATE_PASS_UNDECIDED="true")
+    assert proc.returncode == 0 and out["verdict"] == "passed", proc.stdout + proc.stderr
+    assert "undecided" in proc.stdout and "passed by pass-undecided" in proc.stdout
+
     agent(repo, 2)
-    proc, out, summary = action(repo, "12", MODE="gate", WORKERS="0", TRIALS="2", ACCEPT="strict")
+    proc, out, summary = action(repo, "12", MODE="gate", WORKERS="0", TRIALS="2", GATE_PASS_UNDECIDED="true")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (out["verdict"], out["suite-score"]) == ("failed", "0.3333")
     assert "verdict **failed**" in summary
     gate = json.loads((repo / out["run-dir"] / "summary.json").read_text())["gate"]
-    assert gate["rule"] == "strict" and gate["passed"] is False
+    assert (gate["rule"], gate["state"], gate["passed"]) == ("noninferiority", "fail", False)
+    assert gate["noninferiority"]["upper"] == pytest.approx(-0.2233, abs=1e-3)
+    proc, out, _ = action(repo, "15", MODE="gate", WORKERS="0", TRIALS="2", GATE_RULE="strict")
+    assert proc.returncode == 1 and out["verdict"] == "failed", proc.stdout + proc.stderr
+    assert json.loads((repo / out["run-dir"] / "summary.json").read_text())["gate"]["rule"] == "strict"
 
 
 @pytest.mark.slow  # four subprocess runs
@@ -165,11 +189,40 @@ def test_a_sharded_gate_runs_each_shard_then_merges_and_gates(repo: Path) -> Non
             and out["artifact-name"] == f"ecdysis-shard-{group}"
         )
         (repo / out["run-dir"]).rename(shards / f"ecdysis-shard-{group}")  # as download-artifact lays them
-    proc, out, summary = action(repo, "29", MODE="gate", MERGE=f"{shards}/*/")
+    proc, out, summary = action(repo, "29", MODE="gate", MERGE=f"{shards}/*/", GATE_MARGIN="0.4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (out["verdict"], out["suite-score"]) == ("passed", "0.8333")
     assert re.search(r"merged 2 shard\(s\) into .*merged-gate-29-1", proc.stdout)
     assert "gate PASSED" in proc.stdout and Path(out["report-path"]).is_file()
+    assert "rule noninferiority, margin 40 points" in proc.stdout  # `gate-margin` reached `ecdysis gate`
+
+
+def test_gate_rule_inputs_become_the_gate_options_of_pytest_and_of_ecdysis_gate() -> None:
+    """`gate-rule`, `gate-margin`, `gate-pass-undecided` become `--ecdysis-gate-rule`, `--ecdysis-gate-margin`,
+    `--ecdysis-gate-pass-undecided` for the pytest gate (each an option the plugin declares) and `--rule`,
+    `--margin`, `--pass-undecided` for the merged run's `ecdysis gate` (each one it parses); left empty, none
+    is passed (the plugin's defaults: noninferiority, 0.05, undecided fails)."""
+    from pytest_ecdysis.ci.action import gate_rule_args
+    from pytest_ecdysis.cli import build_parser
+
+    def inputs(**env: str) -> ActionInputs:
+        return ActionInputs.from_env(
+            {"INPUT_MODE": "gate", "INPUT_BASELINE": __file__, **{"INPUT_" + k: v for k, v in env.items()}}
+        )
+
+    given = inputs(GATE_RULE="paired", GATE_MARGIN="0.1", GATE_PASS_UNDECIDED="true")
+    joined = " ".join(pytest_args(given, "sim"))
+    assert "--ecdysis-gate-rule paired --ecdysis-gate-margin 0.1 --ecdysis-gate-pass-undecided" in joined
+    assert set(re.findall(r"--ecdysis-[a-z-]+", joined)) <= {"--ecdysis-" + o.name for o in OPTIONS}
+    cli = build_parser().parse_args(["gate", "run", *gate_rule_args(given)])
+    assert (cli.rule, cli.margin, cli.pass_undecided) == ("paired", 0.1, True)
+    empty = inputs()
+    assert gate_rule_args(empty) == [] and "--ecdysis-gate-rule" not in pytest_args(empty, "sim")
+    assert (empty.gate_rule, empty.gate_margin, empty.gate_pass_undecided) == ("", None, False)
+    shard = inputs(
+        SHARDS="2", SHARD="1", GATE_MARGIN="0.1"
+    )  # a shard does not gate: its options are not passed
+    assert "--ecdysis-gate-margin" not in pytest_args(shard, "sim")
 
 
 def test_the_model_falls_back_to_sim_without_a_key_or_url() -> None:

@@ -215,6 +215,8 @@ JOB_ONLY_VALUES = {
     "editor": "sim",
     "baseline": "b.json",
     "gate-max-regressions": "0",
+    "gate-pass-undecided": None,
+    "gate-rule": "strict",
     "test-model": "sim",
     "editor-writable": ".",
     "editor-readable": ".",
@@ -235,7 +237,7 @@ def test_the_job_only_list_covers_the_options_only_a_job_reads():
         and names["test-model"] == ("evolve",)
         and names["max-cost"] == ("evolve",)
     )
-    assert names["gate-tolerance"] == ("gate",) and names["accept"] == ("evolve", "gate")
+    assert names["gate-tolerance"] == ("gate",) and names["accept"] == ("evolve",)
     assert not {"model", "trials", "split", "tasks", "harness", "evolve", "gate", "save-baseline"} & set(
         names
     )

@@ -25,8 +25,16 @@ def summary(tokens_total: int, score: float = 0.5) -> dict:
 
 
 def check(run: dict, base: dict, rise: float | None) -> gate.GateVerdict:
+    """The verdict under the strict rule, which these equal scores pass: only the cost check decides."""
     return gate.verdict(
-        run, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=4, max_cost_rise=rise
+        run,
+        base,
+        tolerance=0.0,
+        max_regressions=None,
+        missing=[],
+        n_collected=4,
+        max_cost_rise=rise,
+        rule="strict",
     )
 
 
@@ -93,19 +101,18 @@ def test_gate_run_fails_on_a_cost_rise_with_the_figure(pytester, monkeypatch) ->
         "--ecdysis-harness",
         "tiny_harness",
     )
+    # the strict rule, which these equal scores pass: only the cost check decides (2 tasks x 1 trial cannot
+    # show an equal run within the noninferiority margin)
+    gate_args = ("--ecdysis-gate", "--ecdysis-baseline", "base.json", "--ecdysis-gate-rule", "strict")
     monkeypatch.setenv("TINY_TOKENS", "1000")
     saved = pytester.runpytest_subprocess(*args, "--ecdysis-save-baseline", "base.json")
     assert saved.ret == 0, saved.stdout.str()
     monkeypatch.setenv("TINY_TOKENS", "1500")
-    failed = pytester.runpytest_subprocess(
-        *args, "--ecdysis-gate", "--ecdysis-baseline", "base.json", "-o", "ecdysis_gate_max_cost_rise=0.1"
-    )
+    failed = pytester.runpytest_subprocess(*args, *gate_args, "-o", "ecdysis_gate_max_cost_rise=0.1")
     assert failed.ret == 1, failed.stdout.str()
     failed.stdout.fnmatch_lines(["*tokens per task 1,500 are +50.0% against the baseline's 1,000*"])
     monkeypatch.setenv("TINY_TOKENS", "1050")
-    passed = pytester.runpytest_subprocess(
-        *args, "--ecdysis-gate", "--ecdysis-baseline", "base.json", "-o", "ecdysis_gate_max_cost_rise=0.1"
-    )
+    passed = pytester.runpytest_subprocess(*args, *gate_args, "-o", "ecdysis_gate_max_cost_rise=0.1")
     assert passed.ret == 0, passed.stdout.str()
     passed.stdout.fnmatch_lines(["*tokens per task 1,050 vs 1,000 (+5.0%, at most +10.0%)*"])
 
@@ -123,7 +130,11 @@ def test_the_gate_command_checks_the_cost_rise_too(tmp_path, capsys) -> None:
         json.dumps({**summary(5200), "run_id": "r", "n_collected": 4, "missing": []})
     )
     (tmp_path / "b.json").write_text(json.dumps(gate.baseline_from_summary(summary(4000))))
-    assert ecdysis(["gate", str(run), "--baseline", str(tmp_path / "b.json"), "--max-cost-rise", "0.1"]) == 1
+    strict = ("--rule", "strict")  # these equal scores pass it: only the cost check decides
+    assert (
+        ecdysis(["gate", str(run), "--baseline", str(tmp_path / "b.json"), *strict, "--max-cost-rise", "0.1"])
+        == 1
+    )
     assert "tokens per task 1,300 vs 1,000 (+30.0%, at most +10.0%)" in capsys.readouterr().out
     assert json.loads((run / "summary.json").read_text())["gate"]["cost"]["rise"] == 0.3
-    assert ecdysis(["gate", str(run), "--baseline", str(tmp_path / "b.json")]) == 0
+    assert ecdysis(["gate", str(run), "--baseline", str(tmp_path / "b.json"), *strict]) == 0

@@ -33,7 +33,7 @@ def test_gate_passes_with_exit_0_even_with_failing_trials(
     baseline = save_baseline(pytester)
     assert baseline["suite_score"] == pytest.approx(5 / 8) and baseline["tasks"]["syn-air/4"]["solved"]
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "step_summary.md"))
-    result = gate_run(pytester, BASE, "--ecdysis-accept", "strict", xdist=True)
+    result = gate_run(pytester, BASE, "--ecdysis-gate-rule", "strict", xdist=True)
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
@@ -47,12 +47,13 @@ def test_gate_passes_with_exit_0_even_with_failing_trials(
 
 
 def test_gate_fails_on_a_lower_score(pytester: pytest.Pytester) -> None:
-    """`strict`: a score below the baseline by more than the tolerance: exit 1 and the shortfall stated. The
-    default (`sequential`, judged as `paired` by the gate) on 4 tasks, too few for the sign test ever to
-    reject at 0.05: the score rule decides, and the verdict says why (test_gate_small_suite.py)."""
+    """`strict`: a score below the baseline by more than the tolerance: exit 1 and the shortfall stated.
+    `paired` on 4 tasks, too few for the sign test ever to reject at 0.05: the score rule decides, and the
+    verdict says why (test_gate_small_suite.py). The default (noninferiority, margin 5 points): 4 tasks x 2
+    trials cannot show the drop within the margin: undecided, which fails (test_gate_noninferiority.py)."""
     save_baseline(pytester)
     worse = {**BASE, "syn-air": {**BASE["syn-air"], "4": [1.0, 0.0]}}  # 4/8
-    result = gate_run(pytester, worse, "--ecdysis-accept", "strict")
+    result = gate_run(pytester, worse, "--ecdysis-gate-rule", "strict")
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
@@ -60,10 +61,15 @@ def test_gate_fails_on_a_lower_score(pytester: pytest.Pytester) -> None:
             "*suite score 0.500 is 0.125 below the baseline 0.625 (tolerance 0.000)*",
         ]
     )
-    assert gate_run(pytester, worse, "--ecdysis-accept", "strict", "--ecdysis-gate-tolerance", "0.2").ret == 0
+    assert (
+        gate_run(pytester, worse, "--ecdysis-gate-rule", "strict", "--ecdysis-gate-tolerance", "0.2").ret == 0
+    )
     default = gate_run(pytester, worse)
     assert default.ret == 1
-    default.stdout.fnmatch_lines(
+    default.stdout.fnmatch_lines(["*gate FAILED*rule noninferiority, margin 5 points: Δ -0.125*undecided*"])
+    paired = gate_run(pytester, worse, "--ecdysis-gate-rule", "paired")
+    assert paired.ret == 1
+    paired.stdout.fnmatch_lines(
         [
             "*gate FAILED: suite score 0.500 vs baseline 0.625 (-0.125*",
             "*the paired test was not possible (4 task(s) in both runs: at least 5 needed), "
@@ -73,11 +79,14 @@ def test_gate_fails_on_a_lower_score(pytester: pytest.Pytester) -> None:
 
 
 def test_gate_fails_on_regressions_only_when_asked(pytester: pytest.Pytester) -> None:
-    """Same score but a task solved in the baseline now fails: fails with max-regressions 0, passes unchecked."""
+    """Same score but a task solved in the baseline now fails: fails with max-regressions 0, passes unchecked
+    (under the strict rule, which an equal score passes)."""
     save_baseline(pytester)
     swapped = {"syn-air": {"1": [1.0, 1.0], "2": [1.0, 1.0], "3": [0.0, 0.0], "4": [1.0, 0.0]}}  # still 5/8
-    assert gate_run(pytester, swapped).ret == 0
-    result = gate_run(pytester, swapped, "--ecdysis-gate-max-regressions", "0")
+    assert gate_run(pytester, swapped, "--ecdysis-gate-rule", "strict").ret == 0
+    result = gate_run(
+        pytester, swapped, "--ecdysis-gate-rule", "strict", "--ecdysis-gate-max-regressions", "0"
+    )
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         ["*1 task(s) solved in the baseline are not solved now (allowed 0): syn-air/4*"]
@@ -137,7 +146,9 @@ def test_verdict_on_infra_errors_and_headline() -> None:
         "tasks": {"s/1": {"solved": True}},
     }
     run_summary = {**base, "suite_score": 0.6, "n_infra_errors": 2, "tasks": {"s/1": {"solved": True}}}
-    v = gate.verdict(run_summary, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=3)
+    v = gate.verdict(
+        run_summary, base, tolerance=0.0, max_regressions=None, missing=[], n_collected=3, rule="strict"
+    )
     assert not v.passed and "2 trial(s) ended with an infrastructure error" in v.reasons[0]
     ok = gate.verdict(
         {**run_summary, "n_infra_errors": 0},
@@ -146,6 +157,7 @@ def test_verdict_on_infra_errors_and_headline() -> None:
         max_regressions=None,
         missing=[],
         n_collected=3,
+        rule="strict",
     )
     assert ok.passed and "0.150 above the lowest allowed score" in ok.headline()
 
@@ -177,7 +189,7 @@ def test_gate_command_exits_as_the_pytest_gate(
     base = save_baseline(pytester)
     run(pytester, "--ecdysis-trials", "2", "--ecdysis-run-dir", "runs")
     (run_dir,) = list((pytester.path / "runs").iterdir())
-    assert ecdysis(["gate", str(run_dir), "--baseline", ".ecdysis/baseline.json"]) == 0
+    assert ecdysis(["gate", str(run_dir), "--baseline", ".ecdysis/baseline.json", "--rule", "strict"]) == 0
     capsys.readouterr()
     assert ecdysis(["gate", str(run_dir), "--baseline", "nowhere.json"]) == pytest.ExitCode.USAGE_ERROR == 4
     err = capsys.readouterr().err
@@ -231,7 +243,11 @@ def test_gate_refuses_a_sim_baseline_of_another_nonce(
     run(pytester, "--ecdysis-trials", "2", "-o", "ecdysis_sim_nonce=ci", "--ecdysis-save-baseline", "b.json")
     base = json.loads((pytester.path / "b.json").read_text())
     assert base["sim_nonce"] == "ci"
-    assert gate_run(pytester, BASE, "-o", "ecdysis_sim_nonce=ci", "--ecdysis-baseline", "b.json").ret == 0
+    strict = ("--ecdysis-gate-rule", "strict")  # an equal score passes it (the default needs more trials)
+    assert (
+        gate_run(pytester, BASE, "-o", "ecdysis_sim_nonce=ci", "--ecdysis-baseline", "b.json", *strict).ret
+        == 0
+    )
     result = gate_run(pytester, BASE, "-o", "ecdysis_sim_nonce=other", "--ecdysis-baseline", "b.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
@@ -241,10 +257,13 @@ def test_gate_refuses_a_sim_baseline_of_another_nonce(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*baseline 'ci', this run none (a fresh nonce per run)*"])
     monkeypatch.setenv("ECDYSIS_SIM_NONCE", "ci")  # the environment variable fixes it as the option does
-    assert gate_run(pytester, BASE, "--ecdysis-baseline", "b.json").ret == 0
+    assert gate_run(pytester, BASE, "--ecdysis-baseline", "b.json", *strict).ret == 0
     (pytester.path / "old.json").write_text(json.dumps({k: v for k, v in base.items() if k != "sim_nonce"}))
     assert (
-        gate_run(pytester, BASE, "-o", "ecdysis_sim_nonce=other", "--ecdysis-baseline", "old.json").ret == 0
+        gate_run(
+            pytester, BASE, "-o", "ecdysis_sim_nonce=other", "--ecdysis-baseline", "old.json", *strict
+        ).ret
+        == 0
     )
     monkeypatch.delenv("ECDYSIS_SIM_NONCE")
     run(pytester, "--ecdysis-trials", "2", "-o", "ecdysis_sim_nonce=other", "--ecdysis-run-dir", "runs")
@@ -255,7 +274,7 @@ def test_gate_refuses_a_sim_baseline_of_another_nonce(
         "simulated model's nonce (ecdysis_sim_nonce or ECDYSIS_SIM_NONCE): baseline 'ci', this run 'other'"
         in capsys.readouterr().out
     )
-    assert ecdysis(["gate", str(run_dir), "--baseline", "old.json"]) == 0
+    assert ecdysis(["gate", str(run_dir), "--baseline", "old.json", "--rule", "strict"]) == 0
 
 
 def test_every_subcommand_option_with_a_default_shows_it_in_its_help() -> None:
@@ -279,4 +298,6 @@ def test_every_subcommand_option_with_a_default_shows_it_in_its_help() -> None:
                 continue
             checked += 1
             assert f"(default: {action.default})" in text, (name, action.option_strings, text)
-    assert checked >= 6  # baseline -o, gate --baseline --tolerance --accept --accept-method --accept-level
+    assert (
+        checked >= 7
+    )  # baseline -o, gate --baseline --rule --margin --tolerance --accept-method --accept-level

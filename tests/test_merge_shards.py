@@ -77,22 +77,25 @@ def test_merged_shards_equal_the_unsharded_run(pytester: pytest.Pytester) -> Non
 
 
 def test_the_gate_runs_on_the_merged_run(pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
-    """`ecdysis gate` on a merged run: the same verdict as a whole run, and the exit status says it."""
+    """`ecdysis gate` on a merged run: the same verdict as a whole run, and the exit status says it. (4 tasks
+    x 2 trials show an equal run within a 40-point margin, one-sided bound -0.297, not within 5 points.)"""
     plan = {"syn-air": {"1": [1.0, 1.0], "2": [1.0, 0.0], "3": [0.0, 0.0], "4": [1.0, 1.0]}}
     write_suite(pytester, plan)
     run(pytester, "--ecdysis-trials", "2", "--ecdysis-save-baseline", "baseline.json")
     shards = _shards(pytester, 2)
     assert ecdysis(["merge", *map(str, shards), "-o", "merged"]) == 0
-    assert ecdysis(["gate", "merged", "--baseline", "baseline.json"]) == 0
+    assert ecdysis(["gate", "merged", "--baseline", "baseline.json", "--margin", "0.4"]) == 0
     assert "gate PASSED: suite score 0.625 vs baseline 0.625" in capsys.readouterr().out
+    assert ecdysis(["gate", "merged", "--baseline", "baseline.json"]) == 1  # the default margin: undecided
+    assert "undecided, about 71 trials per task would decide it (now 2)" in capsys.readouterr().out
     base = json.loads((pytester.path / "baseline.json").read_text())
     (pytester.path / "higher.json").write_text(json.dumps({**base, "suite_score": 0.75}))
-    assert ecdysis(["gate", "merged", "--baseline", "higher.json", "--accept", "strict"]) == 1
+    assert ecdysis(["gate", "merged", "--baseline", "higher.json", "--rule", "strict"]) == 1
     assert "gate FAILED" in capsys.readouterr().out
     assert json.loads((pytester.path / "merged" / "summary.json").read_text())["gate"]["passed"] is False
-    # under the paired rule (the default by the measured rates) a suite of 4 tasks is too small for the sign
-    # test ever to reject: the score rule decides, and says so
-    assert ecdysis(["gate", "merged", "--baseline", "higher.json"]) == 1
+    # under the paired rule a suite of 4 tasks is too small for the sign test ever to reject: the score rule
+    # decides, and says so
+    assert ecdysis(["gate", "merged", "--baseline", "higher.json", "--rule", "paired"]) == 1
     assert (
         "the paired test was not possible (4 task(s) in both runs: at least 5 needed)"
         in capsys.readouterr().out
@@ -116,15 +119,15 @@ def test_a_baseline_from_merged_shards_equals_the_unsharded_runs(
     assert {k: v for k, v in sharded.items() if k != "run_id"} == {
         k: v for k, v in whole.items() if k != "run_id"
     }
-    assert ecdysis(["gate", "merged", "--baseline", "sharded.json"]) == 0
+    assert ecdysis(["gate", "merged", "--baseline", "sharded.json", "--margin", "0.4"]) == 0
     # a run's summary.json is not a baseline (it has suite_score and tasks too): refused, the verdict kept
     assert ecdysis(["gate", "merged", "--baseline", "merged/summary.json"]) == 4
     assert "its kind is None, not 'ecdysis-baseline'" in capsys.readouterr().err
-    assert ecdysis(["gate", "merged", "--baseline", "whole.json", "--accept", "paired"]) == 0
+    assert ecdysis(["gate", "merged", "--baseline", "whole.json", "--rule", "paired"]) == 0
     doc = json.loads((pytester.path / "merged" / "summary.json").read_text())
     assert doc["gate"]["rule"] == "paired" and doc["gate"]["by"] == "ecdysis gate"
     assert [g["rule"] for g in doc["gate_history"]] == [
-        "paired"
+        "noninferiority"
     ]  # the earlier verdict (the default rule) is kept
     write_suite(pytester, {"syn-air": {**plan["syn-air"], "5": [None, 1.0]}})  # an infrastructure error
     run(pytester, "--ecdysis-trials", "2", "--ecdysis-run-dir", "broken")

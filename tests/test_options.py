@@ -159,6 +159,23 @@ CLI_CASES: dict[str, Case] = {
     "save-baseline": Case(
         "b.json", {"save_baseline": Path("b.json")}, ".", "--ecdysis-save-baseline . is a directory"
     ),
+    "gate-rule": Case(
+        "strict",
+        {"gate_rule": "strict"},
+        "lenient",
+        "--ecdysis-gate-rule must be one of noninferiority, strict, paired, got 'lenient'",
+        GATE,
+    ),
+    "gate-margin": Case(
+        "0.1", {"gate_margin": 0.1}, "1", "--ecdysis-gate-margin must be a rate share in [0, 1)", GATE
+    ),
+    "gate-pass-undecided": Case(
+        None,
+        {"gate_pass_undecided": True},
+        ["--ecdysis-gate", "-o", "ecdysis_gate_pass_undecided=maybe"],
+        "ini option ecdysis_gate_pass_undecided must be true or false, got 'maybe'",
+        GATE,
+    ),
     "gate-tolerance": Case(
         "0.1", {"gate_tolerance": 0.1}, "nan", "--ecdysis-gate-tolerance must be in [0.0, 1.0], got nan", GATE
     ),
@@ -344,7 +361,7 @@ def test_an_option_and_its_ini_mirror_are_read(pytester: pytest.Pytester, name: 
     if name in NO_INI:
         return
     key = "ecdysis_" + name.replace("-", "_")
-    cfg = _read(pytester, *case.extra, "-o", f"{key}={case.value}")
+    cfg = _read(pytester, *case.extra, "-o", f"{key}={'true' if case.value is None else case.value}")
     assert {k: getattr(cfg, k) for k in case.want} == case.want
 
 

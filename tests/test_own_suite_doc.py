@@ -72,13 +72,14 @@ def test_doc_suite_runs_saves_a_baseline_and_gates(suite: pytest.Pytester) -> No
     } == {("status-8", "get_order", ("communicate",))}
     assert json.loads((suite.path / "base.json").read_text())["tasks"]["orders/status-9"]["solved"] is True
 
-    gate = run(suite, "-n", "2", "--ecdysis-gate", "--ecdysis-baseline", "base.json")
+    strict = ("--ecdysis-gate-rule", "strict")  # as the doc's gate: 3 tasks cannot decide non-inferiority
+    gate = run(suite, "-n", "2", "--ecdysis-gate", "--ecdysis-baseline", "base.json", *strict)
     assert gate.ret == 0, gate.stdout.str()
     gate.stdout.fnmatch_lines(["gate PASSED: suite score 0.667 vs baseline 0.667*"])
 
     agent = suite.path / "my_agent.py"
     agent.write_text(agent.read_text().replace('"9": "delivered"', '"9": "lost"'))  # the agent regresses
-    worse = run(suite, "-n", "2", "--ecdysis-gate", "--ecdysis-baseline", "base.json")
+    worse = run(suite, "-n", "2", "--ecdysis-gate", "--ecdysis-baseline", "base.json", *strict)
     assert worse.ret == 1, worse.stdout.str()
     worse.stdout.fnmatch_lines(["gate FAILED: suite score 0.333 vs baseline 0.667*"])
 

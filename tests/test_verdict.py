@@ -118,6 +118,8 @@ def test_gate_ends_with_its_verdict_after_the_failed_trials(pytester: pytest.Pyt
         "--ecdysis-trials",
         "2",
         "--ecdysis-gate",
+        "--ecdysis-gate-rule",
+        "strict",  # the equal score passes it; 4 tasks x 2 trials cannot decide the default rule
         timeout=300,
     )
     assert result.ret == 0

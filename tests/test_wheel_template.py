@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 #: airline train tasks: 6 the example harness solves with the simulated model (nonce `ci`), each with a
-#: write (so a harness that stops early fails them: the gate's paired sign test, p = 0.5^6 = 0.016 < 0.05),
+#: write (so a harness that stops early fails them: the gate's paired sign test, p = 0.5^6 = 0.016 < 0.05;
+#: the gate runs `gate-rule: paired`, as 10 tasks at 1 trial cannot decide the default non-inferiority),
 #: and 4 it fails (evidence for the evolution round)
 TASKS = "9,12,15,21,27,33,7,11,17,20"
 
@@ -158,13 +159,13 @@ def test_a_team_repository_from_the_wheel_gates_and_evolves(venv: tuple[Path, Pa
     git(repo, "add", ".ecdysis/baseline.json")
     git(repo, "commit", "-qm", "baseline")
 
-    proc, out = action(python, repo, "2", MODE="gate", ARGS=args)
+    proc, out = action(python, repo, "2", MODE="gate", ARGS=args, GATE_RULE="paired")
     assert proc.returncode == 0 and out["verdict"] == "passed", proc.stdout[-3000:] + proc.stderr[-2000:]
     assert out["suite-score"] == f"{baseline['suite_score']:.4f}" and Path(out["report-path"]).is_file()
 
     config = repo / "harness" / "config.py"  # worse: a step budget of 2 model calls ends before any write
     config.write_text(config.read_text().replace("MAX_MODEL_CALLS = 60", "MAX_MODEL_CALLS = 2"))
-    proc, out = action(python, repo, "3", MODE="gate", ARGS=args)
+    proc, out = action(python, repo, "3", MODE="gate", ARGS=args, GATE_RULE="paired")
     assert proc.returncode == 1 and out["verdict"] == "failed", proc.stdout[-3000:] + proc.stderr[-2000:]
     assert float(out["suite-score"]) < baseline["suite_score"]
     git(repo, "checkout", "--", "harness/config.py")

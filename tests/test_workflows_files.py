@@ -204,3 +204,27 @@ def test_ci_keeps_the_browser_screenshot() -> None:
     tests = next(s for s in steps if "pytest tests" in s.get("run", ""))
     keep = next(s for s in steps if s.get("with", {}).get("name") == "report-screenshot")
     assert tests["env"]["ECDYSIS_TEST_ARTIFACTS"] in keep["with"]["path"] and keep["if"] == "always()"
+
+
+@pytest.mark.parametrize("name", ["ecdysis-gate.yml", "ecdysis-gate-sharded.yml"])
+def test_the_gate_workflows_run_the_trials_of_the_committed_baseline_and_enough_to_decide(name: str) -> None:
+    """The gate workflows' default trial count is the committed baseline's (else the gate refuses it) and at
+    least what `plan_trials` asks on the baseline's rates (else an unchanged harness on a real model is often
+    undecided, which fails); an unchanged harness reproducing the baseline passes the default rule."""
+    import json
+
+    from pytest_ecdysis.gate.baseline import task_trials, verdict
+    from pytest_ecdysis.gate.noninferiority import pilot_rates, plan_trials
+
+    baseline = json.loads((ROOT / ".ecdysis" / "baseline.json").read_text())
+    (trials,) = {
+        int(re.fullmatch(r"\$\{\{ vars\.ECDYSIS_TRIALS \|\| '(\d+)' \}\}", s["with"]["trials"]).group(1))
+        for s in action_steps(load(name))
+        if "trials" in s["with"]
+    }
+    assert trials == baseline["trials"] == 8
+    rates = pilot_rates(task_trials(baseline["tasks"]))
+    assert plan_trials(rates) <= trials
+    same = {**baseline, "n_infra_errors": 0}
+    v = verdict(same, baseline, tolerance=0.0, max_regressions=None, missing=[], n_collected=1)
+    assert v.passed and v.ni is not None and v.ni["lower"] > -v.margin

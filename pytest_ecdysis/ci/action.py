@@ -86,6 +86,7 @@ def pytest_args(inp: ActionInputs, model: str) -> list[str]:
         ]
     elif inp.mode == "gate":
         args += ["--ecdysis-gate", "--ecdysis-baseline", inp.baseline]
+        args += [f"--ecdysis-gate-{a[2:]}" if a.startswith("--") else a for a in gate_rule_args(inp)]
     elif inp.mode == "baseline":
         args += ["--ecdysis-save-baseline", inp.baseline]
     else:
@@ -96,12 +97,21 @@ def pytest_args(inp: ActionInputs, model: str) -> list[str]:
             args += ["--ecdysis-strategy", inp.strategy]
         if inp.budget_usd is not None:
             args += ["--ecdysis-max-cost", repr(inp.budget_usd)]
-    if inp.accept and inp.mode != "baseline" and not inp.sharded:
+    if inp.accept and inp.mode == "evolve":  # the gate's rule is gate-rule (inputs refuse accept there)
         args += ["--ecdysis-accept", inp.accept]
     sandbox = inp.sandbox or SANDBOX_DEFAULT.get(inp.mode)
     if sandbox:  # evolve: on unless the workflow opts out by name (`sandbox: auto` or `off`)
         args += ["--ecdysis-sandbox", sandbox]
     return [*args, *inp.args]
+
+
+def gate_rule_args(inp: ActionInputs) -> list[str]:
+    """The gate's rule inputs as `ecdysis gate` options (`--rule`, `--margin`, `--pass-undecided`); the pytest
+    gate's are the same names with `--ecdysis-gate-` (`pytest_args`)."""
+    args = ["--rule", inp.gate_rule] if inp.gate_rule else []
+    if inp.gate_margin is not None:
+        args += ["--margin", repr(inp.gate_margin)]
+    return args + (["--pass-undecided"] if inp.gate_pass_undecided else [])
 
 
 def _ecdysis(*args: str, env: Mapping[str, str], stdout=None) -> int:
@@ -157,7 +167,7 @@ def run(env: Mapping[str, str]) -> int:
                 env.get("GITHUB_STEP_SUMMARY") or os.devnull, "a"
             ) as out:  # the table pytest would write
                 _ecdysis("summary-md", str(run_path), env=sub_env, stdout=out)
-            gate_args = ["--baseline", inp.baseline] + (["--accept", inp.accept] if inp.accept else [])
+            gate_args = ["--baseline", inp.baseline, *gate_rule_args(inp)]
             code = _ecdysis("gate", str(run_path), *gate_args, env=sub_env)
     else:
         run_path = Path(inp.run_dir) / run_id

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_ecdysis.core.config_values import GATE_RULES
 from pytest_ecdysis.core.errors import ActionInputError
 
 MODES = ("gate", "evolve", "baseline")
@@ -59,6 +60,9 @@ class ActionInputs:
     token: bool  #: whether a token for the pull request was given (evolve)
     #: `--ecdysis-sandbox`: "" = `on` in evolve mode (`SANDBOX_DEFAULT`), the plugin's default otherwise
     sandbox: str = ""
+    gate_rule: str = ""  #: gate: `--ecdysis-gate-rule` (`ecdysis gate --rule`); "" = the plugin's default
+    gate_margin: float | None = None  #: gate: `--ecdysis-gate-margin`; None = the plugin's default (0.05)
+    gate_pass_undecided: bool = False  #: gate: `--ecdysis-gate-pass-undecided`
 
     @property
     def sharded(self) -> bool:
@@ -71,7 +75,8 @@ class ActionInputs:
 
         Raises:
             ActionInputError: an unknown mode, a gate without its baseline file, evolve without a token, a
-                number that is not one, a shard outside 1..shards; the message names the input to set.
+                number that is not one, a shard outside 1..shards, an unknown rule, `accept` in gate mode, a
+                gate margin outside [0, 1); the message names the input to set.
         """
 
         def get(name: str, default: str = "") -> str:
@@ -108,6 +113,23 @@ class ActionInputs:
             raise ActionInputError(
                 f"accept {accept!r} is not a rule: set `accept:` to one of {', '.join(RULES)}"
             )
+        if accept and mode == "gate":
+            raise ActionInputError(
+                f"accept is the evolution's acceptance rule, the gate does not read it: set `gate-rule:` to one "
+                f"of {', '.join(GATE_RULES)} (empty: noninferiority) and leave `accept:` empty in gate mode"
+            )
+        gate_rule = get("gate-rule")
+        if gate_rule and gate_rule not in GATE_RULES:
+            raise ActionInputError(
+                f"gate-rule {gate_rule!r} is not a gate rule: set `gate-rule:` to one of {', '.join(GATE_RULES)}"
+            )
+        margin = get("gate-margin")
+        gate_margin = _margin(margin) if margin else None
+        undecided = get("gate-pass-undecided", "false").lower()
+        if undecided not in ("true", "false"):
+            raise ActionInputError(
+                f"gate-pass-undecided {undecided!r} is not true or false: set `gate-pass-undecided:` to one"
+            )
         sandbox = get("sandbox")
         if sandbox and sandbox not in SANDBOX_MODES:
             raise ActionInputError(
@@ -141,6 +163,9 @@ class ActionInputs:
             args=args,
             token=token,
             sandbox=sandbox,
+            gate_rule=gate_rule,
+            gate_margin=gate_margin,
+            gate_pass_undecided=undecided == "true",
         )
 
 
@@ -163,5 +188,18 @@ def _float(value: str, name: str) -> float:
         raise ActionInputError(
             f"{name} {value!r} is not an amount of USD > 0: set `{name}:` to one, or leave "
             "it empty for no limit"
+        )
+    return number
+
+
+def _margin(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 <= number < 1:
+        raise ActionInputError(
+            f"gate-margin {value!r} is not a rate share in [0, 1): set `gate-margin:` to one, e.g. 0.05 for "
+            "5 points, or leave it empty for the plugin's default (0.05)"
         )
     return number

@@ -10,7 +10,7 @@ What it lays out (docs/ci.md, "A repository of your own"):
     .gitignore, README.md
     .github/workflows/ecdysis-gate.yml   the gate on pull requests, with the action (`uses: OWNER/REPO@REF`)
     .github/workflows/ecdysis-evolve.yml evolution on demand, a pull request when a round was accepted
-    .ecdysis/baseline.json               with `--baseline`: the suite run once and its scores saved
+    .ecdysis/baseline.json               with `--baseline`: the suite run (GATE_TRIALS trials) and its scores saved
 
 Template files end in `.tmpl` (dropped), a path part `dot_x` becomes `.x`, and `@ACTION@` becomes the
 action's reference. Nothing is overwritten: an existing file is an error naming it, before anything is
@@ -99,8 +99,15 @@ def init(
     return written
 
 
+#: trials per task of the new repository's baseline and gate: what the non-inferiority gate needs on the τ²
+#: suite (`noninferiority.plan_trials` on its train tasks' rates, docs/ci.md "The gate's rule"); the gate
+#: workflow's `trials:` says the same.
+GATE_TRIALS = 8
+
+
 def save_baseline(target: Path, *args: str) -> str:
-    """Run the new repository's suite once (`pytest -n 2`) and save its scores as `.ecdysis/baseline.json`.
+    """Run the new repository's suite (`pytest -n 2 --ecdysis-trials GATE_TRIALS`) and save its scores as
+    `.ecdysis/baseline.json`.
 
     Raises:
         UsageError: the run wrote no baseline (its output is in the message's last lines).
@@ -108,7 +115,10 @@ def save_baseline(target: Path, *args: str) -> str:
     rel = ".ecdysis/baseline.json"
     env = {k: v for k, v in os.environ.items() if k not in ("ECDYSIS_RUN_ID", "PYTEST_ADDOPTS")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "-q", "--ecdysis-save-baseline", rel, *args],
+        [
+            *(sys.executable, "-m", "pytest", "-n", "2", "-q", "--ecdysis-trials", str(GATE_TRIALS)),
+            *("--ecdysis-save-baseline", rel, *args),
+        ],
         cwd=target,
         env=env,
         capture_output=True,
@@ -118,6 +128,6 @@ def save_baseline(target: Path, *args: str) -> str:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
         raise UsageError(
             f"the suite run in {target} wrote no baseline (exit status {proc.returncode}); fix what "
-            f"it says and run `pytest --ecdysis-save-baseline {rel}` there:\n{tail}"
+            f"it says and run `pytest --ecdysis-trials {GATE_TRIALS} --ecdysis-save-baseline {rel}` there:\n{tail}"
         )
     return rel

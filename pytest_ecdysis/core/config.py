@@ -133,6 +133,9 @@ class EcdysisConfig:
     max_cost_usd: float | None = None  # `--ecdysis-max-cost`: None = no limit
     max_tokens: int | None = None  # `--ecdysis-max-tokens`: None = no limit
     gate_max_cost_rise: float | None = None  # ini `ecdysis_gate_max_cost_rise`: a share, None = not checked
+    gate_rule: str = "noninferiority"  # `--ecdysis-gate-rule`: noninferiority, strict or paired
+    gate_margin: float = 0.05  # `--ecdysis-gate-margin`: noninferiority's tolerated drop, a rate share
+    gate_pass_undecided: bool = False  # `--ecdysis-gate-pass-undecided`: an undecided verdict passes
 
     def limits(self) -> dict[str, float | int]:
         """The time limits and retries in force: `{call_timeout_s, max_retries, trial_budget_s,
@@ -271,6 +274,19 @@ def read_config(config: Any) -> EcdysisConfig:
         )
     if evolve and raw["gate"]:
         raise UsageError("--ecdysis-evolve and --ecdysis-gate are separate jobs; run them in two sessions")
+    from pytest_ecdysis.core.config_values import GATE_RULES, gate_margin
+    from pytest_ecdysis.core.options import OPTIONS, given_on_command_line
+
+    accept_opt = next(o for o in OPTIONS if o.name == "accept")
+    invoked = tuple(getattr(getattr(config, "invocation_params", None), "args", ()) or ())
+    if raw["gate"] and given_on_command_line(invoked, accept_opt):
+        raise UsageError(
+            "--ecdysis-accept is the evolution's acceptance rule, not the gate's: choose the gate's rule with "
+            f"--ecdysis-gate-rule, one of {', '.join(GATE_RULES)} (default noninferiority; strict and paired "
+            "are the former gate rules, with --ecdysis-gate-tolerance)"
+        )
+    gate_rule = _choice("gate-rule", str(raw["gate-rule"]).strip().lower(), GATE_RULES)
+    margin = gate_margin("gate-margin", raw["gate-margin"])
 
     from pytest_ecdysis.core.registry import BUILTIN_STRATEGIES, available_strategies
 
@@ -327,6 +343,9 @@ def read_config(config: Any) -> EcdysisConfig:
         gate=bool(raw["gate"]),
         baseline=_anchored(config, "baseline", raw["baseline"]),
         gate_tolerance=_float("gate-tolerance", raw["gate-tolerance"], 0.0, 1.0),
+        gate_rule=gate_rule,
+        gate_margin=margin,
+        gate_pass_undecided=bool(raw["gate-pass-undecided"]),
         gate_max_regressions=None if max_reg in (None, "") else _int("gate-max-regressions", max_reg, 0),
         accept=raw["accept"],
         accept_level=accept_level,

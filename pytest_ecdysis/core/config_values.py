@@ -342,5 +342,27 @@ def _nonce(value: Any) -> str | None:
 
 #: `--ecdysis-accept` values (the rules: `pytest_ecdysis/gate/acceptance.py`).
 RULES = ("strict", "paired", "sequential", "adaptive")
+#: `--ecdysis-gate-rule` values (`pytest_ecdysis/gate/baseline.py`, `verdict`).
+GATE_RULES = ("noninferiority", "strict", "paired")
+
+
+def gate_margin(name: str, value: Any) -> float:
+    """The non-inferiority margin (`--ecdysis-gate-margin`, `ecdysis gate --margin`): a rate share in [0, 1).
+
+    Raises:
+        UsageError: not a number, below 0 or 1 and above (a drop of the whole rate cannot be tolerated).
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not 0.0 <= number < 1.0:  # NaN fails the comparison
+        raise UsageError(
+            f"{flag(name)} must be a rate share in [0, 1), e.g. 0.05 for 5 points, got "
+            f"{value if number is None else number!r}"
+        )
+    return number
+
+
 #: ini `ecdysis_accept_method` values.
 METHODS = ("sign", "wilcoxon", "bootstrap")

@@ -237,9 +237,9 @@ OPTIONS: tuple[Option, ...] = (
     # acceptance
     Option(
         "accept",
-        "acceptance rule of evolution rounds and of the gate: 'adaptive' (a betting test on paired trials "
-        "that adds trials to every task whose outcomes vary, up to ini ecdysis_accept_budget trials a "
-        "decision, with a final sign test there; the gate judges it as 'paired'), 'sequential' (a first "
+        "acceptance rule of evolution rounds (the gate's is --ecdysis-gate-rule): 'adaptive' (a betting test "
+        "on paired trials that adds trials to every task whose outcomes vary, up to ini ecdysis_accept_budget "
+        "trials a decision, with a final sign test there), 'sequential' (a first "
         "comparison that may only reject, then confirmation trials of the flipped tasks until a sequential "
         "test decides), 'paired' (a paired test over tasks at the level) or 'strict' (the paper's rule: the "
         "suite score strictly rises / does not drop); tuned by the ini keys ecdysis_accept_level, "
@@ -247,7 +247,7 @@ OPTIONS: tuple[Option, ...] = (
         "chosen by its measured error rates on real τ² noise: docs/benchmarks.md)",
         "acceptance",
         default="adaptive",
-        needs=EITHER,
+        needs=EVOLVE,
         metavar="RULE",
     ),
     # budgets
@@ -338,8 +338,39 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
     ),
     Option(
+        "gate-rule",
+        "the gate's rule: 'noninferiority' (pass when the data show the suite score dropped by less than "
+        "--ecdysis-gate-margin, fail when they show a drop beyond it, and in between 'undecided': the trials "
+        "per task that would decide are said, and it fails unless --ecdysis-gate-pass-undecided), 'strict' "
+        "(fail on a score drop beyond --ecdysis-gate-tolerance) or 'paired' (fail on a significant paired drop "
+        "beyond the tolerance); --ecdysis-accept is the evolution's rule, not the gate's "
+        "(default: noninferiority)",
+        "gate",
+        default="noninferiority",
+        needs=GATE,
+        metavar="RULE",
+    ),
+    Option(
+        "gate-margin",
+        "noninferiority: the tolerated drop of the suite score, as a rate share in [0, 1) "
+        "(0.05 = 5 points) (default: 0.05)",
+        "gate",
+        default="0.05",
+        needs=GATE,
+        metavar="M",
+    ),
+    Option(
+        "gate-pass-undecided",
+        "noninferiority: pass an undecided verdict (neither shown within the margin nor shown beyond "
+        "it) instead of failing it (default: off, an undecided change was not shown safe)",
+        "gate",
+        default=False,
+        action="store_true",
+        needs=GATE,
+    ),
+    Option(
         "gate-tolerance",
-        "allowed drop of the suite score (default: 0.0)",
+        "strict and paired gate rules: allowed drop of the suite score (default: 0.0)",
         "gate",
         default="0.0",
         needs=GATE,

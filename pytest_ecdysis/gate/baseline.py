@@ -5,11 +5,15 @@ with the baseline at `--ecdysis-baseline` (`verdict`). The gate fails when
 
 - the run is not comparable: nothing collected, cases that never reported, infrastructure errors
   (xdist can print "no tests ran" and exit 0: the gate checks coverage itself);
-- `--ecdysis-accept strict` (the default): the suite score is below the baseline's by more than
-  `--ecdysis-gate-tolerance`; `--ecdysis-accept paired`: a one-sided paired test over tasks
+- `--ecdysis-gate-rule noninferiority` (the default; `noninferiority.noninferiority`): the data do not show
+  the drop within `--ecdysis-gate-margin` (5 points by default): a drop beyond it is shown (`fail`), or
+  neither is (`undecided`: fails unless `--ecdysis-gate-pass-undecided`; the verdict says how many trials
+  per task would decide), at the one-sided level ini `ecdysis_accept_level`;
+  `--ecdysis-gate-rule strict`: the suite score is below the baseline's by more than
+  `--ecdysis-gate-tolerance`; `--ecdysis-gate-rule paired`: a one-sided paired test over tasks
   (`acceptance.regression_test`, ini `ecdysis_accept_method`) finds the run worse than the baseline at the
-  level ini `ecdysis_accept_level` *and* the mean per-task drop exceeds the tolerance, so an unchanged
-  harness on a noisy model fails the gate with probability at most about the level;
+  level ini `ecdysis_accept_level` *and* the mean per-task drop exceeds the tolerance (it passes unless a
+  drop is proven: measured, a real 8-point regression passes it);
 - more than `--ecdysis-gate-max-regressions` tasks solved in the baseline are not solved now (only when
   that option is given); "solved" = every trial of the task succeeded;
 - ini `ecdysis_gate_max_cost_rise = S` (a share, only when given): the agent's tokens per task (its tokens over
@@ -37,6 +41,10 @@ from pytest_ecdysis.core.errors import RunDirError, UsageError, shown
 from pytest_ecdysis.core.records import SCHEMA_VERSION
 from pytest_ecdysis.gate.acceptance import regression_test, sign_min_wins
 from pytest_ecdysis.gate.cost_rise import cost_rise, tokens_per_task
+from pytest_ecdysis.gate.noninferiority import DEFAULT_MARGIN, noninferiority, pilot_rates, smallest_drop
+
+#: the gate's rules (`--ecdysis-gate-rule`, `ecdysis gate --rule`); the first is the default.
+RULES = ("noninferiority", "strict", "paired")
 
 #: fields of a baseline that must equal the run's for a comparison to mean anything.
 MATCH_FIELDS = ("suite", "split", "trials", "model", "threshold", "sim_nonce")
@@ -190,9 +198,26 @@ class GateVerdict:
     reasons: list[str] = field(default_factory=list)
     refused: bool = False
     baseline_path: str = ""
-    rule: str = "strict"  #: `strict` (score drop beyond the tolerance) or `paired` (a significant drop)
+    #: `noninferiority` (the drop shown within the margin), `strict` (score drop beyond the tolerance) or
+    #: `paired` (a significant drop beyond the tolerance)
+    rule: str = "noninferiority"
     test: dict[str, Any] | None = None  #: the paired test: method, effect, interval, p_value, level, ...
     cost: dict[str, Any] | None = None  #: `cost_rise` figures with ini `ecdysis_gate_max_cost_rise`
+    margin: float = DEFAULT_MARGIN  #: noninferiority: the tolerated drop, a rate share
+    pass_undecided: bool = False  #: noninferiority: an undecided verdict passes
+    #: noninferiority's figures: state, effect, se, lower, upper, margin, level, n_tasks, trials,
+    #: trials_to_decide, catches (the smallest drop failed with 80% probability at these trials)
+    ni: dict[str, Any] | None = None
+
+    @property
+    def state(self) -> str:
+        """`pass`, `fail`, `undecided` (noninferiority's third state, whether it passed or not) or
+        `refused`."""
+        if self.refused:
+            return "refused"
+        if self.ni is not None and self.ni["state"] == "undecided" and self.passed == self.pass_undecided:
+            return "undecided"
+        return "pass" if self.passed else "fail"
 
     @property
     def delta(self) -> float | None:
@@ -205,6 +230,8 @@ class GateVerdict:
         word = "PASSED" if self.passed else ("REFUSED" if self.refused else "FAILED")
         if self.delta is None or self.refused:
             return f"gate {word}: " + "; ".join(self.reasons or ["no score"])
+        if self.rule == "noninferiority":
+            return self._ni_headline(word)
         margin = self.delta + self.tolerance
         how = (
             ""
@@ -229,6 +256,43 @@ class GateVerdict:
                 + f", p={t['p_value']:.3g}"
                 + (f" (level {t['level']:g})" if self.rule == "paired" else "")
             )
+        return line + self._tail()
+
+    def _ni_headline(self, word: str) -> str:
+        """`gate FAILED: suite score 0.675 vs baseline 0.700 (-0.025); rule noninferiority, margin 5 points:
+        Δ -0.025, one-sided 95% bounds [-0.069, +0.019]: undecided, about 13 trials per task would decide it
+        (now 4), which fails; catches a drop of 2.3 points or more (80%) at 4 trial(s) per task over 40
+        task(s)` (tests/test_gate_noninferiority.py), then the regressions and cost parts."""
+        assert self.score is not None and self.baseline_score is not None and self.delta is not None
+        line = (
+            f"gate {word}: suite score {self.score:.3f} vs baseline {self.baseline_score:.3f} "
+            f"({self.delta:+.3f}); rule noninferiority, margin {100 * self.margin:g} points"
+        )
+        ni = self.ni
+        if ni is None:
+            return line + ": no task was scored in both the baseline and the run"
+        line += (
+            f": Δ {ni['effect']:+.3f}, one-sided {100 * (1 - ni['level']):g}% bounds "
+            f"[{ni['lower']:+.3f}, {ni['upper']:+.3f}]: {ni['state']}"
+        )
+        if ni["state"] == "undecided":
+            line += (
+                f", about {ni['trials_to_decide']} trials per task would decide it (now {ni['trials']})"
+                if ni["trials_to_decide"]
+                else ", no trial count decides it at this estimate (Δ is the margin)"
+            )
+            line += ", passed by pass-undecided" if self.pass_undecided else ", which fails"
+        catches = ni["catches_shown"] if self.pass_undecided else ni["catches"]
+        where = f"at {ni['trials']} trial(s) per task over {ni['n_tasks']} task(s)"
+        line += (
+            f"; catches a drop of {100 * catches:.1f} points or more (80%) {where}"
+            if catches > 0
+            else f"; {where} it fails an unchanged harness too (80%): too few trials for this margin"
+        )
+        return line + self._tail()
+
+    def _tail(self) -> str:
+        line = ""
         if self.max_regressions is not None or self.regressions:
             limit = "not checked" if self.max_regressions is None else f"at most {self.max_regressions}"
             line += f"; {len(self.regressions)} regressed task(s), {limit}"
@@ -253,6 +317,10 @@ class GateVerdict:
             "baseline": self.baseline_path,
             "headline": self.headline(),
             "rule": self.rule,
+            "margin": self.margin if self.rule == "noninferiority" else None,
+            "pass_undecided": self.pass_undecided,
+            "noninferiority": self.ni,
+            "state": self.state,
             **{k: (self.test or {}).get(k) for k in ("method", "effect", "interval", "p_value", "level")},
             **({"cost": self.cost} if self.cost else {}),
         }
@@ -328,19 +396,28 @@ def verdict(
     missing: list[str],
     n_collected: int,
     baseline_path: str = "",
-    rule: str = "strict",
+    rule: str = "noninferiority",
     method: str = "sign",
     level: float = 0.05,
     max_cost_rise: float | None = None,
+    margin: float = DEFAULT_MARGIN,
+    pass_undecided: bool = False,
 ) -> GateVerdict:
     """Compare a run summary with a baseline. Never raises for a bad run: it fails with reasons.
 
-    `rule`, `method`, `level`: `--ecdysis-accept`, ini `ecdysis_accept_method`, ini `ecdysis_accept_level`. The
-    gate cannot re-run the baseline, so `sequential` (the default) is judged as `paired`: a significant drop
-    (its measured false-failure rate and power: `benchmarks/bench_decisions.py`, docs/benchmarks.md).
-    `max_cost_rise`: ini `ecdysis_gate_max_cost_rise` (None: tokens per task not checked).
+    `rule`: one of `RULES` (`--ecdysis-gate-rule`; the former names `sequential` and `adaptive` are judged as
+    `paired`: the gate cannot re-run the baseline). `method`, `level`: ini `ecdysis_accept_method` (paired)
+    and ini `ecdysis_accept_level` (paired, and noninferiority's one-sided level). `margin`, `pass_undecided`:
+    `--ecdysis-gate-margin` and `--ecdysis-gate-pass-undecided` (noninferiority; rates on the leaderboard
+    world: `benchmarks/leaderboard_bench.py`, docs/ci.md). `max_cost_rise`: ini `ecdysis_gate_max_cost_rise`
+    (None: tokens per task not checked).
+
+    Raises:
+        ValueError: an unknown rule (the callers check the option before any trial).
     """
-    rule = "paired" if rule == "sequential" else rule
+    rule = "paired" if rule in ("sequential", "adaptive") else rule
+    if rule not in RULES:
+        raise ValueError(f"gate rule {rule!r} is not one of {', '.join(RULES)}")
     v = GateVerdict(
         passed=False,
         score=summary.get("suite_score"),
@@ -349,6 +426,8 @@ def verdict(
         max_regressions=max_regressions,
         baseline_path=baseline_path,
         rule=rule,
+        margin=margin,
+        pass_undecided=pass_undecided,
     )
     # nothing collected: a failure below ("no trial case was collected"), not another suite ('none')
     diff = mismatches(baseline, summary, MATCH_FIELDS if summary.get("tasks") else MATCH_FIELDS[1:])
@@ -393,6 +472,27 @@ def verdict(
         }
     if v.score is None:
         v.reasons.append("no trial was scored")
+    elif rule == "noninferiority":
+        v.ni = _noninferiority(baseline.get("tasks", {}), summary.get("tasks", {}), margin, level)
+        if v.ni is None:
+            v.reasons.append("no task was scored in both the baseline and the run")
+        elif v.ni["state"] == "fail":
+            v.reasons.append(
+                f"a drop beyond the margin is shown: Δ {v.ni['effect']:+.3f}, one-sided upper bound "
+                f"{v.ni['upper']:+.3f} < -{margin:.3f} (margin {100 * margin:g} points)"
+            )
+        elif v.ni["state"] == "undecided" and not pass_undecided:
+            more = (
+                f"about {v.ni['trials_to_decide']} trials per task (baseline and run, now {v.ni['trials']}) "
+                "would decide it"
+                if v.ni["trials_to_decide"]
+                else "no trial count decides it at this estimate"
+            )
+            v.reasons.append(
+                f"undecided: the drop was not shown within the margin (Δ {v.ni['effect']:+.3f}, one-sided "
+                f"lower bound {v.ni['lower']:+.3f} <= -{margin:.3f}) nor shown beyond it; {more}, or "
+                "let undecided verdicts pass (--ecdysis-gate-pass-undecided, `ecdysis gate --pass-undecided`)"
+            )
     elif rule == "paired" and v.test and v.test["n_tasks"] >= sign_min_wins(level):
         if v.test["p_value"] <= level and v.test["effect"] < -tolerance - 1e-9:
             v.reasons.append(
@@ -430,3 +530,49 @@ def verdict(
             v.reasons.append(why)
     v.passed = not v.reasons
     return v
+
+
+def task_trials(tasks: dict[str, Any]) -> dict[str, list[float]]:
+    """Each task's trials as the non-inferiority test reads them: `n` copies of its `mean_reward` (or of
+    `successes / n` for a baseline written before baselines kept it); the test uses their sum and count."""
+    out: dict[str, list[float]] = {}
+    for key, v in tasks.items():
+        n = int(v.get("n") or 0)
+        x = v.get("mean_reward") if v.get("mean_reward") is not None else (v["successes"] / n if n else None)
+        if n and x is not None:
+            out[key] = [float(x)] * n
+    return out
+
+
+def _noninferiority(
+    baseline_tasks: dict[str, Any], run_tasks: dict[str, Any], margin: float, level: float
+) -> dict[str, Any] | None:
+    """`noninferiority` on the two sides' tasks as a dict (None when no task was scored on both), with
+    `trials` (per task, the most of either side), `trials_to_decide` (an undecided verdict's trials per task
+    at which the estimate would be decided, else None) and `catches` (`smallest_drop` on the baseline's
+    rates: the smallest drop this suite and trial count fails with 80% probability; with pass-undecided the
+    gate fails only a drop *shown* beyond the margin, `catches_shown`)."""
+    base, run = task_trials(baseline_tasks), task_trials(run_tasks)
+    try:
+        t = noninferiority(base, run, margin=margin, level=level)
+    except ValueError:
+        return None
+    common = sorted(set(base) & set(run))
+    k = max(max(len(base[x]), len(run[x])) for x in common)
+    fails, shown_drop = smallest_drop(
+        pilot_rates({x: base[x] for x in common}), k, margin=margin, level=level
+    )
+    return {
+        "state": t.state,
+        "effect": t.effect,
+        "se": t.se,
+        "lower": t.lower,
+        "upper": t.upper,
+        "margin": margin,
+        "level": level,
+        "n_tasks": t.n_tasks,
+        "trials": k,
+        "trials_to_decide": None if t.more_trials is None else k + t.more_trials,
+        "catches": fails,
+        "catches_shown": shown_drop,
+    }

@@ -203,10 +203,11 @@ def finish(session: Any, state: EcdysisState, stopped: str | None = None) -> Run
             max_cost_rise=getattr(cfg, "gate_max_cost_rise", None),
             n_collected=len(expected),
             baseline_path=str(cfg.baseline),
-            # the gate cannot re-run a baseline: the adaptive rule is judged there as a paired test
-            rule="paired" if cfg.accept == "adaptive" else cfg.accept,
+            rule=cfg.gate_rule,  # `--ecdysis-gate-rule`: the gate's own, not the evolution's --ecdysis-accept
             method=cfg.accept_method,
             level=cfg.accept_level,
+            margin=cfg.gate_margin,
+            pass_undecided=cfg.gate_pass_undecided,
         )
     summary["gate"] = outcome.gate.as_dict() if outcome.gate else None
     if outcome.run_path is not None and cfg.gate:
