@@ -103,8 +103,9 @@ def test_session_prints_progress_lines_and_writes_progress_json(
 def test_evolution_stages_print_progress_lines(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Diagnosis, editor call, validation sub-run and test-split scoring each report while they run, the
-    sub-runs with their done/total trials read from the sub-run's progress.json."""
+    """Diagnosis, editor call, validation sub-run and the held-out check's test-split scoring each report
+    while they run, the sub-runs with their done/total trials read from the sub-run's progress.json; the final
+    test-split lines say they reuse the held-out check's runs of the same bytes."""
     slow = "\n\nimport time as _time\n\n\n@pytest.fixture(autouse=True)\ndef _slow():\n    yield\n    _time.sleep(0.4)\n"
     project = make_project(
         pytester, monkeypatch, "import pytest\n" + CONFTEST + slow
@@ -115,12 +116,17 @@ def test_evolution_stages_print_progress_lines(
     out = result.stdout.str()
     for stage in (
         "round 1: validating candidate tiny_harness@",
-        "test: start harness",
-        "test: frozen harness",
+        "round 1: held-out check: scoring the candidate and the incumbent on the test split: ",
     ):
         assert any(
             stage in line and "elapsed" in line and line.startswith("ecdysis [") for line in out.splitlines()
         ), stage
+    assert any("/4 trials" in line for line in out.splitlines() if "held-out check: scoring" in line)
+    for side in ("start", "frozen"):
+        assert any(
+            line.startswith("ecdysis [") and f"test: {side} harness: suite score" in line and "reused" in line
+            for line in out.splitlines()
+        ), side
     assert any("/4 trials" in line for line in out.splitlines() if "validating candidate" in line)
     # one clock from the session's start: the evolution's lines go on from the suite's, never restart at 0
     clock = [
