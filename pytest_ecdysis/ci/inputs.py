@@ -12,7 +12,7 @@ This module does no I/O beyond `Path.is_file` on the baseline; it must not run a
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,20 +109,14 @@ class ActionInputs:
         if mode == "evolve" and not token:
             raise ActionInputError(f"no token for the pull request in evolve mode: {TOKEN_HINT}")
         accept = get("accept")
-        if accept and accept not in RULES:
-            raise ActionInputError(
-                f"accept {accept!r} is not a rule: set `accept:` to one of {', '.join(RULES)}"
-            )
+        _one_of("accept", accept, RULES, "a rule")
         if accept and mode == "gate":
             raise ActionInputError(
                 f"accept is the evolution's acceptance rule, the gate does not read it: set `gate-rule:` to one "
                 f"of {', '.join(GATE_RULES)} (empty: noninferiority) and leave `accept:` empty in gate mode"
             )
         gate_rule = get("gate-rule")
-        if gate_rule and gate_rule not in GATE_RULES:
-            raise ActionInputError(
-                f"gate-rule {gate_rule!r} is not a gate rule: set `gate-rule:` to one of {', '.join(GATE_RULES)}"
-            )
+        _one_of("gate-rule", gate_rule, GATE_RULES, "a gate rule")
         margin = get("gate-margin")
         gate_margin = _margin(margin) if margin else None
         undecided = get("gate-pass-undecided", "false").lower()
@@ -131,10 +125,7 @@ class ActionInputs:
                 f"gate-pass-undecided {undecided!r} is not true or false: set `gate-pass-undecided:` to one"
             )
         sandbox = get("sandbox")
-        if sandbox and sandbox not in SANDBOX_MODES:
-            raise ActionInputError(
-                f"sandbox {sandbox!r} is not a mode: set `sandbox:` to one of {', '.join(SANDBOX_MODES)}"
-            )
+        _one_of("sandbox", sandbox, SANDBOX_MODES, "a mode")
         budget = get("budget")
         try:
             args = tuple(shlex.split(get("args")))
@@ -190,6 +181,14 @@ def _float(value: str, name: str) -> float:
             "it empty for no limit"
         )
     return number
+
+
+def _one_of(name: str, value: str, choices: Sequence[str], noun: str) -> None:
+    """Nothing when input `name` is empty or one of `choices`; else `ActionInputError` naming them."""
+    if value and value not in choices:
+        raise ActionInputError(
+            f"{name} {value!r} is not {noun}: set `{name}:` to one of {', '.join(choices)}"
+        )
 
 
 def _margin(value: str) -> float:
