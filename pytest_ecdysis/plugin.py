@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -177,7 +179,7 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
 
     with sigterm_as_interrupt():  # SIGTERM stops the trials and the evolution as Ctrl-C does
         try:
-            with state.progress.ticker(_progress_say(session, state)):  # lines while the trials run
+            with _progress_say(session, state) as say, state.progress.ticker(say):  # lines while trials run
                 result = yield
         except (session.Failed, session.Interrupted, KeyboardInterrupt, pytest.exit.Exception) as exc:
             state.progress.close()
@@ -188,22 +190,47 @@ def pytest_runtestloop(session: pytest.Session) -> Any:
     return result
 
 
-def _progress_say(session: pytest.Session, state: EcdysisState) -> Any:
-    """How progress lines are written: `ecdysis [elapsed s] text` through the terminal reporter, flushed so
-    they are seen when said also when the output is a pipe (CI logs, `| tee`). Output capture is suspended
-    around the write (as pytest's live logging does): without xdist the ticker's thread says its line while
-    a test runs, and the line went into that test's captured output instead of the terminal."""
+@contextlib.contextmanager
+def _progress_say(session: pytest.Session, state: EcdysisState) -> Iterator[Callable[[str], None]]:
+    """How the suite's progress lines are written: `ecdysis [elapsed s] text` on the terminal, said when due
+    also when the output is a pipe (CI logs, `| tee`).
+
+    The ticker's thread says its lines while the main thread may be running a test (no xdist) and so
+    switching pytest's output capture on and off around it; suspending capture from the thread as well
+    races with that (pytest's `global_and_fixture_disabled` resumes capture whether or not the main thread
+    had it on), and a line then landed in a test's captured output or, printed at the session's end, out of
+    order. So the thread never touches capture: it writes to a duplicate of the terminal's file descriptor,
+    taken here, in the main thread, while capture is suspended (pytest only captures around collection and
+    each test phase). A terminal without a descriptor (an in-process pytester run) is not redirected by fd
+    capture either, and is written through the terminal reporter."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    capman = session.config.pluginmanager.get_plugin("capturemanager")
+    fd: int | None = None
+    if reporter is not None:
+        try:
+            sys.stdout.flush()
+            fd = os.dup(sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and ValueError
+            fd = None
+
+    closed = False
 
     def say(text: str) -> None:
-        if reporter is None:
+        if reporter is None or closed:
             return
-        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
-            reporter.write_line(f"ecdysis [{time.time() - state.started:7.1f} s] {text}")
+        line = f"ecdysis [{time.time() - state.started:7.1f} s] {text}"
+        if fd is None:
+            reporter.write_line(line)
             reporter._tw.flush()
+            return
+        newline = "\n" if reporter._tw.width_of_current_line else ""  # after the progress dots of a test file
+        os.write(fd, (newline + line + "\n").encode("utf-8", "replace"))
 
-    return say
+    try:
+        yield say
+    finally:
+        closed = True  # a ticker thread still running past its join writes nothing to a reused descriptor
+        if fd is not None:
+            os.close(fd)
 
 
 def _finish(session: pytest.Session, state: EcdysisState, stopped: str | None) -> None:

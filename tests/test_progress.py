@@ -99,6 +99,53 @@ def test_session_prints_progress_lines_and_writes_progress_json(
     assert (count.done, count.total, count.failed) == (4, 4, 1) and count.pace_s is not None
 
 
+FAST_SUITE = """
+import time
+import pytest
+from pytest_ecdysis import TrialResult, record_trial
+
+
+@pytest.mark.ecdysis_trial
+@pytest.mark.parametrize("task_id", [str(i) for i in range(400)])
+def test_task(request, task_id):
+    time.sleep(0.004)
+    record_trial(request.node, TrialResult(suite="fast", task_id=task_id, trial=0, reward=1.0,
+                                           termination_reason="agent_stop", components={"db": 1.0}))
+"""
+
+
+def test_progress_lines_never_race_the_capture_of_tests_in_process(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without xdist the ticker's thread says its lines while the main thread switches output capture on and
+    off around each test phase: every line reaches the terminal when said, in clock order, none lands in a
+    test's captured output or after the session's summary (suspending capture from the thread put lines
+    there)."""
+    monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
+    pytester.makepyfile(test_fast=FAST_SUITE)
+    pytester.mkpydir("harness")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-harness",
+        "harness",
+        "-o",
+        "ecdysis_progress=0.002",
+        "-rA",
+        timeout=300,
+    )
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.lines
+    clock = [float(line.split("[", 1)[1].split("s]", 1)[0]) for line in out if line.startswith("ecdysis [")]
+    assert len(clock) > 20 and clock == sorted(clock), clock
+    summary = max(i for i, line in enumerate(out) if " passed" in line and line.startswith("="))
+    assert not any("running the suite" in line for line in out[summary:]), out[summary:]
+    assert "running the suite" not in "\n".join(line for line in out if not line.startswith("ecdysis [")), (
+        result.stdout.str()
+    )
+
+
 @pytest.mark.slow
 def test_evolution_stages_print_progress_lines(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
