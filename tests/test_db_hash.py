@@ -37,7 +37,7 @@ def _replayed(domain: str, task_id: str, drop_last_write: bool) -> tuple[db_hash
     """A tracked pristine environment with the task's gold replay (or all but its last write) set on it,
     as τ²'s environment evaluator does."""
     t = load_tau2()
-    env = suite.get_environment(domain)
+    env = suite.get_environment(domain, copy_on_read=False)  # plain dicts, as the scorer's pristine ones
     pieces = db_hash.track(env.tools.db)
     run = t.SimulationRun.model_validate(gold_simulation(domain, task_id))
     messages = list(run.messages)
@@ -75,12 +75,12 @@ def test_every_gold_replay_hashes_as_tau2(domain: str) -> None:
 
 @pytest.fixture(scope="module")
 def airline() -> tuple[db_hash.Pieces, object]:
-    env = suite.get_environment("airline")
+    env = suite.get_environment("airline", copy_on_read=False)
     return db_hash.track(env.tools.db), env.tools.db
 
 
 def _fresh() -> tuple[db_hash.Pieces, object]:
-    db = suite.get_environment("airline").tools.db
+    db = suite.get_environment("airline", copy_on_read=False).tools.db
     return db_hash.track(db), db
 
 

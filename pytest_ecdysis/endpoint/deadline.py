@@ -40,8 +40,10 @@ through it, within a second or so. This module must not import tau2, task suites
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -71,6 +73,22 @@ PARSE_FAILURE_MARKERS = (
 )
 #: the attribute a failed attempt's exception carries: `(phase, seconds waited, bytes received)`.
 _ATTEMPT_ATTR = "ecdysis_attempt"
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    return httpx2.create_ssl_context()
+
+
+def network_transport() -> httpx2.HTTPTransport:
+    """A new network transport (its own connection pool) over the process's one TLS context.
+
+    `httpx2.HTTPTransport()` builds a TLS context each time and loads the system's CA certificates into it:
+    56 ms of CPU on the build machine, paid twice per trial (the agent's and the user's client) even against
+    an `http://` endpoint, about a tenth of a simulated trial's CPU. The context is built once (as
+    `httpx2.create_ssl_context()` builds it: `SSL_CERT_FILE` / `SSL_CERT_DIR` honoured) and shared, which
+    `ssl.SSLContext` allows across threads and connections."""
+    return httpx2.HTTPTransport(verify=_ssl_context())
 
 
 @dataclass
@@ -211,7 +229,7 @@ class DeadlineTransport(httpx2.BaseTransport):
     """An httpx2 transport with a total deadline per attempt, a shared `Budget`, and bounded retries.
 
     Args:
-        inner: the network transport (`httpx2.HTTPTransport()`, or `httpx2.MockTransport` in tests).
+        inner: the network transport (`network_transport()`, or `httpx2.MockTransport` in tests).
         budget: the `Budget` every request through this transport draws on.
         call_timeout_s: seconds one attempt may take, body included.
         max_retries: retries after 429/5xx (parse failures excepted) and transport errors.

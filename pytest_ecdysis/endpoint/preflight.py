@@ -47,7 +47,7 @@ from typing import Any
 import httpx2
 
 from pytest_ecdysis.core.errors import UsageError
-from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport
+from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport, network_transport
 from pytest_ecdysis.endpoint.refusals import (
     CONTENT_FILTER,
     KEY_REFUSED,
@@ -294,7 +294,7 @@ def check_model(
     started = time.monotonic()
     budget = Budget(call_timeout_s * (max_retries + 1) + 30.0, label="pre-flight")
     deadline = DeadlineTransport(
-        transport or httpx2.HTTPTransport(),
+        transport or network_transport(),
         budget,
         call_timeout_s=call_timeout_s,
         max_retries=max_retries,

@@ -32,7 +32,7 @@ import openai
 
 from pytest_ecdysis.core.config import EcdysisConfig, is_sim_model
 from pytest_ecdysis.core.errors import ContextOverflowError, InfrastructureError, UsageError
-from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport
+from pytest_ecdysis.endpoint.deadline import Budget, DeadlineTransport, network_transport
 from pytest_ecdysis.endpoint.overflow import completion_room, context_overflow
 from pytest_ecdysis.endpoint.replies import strip_reasoning
 
@@ -123,7 +123,7 @@ class RoleClient:
         if client is None:
             url, key = resolve_endpoint(model, base_url)
             deadline = DeadlineTransport(
-                transport or httpx2.HTTPTransport(),
+                transport or network_transport(),
                 self.budget,
                 call_timeout_s=timeout_s,
                 max_retries=max_retries,

@@ -58,7 +58,7 @@ def prepare(domain: str) -> None:
         return
     from ..tasks import suite
 
-    _PRISTINE[domain] = [suite.get_environment(domain), suite.get_environment(domain)]
+    _PRISTINE[domain] = [suite.get_environment(domain, copy_on_read=False) for _ in range(2)]
     first = db_hash.track(_PRISTINE[domain][0].tools.db)
     _PIECES[domain] = [first, db_hash.track(_PRISTINE[domain][1].tools.db, same_as=first)]
     gc.collect()

@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_ecdysis.core.errors import UsageError
 
+from .db_copy import Pristine
 from .tau2lib import DOMAINS, load_tau2
 
 SUITE_NAMES = {"airline": "tau2-airline", "retail": "tau2-retail", "telecom": "tau2-telecom"}
@@ -99,21 +100,21 @@ def get_task(domain: str, task_id: str) -> Any:
     return all_tasks(domain)[task_id]
 
 
-_PRISTINE: dict[str, bytes] = {}
+_PRISTINE: dict[str, tuple[Pristine, bytes]] = {}
 _PRISTINE_LOCK = threading.Lock()
 
 
-def _pristine_db(domain: str) -> bytes:
-    """The domain's databases as read from disk, pickled; read once per process. Single flight: the C
-    trial threads of a worker (`--ecdysis-concurrency`) that ask at once wait for one read instead of
-    each parsing the same files under the GIL (12-14 s for 4 threads at load 4-5, against 0.5 s alone;
-    docs/benchmarks.md, "anatomy of a suite run")."""
+def _pristine_db(domain: str) -> tuple[Pristine, bytes]:
+    """The domain's database as read from disk (`db_copy.Pristine`) and its user database pickled (telecom's
+    phone; None elsewhere); read once per process. Single flight: the trial threads of a worker
+    (`--ecdysis-concurrency`) that ask at once wait for one read instead of each parsing the same files
+    under the GIL (12-14 s for 4 threads at load 4-5, against 0.5 s alone; docs/benchmarks.md, "anatomy of
+    a suite run")."""
     with _PRISTINE_LOCK:
         if domain not in _PRISTINE:
             environment = domain_module(domain).get_environment()
-            _PRISTINE[domain] = pickle.dumps(
-                (environment.tools.db, getattr(getattr(environment, "user_tools", None), "db", None))
-            )
+            user_db = getattr(getattr(environment, "user_tools", None), "db", None)
+            _PRISTINE[domain] = (Pristine(environment.tools.db), pickle.dumps(user_db))
         return _PRISTINE[domain]
 
 
@@ -125,13 +126,19 @@ def preload(domain: str) -> None:
     _pristine_db(domain)
 
 
-def get_environment(domain: str) -> Any:
-    """A fresh τ² environment over a copy of the domain's database, read from disk once per process and
-    copied by unpickling (best of 3 on the build machine: airline 0.20 s against 0.31 s from disk and
-    0.46 s by pydantic deep copy; retail 0.10 s against 0.12 s). Its assistant tools refuse arguments of
-    a type τ²'s schema cannot take (`tool_calls.guard_tools`)."""
+def get_environment(domain: str, *, copy_on_read: bool = True) -> Any:
+    """A fresh τ² environment over a database of its own. Its assistant tools refuse arguments of a type
+    τ²'s schema cannot take (`tool_calls.guard_tools`).
+
+    copy_on_read: the database's records are copied when first handed out (`db_copy`: airline 2,800
+        records, of which a trial reads a few dozen; a whole copy by unpickling took 0.2-0.5 CPU s, most
+        of a simulated trial's CPU); False: every record copied now, in plain dicts (the scorer's pristine
+        environments, which `scoring.db_hash.track` wraps and forked children share).
+    """
     from .tool_calls import guard_tools  # wrongly typed arguments refused alike in the trial and the scorer
 
-    db, user_db = pickle.loads(_pristine_db(domain))
+    pristine, user_pickle = _pristine_db(domain)
+    db = pristine.copy() if copy_on_read else pristine.whole_copy()
+    user_db = pickle.loads(user_pickle)
     kwargs = {"user_db": user_db} if user_db is not None else {}  # telecom: the user's phone too
     return guard_tools(domain_module(domain).get_environment(db=db, **kwargs))

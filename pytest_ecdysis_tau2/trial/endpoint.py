@@ -38,7 +38,13 @@ from pytest_ecdysis.core.config_values import (
     endpoint_limits_from_env,
 )
 from pytest_ecdysis.core.errors import EndpointFormatError, UsageError
-from pytest_ecdysis.endpoint.deadline import RETRY_STATUS, Budget, DeadlineTransport, is_parse_failure
+from pytest_ecdysis.endpoint.deadline import (
+    RETRY_STATUS,
+    Budget,
+    DeadlineTransport,
+    is_parse_failure,
+    network_transport,
+)
 from pytest_ecdysis.endpoint.replies import find_text_tool_calls, strip_reasoning
 from pytest_ecdysis.endpoint.response_cache import wrap_transport
 
@@ -363,9 +369,7 @@ def make_client(
     sent (see `ModelViewTransport`); its `inner` is set here.
     """
     url, key = endpoint_for(model, base_url, sim_url)
-    inner = wrap_transport(
-        transport or httpx2.HTTPTransport(), model=model, base_url=url
-    )  # response_cache.py
+    inner = wrap_transport(transport or network_transport(), model=model, base_url=url)  # response_cache.py
     outer: httpx2.BaseTransport = BudgetTransport(inner, budget, settings)
     if reply_log is not None:
         outer = ReplyShapeTransport(outer, reply_log)
