@@ -137,3 +137,24 @@ def test_changes_of_every_kind_hash_as_tau2() -> None:
 def test_an_untouched_database_hashes_as_tau2(airline: tuple[db_hash.Pieces, object]) -> None:
     pieces, db = airline
     assert db_hash.db_hash(pieces, db) == _tau2_hash(db)
+
+
+@pytest.mark.parametrize(("domain", "task_id"), SAMPLE)
+def test_a_diff_of_the_records_handed_out_is_the_whole_diff(domain: str, task_id: str) -> None:
+    """`touched_include` leaves out only records neither database handed out: the diff of a gold replay
+    against the same replay missing its last write is the diff of the whole dumps, entry for entry."""
+    from pytest_ecdysis_tau2.scoring.scorer import _bounded
+
+    _, gold = _replayed(domain, task_id, False)
+    _, short = _replayed(domain, task_id, True)
+    include = db_hash.touched_include(short, gold)
+    whole = _bounded(short.model_dump(mode="json"), gold.model_dump(mode="json"))  # type: ignore[attr-defined]
+    assert whole, "the replays do not differ: the test proves little"
+    assert (
+        _bounded(
+            short.model_dump(mode="json", include=include),  # type: ignore[attr-defined]
+            gold.model_dump(mode="json", include=include),  # type: ignore[attr-defined]
+        )
+        == whole
+    )
+    assert any(v is not True for v in include.values()), include  # some collection was cut to its records

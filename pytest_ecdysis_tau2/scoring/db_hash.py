@@ -193,5 +193,23 @@ def db_hash(pieces: Pieces, db: Any) -> str:
     return _sha("{" + ", ".join(json.dumps(n) + ": " + parts[n] for n in sorted(parts)) + "}")
 
 
+def touched_include(*dbs: Any) -> dict[str, Any]:
+    """A pydantic `include` for `model_dump` of `dbs` (databases `track`ed from the same pristine data, as a
+    scoring child's agent and gold environments are) that leaves out the records none of them handed out:
+    those are the pristine ones in every database, so a comparison of the dumps loses nothing. A field that
+    is not a tracked collection in every database, or a collection that handed out everything, is kept
+    whole; {} when nothing differs that could."""
+    include: dict[str, Any] = {}
+    for name in type(dbs[0]).model_fields:
+        collections = [db.__dict__.get(name) for db in dbs]
+        if not all(isinstance(c, Tracked) for c in collections):
+            include[name] = True
+        elif any(c.touched is _ALL for c in collections):
+            include[name] = True
+        elif keys := set().union(*(c.touched for c in collections)):
+            include[name] = {k: True for k in keys}
+    return include
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()

@@ -116,12 +116,18 @@ def db_diff(domain: str, task: Any, run: Any) -> list[dict[str, Any]]:
     paths like `reservations.JMO1MG.status`, at most `DIFF_ENTRIES` (then `{"path": "…", "more": n}`)."""
     from tau2.registry import registry
 
-    from . import cow_scoring
+    from . import cow_scoring, db_hash
 
     used = cow_scoring.used_environments(domain)  # the evaluator's own two, in a scoring child
     if used is not None:
-        agent_env, gold_env = used
-        return _bounded(agent_env.tools.db.model_dump(mode="json"), gold_env.tools.db.model_dump(mode="json"))
+        agent_env, gold_env = used  # tracked: only the records either handed out can differ
+        include = db_hash.touched_include(agent_env.tools.db, gold_env.tools.db)
+        if not include:
+            return []
+        return _bounded(
+            agent_env.tools.db.model_dump(mode="json", include=include),
+            gold_env.tools.db.model_dump(mode="json", include=include),
+        )
     constructor = registry.get_env_constructor(domain)
     initial = task.initial_state
     data = initial.initialization_data if initial else None
