@@ -245,12 +245,13 @@ def wrap_command(
     # bound again; the run directories and gold data covered last (a visible tree may contain them)
     binds, rebuilt = _binds(bound)
     args += binds
-    args += _cover(covered)
+    cover, covered_dirs = _cover(covered, bound)
+    args += cover
     args += [a for path in under_covered for a in ("--ro-bind", str(path), str(inside(path)))]
-    hidden = [*hidden_paths(), *hide]
-    args += _cover(hidden)
+    cover, hidden_dirs = _cover([*hidden_paths(), *hide], bound)
+    args += cover
     # the covering tmpfs made read-only (after what is bound inside them): a write fails, as elsewhere
-    args += [a for path in [*covered, *hidden] if path.is_dir() for a in ("--remount-ro", str(path))]
+    args += [a for path in [*covered_dirs, *hidden_dirs] for a in ("--remount-ro", str(path))]
     args += [a for path in rebuilt for a in ("--remount-ro", str(path))]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch), "--"]
     return args + command
@@ -314,15 +315,33 @@ def stray_site_dirs(roots: list[str], visible: list[Path]) -> list[Path]:
     return out
 
 
-def _cover(paths: list[Path]) -> list[str]:
-    """bwrap arguments that cover each path: an empty tmpfs over a directory, /dev/null over a file."""
+def _shown(path: Path, bound: list[Path]) -> Path:
+    """The host path harness code sees at `path` in the sandbox: in a relocated tree (a validation sub-run's
+    private copy seen at the checkout's path) the copy's entry, not the checkout's; else `path` itself (bound
+    at its own path, or outside every bound tree)."""
+    under = [(inside(b), b) for b in bound if path.is_relative_to(inside(b))]
+    if not under:
+        return path
+    dest, src = max(under, key=lambda pair: len(pair[0].parts))
+    return src / path.relative_to(dest)
+
+
+def _cover(paths: list[Path], bound: list[Path]) -> tuple[list[str], list[Path]]:
+    """bwrap arguments that cover each path as the sandbox shows it (`_shown`): an empty tmpfs over a
+    directory, /dev/null over a file; and the directories covered. A path that shows nothing is left alone:
+    the checkout's run directories seen through a sub-run's copy, which has none, need no cover, and a cover
+    there would need a mount point inside a read-only bind (bwrap: "Can't mkdir ...: Read-only file system",
+    when the copy holds the parent, a committed `.ecdysis/` say)."""
     out: list[str] = []
+    dirs: list[Path] = []
     for path in paths:
-        if path.is_dir():
+        shown = _shown(path, bound)
+        if shown.is_dir():
             out += ["--tmpfs", str(path)]
-        elif path.is_file():
+            dirs.append(path)
+        elif shown.is_file():
             out += ["--ro-bind", "/dev/null", str(path)]
-    return out
+    return out, dirs
 
 
 def start_failure(text: str) -> str | None:

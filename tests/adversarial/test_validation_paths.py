@@ -105,3 +105,48 @@ def test_a_copy_seen_at_a_checkout_that_holds_the_venv_keeps_the_venv_reachable(
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["X", "=", "1", "tool", "pkg", "read-only"]
+
+
+def test_run_directories_hidden_past_a_copy_that_holds_their_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout with a committed `.ecdysis/` (the gate's baseline) and its run directories beside it, a venv
+    inside it: the sub-run's copy holds `.ecdysis/baseline.json` and no runs. The sandbox starts (covering
+    the runs there needed a mount point inside the copy's read-only `.ecdysis`), the baseline reads as in the
+    checkout, and the checkout's runs stay out of sight; a copy that does hold a runs directory shows it
+    empty."""
+    need_bwrap()
+    checkout, copy = tmp_path / "checkout", tmp_path / "private" / "tree"
+    (checkout / ".ecdysis").mkdir(parents=True)
+    (checkout / ".ecdysis" / "baseline.json").write_text("{}\n")
+    venv_bin = checkout / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    shutil.copytree(checkout, copy, symlinks=True, ignore=shutil.ignore_patterns(".venv"))
+    runs = checkout / ".ecdysis" / "runs"
+    (runs / "r1").mkdir(parents=True)
+    (runs / "r1" / "trials.jsonl").write_text("secret\n")
+    monkeypatch.setenv(sandbox.ENV_AT, f"{copy}{os.pathsep}{checkout}")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = (
+        "import os, sys; r = sys.argv[1]; "
+        "print(open(r + '/.ecdysis/baseline.json').read().strip(), "
+        "os.listdir(r + '/.ecdysis/runs') if os.path.isdir(r + '/.ecdysis/runs') else 'none')\n"
+    )
+
+    def run() -> list[str]:
+        command = sandbox.wrap_command(
+            [sys.executable, "-S", "-c", code, str(checkout)],
+            visible=[copy, venv_bin],
+            scratch=scratch,
+            hide=[runs],
+            force=True,
+        )
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert run() == ["{}", "none"]
+    (copy / ".ecdysis" / "runs" / "r1").mkdir(parents=True)  # a copy that holds runs of its own
+    (copy / ".ecdysis" / "runs" / "r1" / "trials.jsonl").write_text("secret\n")
+    assert run() == ["{}", "[]"]
