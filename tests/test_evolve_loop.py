@@ -52,9 +52,13 @@ def test_accepted_rejected_and_tied_rounds(project: pytest.Pytester) -> None:
     assert "LEVEL = 1\n" in (project.path / "tiny_harness" / "__init__.py").read_text()
     assert git(project.path, "status", "--porcelain").strip() == "?? notes.txt"
     assert git(project.path, "worktree", "list").count("\n") == 1
-    # the sub-runs kept the session's xdist settings, and the round files exist
+    # the candidate's sub-run and the incumbent's beside it share the session's 2 xdist workers (one
+    # process each), and the round files exist
     rdir = project.path / ".ecdysis" / "runs" / "run1" / "rounds" / "1"
-    assert "-n 2" in (rdir / "pytest.log").read_text().splitlines()[0]
+    for log in (rdir / "pytest.log", rdir / "incumbent" / "pytest.log"):
+        command = log.read_text().splitlines()[0]
+        assert command.endswith(" -n 0") or " -n 0 " in command, command
+        assert "-n 2" not in command, command
     for name in ("spec.json", "candidate.diff", "decision.json", "run1-r1/summary.json"):
         assert (rdir / name).is_file(), name
     result.stdout.fnmatch_lines(["*branch ecdysis/run1*git diff*", "*test split*start 0.250*frozen 0.750*"])

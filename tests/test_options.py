@@ -494,3 +494,29 @@ def test_the_options_table_lists_every_option_and_ini_key() -> None:
         assert f"`--ecdysis-{opt.name}" in text, opt.name
     for opt in INI_ONLY:
         assert f"`{opt.dest}`" in text and f"`--ecdysis-{opt.name}`" in text, opt.name
+
+
+@pytest.mark.parametrize(
+    ("args", "runs", "each"),
+    [
+        (["-n", "2"], 2, "0"),  # two sub-runs of one process each, not two controllers with two workers
+        (["-n2"], 2, "0"),
+        (["--numprocesses=8"], 2, "4"),
+        (["--numprocesses", "8", "-n", "6"], 3, "2"),  # the last one given counts, as for pytest
+        (["-n", "2"], 1, None),  # a sub-run alone keeps the session's workers
+        (["-n", "auto"], 2, None),
+        (["-n", "0"], 2, None),
+        (["pytest_ecdysis_tau2/test_airline.py"], 2, None),
+    ],
+)
+def test_sub_runs_started_together_share_the_sessions_workers(
+    args: list[str], runs: int, each: str | None
+) -> None:
+    from pytest_ecdysis.validate.setup import subrun_args, workers_each
+
+    assert workers_each(args, runs) == each
+    if each is not None:  # the override replaces every form of the option in the sub-run's arguments
+        out = subrun_args(
+            args, harness_dir=Path("h"), run_dir=Path("r"), overrides={"-n": each, "--numprocesses": None}
+        )
+        assert out[-2:] == ["-n", each] and not any(a.startswith("--numprocesses") for a in out)

@@ -38,6 +38,10 @@ class RoundContext(Protocol):
     editor: Editor  #: the round's editor (`edit.editors.make_editor`)
 
     @property
+    def base_args(self) -> list[str]:
+        """The session's command line (what every sub-run's arguments start from)."""
+
+    @property
     def stop_error(self) -> IntegrityError | None:
         """Set when a protected file changed: the loop stops."""
 

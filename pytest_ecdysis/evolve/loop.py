@@ -170,6 +170,11 @@ class Evolution:
         """Set when a protected file changed (by `runs`): the loop stops."""
         return self.runs.stop_error
 
+    @property
+    def base_args(self) -> list[str]:
+        """The session's command line (what every sub-run's arguments start from)."""
+        return self.runs.base_args
+
     def say(self, text: str, n: int | None = None) -> None:
         self.files.say(text, n)
 

@@ -25,7 +25,7 @@ import signal
 import subprocess
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from pytest_ecdysis.core.config import EcdysisConfig, is_sim_model
 from pytest_ecdysis.endpoint.response_cache import ENV_DIR
 from pytest_ecdysis.git import worktree as gitworktree
 from pytest_ecdysis.validate.results import infra_drift
+from pytest_ecdysis.validate.setup import workers_each
 from pytest_ecdysis.validate.subrun import BrokenCandidate, SubRun
 
 if TYPE_CHECKING:
@@ -144,12 +145,17 @@ INCUMBENT_LABEL = "re-running the incumbent (paired with the candidate)"
 
 
 def together(ev: RoundContext, jobs: list[Job]) -> list[SubRun | BrokenCandidate]:
-    """Start one sub-run per job at once and wait for all of them.
+    """Start one sub-run per job at once and wait for all of them, sharing the session's xdist workers
+    among them (`validate.setup.workers_each`: with `-n 2`, two sub-runs of one process each).
 
     A sub-run that raises `BrokenCandidate` gives it in its place. Ctrl-C (or any other exception) stops
     every sub-run's process group and propagates.
     """
     procs: list[subprocess.Popen] = []
+    if (each := workers_each(ev.base_args, len(jobs))) is not None:  # the session's workers, shared
+        jobs = [
+            replace(j, overrides={**(j.overrides or {}), "-n": each, "--numprocesses": None}) for j in jobs
+        ]
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ecdysis-subrun")
     futures = [
         pool.submit(

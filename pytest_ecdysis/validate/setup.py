@@ -95,6 +95,35 @@ def strip_args(args: list[str] | tuple[str, ...], drop: dict[str, bool] | None =
     return out
 
 
+def workers_each(args: list[str] | tuple[str, ...], runs: int) -> str | None:
+    """The `-n` of each of `runs` sub-runs started together, so that together they use the session's xdist
+    workers instead of each starting as many: the session's count divided among them, "0" (trials in the
+    sub-run's own process) when each would get one; None where nothing changes (one run, no `-n` given,
+    `-n 0`, or `-n auto` / `logical`: left as given).
+
+    Each worker pays its own start (τ² imported, the harness's fork server, a scorer, collection): on 2
+    cores a sub-run of 10 airline trials took 15.8 CPU s with `-n 2`, 10.6 s with `-n 1` and 7.1 s with
+    `-n 0` (the simulated model, docs/benchmarks.md), while two such sub-runs side by side keep both cores
+    busy either way."""
+    if runs <= 1:
+        return None
+    value: str | None = None
+    take = False
+    for arg in args:
+        if take:
+            value, take = arg, False
+        elif arg in ("-n", "--numprocesses"):
+            take = True
+        elif arg.startswith("--numprocesses="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-n") and not arg.startswith("--") and len(arg) > 2:
+            value = arg[2:].lstrip("=")
+    if value is None or not value.isdigit() or int(value) == 0:
+        return None
+    each = int(value) // runs
+    return str(each) if each > 1 else "0"
+
+
 def subrun_args(
     base_args: list[str] | tuple[str, ...],
     *,
