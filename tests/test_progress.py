@@ -62,26 +62,39 @@ def test_ticker_repeats_its_line_until_the_stage_ends(tmp_path) -> None:
     assert len(lines) == n
 
 
+def _run_suite(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, suite: str, interval_s: float, *extra: str
+) -> pytest.RunResult:
+    """`pytest` in a subprocess on the trial-case module `suite` (no model: nothing is asked of one), with
+    a progress line every `interval_s` seconds."""
+    monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
+    pytester.makepyfile(test_suite=suite)
+    pytester.mkpydir("harness")
+    return pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--ecdysis-harness",
+        "harness",
+        "-o",
+        f"ecdysis_progress={interval_s}",
+        *extra,
+        timeout=300,
+    )
+
+
+def _clock(lines: list[str]) -> list[float]:
+    """The seconds of each `ecdysis [t s] ...` line, in output order."""
+    return [float(line.split("[", 1)[1].split("s]", 1)[0]) for line in lines if line.startswith("ecdysis [")]
+
+
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
 def test_session_prints_progress_lines_and_writes_progress_json(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple
 ) -> None:
     """While the trials run: `ecdysis [t s] running the suite: k/4 trials ...` lines; at the end
     progress.json in the run directory says 4/4 with 1 failed."""
-    monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")
-    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
-    pytester.makepyfile(test_slow=SLOW_SUITE)
-    pytester.mkpydir("harness")
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--ecdysis-harness",
-        "harness",
-        "-o",
-        "ecdysis_progress=0.3",
-        *xdist,
-        timeout=300,
-    )
+    result = _run_suite(pytester, monkeypatch, SLOW_SUITE, 0.3, *xdist)
     assert result.ret == 1
     assert any(
         line.startswith("ecdysis [")
@@ -121,23 +134,10 @@ def test_progress_lines_never_race_the_capture_of_tests_in_process(
     off around each test phase: every line reaches the terminal when said, in clock order, none lands in a
     test's captured output or after the session's summary (suspending capture from the thread put lines
     there)."""
-    monkeypatch.setenv("ECDYSIS_SIM_URL", "http://127.0.0.1:9")
-    monkeypatch.delenv("ECDYSIS_RUN_ID", raising=False)
-    pytester.makepyfile(test_fast=FAST_SUITE)
-    pytester.mkpydir("harness")
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--ecdysis-harness",
-        "harness",
-        "-o",
-        "ecdysis_progress=0.002",
-        "-rA",
-        timeout=300,
-    )
+    result = _run_suite(pytester, monkeypatch, FAST_SUITE, 0.002, "-rA")
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.lines
-    clock = [float(line.split("[", 1)[1].split("s]", 1)[0]) for line in out if line.startswith("ecdysis [")]
+    clock = _clock(out)
     assert len(clock) > 20 and clock == sorted(clock), clock
     summary = max(i for i, line in enumerate(out) if " passed" in line and line.startswith("="))
     assert not any("running the suite" in line for line in out[summary:]), out[summary:]
@@ -176,11 +176,7 @@ def test_evolution_stages_print_progress_lines(
         ), side
     assert any("/4 trials" in line for line in out.splitlines() if "validating candidate" in line)
     # one clock from the session's start: the evolution's lines go on from the suite's, never restart at 0
-    clock = [
-        float(line.split("[", 1)[1].split("s]", 1)[0])
-        for line in out.splitlines()
-        if line.startswith("ecdysis [")
-    ]
+    clock = _clock(out.splitlines())
     assert clock == sorted(clock) and len(clock) > 3, clock
     # the incumbent's re-run beside the candidate reports under its own label, not as a second candidate
     assert any(
