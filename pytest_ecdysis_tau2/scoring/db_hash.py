@@ -31,6 +31,8 @@ import hashlib
 import json
 from typing import Any, Final, Literal
 
+from ..tasks.db_copy import HandOut
+
 
 class _Every(enum.Enum):
     """The type of `_ALL` (an enum member, so `touched is _ALL` narrows `touched` for mypy)."""
@@ -41,23 +43,9 @@ class _Every(enum.Enum):
 _ALL: Final = _Every.ALL  # a marker: every record of the collection may have been handed out
 
 
-def _whole(name: str) -> Any:
-    """The `dict` method `name` as a method of `Tracked` that marks every record handed out first."""
-    method = getattr(dict, name)
-
-    def whole(self: Tracked, *args: Any, **kwargs: Any) -> Any:
-        self._mark_all()
-        return method(self, *args, **kwargs)
-
-    whole.__name__ = name
-    return whole
-
-
-class Tracked(dict):
-    """A database collection that records which keys it handed out or changed (`touched`, or `_ALL`).
-
-    Overriding `__iter__` keeps CPython's fast dict copy (`dict(d)`, `{**d}`, `update(d)`) off it, so
-    those go through `keys()` and `__getitem__` and are recorded too."""
+class Tracked(HandOut):
+    """A database collection that records which keys it handed out or changed (`touched`, or `_ALL`); the
+    routes a record leaves by are `tasks.db_copy.HandOut`'s."""
 
     __slots__ = ("touched",)
 
@@ -65,59 +53,14 @@ class Tracked(dict):
         super().__init__(items)
         self.touched: set[str] | Literal[_Every.ALL] = set()
 
-    def _mark(self, key: Any) -> None:
+    def _out(self, key: Any) -> None:
         if self.touched is not _ALL:
             self.touched.add(key)
 
-    def _mark_all(self) -> None:
+    _set = _out
+
+    def _all_out(self) -> None:
         self.touched = _ALL
-
-    def __getitem__(self, key: Any) -> Any:
-        self._mark(key)
-        return super().__getitem__(key)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        self._mark(key)
-        return super().get(key, default)
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        self._mark(key)
-        return super().setdefault(key, default)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._mark(key)
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        self._mark(key)
-        super().__delitem__(key)
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self._mark(key)
-        return super().pop(key, *default)
-
-    def __iter__(self) -> Any:
-        return super().__iter__()
-
-    def __reversed__(self) -> Any:
-        return super().__reversed__()
-
-    values = _whole("values")
-    items = _whole("items")
-    popitem = _whole("popitem")
-    update = _whole("update")
-    clear = _whole("clear")
-    copy = _whole("copy")
-    __or__ = _whole("__or__")
-    __ror__ = _whole("__ror__")
-    __ior__ = _whole("__ior__")
-
-    def __reduce_ex__(self, protocol: Any) -> Any:  # pickle, copy, deepcopy: a plain dict of every record
-        self._mark_all()
-        return (dict, (dict.copy(self),))
-
-    def __reduce__(self) -> Any:
-        return self.__reduce_ex__(2)
 
 
 class Pieces:

@@ -27,67 +27,61 @@ from typing import Any
 
 
 def _whole(name: str) -> Any:
-    """The `dict` method `name` as a method of `CopyOnRead` that makes every record private first."""
+    """The `dict` method `name` as a method of `HandOut` that reports every record handed out first."""
     method = getattr(dict, name)
 
-    def whole(self: CopyOnRead, *args: Any, **kwargs: Any) -> Any:
-        self._claim_all()
+    def whole(self: HandOut, *args: Any, **kwargs: Any) -> Any:
+        self._all_out()
         return method(self, *args, **kwargs)
 
     whole.__name__ = name
     return whole
 
 
-class CopyOnRead(dict):
-    """A collection over shared pristine records that hands out only private copies (module docstring).
+class HandOut(dict):
+    """A database collection that reports each record before it leaves (`_out(key)`), each key set or
+    removed (`_set(key)`), and every record at once (`_all_out()`) for a route that may hand them all out
+    (`values()`, `items()`, `copy()`, `update`, `|`, pickling, ...). Subclasses: `CopyOnRead` here (a trial's
+    copy), `scoring.db_hash.Tracked` (the scorer's record of what changed).
 
-    `pickles` maps each pristine key to its record's pickle; `own` holds the keys whose stored value is
-    this trial's (copied, set by the trial, or added by it). Overriding `__iter__` keeps CPython's fast
-    dict copy (`dict(d)`, `{**d}`, `update(d)`) off the storage: those go through `keys()` and
-    `__getitem__`, so they get copies too."""
+    Overriding `__iter__` keeps CPython's fast dict copy (`dict(d)`, `{**d}`, `update(d)`) off the storage:
+    those go through `keys()` and `__getitem__`, so they are reported too."""
 
-    __slots__ = ("pickles", "own")
+    __slots__ = ()
 
-    def __init__(self, shared: dict[Any, Any], pickles: dict[Any, bytes]) -> None:
-        super().__init__(shared)
-        self.pickles = pickles
-        self.own: set[Any] = set()
+    def _out(self, key: Any) -> None:
+        raise NotImplementedError
 
-    def _claim(self, key: Any) -> None:
-        if key in self.own or key not in self.pickles or not dict.__contains__(self, key):
-            return
-        dict.__setitem__(self, key, pickle.loads(self.pickles[key]))
-        self.own.add(key)
+    def _set(self, key: Any) -> None:
+        raise NotImplementedError
 
-    def _claim_all(self) -> None:
-        if len(self.own) < len(self):
-            for key in list(dict.keys(self)):
-                self._claim(key)
+    def _all_out(self) -> None:
+        raise NotImplementedError
 
     def __getitem__(self, key: Any) -> Any:
-        self._claim(key)
+        self._out(key)
         return super().__getitem__(key)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        self._claim(key)
+        self._out(key)
         return super().get(key, default)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
-        self._claim(key)
-        self.own.add(key)
+        self._out(key)
+        self._set(key)
         return super().setdefault(key, default)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self.own.add(key)
+        self._set(key)
         super().__setitem__(key, value)
 
     def __delitem__(self, key: Any) -> None:
+        self._set(key)
         super().__delitem__(key)
-        self.own.add(key)  # gone: never restored from its pickle
 
     def pop(self, key: Any, *default: Any) -> Any:
-        self._claim(key)
-        self.own.add(key)
+        self._out(key)
+        self._set(key)
         return super().pop(key, *default)
 
     def __iter__(self) -> Any:
@@ -99,20 +93,47 @@ class CopyOnRead(dict):
     values = _whole("values")
     items = _whole("items")
     popitem = _whole("popitem")
+    update = _whole("update")
+    clear = _whole("clear")
     copy = _whole("copy")
     __or__ = _whole("__or__")
     __ror__ = _whole("__ror__")
-
-    update = _whole("update")  # after every record is private, a key it sets is the trial's either way
     __ior__ = _whole("__ior__")
-    clear = _whole("clear")
 
-    def __reduce_ex__(self, protocol: Any) -> Any:  # pickle, copy, deepcopy: a plain dict of private records
-        self._claim_all()
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickle, copy, deepcopy: a plain dict of every record
+        self._all_out()
         return (dict, (dict.copy(self),))
 
     def __reduce__(self) -> Any:
         return self.__reduce_ex__(2)
+
+
+class CopyOnRead(HandOut):
+    """A collection over shared pristine records that hands out only private copies (module docstring).
+
+    `pickles` maps each pristine key to its record's pickle; `own` holds the keys whose stored value is
+    this trial's (copied, set by the trial, or added or removed by it: never restored from its pickle)."""
+
+    __slots__ = ("pickles", "own")
+
+    def __init__(self, shared: dict[Any, Any], pickles: dict[Any, bytes]) -> None:
+        super().__init__(shared)
+        self.pickles = pickles
+        self.own: set[Any] = set()
+
+    def _out(self, key: Any) -> None:
+        if key in self.own or key not in self.pickles or not dict.__contains__(self, key):
+            return
+        dict.__setitem__(self, key, pickle.loads(self.pickles[key]))
+        self.own.add(key)
+
+    def _set(self, key: Any) -> None:
+        self.own.add(key)
+
+    def _all_out(self) -> None:
+        if len(self.own) < len(self):
+            for key in list(dict.keys(self)):
+                self._out(key)
 
 
 class Pristine:
